@@ -1,0 +1,43 @@
+# Quick start: `make run` runs the main job, `make test` runs the whole test suite.
+# Each target sets itself up: a .venv, the installs, and a CPU build of torch where no GPU is present.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.vecaccel-installed
+# The CPU wheel of this release lies on the project's machines; a bare `torch` would pull a CUDA build.
+TORCH_CPU_SPEC ?= torch==2.13.0
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip setuptools wheel
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		echo "GPU found: installing the default torch build"; \
+	else \
+		echo "no GPU: installing the CPU build $(TORCH_CPU_SPEC)"; \
+		$(BIN)/python -m pip install -q "$(TORCH_CPU_SPEC)"; \
+	fi
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/vecaccel demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check vecaccel plugins trainers tests examples benchmarks
+
+bench: $(STAMP)
+	-$(BIN)/python -m pip install -q envpool
+	$(BIN)/vecaccel bench --env CartPole-v1 --num-envs 16,64,256 --json bench-results/cartpole.json --plot bench-results/cartpole.png
+	$(BIN)/vecaccel bench --env pong --num-envs 8 --json bench-results/pong.json --plot bench-results/pong.png
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

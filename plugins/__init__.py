@@ -1,0 +1,1 @@
+"""The built-in vecaccel plugins (backends and env registration), registered like any other."""

@@ -1,0 +1,148 @@
+"""Backend ``serial``: every env in the caller's process; the reference the others are tested against."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from vecaccel import hookimpl
+from vecaccel.errors import WorkerError
+from vecaccel.spaces import copy_tree, views_from_buffer, write_item
+from vecaccel.spaces import leaf_specs, nbytes_of
+from vecaccel.vector import AsyncState, EnvRunner, VecEnv, normalize_seeds, split_reset_mask
+
+__all__ = ["SerialVecEnv"]
+
+
+def _wrap_env_error(exc: BaseException, index: int, what: str) -> WorkerError:
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return WorkerError(
+        f"env {index} raised {type(exc).__name__} in {what}: {exc}",
+        env_indices=[index],
+        remote_traceback=text,
+        original_type=type(exc).__name__,
+    )
+
+
+class SerialVecEnv(VecEnv):
+    """All sub-environments stepped one after another in this process.
+
+    Errors inside an env are raised as :class:`vecaccel.WorkerError`, like every other backend.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> envs = SerialVecEnv([lambda: gym.make("CartPole-v1")] * 2)
+        >>> _ = envs.reset(seed=1)
+        >>> obs, rew, term, trunc, info = envs.step(np.array([0, 1]))
+        >>> rew
+        array([1., 1.])
+        >>> envs.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+    ) -> None:
+        envs = [fn() for fn in env_fns]
+        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, probe_env=envs[0])
+        self.envs = envs
+        self.runners = [EnvRunner(env, self.autoreset_mode, i) for i, env in enumerate(envs)]
+        spec = leaf_specs(self.single_observation_space, self.num_envs)
+        self._obs_buffer = bytearray(nbytes_of(spec))
+        self._obs, _ = views_from_buffer(spec, self._obs_buffer)
+        self._rewards = np.zeros(self.num_envs, dtype=np.float64)
+        self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
+        self._truncations = np.zeros(self.num_envs, dtype=np.bool_)
+        self._actions: Any = None
+
+    def _observations(self) -> Any:
+        return copy_tree(self._obs) if self.copy else self._obs
+
+    def reset(self, *, seed=None, options=None):
+        self._check_open()
+        seeds = normalize_seeds(seed, self.num_envs)
+        reset_mask, options = split_reset_mask(options, self.num_envs)
+        pairs = []
+        for i, runner in enumerate(self.runners):
+            if reset_mask is not None and not reset_mask[i]:
+                continue
+            try:
+                obs, info = runner.reset(seed=seeds[i], options=options)
+            except Exception as exc:
+                raise _wrap_env_error(exc, i, "reset") from exc
+            write_item(self.single_observation_space, self._obs, i, obs)
+            self._terminations[i] = self._truncations[i] = False
+            pairs.append((i, info))
+        self._state = AsyncState.DEFAULT
+        return self._observations(), self._batch_infos(pairs)
+
+    def step_async(self, actions: Any) -> None:
+        self._check_open()
+        self._actions = self._check_actions(actions)
+        self._state = AsyncState.WAITING_STEP
+
+    def step_wait(self, timeout: float | None = None):
+        self._check_open()
+        if self._state is not AsyncState.WAITING_STEP:
+            raise RuntimeError("step_wait() called without a pending step_async()")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._state = AsyncState.DEFAULT
+        from vecaccel.spaces import read_item
+
+        pairs = []
+        for i, runner in enumerate(self.runners):
+            try:
+                obs, rew, term, trunc, info = runner.step(read_item(self._actions, i))
+            except Exception as exc:
+                raise _wrap_env_error(exc, i, "step") from exc
+            write_item(self.single_observation_space, self._obs, i, obs)
+            self._rewards[i], self._terminations[i], self._truncations[i] = rew, term, trunc
+            pairs.append((i, info))
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"step_wait exceeded its timeout of {timeout} s")
+        return (
+            self._observations(),
+            self._rewards.copy(),
+            self._terminations.copy(),
+            self._truncations.copy(),
+            self._batch_infos(pairs),
+        )
+
+    def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self._check_open()
+        results = []
+        for i in self._normalize_indices(indices):
+            try:
+                results.append(self.runners[i].call(name, args, kwargs))
+            except Exception as exc:
+                raise _wrap_env_error(exc, i, f"call({name!r})") from exc
+        return tuple(results)
+
+    def set_attr_indices(self, name: str, values: Any, indices) -> None:
+        self._check_open()
+        indices = self._normalize_indices(indices)
+        for i, value in zip(indices, self._values_for(values, len(indices))):
+            self.runners[i].set_attr(name, value)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        for env in getattr(self, "envs", []):
+            env.close()
+
+
+def make_serial(env_fns, **options) -> SerialVecEnv:
+    return SerialVecEnv(env_fns, **options)
+
+
+@hookimpl
+def vecaccel_register_backends(registry) -> None:
+    registry.add("serial", make_serial, "all envs in the caller's process (the reference)")

@@ -1,0 +1,49 @@
+"""vecaccel: fast, safe vectorized environments for deep RL.
+
+Example:
+    >>> import vecaccel
+    >>> envs = vecaccel.make_vec("CartPole-v1", 4, backend="serial")
+    >>> obs, infos = envs.reset(seed=42)
+    >>> obs.shape
+    (4, 4)
+    >>> envs.close()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+from gymnasium.vector import AutoresetMode
+
+from vecaccel.errors import ClosedEnvError, WorkerError
+from vecaccel.make import make_vec
+from vecaccel.manager import BackendRegistry, get_plugin_manager, list_backends
+from vecaccel.vector import VecEnv
+
+__version__ = "0.1.0"
+
+#: Marker for hook implementations: ``@vecaccel.hookimpl``.
+hookimpl = pluggy.HookimplMarker("vecaccel")
+
+__all__ = [
+    "AutoresetMode",
+    "BackendRegistry",
+    "ClosedEnvError",
+    "VecEnv",
+    "WorkerError",
+    "get_plugin_manager",
+    "hookimpl",
+    "list_backends",
+    "make_vec",
+    "Sampler",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # torch-dependent parts load on first use so that `import vecaccel` never imports torch
+    if name == "Sampler":
+        from vecaccel.sampler import Sampler
+
+        return Sampler
+    raise AttributeError(f"module 'vecaccel' has no attribute {name!r}")

@@ -1,0 +1,63 @@
+"""Every hook a vecaccel plugin may implement.
+
+Plugins implement hooks with ``from vecaccel import hookimpl``. Hooks are always called with
+keyword arguments, so new arguments can be added to a spec without breaking existing plugins.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from vecaccel.manager import BackendRegistry
+
+hookspec = pluggy.HookspecMarker("vecaccel")
+
+
+@hookspec
+def vecaccel_register_backends(registry: BackendRegistry) -> None:
+    """Register vector-environment backends.
+
+    Called once, when the backend registry is first needed after the plugin manager is built
+    (and again whenever a plugin is registered later at run time).
+
+    Args:
+        registry: call ``registry.add(name, factory, description="")`` for each backend. The
+            ``factory`` is called as ``factory(env_fns, **options)`` with ``env_fns`` a list of
+            zero-argument callables that each return a ``gymnasium.Env``, and returns a
+            ``gymnasium.vector.VectorEnv``.
+
+    Returns:
+        Nothing; every plugin's implementation is called (not ``firstresult``).
+    """
+
+
+@hookspec
+def vecaccel_register_envs() -> None:
+    """Register Gymnasium environments that an installed package provides.
+
+    Called once before ``vecaccel.make_vec`` resolves an environment id, so that ids such as
+    ``"ALE/Pong-v5"`` work without the user's ``gym.register_envs(ale_py)`` line.
+
+    Returns:
+        Nothing; every plugin's implementation is called (not ``firstresult``).
+    """
+
+
+@hookspec
+def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add sub-commands to the ``vecaccel`` command line.
+
+    Called once while the command-line parser is built. Each sub-command sets its handler with
+    ``parser.set_defaults(handler=function)``; the handler receives the parsed
+    ``argparse.Namespace`` and returns an exit code.
+
+    Args:
+        subparsers: the ``argparse`` sub-parser collection of the ``vecaccel`` command.
+
+    Returns:
+        Nothing; every plugin's implementation is called (not ``firstresult``).
+    """

@@ -1,0 +1,199 @@
+"""The plugin manager and the backend registry that plugins fill.
+
+Built-in backends are ordinary plugins named in :data:`DEFAULT_PLUGINS`; they are imported
+only when the plugin manager is first built, so ``import vecaccel`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from vecaccel import hookspecs
+
+__all__ = [
+    "DEFAULT_PLUGINS",
+    "DISABLE_ENV_VAR",
+    "BackendInfo",
+    "BackendRegistry",
+    "get_plugin_manager",
+    "list_backends",
+    "get_backend",
+]
+
+#: Module paths of the plugins that ship with vecaccel, registered like third-party ones.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "vecaccel.plugins.serial",
+    "vecaccel.plugins.shm",
+    "vecaccel.plugins.envs",
+)
+
+#: Comma-separated plugin names (as registered, or entry-point names) to leave out.
+DISABLE_ENV_VAR = "VECACCEL_DISABLE_PLUGINS"
+
+ENTRY_POINT_GROUP = "vecaccel"
+
+BackendFactory = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """One registered backend."""
+
+    name: str
+    factory: BackendFactory
+    description: str
+    plugin: str
+
+
+class BackendRegistry(Mapping[str, BackendInfo]):
+    """The typed registry handed to ``vecaccel_register_backends``.
+
+    Example:
+        >>> registry = BackendRegistry()
+        >>> registry.add("mine", lambda env_fns, **options: None, "my backend")
+        >>> sorted(registry)
+        ['mine']
+    """
+
+    def __init__(self) -> None:
+        self._backends: dict[str, BackendInfo] = {}
+        self._current_plugin = "<unknown>"
+
+    def add(self, name: str, factory: BackendFactory, description: str = "") -> None:
+        """Register ``factory`` under ``name``.
+
+        Raises:
+            ValueError: if ``name`` is taken by another plugin or is not a non-empty string.
+            TypeError: if ``factory`` is not callable.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"backend name must be a non-empty string, got {name!r}")
+        if not callable(factory):
+            raise TypeError(f"backend {name!r}: factory must be callable, got {factory!r}")
+        if name in self._backends:
+            other = self._backends[name].plugin
+            raise ValueError(
+                f"backend {name!r} is registered twice (by {other!r} and {self._current_plugin!r})"
+            )
+        self._backends[name] = BackendInfo(name, factory, description, self._current_plugin)
+
+    def __getitem__(self, name: str) -> BackendInfo:
+        return self._backends[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._backends)
+
+    def __len__(self) -> int:
+        return len(self._backends)
+
+
+_lock = threading.RLock()
+_manager: pluggy.PluginManager | None = None
+_envs_registered = False
+
+
+def _disabled_names() -> set[str]:
+    raw = os.environ.get(DISABLE_ENV_VAR, "")
+    return {part.strip() for part in raw.split(",") if part.strip()}
+
+
+def get_plugin_manager() -> pluggy.PluginManager:
+    """Return the process-wide plugin manager, building it on first use.
+
+    It holds the specs of :mod:`vecaccel.hookspecs`, the built-in plugins, and every plugin of
+    the ``vecaccel`` entry-point group, minus those named in ``VECACCEL_DISABLE_PLUGINS``.
+    Plugins registered on it later with ``pm.register(module)`` are honoured.
+
+    Example:
+        >>> pm = get_plugin_manager()
+        >>> pm.has_plugin("vecaccel.plugins.serial")
+        True
+    """
+    global _manager
+    with _lock:
+        if _manager is not None:
+            return _manager
+        pm = pluggy.PluginManager("vecaccel")
+        pm.add_hookspecs(hookspecs)
+        disabled = _disabled_names()
+        for name in disabled:
+            pm.set_blocked(name)
+        for module_path in DEFAULT_PLUGINS:
+            if module_path in disabled or module_path.rsplit(".", 1)[-1] in disabled:
+                continue
+            try:
+                module = importlib.import_module(module_path)
+            except ImportError as exc:
+                # a built-in plugin whose optional dependency is missing (torch) is left out
+                if getattr(exc, "name", None) in ("torch",):
+                    continue
+                raise
+            pm.register(module, name=module_path)
+        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        pm.check_pending()
+        _manager = pm
+        return pm
+
+
+def _reset_plugin_manager() -> None:
+    """Forget the plugin manager (tests use this after changing the environment)."""
+    global _manager, _envs_registered
+    with _lock:
+        _manager = None
+        _envs_registered = False
+
+
+def _collect_backends() -> BackendRegistry:
+    pm = get_plugin_manager()
+    registry = BackendRegistry()
+    # call each implementation on its own so the registry knows which plugin added what
+    for impl in reversed(pm.hook.vecaccel_register_backends.get_hookimpls()):
+        registry._current_plugin = pm.get_name(impl.plugin) or impl.plugin_name
+        impl.function(registry=registry)
+    registry._current_plugin = "<unknown>"
+    return registry
+
+
+def list_backends() -> dict[str, dict[str, str]]:
+    """Map each backend name to its description and the plugin that provides it.
+
+    Example:
+        >>> backends = list_backends()
+        >>> backends["serial"]["plugin"]
+        'vecaccel.plugins.serial'
+    """
+    return {
+        name: {"description": info.description, "plugin": info.plugin}
+        for name, info in _collect_backends().items()
+    }
+
+
+def get_backend(name: str) -> BackendInfo:
+    """Return the backend registered as ``name``.
+
+    Raises:
+        ValueError: naming the backends that exist, if ``name`` is unknown.
+    """
+    registry = _collect_backends()
+    try:
+        return registry[name]
+    except KeyError:
+        known = ", ".join(sorted(registry)) or "none"
+        raise ValueError(f"unknown backend {name!r}; registered backends: {known}") from None
+
+
+def register_envs() -> None:
+    """Let plugins register the Gymnasium environments of installed packages (once)."""
+    global _envs_registered
+    with _lock:
+        if _envs_registered:
+            return
+        get_plugin_manager().hook.vecaccel_register_envs()
+        _envs_registered = True

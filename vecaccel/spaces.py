@@ -1,0 +1,309 @@
+"""Per-space work: shared-memory layout, writing one env's item, and checking batched actions.
+
+Every function dispatches on the *single* (per-env) space with :func:`functools.singledispatch`,
+the way ``gymnasium.vector.utils`` does, so new space types can be registered by plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = [
+    "ALIGNMENT",
+    "leaf_specs",
+    "views_from_buffer",
+    "write_item",
+    "read_item",
+    "copy_tree",
+    "index_tree",
+    "check_actions",
+    "assign_tree",
+]
+
+#: Byte alignment of every array carved out of a shared buffer (one cache line).
+ALIGNMENT = 64
+
+
+def _align(offset: int) -> int:
+    return (offset + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+
+
+@singledispatch
+def leaf_specs(space: spaces.Space, n: int) -> Any:
+    """Describe the arrays that hold ``n`` items of ``space``: a tree of ``(shape, dtype)``."""
+    raise TypeError(
+        f"space {space!r} cannot be laid out in shared memory; supported: Box, Discrete, "
+        "MultiDiscrete, MultiBinary and nested Dict/Tuple of them (use backend='serial' otherwise)"
+    )
+
+
+@leaf_specs.register(spaces.Box)
+@leaf_specs.register(spaces.Discrete)
+@leaf_specs.register(spaces.MultiDiscrete)
+@leaf_specs.register(spaces.MultiBinary)
+def _leaf_specs_base(space: spaces.Space, n: int) -> tuple[tuple[int, ...], np.dtype]:
+    return ((n, *space.shape), np.dtype(space.dtype))
+
+
+@leaf_specs.register(spaces.Tuple)
+def _leaf_specs_tuple(space: spaces.Tuple, n: int) -> tuple:
+    return tuple(leaf_specs(sub, n) for sub in space.spaces)
+
+
+@leaf_specs.register(spaces.Dict)
+def _leaf_specs_dict(space: spaces.Dict, n: int) -> dict:
+    return {key: leaf_specs(sub, n) for key, sub in space.spaces.items()}
+
+
+def _is_leaf(spec: Any) -> bool:
+    return isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], np.dtype)
+
+
+def nbytes_of(spec: Any, offset: int = 0) -> int:
+    """Return the end offset after laying out ``spec`` from ``offset`` (aligned)."""
+    if _is_leaf(spec):
+        shape, dtype = spec
+        return _align(offset) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    children = spec.values() if isinstance(spec, dict) else spec
+    for child in children:
+        offset = nbytes_of(child, offset)
+    return offset
+
+
+def views_from_buffer(spec: Any, buffer: Any, offset: int = 0) -> tuple[Any, int]:
+    """Carve numpy views for ``spec`` out of ``buffer`` starting at ``offset``.
+
+    Returns the tree of views and the offset just past them.
+    """
+    if _is_leaf(spec):
+        shape, dtype = spec
+        start = _align(offset)
+        count = int(np.prod(shape, dtype=np.int64))
+        array = np.frombuffer(buffer, dtype=dtype, count=count, offset=start).reshape(shape)
+        return array, start + count * dtype.itemsize
+    if isinstance(spec, dict):
+        out = {}
+        for key, child in spec.items():
+            out[key], offset = views_from_buffer(child, buffer, offset)
+        return out, offset
+    items = []
+    for child in spec:
+        view, offset = views_from_buffer(child, buffer, offset)
+        items.append(view)
+    return tuple(items), offset
+
+
+# ---------------------------------------------------------------------------------------------
+# per-item access
+
+
+@singledispatch
+def write_item(space: spaces.Space, views: Any, index: int, value: Any) -> None:
+    """Write one env's ``value`` of ``space`` into slot ``index`` of ``views``."""
+    raise TypeError(f"space {space!r} is not supported in shared memory")
+
+
+@write_item.register(spaces.Box)
+@write_item.register(spaces.Discrete)
+@write_item.register(spaces.MultiDiscrete)
+@write_item.register(spaces.MultiBinary)
+def _write_base(space: spaces.Space, views: np.ndarray, index: int, value: Any) -> None:
+    views[index] = value
+
+
+@write_item.register(spaces.Tuple)
+def _write_tuple(space: spaces.Tuple, views: tuple, index: int, value: Any) -> None:
+    for sub, view, item in zip(space.spaces, views, value):
+        write_item(sub, view, index, item)
+
+
+@write_item.register(spaces.Dict)
+def _write_dict(space: spaces.Dict, views: dict, index: int, value: Any) -> None:
+    for key, sub in space.spaces.items():
+        write_item(sub, views[key], index, value[key])
+
+
+def read_item(views: Any, index: int) -> Any:
+    """Return slot ``index`` of a tree of views (views, not copies), as Gymnasium's ``iterate``."""
+    if isinstance(views, np.ndarray):
+        return views[index]
+    if isinstance(views, dict):
+        return {key: read_item(view, index) for key, view in views.items()}
+    return tuple(read_item(view, index) for view in views)
+
+
+def copy_tree(views: Any) -> Any:
+    """Deep-copy a tree of arrays."""
+    if isinstance(views, np.ndarray):
+        return views.copy()
+    if isinstance(views, dict):
+        return {key: copy_tree(view) for key, view in views.items()}
+    return tuple(copy_tree(view) for view in views)
+
+
+def index_tree(views: Any, indices: Any) -> Any:
+    """Select ``indices`` along the batch axis of every leaf (a copy when fancy-indexed)."""
+    if isinstance(views, np.ndarray):
+        return views[indices]
+    if isinstance(views, dict):
+        return {key: index_tree(view, indices) for key, view in views.items()}
+    return tuple(index_tree(view, indices) for view in views)
+
+
+def assign_tree(target: Any, indices: Any, values: Any) -> None:
+    """Write ``values`` (a batch over ``indices``) into ``target`` along the batch axis."""
+    if isinstance(target, np.ndarray):
+        target[indices] = values
+    elif isinstance(target, dict):
+        for key, view in target.items():
+            assign_tree(view, indices, values[key])
+    else:
+        for view, value in zip(target, values):
+            assign_tree(view, indices, value)
+
+
+# ---------------------------------------------------------------------------------------------
+# action checking (in the caller, before any worker sees the actions)
+
+
+def check_actions(space: spaces.Space, actions: Any, num_envs: int, env_ids: Any = None) -> Any:
+    """Validate a batch of actions for ``num_envs`` envs of single space ``space``.
+
+    Returns the actions as numpy arrays of the space's dtype (a tree for Dict/Tuple spaces).
+
+    Raises:
+        ValueError: naming the space and the env index, for a wrong shape, a dtype that cannot
+            be cast, or a value out of a Discrete/MultiDiscrete/MultiBinary range.
+
+    Example:
+        >>> import numpy as np
+        >>> from gymnasium.spaces import Discrete
+        >>> check_actions(Discrete(2), np.array([0, 1]), 2)
+        array([0, 1])
+    """
+    return _check(space, actions, num_envs, "action", env_ids)
+
+
+def _env_label(env_ids: Any, position: int) -> int:
+    return int(env_ids[position]) if env_ids is not None else position
+
+
+@singledispatch
+def _check(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any) -> Any:
+    raise TypeError(f"{where}: space {space!r} is not supported by vecaccel")
+
+
+def _as_array(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    try:
+        array = np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{where} for {space} cannot be made into an array: {exc}") from None
+    expected = (n, *space.shape)
+    if array.shape != expected:
+        raise ValueError(
+            f"{where} for {space} must have shape {expected} ({n} envs x {space.shape}), "
+            f"got shape {array.shape}"
+        )
+    target = np.dtype(space.dtype)
+    ok = np.can_cast(array.dtype, target, casting="same_kind")
+    if not ok and array.dtype == np.bool_ and target.kind in "iu":
+        ok = True
+    if not ok and target.kind in "iu" and array.dtype.kind in "iu":
+        ok = True  # e.g. uint64 -> int64; ranges are checked below
+    if not ok:
+        raise ValueError(
+            f"{where} for {space} has dtype {array.dtype}, which cannot be cast to {target}"
+        )
+    if target.kind == "f" or target.kind == "c":
+        return array.astype(target, copy=False)
+    return array
+
+
+def _range_error(space, array, bad, where, env_ids, valid):
+    positions = np.argwhere(bad)
+    first = tuple(positions[0])
+    env_position = first[0]
+    value = array[first]
+    element = f" (element {first[1:]})" if len(first) > 1 else ""
+    return ValueError(
+        f"{where} for env {_env_label(env_ids, env_position)} is {value!r}{element}, "
+        f"outside {space} (valid {valid})"
+    )
+
+
+@_check.register(spaces.Box)
+def _check_box(space: spaces.Box, value: Any, n: int, where: str, env_ids: Any) -> np.ndarray:
+    return _as_array(space, value, n, where, env_ids)
+
+
+@_check.register(spaces.Discrete)
+def _check_discrete(space: spaces.Discrete, value: Any, n: int, where: str, env_ids: Any):
+    array = _as_array(space, value, n, where, env_ids)
+    if array.dtype.kind not in "iub":
+        raise ValueError(f"{where} for {space} must be integers, got dtype {array.dtype}")
+    low, high = int(space.start), int(space.start) + int(space.n)
+    bad = (array < low) | (array >= high)
+    if bad.any():
+        raise _range_error(space, array, bad, where, env_ids, f"{low}..{high - 1}")
+    return array.astype(space.dtype, copy=False)
+
+
+@_check.register(spaces.MultiDiscrete)
+def _check_multi_discrete(space: spaces.MultiDiscrete, value: Any, n: int, where, env_ids):
+    array = _as_array(space, value, n, where, env_ids)
+    if array.dtype.kind not in "iub":
+        raise ValueError(f"{where} for {space} must be integers, got dtype {array.dtype}")
+    bad = (array < space.start) | (array >= space.start + space.nvec)
+    if bad.any():
+        raise _range_error(space, array, bad, where, env_ids, "start <= a < start + nvec")
+    return array.astype(space.dtype, copy=False)
+
+
+@_check.register(spaces.MultiBinary)
+def _check_multi_binary(space: spaces.MultiBinary, value: Any, n: int, where, env_ids):
+    array = _as_array(space, value, n, where, env_ids)
+    if array.dtype.kind not in "iub":
+        raise ValueError(f"{where} for {space} must be 0/1 integers, got dtype {array.dtype}")
+    bad = (array != 0) & (array != 1)
+    if bad.any():
+        raise _range_error(space, array, bad, where, env_ids, "0 or 1")
+    return array.astype(space.dtype, copy=False)
+
+
+@_check.register(spaces.Tuple)
+def _check_tuple(space: spaces.Tuple, value: Any, n: int, where: str, env_ids: Any) -> tuple:
+    if not isinstance(value, Sequence) or isinstance(value, (str, bytes, np.ndarray)):
+        raise ValueError(f"{where} for {space} must be a tuple of {len(space.spaces)} batches")
+    if len(value) != len(space.spaces):
+        raise ValueError(
+            f"{where} for {space} must have {len(space.spaces)} parts, got {len(value)}"
+        )
+    return tuple(
+        _check(sub, item, n, f"{where}[{i}]", env_ids)
+        for i, (sub, item) in enumerate(zip(space.spaces, value))
+    )
+
+
+@_check.register(spaces.Dict)
+def _check_dict(space: spaces.Dict, value: Any, n: int, where: str, env_ids: Any) -> dict:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where} for {space} must be a dict, got {type(value).__name__}")
+    missing = [key for key in space.spaces if key not in value]
+    extra = [key for key in value if key not in space.spaces]
+    if missing or extra:
+        raise ValueError(f"{where} for {space}: missing keys {missing}, unexpected keys {extra}")
+    return {
+        key: _check(sub, value[key], n, f"{where}[{key!r}]", env_ids)
+        for key, sub in space.spaces.items()
+    }

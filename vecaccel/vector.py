@@ -1,0 +1,264 @@
+"""What every vecaccel backend shares: the ``VecEnv`` contract on top of Gymnasium's ``VectorEnv``.
+
+One :class:`EnvRunner` steps a single environment under an autoreset mode exactly as
+``gymnasium.vector.SyncVectorEnv`` does; the serial backend runs them in-process and the worker
+processes of the shared-memory backends run the very same class, so every backend shares one
+definition of the semantics.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from vecaccel.errors import ClosedEnvError
+from vecaccel.spaces import check_actions
+
+__all__ = ["AutoresetMode", "EnvRunner", "VecEnv", "AsyncState", "normalize_seeds"]
+
+
+class AsyncState(enum.Enum):
+    """Where the ``step_async``/``step_wait`` state machine stands."""
+
+    DEFAULT = "default"
+    WAITING_RESET = "reset"
+    WAITING_STEP = "step"
+    WAITING_CALL = "call"
+
+
+def normalize_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> list[int | None]:
+    """Expand ``seed`` as Gymnasium does: ``None``, ``int`` (``seed + i``) or one per env.
+
+    Example:
+        >>> normalize_seeds(3, 2)
+        [3, 4]
+    """
+    if seed is None:
+        return [None] * num_envs
+    if isinstance(seed, (int, np.integer)):
+        return [int(seed) + i for i in range(num_envs)]
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(
+            f"If seeds are passed as a list the length must match num_envs={num_envs} "
+            f"but got length={len(seeds)}."
+        )
+    return seeds
+
+
+class EnvRunner:
+    """Steps one ``gymnasium.Env`` under an autoreset mode, as ``SyncVectorEnv`` does for each env.
+
+    ``step`` returns ``(obs, reward, terminated, truncated, info)`` where ``info`` is the dict
+    to merge into the batched infos for this env (``final_obs``/``final_info`` included in
+    SAME_STEP mode).
+    """
+
+    def __init__(self, env: gym.Env, autoreset_mode: AutoresetMode, index: int = 0) -> None:
+        self.env = env
+        self.autoreset_mode = autoreset_mode
+        self.index = index
+        self.needs_reset = False
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.needs_reset = False
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        mode = self.autoreset_mode
+        if mode is AutoresetMode.NEXT_STEP and self.needs_reset:
+            obs, info = self.env.reset()
+            reward, terminated, truncated = 0.0, False, False
+        else:
+            if mode is AutoresetMode.DISABLED and self.needs_reset:
+                raise RuntimeError(
+                    f"env {self.index} ended its episode and autoreset_mode is DISABLED: reset it "
+                    "with reset(options={'reset_mask': mask}) before stepping it again"
+                )
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
+                final = {"final_obs": obs, "final_info": info}
+                obs, reset_info = self.env.reset()
+                info = {**final, **reset_info}
+        self.needs_reset = bool(terminated or truncated)
+        return obs, reward, terminated, truncated, info
+
+    def call(self, name: str | Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        if callable(name):  # a function applied to the env itself (picklable under spawn)
+            return name(self.env, *args, **kwargs)
+        attribute = self.env.get_wrapper_attr(name)
+        if callable(attribute):
+            return attribute(*args, **kwargs)
+        return attribute
+
+    def set_attr(self, name: str, value: Any) -> None:
+        self.env.set_wrapper_attr(name, value)
+
+
+def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
+    if isinstance(mode, AutoresetMode):
+        return mode
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        valid = ", ".join(m.value for m in AutoresetMode)
+        raise ValueError(f"unknown autoreset_mode {mode!r}; valid: {valid}") from None
+
+
+def split_reset_mask(options: dict | None, num_envs: int) -> tuple[np.ndarray | None, dict | None]:
+    """Pop and validate ``options['reset_mask']`` exactly as ``SyncVectorEnv`` does."""
+    if options is None or "reset_mask" not in options:
+        return None, options
+    options = dict(options)
+    reset_mask = options.pop("reset_mask")
+    if not isinstance(reset_mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
+    if reset_mask.shape != (num_envs,):
+        raise ValueError(
+            f"`options['reset_mask']` must have shape `({num_envs},)`, got {reset_mask.shape}"
+        )
+    if reset_mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
+    if not np.any(reset_mask):
+        raise ValueError(
+            "`options['reset_mask']` must contain a boolean array with at least one True value, "
+            f"got reset_mask={reset_mask}"
+        )
+    return reset_mask, options
+
+
+class VecEnv(VectorEnv):
+    """Base class of every vecaccel backend: a ``gymnasium.vector.VectorEnv``.
+
+    Subclasses implement ``reset``, ``step_async``, ``step_wait``, ``call`` and ``set_attr``
+    (plus ``close_extras``); this class provides spaces, metadata, action checking, info
+    batching and the async state bookkeeping.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+        probe_env: gym.Env | None = None,
+    ) -> None:
+        if len(env_fns) == 0:
+            raise ValueError("a vector env needs at least one env function")
+        self.env_fns = list(env_fns)
+        self.num_envs = len(self.env_fns)
+        self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
+        self.copy = copy
+        owns_probe = probe_env is None
+        probe = probe_env if probe_env is not None else self.env_fns[0]()
+        try:
+            self.single_observation_space = probe.observation_space
+            self.single_action_space = probe.action_space
+            self.metadata = dict(getattr(probe, "metadata", {}) or {})
+            self.render_mode = probe.render_mode
+            self.spec = probe.spec
+        finally:
+            if owns_probe:
+                probe.close()
+        self.metadata["autoreset_mode"] = self.autoreset_mode
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self._state = AsyncState.DEFAULT
+        self.closed = False
+
+    # -- shared helpers ---------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedEnvError(f"{type(self).__name__} is closed; create a new one")
+
+    def _check_actions(self, actions: Any, env_ids: Any = None) -> Any:
+        n = self.num_envs if env_ids is None else len(env_ids)
+        return check_actions(self.single_action_space, actions, n, env_ids)
+
+    def _batch_infos(self, pairs: Sequence[tuple[int, dict]]) -> dict[str, Any]:
+        infos: dict[str, Any] = {}
+        for index, info in pairs:
+            if info:
+                infos = self._add_info(infos, info, index)
+        return infos
+
+    def step(self, actions: Any):
+        self.step_async(actions)
+        return self.step_wait()
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` (or read attribute ``name``) of every sub-environment."""
+        return self.call_indices(name, range(self.num_envs), *args, **kwargs)
+
+    def call_indices(
+        self, name: str | Callable[..., Any], indices: Sequence[int], *args: Any, **kwargs: Any
+    ) -> tuple[Any, ...]:
+        """Like :meth:`call`, for the sub-environments at ``indices`` only (in that order).
+
+        ``name`` may also be a function, called as ``name(env, *args, **kwargs)`` on each env
+        (it must be picklable for process backends under spawn).
+        """
+        raise TypeError(f"{type(self).__name__} does not implement this method")
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Set attribute ``name`` on every sub-environment (one value each, or one for all)."""
+        self.set_attr_indices(name, values, range(self.num_envs))
+
+    def set_attr_indices(self, name: str, values: Any, indices: Sequence[int]) -> None:
+        """Set attribute ``name`` on the sub-environments at ``indices``."""
+        raise TypeError(f"{type(self).__name__} does not implement this method")
+
+    def _normalize_indices(self, indices: Sequence[int] | None) -> list[int]:
+        if indices is None:
+            return list(range(self.num_envs))
+        if isinstance(indices, (int, np.integer)):
+            indices = [indices]
+        out = []
+        for index in indices:
+            index = int(index)
+            if not -self.num_envs <= index < self.num_envs:
+                raise IndexError(f"env index {index} out of range for {self.num_envs} envs")
+            out.append(index % self.num_envs)
+        return out
+
+    def _values_for(self, values: Any, count: int) -> list[Any]:
+        if not isinstance(values, (list, tuple)):
+            return [values] * count
+        if len(values) != count:
+            raise ValueError(
+                f"values must be a list or tuple of length {count} (one per env), "
+                f"got length {len(values)}"
+            )
+        return list(values)
+
+    def render(self):
+        return self.call("render")
+
+    def close(self, **kwargs: Any) -> None:
+        if self.closed:
+            return
+        try:
+            self.close_extras(**kwargs)
+        finally:
+            self.closed = True
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            try:
+                self.close(terminate=True)
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={getattr(self, 'num_envs', '?')})"
