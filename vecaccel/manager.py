@@ -31,6 +31,8 @@ __all__ = [
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "vecaccel.plugins.serial",
     "vecaccel.plugins.shm",
+    "vecaccel.plugins.async_pool",
+    "vecaccel.plugins.action_server",
     "vecaccel.plugins.envs",
 )
 

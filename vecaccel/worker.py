@@ -536,6 +536,36 @@ class WorkerPool:
                 raise error
         return results
 
+    def wait_bytes(self, timeout: float | None) -> list[tuple[_Worker, bytes]]:
+        """Wait until any worker has written to its ``done`` pipe; return what each wrote.
+
+        Used by the per-env (``STEP_MASKED``) protocol, where each byte names one env that
+        finished. Returns an empty list on timeout; raises :class:`WorkerError` if a worker died.
+        """
+        out: list[tuple[_Worker, bytes]] = []
+        events = self._poller.poll(None if timeout is None else max(0.0, timeout * 1000))
+        dead = []
+        for fd, _ in events:
+            worker = self._fd_to_worker.get(fd)
+            if worker is not None:
+                data = os.read(fd, 4096)
+                if data:
+                    out.append((worker, data))
+                else:
+                    dead.append(worker)
+            elif fd in self._sentinel_to_worker:
+                dead.append(self._sentinel_to_worker[fd])
+        for worker in dead:
+            if worker.done.poll(0):
+                data = os.read(worker.done_fd, 4096)
+                if data:
+                    out.append((worker, data))
+                    continue
+            if out:
+                continue  # hand over what arrived first; the death is reported on the next wait
+            self._declare_dead(worker)
+        return out
+
     def recv_payload(self, worker: _Worker, timeout: float = 60.0) -> Any:
         """Receive the payload that follows a status byte, noticing a worker that dies."""
         deadline = time.monotonic() + timeout
