@@ -117,7 +117,7 @@ class PooledVecEnv(VecEnv):
 
     def _take_bytes(self, timeout: float | None) -> bool:
         """Read finished envs from the workers; ``False`` on timeout."""
-        arrived = self.pool.wait_bytes(timeout)
+        arrived, dead = self.pool.wait_bytes(timeout)
         for worker, data in arrived:
             for byte in data:
                 index = worker.start + (byte & (_PAYLOAD_FLAG - 1))
@@ -131,7 +131,12 @@ class PooledVecEnv(VecEnv):
                     self._infos[index] = payload
                 self._in_flight[index] = False
                 self._ready.append(index)
-        return bool(arrived)
+        for worker in dead:
+            self._on_worker_death(worker)
+        return bool(arrived or dead)
+
+    def _on_worker_death(self, worker) -> None:
+        self.pool.declare_dead(worker)
 
     def _raise_errors(self) -> None:
         if self._errors:

@@ -536,35 +536,38 @@ class WorkerPool:
                 raise error
         return results
 
-    def wait_bytes(self, timeout: float | None) -> list[tuple[_Worker, bytes]]:
-        """Wait until any worker has written to its ``done`` pipe; return what each wrote.
+    def wait_bytes(self, timeout: float | None) -> tuple[list[tuple[_Worker, bytes]], list[_Worker]]:
+        """Wait until any worker has written to its ``done`` pipe or died.
 
         Used by the per-env (``STEP_MASKED``) protocol, where each byte names one env that
-        finished. Returns an empty list on timeout; raises :class:`WorkerError` if a worker died.
+        finished. Returns ``(arrived, dead)``: what each worker wrote, and the workers that died
+        (after taking whatever they wrote before dying). Both are empty on timeout.
         """
-        out: list[tuple[_Worker, bytes]] = []
+        arrived: list[tuple[_Worker, bytes]] = []
         events = self._poller.poll(None if timeout is None else max(0.0, timeout * 1000))
-        dead = []
+        dead: list[_Worker] = []
         for fd, _ in events:
             worker = self._fd_to_worker.get(fd)
             if worker is not None:
                 data = os.read(fd, 4096)
                 if data:
-                    out.append((worker, data))
-                else:
+                    arrived.append((worker, data))
+                elif worker not in dead:
                     dead.append(worker)
             elif fd in self._sentinel_to_worker:
-                dead.append(self._sentinel_to_worker[fd])
+                worker = self._sentinel_to_worker[fd]
+                if worker not in dead:
+                    dead.append(worker)
         for worker in dead:
             if worker.done.poll(0):
                 data = os.read(worker.done_fd, 4096)
                 if data:
-                    out.append((worker, data))
-                    continue
-            if out:
-                continue  # hand over what arrived first; the death is reported on the next wait
-            self._declare_dead(worker)
-        return out
+                    arrived.append((worker, data))
+        return arrived, dead
+
+    def declare_dead(self, worker: _Worker) -> None:
+        """Raise the :class:`WorkerError` for a worker that died (and mark the pool broken)."""
+        self._declare_dead(worker)
 
     def recv_payload(self, worker: _Worker, timeout: float = 60.0) -> Any:
         """Receive the payload that follows a status byte, noticing a worker that dies."""
