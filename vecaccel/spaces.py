@@ -235,6 +235,7 @@ def _range_error(space, array, bad, where, env_ids, valid):
     first = tuple(positions[0])
     env_position = first[0]
     value = array[first]
+    value = value.item() if hasattr(value, "item") else value
     element = f" (element {first[1:]})" if len(first) > 1 else ""
     return ValueError(
         f"{where} for env {_env_label(env_ids, env_position)} is {value!r}{element}, "
