@@ -12,8 +12,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel import hookimpl
 from vecaccel.errors import WorkerError
-from vecaccel.spaces import copy_tree, views_from_buffer, write_item
-from vecaccel.spaces import leaf_specs, nbytes_of
+from vecaccel.spaces import copy_tree, leaf_specs, nbytes_of, views_from_buffer, write_item
 from vecaccel.vector import AsyncState, EnvRunner, VecEnv, normalize_seeds, split_reset_mask
 
 __all__ = ["SerialVecEnv"]

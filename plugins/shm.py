@@ -11,29 +11,26 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel import hookimpl
 from vecaccel.errors import WorkerError
+from vecaccel.pooled import ProcessVecEnv
 from vecaccel.spaces import assign_tree, copy_tree
-from vecaccel.vector import AsyncState, VecEnv, normalize_seeds, split_reset_mask
-from vecaccel.worker import Command, Status, WorkerPool
+from vecaccel.vector import AsyncState, normalize_seeds, split_reset_mask
+from vecaccel.worker import Command, Status
 
 __all__ = ["ShmVecEnv"]
 
 
-class ShmVecEnv(VecEnv):
-    """Sub-environments stepped by worker processes, all per-step data in shared memory.
+class ShmVecEnv(ProcessVecEnv):
+    """Sub-environments stepped in lock-step by worker processes; per-step data in shared memory.
 
     Args:
         env_fns: one zero-argument env function per sub-environment.
         autoreset_mode: Gymnasium's autoreset mode.
-        copy: return copies of the observations (``False``: views into shared memory, valid
-            until the next ``step``/``reset``).
-        num_workers: worker processes, each stepping a contiguous slice of the envs (default:
-            the usable CPUs, at most one per env).
-        context: start method: ``"fork"``, ``"spawn"``, ``"forkserver"``, or ``"multiprocess"``
-            (the ``multiprocess`` package's spawn, for closures dill can pickle).
-        pin_cpus: ``True`` to pin worker ``k`` to the ``k``-th usable CPU, or a list of CPUs.
-        spin_us: microseconds the parent spins on shared flags before blocking; default 0
-            when every core has a worker (spinning would steal a worker's core), else 50.
+        copy: return copies of the observations, rewards and flags (``False``: views into
+            shared memory, valid until the next ``step``/``reset``).
         drain_timeout: seconds a later call waits for a step that timed out before giving up.
+        **pool_options: ``num_workers``, ``context``, ``pin_cpus``, ``spin_us``,
+            ``on_worker_failure``, ``max_restarts``, ``step_timeout``
+            (see :class:`vecaccel.pooled.ProcessVecEnv`).
 
     Example:
         >>> import vecaccel, numpy as np
@@ -51,28 +48,15 @@ class ShmVecEnv(VecEnv):
         *,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         copy: bool = True,
-        num_workers: int | None = None,
-        context: str | None = None,
-        pin_cpus: bool | Sequence[int] = False,
-        spin_us: float | None = None,
         drain_timeout: float = 30.0,
+        **pool_options: Any,
     ) -> None:
-        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy)
+        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, **pool_options)
         self.drain_timeout = drain_timeout
-        self.pool = WorkerPool(
-            self.env_fns,
-            self.single_observation_space,
-            self.single_action_space,
-            self.autoreset_mode,
-            num_workers=num_workers,
-            context=context,
-            pin_cpus=pin_cpus,
-            spin_us=spin_us,
-        )
-        self.num_workers = self.pool.num_workers
         self._pending: list = []
-        self._results: dict[int, tuple[int, ...]] = {}
+        self._results: dict[int, tuple] = {}
         self._failed_envs: set[int] = set()
+        self._seqs: dict[int, int] = {}
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -80,7 +64,7 @@ class ShmVecEnv(VecEnv):
         views = self.pool.views.obs
         return copy_tree(views) if self.copy else views
 
-    def _collect(self, results: dict[int, tuple[int, ...]], during: str) -> list[tuple[int, Any]]:
+    def _collect(self, results: dict[int, tuple]) -> list[tuple[int, Any]]:
         """Read the payloads announced by ``results``; raise the env errors they report."""
         pairs, errors = [], []
         for worker in self.pool.workers:
@@ -88,12 +72,16 @@ class ShmVecEnv(VecEnv):
             if status is None:
                 continue
             if status[0] == Status.OK_DATA:
-                pairs.extend(self.pool.recv_payload(worker))
+                payload = self.pool.recv_payload(worker)
+                self.pool.note_restarts(payload)
+                pairs.extend(payload)
             elif status[0] == Status.ERROR:
                 errors.extend(self.pool.recv_payload(worker))
+            elif status[0] == Status.RESTARTED:
+                pairs.extend(status[1].items())
         if errors:
             self._failed_envs.update(report[0] for report in errors)
-            raise self.pool.error_from_reports(errors, during)
+            raise self.pool.error_from_reports(errors)
         return pairs
 
     def _drain(self, timeout: float) -> None:
@@ -105,56 +93,40 @@ class ShmVecEnv(VecEnv):
         except TimeoutError:
             envs = sorted(i for w in self._pending for i in w.env_indices)
             raise WorkerError(
-                f"envs {envs} are still running a step that timed out {timeout} s ago; "
-                "call step_wait() to keep waiting for it, or close() the vector env",
+                f"envs {envs} are still running a step that timed out; call step_wait() to "
+                "keep waiting for it, or close() the vector env",
                 env_indices=envs,
             ) from None
         self._results.update(results)
         self._pending = []
         self._state = AsyncState.DEFAULT
         results, self._results = self._results, {}
-        self._collect(results, "step")
+        self._collect(results)
 
-    def _check_failed(self) -> None:
-        if self._failed_envs:
-            raise WorkerError(
-                f"envs {sorted(self._failed_envs)} failed in an earlier call and are in an "
-                "unknown state; call reset() to start them over",
-                env_indices=sorted(self._failed_envs),
-            )
+    def _prepare_control(self) -> None:
+        self._drain(self.drain_timeout)
 
-    def _wait_all(self, workers, timeout=None, what="call") -> dict[int, tuple[int, ...]]:
-        return self.pool.wait(workers, timeout, what=what)
+    def _busy(self) -> bool:
+        return bool(self._pending)
 
     # -- the VectorEnv API ----------------------------------------------------------------------
 
     def reset(self, *, seed=None, options=None):
         self._check_open()
         self.pool.check_usable()
-        self._drain(self.drain_timeout)
+        self._prepare_control()
         seeds = normalize_seeds(seed, self.num_envs)
         reset_mask, options = split_reset_mask(options, self.num_envs)
-        targets = []
-        for worker in self.pool.workers:
-            mask = None if reset_mask is None else reset_mask[worker.start : worker.stop]
-            if mask is not None and not mask.any():
-                continue
-            self.pool.send(
-                worker,
-                Command.RESET,
-                (seeds[worker.start : worker.stop], options, mask),
-                has_payload=True,
-            )
-            targets.append(worker)
         self._state = AsyncState.WAITING_RESET
-        results = self._wait_all(targets, what="reset")
-        self._state = AsyncState.DEFAULT
+        try:
+            pairs = self.pool.reset(seeds, options, reset_mask)
+        finally:
+            self._state = AsyncState.DEFAULT
         if reset_mask is None:
             self._failed_envs.clear()
         else:
             self._failed_envs.difference_update(np.flatnonzero(reset_mask).tolist())
-        pairs = self._collect(results, "reset")
-        return self._observations(), self._batch_infos(sorted(pairs, key=lambda p: p[0]))
+        return self._observations(), self._batch_infos(pairs)
 
     def step_async(self, actions: Any) -> None:
         self._check_open()
@@ -162,11 +134,17 @@ class ShmVecEnv(VecEnv):
         if self._state is AsyncState.WAITING_STEP and not self._pending:
             raise RuntimeError("step_async() called twice without step_wait() in between")
         self._drain(self.drain_timeout)
-        self._check_failed()
+        if self._failed_envs:
+            raise WorkerError(
+                f"envs {sorted(self._failed_envs)} failed in an earlier call and are in an "
+                "unknown state; call reset() to start them over",
+                env_indices=sorted(self._failed_envs),
+            )
         checked = self._check_actions(actions)
         pool = self.pool
         assign_tree(pool.views.actions, slice(None), checked)
-        self._seqs = {w.index: int(pool.views.done_seq[w.index]) for w in pool.workers}
+        if pool.spin_seconds:
+            self._seqs = {w.index: int(pool.views.done_seq[w.index]) for w in pool.workers}
         for worker in pool.workers:
             pool.send(worker, Command.STEP)
         self._pending = list(pool.workers)
@@ -178,91 +156,30 @@ class ShmVecEnv(VecEnv):
         if self._state is not AsyncState.WAITING_STEP:
             raise RuntimeError("step_wait() called without a pending step_async()")
         self.pool.check_usable()
+        seqs = self._seqs if self.pool.spin_seconds else None
         try:
-            results = self.pool.wait(self._pending, timeout, what="step", seqs=self._seqs)
+            results = self.pool.wait(self._pending, timeout, what="step", seqs=seqs)
         except TimeoutError as error:
             self._results.update(error.results)  # type: ignore[attr-defined]
             self._pending = error.pending  # type: ignore[attr-defined]
+            raise
+        except WorkerError:
+            self._pending = []
             raise
         self._results.update(results)
         self._pending = []
         self._state = AsyncState.DEFAULT
         results, self._results = self._results, {}
-        pairs = self._collect(results, "step")
+        pairs = self._collect(results)
         views = self.pool.views
         if self.copy:
-            rewards, terms, truncs = (
-                views.rewards.copy(),
-                views.terminations.copy(),
-                views.truncations.copy(),
-            )
+            rewards = views.rewards.copy()
+            terms = views.terminations.copy()
+            truncs = views.truncations.copy()
         else:
             rewards, terms, truncs = views.rewards, views.terminations, views.truncations
         infos = self._batch_infos(sorted(pairs, key=lambda p: p[0])) if pairs else {}
         return self._observations(), rewards, terms, truncs, infos
-
-    def _by_worker(self, indices: list[int]) -> dict[int, list[int]]:
-        groups: dict[int, list[int]] = {}
-        for index in indices:
-            worker = self.pool.worker_of(index)
-            groups.setdefault(worker.index, []).append(index)
-        return groups
-
-    def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        self._check_open()
-        self.pool.check_usable()
-        self._drain(self.drain_timeout)
-        indices = self._normalize_indices(indices)
-        groups = self._by_worker(indices)
-        workers = [self.pool.workers[k] for k in groups]
-        for worker in workers:
-            local = [i - worker.start for i in groups[worker.index]]
-            self.pool.send(worker, Command.CALL, (name, local, args, kwargs), has_payload=True)
-        results = self._wait_all(workers)
-        values: dict[int, list[Any]] = {}
-        errors = []
-        for worker in workers:
-            payload = self.pool.recv_payload(worker)
-            if results[worker.index][0] == Status.ERROR:
-                errors.extend(payload)
-            else:
-                values[worker.index] = list(payload)
-        if errors:
-            raise self.pool.error_from_reports(errors, "call")
-        out = {}
-        for k, group in groups.items():
-            for index, value in zip(group, values[k]):
-                out.setdefault(index, []).append(value)
-        return tuple(out[index].pop(0) for index in indices)
-
-    def set_attr_indices(self, name: str, values: Any, indices) -> None:
-        self._check_open()
-        self.pool.check_usable()
-        self._drain(self.drain_timeout)
-        indices = self._normalize_indices(indices)
-        values = self._values_for(values, len(indices))
-        pairs_by_worker: dict[int, list[tuple[int, Any]]] = {}
-        for index, value in zip(indices, values):
-            worker = self.pool.worker_of(index)
-            pairs_by_worker.setdefault(worker.index, []).append((index - worker.start, value))
-        workers = [self.pool.workers[k] for k in pairs_by_worker]
-        for worker in workers:
-            self.pool.send(
-                worker, Command.SET_ATTR, (name, pairs_by_worker[worker.index]), has_payload=True
-            )
-        results = self._wait_all(workers)
-        errors = []
-        for worker in workers:
-            if results[worker.index][0] == Status.ERROR:
-                errors.extend(self.pool.recv_payload(worker))
-        if errors:
-            raise self.pool.error_from_reports(errors, "set_attr")
-
-    def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            busy = bool(self._pending) or pool.broken is not None
-            pool.close(terminate=terminate or busy)
 
 
 def make_shm(env_fns, **options) -> ShmVecEnv:

@@ -8,6 +8,7 @@ read from the shared buffer; only infos, when non-empty, take the side channel.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,12 +23,85 @@ from vecaccel.spaces import assign_tree, index_tree
 from vecaccel.vector import AsyncState, VecEnv, normalize_seeds, split_reset_mask
 from vecaccel.worker import Command, Status, WorkerPool
 
-__all__ = ["PooledVecEnv"]
+__all__ = ["ProcessVecEnv", "PooledVecEnv"]
 
 _PAYLOAD_FLAG = 128
 
 
-class PooledVecEnv(VecEnv):
+class ProcessVecEnv(VecEnv):
+    """What the backends on :class:`~vecaccel.worker.WorkerPool` share: the pool, control calls,
+    failure counts and shutdown.
+
+    Pool options (all backends on worker processes):
+        num_workers: worker processes, each stepping a contiguous slice of the envs (default:
+            the usable CPUs, at most one per env).
+        context: start method: ``"fork"``, ``"spawn"``, ``"forkserver"``, or ``"multiprocess"``
+            (the ``multiprocess`` package's spawn, for closures that only dill can pickle).
+        pin_cpus: ``True`` to pin worker ``k`` to the ``k``-th usable CPU, or a list of CPUs.
+        spin_us: microseconds the parent spins on shared flags before blocking; default 0
+            when every core has a worker (spinning would steal a worker's core), else 50.
+        on_worker_failure: ``"raise"`` (default) or ``"restart"``: rebuild failed envs and dead
+            workers, reseed them from derived seeds, and report the interrupted episodes as
+            truncated with ``info["worker_restarted"]``.
+        max_restarts: failures tolerated under ``"restart"`` before the failure is raised.
+        step_timeout: seconds after which a worker still stepping is killed and handled by the
+            failure policy.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        copy: bool = True,
+        **pool_options: Any,
+    ) -> None:
+        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy)
+        self.pool = WorkerPool(
+            self.env_fns,
+            self.single_observation_space,
+            self.single_action_space,
+            self.autoreset_mode,
+            **pool_options,
+        )
+        self.num_workers = self.pool.num_workers
+
+    @property
+    def failures(self) -> int:
+        """How many env or worker failures were recovered from (``on_worker_failure="restart"``)."""
+        return self.pool.failures if getattr(self, "pool", None) is not None else 0
+
+    @property
+    def failures_per_env(self) -> np.ndarray:
+        """Failures recovered from, per env."""
+        return self.pool.failures_per_env
+
+    def _prepare_control(self) -> None:
+        """Bring the envs to a quiet state before a control command (reset, call, set_attr)."""
+
+    def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self._check_open()
+        self.pool.check_usable()
+        self._prepare_control()
+        return tuple(self.pool.call(name, self._normalize_indices(indices), args, kwargs))
+
+    def set_attr_indices(self, name: str, values: Any, indices) -> None:
+        self._check_open()
+        self.pool.check_usable()
+        self._prepare_control()
+        indices = self._normalize_indices(indices)
+        self.pool.set_attr(name, indices, self._values_for(values, len(indices)))
+
+    def _busy(self) -> bool:
+        return False
+
+    def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.close(terminate=terminate or self._busy() or pool.broken is not None)
+
+
+class PooledVecEnv(ProcessVecEnv):
     """Sub-environments in worker processes, stepped and received env by env.
 
     ``num_envs`` is the number of sub-environments; each ``recv`` returns ``batch_size`` of
@@ -41,31 +115,19 @@ class PooledVecEnv(VecEnv):
         batch_size: int | None = None,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         copy: bool = True,
-        num_workers: int | None = None,
-        context: str | None = None,
-        pin_cpus: bool | Sequence[int] = False,
-        spin_us: float | None = None,
+        **pool_options: Any,
     ) -> None:
-        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy)
+        num_envs = len(env_fns)
         if batch_size is None:
-            batch_size = self.num_envs
-        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= self.num_envs:
+            batch_size = num_envs
+        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= num_envs:
             raise ValueError(
-                f"batch_size must be an integer in 1..num_envs={self.num_envs}, got {batch_size!r}"
+                f"batch_size must be an integer in 1..num_envs={num_envs}, got {batch_size!r}"
             )
+        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, **pool_options)
         self.batch_size = int(batch_size)
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         self.action_space = batch_space(self.single_action_space, self.batch_size)
-        self.pool = WorkerPool(
-            self.env_fns,
-            self.single_observation_space,
-            self.single_action_space,
-            self.autoreset_mode,
-            num_workers=num_workers,
-            context=context,
-            pin_cpus=pin_cpus,
-            spin_us=spin_us,
-        )
         widest = max(w.stop - w.start for w in self.pool.workers)
         if widest >= _PAYLOAD_FLAG:
             self.close(terminate=True)
@@ -73,13 +135,13 @@ class PooledVecEnv(VecEnv):
                 f"{widest} envs on one worker; per-env stepping allows at most "
                 f"{_PAYLOAD_FLAG - 1}: raise num_workers"
             )
-        self.num_workers = self.pool.num_workers
         self._ready: deque[int] = deque()
         self._in_flight = np.zeros(self.num_envs, dtype=np.bool_)
         self._infos: dict[int, dict] = {}
         self._errors: list[tuple] = []
         self._failed_envs: set[int] = set()
         self._last_ids: np.ndarray | None = None
+        self._restart_pending = np.zeros(self.num_envs, dtype=np.bool_)
         self._env_to_worker = np.empty(self.num_envs, dtype=np.int64)
         for worker in self.pool.workers:
             self._env_to_worker[worker.start : worker.stop] = worker.index
@@ -107,6 +169,17 @@ class PooledVecEnv(VecEnv):
                 env_indices=failed,
             )
         checked = self._check_actions(actions, env_ids=ids)
+        # envs rebuilt after their worker died, while the caller held them, are returned as
+        # restarted (truncated) without stepping: the action was meant for the old episode
+        restarted = ids[self._restart_pending[ids]]
+        if restarted.size:
+            self._restart_pending[restarted] = False
+            self._ready.extend(restarted.tolist())
+            keep = ~np.isin(ids, restarted)
+            ids = ids[keep]
+            checked = index_tree(checked, keep)
+            if ids.size == 0:
+                return
         views = self.pool.views
         assign_tree(views.actions, ids, checked)
         views.step_mask[ids] = 1
@@ -129,6 +202,7 @@ class PooledVecEnv(VecEnv):
                         self._in_flight[index] = False
                         continue
                     self._infos[index] = payload
+                    self.pool.note_restarts([(index, payload)])
                 self._in_flight[index] = False
                 self._ready.append(index)
         for worker in dead:
@@ -136,24 +210,41 @@ class PooledVecEnv(VecEnv):
         return bool(arrived or dead)
 
     def _on_worker_death(self, worker) -> None:
-        self.pool.declare_dead(worker)
+        if not self.pool.restart:
+            self.pool.declare_dead(worker)
+        infos = self.pool.respawn(worker)
+        ready = set(self._ready)
+        for index, info in infos.items():
+            self._infos[index] = info
+            if self._in_flight[index]:
+                self._in_flight[index] = False
+                self._ready.append(index)
+            elif index not in ready:
+                self._restart_pending[index] = True
 
     def _raise_errors(self) -> None:
         if self._errors:
             errors, self._errors = self._errors, []
-            raise self.pool.error_from_reports(errors, "step")
+            raise self.pool.error_from_reports(errors)
 
     def _wait_until(self, done: Callable[[], bool], timeout: float | None, what: str) -> None:
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
+        kill_at = None
+        if self.pool.step_timeout is not None:
+            kill_at = time.monotonic() + self.pool.step_timeout
         while not done():
             self._raise_errors()
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            now = time.monotonic()
+            if kill_at is not None and now >= kill_at:
+                # every env still running has exceeded step_timeout since this wait began
+                stuck = {int(self._env_to_worker[i]) for i in np.flatnonzero(self._in_flight)}
+                self.pool._kill_stuck([self.pool.workers[k] for k in stuck])
+                kill_at = None
+            if deadline is not None and now >= deadline:
                 running = np.flatnonzero(self._in_flight).tolist()
                 raise TimeoutError(f"{what} did not finish within {timeout} s; envs running: {running}")
-            self._take_bytes(remaining)
+            ends = [t - now for t in (deadline, kill_at) if t is not None]
+            self._take_bytes(min(ends) if ends else None)
         self._raise_errors()
 
     def recv(self, timeout: float | None = None):
@@ -176,8 +267,9 @@ class PooledVecEnv(VecEnv):
         self.pool.check_usable()
         ids = np.asarray(env_ids, dtype=np.int64)
         wanted = set(ids.tolist())
-        if wanted.difference(self._ready) and not self._in_flight[ids].any():
-            raise RuntimeError(f"envs {sorted(wanted.difference(self._ready))} are not stepping")
+        missing = wanted.difference(self._ready)
+        if missing and not self._in_flight[sorted(missing)].all():
+            raise RuntimeError(f"envs {sorted(missing)} are neither ready nor stepping")
         self._wait_until(lambda: wanted.issubset(self._ready), timeout, "recv")
         self._ready = deque(i for i in self._ready if i not in wanted)
         return self._gather(ids)
@@ -185,7 +277,8 @@ class PooledVecEnv(VecEnv):
     def _gather(self, ids: np.ndarray):
         views = self.pool.views
         self._last_ids = ids
-        self._state = AsyncState.DEFAULT if not self._in_flight.any() else self._state
+        if not self._in_flight.any():
+            self._state = AsyncState.DEFAULT
         obs = index_tree(views.obs, ids)
         infos: dict[str, Any] = {}
         for position, index in enumerate(ids.tolist()):
@@ -211,50 +304,33 @@ class PooledVecEnv(VecEnv):
 
     # -- the VectorEnv API ----------------------------------------------------------------------
 
-    def _drain_in_flight(self, timeout: float | None = 30.0) -> None:
+    def _prepare_control(self) -> None:
+        """Let envs still stepping finish (their results stay ready to be received)."""
         if self._in_flight.any():
-            try:
-                self._wait_until(lambda: not self._in_flight.any(), timeout, "draining")
-            except WorkerError:
-                pass  # the envs that failed are reset below
-        self._errors = []
+            self._wait_until(lambda: not self._in_flight.any(), 30.0, "waiting for stepping envs")
+
+    def _busy(self) -> bool:
+        return bool(self._in_flight.any())
 
     def reset(self, *, seed=None, options=None):
-        """Reset every env and return the first ``batch_size`` of them."""
+        """Reset every env (or those in ``options["reset_mask"]``); return the first batch."""
         self._check_open()
         self.pool.check_usable()
-        self._drain_in_flight()
+        try:
+            self._prepare_control()
+        except WorkerError:
+            pass  # envs that failed while draining are reset below
+        self._errors = []
         seeds = normalize_seeds(seed, self.num_envs)
         reset_mask, options = split_reset_mask(options, self.num_envs)
-        targets = []
-        for worker in self.pool.workers:
-            mask = None if reset_mask is None else reset_mask[worker.start : worker.stop]
-            if mask is not None and not mask.any():
-                continue
-            self.pool.send(
-                worker,
-                Command.RESET,
-                (seeds[worker.start : worker.stop], options, mask),
-                has_payload=True,
-            )
-            targets.append(worker)
-        results = self.pool.wait(targets, None, what="reset")
-        errors = []
-        reset_ids = []
-        for worker in targets:
-            payload = self.pool.recv_payload(worker)
-            if results[worker.index][0] == Status.ERROR:
-                errors.extend(payload)
-                continue
-            for index, info in payload:
-                self._infos[index] = info
-                reset_ids.append(index)
-        if errors:
-            self._failed_envs.update(r[0] for r in errors)
-            raise self.pool.error_from_reports(errors, "reset")
+        pairs = self.pool.reset(seeds, options, reset_mask)
+        reset_ids = [index for index, _ in pairs]
+        for index, info in pairs:
+            self._infos[index] = info
         self._failed_envs.difference_update(reset_ids)
+        self._restart_pending[reset_ids] = False
         reset_set = set(reset_ids)
-        self._ready = deque([i for i in self._ready if i not in reset_set] + sorted(reset_ids))
+        self._ready = deque([i for i in self._ready if i not in reset_set] + reset_ids)
         return self._after_reset()
 
     def _after_reset(self):
@@ -268,56 +344,3 @@ class PooledVecEnv(VecEnv):
 
     def step_wait(self, timeout: float | None = None):
         return self.recv(timeout)
-
-    def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        self._check_open()
-        self.pool.check_usable()
-        self._drain_in_flight()
-        indices = self._normalize_indices(indices)
-        groups: dict[int, list[int]] = {}
-        for index in indices:
-            groups.setdefault(int(self._env_to_worker[index]), []).append(index)
-        workers = [self.pool.workers[k] for k in groups]
-        for worker in workers:
-            local = [i - worker.start for i in groups[worker.index]]
-            self.pool.send(worker, Command.CALL, (name, local, args, kwargs), has_payload=True)
-        results = self.pool.wait(workers, None, what="call")
-        out: dict[int, list[Any]] = {}
-        errors = []
-        for worker in workers:
-            payload = self.pool.recv_payload(worker)
-            if results[worker.index][0] == Status.ERROR:
-                errors.extend(payload)
-                continue
-            for index, value in zip(groups[worker.index], payload):
-                out.setdefault(index, []).append(value)
-        if errors:
-            raise self.pool.error_from_reports(errors, "call")
-        return tuple(out[index].pop(0) for index in indices)
-
-    def set_attr_indices(self, name: str, values: Any, indices) -> None:
-        self._check_open()
-        self.pool.check_usable()
-        self._drain_in_flight()
-        indices = self._normalize_indices(indices)
-        values = self._values_for(values, len(indices))
-        by_worker: dict[int, list[tuple[int, Any]]] = {}
-        for index, value in zip(indices, values):
-            k = int(self._env_to_worker[index])
-            by_worker.setdefault(k, []).append((index - self.pool.workers[k].start, value))
-        workers = [self.pool.workers[k] for k in by_worker]
-        for worker in workers:
-            self.pool.send(worker, Command.SET_ATTR, (name, by_worker[worker.index]), has_payload=True)
-        results = self.pool.wait(workers, None, what="set_attr")
-        errors = []
-        for worker in workers:
-            if results[worker.index][0] == Status.ERROR:
-                errors.extend(self.pool.recv_payload(worker))
-        if errors:
-            raise self.pool.error_from_reports(errors, "set_attr")
-
-    def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            busy = bool(self._in_flight.any()) or pool.broken is not None
-            pool.close(terminate=terminate or busy)

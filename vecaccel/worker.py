@@ -19,7 +19,6 @@ import multiprocessing as mp
 import os
 import select
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -45,7 +44,6 @@ class Command:
     CALL = 4
     SET_ATTR = 5
     CLOSE = 6
-    REBUILD = 7
 
 
 class Status:
@@ -53,6 +51,7 @@ class Status:
     OK_DATA = 1  # a payload follows on the data channel
     ERROR = 2  # an error report follows on the data channel
     READY = 3
+    RESTARTED = 4  # (parent side only) the worker died and was started again
 
 
 #: How often an idle worker checks that its parent is still alive (seconds).
@@ -115,6 +114,99 @@ def _error_report(index: int, exc: BaseException, what: str) -> tuple:
     return (index, type(exc).__name__, str(exc), text, what)
 
 
+def derived_seed(base: int | None, env_index: int, restart: int) -> int | None:
+    """The seed for env ``env_index`` after its ``restart``-th rebuild (``None`` stays random).
+
+    Example:
+        >>> derived_seed(7, 3, 1) == derived_seed(7, 3, 1) != derived_seed(7, 3, 2)
+        True
+    """
+    if base is None:
+        return None
+    return int(np.random.SeedSequence([int(base), env_index, restart]).generate_state(1)[0])
+
+
+def restarted_info(autoreset_mode: AutoresetMode, obs: Any, reason: str) -> dict:
+    """The info of the step that reports a rebuilt env (its episode ends as truncated)."""
+    info = {"worker_restarted": True, "restart_reason": reason}
+    if autoreset_mode is AutoresetMode.SAME_STEP:
+        return {"final_obs": obs, "final_info": dict(info), **info}
+    return info
+
+
+class _Slice:
+    """The envs of one worker: step, reset, and rebuild them, writing into shared memory."""
+
+    def __init__(self, start, env_fns, autoreset_mode, views, obs_space, restart_on_error):
+        self.start = start
+        self.env_fns = env_fns
+        self.autoreset_mode = autoreset_mode
+        self.views = views
+        self.obs_space = obs_space
+        self.restart_on_error = restart_on_error
+        self.runners: list[EnvRunner] = []
+        self.last_seeds: list[int | None] = [None] * len(env_fns)
+        self.restarts = [0] * len(env_fns)
+        for j, fn in enumerate(env_fns):
+            self.runners.append(EnvRunner(fn(), autoreset_mode, start + j))
+
+    def step(self, j: int) -> tuple[dict | None, tuple | None]:
+        """Step env ``j`` of the slice; return ``(info, error_report)``."""
+        i = self.start + j
+        views = self.views
+        try:
+            obs, rew, term, trunc, info = self.runners[j].step(read_item(views.actions, i))
+            write_item(self.obs_space, views.obs, i, obs)
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
+            if not self.restart_on_error:
+                return None, _error_report(i, exc, "step")
+            return self.rebuild(j, f"{type(exc).__name__}: {exc}")
+        views.rewards[i] = rew
+        views.terminations[i] = term
+        views.truncations[i] = trunc
+        return info, None
+
+    def rebuild(self, j: int, reason: str) -> tuple[dict | None, tuple | None]:
+        """Replace env ``j`` by a fresh one from its env function, reseeded from a derived seed."""
+        i = self.start + j
+        try:
+            try:
+                self.runners[j].env.close()
+            except Exception:  # noqa: BLE001 - the broken env is being replaced anyway
+                pass
+            self.restarts[j] += 1
+            runner = EnvRunner(self.env_fns[j](), self.autoreset_mode, i)
+            self.runners[j] = runner
+            obs, _ = runner.reset(seed=derived_seed(self.last_seeds[j], i, self.restarts[j]))
+            write_item(self.obs_space, self.views.obs, i, obs)
+        except Exception as exc:  # noqa: BLE001
+            return None, _error_report(i, exc, "restart")
+        # the interrupted episode ends as truncated; NEXT_STEP/DISABLED reset on the next step
+        runner.needs_reset = self.autoreset_mode is not AutoresetMode.SAME_STEP
+        self.views.rewards[i] = 0.0
+        self.views.terminations[i] = False
+        self.views.truncations[i] = True
+        return restarted_info(self.autoreset_mode, obs, reason), None
+
+    def reset(self, j: int, seed, options, needs_reset: bool = False):
+        i = self.start + j
+        self.last_seeds[j] = seed if seed is not None else self.last_seeds[j]
+        obs, info = self.runners[j].reset(seed=seed, options=options)
+        write_item(self.obs_space, self.views.obs, i, obs)
+        self.views.terminations[i] = self.views.truncations[i] = False
+        self.views.rewards[i] = 0.0
+        self.runners[j].needs_reset = needs_reset
+        return info
+
+    def close(self) -> None:
+        for runner in self.runners:
+            try:
+                runner.env.close()
+            except Exception:  # noqa: BLE001 - closing anyway
+                pass
+        self.runners = []
+
+
 def _worker_main(
     worker_index: int,
     start: int,
@@ -127,8 +219,9 @@ def _worker_main(
     data_conn: Any,
     parent_pid: int,
     cpu: int | None,
+    restart_on_error: bool = False,
 ) -> None:
-    # Ctrl-C belongs to the parent, which shuts workers down cleanly; no worker tracebacks.
+    # Ctrl-C and SIGTERM belong to the parent, which shuts workers down cleanly (no tracebacks).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         try:
@@ -139,27 +232,26 @@ def _worker_main(
     layout = SharedLayout(*layout_args)
     views = layout.views(buffer)
     seq = views.done_seq
-    obs_space, act_space = layout.observation_space, layout.action_space
 
-    def reply(status: int, payload: Any = None, has_payload: bool = False) -> None:
+    def reply(status: int, payload: Any = None) -> None:
         seq[worker_index] += 1
         os.write(done_fd, bytes((status,)))
-        if has_payload or status in (Status.OK_DATA, Status.ERROR):
+        if status in (Status.OK_DATA, Status.ERROR):
             data_conn.send(payload)
 
     env_fns: list[Callable] = cloudpickle.loads(pickled_env_fns)
-    runners: list[EnvRunner] = []
     try:
-        for j, fn in enumerate(env_fns):
-            runners.append(EnvRunner(fn(), autoreset_mode, start + j))
+        envs = _Slice(
+            start, env_fns, autoreset_mode, views, layout.observation_space, restart_on_error
+        )
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        reply(Status.ERROR, [_error_report(start + len(runners), exc, "make")])
+        reply(Status.ERROR, [_error_report(start, exc, "make")])
         return
     reply(Status.READY)
 
     poller = select.poll()
     poller.register(cmd_fd, select.POLLIN)
-    stop = start + len(runners)
+    count = len(env_fns)
     try:
         while True:
             if not poller.poll(PARENT_CHECK_INTERVAL * 1000):
@@ -168,23 +260,16 @@ def _worker_main(
                 continue
             raw = os.read(cmd_fd, 1)
             if not raw:
-                break  # parent closed the pipe
+                break  # the parent closed the pipe
             command = raw[0]
             if command == Command.STEP:
                 infos, errors = [], []
-                for j, runner in enumerate(runners):
-                    i = start + j
-                    try:
-                        obs, rew, term, trunc, info = runner.step(read_item(views.actions, i))
-                        write_item(obs_space, views.obs, i, obs)
-                    except Exception as exc:  # noqa: BLE001 - reported to the parent
-                        errors.append(_error_report(i, exc, "step"))
-                        continue
-                    views.rewards[i] = rew
-                    views.terminations[i] = term
-                    views.truncations[i] = trunc
-                    if info:
-                        infos.append((i, info))
+                for j in range(count):
+                    info, error = envs.step(j)
+                    if error is not None:
+                        errors.append(error)
+                    elif info:
+                        infos.append((start + j, info))
                 if errors:
                     reply(Status.ERROR, errors)
                 elif infos:
@@ -192,102 +277,66 @@ def _worker_main(
                 else:
                     reply(Status.OK)
             elif command == Command.STEP_MASKED:
-                for j, runner in enumerate(runners):
-                    i = start + j
-                    if not views.step_mask[i]:
+                mask = views.step_mask
+                for j in range(count):
+                    if not mask[start + j]:
                         continue
-                    views.step_mask[i] = 0
-                    try:
-                        obs, rew, term, trunc, info = runner.step(read_item(views.actions, i))
-                        write_item(obs_space, views.obs, i, obs)
-                    except Exception as exc:  # noqa: BLE001
-                        seq[worker_index] += 1
-                        os.write(done_fd, bytes((128 + j,)))
-                        data_conn.send((Status.ERROR, [_error_report(i, exc, "step")]))
-                        continue
-                    views.rewards[i] = rew
-                    views.terminations[i] = term
-                    views.truncations[i] = trunc
+                    mask[start + j] = 0
+                    info, error = envs.step(j)
                     seq[worker_index] += 1
-                    if info:
+                    if error is not None:
+                        os.write(done_fd, bytes((128 + j,)))
+                        data_conn.send((Status.ERROR, [error]))
+                    elif info:
                         os.write(done_fd, bytes((128 + j,)))
                         data_conn.send((Status.OK_DATA, info))
                     else:
                         os.write(done_fd, bytes((j,)))
             elif command == Command.RESET:
-                seeds, options, mask = data_conn.recv()
+                seeds, options, mask, needs_reset = data_conn.recv()
                 infos, errors = [], []
-                for j, runner in enumerate(runners):
+                for j in range(count):
                     if mask is not None and not mask[j]:
                         continue
-                    i = start + j
                     try:
-                        obs, info = runner.reset(seed=seeds[j], options=options)
-                        write_item(obs_space, views.obs, i, obs)
+                        infos.append((start + j, envs.reset(j, seeds[j], options, needs_reset)))
                     except Exception as exc:  # noqa: BLE001
-                        errors.append(_error_report(i, exc, "reset"))
-                        continue
-                    views.terminations[i] = views.truncations[i] = False
-                    views.rewards[i] = 0.0
-                    infos.append((i, info))
+                        errors.append(_error_report(start + j, exc, "reset"))
                 reply(Status.ERROR, errors) if errors else reply(Status.OK_DATA, infos)
             elif command == Command.CALL:
                 name, local_indices, args, kwargs = data_conn.recv()
                 results, errors = [], []
                 for j in local_indices:
                     try:
-                        results.append(runners[j].call(name, args, kwargs))
+                        results.append(envs.runners[j].call(name, args, kwargs))
                     except Exception as exc:  # noqa: BLE001
                         errors.append(_error_report(start + j, exc, f"call({name!r})"))
                 if errors:
                     reply(Status.ERROR, errors)
                 else:
                     try:
-                        reply(Status.OK_DATA, results)
-                    except Exception as exc:  # unpicklable result
-                        data_conn.send([_error_report(start, exc, f"call({name!r}) result")])
+                        payload = cloudpickle.dumps(results)
+                    except Exception as exc:  # noqa: BLE001 - an unpicklable result
+                        reply(Status.ERROR, [_error_report(start, exc, f"call({name!r})")])
+                    else:
+                        reply(Status.OK_DATA, payload)
             elif command == Command.SET_ATTR:
                 name, pairs = data_conn.recv()
                 errors = []
                 for j, value in pairs:
                     try:
-                        runners[j].set_attr(name, value)
+                        envs.runners[j].set_attr(name, value)
                     except Exception as exc:  # noqa: BLE001
                         errors.append(_error_report(start + j, exc, f"set_attr({name!r})"))
                 reply(Status.ERROR, errors) if errors else reply(Status.OK)
-            elif command == Command.REBUILD:
-                local_index, seed = data_conn.recv()
-                try:
-                    try:
-                        runners[local_index].env.close()
-                    except Exception:  # noqa: BLE001 - the old env is being replaced anyway
-                        pass
-                    runner = EnvRunner(env_fns[local_index](), autoreset_mode, start + local_index)
-                    runners[local_index] = runner
-                    obs, info = runner.reset(seed=seed)
-                    write_item(obs_space, views.obs, start + local_index, obs)
-                    reply(Status.OK_DATA, info)
-                except Exception as exc:  # noqa: BLE001
-                    reply(Status.ERROR, [_error_report(start + local_index, exc, "rebuild")])
             elif command == Command.CLOSE:
-                for runner in runners:
-                    try:
-                        runner.env.close()
-                    except Exception:  # noqa: BLE001 - closing anyway
-                        pass
-                runners = []
+                envs.close()
                 reply(Status.OK)
                 break
     except (BrokenPipeError, EOFError, OSError):
         pass  # the parent went away mid-command
     finally:
-        for runner in runners:
-            try:
-                runner.env.close()
-            except Exception:  # noqa: BLE001
-                pass
-        del views, seq
-    del stop
+        envs.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,29 +371,38 @@ def _describe_exit(exitcode: int | None) -> str:
 
 
 def usable_cpus() -> int:
+    """The CPUs this process may run on."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
 
 
 class _Worker:
-    __slots__ = ("index", "start", "stop", "process", "cmd", "done", "data", "done_fd", "alive")
+    __slots__ = ("index", "start", "stop", "process", "cmd", "done", "data", "done_fd", "killed_for")
 
     def __init__(self, index, start, stop, process, cmd, done, data):
         self.index, self.start, self.stop = index, start, stop
         self.process, self.cmd, self.done, self.data = process, cmd, done, data
         self.done_fd = done.fileno()
-        self.alive = True
+        self.killed_for: str | None = None
 
     @property
     def env_indices(self) -> range:
         return range(self.start, self.stop)
 
 
+FAILURE_POLICIES = ("raise", "restart")
+
+
 class WorkerPool:
     """Worker processes, the shared buffer, and the parent's side of the protocol.
 
     The ``shm``, ``async`` and ``action_server`` backends all drive one of these.
+
+    With ``on_worker_failure="restart"`` an env that raises is rebuilt inside its worker, and a
+    worker that dies (or exceeds ``step_timeout`` and is killed) is started again; the envs
+    concerned are reseeded from derived seeds and their interrupted episodes end as truncated
+    with ``info["worker_restarted"]``. Past ``max_restarts`` failures the failure is raised.
     """
 
     def __init__(
@@ -359,75 +417,95 @@ class WorkerPool:
         pin_cpus: bool | Sequence[int] = False,
         spin_us: float | None = None,
         start_timeout: float = 120.0,
+        on_worker_failure: str = "raise",
+        max_restarts: int = 100,
+        step_timeout: float | None = None,
     ) -> None:
         num_envs = len(env_fns)
         if num_workers is None:
             num_workers = min(num_envs, usable_cpus())
-        if not isinstance(num_workers, int) or num_workers < 1:
+        if not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
-        num_workers = min(num_workers, num_envs)
+        if on_worker_failure not in FAILURE_POLICIES:
+            raise ValueError(
+                f"on_worker_failure must be one of {FAILURE_POLICIES}, got {on_worker_failure!r}"
+            )
+        if step_timeout is not None and step_timeout <= 0:
+            raise ValueError(f"step_timeout must be positive seconds, got {step_timeout!r}")
+        num_workers = min(int(num_workers), num_envs)
         self.num_envs = num_envs
         self.num_workers = num_workers
         self.autoreset_mode = autoreset_mode
         self.ctx = _get_context(context)
+        self.restart = on_worker_failure == "restart"
+        self.max_restarts = max_restarts
+        self.step_timeout = step_timeout
+        self.start_timeout = start_timeout
+        self.failures = 0
+        self.failures_per_env = np.zeros(num_envs, dtype=np.int64)
+        self.last_seeds: list[int | None] = [None] * num_envs
         # A spinning parent steals the core a worker needs when every core has a worker.
         if spin_us is None:
             spin_us = 0.0 if num_workers >= usable_cpus() else 50.0
         self.spin_seconds = spin_us / 1e6
         self.layout = SharedLayout(observation_space, action_space, num_envs, num_workers)
+        self._layout_args = (observation_space, action_space, num_envs, num_workers)
         self._buffer = self.ctx.RawArray("b", self.layout.nbytes)
         self.views = self.layout.views(self._buffer)
         self.workers: list[_Worker] = []
         self.broken: str | None = None
+        self._broken_envs: tuple[int, ...] = ()
         self._poller = select.poll()
         self._fd_to_worker: dict[int, _Worker] = {}
         self._sentinel_to_worker: dict[int, _Worker] = {}
-
-        bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
+        self._env_fns = list(env_fns)
         if isinstance(pin_cpus, bool):
-            cpus = sorted(os.sched_getaffinity(0)) if pin_cpus and hasattr(os, "sched_getaffinity") else None
+            use_cpus = pin_cpus and hasattr(os, "sched_getaffinity")
+            self._cpus = sorted(os.sched_getaffinity(0)) if use_cpus else None
         else:
-            cpus = list(pin_cpus)
-        layout_args = (observation_space, action_space, num_envs, num_workers)
+            self._cpus = list(pin_cpus)
+        bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
         try:
             for k in range(num_workers):
-                start, stop = int(bounds[k]), int(bounds[k + 1])
-                self._start_worker(k, start, stop, env_fns[start:stop], layout_args, cpus)
-            self._await_ready(list(self.workers), start_timeout)
+                self._start_worker(k, int(bounds[k]), int(bounds[k + 1]))
+            self._await_ready(list(self.workers))
         except BaseException:
             self.close(terminate=True)
             raise
 
     # -- process management -------------------------------------------------------------------
 
-    def _start_worker(self, k, start, stop, env_fns, layout_args, cpus) -> _Worker:
-        cmd_parent, cmd_child = self.ctx.Pipe(duplex=False)[::-1]  # (send end, recv end)
-        done_parent, done_child = self.ctx.Pipe(duplex=False)  # (recv end, send end)
+    def _start_worker(self, k: int, start: int, stop: int) -> _Worker:
+        cmd_recv, cmd_send = self.ctx.Pipe(duplex=False)
+        done_recv, done_send = self.ctx.Pipe(duplex=False)
         data_parent, data_child = self.ctx.Pipe(duplex=True)
-        cpu = cpus[k % len(cpus)] if cpus else None
+        cpu = self._cpus[k % len(self._cpus)] if self._cpus else None
         process = self.ctx.Process(
             target=_worker_main,
             name=f"vecaccel-worker-{k}",
             args=(
                 k,
                 start,
-                cloudpickle.dumps(list(env_fns)),
-                layout_args,
+                cloudpickle.dumps(self._env_fns[start:stop]),
+                self._layout_args,
                 self._buffer,
                 self.autoreset_mode,
-                cmd_child,
-                done_child,
+                cmd_recv,
+                done_send,
                 data_child,
                 os.getpid(),
                 cpu,
+                self.restart,
             ),
             daemon=True,
         )
-        process.start()
-        for conn in (cmd_child, done_child, data_child):
-            conn.close()
-        worker = _Worker(k, start, stop, process, cmd_parent, done_parent, data_parent)
-        if len(self.workers) > k:
+        try:
+            process.start()
+        finally:
+            for conn in (cmd_recv, done_send, data_child):
+                conn.close()
+        worker = _Worker(k, start, stop, process, cmd_send, done_recv, data_parent)
+        if k < len(self.workers):
             self.workers[k] = worker
         else:
             self.workers.append(worker)
@@ -438,7 +516,11 @@ class WorkerPool:
         return worker
 
     def _forget(self, worker: _Worker) -> None:
-        for fd, table in ((worker.done_fd, self._fd_to_worker), (worker.process.sentinel, self._sentinel_to_worker)):
+        tables = (
+            (worker.done_fd, self._fd_to_worker),
+            (worker.process.sentinel, self._sentinel_to_worker),
+        )
+        for fd, table in tables:
             if fd in table:
                 try:
                     self._poller.unregister(fd)
@@ -446,14 +528,76 @@ class WorkerPool:
                     pass
                 del table[fd]
 
-    def _await_ready(self, workers: list[_Worker], timeout: float) -> None:
-        statuses = self.wait(workers, timeout, what="start")
+    def _await_ready(self, workers: list[_Worker]) -> None:
+        statuses = self.wait(workers, self.start_timeout, what="start", restartable=False)
         errors = []
         for worker in workers:
             if statuses[worker.index][0] == Status.ERROR:
                 errors.extend(self.recv_payload(worker))
         if errors:
-            raise self._error_from_reports(errors, "creating the env")
+            raise self.error_from_reports(errors)
+
+    def _dispose(self, worker: _Worker) -> None:
+        """Make sure a worker process is gone and its channels are closed."""
+        self._forget(worker)
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(2.0)
+        for conn in (worker.cmd, worker.done, worker.data):
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def respawn(self, worker: _Worker) -> dict[int, dict]:
+        """Start a dead worker again, reset its envs from derived seeds, mark them truncated.
+
+        Returns ``{env index: info}`` for the restarted envs.
+        """
+        reason = worker.killed_for or f"worker {worker.index} {_describe_exit(worker.process.exitcode)}"
+        self._dispose(worker)
+        envs = list(worker.env_indices)
+        self.count_failures(envs, reason)
+        fresh = self._start_worker(worker.index, worker.start, worker.stop)
+        self._await_ready([fresh])
+        seeds = []
+        for i in envs:
+            seeds.append(derived_seed(self.last_seeds[i], i, int(self.failures_per_env[i])))
+        needs_reset = self.autoreset_mode is not AutoresetMode.SAME_STEP
+        self.send(fresh, Command.RESET, (seeds, None, None, needs_reset))
+        status = self.wait([fresh], self.start_timeout, what="restart", restartable=False)
+        payload = self.recv_payload(fresh)
+        if status[fresh.index][0] == Status.ERROR:
+            raise self.error_from_reports(payload)
+        views = self.views
+        infos = {}
+        for i, _ in payload:
+            views.rewards[i] = 0.0
+            views.terminations[i] = False
+            views.truncations[i] = True
+            infos[i] = restarted_info(self.autoreset_mode, read_item(views.obs, i), reason)
+        return infos
+
+    def count_failures(self, env_indices: Sequence[int], reason: str) -> None:
+        """Count restarts; raise :class:`WorkerError` once ``max_restarts`` is exceeded."""
+        for i in env_indices:
+            self.failures_per_env[i] += 1
+        self.failures += 1
+        if self.failures > self.max_restarts:
+            envs = list(env_indices)
+            message = (
+                f"envs {envs} failed ({reason}); {self.failures} failures exceed "
+                f"max_restarts={self.max_restarts}"
+            )
+            self.broken = message
+            self._broken_envs = tuple(envs)
+            raise WorkerError(message, env_indices=envs)
+
+    def note_restarts(self, pairs: Sequence[tuple[int, dict]]) -> None:
+        """Count the envs a worker rebuilt in place (their infos say ``worker_restarted``)."""
+        for i, info in pairs:
+            if info.get("worker_restarted"):
+                self.count_failures([i], str(info.get("restart_reason", "env failed")))
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -461,15 +605,14 @@ class WorkerPool:
         if self.broken is not None:
             raise WorkerError(self.broken, env_indices=self._broken_envs)
 
-    _broken_envs: tuple[int, ...] = ()
-
-    def send(self, worker: _Worker, command: int, payload: Any = None, has_payload: bool = False) -> None:
+    def send(self, worker: _Worker, command: int, payload: Any = None) -> None:
+        """Send one command byte (and its payload, if any) to ``worker``."""
         try:
             os.write(worker.cmd.fileno(), bytes((command,)))
-            if has_payload:
+            if payload is not None:
                 worker.data.send(payload)
-        except (BrokenPipeError, OSError):
-            self._declare_dead(worker)
+        except OSError:
+            pass  # a dead worker: its sentinel reports it in the wait that follows
 
     # -- waiting ------------------------------------------------------------------------------
 
@@ -480,28 +623,42 @@ class WorkerPool:
             if all(done_seq[w.index] != seqs[w.index] for w in workers):
                 return
 
+    def _kill_stuck(self, workers: Sequence[_Worker]) -> None:
+        for worker in workers:
+            if worker.process.is_alive() and worker.killed_for is None:
+                worker.killed_for = (
+                    f"worker {worker.index} (envs {list(worker.env_indices)}) exceeded "
+                    f"step_timeout={self.step_timeout} s and was killed"
+                )
+                worker.process.kill()
+
     def wait(
         self,
         workers: list[_Worker],
         timeout: float | None,
         what: str = "step",
         seqs: dict[int, int] | None = None,
+        restartable: bool = True,
     ) -> dict[int, tuple[int, ...]]:
         """Wait for one status byte from each of ``workers``.
 
-        Returns ``{worker index: (status,)}``. Raises :class:`WorkerError` if a worker dies,
-        :class:`TimeoutError` (with ``.pending`` set to the workers still running) on timeout.
+        Returns ``{worker index: (status,)}``; a worker that died and was started again (under
+        the restart policy) answers ``(Status.RESTARTED, infos)``. Raises :class:`WorkerError`
+        if a worker dies otherwise, :class:`TimeoutError` (with ``.pending``, the workers still
+        running, and ``.results``) once ``timeout`` passes.
         """
         pending = {w.done_fd: w for w in workers}
-        results: dict[int, tuple[int, ...]] = {}
+        results: dict[int, tuple[Any, ...]] = {}
         if self.spin_seconds and seqs is not None:
             self._spin(workers, seqs)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        kill_at = None
+        if self.step_timeout is not None and what == "step":
+            kill_at = now + self.step_timeout
         while pending:
-            if deadline is None:
-                wait_ms = None
-            else:
-                wait_ms = max(0.0, (deadline - time.monotonic()) * 1000)
+            ends = [t for t in (deadline, kill_at) if t is not None]
+            wait_ms = None if not ends else max(0.0, (min(ends) - time.monotonic()) * 1000)
             events = self._poller.poll(wait_ms)
             dead: list[_Worker] = []
             for fd, _ in events:
@@ -511,22 +668,30 @@ class WorkerPool:
                     if byte:
                         results[worker.index] = (byte[0],)
                         del pending[fd]
-                    else:
+                    elif worker not in dead:
                         dead.append(worker)
                 elif fd in self._sentinel_to_worker:
                     candidate = self._sentinel_to_worker[fd]
-                    if candidate.done_fd in pending:
+                    if candidate.done_fd in pending and candidate not in dead:
                         dead.append(candidate)
             for worker in dead:
                 # a worker may exit right after replying; take a reply that is already there
-                if worker.done_fd in pending and worker.done.poll(0):
+                if worker.done.poll(0):
                     byte = os.read(worker.done_fd, 1)
                     if byte:
                         results[worker.index] = (byte[0],)
                         del pending[worker.done_fd]
                         continue
-                self._declare_dead(worker)
-            if pending and deadline is not None and time.monotonic() >= deadline:
+                del pending[worker.done_fd]
+                if self.restart and restartable:
+                    results[worker.index] = (Status.RESTARTED, self.respawn(worker))
+                else:
+                    self._declare_dead(worker)
+            now = time.monotonic()
+            if pending and kill_at is not None and now >= kill_at:
+                self._kill_stuck(list(pending.values()))
+                kill_at = None  # their sentinels report them on the next poll
+            if pending and deadline is not None and now >= deadline:
                 error = TimeoutError(
                     f"{what} did not finish within {timeout} s; envs still running: "
                     f"{sorted(i for w in pending.values() for i in w.env_indices)}"
@@ -536,7 +701,9 @@ class WorkerPool:
                 raise error
         return results
 
-    def wait_bytes(self, timeout: float | None) -> tuple[list[tuple[_Worker, bytes]], list[_Worker]]:
+    def wait_bytes(
+        self, timeout: float | None
+    ) -> tuple[list[tuple[_Worker, bytes]], list[_Worker]]:
         """Wait until any worker has written to its ``done`` pipe or died.
 
         Used by the per-env (``STEP_MASKED``) protocol, where each byte names one env that
@@ -565,10 +732,6 @@ class WorkerPool:
                     arrived.append((worker, data))
         return arrived, dead
 
-    def declare_dead(self, worker: _Worker) -> None:
-        """Raise the :class:`WorkerError` for a worker that died (and mark the pool broken)."""
-        self._declare_dead(worker)
-
     def recv_payload(self, worker: _Worker, timeout: float = 60.0) -> Any:
         """Receive the payload that follows a status byte, noticing a worker that dies."""
         deadline = time.monotonic() + timeout
@@ -586,13 +749,16 @@ class WorkerPool:
         except (EOFError, OSError):
             self._declare_dead(worker)
 
+    def declare_dead(self, worker: _Worker) -> None:
+        """Raise the :class:`WorkerError` for a worker that died (and mark the pool broken)."""
+        self._declare_dead(worker)
+
     def _declare_dead(self, worker: _Worker) -> None:
         worker.process.join(0.5)
         exitcode = worker.process.exitcode
-        worker.alive = False
         self._forget(worker)
         envs = list(worker.env_indices)
-        message = (
+        message = worker.killed_for or (
             f"worker {worker.index} (pid {worker.process.pid}, envs {envs}) "
             f"{_describe_exit(exitcode)}"
         )
@@ -600,9 +766,10 @@ class WorkerPool:
         self._broken_envs = tuple(envs)
         raise WorkerError(message, env_indices=envs, exitcode=exitcode)
 
-    def _error_from_reports(self, reports: list[tuple], during: str) -> WorkerError:
+    def error_from_reports(self, reports: list[tuple]) -> WorkerError:
+        """One :class:`WorkerError` for the error reports of one or more envs."""
         reports = sorted(reports)
-        index, type_name, text, tb, what = reports[0]
+        index, type_name, text, _, what = reports[0]
         more = f" (and {len(reports) - 1} more envs failed)" if len(reports) > 1 else ""
         return WorkerError(
             f"env {index} raised {type_name} in {what}: {text}{more}",
@@ -611,18 +778,82 @@ class WorkerPool:
             original_type=type_name,
         )
 
-    def error_from_reports(self, reports: list[tuple], during: str = "step") -> WorkerError:
-        return self._error_from_reports(reports, during)
-
     def worker_of(self, env_index: int) -> _Worker:
         for worker in self.workers:
             if worker.start <= env_index < worker.stop:
                 return worker
         raise IndexError(env_index)
 
+    # -- control commands (rare, so their arguments and results are pickled) ------------------
+
+    def _by_worker(self, indices: Sequence[int]) -> dict[int, list[int]]:
+        groups: dict[int, list[int]] = {}
+        for index in indices:
+            groups.setdefault(self.worker_of(index).index, []).append(index)
+        return groups
+
+    def _finish(self, workers: list[_Worker], what: str) -> dict[int, Any]:
+        """Wait for ``workers`` to answer a control command; raise the env errors reported."""
+        results = self.wait(workers, None, what=what, restartable=False)
+        payloads, errors = {}, []
+        for worker in workers:
+            status = results[worker.index][0]
+            if status == Status.ERROR:
+                errors.extend(self.recv_payload(worker))
+            elif status == Status.OK_DATA:
+                payloads[worker.index] = self.recv_payload(worker)
+        if errors:
+            raise self.error_from_reports(errors)
+        return payloads
+
+    def reset(
+        self, seeds: Sequence[int | None], options: dict | None, mask: np.ndarray | None
+    ) -> list[tuple[int, dict]]:
+        """Reset the envs (those in ``mask``, if given); return ``(env index, info)`` pairs."""
+        workers = []
+        for worker in self.workers:
+            part = None if mask is None else mask[worker.start : worker.stop]
+            if part is not None and not part.any():
+                continue
+            for i in worker.env_indices:
+                if (part is None or part[i - worker.start]) and seeds[i] is not None:
+                    self.last_seeds[i] = seeds[i]
+            payload = (list(seeds[worker.start : worker.stop]), options, part, False)
+            self.send(worker, Command.RESET, payload)
+            workers.append(worker)
+        payloads = self._finish(workers, "reset")
+        pairs = [pair for worker in workers for pair in payloads.get(worker.index, [])]
+        return sorted(pairs, key=lambda pair: pair[0])
+
+    def call(self, name: Any, indices: Sequence[int], args: tuple, kwargs: dict) -> list[Any]:
+        """Call ``name`` on the envs at ``indices``; results in the order of ``indices``."""
+        groups = self._by_worker(indices)
+        workers = [self.workers[k] for k in groups]
+        for worker in workers:
+            local = [i - worker.start for i in groups[worker.index]]
+            self.send(worker, Command.CALL, (name, local, args, kwargs))
+        payloads = self._finish(workers, f"call({name!r})")
+        by_index: dict[int, list[Any]] = {}
+        for k, group in groups.items():
+            for index, value in zip(group, cloudpickle.loads(payloads[k])):
+                by_index.setdefault(index, []).append(value)
+        return [by_index[index].pop(0) for index in indices]
+
+    def set_attr(self, name: str, indices: Sequence[int], values: Sequence[Any]) -> None:
+        """Set attribute ``name`` to ``values`` on the envs at ``indices``."""
+        pairs: dict[int, list[tuple[int, Any]]] = {}
+        for index, value in zip(indices, values):
+            worker = self.worker_of(index)
+            pairs.setdefault(worker.index, []).append((index - worker.start, value))
+        workers = [self.workers[k] for k in pairs]
+        for worker in workers:
+            self.send(worker, Command.SET_ATTR, (name, pairs[worker.index]))
+        self._finish(workers, f"set_attr({name!r})")
+
     # -- shutdown -----------------------------------------------------------------------------
 
     def close(self, terminate: bool = False, timeout: float = 5.0) -> None:
+        """Stop every worker (politely unless ``terminate``) and release the channels."""
         workers = [w for w in self.workers if w.process.is_alive()]
         if not terminate:
             for worker in workers:
@@ -637,14 +868,7 @@ class WorkerPool:
             if worker.process.is_alive():
                 worker.process.terminate()
                 worker.process.join(1.0)
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join(1.0)
-            for conn in (worker.cmd, worker.done, worker.data):
-                try:
-                    conn.close()
-                except OSError:
-                    pass
+            self._dispose(worker)
             try:
                 worker.process.close()
             except ValueError:
