@@ -227,7 +227,15 @@ def _as_array(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any)
         )
     if target.kind == "f" or target.kind == "c":
         return array.astype(target, copy=False)
-    return array
+    if target.kind in "iu" and array.dtype.kind in "iu" and array.dtype != target:
+        # a narrowing cast would wrap silently in shared memory (300 -> 44 for uint8)
+        limits = np.iinfo(target)
+        bad = (array < limits.min) | (array > limits.max)
+        if bad.any():
+            raise _range_error(
+                space, array, bad, where, env_ids, f"{limits.min}..{limits.max} for {target}"
+            )
+    return array.astype(target, copy=False)
 
 
 def _range_error(space, array, bad, where, env_ids, valid):
@@ -308,3 +316,50 @@ def _check_dict(space: spaces.Dict, value: Any, n: int, where: str, env_ids: Any
         key: _check(sub, value[key], n, f"{where}[{key!r}]", env_ids)
         for key, sub in space.spaces.items()
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# precompiled per-env access for the workers' hot loop (no dispatch per call)
+
+
+def item_writer(space: spaces.Space, views: Any) -> Any:
+    """Return ``write(index, value)`` storing one env's ``value`` of ``space`` into ``views``.
+
+    Equivalent to ``write_item(space, views, index, value)``, with the dispatch done once.
+
+    Example:
+        >>> import numpy as np
+        >>> from gymnasium.spaces import Box
+        >>> views = np.zeros((2, 3), np.float32)
+        >>> item_writer(Box(0, 1, (3,)), views)(1, [1, 0, 1])
+        >>> views[1].tolist()
+        [1.0, 0.0, 1.0]
+    """
+    if isinstance(views, np.ndarray):
+        return views.__setitem__
+    if isinstance(space, spaces.Dict):
+        writers = [(key, item_writer(sub, views[key])) for key, sub in space.spaces.items()]
+
+        def write_dict(index: int, value: Any) -> None:
+            for key, write in writers:
+                write(index, value[key])
+
+        return write_dict
+    writers_t = [item_writer(sub, view) for sub, view in zip(space.spaces, views)]
+
+    def write_tuple(index: int, value: Any) -> None:
+        for write, item in zip(writers_t, value):
+            write(index, item)
+
+    return write_tuple
+
+
+def item_reader(views: Any) -> Any:
+    """Return ``read(index)``, the same as ``read_item(views, index)`` with the dispatch done once."""
+    if isinstance(views, np.ndarray):
+        return views.__getitem__
+    if isinstance(views, dict):
+        readers = [(key, item_reader(view)) for key, view in views.items()]
+        return lambda index: {key: read(index) for key, read in readers}
+    readers_t = [item_reader(view) for view in views]
+    return lambda index: tuple(read(index) for read in readers_t)

@@ -31,7 +31,14 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.errors import WorkerError
-from vecaccel.spaces import leaf_specs, nbytes_of, read_item, views_from_buffer, write_item
+from vecaccel.spaces import (
+    item_reader,
+    item_writer,
+    leaf_specs,
+    nbytes_of,
+    read_item,
+    views_from_buffer,
+)
 from vecaccel.vector import EnvRunner
 
 __all__ = ["SharedLayout", "WorkerPool", "Command", "Status"]
@@ -134,6 +141,14 @@ def restarted_info(autoreset_mode: AutoresetMode, obs: Any, reason: str) -> dict
     return info
 
 
+class _MakeError(Exception):
+    """An env function raised while a worker built its slice."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(index, error)
+        self.index, self.error = index, error
+
+
 class _Slice:
     """The envs of one worker: step, reset, and rebuild them, writing into shared memory."""
 
@@ -145,18 +160,25 @@ class _Slice:
         self.obs_space = obs_space
         self.restart_on_error = restart_on_error
         self.runners: list[EnvRunner] = []
+        self.write_obs = item_writer(obs_space, views.obs)
+        self.read_action = item_reader(views.actions)
         self.last_seeds: list[int | None] = [None] * len(env_fns)
         self.restarts = [0] * len(env_fns)
         for j, fn in enumerate(env_fns):
-            self.runners.append(EnvRunner(fn(), autoreset_mode, start + j))
+            try:
+                env = fn()
+            except BaseException as exc:
+                self.close()  # the envs built so far
+                raise _MakeError(start + j, exc) from exc
+            self.runners.append(EnvRunner(env, autoreset_mode, start + j))
 
     def step(self, j: int) -> tuple[dict | None, tuple | None]:
         """Step env ``j`` of the slice; return ``(info, error_report)``."""
         i = self.start + j
         views = self.views
         try:
-            obs, rew, term, trunc, info = self.runners[j].step(read_item(views.actions, i))
-            write_item(self.obs_space, views.obs, i, obs)
+            obs, rew, term, trunc, info = self.runners[j].step(self.read_action(i))
+            self.write_obs(i, obs)
         except Exception as exc:  # noqa: BLE001 - reported to the parent
             if not self.restart_on_error:
                 return None, _error_report(i, exc, "step")
@@ -178,7 +200,7 @@ class _Slice:
             runner = EnvRunner(self.env_fns[j](), self.autoreset_mode, i)
             self.runners[j] = runner
             obs, _ = runner.reset(seed=derived_seed(self.last_seeds[j], i, self.restarts[j]))
-            write_item(self.obs_space, self.views.obs, i, obs)
+            self.write_obs(i, obs)
         except Exception as exc:  # noqa: BLE001
             return None, _error_report(i, exc, "restart")
         # the interrupted episode ends as truncated; NEXT_STEP/DISABLED reset on the next step
@@ -192,7 +214,7 @@ class _Slice:
         i = self.start + j
         self.last_seeds[j] = seed if seed is not None else self.last_seeds[j]
         obs, info = self.runners[j].reset(seed=seed, options=options)
-        write_item(self.obs_space, self.views.obs, i, obs)
+        self.write_obs(i, obs)
         self.views.terminations[i] = self.views.truncations[i] = False
         self.views.rewards[i] = 0.0
         self.runners[j].needs_reset = needs_reset
@@ -239,11 +261,14 @@ def _worker_main(
         if status in (Status.OK_DATA, Status.ERROR):
             data_conn.send(payload)
 
-    env_fns: list[Callable] = cloudpickle.loads(pickled_env_fns)
     try:
+        env_fns: list[Callable] = cloudpickle.loads(pickled_env_fns)
         envs = _Slice(
             start, env_fns, autoreset_mode, views, layout.observation_space, restart_on_error
         )
+    except _MakeError as failed:  # the report names the env whose function raised
+        reply(Status.ERROR, [_error_report(failed.index, failed.error, "make")])
+        return
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         reply(Status.ERROR, [_error_report(start, exc, "make")])
         return
