@@ -13,7 +13,14 @@ from gymnasium.vector import AutoresetMode
 from vecaccel import hookimpl
 from vecaccel.errors import WorkerError
 from vecaccel.spaces import copy_tree, leaf_specs, nbytes_of, views_from_buffer, write_item
-from vecaccel.vector import AsyncState, EnvRunner, VecEnv, normalize_seeds, split_reset_mask
+from vecaccel.vector import (
+    AsyncState,
+    EnvRunner,
+    VecEnv,
+    make_env,
+    normalize_seeds,
+    split_reset_mask,
+)
 
 __all__ = ["SerialVecEnv"]
 
@@ -52,7 +59,7 @@ class SerialVecEnv(VecEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         copy: bool = True,
     ) -> None:
-        envs = [fn() for fn in env_fns]
+        envs = [make_env(fn, i) for i, fn in enumerate(env_fns)]
         super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, probe_env=envs[0])
         self.envs = envs
         self.runners = [EnvRunner(env, self.autoreset_mode, i) for i, env in enumerate(envs)]

@@ -21,7 +21,7 @@ from gymnasium.vector.utils import batch_space
 from vecaccel.errors import WorkerError
 from vecaccel.spaces import assign_tree, index_tree
 from vecaccel.vector import AsyncState, VecEnv, normalize_seeds, split_reset_mask
-from vecaccel.worker import Command, Status, WorkerPool
+from vecaccel.worker import Command, Status, WorkerPool, usable_cpus
 
 __all__ = ["ProcessVecEnv", "PooledVecEnv"]
 
@@ -124,6 +124,9 @@ class PooledVecEnv(ProcessVecEnv):
             raise ValueError(
                 f"batch_size must be an integer in 1..num_envs={num_envs}, got {batch_size!r}"
             )
+        if pool_options.get("num_workers") is None:
+            # one byte names an env in the per-env protocol: at most 127 envs per worker
+            pool_options["num_workers"] = max(min(num_envs, usable_cpus()), -(-num_envs // 127))
         super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, **pool_options)
         self.batch_size = int(batch_size)
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
@@ -227,13 +230,18 @@ class PooledVecEnv(ProcessVecEnv):
             errors, self._errors = self._errors, []
             raise self.pool.error_from_reports(errors)
 
-    def _wait_until(self, done: Callable[[], bool], timeout: float | None, what: str) -> None:
+    def _wait_until(
+        self, done: Callable[[], bool], timeout: float | None, what: str, raise_early: bool = True
+    ) -> None:
+        """Take finished envs until ``done()``; env errors are raised as soon as they arrive,
+        or (``raise_early=False``) only once ``done()``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         kill_at = None
         if self.pool.step_timeout is not None:
             kill_at = time.monotonic() + self.pool.step_timeout
         while not done():
-            self._raise_errors()
+            if raise_early:
+                self._raise_errors()
             now = time.monotonic()
             if kill_at is not None and now >= kill_at:
                 # every env still running has exceeded step_timeout since this wait began
@@ -305,9 +313,18 @@ class PooledVecEnv(ProcessVecEnv):
     # -- the VectorEnv API ----------------------------------------------------------------------
 
     def _prepare_control(self) -> None:
-        """Let envs still stepping finish (their results stay ready to be received)."""
+        """Let envs still stepping finish (their results stay ready to be received).
+
+        Every env must be back before an error is raised: a control command sent to a worker
+        still stepping would take that env's step byte for its own reply.
+        """
         if self._in_flight.any():
-            self._wait_until(lambda: not self._in_flight.any(), 30.0, "waiting for stepping envs")
+            self._wait_until(
+                lambda: not self._in_flight.any(),
+                30.0,
+                "waiting for stepping envs",
+                raise_early=False,
+            )
 
     def _busy(self) -> bool:
         return bool(self._in_flight.any())
@@ -319,7 +336,9 @@ class PooledVecEnv(ProcessVecEnv):
         try:
             self._prepare_control()
         except WorkerError:
-            pass  # envs that failed while draining are reset below
+            # envs that failed while draining are reset below; a worker that died (or the
+            # max_restarts cap) leaves the pool broken, and a reset would wait on it forever
+            self.pool.check_usable()
         self._errors = []
         seeds = normalize_seeds(seed, self.num_envs)
         reset_mask, options = split_reset_mask(options, self.num_envs)

@@ -9,6 +9,7 @@ definition of the semantics.
 from __future__ import annotations
 
 import enum
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,10 +18,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.errors import ClosedEnvError
+from vecaccel.errors import ClosedEnvError, WorkerError
 from vecaccel.spaces import check_actions
 
-__all__ = ["AutoresetMode", "EnvRunner", "VecEnv", "AsyncState", "normalize_seeds"]
+__all__ = ["AutoresetMode", "EnvRunner", "VecEnv", "AsyncState", "make_env", "normalize_seeds"]
 
 
 class AsyncState(enum.Enum):
@@ -50,6 +51,21 @@ def normalize_seeds(seed: int | Sequence[int | None] | None, num_envs: int) -> l
             f"but got length={len(seeds)}."
         )
     return seeds
+
+
+def make_env(env_fn: Callable[[], gym.Env], index: int) -> gym.Env:
+    """Call env function ``index``; if it raises, raise :class:`WorkerError` naming the env,
+    as a worker process does, so a construction error has one type wherever the env is built."""
+    try:
+        return env_fn()
+    except Exception as exc:
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        raise WorkerError(
+            f"env {index} raised {type(exc).__name__} in make: {exc}",
+            env_indices=[index],
+            remote_traceback=text,
+            original_type=type(exc).__name__,
+        ) from exc
 
 
 class EnvRunner:
@@ -157,7 +173,7 @@ class VecEnv(VectorEnv):
         self.autoreset_mode = parse_autoreset_mode(autoreset_mode)
         self.copy = copy
         owns_probe = probe_env is None
-        probe = probe_env if probe_env is not None else self.env_fns[0]()
+        probe = probe_env if probe_env is not None else make_env(self.env_fns[0], 0)
         try:
             self.single_observation_space = probe.observation_space
             self.single_action_space = probe.action_space
@@ -252,6 +268,13 @@ class VecEnv(VectorEnv):
             self.close_extras(**kwargs)
         finally:
             self.closed = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: Any) -> bool:
+        self.close()
+        return False
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):

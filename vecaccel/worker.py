@@ -19,10 +19,13 @@ import multiprocessing as mp
 import os
 import select
 import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import cloudpickle
@@ -141,6 +144,23 @@ def restarted_info(autoreset_mode: AutoresetMode, obs: Any, reason: str) -> dict
     return info
 
 
+def _pickled(dumps: Callable, payload: Any, index: int, what: str) -> tuple[bool, Any]:
+    """Pickle ``payload`` for the data channel; if it cannot be pickled (an info holding a lock,
+    say), pickle an error report naming the env at fault instead: it must not kill the worker."""
+    try:
+        return True, dumps(payload)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        if isinstance(payload, list):  # (env index, info) pairs: find the env at fault
+            for item in payload:
+                try:
+                    dumps(item)
+                except Exception:  # noqa: BLE001
+                    if isinstance(item, tuple) and item and isinstance(item[0], int):
+                        index = item[0]
+                    break
+        return False, dumps([_error_report(index, exc, what)])
+
+
 class _MakeError(Exception):
     """An env function raised while a worker built its slice."""
 
@@ -229,6 +249,61 @@ class _Slice:
         self.runners = []
 
 
+def _die_with_parent(parent_pid: int, launcher_pid: int, main_thread: bool) -> None:
+    """Make sure this worker ends as soon as the vector env's process exits.
+
+    A parent killed by SIGTERM or SIGKILL runs no clean-up; without this, a worker busy in a long
+    (or stuck) step would outlive it until the step returns (the idle check of
+    :func:`_parent_alive` covers the rest, and other platforms).
+
+    Linux's ``PR_SET_PDEATHSIG`` fires when the *thread* that started the worker exits, so it
+    serves only workers the parent's main thread started; otherwise (another thread, or the fork
+    server, which outlives the parent while any of its children runs) a thread waits on a pidfd
+    of the parent.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    if main_thread and launcher_pid == parent_pid:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+            return
+        except (OSError, AttributeError):
+            pass
+    try:
+        pidfd = os.pidfd_open(parent_pid)
+    except (AttributeError, OSError):
+        return
+
+    def watch() -> None:
+        select.select([pidfd], [], [])  # readable once the process has exited
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="vecaccel-parent-watch", daemon=True).start()
+
+
+def _parent_alive(parent_pid: int, launcher_pid: int) -> bool:
+    """Whether the vector env's process (``parent_pid``) still runs.
+
+    ``launcher_pid`` was this worker's parent when it started: the vector env's process under
+    fork and spawn, but the fork server under forkserver, so comparing ``os.getppid()`` with
+    ``parent_pid`` alone would end every forkserver worker at its first idle second.
+    """
+    if os.getppid() != launcher_pid:
+        return False
+    if launcher_pid == parent_pid:
+        return True
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def _worker_main(
     worker_index: int,
     start: int,
@@ -242,9 +317,14 @@ def _worker_main(
     parent_pid: int,
     cpu: int | None,
     restart_on_error: bool = False,
+    started_by_main_thread: bool = False,
 ) -> None:
     # Ctrl-C and SIGTERM belong to the parent, which shuts workers down cleanly (no tracebacks).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    launcher_pid = os.getppid()  # the parent, or the fork server that forked this worker
+    _die_with_parent(parent_pid, launcher_pid, started_by_main_thread)
+    if not _parent_alive(parent_pid, launcher_pid):
+        return  # the parent died while this worker started
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, {cpu})
@@ -255,11 +335,19 @@ def _worker_main(
     views = layout.views(buffer)
     seq = views.done_seq
 
-    def reply(status: int, payload: Any = None) -> None:
+    # the pickler data_conn.send uses (the standard library's, or multiprocess's dill)
+    connection_module = sys.modules.get(type(data_conn).__module__)
+    dumps = getattr(connection_module, "_ForkingPickler", ForkingPickler).dumps
+
+    def reply(status: int, payload: Any = None, what: str = "sending its result") -> None:
+        data = None
+        if status in (Status.OK_DATA, Status.ERROR):
+            ok, data = _pickled(dumps, payload, start, what)
+            status = status if ok else Status.ERROR
         seq[worker_index] += 1
         os.write(done_fd, bytes((status,)))
-        if status in (Status.OK_DATA, Status.ERROR):
-            data_conn.send(payload)
+        if data is not None:
+            data_conn.send_bytes(data)
 
     try:
         env_fns: list[Callable] = cloudpickle.loads(pickled_env_fns)
@@ -280,7 +368,7 @@ def _worker_main(
     try:
         while True:
             if not poller.poll(PARENT_CHECK_INTERVAL * 1000):
-                if os.getppid() != parent_pid:
+                if not _parent_alive(parent_pid, launcher_pid):
                     break  # the parent died: leave quietly
                 continue
             raw = os.read(cmd_fd, 1)
@@ -298,7 +386,7 @@ def _worker_main(
                 if errors:
                     reply(Status.ERROR, errors)
                 elif infos:
-                    reply(Status.OK_DATA, infos)
+                    reply(Status.OK_DATA, infos, "step (sending its info)")
                 else:
                     reply(Status.OK)
             elif command == Command.STEP_MASKED:
@@ -309,14 +397,19 @@ def _worker_main(
                     mask[start + j] = 0
                     info, error = envs.step(j)
                     seq[worker_index] += 1
-                    if error is not None:
-                        os.write(done_fd, bytes((128 + j,)))
-                        data_conn.send((Status.ERROR, [error]))
-                    elif info:
-                        os.write(done_fd, bytes((128 + j,)))
-                        data_conn.send((Status.OK_DATA, info))
-                    else:
+                    if error is None and not info:
                         os.write(done_fd, bytes((j,)))
+                        continue
+                    if error is not None:
+                        data = dumps((Status.ERROR, [error]))
+                    else:
+                        try:
+                            data = dumps((Status.OK_DATA, info))
+                        except Exception as exc:  # noqa: BLE001 - an unpicklable info
+                            report = _error_report(start + j, exc, "step (sending its info)")
+                            data = dumps((Status.ERROR, [report]))
+                    os.write(done_fd, bytes((128 + j,)))
+                    data_conn.send_bytes(data)
             elif command == Command.RESET:
                 seeds, options, mask, needs_reset = data_conn.recv()
                 infos, errors = [], []
@@ -327,7 +420,10 @@ def _worker_main(
                         infos.append((start + j, envs.reset(j, seeds[j], options, needs_reset)))
                     except Exception as exc:  # noqa: BLE001
                         errors.append(_error_report(start + j, exc, "reset"))
-                reply(Status.ERROR, errors) if errors else reply(Status.OK_DATA, infos)
+                if errors:
+                    reply(Status.ERROR, errors)
+                else:
+                    reply(Status.OK_DATA, infos, "reset (sending its info)")
             elif command == Command.CALL:
                 name, local_indices, args, kwargs = data_conn.recv()
                 results, errors = [], []
@@ -521,6 +617,7 @@ class WorkerPool:
                 os.getpid(),
                 cpu,
                 self.restart,
+                threading.current_thread() is threading.main_thread(),
             ),
             daemon=True,
         )
@@ -631,13 +728,31 @@ class WorkerPool:
             raise WorkerError(self.broken, env_indices=self._broken_envs)
 
     def send(self, worker: _Worker, command: int, payload: Any = None) -> None:
-        """Send one command byte (and its payload, if any) to ``worker``."""
-        try:
+        """Send one command byte (and its payload, if any) to ``worker``.
+
+        The payload is pickled first: one that cannot be pickled raises here, before the command
+        byte goes out, so the worker is never left waiting for a payload that will not come.
+        cloudpickle lets ``call`` take lambdas and local functions under every start method.
+        """
+        if payload is not None:
+            self.send_many([(worker, command, payload)])
+            return
+        try:  # the hot path: one byte
             os.write(worker.cmd.fileno(), bytes((command,)))
-            if payload is not None:
-                worker.data.send(payload)
         except OSError:
             pass  # a dead worker: its sentinel reports it in the wait that follows
+
+    def send_many(self, messages: Sequence[tuple[_Worker, int, Any]]) -> None:
+        """Send ``(worker, command, payload)`` messages; every payload is pickled before any
+        message goes out, so a failure leaves no worker with a reply that nobody reads."""
+        pickled = [(w, c, None if p is None else cloudpickle.dumps(p)) for w, c, p in messages]
+        for worker, command, data in pickled:
+            try:
+                os.write(worker.cmd.fileno(), bytes((command,)))
+                if data is not None:
+                    worker.data.send_bytes(data)
+            except OSError:
+                pass  # a dead worker: its sentinel reports it in the wait that follows
 
     # -- waiting ------------------------------------------------------------------------------
 
@@ -835,7 +950,7 @@ class WorkerPool:
         self, seeds: Sequence[int | None], options: dict | None, mask: np.ndarray | None
     ) -> list[tuple[int, dict]]:
         """Reset the envs (those in ``mask``, if given); return ``(env index, info)`` pairs."""
-        workers = []
+        workers, messages = [], []
         for worker in self.workers:
             part = None if mask is None else mask[worker.start : worker.stop]
             if part is not None and not part.any():
@@ -844,8 +959,9 @@ class WorkerPool:
                 if (part is None or part[i - worker.start]) and seeds[i] is not None:
                     self.last_seeds[i] = seeds[i]
             payload = (list(seeds[worker.start : worker.stop]), options, part, False)
-            self.send(worker, Command.RESET, payload)
+            messages.append((worker, Command.RESET, payload))
             workers.append(worker)
+        self.send_many(messages)
         payloads = self._finish(workers, "reset")
         pairs = [pair for worker in workers for pair in payloads.get(worker.index, [])]
         return sorted(pairs, key=lambda pair: pair[0])
@@ -854,9 +970,11 @@ class WorkerPool:
         """Call ``name`` on the envs at ``indices``; results in the order of ``indices``."""
         groups = self._by_worker(indices)
         workers = [self.workers[k] for k in groups]
+        messages = []
         for worker in workers:
             local = [i - worker.start for i in groups[worker.index]]
-            self.send(worker, Command.CALL, (name, local, args, kwargs))
+            messages.append((worker, Command.CALL, (name, local, args, kwargs)))
+        self.send_many(messages)
         payloads = self._finish(workers, f"call({name!r})")
         by_index: dict[int, list[Any]] = {}
         for k, group in groups.items():
@@ -871,8 +989,7 @@ class WorkerPool:
             worker = self.worker_of(index)
             pairs.setdefault(worker.index, []).append((index - worker.start, value))
         workers = [self.workers[k] for k in pairs]
-        for worker in workers:
-            self.send(worker, Command.SET_ATTR, (name, pairs[worker.index]))
+        self.send_many([(w, Command.SET_ATTR, (name, pairs[w.index])) for w in workers])
         self._finish(workers, f"set_attr({name!r})")
 
     # -- shutdown -----------------------------------------------------------------------------

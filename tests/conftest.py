@@ -1,0 +1,102 @@
+"""Fixtures of the core test suite: the backends under contract, and leak checks."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+
+import pytest
+
+import vecaccel
+
+sys.path.insert(0, os.path.dirname(__file__))  # `import helpers_envs`, also in spawned workers
+
+from helpers_envs import child_pids, shm_entries, wait_until  # noqa: E402
+
+#: Extra options each backend needs (or wants) in the contract tests. A backend not named here
+#: runs with no options, so a newly registered one is tested at once.
+BACKEND_OPTIONS: dict[str, dict] = {
+    "serial": {},
+    "shm": {"num_workers": 2},
+}
+
+#: Backends that declare themselves out of the step-by-step contract, with the reason; they
+#: have their own tests. (Extend this rather than special-casing a backend inside a test.)
+INCOMPATIBLE_BACKENDS: dict[str, str] = {
+    # returns batch_size envs per recv(); its contract tests live with it
+    "async": "steps a subset of envs per call (batch_size); tested by its own suite",
+    # returns torch tensors on a device
+    "action_server": "returns torch tensors on a device; tested by its own suite",
+}
+
+#: Backends that run envs in worker processes: fault and lifecycle tests apply to them.
+PROCESS_BACKENDS: tuple[str, ...] = ("shm",)
+
+#: Start methods every fault is tested under.
+CONTEXTS = ("fork", "spawn")
+
+
+def contract_backend_params() -> list:
+    try:
+        names = sorted(vecaccel.list_backends())
+    except Exception as exc:  # fail the contract tests, not the collection of every test file
+        return [pytest.param(exc, id="list_backends-failed")]
+    params = []
+    for name in names:
+        reason = INCOMPATIBLE_BACKENDS.get(name)
+        marks = [pytest.mark.skip(reason=reason)] if reason else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+@pytest.fixture(params=contract_backend_params())
+def backend(request) -> str:
+    """The name of a registered backend under the step-by-step contract."""
+    if isinstance(request.param, Exception):
+        raise request.param
+    return request.param
+
+
+@pytest.fixture
+def backend_options(backend) -> dict:
+    """The extra options ``backend`` needs in the contract tests."""
+    return dict(BACKEND_OPTIONS.get(backend, {}))
+
+
+@pytest.fixture(params=PROCESS_BACKENDS)
+def process_backend(request) -> str:
+    """A backend that runs envs in worker processes."""
+    return request.param
+
+
+@pytest.fixture(params=CONTEXTS)
+def context(request) -> str:
+    return request.param
+
+
+class LeakCheck:
+    """Snapshots children and /dev/shm entries; ``check()`` fails on any new one still there."""
+
+    def __init__(self) -> None:
+        self.children = child_pids()
+        self.shm = shm_entries()
+
+    def new_children(self) -> set[int]:
+        active = {p.pid for p in multiprocessing.active_children()}  # also reaps finished ones
+        return (child_pids() | active) - self.children
+
+    def check(self, timeout: float = 5.0) -> None:
+        wait_until(lambda: not self.new_children(), timeout)
+        leftover = self.new_children()
+        assert not leftover, f"child processes left behind: {sorted(leftover)}"
+        new_shm = shm_entries() - self.shm
+        assert not new_shm, f"/dev/shm entries left behind: {sorted(new_shm)}"
+
+
+@pytest.fixture
+def leak_check():
+    """Fails the test if it leaves a child process or a /dev/shm entry behind."""
+    checker = LeakCheck()
+    yield checker
+    checker.check()

@@ -1,0 +1,359 @@
+"""The plugin system: built-in backends as plugins, run-time plugins, the block-list, errors, and
+the example third-party package installed for real and found through its entry point."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import vecaccel
+from vecaccel.manager import DEFAULT_PLUGINS, DISABLE_ENV_VAR, _reset_plugin_manager
+
+EXAMPLE_PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "vecaccel-example-plugin"
+
+
+@pytest.fixture
+def fresh_plugin_manager() -> Iterator[None]:
+    """Build the plugin manager anew for the test, and again for whatever runs next."""
+    _reset_plugin_manager()
+    yield
+    _reset_plugin_manager()
+
+
+def _serial_backend():
+    from vecaccel.manager import get_backend
+
+    return get_backend("serial")
+
+
+class RuntimeBackendPlugin:
+    """A plugin object registered at run time; its backend delegates to ``serial``."""
+
+    def __init__(self, name: str = "runtime-test") -> None:
+        self.backend_name = name
+        self.calls: list[dict] = []
+
+    def factory(self, env_fns, **options):
+        self.calls.append(options)
+        return _serial_backend().factory(env_fns, **options)
+
+    @vecaccel.hookimpl
+    def vecaccel_register_backends(self, registry: vecaccel.BackendRegistry) -> None:
+        registry.add(self.backend_name, self.factory, "registered at run time")
+
+
+def test_builtin_backends_are_registered_as_plugins() -> None:
+    pm = vecaccel.get_plugin_manager()
+    backends = vecaccel.list_backends()
+    registered_modules = {pm.get_name(plugin) for plugin in pm.get_plugins()}
+    assert {"vecaccel.plugins.serial", "vecaccel.plugins.envs"} <= registered_modules
+    for module_path in DEFAULT_PLUGINS:
+        # only a built-in whose optional dependency (torch) is missing may be left out
+        if pm.has_plugin(module_path):
+            # the module object itself, under its module path, as a third-party module would be
+            assert pm.get_plugin(module_path) is sys.modules[module_path]
+        else:
+            assert importlib.util.find_spec("torch") is None, module_path
+    assert backends["serial"] == {
+        "description": backends["serial"]["description"],
+        "plugin": "vecaccel.plugins.serial",
+    }
+    for name, info in backends.items():
+        assert info["plugin"] in registered_modules, (name, info)
+
+
+def test_plugin_registered_at_run_time_is_honoured(fresh_plugin_manager: None) -> None:
+    plugin = RuntimeBackendPlugin()
+    vecaccel.get_plugin_manager().register(plugin, name="test-runtime-plugin")
+    backends = vecaccel.list_backends()
+    assert backends["runtime-test"] == {
+        "description": "registered at run time",
+        "plugin": "test-runtime-plugin",
+    }
+    envs = vecaccel.make_vec("CartPole-v1", 2, backend="runtime-test", copy=False)
+    try:
+        obs, _ = envs.reset(seed=3)
+        assert obs.shape == (2, 4)
+        assert isinstance(envs, gym.vector.VectorEnv)
+    finally:
+        envs.close()
+    assert plugin.calls == [{"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP, "copy": False}]
+
+    vecaccel.get_plugin_manager().unregister(plugin)
+    assert "runtime-test" not in vecaccel.list_backends()
+
+
+def test_disable_env_var_blocks_a_builtin_plugin(
+    fresh_plugin_manager: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DISABLE_ENV_VAR, "vecaccel.plugins.serial")
+    _reset_plugin_manager()
+    pm = vecaccel.get_plugin_manager()
+    assert not pm.has_plugin("vecaccel.plugins.serial")
+    assert "serial" not in vecaccel.list_backends()
+    with pytest.raises(ValueError, match="unknown backend 'serial'"):
+        vecaccel.make_vec("CartPole-v1", 2, backend="serial")
+
+    # the short module name works too
+    monkeypatch.setenv(DISABLE_ENV_VAR, " other , serial ")
+    _reset_plugin_manager()
+    assert "serial" not in vecaccel.list_backends()
+
+    monkeypatch.delenv(DISABLE_ENV_VAR)
+    _reset_plugin_manager()
+    assert "serial" in vecaccel.list_backends()
+
+
+def test_disable_env_var_blocks_a_named_plugin(
+    fresh_plugin_manager: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(DISABLE_ENV_VAR, "test-runtime-plugin")
+    _reset_plugin_manager()
+    # pluggy refuses a blocked name: register() returns None and the hooks never see it
+    assert (
+        vecaccel.get_plugin_manager().register(RuntimeBackendPlugin(), "test-runtime-plugin")
+        is None
+    )
+    assert "runtime-test" not in vecaccel.list_backends()
+
+
+def test_duplicate_backend_name_is_a_clear_error(fresh_plugin_manager: None) -> None:
+    vecaccel.get_plugin_manager().register(RuntimeBackendPlugin("serial"), name="test-duplicate")
+    with pytest.raises(ValueError, match="'serial' is registered twice") as info:
+        vecaccel.list_backends()
+    assert "vecaccel.plugins.serial" in str(info.value)
+    assert "test-duplicate" in str(info.value)
+
+
+def test_unknown_backend_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown backend 'no-such-backend'") as info:
+        vecaccel.make_vec("CartPole-v1", 2, backend="no-such-backend")
+    for name in vecaccel.list_backends():
+        assert name in str(info.value)
+
+
+def test_registry_rejects_bad_entries() -> None:
+    registry = vecaccel.BackendRegistry()
+    with pytest.raises(ValueError, match="non-empty string"):
+        registry.add("", lambda env_fns, **options: None)
+    with pytest.raises(TypeError, match="callable"):
+        registry.add("not-callable", "factory")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------
+# the example third-party package
+
+
+@pytest.fixture(scope="module")
+def example_plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Install the example package with pip and yield the folder it was installed into.
+
+    pip installs it with ``--target`` into a folder of its own rather than into the shared venv:
+    the package still goes through a real build and install, with its ``entry_points.txt``, and
+    a process whose ``sys.path`` holds that folder finds it exactly as it would in
+    site-packages. Meanwhile other test processes using the same venv never see a backend appear
+    and vanish under them, and nothing is left behind if this run is killed.
+    """
+    pytest.importorskip("setuptools", reason="building the example package needs setuptools")
+    root = tmp_path_factory.mktemp("example-plugin")
+    source = root / "src"
+    # build from a copy so the repository gets no build/ or *.egg-info folders
+    shutil.copytree(
+        EXAMPLE_PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
+    target = root / "site"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install",
+            "--no-deps", "--no-build-isolation", "--no-cache-dir", "--quiet",
+            "--disable-pip-version-check", "--no-warn-script-location",
+            "--target", str(target), str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    dist_infos = list(target.glob("vecaccel_example_plugin-*.dist-info"))
+    assert len(dist_infos) == 1
+    assert "example = vecaccel_example_plugin" in (dist_infos[0] / "entry_points.txt").read_text()
+    yield target
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_with_plugin(
+    site: Path, code: str, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop(DISABLE_ENV_VAR, None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    env.update(extra_env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+COMPARE_WITH_SERIAL = """
+    import numpy as np
+    import vecaccel
+    from gymnasium.vector import AutoresetMode
+
+    info = vecaccel.list_backends()["example-threads"]
+    assert info["plugin"] == "example", info
+
+    import vecaccel_example_plugin
+    assert vecaccel_example_plugin.__file__.startswith({site!r}), vecaccel_example_plugin.__file__
+
+    def assert_same(a, b, where):
+        if isinstance(a, dict):
+            assert a.keys() == b.keys(), (where, sorted(a), sorted(b))
+            for key in a:
+                assert_same(a[key], b[key], f"{{where}}[{{key!r}}]")
+        elif isinstance(a, tuple):
+            assert isinstance(b, tuple) and len(a) == len(b), where
+            for i, (x, y) in enumerate(zip(a, b)):
+                assert_same(x, y, f"{{where}}[{{i}}]")
+        elif isinstance(a, np.ndarray) and a.dtype == object:
+            assert a.shape == b.shape, where
+            for i, (x, y) in enumerate(zip(a, b)):
+                assert_same(x, y, f"{{where}}[{{i}}]")
+        elif a is None:
+            assert b is None, where
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=where)
+
+    for mode in AutoresetMode:
+        threads = vecaccel.make_vec(
+            "CartPole-v1", 3, backend="example-threads", autoreset_mode=mode, num_threads=2
+        )
+        serial = vecaccel.make_vec("CartPole-v1", 3, backend="serial", autoreset_mode=mode)
+        try:
+            assert threads.metadata["autoreset_mode"] is mode
+            assert_same(threads.reset(seed=7), serial.reset(seed=7), "reset")
+            rng = np.random.default_rng(0)
+            episodes_ended = 0
+            for t in range(150):
+                actions = rng.integers(0, 2, size=3)
+                a, b = threads.step(actions), serial.step(actions)
+                assert_same(a, b, f"{{mode}} step {{t}}")
+                done = a[2] | a[3]
+                episodes_ended += int(done.sum())
+                if mode is AutoresetMode.DISABLED and done.any():
+                    options = {{"reset_mask": done}}
+                    assert_same(
+                        threads.reset(options=options), serial.reset(options=options), "mask"
+                    )
+            assert episodes_ended > 3, episodes_ended  # autoresets were exercised
+        finally:
+            threads.close()
+            serial.close()
+    print("matched serial")
+
+    from vecaccel.cli import main
+    assert main(["backends"]) == 0
+"""
+
+
+def test_example_plugin_is_found_and_matches_serial(example_plugin_path: Path) -> None:
+    site = str(example_plugin_path)
+    done = _run_with_plugin(example_plugin_path, COMPARE_WITH_SERIAL.format(site=site))
+    assert done.returncode == 0, done.stderr
+    assert "matched serial" in done.stdout
+    # `vecaccel backends` lists it, provided by the plugin named after its entry point
+    line = next(line for line in done.stdout.splitlines() if line.startswith("example-threads"))
+    assert line.split()[1] == "example"
+
+
+def test_example_plugin_can_be_disabled(example_plugin_path: Path) -> None:
+    code = """
+        import vecaccel
+        backends = vecaccel.list_backends()
+        assert "example-threads" not in backends, backends
+        assert "serial" in backends
+        import vecaccel_example_plugin  # installed, yet not loaded as a plugin
+    """
+    done = _run_with_plugin(example_plugin_path, code, {DISABLE_ENV_VAR: "example"})
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def example_module(monkeypatch: pytest.MonkeyPatch):
+    """The example backend's module imported from the source tree (no entry point involved)."""
+    monkeypatch.syspath_prepend(str(EXAMPLE_PLUGIN))
+    from vecaccel_example_plugin import threads
+
+    return threads
+
+
+class _FailingEnv(gym.Wrapper):
+    def step(self, action):
+        if self.get_wrapper_attr("fail_now"):
+            raise ValueError("boom")
+        return super().step(action)
+
+
+class _SlowEnv(gym.Wrapper):
+    def step(self, action):
+        import time
+
+        time.sleep(0.3)
+        return super().step(action)
+
+
+def _cartpole(wrapper=None):
+    def make() -> gym.Env:
+        env = gym.make("CartPole-v1")
+        if wrapper is not None:
+            env = wrapper(env)
+            env.unwrapped.fail_now = False
+        return env
+
+    return make
+
+
+def test_example_backend_reports_env_errors(example_module) -> None:
+    envs = example_module.ThreadVecEnv([_cartpole(), _cartpole(_FailingEnv)], num_threads=2)
+    try:
+        envs.reset(seed=0)
+        envs.set_attr("fail_now", [False, True])
+        with pytest.raises(vecaccel.WorkerError, match="env 1 raised ValueError") as info:
+            envs.step(np.array([0, 1]))
+        assert info.value.env_indices == (1,)
+        assert "boom" in info.value.remote_traceback
+        envs.set_attr("fail_now", False)
+        envs.reset(seed=1)
+        envs.step(np.array([0, 1]))  # usable again
+        with pytest.raises(ValueError, match="env 1"):
+            envs.step(np.array([0, 2]))
+    finally:
+        envs.close()
+    envs.close()  # idempotent
+
+
+def test_example_backend_step_wait_timeout_is_never_stale(example_module) -> None:
+    envs = example_module.ThreadVecEnv([_cartpole(_SlowEnv)] * 2, num_threads=2)
+    try:
+        envs.reset(seed=0)
+        envs.step_async(np.array([1, 1]))
+        with pytest.raises(TimeoutError):
+            envs.step_wait(timeout=0.01)
+        with pytest.raises(gym.error.AlreadyPendingCallError):
+            envs.step_async(np.array([0, 0]))  # the late step is still the pending one
+        obs, rewards, *_ = envs.step_wait()
+        assert obs.shape == (2, 4) and rewards.tolist() == [1.0, 1.0]
+    finally:
+        envs.close()
