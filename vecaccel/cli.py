@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     backends.set_defaults(handler=_backends_command)
 
     _add_bench_parser(subparsers)
+    from vecaccel.tune import add_parser as add_tune_parser
+
+    add_tune_parser(subparsers)
     get_plugin_manager().hook.vecaccel_add_commands(subparsers=subparsers)
     return parser
 
