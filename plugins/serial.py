@@ -12,7 +12,15 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel import hookimpl
 from vecaccel.errors import WorkerError
-from vecaccel.spaces import copy_tree, leaf_specs, nbytes_of, views_from_buffer, write_item
+from vecaccel.spaces import (
+    copy_tree,
+    item_reader,
+    item_writer,
+    leaf_specs,
+    nbytes_of,
+    views_from_buffer,
+    write_item,
+)
 from vecaccel.vector import (
     AsyncState,
     EnvRunner,
@@ -66,6 +74,7 @@ class SerialVecEnv(VecEnv):
         spec = leaf_specs(self.single_observation_space, self.num_envs)
         self._obs_buffer = bytearray(nbytes_of(spec))
         self._obs, _ = views_from_buffer(spec, self._obs_buffer)
+        self._write_obs = item_writer(self.single_observation_space, self._obs)
         self._rewards = np.zeros(self.num_envs, dtype=np.float64)
         self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
         self._truncations = np.zeros(self.num_envs, dtype=np.bool_)
@@ -103,17 +112,18 @@ class SerialVecEnv(VecEnv):
             raise RuntimeError("step_wait() called without a pending step_async()")
         deadline = None if timeout is None else time.monotonic() + timeout
         self._state = AsyncState.DEFAULT
-        from vecaccel.spaces import read_item
-
+        read_action, write_obs = item_reader(self._actions), self._write_obs
+        rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
         pairs = []
         for i, runner in enumerate(self.runners):
             try:
-                obs, rew, term, trunc, info = runner.step(read_item(self._actions, i))
+                obs, rew, term, trunc, info = runner.step(read_action(i))
             except Exception as exc:
                 raise _wrap_env_error(exc, i, "step") from exc
-            write_item(self.single_observation_space, self._obs, i, obs)
-            self._rewards[i], self._terminations[i], self._truncations[i] = rew, term, trunc
-            pairs.append((i, info))
+            write_obs(i, obs)
+            rewards[i], terminations[i], truncations[i] = rew, term, trunc
+            if info:
+                pairs.append((i, info))
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"step_wait exceeded its timeout of {timeout} s")
         return (
