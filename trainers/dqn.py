@@ -1,0 +1,870 @@
+"""The DQN family: DQN, Double, Dueling, n-step, prioritized replay, C51 and ε-Rainbow.
+
+The file reads top to bottom like a CleanRL script: the config, the presets, the schedules, the
+C51 projection, then the agent whose :meth:`DQN.learn` is the whole training loop and whose
+:meth:`DQN.train_step` is the whole loss and update.
+
+The loop steps a vecaccel ``VectorEnv`` under ``AutoresetMode.SAME_STEP``, so every step is a real
+transition and a truncated episode bootstraps from its true final observation
+(``infos["final_obs"]``); the replay buffer computes n-step targets at sample time.
+
+Training intensity is the *replay ratio*: transitions consumed by gradient updates per transition
+collected (``updates × batch_size / env_steps``, after ``learning_starts``). It is a setting, the
+loop enforces it exactly (to within one update), and the measured value is logged as
+``charts/replay_ratio``. Batch size is free up to 2048 and beyond; the learning rate is scaled by
+``lr_scaling`` in the ratio ``batch_size / base_batch_size`` (logged as ``charts/lr_scale``).
+
+Example:
+    >>> import torch; torch.set_num_threads(1)
+    >>> from vecaccel.trainers.dqn import DQN
+    >>> agent = DQN(env="CartPole-v1", backend="serial", learning_starts=64, batch_size=16,
+    ...             buffer_size=500, progress=False, tensorboard=False)
+    >>> agent = agent.learn(200)
+    >>> actions, _ = agent.predict(agent.envs.observation_space.sample())
+    >>> actions.shape
+    (1,)
+    >>> agent.close()
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gymnasium.vector import AutoresetMode
+from vecaccel.trainers.common import (
+    RunLogger,
+    config_from_dict,
+    get_rng_state,
+    load_checkpoint,
+    lr_scale,
+    make_env_for_training,
+    save_checkpoint,
+    seed_everything,
+    set_rng_state,
+)
+from vecaccel.trainers.models import QNetwork
+from vecaccel.trainers.replay import PrioritizedReplayBuffer, ReplayBuffer, ReplaySample
+
+__all__ = [
+    "C51",
+    "DQN",
+    "DQNConfig",
+    "PRESETS",
+    "Rainbow",
+    "categorical_projection",
+    "linear_schedule",
+]
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+
+@dataclass
+class DQNConfig:
+    """Every setting of the DQN family; the defaults train DQN on CartPole."""
+
+    seed: int = 1
+    """Seed of the envs, the network initialisation, exploration and replay sampling."""
+    num_envs: int = 1
+    """Environments stepped together (each env step counts towards the step budget)."""
+    backend: str = "serial"
+    """vecaccel backend stepping the envs when ``env`` is an id (``serial``, ``shm``, ...)."""
+    device: str = "auto"
+    """Torch device for the networks: ``auto`` (CUDA when available), ``cpu``, ``cuda:0``..."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate at ``base_batch_size`` (scaled for other batch sizes by ``lr_scaling``)."""
+    base_batch_size: int = 32
+    """Batch size ``learning_rate`` was tuned for."""
+    lr_scaling: str = "none"
+    """How the learning rate follows the batch: ``none``, ``linear`` or ``sqrt`` in
+    ``batch_size / base_batch_size``."""
+    adam_eps: float = 1e-8
+    """Adam's epsilon (1.5e-4 in Rainbow, 0.01/32 in C51)."""
+    batch_size: int = 32
+    """Transitions per gradient update (up to 2048 and more)."""
+    buffer_size: int = 10_000
+    """Replay capacity in transitions (each finished episode also takes one slot)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    replay_ratio: float = 8.0
+    """Transitions consumed by updates per transition collected (``updates × batch_size / env
+    steps``), enforced after ``learning_starts``; 8 is Nature DQN's (batch 32 every 4 steps)."""
+    learning_starts: int = 1_000
+    """Env steps collected before the first update."""
+    target_update_period: int = 500
+    """Env steps between target-network updates."""
+    tau: float = 1.0
+    """Target update rate: 1 copies the online network; smaller values blend (Polyak)."""
+    start_epsilon: float = 1.0
+    """Exploration rate at the first step."""
+    end_epsilon: float = 0.05
+    """Exploration rate after the decay."""
+    exploration_fraction: float = 0.5
+    """Fraction of the step budget over which epsilon decays linearly."""
+    exploration_steps: int = 0
+    """Env steps of the epsilon decay; overrides ``exploration_fraction`` when positive."""
+    eval_epsilon: float = 0.0
+    """Exploration rate of ``predict(deterministic=False)``."""
+    double: bool = False
+    """Double DQN: the online network picks the next action, the target network values it."""
+    dueling: bool = False
+    """Dueling heads: separate state-value and advantage streams."""
+    n_step: int = 1
+    """Length of the multi-step return (stops at episode ends)."""
+    prioritized: bool = False
+    """Proportional prioritized replay with importance-sampling weights."""
+    priority_alpha: float = 0.5
+    """Prioritization exponent (0 is uniform)."""
+    priority_beta_start: float = 0.4
+    """Importance-sampling exponent at the start, annealed linearly to 1 over the step budget."""
+    priority_eps: float = 1e-6
+    """Added to every priority so that no transition is never replayed."""
+    categorical: bool = False
+    """Learn return distributions on a fixed support (C51) instead of expected values."""
+    num_atoms: int = 51
+    """Atoms of the categorical support."""
+    v_min: float = -10.0
+    """Lowest value of the categorical support."""
+    v_max: float = 10.0
+    """Highest value of the categorical support."""
+    loss: str = "huber"
+    """TD loss of the expected-value variants: ``huber`` or ``mse``."""
+    max_grad_norm: float = 10.0
+    """Gradient-norm clipping threshold (0 disables clipping)."""
+    network: str = "auto"
+    """Torso: ``auto`` (Nature CNN for uint8 images, else MLP), ``cnn`` or ``mlp``."""
+    hidden_sizes: tuple[int, ...] = (120, 84)
+    """MLP widths."""
+    frame_stack: int = 0
+    """Frames stacked on axis 0 of each observation, stored once each in the replay buffer;
+    0 detects it (``F`` for uint8 ``[F, H, W]`` observations, else 1), 1 stores observations
+    whole."""
+    channels_last: bool = False
+    """NHWC convolutions (faster on many CPUs)."""
+    bf16: bool = False
+    """bfloat16 autocast in the CNN torso."""
+    torch_threads: int = 0
+    """Torch intra-op threads (0 leaves torch's default)."""
+    log_interval: int = 1_000
+    """Env steps between metric rows."""
+    run_dir: str | None = None
+    """Directory for metrics, TensorBoard events, the curve and checkpoints (None: none)."""
+    tensorboard: bool = True
+    """Write TensorBoard event files under ``run_dir``."""
+    progress: bool = True
+    """Show a live progress bar."""
+    checkpoint_period: int = 0
+    """Updates between checkpoints written to ``run_dir/checkpoint.pt`` (0: only at the end)."""
+
+    def __post_init__(self) -> None:
+        self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)
+        if self.batch_size < 1 or self.base_batch_size < 1:
+            raise ValueError("batch_size and base_batch_size must be positive")
+        if self.replay_ratio <= 0:
+            raise ValueError(f"replay_ratio must be positive, got {self.replay_ratio}")
+        if self.loss not in ("huber", "mse"):
+            raise ValueError(f"loss must be 'huber' or 'mse', got {self.loss!r}")
+        if self.categorical and (self.num_atoms < 2 or not self.v_min < self.v_max):
+            raise ValueError("categorical needs num_atoms >= 2 and v_min < v_max")
+        if self.target_update_period < 1:
+            raise ValueError("target_update_period must be at least 1 env step")
+        lr_scale(self.batch_size, self.base_batch_size, self.lr_scaling)  # validates the mode
+
+
+# Atari settings of Stooke & Abbeel (2018), "Accelerated Methods for Deep RL": the Nature-DQN
+# agent at replay ratio 8 with Adam, DQN at batch 512 and Categorical DQN at batch 2048, the
+# learning rate scaled from its batch-32 value, and ε-Rainbow (Rainbow without noisy nets, so
+# with ε-greedy exploration). Budgets are 50M env steps (200M frames) on 8 GPUs in the paper.
+_ATARI_COMMON: dict[str, Any] = dict(
+    num_envs=16,
+    backend="shm",
+    buffer_size=1_000_000,
+    gamma=0.99,
+    replay_ratio=8.0,
+    learning_starts=80_000,
+    target_update_period=40_000,
+    start_epsilon=1.0,
+    end_epsilon=0.01,
+    exploration_steps=1_000_000,
+    eval_epsilon=0.001,
+    max_grad_norm=10.0,
+    network="cnn",
+    frame_stack=4,
+    log_interval=10_000,
+)
+
+#: Named settings, applied with ``DQN(env, preset="atari-dqn", **overrides)``.
+PRESETS: dict[str, dict[str, Any]] = {
+    # tuned to solve CartPole-v1 within a CI budget on 2 CPU cores
+    "cartpole": dict(
+        learning_rate=3.5e-4,
+        base_batch_size=32,
+        lr_scaling="sqrt",  # 3.5e-4 at batch 32 is 9.9e-4 at batch 256
+        batch_size=256,
+        buffer_size=20_000,
+        replay_ratio=32.0,  # one update of 256 every 8 env steps
+        learning_starts=500,
+        target_update_period=500,
+        exploration_fraction=0.15,
+        end_epsilon=0.02,
+        double=True,
+        n_step=3,
+        hidden_sizes=(128, 128),
+        loss="mse",
+    ),
+    "atari-dqn": dict(
+        _ATARI_COMMON,
+        batch_size=512,
+        base_batch_size=32,
+        learning_rate=1e-4,
+        lr_scaling="sqrt",
+        adam_eps=1.5e-4,
+        double=True,
+    ),
+    "atari-c51": dict(
+        _ATARI_COMMON,
+        categorical=True,
+        batch_size=2048,
+        base_batch_size=32,
+        learning_rate=2.5e-4,
+        lr_scaling="sqrt",
+        adam_eps=0.01 / 32,
+    ),
+    "atari-rainbow": dict(
+        _ATARI_COMMON,
+        double=True,
+        dueling=True,
+        n_step=3,
+        prioritized=True,
+        priority_alpha=0.5,
+        categorical=True,
+        batch_size=512,
+        base_batch_size=32,
+        learning_rate=6.25e-5,
+        lr_scaling="sqrt",
+        adam_eps=1.5e-4,
+    ),
+}
+
+
+# -- schedules and the C51 projection --------------------------------------------------------
+
+
+def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
+    """``start`` moving linearly to ``end`` over ``duration`` steps, then ``end``.
+
+    Example:
+        >>> linear_schedule(1.0, 0.1, 100, 50)
+        0.55
+    """
+    if duration <= 0:
+        return end
+    return end + (start - end) * max(0.0, 1.0 - t / duration)
+
+
+def categorical_projection(
+    next_probs: torch.Tensor, rewards: torch.Tensor, discounts: torch.Tensor, support: torch.Tensor
+) -> torch.Tensor:
+    """Project the distribution of ``reward + discount * Z`` onto ``support`` (C51, Algorithm 1).
+
+    Each atom ``z_j`` moves to ``Tz_j = clip(r + discount * z_j, v_min, v_max)`` and its probability
+    is split between the two nearest atoms in proportion to the distances, all of it going to one
+    atom when ``Tz_j`` falls exactly on it (Bellemare, Dabney & Munos, 2017).
+
+    Args:
+        next_probs: ``[N, atoms]`` probabilities of the next state's chosen action.
+        rewards: ``[N]`` (n-step) returns.
+        discounts: ``[N]`` ``gamma ** k``, 0 where the episode terminated.
+        support: ``[atoms]`` evenly spaced atoms from ``v_min`` to ``v_max``.
+
+    Returns:
+        ``[N, atoms]`` target probabilities (each row sums to one).
+
+    Example:
+        >>> support = torch.tensor([0.0, 1.0, 2.0])
+        >>> categorical_projection(torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([0.5]),
+        ...                        torch.tensor([1.0]), support)
+        tensor([[0.0000, 0.5000, 0.5000]])
+    """
+    atoms = support.shape[0]
+    v_min, v_max = support[0], support[-1]
+    delta = (v_max - v_min) / (atoms - 1)
+    target_z = (rewards[:, None] + discounts[:, None] * support[None, :]).clamp(v_min, v_max)
+    position = ((target_z - v_min) / delta).clamp(0, atoms - 1)
+    lower = position.floor()
+    upper = position.ceil()
+    projected = torch.zeros_like(next_probs)
+    projected.scatter_add_(1, lower.long(), next_probs * (upper - position))
+    projected.scatter_add_(1, upper.long(), next_probs * (position - lower))
+    # on an atom both weights above are zero: that atom takes the whole probability
+    projected.scatter_add_(1, lower.long(), next_probs * (lower == upper).to(next_probs.dtype))
+    return projected
+
+
+# -- the agent -------------------------------------------------------------------------------
+
+
+def _resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+class DQN:
+    """Deep Q-learning over a vecaccel vector env, with every DQN-family option.
+
+    Args:
+        env: a Gymnasium id (built with :func:`make_env_for_training`, ``num_envs`` copies on
+            ``backend``) or a ``gymnasium.vector.VectorEnv`` created with
+            ``autoreset_mode=AutoresetMode.SAME_STEP``; ``None`` only for a loaded agent used to
+            predict.
+        config: a full :class:`DQNConfig`; keyword arguments override its fields.
+        preset: a name in :data:`PRESETS` applied before ``**overrides``.
+        **overrides: :class:`DQNConfig` fields.
+
+    Attributes:
+        config: the settings in force.
+        q_network: the online network; ``target_network`` its lagged copy.
+        global_step: env steps collected so far; ``num_updates`` gradient updates done.
+        episode_log: ``(env_step, return, length)`` of every finished episode.
+    """
+
+    #: field values this class uses by default, before ``preset`` and overrides
+    defaults: dict[str, Any] = {}
+
+    def __init__(
+        self,
+        env: str | gym.vector.VectorEnv | None = None,
+        config: DQNConfig | None = None,
+        preset: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        values = dataclasses.asdict(config) if config is not None else dict(self.defaults)
+        if preset is not None:
+            if preset not in PRESETS:
+                raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+            values.update(PRESETS[preset])
+        values.update(overrides)
+        unknown = set(values) - {f.name for f in dataclasses.fields(DQNConfig)}
+        if unknown:
+            raise TypeError(f"unknown {type(self).__name__} settings: {sorted(unknown)}")
+        self.config = cfg = DQNConfig(**values)
+        if cfg.torch_threads > 0:
+            torch.set_num_threads(cfg.torch_threads)
+        seed_everything(cfg.seed)
+        self.device = _resolve_device(cfg.device)
+        self.envs: gym.vector.VectorEnv | None = None
+        self.env_id: str | None = None
+        self._owns_envs = False
+        self.observation_space: gym.spaces.Space | None = None
+        self.action_space: gym.spaces.Space | None = None
+        if env is not None:
+            self._attach_env(env)
+            self.observation_space = self.envs.single_observation_space
+            self.action_space = self.envs.single_action_space
+        self.rng = np.random.default_rng(cfg.seed)
+        self.global_step = 0
+        self.num_updates = 0
+        self.episode_log: list[tuple[int, float, float]] = []
+        self.buffer: ReplayBuffer | None = None
+        self._measured_replay_ratio: float | None = None
+        self.logger: RunLogger | None = None
+        self._obs: np.ndarray | None = None
+        self._episode_return = np.zeros(0)
+        self._episode_length = np.zeros(0)
+        self._saw_episode_info = False
+        if self.observation_space is not None:
+            self._build_networks()
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def _attach_env(self, env: str | gym.vector.VectorEnv) -> None:
+        cfg = self.config
+        self.env_id = env if isinstance(env, str) else getattr(env.spec, "id", None)
+        if isinstance(env, str):
+            self.envs = make_env_for_training(
+                env, cfg.num_envs, backend=cfg.backend, seed=cfg.seed, autoreset_mode="SameStep"
+            )
+            self._owns_envs = True
+        else:
+            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+            if mode is not AutoresetMode.SAME_STEP and mode != AutoresetMode.SAME_STEP.value:
+                raise ValueError(
+                    f"{type(self).__name__} needs a vector env created with "
+                    f"autoreset_mode=AutoresetMode.SAME_STEP (got {mode}), so that every step is "
+                    "a transition and truncated episodes bootstrap from infos['final_obs']"
+                )
+            self.envs = env
+        space = self.envs.single_action_space
+        if not isinstance(space, gym.spaces.Discrete):
+            raise TypeError(f"{type(self).__name__} needs a Discrete action space, got {space}")
+        if self.observation_space is not None and (
+            self.envs.single_observation_space.shape != self.observation_space.shape
+        ):
+            raise ValueError(
+                f"the env's observations {self.envs.single_observation_space.shape} do not match "
+                f"the agent's {self.observation_space.shape}"
+            )
+
+    def _build_networks(self) -> None:
+        cfg = self.config
+        num_actions = int(self.action_space.n)
+        self.q_network = QNetwork(
+            self.observation_space,
+            num_actions,
+            network=cfg.network,
+            hidden_sizes=cfg.hidden_sizes,
+            activation="relu",
+            dueling=cfg.dueling,
+            num_atoms=cfg.num_atoms if cfg.categorical else 1,
+            channels_last=cfg.channels_last,
+            bf16=cfg.bf16,
+        ).to(self.device)
+        self.target_network = copy.deepcopy(self.q_network)
+        self.target_network.requires_grad_(False)
+        self.lr_scale = lr_scale(cfg.batch_size, cfg.base_batch_size, cfg.lr_scaling)
+        self.learning_rate = cfg.learning_rate * self.lr_scale
+        try:  # the fused kernel cuts the per-parameter overhead that dominates small networks
+            self.optimizer = torch.optim.Adam(
+                self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps, fused=True
+            )
+        except (RuntimeError, TypeError):
+            self.optimizer = torch.optim.Adam(
+                self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps
+            )
+        self.support = (
+            torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms, device=self.device)
+            if cfg.categorical
+            else None
+        )
+
+    def _frame_stack(self) -> int:
+        if self.config.frame_stack > 0:
+            return self.config.frame_stack
+        space = self.observation_space
+        image = isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
+        return int(space.shape[0]) if image and len(space.shape) == 3 else 1
+
+    def _make_buffer(self) -> ReplayBuffer:
+        cfg = self.config
+        kwargs: dict[str, Any] = dict(
+            capacity=max(
+                cfg.buffer_size, self.envs.num_envs * (cfg.n_step + self._frame_stack() + 8)
+            ),
+            num_envs=self.envs.num_envs,
+            n_step=cfg.n_step,
+            gamma=cfg.gamma,
+            frame_stack=self._frame_stack(),
+            seed=cfg.seed,
+        )
+        if cfg.prioritized:
+            return PrioritizedReplayBuffer(
+                self.observation_space,
+                self.action_space,
+                alpha=cfg.priority_alpha,
+                eps=cfg.priority_eps,
+                **kwargs,
+            )
+        return ReplayBuffer(self.observation_space, self.action_space, **kwargs)
+
+    # -- acting -------------------------------------------------------------------------------
+
+    def _q_values(self, network: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+        out = network(obs)
+        if self.support is None:
+            return out
+        return (torch.softmax(out, dim=-1) * self.support).sum(-1)
+
+    @torch.no_grad()
+    def _act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        n = obs.shape[0]
+        explore = self.rng.random(n) < epsilon
+        actions = self.rng.integers(0, int(self.action_space.n), size=n)
+        if not explore.all():
+            q = self._q_values(self.q_network, torch.as_tensor(obs, device=self.device))
+            greedy = q.argmax(dim=1).cpu().numpy()
+            actions = np.where(explore, actions, greedy)
+        return actions
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        """Actions for ``obs`` (one observation or a batch), as SB3's ``predict``.
+
+        Args:
+            obs: an observation or a ``[N, *obs_shape]`` batch.
+            deterministic: greedy actions; otherwise ε-greedy with ``eval_epsilon``.
+
+        Returns:
+            ``(actions, None)``; a single action for a single observation.
+        """
+        obs = np.asarray(obs)
+        single = obs.shape == tuple(self.observation_space.shape)
+        batch = obs[None] if single else obs
+        epsilon = 0.0 if deterministic else self.config.eval_epsilon
+        actions = self._act(batch, epsilon)
+        return (actions[0] if single else actions), None
+
+    def epsilon(self, step: int, horizon: int) -> float:
+        """The exploration rate at env step ``step`` of a ``horizon``-step run."""
+        cfg = self.config
+        duration = cfg.exploration_steps or int(cfg.exploration_fraction * horizon)
+        return linear_schedule(cfg.start_epsilon, cfg.end_epsilon, duration, step)
+
+    # -- the update ---------------------------------------------------------------------------
+
+    def train_step(self, batch: ReplaySample) -> dict[str, float]:
+        """One gradient update on ``batch``; returns the losses and statistics to log."""
+        cfg = self.config
+        device = self.device
+        b_obs = torch.as_tensor(batch.obs, device=device)
+        b_actions = torch.as_tensor(batch.action, device=device).long()
+        b_returns = torch.as_tensor(batch.reward, device=device)
+        b_discounts = torch.as_tensor(batch.discount, device=device)
+        b_next_obs = torch.as_tensor(batch.next_obs, device=device)
+        b_weights = torch.as_tensor(batch.weights, device=device)
+        rows = torch.arange(b_obs.shape[0], device=device)
+
+        with torch.no_grad():
+            next_target = self.target_network(b_next_obs)
+            if cfg.categorical:
+                next_target_probs = torch.softmax(next_target, dim=-1)
+                next_target_q = (next_target_probs * self.support).sum(-1)
+            else:
+                next_target_q = next_target
+            if cfg.double:
+                next_actions = self._q_values(self.q_network, b_next_obs).argmax(dim=1)
+            else:
+                next_actions = next_target_q.argmax(dim=1)
+            if cfg.categorical:
+                target_probs = categorical_projection(
+                    next_target_probs[rows, next_actions], b_returns, b_discounts, self.support
+                )
+            else:
+                td_target = b_returns + b_discounts * next_target_q[rows, next_actions]
+
+        out = self.q_network(b_obs)[rows, b_actions]
+        if cfg.categorical:
+            log_probs = torch.log_softmax(out, dim=-1)
+            per_sample = -(target_probs * log_probs).sum(-1)  # cross-entropy to the projection
+            priorities = per_sample.detach()
+            q_taken = (log_probs.exp() * self.support).sum(-1).detach()
+        else:
+            td_error = td_target - out
+            if cfg.loss == "huber":
+                per_sample = F.huber_loss(out, td_target, reduction="none", delta=1.0)
+            else:
+                per_sample = td_error.pow(2)
+            priorities = td_error.detach().abs()
+            q_taken = out.detach()
+        loss = (b_weights * per_sample).mean()
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = (
+            torch.nn.utils.clip_grad_norm_(
+                self.q_network.parameters(), cfg.max_grad_norm, foreach=True
+            )
+            if cfg.max_grad_norm > 0
+            else torch.zeros(())
+        )
+        self.optimizer.step()
+        if cfg.prioritized:
+            self.buffer.update_priorities(batch.indices, priorities.cpu().numpy())
+        return {
+            "losses/td_loss": float(loss.detach()),
+            "losses/q_values": float(q_taken.mean()),
+            "losses/grad_norm": float(grad_norm),
+        }
+
+    def _update_target(self) -> None:
+        tau = self.config.tau
+        with torch.no_grad():
+            for target, online in zip(
+                self.target_network.parameters(), self.q_network.parameters()
+            ):
+                if tau >= 1.0:
+                    target.copy_(online)
+                else:
+                    target.lerp_(online, tau)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _record_episodes(self, reward, done, infos) -> list[tuple[float, float]]:
+        """Returns and lengths of the episodes that ended this step.
+
+        ``info["episode"]`` of ``RecordEpisodeStatistics`` (real game scores for Atari, across
+        lives) is preferred; envs without it are measured from the rewards seen.
+        """
+        self._episode_return += reward
+        self._episode_length += 1
+        finished: list[tuple[float, float]] = []
+        final_info = infos.get("final_info", {})
+        stats = final_info.get("episode") if isinstance(final_info, dict) else None
+        if stats is not None:
+            self._saw_episode_info = True
+            mask = final_info.get("_episode", np.ones(len(done), dtype=bool))
+            for i in np.flatnonzero(mask):
+                finished.append((float(stats["r"][i]), float(stats["l"][i])))
+        elif not self._saw_episode_info:
+            for i in np.flatnonzero(done):
+                finished.append((float(self._episode_return[i]), float(self._episode_length[i])))
+        self._episode_return[done] = 0.0
+        self._episode_length[done] = 0
+        return finished
+
+    def learn(
+        self,
+        total_steps: int,
+        reset_num_timesteps: bool = True,
+        callback: Callable[[DQN], bool | None] | None = None,
+    ) -> DQN:
+        """Collect ``total_steps`` env steps, training as the replay ratio prescribes.
+
+        Args:
+            total_steps: env steps to collect in this call.
+            reset_num_timesteps: start the step count (and so the ε and β schedules and
+                ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
+            callback: called with the agent after every vector step (and its updates);
+                returning ``False`` stops training early, as SB3's callbacks do.
+
+        Returns:
+            ``self``.
+        """
+        cfg = self.config
+        if self.envs is None:
+            raise RuntimeError("this agent has no env: pass env= when creating or loading it")
+        envs = self.envs
+        num_envs = envs.num_envs
+        if reset_num_timesteps:
+            self.global_step = 0
+            self.num_updates = 0
+        new_buffer = self.buffer is None
+        if new_buffer:
+            self.buffer = self._make_buffer()
+        if reset_num_timesteps or self._obs is None:
+            # a second learn() keeps the buffer (as SB3 does), so it closes the open episodes
+            self.buffer.end_episodes()
+            self._obs, _ = envs.reset(seed=cfg.seed if self._obs is None else None)
+            self._episode_return = np.zeros(num_envs)
+            self._episode_length = np.zeros(num_envs, dtype=np.int64)
+        start_step = self.global_step
+        horizon = start_step + int(total_steps)
+        # updates start once the buffer holds learning_starts steps (and enough to sample)
+        warmup = cfg.learning_starts if (reset_num_timesteps or new_buffer) else 0
+        warmup = max(warmup, num_envs * (cfg.n_step + self.buffer.frame_stack + 1))
+        learn_from = start_step + warmup
+        updates_at_start = self.num_updates
+        beta = cfg.priority_beta_start
+        logger = RunLogger(
+            cfg.run_dir,
+            horizon,
+            use_tensorboard=cfg.tensorboard,
+            progress=cfg.progress,
+            resume_step=None if reset_num_timesteps else start_step,
+        )
+        self.logger = logger
+        logger.log(
+            start_step,
+            {"charts/learning_rate": self.learning_rate, "charts/lr_scale": self.lr_scale},
+        )
+        recent_losses: list[dict[str, float]] = []
+        finished: list[tuple[float, float]] = []
+        start_time = time.perf_counter()
+        next_log = start_step + cfg.log_interval
+        last_target_update = self.global_step
+        obs = self._obs
+        try:
+            while self.global_step < horizon:
+                epsilon = self.epsilon(self.global_step, horizon)
+                actions = self._act(obs, epsilon)
+                next_obs, reward, terminated, truncated, infos = envs.step(actions)
+                done = terminated | truncated
+                self.buffer.add(obs, actions, reward, terminated, truncated, infos.get("final_obs"))
+                obs = next_obs
+                self.global_step += num_envs
+                for episode_return, length in self._record_episodes(reward, done, infos):
+                    self.episode_log.append((self.global_step, episode_return, length))
+                    finished.append((episode_return, length))
+
+                # enforce the replay ratio: updates × batch ≤ ratio × steps since learning began
+                if self.global_step > learn_from:
+                    due = int(cfg.replay_ratio * (self.global_step - learn_from) // cfg.batch_size)
+                    while self.num_updates - updates_at_start < due:
+                        beta = cfg.priority_beta_start + (1.0 - cfg.priority_beta_start) * min(
+                            1.0, self.global_step / horizon
+                        )
+                        batch = (
+                            self.buffer.sample(cfg.batch_size, beta=beta)
+                            if cfg.prioritized
+                            else self.buffer.sample(cfg.batch_size)
+                        )
+                        recent_losses.append(self.train_step(batch))
+                        self.num_updates += 1
+                        if cfg.checkpoint_period and self.num_updates % cfg.checkpoint_period == 0:
+                            self._checkpoint()
+                    self._measured_replay_ratio = (
+                        (self.num_updates - updates_at_start)
+                        * cfg.batch_size
+                        / (self.global_step - learn_from)
+                    )
+                if self.global_step - last_target_update >= cfg.target_update_period:
+                    last_target_update = self.global_step
+                    if self.num_updates > 0:
+                        self._update_target()
+
+                if self.global_step >= next_log or self.global_step >= horizon:
+                    next_log += cfg.log_interval
+                    elapsed = time.perf_counter() - start_time
+                    learned_steps = self.global_step - learn_from
+                    metrics: dict[str, float | None] = {
+                        "charts/SPS": (self.global_step - start_step) / max(elapsed, 1e-9),
+                        "charts/epsilon": epsilon,
+                        "charts/updates": self.num_updates,
+                        "charts/replay_ratio": self.replay_ratio if learned_steps > 0 else None,
+                        "charts/learning_rate": self.learning_rate,
+                    }
+                    if finished:
+                        metrics["charts/episodic_return"] = float(np.mean([r for r, _ in finished]))
+                        metrics["charts/episodic_length"] = float(np.mean([n for _, n in finished]))
+                        metrics["charts/episodes"] = len(finished)
+                    if recent_losses:
+                        for key in recent_losses[0]:
+                            metrics[key] = float(np.mean([m[key] for m in recent_losses]))
+                    if cfg.prioritized and self.num_updates:
+                        metrics["charts/beta"] = beta
+                    logger.log(self.global_step, metrics)
+                    finished, recent_losses = [], []
+                if callback is not None and callback(self) is False:
+                    break
+        finally:
+            self._obs = obs
+            if cfg.run_dir is not None:
+                self._checkpoint()
+            logger.close()
+        return self
+
+    @property
+    def replay_ratio(self) -> float | None:
+        """The replay ratio measured over the last :meth:`learn` call (None before learning)."""
+        return self._measured_replay_ratio
+
+    # -- saving and loading -------------------------------------------------------------------
+
+    def _checkpoint(self) -> None:
+        self.save(Path(self.config.run_dir) / "checkpoint.pt")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the config, networks, optimizer, counters and RNG states (atomically).
+
+        The replay buffer is not saved (as in SB3); a loaded agent refills it.
+        """
+        space = self.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise TypeError(f"saving supports Box observation spaces, got {space}")
+        state = {
+            "algorithm": type(self).__name__,
+            "env_id": self.env_id,
+            "config": {
+                k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(self.config).items()
+            },
+            "observation": {
+                "shape": list(space.shape),
+                "dtype": str(np.dtype(space.dtype)),
+                "low": torch.as_tensor(np.asarray(space.low, dtype=np.float64)),
+                "high": torch.as_tensor(np.asarray(space.high, dtype=np.float64)),
+            },
+            "num_actions": int(self.action_space.n),
+            "q_network": self.q_network.state_dict(),
+            "target_network": self.target_network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "global_step": self.global_step,
+            "num_updates": self.num_updates,
+            "rng": get_rng_state(),
+            "agent_rng": self.rng.bit_generator.state,
+        }
+        return save_checkpoint(path, state)
+
+    @classmethod
+    def load(
+        cls, path: str | Path, env: str | gym.vector.VectorEnv | None = None, **overrides: Any
+    ) -> DQN:
+        """Rebuild an agent saved by :meth:`save`.
+
+        Args:
+            path: the checkpoint file.
+            env: an env to go on training or to evaluate in (optional for ``predict``).
+            **overrides: config fields to change (``device``, ``run_dir``, ...).
+
+        Raises:
+            CheckpointError: the file is corrupt or truncated.
+        """
+        state = load_checkpoint(path)
+        config = config_from_dict(DQNConfig, {**state["config"], **overrides})
+        agent = cls.__new__(cls)
+        DQN.__init__(agent, env=None, config=config)
+        observation = state["observation"]
+        dtype = np.dtype(observation["dtype"])
+        agent.observation_space = gym.spaces.Box(
+            observation["low"].numpy().astype(dtype),
+            observation["high"].numpy().astype(dtype),
+            tuple(observation["shape"]),
+            dtype,
+        )
+        agent.action_space = gym.spaces.Discrete(state["num_actions"])
+        agent.env_id = state.get("env_id")
+        agent._build_networks()
+        agent.q_network.load_state_dict(state["q_network"])
+        agent.target_network.load_state_dict(state["target_network"])
+        agent.optimizer.load_state_dict(state["optimizer"])
+        agent.global_step = int(state["global_step"])
+        agent.num_updates = int(state["num_updates"])
+        set_rng_state(state["rng"])
+        agent.rng.bit_generator.state = state["agent_rng"]
+        if env is not None:
+            agent._attach_env(env)
+        return agent
+
+    def close(self) -> None:
+        """Close the envs this agent created."""
+        if self._owns_envs and self.envs is not None:
+            self.envs.close()
+
+
+class C51(DQN):
+    """Categorical DQN (Bellemare et al., 2017): 51 atoms on [-10, 10], cross-entropy loss.
+
+    Example:
+        >>> C51(env=None).config.categorical
+        True
+    """
+
+    defaults = dict(categorical=True, adam_eps=0.01 / 32)
+
+
+class Rainbow(DQN):
+    """ε-Rainbow: Double + Dueling + 3-step + prioritized + C51, ε-greedy instead of noisy nets.
+
+    Example:
+        >>> config = Rainbow(env=None).config
+        >>> config.double, config.dueling, config.n_step, config.prioritized, config.categorical
+        (True, True, 3, True, True)
+    """
+
+    defaults = dict(
+        double=True,
+        dueling=True,
+        n_step=3,
+        prioritized=True,
+        categorical=True,
+        adam_eps=1.5e-4,
+    )
