@@ -1,0 +1,252 @@
+"""SB3 PPO's rollout phase on ``SubprocVecEnv``, ``DummyVecEnv`` and vecaccel, side by side.
+
+The vec env only matters while SB3 collects a rollout, so a callback times the rollout phase
+(from ``_on_rollout_start`` to ``_on_rollout_end``: env steps plus the policy's forward passes)
+and the run also reports end-to-end ``learn`` steps per second, where the gradient updates
+dominate and bound what any vec env can gain.
+
+Workloads (the issue's):
+
+* ``pong``: ``make_atari_env("PongNoFrameskip-v4")`` + ``VecFrameStack(4)``, ``CnnPolicy``,
+  16 envs, ``n_steps=128``, 4 epochs, minibatches of 256.
+* ``cartpole``: ``make_vec_env("CartPole-v1")``, ``MlpPolicy``, 16 envs, same PPO settings.
+
+Usage::
+
+    python benchmarks/sb3_rollout.py                          # 1 warm-up + 5 timed updates each
+    python benchmarks/sb3_rollout.py --updates 2 --warmup-updates 1 --workloads cartpole
+    python benchmarks/sb3_rollout.py --vec-envs subproc,vecaccel --json out.json
+
+Every configuration is built, warmed up with ``--warmup-updates`` PPO updates (not timed) and
+then timed over ``--updates`` more; rollout steps per second = steps collected / seconds spent
+in the rollout phase. Start-up (process creation, ROM loading) is never timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import statistics
+import sys
+import time
+from typing import Any
+
+import gymnasium as gym
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
+
+from vecaccel.bench import machine_info, write_json
+from vecaccel.sb3 import VecAccelEnv
+
+try:  # SubprocVecEnv's forkserver/spawn workers import this module: register ALE ids there too
+    import ale_py
+
+    gym.register_envs(ale_py)
+except ImportError:  # the cartpole workload still runs
+    pass
+
+WORKLOADS = ("pong", "cartpole")
+VEC_ENVS = ("subproc", "dummy", "vecaccel")
+
+
+class RolloutTimer(BaseCallback):
+    """Accumulates the wall-clock time of every rollout phase after the warm-up ones."""
+
+    def __init__(self, warmup_rollouts: int) -> None:
+        super().__init__()
+        self.warmup_rollouts = warmup_rollouts
+        self.rollouts = 0
+        self.rollout_seconds: list[float] = []
+        self._start = 0.0
+
+    def _on_rollout_start(self) -> None:
+        self._start = time.perf_counter()
+
+    def _on_rollout_end(self) -> None:
+        elapsed = time.perf_counter() - self._start
+        self.rollouts += 1
+        if self.rollouts > self.warmup_rollouts:
+            self.rollout_seconds.append(elapsed)
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def vec_env_class(kind: str, args: argparse.Namespace) -> tuple[type[VecEnv], dict[str, Any]]:
+    if kind == "subproc":
+        return SubprocVecEnv, {"start_method": args.subproc_start_method}
+    if kind == "dummy":
+        return DummyVecEnv, {}
+    if kind == "vecaccel":
+        options: dict[str, Any] = {"backend": args.backend}
+        if args.num_workers is not None:
+            options["num_workers"] = args.num_workers
+        if args.context is not None:
+            options["context"] = args.context
+        return VecAccelEnv, options
+    raise ValueError(f"unknown vec env {kind!r}; choose from {', '.join(VEC_ENVS)}")
+
+
+def build(workload: str, kind: str, args: argparse.Namespace) -> tuple[VecEnv, str]:
+    cls, kwargs = vec_env_class(kind, args)
+    if workload == "pong":
+        venv = make_atari_env(
+            "PongNoFrameskip-v4",
+            n_envs=args.n_envs,
+            seed=args.seed,
+            vec_env_cls=cls,
+            vec_env_kwargs=kwargs,
+        )
+        return VecFrameStack(venv, n_stack=4), "CnnPolicy"
+    if workload == "cartpole":
+        venv = make_vec_env(
+            "CartPole-v1",
+            n_envs=args.n_envs,
+            seed=args.seed,
+            vec_env_cls=cls,
+            vec_env_kwargs=kwargs,
+        )
+        return venv, "MlpPolicy"
+    raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+
+
+def measure(workload: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One configuration: warm-up updates, then ``args.updates`` timed ones."""
+    record: dict[str, Any] = {"workload": workload, "vec_env": kind, "n_envs": args.n_envs}
+    if kind == "vecaccel":
+        record["vec_env"] = f"vecaccel-{args.backend}"
+    venv, policy = build(workload, kind, args)
+    try:
+        model = PPO(
+            policy,
+            venv,
+            n_steps=args.n_steps,
+            n_epochs=args.n_epochs,
+            batch_size=args.batch_size,
+            seed=args.seed,
+            device=args.device,
+            verbose=0,
+        )
+        steps_per_update = args.n_steps * args.n_envs
+        timer = RolloutTimer(args.warmup_updates)
+        if args.warmup_updates:
+            model.learn(total_timesteps=args.warmup_updates * steps_per_update, callback=timer)
+        start = time.perf_counter()
+        model.learn(
+            total_timesteps=args.updates * steps_per_update,
+            callback=timer,
+            reset_num_timesteps=False,
+        )
+        learn_seconds = time.perf_counter() - start
+    finally:
+        venv.close()
+    rollout_seconds = sum(timer.rollout_seconds)
+    timed_steps = len(timer.rollout_seconds) * steps_per_update
+    record.update(
+        updates=len(timer.rollout_seconds),
+        steps=timed_steps,
+        rollout_seconds=round(rollout_seconds, 3),
+        rollout_sps=round(timed_steps / rollout_seconds, 1),
+        rollout_sps_per_update=[round(steps_per_update / s, 1) for s in timer.rollout_seconds],
+        learn_seconds=round(learn_seconds, 3),
+        learn_sps=round(timed_steps / learn_seconds, 1),
+        rollout_share=round(rollout_seconds / learn_seconds, 3),
+    )
+    return record
+
+
+def add_ratios(records: list[dict[str, Any]]) -> None:
+    """``x subproc``/``x dummy``: rollout-phase speed relative to SB3's own vec envs."""
+    by_key = {(r["workload"], r["vec_env"]): r for r in records}
+    for record in records:
+        for peer in ("subproc", "dummy"):
+            base = by_key.get((record["workload"], peer))
+            if base is not None:
+                record[f"rollout_x_{peer}"] = round(record["rollout_sps"] / base["rollout_sps"], 2)
+                record[f"learn_x_{peer}"] = round(record["learn_sps"] / base["learn_sps"], 2)
+
+
+def format_table(records: list[dict[str, Any]]) -> str:
+    header = (
+        "| workload | vec env | envs | timed updates | rollout steps/s | x subproc | x dummy "
+        "| learn steps/s | learn x subproc | rollout share |"
+    )
+    lines = [header, "| " + " | ".join(["---"] * 10) + " |"]
+    for r in records:
+        lines.append(
+            f"| {r['workload']} | {r['vec_env']} | {r['n_envs']} | {r['updates']} "
+            f"| {r['rollout_sps']:.0f} | {r.get('rollout_x_subproc', float('nan')):.2f} "
+            f"| {r.get('rollout_x_dummy', float('nan')):.2f} | {r['learn_sps']:.0f} "
+            f"| {r.get('learn_x_subproc', float('nan')):.2f} | {r['rollout_share']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS), help="pong,cartpole")
+    parser.add_argument("--vec-envs", default=",".join(VEC_ENVS), help="subproc,dummy,vecaccel")
+    parser.add_argument("--updates", type=int, default=5, help="timed PPO updates per config")
+    parser.add_argument("--warmup-updates", type=int, default=1, help="untimed updates first")
+    parser.add_argument("--n-envs", type=int, default=16)
+    parser.add_argument("--n-steps", type=int, default=128)
+    parser.add_argument("--n-epochs", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--backend", default="shm", help="vecaccel backend")
+    parser.add_argument("--num-workers", type=int, default=None, help="vecaccel worker count")
+    parser.add_argument("--context", default=None, help="vecaccel start method")
+    parser.add_argument(
+        "--subproc-start-method", default=None, help="SubprocVecEnv start method (SB3 default)"
+    )
+    parser.add_argument(
+        "--torch-threads", type=int, default=None, help="torch.set_num_threads (default: torch's)"
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, help="write the records to this JSON file")
+    args = parser.parse_args(argv)
+    if args.updates < 1:
+        parser.error("--updates must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.torch_threads is not None:
+        torch.set_num_threads(args.torch_threads)
+    records = []
+    for workload in args.workloads.split(","):
+        for kind in args.vec_envs.split(","):
+            print(f"{workload} / {kind} ...", file=sys.stderr, flush=True)
+            records.append(measure(workload, kind, args))
+    add_ratios(records)
+    print(format_table(records))
+    info = machine_info()
+    print(
+        f"\n{info['usable_cpus']} usable CPUs, load average {info['load_average']}, "
+        f"torch threads {torch.get_num_threads()}; median rollout steps/s per update: "
+        + ", ".join(
+            f"{r['workload']}/{r['vec_env']} {statistics.median(r['rollout_sps_per_update']):.0f}"
+            for r in records
+        )
+    )
+    if args.json:
+        command = " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv])
+        write_json(
+            args.json,
+            records,
+            command=command,
+            torch_threads=torch.get_num_threads(),
+            options={k: v for k, v in vars(args).items() if k != "json"},
+        )
+        print(f"wrote {os.path.abspath(args.json)}")
+    return 0
+
+
+# The guard matters: SubprocVecEnv's default start method (forkserver) re-imports this file.
+if __name__ == "__main__":
+    raise SystemExit(main())
