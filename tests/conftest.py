@@ -100,3 +100,17 @@ def leak_check():
     checker = LeakCheck()
     yield checker
     checker.check()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Two cores, and env workers on both: torch's spinning threads would starve them."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

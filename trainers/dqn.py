@@ -44,6 +44,7 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.trainers.common import (
     RunLogger,
     config_from_dict,
+    configure_torch_threads,
     get_rng_state,
     load_checkpoint,
     lr_scale,
@@ -154,7 +155,7 @@ class DQNConfig:
     bf16: bool = False
     """bfloat16 autocast in the CNN torso."""
     torch_threads: int = 0
-    """Torch intra-op threads (0 leaves torch's default)."""
+    """Torch intra-op threads (0: automatic, the cores the env workers leave free, at least 1)."""
     log_interval: int = 1_000
     """Env steps between metric rows."""
     run_dir: str | None = None
@@ -359,8 +360,7 @@ class DQN:
         if unknown:
             raise TypeError(f"unknown {type(self).__name__} settings: {sorted(unknown)}")
         self.config = cfg = DQNConfig(**values)
-        if cfg.torch_threads > 0:
-            torch.set_num_threads(cfg.torch_threads)
+        configure_torch_threads(cfg.torch_threads, cfg.backend, cfg.num_envs)
         seed_everything(cfg.seed)
         self.device = _resolve_device(cfg.device)
         self.envs: gym.vector.VectorEnv | None = None

@@ -34,6 +34,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "vecaccel.plugins.async_pool",
     "vecaccel.plugins.action_server",
     "vecaccel.plugins.envs",
+    "vecaccel.trainers.cli",
 )
 
 #: Comma-separated plugin names (as registered, or entry-point names) to leave out.

@@ -1,0 +1,457 @@
+"""A2C and PPO: smoke runs on every backend, GAE against a plain loop, learning, exact resume."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from vecaccel.trainers import A2C, PPO
+from vecaccel.trainers.a2c import A2CConfig
+from vecaccel.trainers.common import (
+    CheckpointError,
+    EpisodicLifeEnv,
+    RunLogger,
+    compute_gae,
+    config_help,
+    load_checkpoint,
+    lr_scale,
+    make_env_for_training,
+    save_checkpoint,
+)
+from vecaccel.trainers.ppo import PPOConfig
+
+import vecaccel
+
+torch.set_num_threads(1)
+
+ALGORITHMS = [PPO, A2C]
+TINY = dict(num_envs=2, num_steps=8, num_workers=2, seed=0, torch_threads=1)
+
+
+def backend_params() -> list:
+    params = []
+    for name in sorted(vecaccel.list_backends()):
+        marks = []
+        if name == "async":
+            marks = [pytest.mark.skip(reason="steps a subset of envs per call; no [T, B] batch")]
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+def parameters(agent) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in agent.model.parameters()]
+
+
+# -- smoke ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", backend_params())
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda c: c.__name__)
+def test_smoke_every_backend(algo, backend, tmp_path):
+    agent = algo("CartPole-v1", backend=backend, run_dir=tmp_path, tensorboard=False, **TINY)
+    try:
+        before = parameters(agent)
+        agent.learn(total_steps=48)
+    finally:
+        agent.close()
+    assert agent.global_step == 48
+    assert any(not torch.equal(a, b) for a, b in zip(before, parameters(agent)))
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert rows and {"charts/SPS", "losses/value_loss", "losses/policy_loss"} <= rows[0].keys()
+    assert (tmp_path / "checkpoint.pt").exists()
+
+
+@pytest.mark.skipif("action_server" not in vecaccel.list_backends(), reason="no action_server")
+def test_ppo_on_alternating_action_server():
+    agent = PPO("CartPole-v1", backend="action_server", alternating=True, **TINY)
+    try:
+        agent.learn(total_steps=32)
+    finally:
+        agent.close()
+    assert agent.global_step == 32
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "Disabled"])
+def test_other_autoreset_modes_train(mode):
+    agent = PPO("CartPole-v1", backend="serial", autoreset_mode=mode, **{**TINY, "num_steps": 64})
+    try:
+        agent.learn(total_steps=256)
+    finally:
+        agent.close()
+    assert agent.global_step == 256
+
+
+def test_atari_cnn_smoke():
+    pytest.importorskip("ale_py")
+    agent = PPO(
+        "BreakoutNoFrameskip-v4",
+        backend="serial",
+        num_envs=2,
+        num_steps=4,
+        num_minibatches=2,
+        update_epochs=1,
+        channels_last=True,
+        bf16="on",
+        seed=0,
+    )
+    try:
+        assert agent.env.single_observation_space.shape == (4, 84, 84)
+        assert agent.model.shared and agent.model.encoder.bf16
+        agent.learn(total_steps=16)
+        actions, state = agent.predict(agent.sampler.last_obs[0].numpy(), deterministic=True)
+    finally:
+        agent.close()
+    assert state is None and np.asarray(actions).shape == ()
+
+
+# -- GAE --------------------------------------------------------------------------------------
+
+
+def reference_gae(rewards, values, next_value, terminated, truncated, finals, gamma, lam):
+    """Forward definition: A_t = sum_l (gamma*lam)^l delta_{t+l}, up to the episode's end."""
+    T, B = rewards.shape
+    advantages = np.zeros((T, B))
+    for b in range(B):
+        deltas = []
+        for t in range(T):
+            if terminated[t, b]:
+                bootstrap = 0.0
+            elif truncated[t, b]:
+                bootstrap = finals[(t, b)]
+            else:
+                bootstrap = values[t + 1, b] if t + 1 < T else next_value[b]
+            deltas.append(rewards[t, b] + gamma * bootstrap - values[t, b])
+        for t in range(T):
+            total, weight = 0.0, 1.0
+            for k in range(t, T):
+                total += weight * deltas[k]
+                if terminated[k, b] or truncated[k, b]:
+                    break
+                weight *= gamma * lam
+            advantages[t, b] = total
+    return advantages
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    T=st.integers(1, 7),
+    B=st.integers(1, 3),
+    gamma=st.floats(0.5, 1.0),
+    lam=st.floats(0.0, 1.0),
+    data=st.data(),
+)
+def test_gae_matches_reference_loop(T, B, gamma, lam, data):
+    floats = st.floats(-10, 10, allow_nan=False, width=32)
+    rewards = np.array(data.draw(st.lists(floats, min_size=T * B, max_size=T * B))).reshape(T, B)
+    values = np.array(data.draw(st.lists(floats, min_size=T * B, max_size=T * B))).reshape(T, B)
+    next_value = np.array(data.draw(st.lists(floats, min_size=B, max_size=B)))
+    flags = st.lists(st.sampled_from([0, 0, 0, 1, 2, 3]), min_size=T * B, max_size=T * B)
+    kinds = np.array(data.draw(flags)).reshape(T, B)  # 1 terminated, 2 truncated, 3 both
+    terminated = (kinds == 1) | (kinds == 3)
+    truncated = (kinds == 2) | (kinds == 3)
+    final_index = [
+        (t, b) for t in range(T) for b in range(B) if truncated[t, b] and not terminated[t, b]
+    ]
+    final_values = np.array(
+        data.draw(st.lists(floats, min_size=len(final_index), max_size=len(final_index)))
+    )
+    finals = dict(zip(final_index, final_values))
+
+    advantages, returns = compute_gae(
+        torch.tensor(rewards, dtype=torch.float64),
+        torch.tensor(values, dtype=torch.float64),
+        torch.tensor(next_value, dtype=torch.float64),
+        torch.tensor(terminated),
+        torch.tensor(truncated),
+        torch.tensor(final_values, dtype=torch.float64),
+        torch.tensor(final_index, dtype=torch.int64).reshape(-1, 2),
+        gamma,
+        lam,
+    )
+    expected = reference_gae(rewards, values, next_value, terminated, truncated, finals, gamma, lam)
+    np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(returns.numpy(), expected + values, rtol=1e-4, atol=1e-3)
+
+
+# -- learning -----------------------------------------------------------------------------------
+
+
+def best_rolling_return(agent, window: int = 10) -> float:
+    returns = [
+        r["charts/episodic_return"] for r in agent.logger.history if "charts/episodic_return" in r
+    ]
+    if len(returns) < window:
+        return float("-inf")
+    return max(np.mean(returns[i : i + window]) for i in range(len(returns) - window + 1))
+
+
+@pytest.mark.slow
+def test_ppo_learns_cartpole():
+    from vecaccel.trainers.ppo import PRESETS
+
+    agent = PPO(backend="serial", seed=1, torch_threads=1, **PRESETS["cartpole"])
+    try:
+        agent.learn(total_steps=40_000)
+    finally:
+        agent.close()
+    assert best_rolling_return(agent) >= 300
+
+
+@pytest.mark.slow
+def test_a2c_learns_cartpole():
+    from vecaccel.trainers.a2c import PRESETS
+
+    agent = A2C(backend="serial", seed=1, torch_threads=1, log_every=1, **PRESETS["cartpole"])
+    try:
+        agent.learn(total_steps=60_000)
+    finally:
+        agent.close()
+    assert best_rolling_return(agent) >= 150
+
+
+# -- resume -------------------------------------------------------------------------------------
+
+
+class Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("backend", [b for b in ("serial", "shm") if b in vecaccel.list_backends()])
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda c: c.__name__)
+def test_resume_is_bit_identical(algo, backend, tmp_path, monkeypatch):
+    config = dict(
+        backend=backend,
+        num_envs=3,
+        num_steps=16,
+        num_workers=2,
+        seed=5,
+        checkpoint_every=2,
+        tensorboard=False,
+        torch_threads=1,
+    )
+    total = 6 * 3 * 16  # six updates, checkpoints after the 2nd and 4th
+
+    uninterrupted = algo("CartPole-v1", run_dir=tmp_path / "a", **config)
+    uninterrupted.learn(total)
+    uninterrupted.close()
+
+    crashing = algo("CartPole-v1", run_dir=tmp_path / "b", **config)
+    update = type(crashing).update
+
+    def update_then_crash(self, batch, progress_remaining):
+        if self.update_index == 4:  # the fifth update dies after the checkpoint of the fourth
+            raise Interrupt
+        return update(self, batch, progress_remaining)
+
+    monkeypatch.setattr(type(crashing), "update", update_then_crash)
+    with pytest.raises(Interrupt):
+        crashing.learn(total)
+    crashing.close()
+    monkeypatch.undo()
+
+    resumed = algo.load(tmp_path / "b", run_dir=tmp_path / "b", tensorboard=False)
+    assert resumed.global_step == 4 * 3 * 16 and resumed.update_index == 4
+    resumed.learn()
+    resumed.close()
+
+    assert resumed.global_step == uninterrupted.global_step == total
+    for a, b in zip(parameters(uninterrupted), parameters(resumed), strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(
+        uninterrupted.optimizer.state_dict()["state"].values(),
+        resumed.optimizer.state_dict()["state"].values(),
+    ):
+        for key in a:
+            assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key]))
+    # the metrics a crashed run wrote after its checkpoint are dropped on resume
+    steps = [int(r["step"]) for r in csv.DictReader(open(tmp_path / "b" / "metrics.csv"))]
+    assert steps == sorted(steps) and steps[-1] == total
+
+
+# -- save, load, predict --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda c: c.__name__)
+def test_save_load_predict(algo, tmp_path):
+    agent = algo("CartPole-v1", backend="serial", num_envs=2, num_steps=8, seed=0)
+    agent.learn(32)
+    agent.save(tmp_path / "agent.pt")
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    expected, _ = agent.predict(obs, deterministic=True)
+    agent.close()
+
+    loaded = algo.load(tmp_path / "agent.pt")
+    actions, state = loaded.predict(obs, deterministic=True)
+    assert state is None and actions.shape == (5,)
+    np.testing.assert_array_equal(actions, expected)
+    single, _ = loaded.predict(obs[0], deterministic=True)
+    assert np.asarray(single).shape == () and single == expected[0]
+    assert loaded.config == agent.config
+
+
+def test_load_refuses_another_algorithm(tmp_path):
+    agent = A2C("CartPole-v1", backend="serial", num_envs=2, num_steps=4)
+    agent.save(tmp_path / "a2c.pt")
+    agent.close()
+    with pytest.raises(CheckpointError, match="a2c"):
+        PPO.load(tmp_path / "a2c.pt")
+
+
+def test_corrupt_checkpoints_raise_clear_errors(tmp_path):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {"weights": torch.arange(1000.0), "step": 3})
+    assert load_checkpoint(path)["step"] == 3
+    data = path.read_bytes()
+
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated"):
+        load_checkpoint(path)
+
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(flipped))
+    with pytest.raises(CheckpointError, match="corrupt"):
+        load_checkpoint(path)
+
+    path.write_bytes(b"")
+    with pytest.raises(CheckpointError):
+        load_checkpoint(path)
+
+    path.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(CheckpointError):
+        load_checkpoint(path)
+
+    torch.save([1, 2, 3], path)  # a plain torch file that is not a dict
+    with pytest.raises(CheckpointError, match="not a dict"):
+        load_checkpoint(path)
+
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.pt")
+    assert issubclass(CheckpointError, ValueError)
+
+
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, {"version": 1})
+
+    def failing_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("os.replace", failing_replace)
+    with pytest.raises(OSError):
+        save_checkpoint(path, {"version": 2})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["version"] == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary file left
+
+
+# -- learning-rate scaling, configs, logging, Atari set-up ---------------------------------------
+
+
+def test_lr_scale_modes():
+    assert lr_scale(1024, 256, "none") == 1.0
+    assert lr_scale(1024, 256, "linear") == 4.0
+    assert lr_scale(1024, 256, "sqrt") == 2.0
+    with pytest.raises(ValueError, match="mode"):
+        lr_scale(1024, 256, "cubic")
+
+
+def test_lr_scaling_is_applied_and_logged():
+    agent = PPO(
+        "CartPole-v1",
+        backend="serial",
+        num_envs=4,
+        num_steps=16,
+        learning_rate=1e-4,
+        lr_scaling="linear",
+        base_batch_size=16,
+        anneal_lr=False,
+    )
+    try:
+        assert agent.optimizer.param_groups[0]["lr"] == pytest.approx(4e-4)
+        agent.learn(64)
+    finally:
+        agent.close()
+    row = agent.logger.history[-1]
+    assert row["charts/lr_scale"] == 4.0
+    assert row["charts/learning_rate"] == pytest.approx(4e-4)
+
+
+@pytest.mark.parametrize("config_cls", [PPOConfig, A2CConfig])
+def test_every_config_field_is_documented(config_cls):
+    docs = config_help(config_cls)
+    missing = [f.name for f in dataclasses.fields(config_cls) if not docs.get(f.name)]
+    assert not missing
+
+
+def test_run_logger_files_and_resume(tmp_path):
+    logger = RunLogger(tmp_path, 300, progress=False)
+    for step in (100, 200, 300):
+        logger.log(step, {"charts/episodic_return": step / 10, "losses/value_loss": 1.0})
+    assert logger.close() == tmp_path / "learning_curve.png"
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0
+    assert any((tmp_path / "tb").iterdir())
+
+    resumed = RunLogger(tmp_path, 400, use_tensorboard=False, progress=False, resume_step=200)
+    resumed.log(300, {"charts/SPS": 5.0})  # a new column rewrites the header
+    resumed.close()
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
+    assert [int(r["step"]) for r in rows] == [100, 200, 300]
+    assert rows[-1]["charts/SPS"] == "5.0" and rows[-1]["charts/episodic_return"] == ""
+
+
+def test_atari_setup_uses_gymnasium_wrappers():
+    pytest.importorskip("ale_py")
+    envs = make_env_for_training("BreakoutNoFrameskip-v4", 1, backend="serial", seed=0)
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
+        env = envs.envs[0]
+        names = []
+        while hasattr(env, "env"):
+            names.append(type(env).__name__)
+            env = env.env
+        for wrapper in ("FrameStackObservation", "ClipReward", "EpisodicLifeEnv",
+                        "AtariPreprocessing", "RecordEpisodeStatistics"):  # fmt: skip
+            assert wrapper in names
+    finally:
+        envs.close()
+    evaluation = make_env_for_training(
+        "BreakoutNoFrameskip-v4", 1, backend="serial", training=False
+    )
+    try:
+        env = evaluation.envs[0]
+        wrappers = set()
+        while hasattr(env, "env"):
+            wrappers.add(type(env).__name__)
+            env = env.env
+        assert not wrappers & {"ClipReward", "EpisodicLifeEnv"}
+    finally:
+        evaluation.close()
+
+
+def test_life_loss_ends_the_episode_but_not_the_game():
+    pytest.importorskip("ale_py")
+    from vecaccel.manager import register_envs
+
+    register_envs()
+    env = EpisodicLifeEnv(
+        gym.wrappers.AtariPreprocessing(gym.make("BreakoutNoFrameskip-v4"), noop_max=0)
+    )
+    env.reset(seed=0)
+    lives = env.unwrapped.ale.lives()
+    for _ in range(2000):
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated:
+            break
+    assert terminated and not env.game_over
+    assert env.unwrapped.ale.lives() == lives - 1
+    env.reset()
+    assert env.unwrapped.ale.lives() == lives - 1  # the same game goes on
+    env.close()

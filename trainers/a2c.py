@@ -1,0 +1,207 @@
+"""Advantage Actor-Critic, synchronous and large-batch (Mnih et al., 2016; Stooke & Abbeel, 2018).
+
+One gradient step per batch of ``num_envs * num_steps`` transitions: the policy gradient with
+GAE advantages (``gae_lambda=1`` gives A2C's n-step returns, truncations bootstrapped from the
+true final observation), a value regression and an entropy bonus, RMSprop, gradient clipping.
+
+Example:
+    >>> from vecaccel.trainers import A2C
+    >>> agent = A2C("CartPole-v1", backend="serial", num_envs=2, num_steps=5, seed=0)
+    >>> _ = agent.learn(total_steps=20)
+    >>> agent.global_step
+    20
+    >>> agent.close()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
+
+__all__ = ["A2C", "A2CConfig", "PRESETS"]
+
+
+@dataclass
+class A2CConfig:
+    """Every A2C setting; each field's docstring is its ``--help`` text."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium environment id (ALE ids get the standard Atari set-up)."""
+    num_envs: int = 16
+    """Parallel environments (B)."""
+    backend: str = "shm"
+    """vecaccel backend that runs the environments."""
+    num_workers: int = 0
+    """Worker processes for process backends (0: the backend's default)."""
+    alternating: bool = False
+    """action_server backend: two alternating halves of envs, so simulation overlaps the policy."""
+    seed: int = 1
+    """Seed of the run (torch, NumPy, Python, and the environments)."""
+    device: str = "cpu"
+    """Torch device for the model and the batches."""
+    torch_threads: int = 0
+    """torch.set_num_threads for this process (0: automatic, the cores the env workers leave
+    free, at least 1)."""
+    atari: bool | None = None
+    """Force the Atari set-up on or off (default: detect from env_id)."""
+    autoreset_mode: str = "SameStep"
+    """Gymnasium autoreset mode of the envs; SameStep wastes no step on resets."""
+
+    num_steps: int = 5
+    """Steps per environment per update (T); the batch is num_envs * num_steps."""
+    learning_rate: float = 7e-4
+    """RMSprop learning rate at base_batch_size (before lr scaling)."""
+    lr_scaling: str = "none"
+    """Scale the learning rate with the batch: none, linear or sqrt in batch/base_batch_size."""
+    base_batch_size: int = 80
+    """Batch size at which learning_rate was tuned (16 envs x 5 steps, the A2C default)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run."""
+    rms_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    rms_eps: float = 1e-5
+    """RMSprop epsilon."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 1.0
+    """GAE lambda (1: plain n-step returns, classic A2C)."""
+    norm_adv: bool = False
+    """Normalise advantages over the batch."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient (the value loss is the mean squared error, as in SB3)."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+
+    network: str = "auto"
+    """Policy network: auto (Nature-CNN for images, MLP otherwise), cnn or mlp."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """MLP hidden layer widths (separate actor and critic MLPs)."""
+    activation: str = "tanh"
+    """MLP activation: tanh or relu."""
+    channels_last: bool = True
+    """NHWC memory format for the CNN (faster convolutions on CPUs)."""
+    bf16: str = "off"
+    """bfloat16 autocast in the CNN torso: off, on, or auto (on where the hardware has bf16 units)."""
+
+    checkpoint_every: int = 500
+    """Write run_dir/checkpoint.pt every this many updates (0: only at the end)."""
+    reset_envs_at_checkpoint: bool = True
+    """Re-seed the envs at each checkpoint so that a resumed run is bit-identical on CPU."""
+    log_every: int = 10
+    """Log metrics every this many updates (and whenever an episode ended)."""
+
+
+#: Named settings for ``A2C(**PRESETS[name])`` and ``vecaccel train a2c --preset NAME``.
+PRESETS: dict[str, dict[str, Any]] = {
+    # rl-baselines3-zoo's hyperparams/a2c.yml for CartPole-v1: n_envs 8, ent_coef 0, the rest
+    # SB3's A2C defaults (n_steps 5, lr 7e-4 constant, gamma 0.99, gae_lambda 1)
+    "cartpole": dict(
+        env_id="CartPole-v1",
+        num_envs=8,
+        num_steps=5,
+        ent_coef=0.0,
+        learning_rate=7e-4,
+        anneal_lr=False,
+        base_batch_size=40,
+    ),
+    # the classic Atari A2C (baselines): 16 envs x 5 steps, RMSprop 7e-4, annealed
+    "atari": dict(
+        env_id="PongNoFrameskip-v4",
+        num_envs=16,
+        num_steps=5,
+        learning_rate=7e-4,
+        ent_coef=0.01,
+        base_batch_size=80,
+    ),
+    # the seed paper's large-batch A2C: 256 envs x 5 steps, learning rate scaled from the
+    # 80-sample base (Stooke & Abbeel, 2018, section 4)
+    "atari-large": dict(
+        env_id="PongNoFrameskip-v4",
+        num_envs=256,
+        num_steps=5,
+        learning_rate=7e-4,
+        lr_scaling="sqrt",
+        base_batch_size=80,
+        ent_coef=0.01,
+        bf16="auto",
+    ),
+}
+
+
+class A2C(OnPolicyAlgorithm):
+    """Synchronous advantage actor-critic.
+
+    Args:
+        env: a Gymnasium id, a vector env, or ``None``; see ``OnPolicyAlgorithm``.
+        run_dir: where logs and checkpoints go (``None``: nowhere).
+        progress: show a progress bar while learning.
+        tensorboard: write TensorBoard event files.
+        **config: :class:`A2CConfig` fields.
+    """
+
+    algo_name = "a2c"
+    config_cls = A2CConfig
+    config: A2CConfig
+
+    def make_optimizer(self, learning_rate: float) -> torch.optim.Optimizer:
+        cfg = self.config
+        return torch.optim.RMSprop(
+            self.model.parameters(), lr=learning_rate, alpha=cfg.rms_alpha, eps=cfg.rms_eps
+        )
+
+    def update(self, batch: Any, progress_remaining: float) -> dict[str, float]:
+        cfg, model = self.config, self.model
+
+        with torch.no_grad():
+            next_value = model.value(batch.next_obs)
+            final_values = model.value(batch.final_obs) if len(batch.final_obs) else next_value[:0]
+        advantages, returns = compute_gae(
+            batch.rewards,
+            batch.extras["value"],
+            next_value,
+            batch.terminated,
+            batch.truncated,
+            final_values,
+            batch.final_index,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
+
+        valid = batch.valid.reshape(-1)
+        keep = None if bool(valid.all()) else valid.nonzero().squeeze(1)
+
+        def flat(x: torch.Tensor) -> torch.Tensor:
+            x = x.reshape(-1, *x.shape[2:])
+            return x if keep is None else x[keep]
+
+        b_obs = flat(batch.obs)
+        b_actions = flat(batch.actions)
+        b_advantages = flat(advantages)
+        b_returns = flat(returns)
+        b_values = flat(batch.extras["value"])
+
+        log_prob, entropy, value = model.evaluate(b_obs, b_actions)
+        if cfg.norm_adv and len(b_advantages) > 1:
+            b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
+        pg_loss = -(b_advantages * log_prob).mean()
+        v_loss = ((b_returns - value) ** 2).mean()
+        entropy_loss = entropy.mean()
+        loss = pg_loss - cfg.ent_coef * entropy_loss + cfg.vf_coef * v_loss
+
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(list(model.parameters()), cfg.max_grad_norm, foreach=True)
+        self.optimizer.step()
+
+        return {
+            "losses/value_loss": v_loss.item(),
+            "losses/policy_loss": pg_loss.item(),
+            "losses/entropy": entropy_loss.item(),
+            "losses/explained_variance": explained_variance(b_values, b_returns),
+        }

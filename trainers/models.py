@@ -1,0 +1,385 @@
+"""Networks for the bundled trainers: Nature-CNN and MLP actor-critics and Q-networks.
+
+Every layer is orthogonally initialised (gain sqrt(2) in the body, 0.01 for policy logits, 1 for
+values), as in the baselines, SB3 and CleanRL. Image observations (uint8, ``[C, H, W]``) are
+scaled by 1/255 inside the network, so buffers stay uint8.
+
+Example:
+    >>> import gymnasium as gym, torch
+    >>> model = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2))
+    >>> actions, extras = model(torch.zeros(3, 4))
+    >>> actions.shape, sorted(extras)
+    (torch.Size([3]), ['log_prob', 'value'])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "ActorCritic",
+    "MLP",
+    "NatureCNN",
+    "QNetwork",
+    "TwinMLP",
+    "bf16_autocast_helps",
+    "layer_init",
+    "make_encoder",
+]
+
+
+def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -> nn.Module:
+    """Orthogonal weights with gain ``std`` and constant bias, in place; returns the layer."""
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+def bf16_autocast_helps(device: str | torch.device = "cpu") -> bool:
+    """Whether bfloat16 autocast is likely to speed up convolutions on ``device``.
+
+    On CPUs it pays with native bf16 matrix units (AMX, or AVX512-BF16); on CUDA with
+    compute capability 8.0 or newer.
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        cpu = getattr(torch, "cpu", None)
+        for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+            check = getattr(cpu, probe, None)
+            if check is not None and check():
+                return True
+    return False
+
+
+def _is_image_space(space: gym.Space) -> bool:
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+class NatureCNN(nn.Module):
+    """The DQN Nature paper's convolutional torso: 3 convs and a 512-unit linear layer.
+
+    Args:
+        in_channels: stacked frames (4 for the standard Atari set-up).
+        image_size: height and width of the (square) input.
+        features: output width.
+        channels_last: keep the convolutions in NHWC memory format (faster on CPUs).
+        bf16: run the torso under bfloat16 autocast; outputs are cast back to float32.
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 4,
+        image_size: int = 84,
+        features: int = 512,
+        channels_last: bool = False,
+        bf16: bool = False,
+    ) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, in_channels, image_size, image_size)).shape[1]
+        self.linear = nn.Sequential(layer_init(nn.Linear(flat, features)), nn.ReLU())
+        self.out_features = features
+        self.channels_last = channels_last
+        self.bf16 = bf16
+        if channels_last:
+            self.convs.to(memory_format=torch.channels_last)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float() / 255.0
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        context = (
+            torch.autocast(device_type=x.device.type, dtype=torch.bfloat16)
+            if self.bf16
+            else contextlib.nullcontext()
+        )
+        with context:
+            x = self.linear(self.convs(x))
+        return x.float()
+
+
+class MLP(nn.Module):
+    """A multilayer perceptron torso over flattened observations.
+
+    Args:
+        in_features: flattened observation size.
+        hidden_sizes: widths of the hidden layers.
+        activation: ``"tanh"`` or ``"relu"``.
+    """
+
+    def __init__(
+        self, in_features: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"
+    ) -> None:
+        super().__init__()
+        activations = {"tanh": nn.Tanh, "relu": nn.ReLU}
+        if activation not in activations:
+            raise ValueError(f"activation must be one of {sorted(activations)}, got {activation!r}")
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = in_features
+        for size in hidden_sizes:
+            layers += [layer_init(nn.Linear(width, size)), activations[activation]()]
+            width = size
+        self.body = nn.Sequential(*layers)
+        self.out_features = width
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.body(obs.float())
+
+
+def make_encoder(
+    observation_space: gym.Space,
+    network: str = "auto",
+    hidden_sizes: Sequence[int] = (64, 64),
+    activation: str = "tanh",
+    channels_last: bool = False,
+    bf16: bool = False,
+) -> nn.Module:
+    """A Nature-CNN for image observations, an MLP otherwise (``network``: auto/cnn/mlp)."""
+    if network not in ("auto", "cnn", "mlp"):
+        raise ValueError(f"network must be 'auto', 'cnn' or 'mlp', got {network!r}")
+    if network == "cnn" or (network == "auto" and _is_image_space(observation_space)):
+        shape = observation_space.shape
+        if shape is None or len(shape) != 3 or shape[1] != shape[2]:
+            raise ValueError(f"the Nature CNN needs [C, H, H] observations, got shape {shape}")
+        return NatureCNN(shape[0], shape[1], channels_last=channels_last, bf16=bf16)
+    in_features = int(np.prod(observation_space.shape or (1,)))
+    return MLP(in_features, hidden_sizes, activation)
+
+
+class TwinMLP(nn.Module):
+    """``copies`` MLPs of the same shape over the same input, evaluated together.
+
+    Each layer is one batched matrix multiply (``baddbmm``) over a ``[copies, in, out]`` weight
+    instead of ``copies`` separate ``Linear`` calls, which halves the kernel launches of SB3's
+    separate actor and critic MLPs; mathematically it is exactly ``copies`` independent MLPs
+    (each slice is initialised orthogonally, like :func:`layer_init`).
+
+    Args:
+        in_features: flattened observation size.
+        hidden_sizes: widths of the hidden layers.
+        activation: ``"tanh"`` or ``"relu"``.
+        copies: how many MLPs.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        copies: int = 2,
+    ) -> None:
+        super().__init__()
+        activations = {"tanh": torch.tanh, "relu": torch.relu}
+        if activation not in activations:
+            raise ValueError(f"activation must be one of {sorted(activations)}, got {activation!r}")
+        if not hidden_sizes:
+            raise ValueError("TwinMLP needs at least one hidden layer")
+        self.activation = activations[activation]
+        self.copies = copies
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        width = in_features
+        for size in hidden_sizes:
+            weight = torch.empty(copies, width, size)
+            for copy in range(copies):
+                # orthogonal over (out, in) as nn.Linear stores it, then transposed for bmm
+                nn.init.orthogonal_(weight[copy].T, math.sqrt(2))
+            self.weights.append(nn.Parameter(weight))
+            self.biases.append(nn.Parameter(torch.zeros(copies, 1, size)))
+            width = size
+        self.out_features = width
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``[copies, N, out_features]`` features of each MLP."""
+        x = obs.float().flatten(1).expand(self.copies, -1, -1)
+        for weight, bias in zip(self.weights, self.biases):
+            x = self.activation(torch.baddbmm(bias, x, weight))
+        return x
+
+
+class ActorCritic(nn.Module):
+    """Policy and value function for A2C and PPO, callable as a :class:`vecaccel.Sampler` policy.
+
+    Image observations share one Nature-CNN torso between the policy and value heads (as in
+    the paper and CleanRL's Atari scripts); vector observations get separate actor and critic
+    MLPs (SB3's default ``MlpPolicy``), run together as a :class:`TwinMLP`. Discrete actions use
+    a categorical distribution, Box actions a diagonal Gaussian with a state-independent log
+    standard deviation.
+
+    Args:
+        observation_space: the single-env observation space.
+        action_space: the single-env action space (``Discrete`` or ``Box``).
+        network: ``"auto"``, ``"cnn"`` or ``"mlp"``.
+        hidden_sizes: MLP widths.
+        activation: MLP activation.
+        channels_last: NHWC convolutions.
+        bf16: bfloat16 autocast in the CNN torso.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        network: str = "auto",
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        channels_last: bool = False,
+        bf16: bool = False,
+    ) -> None:
+        super().__init__()
+        self.observation_space = observation_space
+        self.action_space = action_space
+        encoder = make_encoder(
+            observation_space, network, hidden_sizes, activation, channels_last, bf16
+        )
+        self.shared = isinstance(encoder, NatureCNN)
+        if not self.shared:
+            in_features = int(np.prod(observation_space.shape or (1,)))
+            encoder = TwinMLP(in_features, hidden_sizes, activation, copies=2)
+        self.encoder = encoder
+        width = encoder.out_features
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.continuous = False
+            self.actor_head = layer_init(nn.Linear(width, int(action_space.n)), std=0.01)
+        elif isinstance(action_space, gym.spaces.Box):
+            self.continuous = True
+            action_dim = int(np.prod(action_space.shape))
+            self.actor_head = layer_init(nn.Linear(width, action_dim), std=0.01)
+            self.log_std = nn.Parameter(torch.zeros(action_dim))
+        else:
+            raise TypeError(
+                f"ActorCritic supports Discrete and Box action spaces, got {action_space}"
+            )
+        self.critic_head = layer_init(nn.Linear(width, 1), std=1.0)
+
+    def _features(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.encoder(obs)
+        if self.shared:
+            return features, features
+        return features[0], features[1]
+
+    def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        actor_features, critic_features = self._features(obs)
+        return self.actor_head(actor_features), self.critic_head(critic_features).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """``V(obs)``, shape ``[N]``."""
+        return self.critic_head(self._features(obs)[1]).squeeze(-1)
+
+    # Categorical and Gaussian written out: torch.distributions' objects cost more per call
+    # (argument validation, lazy properties) than the arithmetic itself on small batches.
+
+    def _log_prob_entropy(
+        self, logits: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.continuous:
+            log_std = self.log_std.expand_as(logits)
+            z = (actions - logits) / log_std.exp()
+            log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+            entropy = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
+            return log_prob, entropy
+        log_probs = logits.log_softmax(-1)
+        log_prob = log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        return log_prob, entropy
+
+    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.continuous:
+            std = self.log_std.exp().expand_as(logits)
+            actions = logits + std * torch.randn_like(logits)
+            return actions, self._log_prob_entropy(logits, actions)[0]
+        # inverse-CDF sampling: a few elementwise ops, cheaper than torch.multinomial
+        log_probs = logits.log_softmax(-1)
+        cdf = log_probs.exp().cumsum(-1)
+        uniform = torch.rand(cdf.shape[:-1] + (1,), device=cdf.device, dtype=cdf.dtype)
+        actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
+        return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Sample actions: ``(actions, {"log_prob": ..., "value": ...})``."""
+        logits, value = self._heads(obs)
+        actions, log_prob = self._sample(logits)
+        return actions, {"log_prob": log_prob, "value": value}
+
+    def evaluate(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(log_prob, entropy, value)`` of ``actions`` at ``obs``, with gradients."""
+        logits, value = self._heads(obs)
+        log_prob, entropy = self._log_prob_entropy(logits, actions)
+        return log_prob, entropy, value
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Actions only: the mode when ``deterministic``, else a sample."""
+        logits = self.actor_head(self._features(obs)[0])
+        if not deterministic:
+            return self._sample(logits)[0]
+        return logits if self.continuous else logits.argmax(-1)
+
+
+class QNetwork(nn.Module):
+    """Q-values (or return distributions) over discrete actions, optionally dueling.
+
+    Args:
+        observation_space: the single-env observation space.
+        num_actions: number of discrete actions.
+        network: ``"auto"``, ``"cnn"`` or ``"mlp"``.
+        hidden_sizes: MLP widths.
+        activation: MLP activation (``"relu"`` is the DQN default).
+        dueling: separate value and advantage streams (Wang et al., 2016).
+        num_atoms: 1 for expected Q-values; more for a categorical (C51) distribution, in which
+            case ``forward`` returns logits of shape ``[N, num_actions, num_atoms]``.
+        channels_last: NHWC convolutions.
+        bf16: bfloat16 autocast in the CNN torso.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        num_actions: int,
+        network: str = "auto",
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "relu",
+        dueling: bool = False,
+        num_atoms: int = 1,
+        channels_last: bool = False,
+        bf16: bool = False,
+    ) -> None:
+        super().__init__()
+        self.num_actions = int(num_actions)
+        self.num_atoms = int(num_atoms)
+        self.dueling = dueling
+        self.body = make_encoder(
+            observation_space, network, hidden_sizes, activation, channels_last, bf16
+        )
+        width = self.body.out_features
+        self.advantage_head = layer_init(nn.Linear(width, self.num_actions * self.num_atoms), 1.0)
+        self.value_head = layer_init(nn.Linear(width, self.num_atoms), 1.0) if dueling else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q-values ``[N, A]``, or logits ``[N, A, num_atoms]`` when ``num_atoms > 1``."""
+        features = self.body(obs)
+        out = self.advantage_head(features).view(-1, self.num_actions, self.num_atoms)
+        if self.value_head is not None:
+            value = self.value_head(features).view(-1, 1, self.num_atoms)
+            out = value + out - out.mean(dim=1, keepdim=True)
+        return out.squeeze(-1) if self.num_atoms == 1 else out

@@ -1,0 +1,294 @@
+"""Proximal Policy Optimization (Schulman et al., 2017) on vecaccel's sampler.
+
+Reads top to bottom like CleanRL's ``ppo_atari.py``: the config, then the update (GAE with
+truncation bootstrapping, clipped surrogate, clipped value loss, entropy bonus, gradient
+clipping). Collecting, logging and checkpoints are the shared runner of
+:class:`vecaccel.trainers.common.OnPolicyAlgorithm`.
+
+Example:
+    >>> from vecaccel.trainers import PPO
+    >>> agent = PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=8, seed=0)
+    >>> _ = agent.learn(total_steps=32)
+    >>> actions, _ = agent.predict(agent.env.reset(seed=0)[0], deterministic=True)
+    >>> actions.shape
+    (2,)
+    >>> agent.close()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
+
+__all__ = ["PPO", "PPOConfig", "PRESETS"]
+
+
+@dataclass
+class PPOConfig:
+    """Every PPO setting; each field's docstring is its ``--help`` text."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium environment id (ALE ids get the standard Atari set-up)."""
+    num_envs: int = 8
+    """Parallel environments (B)."""
+    backend: str = "shm"
+    """vecaccel backend that runs the environments."""
+    num_workers: int = 0
+    """Worker processes for process backends (0: the backend's default)."""
+    alternating: bool = False
+    """action_server backend: two alternating halves of envs, so simulation overlaps the policy."""
+    seed: int = 1
+    """Seed of the run (torch, NumPy, Python, and the environments)."""
+    device: str = "cpu"
+    """Torch device for the model and the batches."""
+    torch_threads: int = 0
+    """torch.set_num_threads for this process (0: automatic, the cores the env workers leave
+    free, at least 1)."""
+    atari: bool | None = None
+    """Force the Atari set-up on or off (default: detect from env_id)."""
+    autoreset_mode: str = "SameStep"
+    """Gymnasium autoreset mode of the envs; SameStep wastes no step on resets."""
+
+    num_steps: int = 128
+    """Steps per environment per rollout (T); the batch is num_envs * num_steps."""
+    learning_rate: float = 2.5e-4
+    """Adam learning rate at base_batch_size (before lr scaling)."""
+    lr_scaling: str = "none"
+    """Scale the learning rate with the batch: none, linear or sqrt in batch/base_batch_size."""
+    base_batch_size: int = 1024
+    """Batch size at which learning_rate was tuned (the reference of lr_scaling)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run."""
+    adam_eps: float = 1e-5
+    """Adam epsilon."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    num_minibatches: int = 4
+    """Minibatches per epoch."""
+    update_epochs: int = 4
+    """Passes over each batch."""
+    norm_adv: bool = True
+    """Normalise advantages per minibatch."""
+    clip_coef: float = 0.1
+    """Surrogate clipping coefficient (epsilon)."""
+    anneal_clip: bool = False
+    """Anneal clip_coef linearly to 0 with the learning rate (SB3's lin_ schedules)."""
+    clip_vloss: bool = True
+    """Clip the value loss around the old values, with clip_coef."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient (the value loss is the mean squared error, as in SB3)."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+    target_kl: float | None = None
+    """Stop the epochs early when the approximate KL exceeds this (None: never)."""
+
+    network: str = "auto"
+    """Policy network: auto (Nature-CNN for images, MLP otherwise), cnn or mlp."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """MLP hidden layer widths (separate actor and critic MLPs)."""
+    activation: str = "tanh"
+    """MLP activation: tanh or relu."""
+    channels_last: bool = True
+    """NHWC memory format for the CNN (faster convolutions on CPUs)."""
+    bf16: str = "off"
+    """bfloat16 autocast in the CNN torso: off, on, or auto (on where the hardware has bf16 units)."""
+
+    checkpoint_every: int = 50
+    """Write run_dir/checkpoint.pt every this many updates (0: only at the end)."""
+    reset_envs_at_checkpoint: bool = True
+    """Re-seed the envs at each checkpoint so that a resumed run is bit-identical on CPU."""
+    log_every: int = 1
+    """Log metrics every this many updates (and whenever an episode ended)."""
+
+
+#: Named settings for ``PPO(**PRESETS[name])`` and ``vecaccel train ppo --preset NAME``.
+PRESETS: dict[str, dict[str, Any]] = {
+    # rl-baselines3-zoo's hyperparams/ppo.yml for CartPole-v1 (n_envs 8, n_steps 32,
+    # batch_size 256, gae_lambda 0.8, gamma 0.98, n_epochs 20, ent_coef 0, lin_1e-3, lin_0.2)
+    "cartpole": dict(
+        env_id="CartPole-v1",
+        num_envs=8,
+        num_steps=32,
+        num_minibatches=1,
+        update_epochs=20,
+        gamma=0.98,
+        gae_lambda=0.8,
+        ent_coef=0.0,
+        learning_rate=1e-3,
+        anneal_lr=True,
+        clip_coef=0.2,
+        anneal_clip=True,
+        clip_vloss=False,
+        base_batch_size=256,
+    ),
+    # the standard Atari PPO (baselines, CleanRL ppo_atari.py): 8 envs x 128 steps
+    "atari": dict(
+        env_id="PongNoFrameskip-v4",
+        num_envs=8,
+        num_steps=128,
+        learning_rate=2.5e-4,
+        num_minibatches=4,
+        update_epochs=4,
+        clip_coef=0.1,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        base_batch_size=1024,
+    ),
+    # the seed paper's large-batch regime: many more envs per update, learning rate scaled
+    # from the 1024-sample base (Stooke & Abbeel, 2018, section 4)
+    "atari-large": dict(
+        env_id="PongNoFrameskip-v4",
+        num_envs=128,
+        num_steps=128,
+        learning_rate=2.5e-4,
+        lr_scaling="sqrt",
+        base_batch_size=1024,
+        num_minibatches=16,
+        update_epochs=4,
+        clip_coef=0.1,
+        ent_coef=0.01,
+        bf16="auto",
+    ),
+}
+
+
+class PPO(OnPolicyAlgorithm):
+    """PPO with the clipped surrogate objective.
+
+    Args:
+        env: a Gymnasium id, a vector env, or ``None``; see ``OnPolicyAlgorithm``.
+        run_dir: where logs and checkpoints go (``None``: nowhere).
+        progress: show a progress bar while learning.
+        tensorboard: write TensorBoard event files.
+        **config: :class:`PPOConfig` fields.
+    """
+
+    algo_name = "ppo"
+    config_cls = PPOConfig
+    config: PPOConfig
+
+    def make_optimizer(self, learning_rate: float) -> torch.optim.Optimizer:
+        # fused: one kernel for the whole parameter list instead of a loop over tensors
+        return torch.optim.Adam(
+            self.model.parameters(), lr=learning_rate, eps=self.config.adam_eps, fused=True
+        )
+
+    def update(self, batch: Any, progress_remaining: float) -> dict[str, float]:
+        cfg, model = self.config, self.model
+        clip_coef = cfg.clip_coef * (progress_remaining if cfg.anneal_clip else 1.0)
+
+        # bootstrap values: the next row's, the truncated episodes' true last observations'
+        with torch.no_grad():
+            next_value = model.value(batch.next_obs)
+            final_values = model.value(batch.final_obs) if len(batch.final_obs) else next_value[:0]
+        advantages, returns = compute_gae(
+            batch.rewards,
+            batch.extras["value"],
+            next_value,
+            batch.terminated,
+            batch.truncated,
+            final_values,
+            batch.final_index,
+            cfg.gamma,
+            cfg.gae_lambda,
+        )
+
+        # flatten the [T, B] batch, dropping NEXT_STEP reset rows that are no transition
+        valid = batch.valid.reshape(-1)
+        keep = None if bool(valid.all()) else valid.nonzero().squeeze(1)
+
+        def flat(x: torch.Tensor) -> torch.Tensor:
+            x = x.reshape(-1, *x.shape[2:])
+            return x if keep is None else x[keep]
+
+        b_obs = flat(batch.obs)
+        b_actions = flat(batch.actions)
+        b_logprobs = flat(batch.extras["log_prob"])
+        b_values = flat(batch.extras["value"])
+        b_advantages = flat(advantages)
+        b_returns = flat(returns)
+
+        n = b_obs.shape[0]
+        minibatch_size = max(1, n // cfg.num_minibatches)
+        parameters = list(model.parameters())
+        clipfrac_sum, minibatches = torch.zeros(()), 0
+        approx_kl = old_approx_kl = torch.zeros(())
+        pg_loss = v_loss = entropy_loss = torch.zeros(())
+        normalized: torch.Tensor | None = None
+        for epoch in range(cfg.update_epochs):
+            # one minibatch is the whole batch: no shuffle, no gathers (the mean is the same)
+            permutation = torch.randperm(n, device=b_obs.device) if minibatch_size < n else None
+            # KL and clip fraction: every minibatch for early stopping, else the last epoch's
+            diagnose = cfg.target_kl is not None or epoch == cfg.update_epochs - 1
+            for start in range(0, n, minibatch_size):
+                if permutation is None:
+                    mb: slice | torch.Tensor = slice(None)
+                else:
+                    mb = permutation[start : start + minibatch_size]
+                new_logprob, entropy, new_value = model.evaluate(b_obs[mb], b_actions[mb])
+                log_ratio = new_logprob - b_logprobs[mb]
+                ratio = log_ratio.exp()
+                if diagnose:
+                    with torch.no_grad():
+                        old_approx_kl = (-log_ratio).mean()
+                        approx_kl = ((ratio - 1) - log_ratio).mean()
+                        clipfrac_sum += ((ratio - 1.0).abs() > clip_coef).float().mean()
+                        minibatches += 1
+
+                mb_advantages = b_advantages[mb]
+                if cfg.norm_adv and len(mb_advantages) > 1:
+                    if permutation is None:  # the same whole batch every epoch: normalise once
+                        if normalized is None:
+                            normalized = (b_advantages - b_advantages.mean()) / (
+                                b_advantages.std() + 1e-8
+                            )
+                        mb_advantages = normalized
+                    else:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (
+                            mb_advantages.std() + 1e-8
+                        )
+
+                # clipped surrogate objective
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                # value loss, optionally clipped around the values the batch was collected with
+                v_loss_unclipped = (new_value - b_returns[mb]) ** 2
+                if cfg.clip_vloss:
+                    v_clipped = b_values[mb] + torch.clamp(
+                        new_value - b_values[mb], -clip_coef, clip_coef
+                    )
+                    v_loss = torch.max(v_loss_unclipped, (v_clipped - b_returns[mb]) ** 2).mean()
+                else:
+                    v_loss = v_loss_unclipped.mean()
+
+                entropy_loss = entropy.mean()
+                loss = pg_loss - cfg.ent_coef * entropy_loss + cfg.vf_coef * v_loss
+
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm, foreach=True)
+                self.optimizer.step()
+
+            if cfg.target_kl is not None and approx_kl > cfg.target_kl:
+                break
+
+        return {
+            "losses/value_loss": v_loss.item(),
+            "losses/policy_loss": pg_loss.item(),
+            "losses/entropy": entropy_loss.item(),
+            "losses/old_approx_kl": old_approx_kl.item(),
+            "losses/approx_kl": approx_kl.item(),
+            "losses/clipfrac": clipfrac_sum.item() / max(1, minibatches),
+            "losses/explained_variance": explained_variance(b_values, b_returns),
+            "charts/clip_coef": clip_coef,
+        }

@@ -1,0 +1,460 @@
+"""The sampler: drive a policy over a vector env and return time-major ``[T, B, ...]`` batches.
+
+This module imports torch; ``vecaccel.Sampler`` loads it lazily so ``import vecaccel`` does not.
+
+Autoreset modes. A batch means the same thing whatever the env's autoreset mode:
+
+- ``SAME_STEP`` (preferred, no step is wasted): a done step returns the next episode's first
+  observation, and the true final observation comes from ``infos["final_obs"]``.
+- ``NEXT_STEP`` (Gymnasium's default): the step after a done resets the env, ignores the
+  action and returns reward 0. The sampler marks that row ``valid=False``; losses must mask it.
+  The done step's returned observation is the final one and lands in the next row of ``obs``.
+- ``DISABLED``: the sampler resets the done envs itself with ``reset_mask`` right away, which
+  gives the ``SAME_STEP`` layout.
+
+Backends. Envs that return every env from each step (``serial``, ``shm``, ``action_server``
+without alternation) fill row ``t`` with step ``t``. With the action server's alternating halves
+(``alternating=True``) each ``step`` serves one half while the other simulates; the sampler
+keeps each env's own row counter, so every env's time series is exactly the one a ``serial`` env
+would give for the same actions (the half that finishes first acts once more, and that action
+becomes its row 0 of the next batch). Backends that return envs in no fixed order (``async``
+with ``batch_size < num_envs``) are refused with a ``ValueError``.
+
+In every mode ``batch.final_obs[k]`` is the true last observation of the episode that was
+*truncated* (and not terminated) at ``(batch.final_index[k, 0], batch.final_index[k, 1])``,
+``(t, b)``, so trainers can bootstrap truncations from ``V(final_obs)`` and terminations from 0.
+
+Example:
+    >>> import torch, vecaccel
+    >>> envs = vecaccel.make_vec("CartPole-v1", 2, backend="serial", autoreset_mode="SameStep")
+    >>> def policy(obs):
+    ...     return torch.zeros(obs.shape[0], dtype=torch.int64), {"value": obs.sum(-1)}
+    >>> sampler = vecaccel.Sampler(envs, policy, horizon=16, seed=0)
+    >>> batch = sampler.collect()
+    >>> batch.obs.shape, batch.rewards.shape, batch.extras["value"].shape, batch.next_obs.shape
+    (torch.Size([16, 2, 4]), torch.Size([16, 2]), torch.Size([16, 2]), torch.Size([2, 4]))
+    >>> envs.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+__all__ = ["EpisodeStats", "SampleBatch", "Sampler"]
+
+Policy = Callable[[torch.Tensor], tuple[torch.Tensor, Mapping[str, torch.Tensor]]]
+
+
+class SampleBatch(NamedTuple):
+    """One rollout, time-major, every tensor on the sampler's device.
+
+    The tensors are the sampler's preallocated buffers: the next ``collect()`` overwrites them,
+    so ``clone()`` what must outlive it.
+    """
+
+    obs: torch.Tensor
+    """``[T, B, *obs_shape]`` observations the policy acted on."""
+    actions: torch.Tensor
+    """``[T, B, *action_shape]`` the policy's actions."""
+    rewards: torch.Tensor
+    """``[T, B]`` float32 rewards."""
+    terminated: torch.Tensor
+    """``[T, B]`` bool: the episode ended in a terminal state at this step (no bootstrap)."""
+    truncated: torch.Tensor
+    """``[T, B]`` bool: the episode was cut at this step (bootstrap from ``final_obs``)."""
+    valid: torch.Tensor
+    """``[T, B]`` bool: False only for ``NEXT_STEP`` reset steps, which are no transition."""
+    extras: dict[str, torch.Tensor]
+    """The policy's extras (``log_prob``, ``value``...), each ``[T, B, ...]``."""
+    next_obs: torch.Tensor
+    """``[B, *obs_shape]`` the observation after the last step (the bootstrap observation)."""
+    final_obs: torch.Tensor
+    """``[K, *obs_shape]`` true final observations of the truncated (not terminated) steps."""
+    final_index: torch.Tensor
+    """``[K, 2]`` int64 ``(t, b)`` of each row of ``final_obs``."""
+
+    @property
+    def horizon(self) -> int:
+        """``T``."""
+        return self.rewards.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        """``B``."""
+        return self.rewards.shape[1]
+
+
+class EpisodeStats(NamedTuple):
+    """Returns and lengths of the episodes that ended since the last ``pop_episodes()``."""
+
+    returns: list[float]
+    lengths: list[int]
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+class Sampler:
+    """Steps ``env`` with ``policy`` and returns ``[T, B, ...]`` :class:`SampleBatch` es.
+
+    Buffers are allocated once: observations from the first observation, actions and extras
+    from the policy's first output. The env is reset (with ``seed``) when the sampler is made.
+
+    Args:
+        env: a ``gymnasium.vector.VectorEnv`` (any vecaccel backend). Its ``reset``/``step``
+            may return NumPy arrays or torch tensors; actions are handed back in the same kind
+            (NumPy on the CPU, or tensors as the policy produced them).
+        policy: any callable ``obs -> (actions, extras)`` taking a ``[B, ...]`` tensor on
+            ``device`` (an ``nn.Module`` included); called under ``torch.no_grad()``.
+        horizon: ``T``, steps per env per ``collect()``.
+        device: where the batch lives.
+        seed: seed for the first ``env.reset`` (``None``: unseeded).
+        episode_stats: where finished-episode returns and lengths come from: ``"infos"``
+            (``RecordEpisodeStatistics``' ``info["episode"]``; the real score when reward
+            clipping or life-loss terminals sit above it), ``"rewards"`` (the sampler's own sums
+            of the rewards it sees), or ``"auto"`` (infos once one has appeared, else rewards).
+
+    Raises:
+        ValueError: for a non-positive horizon or an unknown ``episode_stats``.
+        TypeError: if observations are not arrays (dict/tuple spaces are not supported).
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        policy: Policy,
+        horizon: int,
+        device: str | torch.device = "cpu",
+        seed: int | Sequence[int] | None = None,
+        episode_stats: str = "auto",
+    ) -> None:
+        if int(horizon) < 1:
+            raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
+        if episode_stats not in ("auto", "infos", "rewards"):
+            raise ValueError(
+                f"episode_stats must be 'auto', 'infos' or 'rewards', got {episode_stats!r}"
+            )
+        self.env = env
+        self.policy = policy
+        self.horizon = int(horizon)
+        self.device = torch.device(device)
+        self.num_envs = int(env.num_envs)
+        mode = getattr(env, "metadata", {}).get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self.autoreset_mode = AutoresetMode(mode)
+        self.episode_stats = episode_stats
+        self._infos_seen = episode_stats == "infos"
+        self.total_steps = 0
+        self._returns: list[float] = []
+        self._lengths: list[int] = []
+
+        batch_size = int(getattr(env, "batch_size", self.num_envs) or self.num_envs)
+        if batch_size != self.num_envs and not getattr(env, "alternating", False):
+            raise ValueError(
+                f"the Sampler needs every env back from each step, or the action server's "
+                f"alternating halves; this env returns {batch_size} of {self.num_envs} envs "
+                "per step in no fixed order"
+            )
+        if getattr(env, "alternating", False) and self.autoreset_mode is AutoresetMode.DISABLED:
+            raise ValueError("alternating envs need autoreset (SameStep or NextStep)")
+        self._all_ids = np.arange(self.num_envs)
+        self._alternating = bool(getattr(env, "alternating", False))
+
+        obs, infos = env.reset(seed=seed)
+        self._tensor_env = isinstance(obs, torch.Tensor)
+        example = self._as_tensor(obs)
+        T, B = self.horizon, self.num_envs
+        ids = self._group_of(infos)
+        if example.shape[0] != len(ids):
+            raise ValueError(f"env returned {example.shape[0]} observations for {len(ids)} envs")
+        shape = example.shape[1:]
+        self._obs = torch.zeros((T, B, *shape), dtype=example.dtype, device=self.device)
+        self._next_obs = torch.zeros((B, *shape), dtype=example.dtype, device=self.device)
+        self._rewards = torch.zeros((T, B), dtype=torch.float32, device=self.device)
+        self._terminated = torch.zeros((T, B), dtype=torch.bool, device=self.device)
+        self._truncated = torch.zeros((T, B), dtype=torch.bool, device=self.device)
+        self._valid = torch.ones((T, B), dtype=torch.bool, device=self.device)
+        self._actions: torch.Tensor | None = None
+        self._extras: dict[str, torch.Tensor] = {}
+        self._final_obs: list[torch.Tensor] = []
+        self._final_index: list[tuple[int, int]] = []
+        self._start(ids, example)
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def reset(self, seed: int | Sequence[int] | None = None, options: dict | None = None) -> None:
+        """Reset every env (e.g. with a fresh seed); running episodes are dropped, not logged."""
+        obs, infos = self.env.reset(seed=seed, options=options)
+        self._start(self._group_of(infos), self._as_tensor(obs))
+
+    def pop_episodes(self) -> EpisodeStats:
+        """Return and forget the returns and lengths of episodes finished so far."""
+        stats = EpisodeStats(self._returns, self._lengths)
+        self._returns, self._lengths = [], []
+        return stats
+
+    @property
+    def last_obs(self) -> torch.Tensor:
+        """``[B, ...]`` each env's latest observation (the last batch's ``next_obs``)."""
+        return self._next_obs
+
+    @torch.no_grad()
+    def collect(self) -> SampleBatch:
+        """Run ``horizon`` steps in every env and return the batch (see :class:`SampleBatch`)."""
+        self._final_obs = []
+        self._final_index = []
+        if self._alternating:
+            self._collect_groups()
+        else:
+            self._collect_lockstep()
+        self.total_steps += self.horizon * self.num_envs
+
+        assert self._actions is not None
+        order = sorted(range(len(self._final_index)), key=self._final_index.__getitem__)
+        if order:
+            final_obs = torch.stack([self._final_obs[i] for i in order])
+        else:
+            final_obs = self._next_obs.new_empty((0, *self._next_obs.shape[1:]))
+        final_index = torch.tensor(
+            [self._final_index[i] for i in order], dtype=torch.int64, device=self.device
+        )
+        return SampleBatch(
+            obs=self._obs,
+            actions=self._actions,
+            rewards=self._rewards,
+            terminated=self._terminated,
+            truncated=self._truncated,
+            valid=self._valid,
+            extras=dict(self._extras),
+            next_obs=self._next_obs,
+            final_obs=final_obs,
+            final_index=final_index.reshape(-1, 2),
+        )
+
+    def _collect_lockstep(self) -> None:
+        """Every env acts and comes back on every step: row ``t`` is step ``t``."""
+        everyone = slice(None)
+        obs = self._next_obs
+        for t in range(self.horizon):
+            self._obs[t].copy_(obs)
+            actions, extras = self.policy(self._obs[t])
+            self._store_policy_output(t, everyone, actions, extras)
+            result = self.env.step(self._env_actions(actions))
+            obs = self._record(t, self._all_ids, everyone, result)
+        self._next_obs.copy_(obs)
+        self._group_obs = self._next_obs
+
+    def _collect_groups(self) -> None:
+        """Fixed groups of envs take turns (the action server's alternating halves).
+
+        Each step sends the actions of the group whose observation came back last and returns
+        the results of the other group, so each group's rows fill at their own pace. A group
+        that finishes its ``horizon`` rows first must still act, so that the results of the
+        others come back; that action is the group's row 0 of the next batch.
+        """
+        T = self.horizon
+        rows = np.zeros(self.num_envs, dtype=np.int64)  # transitions recorded per env
+        in_flight = np.zeros(self.num_envs, dtype=bool)  # acted, results not back yet
+        if self._stash is not None:
+            stash_ids, stash_obs, stash_actions, stash_extras = self._stash
+            index = self._index(stash_ids)
+            self._obs[0, index] = stash_obs
+            self._store_policy_output(0, index, stash_actions, stash_extras)
+            in_flight[stash_ids] = True
+            self._stash = None
+        ids, obs = self._group_ids, self._group_obs
+        while True:
+            row = int(rows[ids[0]])
+            actions, extras = self.policy(obs)
+            if row < T:
+                index = self._index(ids)
+                self._obs[row, index] = obs
+                self._store_policy_output(row, index, actions, extras)
+            else:
+                self._stash = (
+                    ids,
+                    obs.clone(),
+                    actions.clone(),
+                    {key: torch.as_tensor(value).clone() for key, value in extras.items()},
+                )
+            in_flight[ids] = True
+            result = self.env.step(self._env_actions(actions))
+            ids = self._group_of(result[4])
+            acted = in_flight[ids]
+            if not acted.any():  # a group's first observation after a reset
+                obs = self._as_tensor(result[0])
+                continue
+            row = int(rows[ids[0]])
+            if not acted.all() or row >= T or (rows[ids] != row).any():
+                raise RuntimeError(
+                    "the env returned envs in an order the Sampler does not support (every "
+                    "env per step, or the action server's fixed alternating halves)"
+                )
+            obs = self._record(row, ids, self._index(ids), result)
+            rows[ids] += 1
+            in_flight[ids] = False
+            if rows[ids[0]] == T:
+                self._next_obs[self._index(ids)] = obs
+                if (rows == T).all():
+                    break
+        self._group_ids, self._group_obs = ids, obs
+
+    def _record(
+        self, row: int, ids: np.ndarray, index: slice | torch.Tensor, result: tuple
+    ) -> torch.Tensor:
+        """Write one step's results for envs ``ids`` into ``row``; return their next obs."""
+        obs, rewards, terminated, truncated, infos = result
+        terminated_np = _to_numpy(terminated).astype(bool, copy=False)
+        truncated_np = _to_numpy(truncated).astype(bool, copy=False)
+        rewards_np = _to_numpy(rewards)
+        self._write(self._rewards, row, index, rewards)
+        self._write(self._terminated, row, index, terminated)
+        self._write(self._truncated, row, index, truncated)
+        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        if next_step:
+            valid_np = ~self._pending_reset[ids]
+            self._write(self._valid, row, index, valid_np)
+            done_np = (terminated_np | truncated_np) & valid_np
+            rewards_np = np.where(valid_np, rewards_np, 0.0)
+        else:
+            valid_np = None
+            done_np = terminated_np | truncated_np
+        self._episode_return[ids] += rewards_np
+        self._episode_length[ids] += 1 if valid_np is None else valid_np
+
+        if done_np.any():
+            truncations = truncated_np & ~terminated_np
+            if valid_np is not None:
+                truncations &= valid_np
+            final_source = obs
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                mask = np.zeros(self.num_envs, dtype=bool)
+                mask[ids[done_np]] = True
+                obs, _ = self.env.reset(options={"reset_mask": mask})
+            for position in np.flatnonzero(truncations):
+                if self.autoreset_mode is AutoresetMode.SAME_STEP:
+                    final = self._final_obs_from_infos(infos, int(position))
+                else:  # NEXT_STEP, DISABLED: the step's own observation is the last one
+                    final = final_source[int(position)]
+                self._final_obs.append(self._as_tensor(final))
+                self._final_index.append((row, int(ids[position])))
+            self._finish_episodes(ids, done_np, infos)
+        if next_step:
+            self._pending_reset[ids] = done_np
+        return self._as_tensor(obs)
+
+    def _start(self, ids: np.ndarray, obs: torch.Tensor) -> None:
+        # the group whose observation is current (all envs unless they alternate)
+        self._group_ids, self._group_obs = ids, obs
+        self._next_obs[self._index(ids)] = obs
+        self._stash: tuple | None = None
+        self._reset_accumulators()
+
+    def _reset_accumulators(self) -> None:
+        self._episode_return = np.zeros(self.num_envs, dtype=np.float64)
+        self._episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        # NEXT_STEP: True where the env's next step is a reset step that ignores the action
+        self._pending_reset = np.zeros(self.num_envs, dtype=bool)
+
+    def _as_tensor(self, value: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+        if isinstance(value, torch.Tensor):
+            tensor = value
+        else:
+            array = np.asarray(value)
+            if array.dtype == object:
+                raise TypeError(
+                    "the Sampler supports array observations only (Box/Discrete/MultiDiscrete "
+                    f"spaces), got {type(value).__name__}"
+                )
+            tensor = torch.from_numpy(array)
+        return tensor.to(self.device, dtype=dtype, non_blocking=True)
+
+    def _index(self, ids: np.ndarray) -> slice | torch.Tensor:
+        if len(ids) == self.num_envs:
+            return slice(None)  # envs come back in order: plain row writes, no gather
+        return torch.as_tensor(ids, device=self.device)
+
+    def _store_policy_output(
+        self,
+        row: int,
+        index: slice | torch.Tensor,
+        actions: torch.Tensor,
+        extras: Mapping[str, torch.Tensor],
+    ) -> None:
+        if not isinstance(actions, torch.Tensor):
+            actions = torch.as_tensor(np.asarray(actions))
+        if self._actions is None:
+            self._actions = torch.empty(
+                (self.horizon, self.num_envs, *actions.shape[1:]),
+                dtype=actions.dtype,
+                device=self.device,
+            )
+        self._write(self._actions, row, index, actions)
+        for key, value in extras.items():
+            buffer = self._extras.get(key)
+            if buffer is None:
+                value = torch.as_tensor(value)
+                buffer = torch.empty(
+                    (self.horizon, self.num_envs, *value.shape[1:]),
+                    dtype=value.dtype,
+                    device=self.device,
+                )
+                self._extras[key] = buffer
+            self._write(buffer, row, index, value)
+
+    def _group_of(self, infos: Any) -> np.ndarray:
+        env_id = infos.get("env_id") if isinstance(infos, dict) else None
+        if env_id is None:
+            return self._all_ids
+        return _to_numpy(env_id).astype(np.int64, copy=False).reshape(-1)
+
+    def _write(self, buffer: torch.Tensor, row: int, index: Any, value: Any) -> None:
+        if not isinstance(value, torch.Tensor):
+            value = torch.from_numpy(np.asarray(value))
+        if isinstance(index, slice):
+            buffer[row].copy_(value, non_blocking=True)  # converts the dtype on the way
+        else:
+            buffer[row, index] = value.to(self.device, buffer.dtype)
+
+    def _env_actions(self, actions: Any) -> Any:
+        if self._tensor_env:
+            return actions
+        if isinstance(actions, torch.Tensor):
+            return actions.cpu().numpy()
+        return np.asarray(actions)
+
+    def _final_obs_from_infos(self, infos: dict, index: int) -> Any:
+        try:
+            final = infos["final_obs"]
+        except KeyError:
+            raise RuntimeError(
+                "SAME_STEP env reported a truncation without infos['final_obs']"
+            ) from None
+        return final[index]
+
+    def _finish_episodes(self, ids: np.ndarray, done: np.ndarray, infos: dict) -> None:
+        episode_source = infos
+        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+            episode_source = infos.get("final_info", {})
+        episode = episode_source.get("episode") if isinstance(episode_source, dict) else None
+        if episode is not None and self.episode_stats != "rewards":
+            self._infos_seen = True
+            mask = episode_source.get("_episode", np.ones(len(ids), dtype=bool))
+            returns, lengths = _to_numpy(episode["r"]), _to_numpy(episode["l"])
+            for position in np.flatnonzero(_to_numpy(mask)):
+                self._returns.append(float(returns[position]))
+                self._lengths.append(int(lengths[position]))
+        finished = ids[done]
+        if not self._infos_seen:
+            for b in finished:
+                self._returns.append(float(self._episode_return[b]))
+                self._lengths.append(int(self._episode_length[b]))
+        self._episode_return[finished] = 0.0
+        self._episode_length[finished] = 0
