@@ -18,9 +18,7 @@ Run:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 
@@ -29,6 +27,7 @@ import torch
 from torch import nn
 
 import vecaccel
+from vecaccel.bench import write_json
 from vecaccel.trainers.common import AtariEnvFactory
 from vecaccel.trainers.models import NatureCNN
 
@@ -136,21 +135,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<28} {rate:>9.0f} {rate / base:>10.2f}x")
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump(
-                {
-                    "args": vars(args),
-                    "steps_per_s": rows,
-                    "ratios_vs_sb3": {k: v / base for k, v in rows.items()},
-                    "step_ms": step_s * 1e3,
-                    "forward_ms": forward_s * 1e3,
-                    "ideal_overlap_gain": ideal,
-                    "machine": platform.platform(),
-                    "command": "python " + " ".join(sys.argv),
-                },
-                fh,
-                indent=2,
-            )
+        results = [
+            {"variant": name, "steps_per_s": rate, "vs_sb3": rate / base}
+            for name, rate in rows.items()
+        ]
+        write_json(
+            args.json,
+            results,
+            args=vars(args),
+            step_ms=step_s * 1e3,
+            forward_ms=forward_s * 1e3,
+            ideal_overlap_gain=ideal,
+            command="python " + " ".join(sys.argv),
+        )
     return 0
 
 

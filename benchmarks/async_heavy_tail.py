@@ -11,9 +11,7 @@ Run:
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 
@@ -23,6 +21,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import vecaccel  # noqa: E402
 from tests.async_envs import HeavyTailEnv  # noqa: E402
+from vecaccel.bench import write_json  # noqa: E402
 
 
 class Factory:
@@ -81,19 +80,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU-bound ceiling (cores / cpu per step): {cpu_bound:.0f} steps/s")
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        with open(args.json, "w") as fh:
-            json.dump(
-                {
-                    "args": vars(args),
-                    "steps_per_s": rows,
-                    "ratio_async_vs_shm": rows["async"] / rows["shm"],
-                    "cpu_bound_ceiling": cpu_bound,
-                    "machine": platform.platform(),
-                    "command": "python " + " ".join(sys.argv),
-                },
-                fh,
-                indent=2,
-            )
+        results = [{"backend": name, "steps_per_s": rate} for name, rate in rows.items()]
+        write_json(
+            args.json,
+            results,
+            args=vars(args),
+            ratio_async_vs_shm=rows["async"] / rows["shm"],
+            cpu_bound_ceiling=cpu_bound,
+            command="python " + " ".join(sys.argv),
+        )
     return 0
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel import hookimpl
-from vecaccel.errors import WorkerError
+from vecaccel.errors import env_error
 from vecaccel.spaces import (
     copy_tree,
     item_reader,
@@ -31,18 +31,6 @@ from vecaccel.vector import (
 )
 
 __all__ = ["SerialVecEnv"]
-
-
-def _wrap_env_error(exc: BaseException, index: int, what: str) -> WorkerError:
-    import traceback
-
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return WorkerError(
-        f"env {index} raised {type(exc).__name__} in {what}: {exc}",
-        env_indices=[index],
-        remote_traceback=text,
-        original_type=type(exc).__name__,
-    )
 
 
 class SerialVecEnv(VecEnv):
@@ -94,7 +82,7 @@ class SerialVecEnv(VecEnv):
             try:
                 obs, info = runner.reset(seed=seeds[i], options=options)
             except Exception as exc:
-                raise _wrap_env_error(exc, i, "reset") from exc
+                raise env_error(exc, i, "reset") from exc
             write_item(self.single_observation_space, self._obs, i, obs)
             self._terminations[i] = self._truncations[i] = False
             pairs.append((i, info))
@@ -119,7 +107,7 @@ class SerialVecEnv(VecEnv):
             try:
                 obs, rew, term, trunc, info = runner.step(read_action(i))
             except Exception as exc:
-                raise _wrap_env_error(exc, i, "step") from exc
+                raise env_error(exc, i, "step") from exc
             write_obs(i, obs)
             rewards[i], terminations[i], truncations[i] = rew, term, trunc
             if info:
@@ -141,7 +129,7 @@ class SerialVecEnv(VecEnv):
             try:
                 results.append(self.runners[i].call(name, args, kwargs))
             except Exception as exc:
-                raise _wrap_env_error(exc, i, f"call({name!r})") from exc
+                raise env_error(exc, i, f"call({name!r})") from exc
         return tuple(results)
 
     def set_attr_indices(self, name: str, values: Any, indices) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["WorkerError", "ClosedEnvError"]
+__all__ = ["WorkerError", "ClosedEnvError", "env_error"]
 
 
 class WorkerError(RuntimeError):
@@ -44,6 +44,24 @@ class WorkerError(RuntimeError):
                 self.original_type,
             ),
         )
+
+
+def env_error(exc: BaseException, index: int, what: str) -> WorkerError:
+    """The :class:`WorkerError` for exception ``exc`` raised by env ``index`` during ``what``.
+
+    Example:
+        >>> env_error(ValueError("bad"), 3, "step").env_indices
+        (3,)
+    """
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return WorkerError(
+        f"env {index} raised {type(exc).__name__} in {what}: {exc}",
+        env_indices=[index],
+        remote_traceback=text,
+        original_type=type(exc).__name__,
+    )
 
 
 def _rebuild_worker_error(message, env_indices, remote_traceback, exitcode, original_type):

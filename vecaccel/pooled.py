@@ -140,6 +140,7 @@ class PooledVecEnv(ProcessVecEnv):
             )
         self._ready: deque[int] = deque()
         self._in_flight = np.zeros(self.num_envs, dtype=np.bool_)
+        self._sent_at = np.zeros(self.num_envs, dtype=np.float64)  # for step_timeout
         self._infos: dict[int, dict] = {}
         self._errors: list[tuple] = []
         self._failed_envs: set[int] = set()
@@ -187,6 +188,7 @@ class PooledVecEnv(ProcessVecEnv):
         assign_tree(views.actions, ids, checked)
         views.step_mask[ids] = 1
         self._in_flight[ids] = True
+        self._sent_at[ids] = time.monotonic()
         for k in np.unique(self._env_to_worker[ids]):
             self.pool.send(self.pool.workers[int(k)], Command.STEP_MASKED)
         self._state = AsyncState.WAITING_STEP
@@ -215,6 +217,9 @@ class PooledVecEnv(ProcessVecEnv):
     def _on_worker_death(self, worker) -> None:
         if not self.pool.restart:
             self.pool.declare_dead(worker)
+        # the steps the dead worker never took are reported as restarts below; its replacement
+        # must not take them at its first command (one env twice in the ready queue)
+        self.pool.views.step_mask[worker.start : worker.stop] = 0
         infos = self.pool.respawn(worker)
         ready = set(self._ready)
         for index, info in infos.items():
@@ -236,24 +241,36 @@ class PooledVecEnv(ProcessVecEnv):
         """Take finished envs until ``done()``; env errors are raised as soon as they arrive,
         or (``raise_early=False``) only once ``done()``."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        kill_at = None
-        if self.pool.step_timeout is not None:
-            kill_at = time.monotonic() + self.pool.step_timeout
-        while not done():
+        while True:
+            # checked even when done() already holds: with batch_size < num_envs the other envs
+            # can fill every batch, and a stuck env would never be waited for
+            kill_at = self._kill_overdue()
+            if done():
+                break
             if raise_early:
                 self._raise_errors()
             now = time.monotonic()
-            if kill_at is not None and now >= kill_at:
-                # every env still running has exceeded step_timeout since this wait began
-                stuck = {int(self._env_to_worker[i]) for i in np.flatnonzero(self._in_flight)}
-                self.pool._kill_stuck([self.pool.workers[k] for k in stuck])
-                kill_at = None
             if deadline is not None and now >= deadline:
                 running = np.flatnonzero(self._in_flight).tolist()
                 raise TimeoutError(f"{what} did not finish within {timeout} s; envs running: {running}")
             ends = [t - now for t in (deadline, kill_at) if t is not None]
-            self._take_bytes(min(ends) if ends else None)
+            self._take_bytes(max(0.0, min(ends)) if ends else None)
         self._raise_errors()
+
+    def _kill_overdue(self) -> float | None:
+        """Kill the workers of envs stepping for more than ``step_timeout`` since they were sent
+        (the failure policy then handles them); return when the next env would be overdue."""
+        if self.pool.step_timeout is None or not self._in_flight.any():
+            return None
+        now = time.monotonic()
+        running = np.flatnonzero(self._in_flight)
+        due = self._sent_at[running] + self.pool.step_timeout
+        overdue = running[due <= now]
+        if overdue.size:
+            stuck = {int(self._env_to_worker[i]) for i in overdue}
+            self.pool._kill_stuck([self.pool.workers[k] for k in stuck])  # their sentinels report them
+        later = due[due > now]
+        return float(later.min()) if later.size else None
 
     def recv(self, timeout: float | None = None):
         """Return ``(obs, rew, terminated, truncated, info)`` for the first ``batch_size`` envs

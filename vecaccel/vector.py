@@ -9,7 +9,6 @@ definition of the semantics.
 from __future__ import annotations
 
 import enum
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.errors import ClosedEnvError, WorkerError
+from vecaccel.errors import ClosedEnvError, env_error
 from vecaccel.spaces import check_actions
 
 __all__ = ["AutoresetMode", "EnvRunner", "VecEnv", "AsyncState", "make_env", "normalize_seeds"]
@@ -59,13 +58,7 @@ def make_env(env_fn: Callable[[], gym.Env], index: int) -> gym.Env:
     try:
         return env_fn()
     except Exception as exc:
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        raise WorkerError(
-            f"env {index} raised {type(exc).__name__} in make: {exc}",
-            env_indices=[index],
-            remote_traceback=text,
-            original_type=type(exc).__name__,
-        ) from exc
+        raise env_error(exc, index, "make") from exc
 
 
 class EnvRunner:

@@ -676,6 +676,9 @@ class WorkerPool:
 
         Returns ``{env index: info}`` for the restarted envs.
         """
+        # reap it first: a worker seen dead by its closed pipe may not have been reaped yet,
+        # and its exit code (the signal that ended it) belongs in the reason
+        worker.process.join(0.5)
         reason = worker.killed_for or f"worker {worker.index} {_describe_exit(worker.process.exitcode)}"
         self._dispose(worker)
         envs = list(worker.env_indices)
