@@ -319,7 +319,8 @@ def _worker_main(
     restart_on_error: bool = False,
     started_by_main_thread: bool = False,
 ) -> None:
-    # Ctrl-C and SIGTERM belong to the parent, which shuts workers down cleanly (no tracebacks).
+    # Ctrl-C belongs to the parent, which shuts workers down cleanly (no tracebacks). SIGTERM
+    # keeps its default: multiprocessing's exit handler terminates daemonic workers with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     launcher_pid = os.getppid()  # the parent, or the fork server that forked this worker
     _die_with_parent(parent_pid, launcher_pid, started_by_main_thread)

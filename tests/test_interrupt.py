@@ -1,0 +1,319 @@
+"""Interruption (issue 7, section 3): SIGINT or SIGTERM to the parent leaves nothing behind.
+
+A child process makes a vector env and either steps it in a loop or blocks in ``step_wait``
+on envs that hang; the test signals it and checks that every process it started is gone (workers,
+the fork server, the resource tracker), that no ``/dev/shm`` entry is left, and that stderr holds
+no worker traceback (an unhandled Ctrl-C prints the parent's own ``KeyboardInterrupt``, nothing
+else).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+from fault_envs import LeakBaseline, env_pid, fault_env_fns, leaked_shm
+from helpers_envs import process_gone, shm_entries, wait_until
+
+import vecaccel
+
+#: Bounds for things that must happen "at once"; generous, as the machine is shared. They catch
+#: hangs and orphans (a worker stuck in a 300 s step), not slowness.
+START_TIMEOUT = 120.0
+EXIT_TIMEOUT = 30.0
+
+CHILD_SCRIPT = textwrap.dedent(
+    """
+    import signal, sys
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    import vecaccel
+    from fault_envs import env_pid, fault_env_fns, leaked_shm
+
+    def make(backend, context):
+        options = {"device": "cpu"} if backend == "action_server" else {}
+        return vecaccel.make_vec(fault_env_fns(4, hang_seconds=300.0), backend=backend,
+                                 num_workers=2, context=context, **options)
+
+    def zeros(envs):
+        actions = np.zeros(4, dtype=np.int64)
+        if getattr(envs, "device", None) is not None:
+            import torch
+            return torch.as_tensor(actions)
+        return actions
+
+    def main():
+        backend, context, mode, handling = sys.argv[2:6]
+        if handling == "sigterm_exits":
+            # how a program makes SIGTERM run its clean-up (finally, atexit) as Ctrl-C does
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        envs = make(backend, context)
+        envs.reset(seed=0, options={})
+        print(" ".join(str(pid) for pid in sorted(set(envs.call(env_pid)))), flush=True)
+        actions = zeros(envs)
+        try:
+            if mode == "block":
+                envs.set_attr("inject", "hang")  # every env sleeps 300 s in its next step
+                envs.step_async(actions)
+                print("ready", flush=True)
+                envs.step_wait()
+            else:
+                envs.step(actions)
+                print("ready", flush=True)
+                while True:
+                    envs.step(actions)
+        except KeyboardInterrupt:
+            if handling != "catch":
+                raise
+            envs.close()
+            envs = make(backend, context)  # a new vector env works after the interruption
+            envs.reset(seed=1, options={})
+            envs.step(zeros(envs))
+            envs.close()
+            print("recovered", flush=True)
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, grandchildren...)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for child, parent in parents.items():
+            if parent == current and child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+class LineReader:
+    """Reads the child's stdout in a thread, so a wait for a line can be bounded."""
+
+    def __init__(self, child: subprocess.Popen) -> None:
+        self.child = child
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.rest: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        with self.child.stdout:
+            for line in self.child.stdout:
+                self.lines.put(line.strip())
+        self.lines.put(None)
+
+    def line(self, timeout: float) -> str:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            os.killpg(self.child.pid, signal.SIGKILL)
+            raise AssertionError(f"the child printed nothing in {timeout} s") from None
+        if line is None:
+            self.child.wait(EXIT_TIMEOUT)
+            raise AssertionError(
+                f"the child exited early ({self.child.returncode}): {self.child.stderr.read()}"
+            )
+        return line
+
+    def remaining(self) -> list[str]:
+        """The lines printed after those read, up to the end of the output."""
+        lines = []
+        while (line := self.lines.get(timeout=EXIT_TIMEOUT)) is not None:
+            lines.append(line)
+        return lines
+
+
+def assert_clean_stderr(err: str, keyboard_interrupt: bool) -> None:
+    assert "vecaccel-worker" not in err, err  # multiprocessing names a failing worker
+    assert "Exception ignored" not in err, err
+    assert "resource_tracker" not in err, err  # leaked semaphore or segment warnings
+    tracebacks = err.count("Traceback (most recent call last)")
+    if keyboard_interrupt:  # the parent's own, and only that
+        assert tracebacks == 1 and err.rstrip().endswith("KeyboardInterrupt"), err
+    else:
+        assert tracebacks == 0, err
+
+
+def interrupt(
+    tmp_path,
+    backend: str,
+    context: str,
+    mode: str,
+    signum: int,
+    *,
+    group: bool = False,
+    handling: str = "plain",
+) -> tuple[int, str, str]:
+    """Start the child, signal it once it is stepping (or blocked), check it left nothing."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_SCRIPT)
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    shm_before = shm_entries()
+    child = subprocess.Popen(
+        [sys.executable, str(script), tests_dir, backend, context, mode, handling],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a program run from a shell
+    )
+    tree: set[int] = set()
+    reader = LineReader(child)
+    try:
+        workers = [int(pid) for pid in reader.line(START_TIMEOUT).split()]
+        assert len(workers) == 2
+        assert reader.line(START_TIMEOUT) == "ready"
+        time.sleep(0.2)  # into the stepping loop, or into the blocking wait
+        tree = descendants(child.pid)
+        assert set(workers) <= tree
+        if group:  # what Ctrl-C in a terminal does: the whole foreground process group
+            os.killpg(child.pid, signum)
+        else:
+            os.kill(child.pid, signum)
+        child.wait(EXIT_TIMEOUT)
+        out, err = "\n".join(reader.remaining()), child.stderr.read()
+        left = lambda: [pid for pid in tree if not process_gone(pid)]  # noqa: E731
+        assert wait_until(lambda: not left(), timeout=EXIT_TIMEOUT), f"orphans: {left()}"
+        assert leaked_shm(shm_before) == set()
+        return child.returncode, out, err
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        for pid in tree:
+            if not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        child.stderr.close()
+
+
+@pytest.fixture
+def no_leaks():
+    """Fails the test if it leaves a child process or a ``/dev/shm`` entry behind (entries
+    other jobs on the machine hold are theirs)."""
+    baseline = LeakBaseline()
+    yield baseline
+    baseline.check()
+
+
+# ---------------------------------------------------------------------------------------------
+# an unhandled SIGINT (KeyboardInterrupt) or SIGTERM (no clean-up at all) in the parent
+
+
+SHM_CASES = [
+    ("loop", "fork"),
+    ("loop", "spawn"),
+    ("block", "fork"),
+    ("block", "spawn"),
+    ("block", "forkserver"),
+]
+
+
+@pytest.mark.parametrize("mode, context", SHM_CASES)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_parent_leaves_nothing(tmp_path, signum, mode, context):
+    code, _, err = interrupt(tmp_path, "shm", context, mode, signum)
+    assert code == -signum
+    assert_clean_stderr(err, keyboard_interrupt=signum == signal.SIGINT)
+
+
+@pytest.mark.parametrize("backend", ["async", "action_server"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_parent_of_pooled_backends(tmp_path, backend, signum):
+    code, _, err = interrupt(tmp_path, backend, "fork", "block", signum)
+    assert code == -signum
+    assert_clean_stderr(err, keyboard_interrupt=signum == signal.SIGINT)
+
+
+@pytest.mark.parametrize(
+    "signum, context",
+    [(signal.SIGINT, "fork"), (signal.SIGINT, "spawn"), (signal.SIGTERM, "fork")],
+    ids=["SIGINT-fork", "SIGINT-spawn", "SIGTERM-fork"],
+)
+def test_signal_to_process_group(tmp_path, signum, context):
+    """Ctrl-C in a terminal signals the workers too: they ignore SIGINT and leave it to the
+    parent (no KeyboardInterrupt traceback from each worker)."""
+    code, _, err = interrupt(tmp_path, "shm", context, "loop", signum, group=True)
+    assert code == -signum
+    assert_clean_stderr(err, keyboard_interrupt=signum == signal.SIGINT)
+
+
+# ---------------------------------------------------------------------------------------------
+# a parent that handles the signal
+
+
+def test_sigterm_handled_as_exit_runs_clean_up(tmp_path):
+    code, _, err = interrupt(
+        tmp_path, "shm", "fork", "block", signal.SIGTERM, handling="sigterm_exits"
+    )
+    assert code == 128 + signal.SIGTERM
+    assert_clean_stderr(err, keyboard_interrupt=False)
+
+
+@pytest.mark.parametrize("mode", ["loop", "block"])
+def test_caught_keyboard_interrupt_then_close_and_go_on(tmp_path, mode):
+    code, out, err = interrupt(tmp_path, "shm", "fork", mode, signal.SIGINT, handling="catch")
+    assert code == 0, err
+    assert out.split()[-1] == "recovered"
+    assert_clean_stderr(err, keyboard_interrupt=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# what makes workers follow their parent out, without ending them too early
+
+
+def test_forkserver_workers_stay_while_idle(no_leaks):
+    """Under forkserver a worker's parent is the fork server, not the vector env's process:
+    the idle check must not mistake that for the parent having died."""
+    from vecaccel.worker import PARENT_CHECK_INTERVAL
+
+    envs = vecaccel.make_vec(fault_env_fns(2), backend="shm", num_workers=2, context="forkserver")
+    try:
+        envs.reset(seed=0, options={})
+        time.sleep(2.5 * PARENT_CHECK_INTERVAL)
+        obs, *_ = envs.step(np.zeros(2, dtype=np.int64))
+        assert obs.shape == (2, 3)
+    finally:
+        envs.close()
+
+
+def test_workers_started_from_a_thread_outlive_the_thread(no_leaks):
+    """Linux's parent-death signal follows the *thread* that forked; workers a short-lived
+    thread started must not die with it."""
+    made = []
+    thread = threading.Thread(
+        target=lambda: made.append(
+            vecaccel.make_vec(fault_env_fns(2), backend="shm", num_workers=2, context="fork")
+        )
+    )
+    thread.start()
+    thread.join()
+    envs = made[0]
+    try:
+        pids = set(envs.call(env_pid))
+        time.sleep(0.5)
+        assert all(not process_gone(pid) for pid in pids)
+        envs.reset(seed=0, options={})
+        envs.step(np.zeros(2, dtype=np.int64))
+    finally:
+        envs.close()

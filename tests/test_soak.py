@@ -1,0 +1,77 @@
+"""The CI cut of the soak benchmark (issue 7, section 5): every backend, about 25 s in all.
+
+``benchmarks/soak.py`` runs in a child process (it owns ``SIGALRM`` for its watchdog); the test
+checks its JSON: no hang, no leaked process, ``/dev/shm`` entry or descriptor, no unexpected
+error or restart, and every injected fault accounted for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from helpers_envs import process_gone
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+#: How long the whole soak may take before the test calls it stuck (it steps for 24 s).
+TIMEOUT = 600
+
+
+def descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as file:
+                    parent = int(file.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(parent, []).append(int(name))
+    found, frontier = set(), [pid]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            found.add(child)
+            frontier.append(child)
+    return found
+
+
+def test_soak_one_minute_cut(tmp_path):
+    out = tmp_path / "soak.json"
+    before = descendants(os.getpid())
+    completed = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "soak.py"),
+            "--minutes",
+            "0.4",
+            "--fault-every",
+            "500",
+            "--step-timeout",
+            "1.0",
+            "--seed",
+            "7",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    report = json.loads(out.read_text())
+    results = {r["backend"]: r for r in report["results"]}
+    assert sorted(results) == ["action_server", "async", "serial", "shm"]
+    for name, r in results.items():
+        assert r["hangs"] == 0, (name, r)
+        assert r["leaked_processes"] == [] and r["leaked_shm"] == [] and r["leaked_fds"] == []
+        assert r["errors"] == [] and r["restarts_unexplained"] == [], (name, r)
+        assert r["faults_injected"] >= 1 and r["faults_unaccounted"] == {}, (name, r)
+        assert r["faults_accounted"] == r["faults_injected"], (name, r)
+        assert r["env_steps"] <= 10_000 * r["faults_injected"], (name, r)
+        if name != "serial":  # each fault restarts once, however many envs it takes down
+            assert r["env_failures_counted"] == r["faults_accounted"], (name, r)
+            assert r["collateral_unreported"] == 0, (name, r)
+    assert report["ok"] and completed.returncode == 0, completed.stdout + completed.stderr
+    assert "Traceback" not in completed.stderr, completed.stderr
+    assert all(process_gone(pid) for pid in descendants(os.getpid()) - before)
