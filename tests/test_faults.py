@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from fault_envs import leaked_shm
 from helpers_envs import (
     counter_fns,
     exit_worker,
@@ -424,7 +425,7 @@ def test_workers_exit_when_parent_is_killed(process_backend, context, tmp_path):
         assert wait_until(lambda: all(process_gone(pid) for pid in pids), timeout=PROMPT), [
             pid for pid in pids if not process_gone(pid)
         ]
-        assert shm_entries() - shm_before == set()
+        assert leaked_shm(shm_before) == set()
     finally:
         if parent.poll() is None:
             parent.kill()
