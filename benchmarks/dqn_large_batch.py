@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from vecaccel.trainers.dqn import DQN, PRESETS
 
 RESULTS = Path(__file__).resolve().parent / "results"

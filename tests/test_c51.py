@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from vecaccel.trainers.dqn import categorical_projection
 
 torch.set_num_threads(1)

@@ -8,10 +8,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from vecaccel.trainers.common import CheckpointError, make_env_for_training
-from vecaccel.trainers.dqn import C51, DQN, PRESETS, DQNConfig, Rainbow
 
 import vecaccel
+from vecaccel.trainers.common import CheckpointError, make_env_for_training
+from vecaccel.trainers.dqn import C51, DQN, PRESETS, DQNConfig, Rainbow
 
 torch.set_num_threads(1)
 

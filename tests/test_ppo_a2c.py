@@ -11,6 +11,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import vecaccel
 from vecaccel.trainers import A2C, PPO
 from vecaccel.trainers.a2c import A2CConfig
 from vecaccel.trainers.common import (
@@ -25,8 +27,6 @@ from vecaccel.trainers.common import (
     save_checkpoint,
 )
 from vecaccel.trainers.ppo import PPOConfig
-
-import vecaccel
 
 torch.set_num_threads(1)
 

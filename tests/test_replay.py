@@ -10,14 +10,14 @@ import pytest
 from gymnasium.spaces import Box, Discrete
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import vecaccel
 from vecaccel.trainers.replay import (
     PrioritizedReplayBuffer,
     ReplayBuffer,
     ReplayMemoryError,
     available_memory,
 )
-
-import vecaccel
 
 
 class Stream:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from vecaccel.trainers.sumtree import SumTree
 
 priorities = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 import torch
-import vecaccel.trainers.cli as trainers_cli
 
+import vecaccel.trainers.cli as trainers_cli
 from vecaccel import get_plugin_manager
 from vecaccel.cli import build_parser, main
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
 
 __all__ = ["A2C", "A2CConfig", "PRESETS"]
@@ -186,7 +187,7 @@ class A2C(OnPolicyAlgorithm):
         b_returns = flat(returns)
         b_values = flat(batch.extras["value"])
 
-        log_prob, entropy, value = model.evaluate(b_obs, b_actions)
+        log_prob, entropy, value = self.train_model.evaluate(b_obs, b_actions)
         if cfg.norm_adv and len(b_advantages) > 1:
             b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
         pg_loss = -(b_advantages * log_prob).mean()

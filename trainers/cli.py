@@ -284,7 +284,43 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument(
             "--no-tensorboard", action="store_true", help="no TensorBoard event files"
         )
-        parser.set_defaults(handler=train_command, config=None)
+        parser.add_argument(
+            "--nproc",
+            type=int,
+            default=None,
+            metavar="K",
+            help="synchronous data-parallel training on K ranks of this machine: launches "
+            "`torchrun --standalone --nproc_per_node K -m vecaccel train ...` (each rank its own "
+            "envs, gradients all-reduced; --total-steps is the total over ranks)",
+        )
+        if algo in ("dqn", "c51", "rainbow"):
+            parser.add_argument(
+                "--async",
+                dest="async_mode",
+                action="store_true",
+                help="asynchronous mode: a sampler process steps the envs while this process "
+                "trains from a shared-memory replay buffer, the replay ratio enforced by "
+                "throttling both",
+            )
+        else:
+            parser.add_argument(
+                "--async",
+                dest="async_mode",
+                action="store_true",
+                help="asynchronous mode: a rollout process collects the next batch into a "
+                "shared-memory double buffer while this process trains on the last one "
+                "(policy lag logged as charts/policy_lag)",
+            )
+            parser.add_argument(
+                "--async-weight-sync-period",
+                dest="async_weight_sync_period",
+                type=int,
+                default=1,
+                metavar="K",
+                help="with --async: updates between weight copies to the rollout process "
+                "(default: 1)",
+            )
+        parser.set_defaults(handler=train_command, config=None, async_mode=False)
 
     evaluate = subparsers.add_parser(
         "eval",
@@ -355,6 +391,28 @@ def _env_id(args: argparse.Namespace, config_cls: type, *sources: dict[str, Any]
 
 def train_command(args: argparse.Namespace) -> int:
     """Handle ``vecaccel train ALGO ...``; returns the exit code."""
+    import os
+
+    from vecaccel.trainers import distributed
+    from vecaccel.trainers.common import TrainingInterrupted
+
+    nproc = getattr(args, "nproc", None)
+    if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
+        argv = getattr(args, "argv", None) or sys.argv[1:]
+        return distributed.launch_torchrun(nproc, distributed.strip_nproc(argv))
+    try:
+        return _train(args)
+    except TrainingInterrupted as exc:
+        print(f"interrupted by {exc.signal_name} at step {exc.step}", file=sys.stderr)
+        return exc.exit_code
+    finally:
+        distributed.cleanup()
+
+
+def _train(args: argparse.Namespace) -> int:
+    import os
+
+    from vecaccel.trainers import distributed
     from vecaccel.trainers.common import CheckpointError, load_checkpoint
 
     algo = args.algo
@@ -421,12 +479,39 @@ def train_command(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or Path("runs") / (
         f"{algo}-{env_id.replace('/', '_')}-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
+    if getattr(args, "async_mode", False):
+        from vecaccel.trainers import async_runner
+
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            print("error: --async runs on one rank; drop --nproc or torchrun", file=sys.stderr)
+            return 2
+
+        if algo in ("a2c", "ppo"):
+            return async_runner.train_async_on_policy(
+                cls,
+                env_id,
+                args.total_steps,
+                run_dir=str(run_dir),
+                weight_sync_period=args.async_weight_sync_period,
+                **runtime,
+                **config,
+            )
+        return async_runner.train_async_dqn(
+            cls, env_id, args.total_steps, run_dir=str(run_dir), **runtime, **config
+        )
+    if os.environ.get("TORCHELASTIC_RUN_ID") and args.run_dir is None and "RANK" in os.environ:
+        # ranks would each stamp their own time: take the name from the launcher's run id
+        run_dir = Path("runs") / (
+            f"{algo}-{env_id.replace('/', '_')}-{seed}-{os.environ['TORCHELASTIC_RUN_ID']}"
+        )
     kwargs = _keyword_subset(cls, {"run_dir": str(run_dir), **runtime})
     agent = cls(env_id, **kwargs, **config)
     try:
         agent.learn(args.total_steps)
     finally:
         _close(agent)
+    if not distributed.is_main_process():
+        return 0
     if not (Path(run_dir) / CHECKPOINT_NAME).exists():
         # a trainer that does not manage a run directory still leaves a checkpoint behind
         agent.save(Path(run_dir) / CHECKPOINT_NAME)
@@ -509,6 +594,7 @@ def evaluate_agent(
     The env is built without the training-only wrappers, so the returns are real scores.
     """
     import numpy as np
+
     from vecaccel.trainers.common import make_env_fn
 
     env = make_env_fn(env_id, atari, training=False, render_mode="rgb_array" if video else None)()

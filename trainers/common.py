@@ -29,6 +29,8 @@ import numpy as np
 __all__ = [
     "AtariEnvFactory",
     "CheckpointError",
+    "SignalCheckpoint",
+    "TrainingInterrupted",
     "EpisodicLifeEnv",
     "RunLogger",
     "config_from_dict",
@@ -865,6 +867,80 @@ def space_from_dict(data: dict[str, Any]) -> gym.Space:
     return gym.spaces.Box(low=low, high=high, shape=low.shape, dtype=np.dtype(data["dtype"]))
 
 
+# -- preemption --------------------------------------------------------------------------------
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Training stopped on SIGINT or SIGTERM after writing a checkpoint (when it has a run dir).
+
+    A ``KeyboardInterrupt``, so code that already handles Ctrl-C handles it too.
+
+    Attributes:
+        signal_name: ``"SIGINT"`` or ``"SIGTERM"``.
+        step: the global env step the checkpoint holds.
+    """
+
+    def __init__(self, signal_name: str, step: int) -> None:
+        super().__init__(f"training interrupted by {signal_name} at step {step}")
+        self.signal_name = signal_name
+        self.step = int(step)
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's exit code for this signal: 128 + its number (130, 143)."""
+        import signal
+
+        return 128 + int(getattr(signal, self.signal_name, signal.SIGINT))
+
+
+class SignalCheckpoint:
+    """Within ``with``, SIGINT and SIGTERM set :attr:`requested` instead of killing the process.
+
+    The training loop polls :attr:`requested` after each update, writes a checkpoint (atomically)
+    and raises :class:`TrainingInterrupted`, so a preempted job resumes with ``--resume``. A
+    second signal while the first is being handled raises ``KeyboardInterrupt`` at once (the
+    previous checkpoint file stays intact: writes are atomic). Outside the main thread nothing
+    is installed. The previous handlers are restored on exit.
+
+    Example:
+        >>> with SignalCheckpoint() as guard:
+        ...     guard.requested
+        False
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.signal_name = ""
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        if self.requested:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping now")
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name
+
+    def __enter__(self) -> SignalCheckpoint:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    self._previous[signum] = signal.signal(signum, self._handle)
+                except (ValueError, OSError):
+                    pass
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        import signal
+
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+
 # -- the on-policy runner ----------------------------------------------------------------------
 
 
@@ -914,6 +990,7 @@ class OnPolicyAlgorithm:
         **config: Any,
     ) -> None:
         import torch
+
         from vecaccel.trainers.models import ActorCritic
 
         if isinstance(env, str):
@@ -924,6 +1001,14 @@ class OnPolicyAlgorithm:
             names = ", ".join(field.name for field in dataclasses.fields(self.config_cls))
             raise TypeError(f"{exc}; {self.config_cls.__name__} fields are: {names}") from None
         cfg = self.config
+        # under torchrun: join the process group; each rank gets its own seed (envs, sampling)
+        from vecaccel.trainers import distributed
+
+        if distributed.init_from_env(cfg.device):
+            cfg.device = distributed.local_device(cfg.device)
+            cfg.seed = distributed.rank_seed(cfg.seed)
+        self.world_size = distributed.world_size()
+        self.is_main = distributed.is_main_process()
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.progress = progress
         self.tensorboard = tensorboard
@@ -963,12 +1048,17 @@ class OnPolicyAlgorithm:
             channels_last=cfg.channels_last,
             bf16=bf16,
         ).to(self.device)
-        self.batch_size = cfg.num_envs * cfg.num_steps
+        # the effective batch of an update is the sum of every rank's batch
+        self.local_batch_size = cfg.num_envs * cfg.num_steps
+        self.batch_size = self.local_batch_size * self.world_size
         self.lr_scale = lr_scale(
             self.batch_size, cfg.base_batch_size or self.batch_size, cfg.lr_scaling
         )
         self.learning_rate = cfg.learning_rate * self.lr_scale
         self.optimizer = self.make_optimizer(self.learning_rate)
+        # the losses go through DistributedDataParallel when there are several ranks
+        self.train_model = distributed.wrap_model(self.model, self.device)
+        self.signal_checkpoint = True
         if self.env is not None:
             self._make_sampler()
 
@@ -1079,68 +1169,100 @@ class OnPolicyAlgorithm:
             if self.update_index > 0:
                 self._reseed_envs()
         assert self.target_steps is not None
+        from vecaccel.trainers import distributed
+
+        main = self.is_main
+        run_dir = self.run_dir if main else None  # rank 0 alone logs and checkpoints
         logger = RunLogger(
-            self.run_dir,
+            run_dir,
             self.target_steps,
-            use_tensorboard=self.tensorboard,
-            progress=self.progress,
+            use_tensorboard=self.tensorboard and main,
+            progress=self.progress and main,
             resume_step=self.global_step if self.global_step > 0 else None,
         )
         self.logger = logger
         start_step, start_time = self.global_step, time.perf_counter()
+        guard = SignalCheckpoint()
         try:
-            while self.global_step < self.target_steps:
-                done_updates = self.update_index - self.schedule_start_update
-                progress_remaining = max(0.0, 1.0 - done_updates / self.schedule_updates)
-                lr_now = self.learning_rate * (progress_remaining if cfg.anneal_lr else 1.0)
-                for group in self.optimizer.param_groups:
-                    group["lr"] = lr_now
+            with guard:
+                while self.global_step < self.target_steps:
+                    done_updates = self.update_index - self.schedule_start_update
+                    progress_remaining = max(0.0, 1.0 - done_updates / self.schedule_updates)
+                    lr_now = self.learning_rate * (progress_remaining if cfg.anneal_lr else 1.0)
+                    for group in self.optimizer.param_groups:
+                        group["lr"] = lr_now
 
-                self.model.eval()
-                batch = self.sampler.collect()
-                self.model.train()
-                self.global_step += self.batch_size
-                metrics = self.update(batch, progress_remaining)
-                self.update_index += 1
+                    self.model.eval()
+                    batch = self.sampler.collect()
+                    self.model.train()
+                    self.global_step += self.batch_size
+                    metrics = self.update(batch, progress_remaining)
+                    self.update_index += 1
 
-                episodes = self.sampler.pop_episodes()
-                self.last_episodes = episodes
-                elapsed = time.perf_counter() - start_time
-                metrics.update(
-                    {
-                        "charts/episodic_return": mean_or_none(episodes.returns),
-                        "charts/episodic_length": mean_or_none(episodes.lengths),
-                        "charts/SPS": (self.global_step - start_step) / max(elapsed, 1e-9),
-                        "charts/learning_rate": lr_now,
-                        "charts/lr_scale": self.lr_scale,
-                        "charts/updates": self.update_index,
-                    }
-                )
-                if (
-                    self.update_index % max(1, cfg.log_every) == 0
-                    or episodes.returns
-                    or self.global_step >= self.target_steps
-                ):
-                    logger.log(self.global_step, metrics)
-                if callback is not None and callback(self, metrics) is False:
-                    break
-                if (
-                    self.run_dir is not None
-                    and cfg.checkpoint_every > 0
-                    and self.update_index % cfg.checkpoint_every == 0
-                    and self.global_step < self.target_steps
-                ):
-                    if cfg.reset_envs_at_checkpoint:
-                        self._reseed_envs()
-                    self.save(self.run_dir / CHECKPOINT_NAME)
-            if self.run_dir is not None:
-                self.save(self.run_dir / CHECKPOINT_NAME)
+                    episodes = self.sampler.pop_episodes()
+                    self.last_episodes = episodes
+                    elapsed = time.perf_counter() - start_time
+                    metrics.update(
+                        {
+                            "charts/episodic_return": mean_or_none(episodes.returns),
+                            "charts/episodic_length": mean_or_none(episodes.lengths),
+                            "charts/SPS": (self.global_step - start_step) / max(elapsed, 1e-9),
+                            "charts/learning_rate": lr_now,
+                            "charts/lr_scale": self.lr_scale,
+                            "charts/updates": self.update_index,
+                        }
+                    )
+                    stop = guard.requested
+                    if self.world_size > 1:
+                        # every rank reduces every update (a collective cannot be skipped)
+                        count = float(len(episodes.returns))
+                        metrics["charts/episodes"] = count
+                        metrics["_stop"] = 1.0 if stop else 0.0
+                        metrics = distributed.reduce_metrics(
+                            metrics,
+                            weights={
+                                "charts/episodic_return": count,
+                                "charts/episodic_length": count,
+                            },
+                            sums=("charts/episodes", "_stop"),
+                            device=self.device,
+                        )
+                        stop = bool(metrics.pop("_stop") or 0.0)
+                        metrics["charts/world_size"] = float(self.world_size)
+                    if (
+                        self.update_index % max(1, cfg.log_every) == 0
+                        or metrics.get("charts/episodic_return") is not None
+                        or self.global_step >= self.target_steps
+                    ):
+                        logger.log(self.global_step, metrics)
+                    if stop:
+                        if run_dir is not None:
+                            path = self.save(run_dir / CHECKPOINT_NAME)
+                            logger.write(
+                                f"{guard.signal_name}: checkpoint saved to {path} at step "
+                                f"{self.global_step}; continue with --resume {run_dir}"
+                            )
+                        raise TrainingInterrupted(guard.signal_name, self.global_step)
+                    if callback is not None and callback(self, metrics) is False:
+                        break
+                    if (
+                        self.run_dir is not None
+                        and cfg.checkpoint_every > 0
+                        and self.update_index % cfg.checkpoint_every == 0
+                        and self.global_step < self.target_steps
+                    ):
+                        if cfg.reset_envs_at_checkpoint:
+                            self._reseed_envs()
+                        if run_dir is not None:
+                            self.save(run_dir / CHECKPOINT_NAME)
+                if run_dir is not None:
+                    self.save(run_dir / CHECKPOINT_NAME)
         finally:
             self.elapsed_before = logger.elapsed
             curve = logger.close()
-            if self.run_dir is not None and self.progress:
+            if run_dir is not None and self.progress:
                 logger.write(
-                    f"run directory: {self.run_dir}  checkpoint: {self.run_dir / CHECKPOINT_NAME}"
+                    f"run directory: {run_dir}  checkpoint: {run_dir / CHECKPOINT_NAME}"
                     + (f"  learning curve: {curve}" if curve else "")
                 )
         return self

@@ -41,8 +41,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium.vector import AutoresetMode
+
+from vecaccel.trainers import distributed
 from vecaccel.trainers.common import (
     RunLogger,
+    SignalCheckpoint,
+    TrainingInterrupted,
     config_from_dict,
     configure_torch_threads,
     get_rng_state,
@@ -166,6 +170,12 @@ class DQNConfig:
     """Show a live progress bar."""
     checkpoint_period: int = 0
     """Updates between checkpoints written to ``run_dir/checkpoint.pt`` (0: only at the end)."""
+    async_weight_sync_period: int = 1
+    """Asynchronous mode (``--async``): updates between copies of the weights to the sampler."""
+    async_max_lead: int = 0
+    """Asynchronous mode: env steps the sampler may run ahead of what the replay ratio allows
+    (0: automatic, 16 updates' worth or one vector step, whichever is larger); a larger lead
+    lets the two sides overlap better, a smaller one holds the ratio tighter early on."""
 
     def __post_init__(self) -> None:
         self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)
@@ -360,6 +370,12 @@ class DQN:
         if unknown:
             raise TypeError(f"unknown {type(self).__name__} settings: {sorted(unknown)}")
         self.config = cfg = DQNConfig(**values)
+        # under torchrun: join the process group; each rank gets its own seed (envs, exploration)
+        if distributed.init_from_env(str(_resolve_device(cfg.device))):
+            cfg.device = distributed.local_device(str(_resolve_device(cfg.device)))
+            cfg.seed = distributed.rank_seed(cfg.seed)
+        self.world_size = distributed.world_size()
+        self.is_main = distributed.is_main_process()
         configure_torch_threads(cfg.torch_threads, cfg.backend, cfg.num_envs)
         seed_everything(cfg.seed)
         self.device = _resolve_device(cfg.device)
@@ -432,7 +448,10 @@ class DQN:
         ).to(self.device)
         self.target_network = copy.deepcopy(self.q_network)
         self.target_network.requires_grad_(False)
-        self.lr_scale = lr_scale(cfg.batch_size, cfg.base_batch_size, cfg.lr_scaling)
+        # the effective batch of an update is the sum of every rank's batch
+        self.lr_scale = lr_scale(
+            cfg.batch_size * self.world_size, cfg.base_batch_size, cfg.lr_scaling
+        )
         self.learning_rate = cfg.learning_rate * self.lr_scale
         try:  # the fused kernel cuts the per-parameter overhead that dominates small networks
             self.optimizer = torch.optim.Adam(
@@ -442,6 +461,8 @@ class DQN:
             self.optimizer = torch.optim.Adam(
                 self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps
             )
+        # the loss goes through DistributedDataParallel when there are several ranks
+        self.train_network = distributed.wrap_model(self.q_network, self.device)
         self.support = (
             torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms, device=self.device)
             if cfg.categorical
@@ -551,7 +572,7 @@ class DQN:
             else:
                 td_target = b_returns + b_discounts * next_target_q[rows, next_actions]
 
-        out = self.q_network(b_obs)[rows, b_actions]
+        out = self.train_network(b_obs)[rows, b_actions]
         if cfg.categorical:
             log_probs = torch.log_softmax(out, dim=-1)
             per_sample = -(target_probs * log_probs).sum(-1)  # cross-entropy to the projection
@@ -644,6 +665,10 @@ class DQN:
             raise RuntimeError("this agent has no env: pass env= when creating or loading it")
         envs = self.envs
         num_envs = envs.num_envs
+        world = self.world_size
+        # steps and batches are counted over all ranks; each rank adds num_envs per vector step
+        steps_per_vector_step = num_envs * world
+        effective_batch = cfg.batch_size * world
         if reset_num_timesteps:
             self.global_step = 0
             self.num_updates = 0
@@ -660,15 +685,16 @@ class DQN:
         horizon = start_step + int(total_steps)
         # updates start once the buffer holds learning_starts steps (and enough to sample)
         warmup = cfg.learning_starts if (reset_num_timesteps or new_buffer) else 0
-        warmup = max(warmup, num_envs * (cfg.n_step + self.buffer.frame_stack + 1))
+        warmup = max(warmup, steps_per_vector_step * (cfg.n_step + self.buffer.frame_stack + 1))
         learn_from = start_step + warmup
         updates_at_start = self.num_updates
         beta = cfg.priority_beta_start
+        main = self.is_main
         logger = RunLogger(
-            cfg.run_dir,
+            cfg.run_dir if main else None,  # rank 0 alone logs and checkpoints
             horizon,
-            use_tensorboard=cfg.tensorboard,
-            progress=cfg.progress,
+            use_tensorboard=cfg.tensorboard and main,
+            progress=cfg.progress and main,
             resume_step=None if reset_num_timesteps else start_step,
         )
         self.logger = logger
@@ -682,6 +708,8 @@ class DQN:
         next_log = start_step + cfg.log_interval
         last_target_update = self.global_step
         obs = self._obs
+        guard = SignalCheckpoint().__enter__()
+        vector_steps = 0
         try:
             while self.global_step < horizon:
                 epsilon = self.epsilon(self.global_step, horizon)
@@ -690,14 +718,15 @@ class DQN:
                 done = terminated | truncated
                 self.buffer.add(obs, actions, reward, terminated, truncated, infos.get("final_obs"))
                 obs = next_obs
-                self.global_step += num_envs
+                self.global_step += steps_per_vector_step
+                vector_steps += 1
                 for episode_return, length in self._record_episodes(reward, done, infos):
                     self.episode_log.append((self.global_step, episode_return, length))
                     finished.append((episode_return, length))
 
                 # enforce the replay ratio: updates × batch ≤ ratio × steps since learning began
                 if self.global_step > learn_from:
-                    due = int(cfg.replay_ratio * (self.global_step - learn_from) // cfg.batch_size)
+                    due = int(cfg.replay_ratio * (self.global_step - learn_from) // effective_batch)
                     while self.num_updates - updates_at_start < due:
                         beta = cfg.priority_beta_start + (1.0 - cfg.priority_beta_start) * min(
                             1.0, self.global_step / horizon
@@ -713,7 +742,7 @@ class DQN:
                             self._checkpoint()
                     self._measured_replay_ratio = (
                         (self.num_updates - updates_at_start)
-                        * cfg.batch_size
+                        * effective_batch
                         / (self.global_step - learn_from)
                     )
                 if self.global_step - last_target_update >= cfg.target_update_period:
@@ -741,16 +770,52 @@ class DQN:
                             metrics[key] = float(np.mean([m[key] for m in recent_losses]))
                     if cfg.prioritized and self.num_updates:
                         metrics["charts/beta"] = beta
+                    if world > 1:  # every rank reaches this step: reduce over ranks
+                        metrics = self._reduce_metrics(metrics, len(finished))
                     logger.log(self.global_step, metrics)
                     finished, recent_losses = [], []
                 if callback is not None and callback(self) is False:
                     break
+                stop = guard.requested
+                if world > 1 and vector_steps % 64 == 0:  # agree at the same step on all ranks
+                    stop = distributed.all_reduce_any(stop, device=self.device)
+                elif world > 1:
+                    stop = False
+                if stop:
+                    raise TrainingInterrupted(guard.signal_name or "SIGTERM", self.global_step)
+        except TrainingInterrupted:
+            if cfg.run_dir is not None and main:
+                logger.write(
+                    f"{guard.signal_name}: checkpoint saved to "
+                    f"{Path(cfg.run_dir) / 'checkpoint.pt'} at step {self.global_step}"
+                )
+            raise
         finally:
+            guard.__exit__(None, None, None)
             self._obs = obs
             if cfg.run_dir is not None:
                 self._checkpoint()
             logger.close()
         return self
+
+    def _reduce_metrics(self, metrics: dict[str, Any], episodes: int) -> dict[str, Any]:
+        keys = (
+            "charts/episodic_return",
+            "charts/episodic_length",
+            "charts/episodes",
+            "losses/td_loss",
+            "losses/q_values",
+            "losses/grad_norm",
+        )
+        full = {key: metrics.get(key) for key in keys} | metrics
+        reduced = distributed.reduce_metrics(
+            full,
+            weights={"charts/episodic_return": episodes, "charts/episodic_length": episodes},
+            sums=("charts/episodes",),
+            device=self.device,
+        )
+        reduced["charts/world_size"] = float(self.world_size)
+        return reduced
 
     @property
     def replay_ratio(self) -> float | None:
@@ -760,6 +825,8 @@ class DQN:
     # -- saving and loading -------------------------------------------------------------------
 
     def _checkpoint(self) -> None:
+        if not self.is_main:
+            return
         self.save(Path(self.config.run_dir) / "checkpoint.pt")
 
     def save(self, path: str | Path) -> Path:

@@ -22,7 +22,9 @@ from typing import Any
 
 import torch
 from torch import nn
+
 from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
+from vecaccel.trainers.distributed import all_reduce_mean
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
 
@@ -233,7 +235,9 @@ class PPO(OnPolicyAlgorithm):
                     mb: slice | torch.Tensor = slice(None)
                 else:
                     mb = permutation[start : start + minibatch_size]
-                new_logprob, entropy, new_value = model.evaluate(b_obs[mb], b_actions[mb])
+                new_logprob, entropy, new_value = self.train_model.evaluate(
+                    b_obs[mb], b_actions[mb]
+                )
                 log_ratio = new_logprob - b_logprobs[mb]
                 ratio = log_ratio.exp()
                 if diagnose:
@@ -279,8 +283,12 @@ class PPO(OnPolicyAlgorithm):
                 nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
 
-            if cfg.target_kl is not None and approx_kl > cfg.target_kl:
-                break
+            if cfg.target_kl is not None:
+                kl = float(approx_kl)
+                if self.world_size > 1:  # every rank must stop at the same epoch
+                    kl = all_reduce_mean([kl], device=self.device)[0]
+                if kl > cfg.target_kl:
+                    break
 
         return {
             "losses/value_loss": v_loss.item(),

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
+
 from vecaccel.trainers.sumtree import ArrayFactory, SumTree
 
 __all__ = [

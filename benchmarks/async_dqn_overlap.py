@@ -1,0 +1,149 @@
+"""Async DQN on CartPole: does sampling overlap optimisation? One core each.
+
+Three measurements, each with one torch thread per process, the optimiser pinned to one CPU and
+the sampler process to another (when the machine has two):
+
+1. **standalone sampling**: the async sampler process alone (acting with the Q-network, stepping
+   ``num_envs`` serial envs, writing the shared replay buffer), no updates due;
+2. **standalone updates**: ``train_step`` in a loop on a filled buffer, nothing else running;
+3. **async**: both together, with the replay ratio set to the *balanced* value
+   ``update_rate × batch / sampling_rate`` of the standalone rates, so neither side should have
+   to wait if the overlap is perfect. Reported: each rate as a fraction of its standalone rate,
+   and the replay ratio measured against the setting.
+
+Run (about a minute)::
+
+    python benchmarks/async_dqn_overlap.py
+
+Results go to ``benchmarks/results/async_dqn_overlap.json`` with the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vecaccel.trainers.async_runner import learn_async, make_async_agent
+from vecaccel.trainers.common import make_env_for_training
+from vecaccel.trainers.dqn import DQN
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _agent(args: argparse.Namespace, **overrides: Any) -> DQN:
+    config: dict[str, Any] = dict(
+        preset="cartpole",
+        num_envs=args.num_envs,
+        backend="serial",
+        batch_size=args.batch_size,
+        progress=False,
+        tensorboard=False,
+        torch_threads=1,
+        log_interval=10**9,
+        seed=args.seed,
+    )
+    config.update(overrides)
+    return make_async_agent(DQN, "CartPole-v1", **config)
+
+
+def standalone_update_rate(args: argparse.Namespace) -> float:
+    """Updates per second of ``train_step`` on a filled buffer, nothing else running."""
+    agent = _agent(args)
+    envs = make_env_for_training("CartPole-v1", args.num_envs, backend="serial", seed=args.seed)
+    agent.envs = envs
+    agent.buffer = agent._make_buffer()
+    obs, _ = envs.reset(seed=args.seed)
+    for _ in range(5_000 // args.num_envs):
+        actions = envs.action_space.sample()
+        next_obs, reward, terminated, truncated, infos = envs.step(actions)
+        agent.buffer.add(obs, actions, reward, terminated, truncated, infos.get("final_obs"))
+        obs = next_obs
+    envs.close()
+    for _ in range(20):  # warm-up
+        agent.train_step(agent.buffer.sample(args.batch_size))
+    updates, start = 0, time.perf_counter()
+    while time.perf_counter() - start < args.seconds:
+        agent.train_step(agent.buffer.sample(args.batch_size))
+        updates += 1
+    return updates / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=4)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--seconds", type=float, default=6.0, help="standalone update timing")
+    parser.add_argument("--sample-steps", type=int, default=30_000)
+    parser.add_argument("--async-steps", type=int, default=30_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-lead", type=int, default=0, help="async_max_lead (0: the default)")
+    parser.add_argument("--weight-sync-period", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS / "async_dqn_overlap.json")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cpus = sorted(os.sched_getaffinity(0))
+    optimiser_cpu, sampler_cpu = (cpus[0], cpus[1]) if len(cpus) > 1 else (cpus[0], cpus[0])
+    os.sched_setaffinity(0, {optimiser_cpu})
+
+    # 1. the sampler alone: no update ever falls due
+    agent = _agent(args, learning_starts=10**9)
+    alone = learn_async(agent, "CartPole-v1", args.sample_steps, sampler_affinity={sampler_cpu})
+    sampling_rate = alone.sampling_rate
+    print(f"standalone sampling: {sampling_rate:.0f} env steps/s", file=sys.stderr)
+
+    # 2. updates alone
+    update_rate = standalone_update_rate(args)
+    print(f"standalone updates: {update_rate:.1f} updates/s", file=sys.stderr)
+
+    # 3. both, at the replay ratio that balances the standalone rates
+    ratio = update_rate * args.batch_size / sampling_rate
+    agent = _agent(
+        args,
+        replay_ratio=ratio,
+        learning_starts=1_000,
+        async_max_lead=args.max_lead,
+        async_weight_sync_period=args.weight_sync_period,
+    )
+    both = learn_async(agent, "CartPole-v1", args.async_steps, sampler_affinity={sampler_cpu})
+    returns = [r for _, r, _ in agent.episode_log]
+    result = {
+        "command": "python " + shlex.join(sys.argv),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores "
+        "(shared with other jobs)",
+        "torch": torch.__version__,
+        "num_envs": args.num_envs,
+        "batch_size": args.batch_size,
+        "async_max_lead": args.max_lead,
+        "async_weight_sync_period": args.weight_sync_period,
+        "standalone_sampling_steps_per_s": round(sampling_rate, 1),
+        "standalone_updates_per_s": round(update_rate, 2),
+        "replay_ratio_setting": round(ratio, 3),
+        "async_sampling_steps_per_s": round(both.sampling_rate, 1),
+        "async_updates_per_s": round(both.update_rate, 2),
+        "sampling_fraction_of_standalone": round(both.sampling_rate / sampling_rate, 3),
+        "update_fraction_of_standalone": round(both.update_rate / update_rate, 3),
+        "replay_ratio_measured": round(both.replay_ratio, 3),
+        "optimizer_wait_fraction": round(both.optimizer_wait_fraction, 3),
+        "sampler_wait_fraction": round(both.sampler_wait_fraction, 3),
+        "mean_policy_lag_updates": round(both.mean_policy_lag, 2),
+        "async_env_steps": both.env_steps,
+        "async_seconds": round(both.seconds, 2),
+        "mean_return_last_10_episodes": float(np.mean(returns[-10:])) if returns else None,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

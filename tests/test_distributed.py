@@ -1,0 +1,268 @@
+"""Synchronous data-parallel training through torchrun: gloo, CPU, 2 ranks, tiny budgets.
+
+Every test starts real ``torchrun`` processes on the loopback address and bounds each with a
+timeout; the rank processes run one torch thread each.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+WORKER = HERE / "dist_worker.py"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", VECACCEL_DIST_TIMEOUT="30", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", *args]
+
+
+def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        cmd, env=_env(), capture_output=True, text=True, timeout=timeout, cwd=HERE.parent
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_parameters_identical_and_batch_is_sum_over_ranks(algo: str, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    _run(
+        _torchrun(
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(WORKER),
+            "--algo",
+            algo,
+            "--out",
+            str(out),
+            "--total-steps",
+            "128",
+        )
+    )
+    result = json.loads(out.read_text())
+    assert result["world_size"] == 2
+    first, second = result["checksums"]
+    assert first == second  # bit-identical parameters after several updates
+    assert result["updates"] >= 2
+    # the step budget is global: each rank collected half, the sum is the run's count
+    assert sum(result["local_steps"]) == result["global_step"] == 128
+    if algo == "ppo":
+        # effective batch = sum of the ranks' batches; linear lr scaling sees that batch
+        assert result["batch_size"] == sum(result["local_batch"]) == 32
+        assert result["lr_scale"] == pytest.approx(32 / 16)
+    else:
+        assert result["lr_scale"] == pytest.approx(2 * 8 / 32)
+
+
+def _metrics(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as file:
+        return list(csv.DictReader(file))
+
+
+def test_cli_nproc_launches_torchrun(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "vecaccel",
+            "train",
+            "a2c",
+            "--nproc",
+            "2",
+            "--env",
+            "CartPole-v1",
+            "--backend",
+            "serial",
+            "--num-envs",
+            "2",
+            "--num-steps",
+            "5",
+            "--total-steps",
+            "200",
+            "--run-dir",
+            str(run_dir),
+            "--no-progress",
+            "--no-tensorboard",
+            "--torch-threads",
+            "1",
+            "--log-every",
+            "1",
+        ]
+    )
+    rows = _metrics(run_dir)
+    assert float(rows[-1]["step"]) == 200
+    assert float(rows[-1]["charts/world_size"]) == 2
+    assert (run_dir / "checkpoint.pt").exists()
+
+
+def test_two_node_loopback_run(tmp_path: Path) -> None:
+    port = _free_port()
+    run_dir = tmp_path / "run"
+    common = [
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "vecaccel-test",
+        "--local-addr",
+        "127.0.0.1",
+        "--max-restarts",
+        "0",
+    ]
+    train = [
+        "-m",
+        "vecaccel",
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--backend",
+        "serial",
+        "--num-envs",
+        "2",
+        "--num-steps",
+        "16",
+        "--total-steps",
+        "128",
+        "--run-dir",
+        str(run_dir),
+        "--no-progress",
+        "--no-tensorboard",
+        "--torch-threads",
+        "1",
+    ]
+    nodes = [
+        subprocess.Popen(
+            _torchrun(*common, "--node-rank", str(node), *train),
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=HERE.parent,
+        )
+        for node in (0, 1)
+    ]
+    try:
+        outputs = [node.communicate(timeout=150)[0] for node in nodes]
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], "\n".join(o[-3000:] for o in outputs)
+    rows = _metrics(run_dir)
+    assert float(rows[-1]["step"]) == 128
+    assert float(rows[-1]["charts/world_size"]) == 2
+
+
+def test_killed_rank_ends_job_with_error_within_30s(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    job = subprocess.Popen(
+        _torchrun(
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "--max-restarts",
+            "0",
+            str(WORKER),
+            "--algo",
+            "ppo",
+            "--out",
+            str(out),
+            "--total-steps",
+            "100000000",
+            "--hold",
+        ),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=HERE.parent,
+        start_new_session=True,
+    )
+    try:
+        pid_file = tmp_path / "pid-1"
+        deadline = time.monotonic() + 90
+        while not pid_file.exists() and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.1)
+        assert pid_file.exists(), "rank 1 never started training"
+        time.sleep(0.2)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        killed = time.monotonic()
+        output, _ = job.communicate(timeout=30)
+        assert time.monotonic() - killed < 30
+        assert job.returncode != 0, output[-3000:]
+        assert not out.exists()
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=10)
+
+
+def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> None:
+    from vecaccel.trainers.common import load_checkpoint
+
+    run_dir = tmp_path / "run"
+    common = ["--no-progress", "--no-tensorboard", "--torch-threads", "1"]
+    launcher = subprocess.Popen(
+        [
+            sys.executable, "-m", "vecaccel", "train", "a2c", "--nproc", "2",
+            "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2",
+            "--num-steps", "5", "--total-steps", "100000000", "--run-dir", str(run_dir),
+            "--log-every", "1", *common,
+        ],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=HERE.parent, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and launcher.poll() is None:
+            if (run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3:
+                break
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)  # what a scheduler does to the job's launcher
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(timeout=10)
+    assert launcher.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "checkpoint saved" in output
+    step = int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"])
+    assert step > 0
+    _run(
+        [
+            sys.executable, "-m", "vecaccel", "train", "a2c", "--nproc", "2",
+            "--resume", str(run_dir), "--total-steps", str(step + 40), *common,
+        ]
+    )  # fmt: skip
+    assert int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"]) == step + 40
