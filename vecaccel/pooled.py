@@ -46,6 +46,8 @@ class ProcessVecEnv(VecEnv):
         max_restarts: failures tolerated under ``"restart"`` before the failure is raised.
         step_timeout: seconds after which a worker still stepping is killed and handled by the
             failure policy.
+        worker_threads: threads each worker lets OpenMP, BLAS, OpenCV and torch use (default
+            1: a worker keeps one core busy); ``None`` leaves the libraries' defaults.
     """
 
     def __init__(
