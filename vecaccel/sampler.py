@@ -453,7 +453,9 @@ class Sampler:
                 self._lengths.append(int(lengths[position]))
         finished = ids[done]
         if not self._infos_seen:
-            for b in finished:
+            # an episode cut short by a worker restart is no episode result: leave it out
+            restarted = _to_numpy(infos.get("_worker_restarted", np.zeros(len(ids), dtype=bool)))
+            for b in ids[done & ~restarted.astype(bool)]:
                 self._returns.append(float(self._episode_return[b]))
                 self._lengths.append(int(self._episode_length[b]))
         self._episode_return[finished] = 0.0
