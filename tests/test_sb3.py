@@ -37,16 +37,7 @@ from vecaccel.sb3 import SB3VecEnv, VecAccelEnv, to_sb3  # noqa: E402
 
 N_ENVS = 3
 
-BACKENDS = [
-    "serial",
-    pytest.param(
-        "shm",
-        marks=pytest.mark.skipif(
-            "shm" not in vecaccel.list_backends(),
-            reason="the shm backend is not registered in this build yet",
-        ),
-    ),
-]
+BACKENDS = ["serial", "shm"]
 
 #: Backend options that keep the worker count small on a 2-core machine.
 BACKEND_OPTIONS: dict[str, dict[str, Any]] = {"serial": {}, "shm": {"num_workers": 2}}
@@ -595,8 +586,6 @@ def test_next_step_mode_is_refused(backend: str) -> None:
 @pytest.mark.parametrize("backend", ["async", "action_server"])
 def test_async_backends_are_refused(backend: str) -> None:
     """Backends that return envs in the order they finish cannot give SB3's per-index steps."""
-    if backend not in vecaccel.list_backends():
-        pytest.skip(f"the {backend} backend is not registered in this build")
     with pytest.raises(ValueError, match="shm"):
         make_vec_env(
             "CartPole-v1",
@@ -820,8 +809,6 @@ def test_make_atari_env_vec_env_cls(backend: str) -> None:
 def test_spawned_workers_register_atari_ids() -> None:
     """Under ``spawn`` the workers start fresh: SB3's env functions still find ALE ids."""
     pytest.importorskip("ale_py")
-    if "shm" not in vecaccel.list_backends():
-        pytest.skip("the shm backend is not registered in this build yet")
     vec_env = make_atari_env(
         "PongNoFrameskip-v4",
         n_envs=2,

@@ -23,19 +23,9 @@ from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
 from stable_baselines3.common.utils import LinearSchedule  # noqa: E402
 
-import vecaccel  # noqa: E402
 from vecaccel.sb3 import VecAccelEnv  # noqa: E402
 
-BACKENDS = [
-    "serial",
-    pytest.param(
-        "shm",
-        marks=pytest.mark.skipif(
-            "shm" not in vecaccel.list_backends(),
-            reason="the shm backend is not registered in this build yet",
-        ),
-    ),
-]
+BACKENDS = ["serial", "shm"]
 BACKEND_OPTIONS: dict[str, dict[str, Any]] = {"serial": {}, "shm": {"num_workers": 2}}
 
 
@@ -120,8 +110,6 @@ def test_learn_short_budget(name: str, backend: str) -> None:
 
 def test_learn_is_deterministic_across_backends() -> None:
     """Same seed, same numbers: the adapter adds no randomness of its own."""
-    if "shm" not in vecaccel.list_backends():
-        pytest.skip("the shm backend is not registered in this build yet")
     params = []
     for backend in ("serial", "shm"):
         vec_env = make_sb3_env("CartPole-v1", 4, backend, seed=3)

@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import abc
 import csv
 import dataclasses
 import io
@@ -947,7 +948,7 @@ class SignalCheckpoint:
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
-class OnPolicyAlgorithm:
+class OnPolicyAlgorithm(abc.ABC):
     """Runner plumbing shared by A2C and PPO: env, sampler, logging, checkpoints, save/load/predict.
 
     The algorithm files keep what differs in view: the config dataclass, the optimizer and
@@ -1064,13 +1065,13 @@ class OnPolicyAlgorithm:
 
     # -- what each algorithm provides -----------------------------------------------------------
 
+    @abc.abstractmethod
     def make_optimizer(self, learning_rate: float) -> Any:
         """Return the optimizer over ``self.model.parameters()``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def update(self, batch: Any, progress_remaining: float) -> dict[str, float]:
         """One update from a sampler batch; returns ``losses/...`` metrics."""
-        raise NotImplementedError
 
     # -- env and sampler ------------------------------------------------------------------------
 
