@@ -633,9 +633,10 @@ class WorkerPool:
         self.failures = 0
         self.failures_per_env = np.zeros(num_envs, dtype=np.int64)
         self.last_seeds: list[int | None] = [None] * num_envs
-        # A spinning parent steals the core a worker needs when every core has a worker.
+        # Blocking by default: measured on 2 cores (benchmarks/spin_vs_block.py), spinning before
+        # blocking gained nothing within noise with a free core, and cost up to 12% without one.
         if spin_us is None:
-            spin_us = 0.0 if num_workers >= usable_cpus() else 50.0
+            spin_us = 0.0
         self.spin_seconds = spin_us / 1e6
         self.layout = SharedLayout(observation_space, action_space, num_envs, num_workers)
         self._layout_args = (observation_space, action_space, num_envs, num_workers)
