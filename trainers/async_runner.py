@@ -222,20 +222,25 @@ def _sampler_main(spec: dict[str, Any]) -> None:
         raise
 
 
-def _sampler_loop(spec: dict[str, Any]) -> None:
+def _child_setup(spec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """What the sampler and rollout processes do first; returns NumPy views of the shared
+    counters and timers (a scalar read or write costs far less than on the torch tensors)."""
     import signal
-
-    from vecaccel.trainers.common import make_env_for_training
-    from vecaccel.trainers.dqn import linear_schedule
 
     # the optimiser handles Ctrl-C and SIGTERM and then stops this process through _STOP
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if spec["affinity"]:
         os.sched_setaffinity(0, spec["affinity"])
     torch.set_num_threads(int(spec["torch_threads"]))
-    # NumPy views of the shared tensors: a scalar read or write costs far less than torch's
-    counters: np.ndarray = spec["counters"].numpy()
-    timers: np.ndarray = spec["timers"].numpy()
+    return spec["counters"].numpy(), spec["timers"].numpy()
+
+
+def _sampler_loop(spec: dict[str, Any]) -> None:
+
+    from vecaccel.trainers.common import make_env_for_training
+    from vecaccel.trainers.dqn import linear_schedule
+
+    counters, timers = _child_setup(spec)
     network: torch.nn.Module = spec["network"]
     shared_weights: list[torch.Tensor] = spec["weights"]
     support: torch.Tensor | None = spec["support"]
@@ -685,17 +690,11 @@ def _share_like(batch: Any) -> dict[str, Any]:
 
 
 def _rollout_loop(spec: dict[str, Any]) -> None:
-    import signal
 
     import vecaccel
     from vecaccel.trainers.common import make_env_for_training
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if spec["affinity"]:
-        os.sched_setaffinity(0, spec["affinity"])
-    torch.set_num_threads(int(spec["torch_threads"]))
-    counters: np.ndarray = spec["counters"].numpy()
-    timers: np.ndarray = spec["timers"].numpy()
+    counters, timers = _child_setup(spec)
     model: torch.nn.Module = spec["model"]
     shared_weights: list[torch.Tensor] = spec["weights"]
     parent, poll = spec["parent_pid"], spec["poll_interval"]
