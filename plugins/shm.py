@@ -112,9 +112,20 @@ class ShmVecEnv(ProcessVecEnv):
     # -- the VectorEnv API ----------------------------------------------------------------------
 
     def reset(self, *, seed=None, options=None):
+        """Reset every env (or those in ``options["reset_mask"]``).
+
+        A step that timed out is finished first; an env error it reports is not raised, as on
+        the pooled backends: the envs it names start over here (outside a ``reset_mask`` they
+        stay failed until a reset includes them).
+        """
         self._check_open()
         self.pool.check_usable()
-        self._prepare_control()
+        try:
+            self._prepare_control()
+        except WorkerError:
+            if self._pending:
+                raise  # the step is still running: a reset now would take its reply
+            self.pool.check_usable()  # a dead worker (past max_restarts) is still raised
         seeds = normalize_seeds(seed, self.num_envs)
         reset_mask, options = split_reset_mask(options, self.num_envs)
         self._state = AsyncState.WAITING_RESET

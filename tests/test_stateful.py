@@ -288,7 +288,7 @@ class VecEnvMachine(RuleBasedStateMachine):
         swallowed: bool = False,
     ) -> None:
         """Move the model on by ``plan``; compare with ``result`` (``None``: the results were
-        dropped) or check ``error`` (``swallowed``: a pooled reset drained it silently)."""
+        dropped) or check ``error`` (``swallowed``: a reset drained it silently)."""
         if swallowed:
             assert plan.error != "dead"
         elif plan.error is not None:
@@ -362,11 +362,10 @@ class VecEnvMachine(RuleBasedStateMachine):
             return
         if self.pending is not None:  # a reset first finishes the step that timed out
             plan, self.pending = self.pending, None
-            if plan.error == "dead" or (plan.error is not None and not self.pooled):
-                # shm raises the step's error (and resets nothing); a broken pool cannot reset
+            if plan.error == "dead":  # a broken pool cannot reset
                 self.apply(plan, error=expect(vecaccel.WorkerError, reset))
                 return
-            self.apply(plan, swallowed=True)  # pooled backends reset the failed envs anyway
+            self.apply(plan, swallowed=True)  # every backend resets the failed envs anyway
         obs, infos = reset()
         obs = _to_numpy(obs)
         ids = np.asarray(infos.get("env_id", np.arange(NUM_ENVS)))
@@ -694,11 +693,12 @@ def test_reset_after_a_worker_died_during_a_timed_out_step_raises(backend, no_le
         envs.close()
 
 
-@pytest.mark.parametrize("backend", POOLED)
+@pytest.mark.parametrize("backend", ("shm", *POOLED))
 def test_reset_waits_for_every_stepping_env_before_raising(backend, no_leaks):
     """An env error that arrived while a pooled reset drained a timed-out step was raised (and
     swallowed) while another env still stepped: the reset took that env's step byte for its
-    reply, and the env stayed "still stepping" for good."""
+    reply, and the env stayed "still stepping" for good. ``shm`` raised that error from the
+    reset instead of starting the env over, unlike the pooled backends."""
     envs = _make(backend)
     try:
         with deadline():
@@ -714,12 +714,13 @@ def test_reset_waits_for_every_stepping_env_before_raising(backend, no_leaks):
             obs, infos = envs.reset(seed=5, options={})
             twins = [EnvRunner(FaultEnv(env_id=i), AutoresetMode.NEXT_STEP, i) for i in range(4)]
             expected = [twin.reset(seed=5 + i, options={})[0] for i, twin in enumerate(twins)]
-            order = np.argsort(infos["env_id"])  # envs come back in the order they finish
+            # pooled envs come back in the order they finish
+            order = np.argsort(infos.get("env_id", np.arange(4)))
             np.testing.assert_array_equal(_to_numpy(obs)[order], np.stack(expected))
             for _ in range(3):
                 obs, *_, infos = envs.step(_zeros(envs))
                 expected = [twin.step(0)[0] for twin in twins]
-                order = np.argsort(infos["env_id"])
+                order = np.argsort(infos.get("env_id", np.arange(4)))
                 np.testing.assert_array_equal(_to_numpy(obs)[order], np.stack(expected))
     finally:
         envs.close()
