@@ -73,7 +73,9 @@ class ActionServerVecEnv(PooledVecEnv):
         if alternating and (num_envs < 2 or num_envs % 2):
             raise ValueError(f"alternating=True needs an even number of envs >= 2, got {num_envs}")
         if "batch_size" in options:
-            raise ValueError("action_server sets its batch itself: all envs, or half with alternating")
+            raise ValueError(
+                "action_server sets its batch itself: all envs, or half with alternating"
+            )
         self.device = torch.device(device)
         self.alternating = alternating
         batch = num_envs // 2 if alternating else num_envs
@@ -140,6 +142,10 @@ class ActionServerVecEnv(PooledVecEnv):
         ids = self.groups[0]
         obs, _, _, _, infos = self._result(0, self.recv_ids(ids))
         self._last_ids = ids
+        return obs, infos
+
+    def _after_masked_reset(self):
+        obs, _, _, _, infos = self._result(self._group, self._gather(self._last_ids))
         return obs, infos
 
     def step_async(self, actions: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -57,9 +58,7 @@ def test_each_env_trajectory_equals_serial(mode):
     reference.close()
     for i in range(n):
         np.testing.assert_array_equal(np.array(trajectories[i][:steps]), np.array(expected[i]))
-        np.testing.assert_array_equal(
-            np.array(rewards[i][:steps]), np.array(expected_rewards[i])
-        )
+        np.testing.assert_array_equal(np.array(rewards[i][:steps]), np.array(expected_rewards[i]))
 
 
 def test_send_recv_api_and_errors():
@@ -151,3 +150,44 @@ def test_dead_worker_is_reported():
 def test_batch_size_validation():
     with pytest.raises(ValueError, match="batch_size"):
         vecaccel.make_vec("CartPole-v1", 2, backend="async", batch_size=3)
+
+
+@pytest.mark.parametrize(
+    "backend,options",
+    [("async", {"batch_size": 2}), ("action_server", {"device": "cpu", "alternating": True})],
+)
+def test_masked_reset_resets_envs_of_the_batch_in_hand(backend, options):
+    """A masked reset used to need a full batch of ready envs and raised RuntimeError while the
+    caller held the others; it now returns the batch in hand with the named envs reset."""
+    envs = vecaccel.make_vec("CartPole-v1", 4, backend=backend, num_workers=2, **options)
+    try:
+        envs.reset(seed=0)
+        obs, _, _, _, infos = envs.step(np.zeros(2, dtype=np.int64))
+        held = np.asarray(infos["env_id"])
+        before = np.asarray(obs).copy()
+        mask = np.zeros(4, dtype=bool)
+        mask[held[1]] = True
+        obs, infos = envs.reset(seed=100, options={"reset_mask": mask})
+        obs = np.asarray(obs)
+        np.testing.assert_array_equal(np.asarray(infos["env_id"]), held)
+        twin = gym.make("CartPole-v1")
+        expected, _ = twin.reset(seed=100 + int(held[1]))
+        np.testing.assert_array_equal(obs[1], expected)
+        np.testing.assert_array_equal(obs[0], before[0])  # not in the mask: as it was
+        other = np.zeros(4, dtype=bool)
+        other[np.setdiff1d(np.arange(4), held)[0]] = True
+        with pytest.raises(ValueError, match="not in the batch last returned"):
+            envs.reset(options={"reset_mask": other})
+        expected_next, *_ = twin.step(0)
+        for _ in range(3):  # stepping goes on from the batch in hand
+            obs, *_, infos = envs.step(np.zeros(2, dtype=np.int64))
+            ids = np.asarray(infos["env_id"]).tolist()
+            if int(held[1]) in ids:  # its first step after the reset
+                np.testing.assert_array_equal(
+                    np.asarray(obs)[ids.index(int(held[1]))], expected_next
+                )
+                break
+        else:
+            raise AssertionError(f"env {held[1]} never came back")
+    finally:
+        envs.close()

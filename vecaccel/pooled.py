@@ -254,7 +254,9 @@ class PooledVecEnv(ProcessVecEnv):
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 running = np.flatnonzero(self._in_flight).tolist()
-                raise TimeoutError(f"{what} did not finish within {timeout} s; envs running: {running}")
+                raise TimeoutError(
+                    f"{what} did not finish within {timeout} s; envs running: {running}"
+                )
             ends = [t - now for t in (deadline, kill_at) if t is not None]
             self._take_bytes(max(0.0, min(ends)) if ends else None)
         self._raise_errors()
@@ -270,7 +272,9 @@ class PooledVecEnv(ProcessVecEnv):
         overdue = running[due <= now]
         if overdue.size:
             stuck = {int(self._env_to_worker[i]) for i in overdue}
-            self.pool._kill_stuck([self.pool.workers[k] for k in stuck])  # their sentinels report them
+            self.pool._kill_stuck(
+                [self.pool.workers[k] for k in stuck]
+            )  # their sentinels report them
         later = due[due > now]
         return float(later.min()) if later.size else None
 
@@ -349,9 +353,17 @@ class PooledVecEnv(ProcessVecEnv):
         return bool(self._in_flight.any())
 
     def reset(self, *, seed=None, options=None):
-        """Reset every env (or those in ``options["reset_mask"]``); return the first batch."""
+        """Reset every env and return the first batch, or reset some envs of the batch in hand.
+
+        With ``options["reset_mask"]`` only the envs of the batch last returned (the envs the
+        caller holds, ``info["env_id"]``) may be named; that batch comes back again, the named
+        envs in it reset, as ``SyncVectorEnv`` returns every env with the masked ones reset.
+        """
         self._check_open()
         self.pool.check_usable()
+        reset_mask, options = split_reset_mask(options, self.num_envs)
+        if reset_mask is not None:
+            self._check_held(reset_mask)
         try:
             self._prepare_control()
         except WorkerError:
@@ -360,7 +372,6 @@ class PooledVecEnv(ProcessVecEnv):
             self.pool.check_usable()
         self._errors = []
         seeds = normalize_seeds(seed, self.num_envs)
-        reset_mask, options = split_reset_mask(options, self.num_envs)
         pairs = self.pool.reset(seeds, options, reset_mask)
         reset_ids = [index for index, _ in pairs]
         for index, info in pairs:
@@ -368,11 +379,30 @@ class PooledVecEnv(ProcessVecEnv):
         self._failed_envs.difference_update(reset_ids)
         self._restart_pending[reset_ids] = False
         reset_set = set(reset_ids)
+        if reset_mask is not None:  # the caller still holds these envs
+            self._ready = deque(i for i in self._ready if i not in reset_set)
+            return self._after_masked_reset()
         self._ready = deque([i for i in self._ready if i not in reset_set] + reset_ids)
         return self._after_reset()
 
+    def _check_held(self, reset_mask: np.ndarray) -> None:
+        held = self._last_ids
+        if held is None:
+            raise RuntimeError("call reset() without a reset_mask before resetting some envs")
+        outside = np.setdiff1d(np.flatnonzero(reset_mask), held)
+        if outside.size:
+            raise ValueError(
+                f"reset_mask names envs {outside.tolist()}, which are not in the batch last "
+                f"returned (info['env_id'] {held.tolist()}); a masked reset may only reset envs "
+                "the caller holds"
+            )
+
     def _after_reset(self):
         obs, _, _, _, infos = self.recv()
+        return obs, infos
+
+    def _after_masked_reset(self):
+        obs, _, _, _, infos = self._gather(self._last_ids)
         return obs, infos
 
     def step_async(self, actions: Any) -> None:
