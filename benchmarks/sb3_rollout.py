@@ -15,7 +15,7 @@ Usage::
 
     python benchmarks/sb3_rollout.py                          # 1 warm-up + 5 timed updates each
     python benchmarks/sb3_rollout.py --updates 2 --warmup-updates 1 --workloads cartpole
-    python benchmarks/sb3_rollout.py --vec-envs subproc,vecaccel --json out.json
+    python benchmarks/sb3_rollout.py --vec-envs subproc,vecaccel-shm --json out.json
 
 Every configuration is built, warmed up with ``--warmup-updates`` PPO updates (not timed) and
 then timed over ``--updates`` more; rollout steps per second = steps collected / seconds spent
@@ -50,7 +50,7 @@ except ImportError:  # the cartpole workload still runs
     pass
 
 WORKLOADS = ("pong", "cartpole")
-VEC_ENVS = ("subproc", "dummy", "vecaccel")
+VEC_ENVS = ("subproc", "dummy", "vecaccel-shm", "vecaccel-hybrid")
 
 
 class RolloutTimer(BaseCallback):
@@ -81,8 +81,9 @@ def vec_env_class(kind: str, args: argparse.Namespace) -> tuple[type[VecEnv], di
         return SubprocVecEnv, {"start_method": args.subproc_start_method}
     if kind == "dummy":
         return DummyVecEnv, {}
-    if kind == "vecaccel":
-        options: dict[str, Any] = {"backend": args.backend}
+    if kind == "vecaccel" or kind.startswith("vecaccel-"):
+        backend = kind.partition("-")[2] or args.backend
+        options: dict[str, Any] = {"backend": backend}
         if args.num_workers is not None:
             options["num_workers"] = args.num_workers
         if args.context is not None:
@@ -189,7 +190,11 @@ def format_table(records: list[dict[str, Any]]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="pong,cartpole")
-    parser.add_argument("--vec-envs", default=",".join(VEC_ENVS), help="subproc,dummy,vecaccel")
+    parser.add_argument(
+        "--vec-envs",
+        default=",".join(VEC_ENVS),
+        help="subproc, dummy, vecaccel (with --backend) or vecaccel-BACKEND, comma-separated",
+    )
     parser.add_argument("--updates", type=int, default=5, help="timed PPO updates per config")
     parser.add_argument("--warmup-updates", type=int, default=1, help="untimed updates first")
     parser.add_argument("--n-envs", type=int, default=16)

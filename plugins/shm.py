@@ -1,4 +1,5 @@
-"""Backend ``shm``: worker processes that step slices of envs straight into shared memory."""
+"""Backends ``shm`` and ``hybrid``: worker processes step slices of envs straight into shared
+memory; under ``hybrid`` the calling process steps a share of the envs itself meanwhile."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel import hookimpl
-from vecaccel.errors import WorkerError
+from vecaccel.errors import WorkerError, env_error
 from vecaccel.pooled import ProcessVecEnv
 from vecaccel.spaces import assign_tree, copy_tree
 from vecaccel.vector import AsyncState, normalize_seeds, split_reset_mask
-from vecaccel.worker import Command, Status
+from vecaccel.worker import Command, Status, _error_report, _MakeError, _Slice, usable_cpus
 
-__all__ = ["ShmVecEnv"]
+__all__ = ["ShmVecEnv", "make_hybrid"]
 
 
 class ShmVecEnv(ProcessVecEnv):
@@ -28,6 +29,11 @@ class ShmVecEnv(ProcessVecEnv):
         copy: return copies of the observations, rewards and flags (``False``: views into
             shared memory, valid until the next ``step``/``reset``).
         drain_timeout: seconds a later call waits for a step that timed out before giving up.
+        inline_envs: how many envs (the first ones) this process steps itself, while the
+            workers step the rest, instead of only waiting for them (the ``hybrid`` backend).
+            Inline envs share this process's fate: a crash in one is a crash here, and
+            ``step_timeout`` and worker restarts do not apply to them (an env that raises is
+            still rebuilt under ``on_worker_failure="restart"``).
         **pool_options: ``num_workers``, ``context``, ``pin_cpus``, ``spin_us``,
             ``on_worker_failure``, ``max_restarts``, ``step_timeout``
             (see :class:`vecaccel.pooled.ProcessVecEnv`).
@@ -49,14 +55,39 @@ class ShmVecEnv(ProcessVecEnv):
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         copy: bool = True,
         drain_timeout: float = 30.0,
+        inline_envs: int = 0,
         **pool_options: Any,
     ) -> None:
-        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, **pool_options)
+        super().__init__(
+            env_fns,
+            autoreset_mode=autoreset_mode,
+            copy=copy,
+            inline_envs=inline_envs,
+            **pool_options,
+        )
         self.drain_timeout = drain_timeout
         self._pending: list = []
         self._results: dict[int, tuple] = {}
         self._failed_envs: set[int] = set()
         self._seqs: dict[int, int] = {}
+        self.inline_envs = self.pool.inline_envs
+        self._inline: _Slice | None = None
+        self._inline_pending = False  # a step sent whose inline envs have not stepped yet
+        self._inline_result: tuple[list, list] | None = None  # stepped, not yet collected
+        if self.inline_envs:
+            try:
+                self._inline = _Slice(
+                    0,
+                    self.env_fns[: self.inline_envs],
+                    self.autoreset_mode,
+                    self.pool.views,
+                    self.single_observation_space,
+                    self.pool.restart,
+                )
+            except _MakeError as failed:
+                self.close(terminate=True)
+                report = _error_report(failed.index, failed.error, "make")
+                raise self.pool.error_from_reports([report]) from failed.error
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -64,9 +95,21 @@ class ShmVecEnv(ProcessVecEnv):
         views = self.pool.views.obs
         return copy_tree(views) if self.copy else views
 
+    def _step_inline(self) -> None:
+        """Step the inline envs of the step in flight (while the workers step theirs)."""
+        if self._inline_pending:
+            self._inline_pending = False
+            self._inline_result = self._inline.step_all()
+
     def _collect(self, results: dict[int, tuple]) -> list[tuple[int, Any]]:
-        """Read the payloads announced by ``results``; raise the env errors they report."""
+        """Read the payloads announced by ``results`` (and the inline envs' results); raise the
+        env errors they report."""
         pairs, errors = [], []
+        if self._inline_result is not None:
+            inline_pairs, errors = self._inline_result
+            self._inline_result = None
+            pairs.extend(inline_pairs)
+            self.pool.note_restarts(inline_pairs)
         for worker in self.pool.workers:
             status = results.get(worker.index)
             if status is None:
@@ -88,6 +131,7 @@ class ShmVecEnv(ProcessVecEnv):
         """Finish a step that timed out, discarding its late results (never returning them)."""
         if not self._pending:
             return
+        self._step_inline()  # every env takes the abandoned step, as the workers' envs do
         try:
             results = self.pool.wait(self._pending, timeout)
         except TimeoutError:
@@ -131,6 +175,8 @@ class ShmVecEnv(ProcessVecEnv):
         self._state = AsyncState.WAITING_RESET
         try:
             pairs = self.pool.reset(seeds, options, reset_mask)
+            if self._inline is not None:
+                pairs = self._reset_inline(seeds, options, reset_mask) + pairs
         finally:
             self._state = AsyncState.DEFAULT
         if reset_mask is None:
@@ -138,6 +184,66 @@ class ShmVecEnv(ProcessVecEnv):
         else:
             self._failed_envs.difference_update(np.flatnonzero(reset_mask).tolist())
         return self._observations(), self._batch_infos(pairs)
+
+    def _reset_inline(self, seeds, options, reset_mask) -> list[tuple[int, Any]]:
+        pairs, errors = [], []
+        for j in range(self.inline_envs):
+            if reset_mask is not None and not reset_mask[j]:
+                continue
+            if seeds[j] is not None:
+                self.pool.last_seeds[j] = seeds[j]
+            try:
+                pairs.append((j, self._inline.reset(j, seeds[j], options)))
+            except Exception as exc:  # noqa: BLE001 - raised below, naming every env
+                errors.append(_error_report(j, exc, "reset"))
+        if errors:
+            raise self.pool.error_from_reports(errors)
+        return pairs
+
+    def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        if self._inline is None:
+            return super().call_indices(name, indices, *args, **kwargs)
+        self._check_open()
+        self.pool.check_usable()
+        self._prepare_control()
+        indices = self._normalize_indices(indices)
+        remote = [i for i in indices if i >= self.inline_envs]
+        remote_results = iter(self.pool.call(name, remote, args, kwargs) if remote else ())
+        results = []
+        for i in indices:
+            if i >= self.inline_envs:
+                results.append(next(remote_results))
+                continue
+            try:
+                results.append(self._inline.runners[i].call(name, args, kwargs))
+            except Exception as exc:
+                raise env_error(exc, i, f"call({name!r})") from exc
+        return tuple(results)
+
+    def set_attr_indices(self, name: str, values: Any, indices) -> None:
+        if self._inline is None:
+            return super().set_attr_indices(name, values, indices)
+        self._check_open()
+        self.pool.check_usable()
+        self._prepare_control()
+        indices = self._normalize_indices(indices)
+        values = self._values_for(values, len(indices))
+        remote = [(i, v) for i, v in zip(indices, values) if i >= self.inline_envs]
+        if remote:
+            self.pool.set_attr(name, [i for i, _ in remote], [v for _, v in remote])
+        for i, value in zip(indices, values):
+            if i < self.inline_envs:
+                try:
+                    self._inline.runners[i].set_attr(name, value)
+                except Exception as exc:
+                    raise env_error(exc, i, f"set_attr({name!r})") from exc
+
+    def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
+        try:
+            super().close_extras(terminate=terminate, **kwargs)
+        finally:
+            if getattr(self, "_inline", None) is not None:
+                self._inline.close()
 
     def step_async(self, actions: Any) -> None:
         self._check_open()
@@ -159,6 +265,7 @@ class ShmVecEnv(ProcessVecEnv):
         for worker in pool.workers:
             pool.send(worker, Command.STEP)
         self._pending = list(pool.workers)
+        self._inline_pending = self._inline is not None
         self._results = {}
         self._state = AsyncState.WAITING_STEP
 
@@ -167,6 +274,7 @@ class ShmVecEnv(ProcessVecEnv):
         if self._state is not AsyncState.WAITING_STEP:
             raise RuntimeError("step_wait() called without a pending step_async()")
         self.pool.check_usable()
+        self._step_inline()  # the inline envs step while the workers step theirs
         seqs = self._seqs if self.pool.spin_seconds else None
         try:
             results = self.pool.wait(self._pending, timeout, what="step", seqs=seqs)
@@ -197,10 +305,62 @@ def make_shm(env_fns, **options) -> ShmVecEnv:
     return ShmVecEnv(env_fns, **options)
 
 
+def make_hybrid(
+    env_fns,
+    *,
+    inline_envs: int | None = None,
+    num_workers: int | None = None,
+    spin_us: float | None = None,
+    **options,
+) -> ShmVecEnv:
+    """``shm`` whose calling process steps an equal share of the envs itself.
+
+    For envs that step in microseconds, waiting for a worker's reply costs more than the step:
+    here the caller steps ``inline_envs`` envs while ``num_workers`` workers (default: the
+    usable CPUs less the caller's) step the rest, then spins ``spin_us`` microseconds for their
+    replies before blocking. Built on :class:`ShmVecEnv`; see ``inline_envs`` there for what
+    inline envs give up.
+
+    Example:
+        >>> import vecaccel, numpy as np
+        >>> envs = vecaccel.make_vec("CartPole-v1", 4, backend="hybrid", num_workers=1)
+        >>> envs.inline_envs, envs.num_workers
+        (2, 1)
+        >>> obs, infos = envs.reset(seed=0)
+        >>> obs.shape
+        (4, 4)
+        >>> envs.close()
+    """
+    num_envs = len(env_fns)
+    if num_envs < 2:
+        raise ValueError(
+            f"hybrid needs at least 2 envs (one inline, one in a worker), got {num_envs}"
+        )
+    if num_workers is None:
+        num_workers = max(1, min(num_envs - 1, usable_cpus() - 1))
+    if inline_envs is None:
+        inline_envs = max(1, min(num_envs - 1, num_envs // (int(num_workers) + 1)))
+    if spin_us is None:
+        spin_us = HYBRID_SPIN_US
+    return ShmVecEnv(
+        env_fns, inline_envs=inline_envs, num_workers=num_workers, spin_us=spin_us, **options
+    )
+
+
+#: The caller finishes its inline envs about when the workers finish theirs, so a short spin
+#: usually catches their replies without a wake-up.
+HYBRID_SPIN_US = 200.0
+
+
 @hookimpl
 def vecaccel_register_backends(registry) -> None:
     registry.add(
         "shm",
         make_shm,
         "worker processes stepping slices of envs; all per-step data in shared memory",
+    )
+    registry.add(
+        "hybrid",
+        make_hybrid,
+        "shm, with the calling process stepping a share of the envs meanwhile (cheap envs)",
     )

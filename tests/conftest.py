@@ -19,6 +19,7 @@ from helpers_envs import child_pids, shm_entries, wait_until  # noqa: E402
 BACKEND_OPTIONS: dict[str, dict] = {
     "serial": {},
     "shm": {"num_workers": 2},
+    "hybrid": {"num_workers": 2, "inline_envs": 1},
 }
 
 #: Backends that declare themselves out of the step-by-step contract, with the reason; they

@@ -144,7 +144,7 @@ def test_run_benchmark_repeats_and_reports_skips() -> None:
 
 def test_default_backends_are_the_registered_ones() -> None:
     registered = vecaccel.list_backends()
-    assert bench.default_backends() == [b for b in ("serial", "shm", "async") if b in registered]
+    assert bench.default_backends() == [b for b in bench.DEFAULT_BACKENDS if b in registered]
 
 
 def test_pong_env_function_pickles_by_reference() -> None:

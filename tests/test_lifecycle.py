@@ -104,7 +104,7 @@ def test_worker_death_during_construction(process_backend, context, leak_check):
     assert info.value.exitcode == 5
 
 
-@pytest.mark.parametrize("backend", ["serial", "shm"])
+@pytest.mark.parametrize("backend", ["serial", "shm", "hybrid"])
 def test_construction_error_in_first_env(backend, leak_check):
     """The first env is also built in the caller (for the spaces): same error type there."""
     with pytest.raises(vecaccel.WorkerError) as info:

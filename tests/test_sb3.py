@@ -37,10 +37,14 @@ from vecaccel.sb3 import SB3VecEnv, VecAccelEnv, to_sb3  # noqa: E402
 
 N_ENVS = 3
 
-BACKENDS = ["serial", "shm"]
+BACKENDS = ["serial", "shm", "hybrid"]
 
 #: Backend options that keep the worker count small on a 2-core machine.
-BACKEND_OPTIONS: dict[str, dict[str, Any]] = {"serial": {}, "shm": {"num_workers": 2}}
+BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
+    "serial": {},
+    "shm": {"num_workers": 2},
+    "hybrid": {"num_workers": 1},
+}
 
 VEC_ENV_WRAPPERS = [None, VecNormalize, VecFrameStack]
 

@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 #: vecaccel backends measured when ``--backends`` is not given (each only when registered).
-DEFAULT_BACKENDS: tuple[str, ...] = ("serial", "shm", "async")
+DEFAULT_BACKENDS: tuple[str, ...] = ("serial", "shm", "hybrid", "async")
 
 #: The ``--num-envs`` sweep when none is given.
 DEFAULT_NUM_ENVS: tuple[int, ...] = (8, 16, 64, 256)

@@ -1,7 +1,7 @@
 """``vecaccel tune``: try backends and their settings on an env for a few seconds each, keep the best.
 
 PufferLib's autotuner varies workers and batch sizes; this one also chooses among backends
-(``serial``, ``shm``, ``async``, ``action_server`` with and without alternation).
+(``serial``, ``shm``, ``hybrid``, ``async``, ``action_server`` with and without alternation).
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ def candidate_configs(
             trials.append(Trial("serial", n))
         elif backend == "shm":
             trials.extend(Trial("shm", n, {"num_workers": w}) for w in workers if w <= n)
+        elif backend == "hybrid":  # the caller takes one share; workers for the other cores
+            trials.extend(
+                Trial("hybrid", n, {"num_workers": w}) for w in workers if w < n and w < cpus
+            )
         elif backend == "async":
             for w, divisor in itertools.product(workers, (2, 4)):
                 batch = n // divisor
@@ -123,7 +127,8 @@ def autotune(
     """
     registered = vecaccel.list_backends()
     if backends is None:
-        backends = [b for b in ("serial", "shm", "async", "action_server") if b in registered]
+        defaults = ("serial", "shm", "hybrid", "async", "action_server")
+        backends = [b for b in defaults if b in registered]
     backends = list(backends)
     unknown = [b for b in backends if b not in registered]
     if unknown:

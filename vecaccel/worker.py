@@ -590,6 +590,9 @@ class WorkerPool:
     worker that dies (or exceeds ``step_timeout`` and is killed) is started again; the envs
     concerned are reseeded from derived seeds and their interrupted episodes end as truncated
     with ``info["worker_restarted"]``. Past ``max_restarts`` failures the failure is raised.
+
+    With ``inline_envs=k`` the workers hold envs ``k..num_envs-1`` only; the shared buffer
+    still covers every env, and the caller steps the first ``k`` itself (``hybrid`` backend).
     """
 
     def __init__(
@@ -608,10 +611,16 @@ class WorkerPool:
         max_restarts: int = 100,
         step_timeout: float | None = None,
         worker_threads: int | None = 1,
+        inline_envs: int = 0,
     ) -> None:
         num_envs = len(env_fns)
+        if not isinstance(inline_envs, (int, np.integer)) or not 0 <= inline_envs < num_envs:
+            raise ValueError(
+                f"inline_envs must be an integer in 0..{num_envs - 1} (at least one env runs "
+                f"in a worker), got {inline_envs!r}"
+            )
         if num_workers is None:
-            num_workers = min(num_envs, usable_cpus())
+            num_workers = min(num_envs - inline_envs, usable_cpus())
         if not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
             raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
         if on_worker_failure not in FAILURE_POLICIES:
@@ -620,8 +629,9 @@ class WorkerPool:
             )
         if step_timeout is not None and step_timeout <= 0:
             raise ValueError(f"step_timeout must be positive seconds, got {step_timeout!r}")
-        num_workers = min(int(num_workers), num_envs)
+        num_workers = min(int(num_workers), num_envs - inline_envs)
         self.num_envs = num_envs
+        self.inline_envs = int(inline_envs)  # envs 0..inline_envs-1 are stepped by the caller
         self.num_workers = num_workers
         self.autoreset_mode = autoreset_mode
         self.ctx = _get_context(context)
@@ -654,7 +664,7 @@ class WorkerPool:
             self._cpus = sorted(os.sched_getaffinity(0)) if use_cpus else None
         else:
             self._cpus = list(pin_cpus)
-        bounds = np.linspace(0, num_envs, num_workers + 1).round().astype(int)
+        bounds = np.linspace(inline_envs, num_envs, num_workers + 1).round().astype(int)
         try:
             for k in range(num_workers):
                 self._start_worker(k, int(bounds[k]), int(bounds[k + 1]))
