@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
+import zipfile
 
 import gymnasium as gym
 import numpy as np
@@ -10,7 +13,12 @@ import pytest
 import torch
 
 import vecaccel
-from vecaccel.trainers.common import CheckpointError, make_env_for_training
+from vecaccel.trainers.common import (
+    CheckpointError,
+    load_checkpoint,
+    make_env_for_training,
+    save_checkpoint,
+)
 from vecaccel.trainers.dqn import C51, DQN, PRESETS, DQNConfig, Rainbow
 
 torch.set_num_threads(1)
@@ -205,6 +213,125 @@ def test_save_load_predict(tmp_path) -> None:
             Rainbow.load(corrupt)
     finally:
         envs.close()
+
+
+class Crash(Exception):
+    """Stands for the process dying in the middle of an update."""
+
+
+def _resume_config(backend: str, run_dir) -> dict:
+    return dict(
+        TINY,
+        backend=backend,
+        num_envs=2,
+        seed=3,
+        torch_threads=1,
+        checkpoint_period=40,
+        run_dir=str(run_dir),
+    )
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("algorithm", [DQN, C51, Rainbow], ids=lambda c: c.__name__)
+def test_resume_is_bit_identical(algorithm, backend, tmp_path, monkeypatch) -> None:
+    total = 300  # about 118 updates: restart points after the 40th and 80th
+    uninterrupted = algorithm(env="CartPole-v1", **_resume_config(backend, tmp_path / "a"))
+    uninterrupted.learn(total)
+    uninterrupted.close()
+
+    crashing = algorithm(env="CartPole-v1", **_resume_config(backend, tmp_path / "b"))
+    train_step = DQN.train_step
+
+    def train_step_then_crash(self, batch):
+        if self.num_updates == 100:  # the 101st update dies after the checkpoint of the 80th
+            raise Crash
+        return train_step(self, batch)
+
+    monkeypatch.setattr(DQN, "train_step", train_step_then_crash)
+    with pytest.raises(Crash):
+        crashing.learn(total)
+    crashing.close()
+    monkeypatch.undo()
+
+    resumed = algorithm.load(tmp_path / "b", env="CartPole-v1")  # the run directory
+    assert resumed.num_updates == 80 and 0 < resumed.global_step < total
+    resumed.learn()
+    resumed.close()
+
+    assert resumed.global_step == uninterrupted.global_step == total
+    assert resumed.num_updates == uninterrupted.num_updates
+    for network in ("q_network", "target_network"):
+        for a, b in zip(
+            getattr(uninterrupted, network).parameters(),
+            getattr(resumed, network).parameters(),
+            strict=True,
+        ):
+            assert torch.equal(a, b), network
+    states = (
+        uninterrupted.optimizer.state_dict()["state"],
+        resumed.optimizer.state_dict()["state"],
+    )
+    assert states[0].keys() == states[1].keys()
+    for key in states[0]:
+        for name in states[0][key]:
+            assert torch.equal(states[0][key][name], states[1][key][name]), name
+    for name, array in uninterrupted.buffer.arrays.items():
+        np.testing.assert_array_equal(array, resumed.buffer.arrays[name], err_msg=name)
+    # the metrics the crashed run wrote after its checkpoint are dropped on resume
+    steps = [int(r["step"]) for r in csv.DictReader(open(tmp_path / "b" / "metrics.csv"))]
+    assert steps == sorted(steps) and steps[-1] == total
+    # one replay file beside the checkpoint: the older ones are deleted
+    assert len(list((tmp_path / "b").glob("checkpoint.replay-*.npz"))) == 1
+
+
+def test_replay_file_is_validated(tmp_path) -> None:
+    config = dict(_resume_config("serial", tmp_path), checkpoint_period=0)
+    agent = Rainbow(env="CartPole-v1", **config)
+    agent.learn(120)
+    agent.close()
+    path = tmp_path / "checkpoint.pt"
+    (replay,) = tmp_path.glob("checkpoint.replay-*.npz")
+    good = replay.read_bytes()
+
+    # predicting needs no replay file; training does, and says how to do without
+    replay.unlink()
+    assert Rainbow.load(path).num_updates == agent.num_updates
+    with pytest.raises(CheckpointError, match="missing.*load_replay=False"):
+        Rainbow.load(path, env="CartPole-v1")
+    empty = Rainbow.load(path, env="CartPole-v1", load_replay=False, run_dir=None)
+    empty.learn(60, reset_num_timesteps=False)  # refills the buffer, as before replay files
+    assert empty.global_step == 180
+    empty.close()
+
+    corrupt = bytearray(good)
+    with zipfile.ZipFile(io.BytesIO(good)) as archive:  # a byte inside the stored frames
+        frames = archive.getinfo("frames.npy")
+    corrupt[frames.header_offset + frames.file_size // 2 + 100] ^= 0xFF
+    for damaged in (bytes(corrupt), good[: len(good) // 2]):
+        replay.write_bytes(damaged)
+        with pytest.raises(CheckpointError, match="truncated or corrupt"):
+            Rainbow.load(path, env="CartPole-v1")
+
+    # a replay file left by another checkpoint is refused, not silently used
+    replay.write_bytes(good)
+    state = load_checkpoint(path)
+    state["replay"]["token"] = "0-00000000"
+    save_checkpoint(path, state)
+    with pytest.raises(CheckpointError, match="another checkpoint"):
+        Rainbow.load(path, env="CartPole-v1")
+
+    # a checkpoint from before replay files and loop state still loads and trains
+    for key in ("replay", "loop"):
+        state.pop(key)
+    state["config"].pop("checkpoint_replay")
+    save_checkpoint(path, state)
+    old = Rainbow.load(path, env="CartPole-v1", run_dir=None)
+    assert old.buffer is None and old.global_step == 120
+    with pytest.raises(ValueError, match="needs total_steps"):
+        old.learn()
+    old.learn(60, reset_num_timesteps=False)
+    assert old.global_step == 180
+    old.close()
 
 
 def test_second_learn_call_keeps_the_buffer_consistent() -> None:

@@ -14,6 +14,11 @@ loop enforces it exactly (to within one update), and the measured value is logge
 ``charts/replay_ratio``. Batch size is free up to 2048 and beyond; the learning rate is scaled by
 ``lr_scaling`` in the ratio ``batch_size / base_batch_size`` (logged as ``charts/lr_scale``).
 
+Checkpoints hold the replay buffer too (``checkpoint_replay``, in a ``.npz`` beside
+``checkpoint.pt``), and each periodic one is a restart point where the envs are reset with a
+derived seed, so on CPU a run resumed from it ends bit-identical to one never interrupted (see
+:meth:`DQN.learn`).
+
 Example:
     >>> import torch; torch.set_num_threads(1)
     >>> from vecaccel.trainers.dqn import DQN
@@ -30,6 +35,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import glob
+import os
+import secrets
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +53,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel.trainers import distributed
 from vecaccel.trainers.common import (
+    CheckpointError,
     RunLogger,
     SignalCheckpoint,
     TrainingInterrupted,
@@ -56,6 +66,7 @@ from vecaccel.trainers.common import (
     save_checkpoint,
     seed_everything,
     set_rng_state,
+    split_seed,
 )
 from vecaccel.trainers.models import QNetwork
 from vecaccel.trainers.replay import PrioritizedReplayBuffer, ReplayBuffer, ReplaySample
@@ -169,7 +180,16 @@ class DQNConfig:
     progress: bool = True
     """Show a live progress bar."""
     checkpoint_period: int = 0
-    """Updates between checkpoints written to ``run_dir/checkpoint.pt`` (0: only at the end)."""
+    """Updates between checkpoints written to ``run_dir/checkpoint.pt`` (0: only at the end).
+    Each is a restart point: see ``reset_envs_at_checkpoint``."""
+    reset_envs_at_checkpoint: bool = True
+    """At each periodic checkpoint close the open episodes and reset the envs with a seed derived
+    from ``(seed, updates)``, as a resumed run does, so that on CPU a run resumed from it is
+    bit-identical to one never interrupted (the running episodes are cut short)."""
+    checkpoint_replay: bool = True
+    """Write the replay buffer (contents, write positions, priorities, sampling RNG) beside each
+    checkpoint written by :meth:`DQN.learn`, as ``checkpoint.replay-<step>-<id>.npz``, so that a
+    resumed run does not refill it; turn off when it is too big to write often (Atari: GBs)."""
     async_weight_sync_period: int = 1
     """Asynchronous mode (``--async``): updates between copies of the weights to the sampler."""
     async_max_lead: int = 0
@@ -232,6 +252,49 @@ PRESETS: dict[str, dict[str, Any]] = {
         n_step=3,
         hidden_sizes=(128, 128),
         loss="mse",
+    ),
+    # the settings above (Double, 3-step) with a categorical head: plain 1-step C51 did not
+    # reach 475 in 60k steps. CartPole's discounted returns (at most 100 at gamma 0.99) need a
+    # support on [0, 100], not Atari's clipped [-10, 10]
+    "cartpole-c51": dict(
+        learning_rate=3.5e-4,
+        base_batch_size=32,
+        lr_scaling="sqrt",
+        batch_size=256,
+        buffer_size=20_000,
+        replay_ratio=32.0,
+        learning_starts=500,
+        target_update_period=500,
+        exploration_fraction=0.15,
+        end_epsilon=0.02,
+        hidden_sizes=(128, 128),
+        double=True,
+        n_step=3,
+        categorical=True,
+        v_min=0.0,
+        v_max=100.0,
+    ),
+    # ε-Rainbow with the settings above: Double, Dueling, 3-step, prioritized, C51 on [0, 100]
+    "cartpole-rainbow": dict(
+        learning_rate=3.5e-4,
+        base_batch_size=32,
+        lr_scaling="sqrt",
+        batch_size=256,
+        buffer_size=20_000,
+        replay_ratio=32.0,
+        learning_starts=500,
+        target_update_period=500,
+        exploration_fraction=0.15,
+        end_epsilon=0.02,
+        hidden_sizes=(128, 128),
+        double=True,
+        dueling=True,
+        n_step=3,
+        prioritized=True,
+        priority_alpha=0.5,
+        categorical=True,
+        v_min=0.0,
+        v_max=100.0,
     ),
     "atari-dqn": dict(
         _ATARI_COMMON,
@@ -399,6 +462,12 @@ class DQN:
         self._episode_return = np.zeros(0)
         self._episode_length = np.zeros(0)
         self._saw_episode_info = False
+        # the loop's own counters at the last checkpoint (saved with it) and, in a loaded agent,
+        # those of the checkpoint it came from, which the next learn() continues exactly
+        self._loop_state: dict[str, Any] | None = None
+        self._resume: dict[str, Any] | None = None
+        # a replay file named by a checkpoint loaded without an env, read when learn() needs it
+        self._pending_replay: tuple[Path, dict[str, Any]] | None = None
         if self.observation_space is not None:
             self._build_networks()
 
@@ -644,25 +713,55 @@ class DQN:
 
     def learn(
         self,
-        total_steps: int,
+        total_steps: int | None = None,
         reset_num_timesteps: bool = True,
         callback: Callable[[DQN], bool | None] | None = None,
     ) -> DQN:
         """Collect ``total_steps`` env steps, training as the replay ratio prescribes.
 
+        Resume. Env state cannot be saved, so with ``run_dir`` and ``checkpoint_period`` set
+        each periodic checkpoint is a restart point (``reset_envs_at_checkpoint``): the open
+        episodes are closed in the replay buffer, the envs are reset with a seed derived from
+        ``(seed, updates)``, and the checkpoint then saves the networks, optimizer, counters,
+        schedules, every RNG state and the replay buffer. A loaded agent resets its envs with
+        the same seed and continues the saved run, so on CPU (same thread count) it ends with
+        bit-identical parameters to a run that was never interrupted. The checkpoint written when
+        ``learn`` ends (or is stopped by SIGINT/SIGTERM) continues the run too, not identically;
+        an error raised inside the loop writes none, leaving the last restart point in place.
+        Under ``torchrun`` rank 0 saves its own replay buffer only.
+
         Args:
-            total_steps: env steps to collect in this call.
+            total_steps: env steps to collect in this call; ``None`` finishes the run of the
+                checkpoint this agent was loaded from.
             reset_num_timesteps: start the step count (and so the ε and β schedules and
-                ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
+                ``learning_starts``) from zero, as SB3 does; ``False`` continues them. A loaded
+                agent given ``False`` and the steps its run had left continues that run exactly.
             callback: called with the agent after every vector step (and its updates);
                 returning ``False`` stops training early, as SB3's callbacks do.
 
         Returns:
             ``self``.
+
+        Raises:
+            ValueError: ``total_steps`` is ``None`` but there is no unfinished loaded run.
         """
         cfg = self.config
         if self.envs is None:
             raise RuntimeError("this agent has no env: pass env= when creating or loading it")
+        resume, self._resume = self._resume, None
+        if total_steps is None:
+            if resume is None or self.global_step >= resume["horizon"]:
+                raise ValueError(
+                    "learn() needs total_steps unless it continues the unfinished run of a "
+                    "loaded checkpoint"
+                )
+            total_steps, reset_num_timesteps = resume["horizon"] - self.global_step, False
+        exact = (
+            resume is not None
+            and resume["exact"]
+            and not reset_num_timesteps
+            and self.global_step + int(total_steps) == resume["horizon"]
+        )
         envs = self.envs
         num_envs = envs.num_envs
         world = self.world_size
@@ -675,10 +774,20 @@ class DQN:
         new_buffer = self.buffer is None
         if new_buffer:
             self.buffer = self._make_buffer()
+            if self._pending_replay is not None:
+                self._read_replay(*self._pending_replay)
+                new_buffer = False
+        self._pending_replay = None
         if reset_num_timesteps or self._obs is None:
             # a second learn() keeps the buffer (as SB3 does), so it closes the open episodes
             self.buffer.end_episodes()
-            self._obs, _ = envs.reset(seed=cfg.seed if self._obs is None else None)
+            if self._obs is not None:
+                seed = None
+            elif self.global_step == 0:
+                seed = cfg.seed
+            else:  # a loaded agent restarts where the checkpoint's run restarted its envs
+                seed = self._restart_seed()
+            self._obs, _ = envs.reset(seed=seed)
             self._episode_return = np.zeros(num_envs)
             self._episode_length = np.zeros(num_envs, dtype=np.int64)
         start_step = self.global_step
@@ -689,6 +798,19 @@ class DQN:
         learn_from = start_step + warmup
         updates_at_start = self.num_updates
         beta = cfg.priority_beta_start
+        next_log = start_step + cfg.log_interval
+        last_target_update = self.global_step
+        if exact:
+            assert resume is not None
+            learn_from = resume["learn_from"]
+            updates_at_start = resume["updates_at_start"]
+            beta = resume["beta"]
+            next_log = resume["next_log"]
+            last_target_update = resume["last_target_update"]
+            self._saw_episode_info = resume["saw_episode_info"]
+            # after the envs are made and reset, whatever that drew from the global generators
+            set_rng_state(resume["rng"])
+            self.rng.bit_generator.state = resume["agent_rng"]
         main = self.is_main
         logger = RunLogger(
             cfg.run_dir if main else None,  # rank 0 alone logs and checkpoints
@@ -705,11 +827,24 @@ class DQN:
         recent_losses: list[dict[str, float]] = []
         finished: list[tuple[float, float]] = []
         start_time = time.perf_counter()
-        next_log = start_step + cfg.log_interval
-        last_target_update = self.global_step
         obs = self._obs
+        restart_points = cfg.run_dir is not None and cfg.checkpoint_period > 0
+        restart_due = False
+
+        def loop_state() -> dict[str, Any]:
+            return {
+                "horizon": horizon,
+                "learn_from": learn_from,
+                "updates_at_start": updates_at_start,
+                "beta": beta,
+                "next_log": next_log,
+                "last_target_update": last_target_update,
+                "saw_episode_info": self._saw_episode_info,
+            }
+
         guard = SignalCheckpoint().__enter__()
         vector_steps = 0
+        save_on_exit = False
         try:
             while self.global_step < horizon:
                 epsilon = self.epsilon(self.global_step, horizon)
@@ -739,7 +874,7 @@ class DQN:
                         recent_losses.append(self.train_step(batch))
                         self.num_updates += 1
                         if cfg.checkpoint_period and self.num_updates % cfg.checkpoint_period == 0:
-                            self._checkpoint()
+                            restart_due = restart_points
                     self._measured_replay_ratio = (
                         (self.num_updates - updates_at_start)
                         * effective_batch
@@ -783,7 +918,13 @@ class DQN:
                     stop = False
                 if stop:
                     raise TrainingInterrupted(guard.signal_name or "SIGTERM", self.global_step)
+                if restart_due:
+                    restart_due = False
+                    if self.global_step < horizon:
+                        obs = self._restart_point(obs, loop_state())
+            save_on_exit = True
         except TrainingInterrupted:
+            save_on_exit = True
             if cfg.run_dir is not None and main:
                 logger.write(
                     f"{guard.signal_name}: checkpoint saved to "
@@ -793,10 +934,28 @@ class DQN:
         finally:
             guard.__exit__(None, None, None)
             self._obs = obs
-            if cfg.run_dir is not None:
-                self._checkpoint()
+            self._loop_state = loop_state()
+            # an error leaves the last checkpoint in place: it is a restart point to resume from
+            if save_on_exit and cfg.run_dir is not None:
+                self._checkpoint(replay=cfg.checkpoint_replay)
             logger.close()
         return self
+
+    def _restart_seed(self) -> int:
+        return split_seed(self.config.seed, self.num_updates)
+
+    def _restart_point(self, obs: np.ndarray, loop_state: dict[str, Any]) -> np.ndarray:
+        """Reset the envs at a seed a resumed run can reproduce, then write the checkpoint."""
+        cfg = self.config
+        if cfg.reset_envs_at_checkpoint:
+            self.buffer.end_episodes()
+            obs, _ = self.envs.reset(seed=self._restart_seed())
+            self._episode_return[:] = 0.0
+            self._episode_length[:] = 0
+        self._obs = obs
+        self._loop_state = loop_state
+        self._checkpoint(replay=cfg.checkpoint_replay)
+        return obs
 
     def _reduce_metrics(self, metrics: dict[str, Any], episodes: int) -> dict[str, Any]:
         keys = (
@@ -824,19 +983,28 @@ class DQN:
 
     # -- saving and loading -------------------------------------------------------------------
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, replay: bool = False) -> None:
         if not self.is_main:
             return
-        self.save(Path(self.config.run_dir) / "checkpoint.pt")
+        self.save(Path(self.config.run_dir) / "checkpoint.pt", replay=replay)
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path, replay: bool = False) -> Path:
         """Write the config, networks, optimizer, counters and RNG states (atomically).
 
-        The replay buffer is not saved (as in SB3); a loaded agent refills it.
+        Args:
+            path: the checkpoint file.
+            replay: also write the replay buffer, to ``<stem>.replay-<step>-<id>.npz`` beside
+                ``path`` (its name and a matching id are recorded in the checkpoint); without
+                it (as in SB3) a loaded agent refills its buffer. Replay files no longer named
+                by the checkpoint at ``path`` are deleted once it is written.
+
+        Returns:
+            The checkpoint's path.
         """
         space = self.observation_space
         if not isinstance(space, gym.spaces.Box):
             raise TypeError(f"saving supports Box observation spaces, got {space}")
+        path = Path(path)
         state = {
             "algorithm": type(self).__name__,
             "env_id": self.env_id,
@@ -859,22 +1027,55 @@ class DQN:
             "rng": get_rng_state(),
             "agent_rng": self.rng.bit_generator.state,
         }
-        return save_checkpoint(path, state)
+        if self._loop_state is not None:
+            state["loop"] = dict(self._loop_state)
+        keep = None
+        if replay and self.buffer is not None:
+            token = f"{self.global_step}-{secrets.token_hex(4)}"
+            keep = _write_replay(self.buffer, path, token)
+            state["replay"] = {
+                "file": keep.name,
+                "token": token,
+                "buffer": type(self.buffer).__name__,
+                "rng": self.buffer.rng.bit_generator.state,
+            }
+        written = save_checkpoint(path, state)
+        # older replay files, and the partial one of a save that was killed, are of no use now
+        stem = glob.escape(path.stem)
+        for pattern in (f"{stem}.replay-*.npz", f".{stem}.replay-*.npz.*.tmp"):
+            for stale in path.parent.glob(pattern):
+                if stale != keep:
+                    stale.unlink(missing_ok=True)
+        return written
 
     @classmethod
     def load(
-        cls, path: str | Path, env: str | gym.vector.VectorEnv | None = None, **overrides: Any
+        cls,
+        path: str | Path,
+        env: str | gym.vector.VectorEnv | None = None,
+        load_replay: bool = True,
+        **overrides: Any,
     ) -> DQN:
         """Rebuild an agent saved by :meth:`save`.
 
+        A checkpoint written with its replay buffer by :meth:`learn` (``checkpoint_replay``)
+        is a restart point: ``learn()`` without ``total_steps`` (or ``learn(remaining,
+        reset_num_timesteps=False)``) then continues its run exactly.
+
         Args:
-            path: the checkpoint file.
+            path: the checkpoint file, or the run directory holding ``checkpoint.pt``.
             env: an env to go on training or to evaluate in (optional for ``predict``).
+            load_replay: read the replay buffer saved with the checkpoint (when it has one);
+                ``False`` starts with an empty buffer instead.
             **overrides: config fields to change (``device``, ``run_dir``, ...).
 
         Raises:
-            CheckpointError: the file is corrupt or truncated.
+            CheckpointError: the file is corrupt or truncated, or (with ``env``) the replay file
+                it names is missing, corrupt or from another checkpoint.
         """
+        path = Path(path)
+        if path.is_dir():
+            path = path / "checkpoint.pt"
         state = load_checkpoint(path)
         config = config_from_dict(DQNConfig, {**state["config"], **overrides})
         agent = cls.__new__(cls)
@@ -897,14 +1098,121 @@ class DQN:
         agent.num_updates = int(state["num_updates"])
         set_rng_state(state["rng"])
         agent.rng.bit_generator.state = state["agent_rng"]
+        replay = state.get("replay") if load_replay else None
+        if replay is not None:
+            agent._pending_replay = (path, replay)
+        if "loop" in state:  # older checkpoints have no loop state: learn() starts afresh
+            agent._loop_state = dict(state["loop"])
+            agent._resume = {
+                **state["loop"],
+                "rng": state["rng"],
+                "agent_rng": state["agent_rng"],
+                "exact": replay is not None,
+            }
         if env is not None:
             agent._attach_env(env)
+            if replay is not None:  # read now, so that a bad replay file fails here
+                agent.buffer = agent._make_buffer()
+                agent._read_replay(path, replay)
+                agent._pending_replay = None
         return agent
+
+    def _read_replay(self, checkpoint: Path, replay: dict[str, Any]) -> None:
+        file = checkpoint.parent / replay["file"]
+        if type(self.buffer).__name__ != replay["buffer"]:
+            raise CheckpointError(
+                f"checkpoint {checkpoint} holds a {replay['buffer']}, but this agent's config "
+                f"makes a {type(self.buffer).__name__}"
+            )
+        _read_replay(self.buffer, file, replay["token"], checkpoint)
+        self.buffer.rng.bit_generator.state = replay["rng"]
 
     def close(self) -> None:
         """Close the envs this agent created."""
         if self._owns_envs and self.envs is not None:
             self.envs.close()
+
+
+# -- replay files ----------------------------------------------------------------------------
+
+_REPLAY_TOKEN = "__checkpoint_token__"
+
+
+def _write_replay(buffer: ReplayBuffer, checkpoint: Path, token: str) -> Path:
+    """Write every array of ``buffer`` to an uncompressed ``.npz`` beside ``checkpoint``, atomically.
+
+    The arrays are streamed into the archive in chunks (no copy of a GB-sized buffer); zip's
+    CRC-32 of every member lets :func:`_read_replay` detect corruption.
+    """
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    path = checkpoint.parent / f"{checkpoint.stem}.replay-{token}.npz"
+    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            np.savez(file, **{_REPLAY_TOKEN: np.array(token)}, **buffer.arrays)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _read_replay(buffer: ReplayBuffer, path: Path, token: str, checkpoint: Path) -> None:
+    """Read a file written by :func:`_write_replay` straight into ``buffer``'s arrays.
+
+    Raises:
+        CheckpointError: the file is missing, truncated or corrupt, was written for another
+            checkpoint, or does not fit the buffer.
+    """
+    import zipfile
+
+    hint = "; load with load_replay=False to continue with an empty replay buffer"
+    if not path.is_file():
+        raise CheckpointError(
+            f"checkpoint {checkpoint} needs its replay file {path}, which is missing{hint}"
+        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            with archive.open(f"{_REPLAY_TOKEN}.npy") as member:
+                saved_token = str(np.load(member, allow_pickle=False))
+            if saved_token != token:
+                raise CheckpointError(
+                    f"replay file {path} belongs to another checkpoint than {checkpoint} "
+                    f"(id {saved_token}, expected {token}){hint}"
+                )
+            for name, array in buffer.arrays.items():
+                with archive.open(f"{name}.npy") as member:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, fortran_order, dtype = read_header(member)
+                    if shape != array.shape or dtype != array.dtype or fortran_order:
+                        raise CheckpointError(
+                            f"replay file {path}: {name} is {dtype}{list(shape)}, the buffer's is "
+                            f"{array.dtype}{list(array.shape)} (was the config changed?){hint}"
+                        )
+                    target = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+                    done = 0
+                    while done < len(target):  # reading to the end checks the member's CRC-32
+                        count = member.readinto(target[done : done + (64 << 20)])
+                        if not count:
+                            raise EOFError(f"{name} ends after {done} of {len(target)} bytes")
+                        done += count
+                    member.read()
+                    if not array.flags.c_contiguous:
+                        array[...] = np.frombuffer(target, dtype).reshape(shape)
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError, ValueError) as exc:
+        raise CheckpointError(
+            f"replay file {path} of checkpoint {checkpoint} is truncated or corrupt: "
+            f"{type(exc).__name__}: {exc}{hint}"
+        ) from exc
 
 
 class C51(DQN):
