@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
@@ -152,8 +153,13 @@ class A2C(OnPolicyAlgorithm):
 
     def make_optimizer(self, learning_rate: float) -> torch.optim.Optimizer:
         cfg = self.config
+        # foreach: a few multi-tensor ops per step; torch's CPU default loops over the tensors
         return torch.optim.RMSprop(
-            self.model.parameters(), lr=learning_rate, alpha=cfg.rms_alpha, eps=cfg.rms_eps
+            self.model.parameters(),
+            lr=learning_rate,
+            alpha=cfg.rms_alpha,
+            eps=cfg.rms_eps,
+            foreach=True,
         )
 
     def update(self, batch: Any, progress_remaining: float) -> dict[str, float]:
@@ -191,18 +197,23 @@ class A2C(OnPolicyAlgorithm):
         if cfg.norm_adv and len(b_advantages) > 1:
             b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
         pg_loss = -(b_advantages * log_prob).mean()
-        v_loss = ((b_returns - value) ** 2).mean()
+        v_loss = F.mse_loss(value, b_returns)
         entropy_loss = entropy.mean()
-        loss = pg_loss - cfg.ent_coef * entropy_loss + cfg.vf_coef * v_loss
+        loss = pg_loss + cfg.vf_coef * v_loss
+        if cfg.ent_coef:  # a zero bonus would only add a backward pass through the entropy
+            loss = loss - cfg.ent_coef * entropy_loss
 
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        nn.utils.clip_grad_norm_(list(model.parameters()), cfg.max_grad_norm, foreach=True)
+        nn.utils.clip_grad_norm_(self.model_parameters, cfg.max_grad_norm, foreach=True)
         self.optimizer.step()
 
+        value_loss, policy_loss, entropy_mean = torch.stack(
+            [v_loss.detach(), pg_loss.detach(), entropy_loss.detach()]
+        ).tolist()
         return {
-            "losses/value_loss": v_loss.item(),
-            "losses/policy_loss": pg_loss.item(),
-            "losses/entropy": entropy_loss.item(),
+            "losses/value_loss": value_loss,
+            "losses/policy_loss": policy_loss,
+            "losses/entropy": entropy_mean,
             "losses/explained_variance": explained_variance(b_values, b_returns),
         }

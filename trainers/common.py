@@ -53,7 +53,9 @@ LR_SCALE_MODES = ("none", "linear", "sqrt")
 # -- seeding and RNG state -------------------------------------------------------------------
 
 
-def configure_torch_threads(requested: int, backend: str, num_envs: int, num_workers: int = 0) -> int:
+def configure_torch_threads(
+    requested: int, backend: str, num_envs: int, num_workers: int = 0
+) -> int:
     """Set torch's intra-op threads; return the number in force.
 
     ``requested > 0`` is applied as given. ``0`` (automatic) leaves the cores that the env
@@ -822,6 +824,21 @@ def compute_gae(
     next_values = torch.cat([values[1:], next_value.float().reshape(1, -1)], dim=0)
     if len(final_index):
         next_values[final_index[:, 0], final_index[:, 1]] = final_values.float()
+    if rewards.device.type == "cpu":
+        # the recursion is T row operations on B numbers: NumPy does each in about a
+        # microsecond, torch pays its per-op dispatch (several microseconds) T * 3 times
+        advantages = torch.from_numpy(
+            _gae_numpy(
+                rewards.numpy(),
+                values.numpy(),
+                next_values.numpy(),
+                terminated.numpy(),
+                (terminated | truncated).numpy(),
+                gamma,
+                gae_lambda,
+            )
+        )
+        return advantages, advantages + values
     not_terminal = (~terminated).float()
     not_done = (~(terminated | truncated)).float()
     deltas = rewards + gamma * next_values * not_terminal - values
@@ -831,6 +848,28 @@ def compute_gae(
         last = deltas[t] + gamma * gae_lambda * not_done[t] * last
         advantages[t] = last
     return advantages, advantages + values
+
+
+def _gae_numpy(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    next_values: np.ndarray,
+    terminated: np.ndarray,
+    done: np.ndarray,
+    gamma: float,
+    gae_lambda: float,
+) -> np.ndarray:
+    """:func:`compute_gae`'s recursion in float32 NumPy, the same operations in the same order."""
+    float32 = np.float32
+    not_terminal = (~terminated).astype(float32)
+    decay = (~done).astype(float32) * float32(gamma * gae_lambda)
+    deltas = rewards + float32(gamma) * next_values * not_terminal - values
+    advantages = np.empty_like(deltas)
+    last = np.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        last = deltas[t] + decay[t] * last
+        advantages[t] = last
+    return advantages
 
 
 def explained_variance(predictions: Any, targets: Any) -> float:
@@ -1057,6 +1096,11 @@ class OnPolicyAlgorithm(abc.ABC):
         )
         self.learning_rate = cfg.learning_rate * self.lr_scale
         self.optimizer = self.make_optimizer(self.learning_rate)
+        #: the model's parameters as a list, for gradient clipping without a generator per step
+        self.model_parameters = list(self.model.parameters())
+        # eval() and train() walk every submodule twice per update; skip them for a model
+        # whose layers all act the same in both modes
+        self._switch_modes = _has_mode_dependent_layers(self.model)
         # the losses go through DistributedDataParallel when there are several ranks
         self.train_model = distributed.wrap_model(self.model, self.device)
         self.signal_checkpoint = True
@@ -1193,9 +1237,11 @@ class OnPolicyAlgorithm(abc.ABC):
                     for group in self.optimizer.param_groups:
                         group["lr"] = lr_now
 
-                    self.model.eval()
+                    if self._switch_modes:
+                        self.model.eval()
                     batch = self.sampler.collect()
-                    self.model.train()
+                    if self._switch_modes:
+                        self.model.train()
                     self.global_step += self.batch_size
                     metrics = self.update(batch, progress_remaining)
                     self.update_index += 1
@@ -1405,6 +1451,34 @@ class OnPolicyAlgorithm(abc.ABC):
             self.env.close()
         self.env = None
         self.sampler = None
+
+
+def _has_mode_dependent_layers(model: Any) -> bool:
+    """Whether a layer of ``model`` may act differently in train and eval mode.
+
+    Only layer types known to ignore ``Module.training`` are exempt, so any other (dropout,
+    batch norm, a new layer type) counts as mode-dependent.
+    """
+    from torch import nn
+
+    from vecaccel.trainers import models
+
+    mode_free = (
+        nn.Linear,
+        nn.Conv2d,
+        nn.ReLU,
+        nn.Tanh,
+        nn.Flatten,
+        nn.Identity,
+        nn.Sequential,
+        nn.ModuleList,
+        nn.ParameterList,
+        models.ActorCritic,
+        models.TwinMLP,
+        models.MLP,
+        models.NatureCNN,
+    )
+    return any(type(module) not in mode_free for module in model.modules())
 
 
 def _bf16_helps(device: str) -> bool:

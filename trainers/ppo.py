@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
@@ -220,67 +221,73 @@ class PPO(OnPolicyAlgorithm):
 
         n = b_obs.shape[0]
         minibatch_size = max(1, n // cfg.num_minibatches)
-        parameters = list(model.parameters())
-        clipfrac_sum, minibatches = torch.zeros(()), 0
-        approx_kl = old_approx_kl = torch.zeros(())
-        pg_loss = v_loss = entropy_loss = torch.zeros(())
-        normalized: torch.Tensor | None = None
+        # one minibatch is the whole batch: no shuffle, no gathers (the mean is the same), and
+        # its advantages are normalised once for every epoch
+        whole_batch = minibatch_size >= n
+        if whole_batch and cfg.norm_adv and n > 1:
+            b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
+        b_neg_advantages = -b_advantages
+        zero = torch.zeros((), device=b_obs.device)
+        clipfrac_sum, minibatches = zero.clone(), 0
+        approx_kl = old_approx_kl = pg_loss = v_loss = entropy_loss = zero
         for epoch in range(cfg.update_epochs):
-            # one minibatch is the whole batch: no shuffle, no gathers (the mean is the same)
-            permutation = torch.randperm(n, device=b_obs.device) if minibatch_size < n else None
+            if whole_batch:
+                batches: Any = (None,)
+            else:
+                batches = torch.randperm(n, device=b_obs.device).split(minibatch_size)
             # KL and clip fraction: every minibatch for early stopping, else the last epoch's
             diagnose = cfg.target_kl is not None or epoch == cfg.update_epochs - 1
-            for start in range(0, n, minibatch_size):
-                if permutation is None:
-                    mb: slice | torch.Tensor = slice(None)
+            for mb in batches:
+                if mb is None:
+                    mb_obs, mb_actions, mb_logprobs = b_obs, b_actions, b_logprobs
+                    mb_values, mb_returns = b_values, b_returns
+                    mb_neg_advantages = b_neg_advantages
                 else:
-                    mb = permutation[start : start + minibatch_size]
-                new_logprob, entropy, new_value = self.train_model.evaluate(
-                    b_obs[mb], b_actions[mb]
-                )
-                log_ratio = new_logprob - b_logprobs[mb]
+                    mb_obs, mb_actions, mb_logprobs = b_obs[mb], b_actions[mb], b_logprobs[mb]
+                    mb_values, mb_returns, mb_advantages = (
+                        b_values[mb],
+                        b_returns[mb],
+                        b_advantages[mb],
+                    )
+                    if cfg.norm_adv and len(mb) > 1:
+                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (
+                            mb_advantages.std() + 1e-8
+                        )
+                    mb_neg_advantages = -mb_advantages
+                new_logprob, entropy, new_value = self.train_model.evaluate(mb_obs, mb_actions)
+                log_ratio = new_logprob - mb_logprobs
                 ratio = log_ratio.exp()
                 if diagnose:
                     with torch.no_grad():
                         old_approx_kl = (-log_ratio).mean()
                         approx_kl = ((ratio - 1) - log_ratio).mean()
                         clipfrac_sum += ((ratio - 1.0).abs() > clip_coef).float().mean()
+                        entropy_loss = entropy.mean()
                         minibatches += 1
 
-                mb_advantages = b_advantages[mb]
-                if cfg.norm_adv and len(mb_advantages) > 1:
-                    if permutation is None:  # the same whole batch every epoch: normalise once
-                        if normalized is None:
-                            normalized = (b_advantages - b_advantages.mean()) / (
-                                b_advantages.std() + 1e-8
-                            )
-                        mb_advantages = normalized
-                    else:
-                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (
-                            mb_advantages.std() + 1e-8
-                        )
-
                 # clipped surrogate objective
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+                pg_loss = torch.max(
+                    mb_neg_advantages * ratio,
+                    mb_neg_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef),
+                ).mean()
 
                 # value loss, optionally clipped around the values the batch was collected with
-                v_loss_unclipped = (new_value - b_returns[mb]) ** 2
                 if cfg.clip_vloss:
-                    v_clipped = b_values[mb] + torch.clamp(
-                        new_value - b_values[mb], -clip_coef, clip_coef
+                    v_loss_unclipped = (new_value - mb_returns) ** 2
+                    v_clipped = mb_values + torch.clamp(
+                        new_value - mb_values, -clip_coef, clip_coef
                     )
-                    v_loss = torch.max(v_loss_unclipped, (v_clipped - b_returns[mb]) ** 2).mean()
+                    v_loss = torch.max(v_loss_unclipped, (v_clipped - mb_returns) ** 2).mean()
                 else:
-                    v_loss = v_loss_unclipped.mean()
+                    v_loss = F.mse_loss(new_value, mb_returns)
 
-                entropy_loss = entropy.mean()
-                loss = pg_loss - cfg.ent_coef * entropy_loss + cfg.vf_coef * v_loss
+                loss = pg_loss + cfg.vf_coef * v_loss
+                if cfg.ent_coef:  # a zero bonus would only add a backward pass through it
+                    loss = loss - cfg.ent_coef * entropy.mean()
 
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                nn.utils.clip_grad_norm_(parameters, cfg.max_grad_norm, foreach=True)
+                nn.utils.clip_grad_norm_(self.model_parameters, cfg.max_grad_norm, foreach=True)
                 self.optimizer.step()
 
             if cfg.target_kl is not None:
@@ -290,13 +297,24 @@ class PPO(OnPolicyAlgorithm):
                 if kl > cfg.target_kl:
                     break
 
+        # one conversion for all the statistics: each .item() would be a sync on an accelerator
+        value_loss, policy_loss, entropy_mean, old_kl, new_kl, clipfrac = torch.stack(
+            [
+                v_loss.detach(),
+                pg_loss.detach(),
+                entropy_loss,
+                old_approx_kl,
+                approx_kl,
+                clipfrac_sum,
+            ]
+        ).tolist()
         return {
-            "losses/value_loss": v_loss.item(),
-            "losses/policy_loss": pg_loss.item(),
-            "losses/entropy": entropy_loss.item(),
-            "losses/old_approx_kl": old_approx_kl.item(),
-            "losses/approx_kl": approx_kl.item(),
-            "losses/clipfrac": clipfrac_sum.item() / max(1, minibatches),
+            "losses/value_loss": value_loss,
+            "losses/policy_loss": policy_loss,
+            "losses/entropy": entropy_mean,
+            "losses/old_approx_kl": old_kl,
+            "losses/approx_kl": new_kl,
+            "losses/clipfrac": clipfrac / max(1, minibatches),
             "losses/explained_variance": explained_variance(b_values, b_returns),
             "charts/clip_coef": clip_coef,
         }

@@ -185,6 +185,15 @@ class Sampler:
         self._extras: dict[str, torch.Tensor] = {}
         self._final_obs: list[torch.Tensor] = []
         self._final_index: list[tuple[int, int]] = []
+        # NumPy views of the CPU buffers: a NumPy env's results are written with NumPy row
+        # assignments, a fraction of a torch op's dispatch each (a CartPole step is microseconds)
+        self._numpy_rows = self.device.type == "cpu" and not self._tensor_env
+        if self._numpy_rows:
+            self._obs_np = self._obs.numpy()
+            self._next_obs_np = self._next_obs.numpy()
+            self._rewards_np = self._rewards.numpy()
+            self._terminated_np = self._terminated.numpy()
+            self._truncated_np = self._truncated.numpy()
         self._start(ids, example)
 
     # -- public API ---------------------------------------------------------------------------
@@ -241,14 +250,25 @@ class Sampler:
     def _collect_lockstep(self) -> None:
         """Every env acts and comes back on every step: row ``t`` is step ``t``."""
         everyone = slice(None)
-        obs = self._next_obs
-        for t in range(self.horizon):
-            self._obs[t].copy_(obs)
-            actions, extras = self.policy(self._obs[t])
-            self._store_policy_output(t, everyone, actions, extras)
-            result = self.env.step(self._env_actions(actions))
-            obs = self._record(t, self._all_ids, everyone, result)
-        self._next_obs.copy_(obs)
+        if self._numpy_rows:
+            obs_np = self._next_obs_np
+            for t in range(self.horizon):
+                self._obs_np[t] = obs_np
+                row = self._obs[t]
+                actions, extras = self.policy(row)
+                self._store_policy_output(t, everyone, actions, extras)
+                result = self.env.step(self._env_actions(actions))
+                obs_np = self._record(t, self._all_ids, everyone, result)
+            self._next_obs_np[...] = obs_np
+        else:
+            obs = self._next_obs
+            for t in range(self.horizon):
+                self._obs[t].copy_(obs)
+                actions, extras = self.policy(self._obs[t])
+                self._store_policy_output(t, everyone, actions, extras)
+                result = self.env.step(self._env_actions(actions))
+                obs = self._as_tensor(self._record(t, self._all_ids, everyone, result))
+            self._next_obs.copy_(obs)
         self._group_obs = self._next_obs
 
     def _collect_groups(self) -> None:
@@ -297,7 +317,7 @@ class Sampler:
                     "the env returned envs in an order the Sampler does not support (every "
                     "env per step, or the action server's fixed alternating halves)"
                 )
-            obs = self._record(row, ids, self._index(ids), result)
+            obs = self._as_tensor(self._record(row, ids, self._index(ids), result))
             rows[ids] += 1
             in_flight[ids] = False
             if rows[ids[0]] == T:
@@ -306,17 +326,24 @@ class Sampler:
                     break
         self._group_ids, self._group_obs = ids, obs
 
-    def _record(
-        self, row: int, ids: np.ndarray, index: slice | torch.Tensor, result: tuple
-    ) -> torch.Tensor:
-        """Write one step's results for envs ``ids`` into ``row``; return their next obs."""
+    def _record(self, row: int, ids: np.ndarray, index: slice | torch.Tensor, result: tuple) -> Any:
+        """Write one step's results for envs ``ids`` into ``row``; return their next obs.
+
+        The obs is returned as the env gave it (an array or a tensor), after the resets of a
+        ``DISABLED`` env.
+        """
         obs, rewards, terminated, truncated, infos = result
         terminated_np = _to_numpy(terminated).astype(bool, copy=False)
         truncated_np = _to_numpy(truncated).astype(bool, copy=False)
         rewards_np = _to_numpy(rewards)
-        self._write(self._rewards, row, index, rewards)
-        self._write(self._terminated, row, index, terminated)
-        self._write(self._truncated, row, index, truncated)
+        if self._numpy_rows and isinstance(index, slice):
+            self._rewards_np[row] = rewards_np
+            self._terminated_np[row] = terminated_np
+            self._truncated_np[row] = truncated_np
+        else:
+            self._write(self._rewards, row, index, rewards)
+            self._write(self._terminated, row, index, terminated)
+            self._write(self._truncated, row, index, truncated)
         next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
         if next_step:
             valid_np = ~self._pending_reset[ids]
@@ -348,7 +375,7 @@ class Sampler:
             self._finish_episodes(ids, done_np, infos)
         if next_step:
             self._pending_reset[ids] = done_np
-        return self._as_tensor(obs)
+        return obs
 
     def _start(self, ids: np.ndarray, obs: torch.Tensor) -> None:
         # the group whose observation is current (all envs unless they alternate)
