@@ -1,8 +1,10 @@
 """One rank of the distributed tests, launched by ``torchrun`` from ``test_distributed.py``.
 
-Trains a tiny agent, then gathers every rank's parameter checksum and step counts and writes them
-(rank 0) as JSON to ``--out``. With ``--hold`` it writes ``RUN_DIR/pid-RANK`` after the first update
-and keeps training until killed (for the dead-rank test).
+Trains a tiny agent (``dqn-async``/``ppo-async``: asynchronously, a sampler process per rank), then
+gathers every rank's parameter checksum and step counts and writes them (rank 0) as JSON to
+``--out``. With ``--hold`` it writes ``RUN_DIR/pid-RANK`` after the first update (``dqn-async``:
+after a few, with the sampler's pid in ``RUN_DIR/sampler-pid-RANK``) and keeps training until
+killed (for the dead-rank and dead-sampler tests).
 """
 
 from __future__ import annotations
@@ -18,9 +20,29 @@ import torch
 torch.set_num_threads(1)
 
 
+def _watch_sampler(sampler_pid_file: Path, pid_file: Path, agent: Any) -> None:
+    """Once the async sampler process runs and a few updates are done, write its pid and ours."""
+    import multiprocessing
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            children = [
+                p for p in multiprocessing.active_children() if p.name == "vecaccel-async-sampler"
+            ]
+            if children and agent.num_updates > 5:
+                sampler_pid_file.write_text(str(children[0].pid))
+                pid_file.write_text(str(os.getpid()))
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--algo", default="ppo")
+    parser.add_argument("--algo", default="ppo", choices=["ppo", "dqn", "dqn-async", "ppo-async"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--total-steps", type=int, default=128)
     parser.add_argument("--hold", action="store_true")
@@ -38,6 +60,7 @@ def main() -> None:
             pid_file.write_text(str(os.getpid()))
 
     common: dict[str, Any] = dict(backend="serial", seed=3, torch_threads=1)
+    extra: dict[str, Any] = {}
     if args.algo == "ppo":
         from vecaccel.trainers import PPO
 
@@ -53,6 +76,52 @@ def main() -> None:
         )
         model = agent.model
         agent.learn(args.total_steps, callback=lambda a, m: mark())
+        local_steps = agent.update_index * agent.local_batch_size
+        local_batch = agent.local_batch_size
+    elif args.algo == "dqn-async":
+        from vecaccel.trainers.async_runner import learn_async, make_async_agent
+        from vecaccel.trainers.dqn import DQN
+
+        agent = make_async_agent(
+            DQN,
+            "CartPole-v1",
+            num_envs=2,
+            batch_size=16,
+            learning_starts=100,
+            buffer_size=2_000,
+            replay_ratio=4.0,
+            async_max_lead=32,
+            log_interval=200,
+            hidden_sizes=(32, 32),
+            progress=False,
+            tensorboard=False,
+            **common,
+        )
+        model = agent.q_network
+        if args.hold:
+            _watch_sampler(args.out.parent / f"sampler-pid-{rank}", pid_file, agent)
+        stats = learn_async(agent, "CartPole-v1", args.total_steps)
+        local_steps = agent.global_step // agent.world_size
+        local_batch = agent.config.batch_size
+        extra = {
+            "replay_ratio": stats.replay_ratio,
+            "logged_replay_ratio": [
+                [row["step"], row["charts/replay_ratio"]]
+                for row in agent.logger.history
+                if row.get("charts/replay_ratio") is not None
+            ],
+            "logged_world_size": agent.logger.history[-1].get("charts/world_size"),
+        }
+    elif args.algo == "ppo-async":
+        from vecaccel.trainers import PPO
+        from vecaccel.trainers.async_runner import learn_async_on_policy
+
+        agent = PPO(
+            None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=2,
+            update_epochs=2, **common,
+        )  # fmt: skip
+        model = agent.model
+        learn_async_on_policy(agent, args.total_steps)
         local_steps = agent.update_index * agent.local_batch_size
         local_batch = agent.local_batch_size
     else:
@@ -97,6 +166,7 @@ def main() -> None:
                     "world_size": distributed.world_size(),
                     "updates": getattr(agent, "update_index", getattr(agent, "num_updates", 0)),
                     "seed": agent.config.seed,
+                    **extra,
                 }
             )
         )

@@ -34,6 +34,8 @@ def test_async_replay_ratio_is_enforced_throughout(tmp_path) -> None:
     agent = make_async_agent(DQN, "CartPole-v1", run_dir=str(tmp_path), **TINY)
     stats = learn_async(agent, "CartPole-v1", 3_000)
     assert stats.env_steps == 3_000
+    # every transition reached the buffer, those the sampler kept while the lock was taken too
+    assert agent.buffer.steps_added == 3_000
     assert abs(stats.replay_ratio - 4.0) <= 0.4, stats
     assert agent.replay_ratio == pytest.approx(stats.replay_ratio)
     # the ratio logged during the run is within 10% once the sampler's allowed lead (16 updates'

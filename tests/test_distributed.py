@@ -46,24 +46,21 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.mark.parametrize("algo", ["ppo", "dqn"])
-def test_parameters_identical_and_batch_is_sum_over_ranks(algo: str, tmp_path: Path) -> None:
+def _run_worker(algo: str, tmp_path: Path, total_steps: int) -> dict:
+    """Run ``dist_worker.py`` on 2 ranks; what rank 0 wrote."""
     out = tmp_path / "result.json"
     _run(
         _torchrun(
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            str(WORKER),
-            "--algo",
-            algo,
-            "--out",
-            str(out),
-            "--total-steps",
-            "128",
+            "--standalone", "--nproc_per_node", "2", str(WORKER), "--algo", algo,
+            "--out", str(out), "--total-steps", str(total_steps),
         )
-    )
-    result = json.loads(out.read_text())
+    )  # fmt: skip
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_parameters_identical_and_batch_is_sum_over_ranks(algo: str, tmp_path: Path) -> None:
+    result = _run_worker(algo, tmp_path, 128)
     assert result["world_size"] == 2
     first, second = result["checksums"]
     assert first == second  # bit-identical parameters after several updates
@@ -266,3 +263,117 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
         ]
     )  # fmt: skip
     assert int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"]) == step + 40
+
+
+# -- asynchronous mode on several ranks: a sampler process per rank, data-parallel optimisers --
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"  # an orphan that exited may wait to be reaped
+
+
+def test_async_dqn_two_ranks_identical_parameters_and_replay_ratio(tmp_path: Path) -> None:
+    result = _run_worker("dqn-async", tmp_path, 2000)
+    first, second = result["checksums"]
+    assert first == second  # every update all-reduced: bit-identical parameters
+    # each rank collected half the budget, and made the updates its ratio allows
+    assert result["local_steps"] == [1000.0, 1000.0] and result["global_step"] == 2000
+    learn_from = 50  # learning_starts=100 over 2 ranks
+    assert result["updates"] == (1000 - learn_from) * 4 // 16
+    assert result["replay_ratio"] == pytest.approx(4.0, rel=0.01)
+    # the logged (global) ratio holds during the run: the throttle bounds the sampler's lead to
+    # 32 steps, under 10% of the steps since learning began from 1,000 global steps on
+    logged = [(step, ratio) for step, ratio in result["logged_replay_ratio"] if step >= 1000]
+    assert len(logged) >= 3
+    for step, ratio in logged:
+        assert abs(ratio - 4.0) <= 0.4, (step, ratio)
+    assert result["logged_world_size"] == 2
+
+
+def test_async_ppo_two_ranks_identical_parameters(tmp_path: Path) -> None:
+    result = _run_worker("ppo-async", tmp_path, 128)
+    first, second = result["checksums"]
+    assert first == second
+    assert result["updates"] == 4 and result["global_step"] == 128
+    assert result["local_steps"] == [64.0, 64.0]
+
+
+@pytest.mark.parametrize("victim", ["sampler", "rank"])
+def test_async_dead_sampler_or_rank_ends_job_within_30s(victim: str, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    job = subprocess.Popen(
+        _torchrun(
+            "--standalone", "--nproc_per_node", "2", "--max-restarts", "0", str(WORKER),
+            "--algo", "dqn-async", "--out", str(out), "--total-steps", "100000000", "--hold",
+        ),
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=HERE.parent, start_new_session=True,
+    )  # fmt: skip
+    try:
+        pid_files = [tmp_path / f"sampler-pid-{rank}" for rank in (0, 1)]
+        pid_files += [tmp_path / f"pid-{rank}" for rank in (0, 1)]
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and job.poll() is None:
+            if all(path.exists() and path.read_text() for path in pid_files):
+                break
+            time.sleep(0.1)
+        assert all(path.exists() for path in pid_files), "the ranks never started updating"
+        samplers = [int(path.read_text()) for path in pid_files[:2]]
+        target = samplers[1] if victim == "sampler" else int(pid_files[3].read_text())
+        os.kill(target, signal.SIGKILL)
+        killed = time.monotonic()
+        output, _ = job.communicate(timeout=30)
+        assert time.monotonic() - killed < 30
+        assert job.returncode != 0, output[-3000:]
+        assert not out.exists()
+        if victim == "sampler":
+            assert "SamplerError" in output and "of rank 1" in output, output[-3000:]
+        # no sampler process outlives the job: each stops with its rank or when it is orphaned
+        deadline = time.monotonic() + 10
+        while any(_process_alive(pid) for pid in samplers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_process_alive(pid) for pid in samplers)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(timeout=10)
+
+
+def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
+    from vecaccel.trainers.common import load_checkpoint
+
+    run_dir = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [
+            sys.executable, "-m", "vecaccel", "train", "dqn", "--async", "--nproc", "2",
+            "--env", "CartPole-v1", "--backend", "serial", "--total-steps", "100000000",
+            "--learning-starts", "100", "--batch-size", "16", "--replay-ratio", "2",
+            "--log-interval", "100", "--run-dir", str(run_dir), "--no-progress",
+            "--no-tensorboard", "--torch-threads", "1",
+        ],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=HERE.parent, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and launcher.poll() is None:
+            if (run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3:
+                break
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(timeout=10)
+    # the ranks agreed on the stop at the same update: rank 0 saved, all exited with 143
+    assert launcher.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "checkpoint saved" in output
+    rows = _metrics(run_dir)
+    assert float(rows[-1]["charts/world_size"]) == 2
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert int(state["num_updates"]) > 0 and int(state["global_step"]) > 0

@@ -1,17 +1,23 @@
-"""Asynchronous sampling and optimisation for the DQN family (``vecaccel train dqn --async``).
+"""Asynchronous sampling and optimisation (``vecaccel train ALGO --async``), on one rank or several.
 
 Two processes run at the same time:
 
-- the **sampler** (a child process) steps the envs with the latest weights it has, ε-greedy,
-  and writes every transition into the replay buffer;
-- the **optimiser** (the calling process) samples batches from that buffer and trains.
+- the **sampler** (a child process) steps the envs with the latest weights it has and hands the
+  experience over: the DQN family writes every transition into a replay buffer, A2C and PPO
+  write whole ``[T, B]`` rollouts into a double buffer;
+- the **optimiser** (the calling process) trains on that experience.
 
 Everything they share lives in shared memory: the replay buffer (``replay.py`` builds every array,
-cursors and counters included, with an ``array_factory``; here it allocates torch shared tensors),
-the weights the sampler acts with, and a few counters. A lock guards the buffer (``add`` in the
-sampler, ``sample`` and ``update_priorities`` in the optimiser); another guards the weights. The
-optimiser publishes its weights every ``async_weight_sync_period`` updates (a setting: rlpyt's users
-saw results change 3x with how rarely weights were sent).
+cursors and counters included, with an ``array_factory``; here it allocates torch shared tensors)
+or the rollout slots, the weights the sampler acts with, and a few counters. A lock guards the
+replay buffer (``add`` in the sampler, ``sample`` and ``update_priorities`` in the optimiser);
+another guards the weights. The optimiser publishes its weights every
+``async_weight_sync_period`` updates (a setting: rlpyt's users saw results change 3x with how
+rarely weights were sent). The DQN sampler never waits for either lock in steady state: steps it
+collects while the optimiser samples (holding the buffer's lock for the whole batch) are kept
+and added with the next step that finds the lock free, and weights being published are picked up
+at the next step instead of waited for. With automatic torch threads the optimiser leaves the
+sampler's cores to it.
 
 The replay ratio (``updates × batch / env steps`` after ``learning_starts``) is **enforced by
 throttling** both sides, which rlpyt's async mode did not do (its issue #138: 1.43 measured for 8
@@ -20,9 +26,23 @@ is more than ``async_max_lead`` env steps ahead of what the updates done so far 
 ratio, the fraction of time each side waited and the policy lag (updates the sampler's weights are
 behind) are logged.
 
+**Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, an optimiser with
+its own sampler process, envs seeded by rank, and its own replay buffer or rollout double buffer.
+The optimisers are data-parallel: the agent's model is wrapped in ``DistributedDataParallel``
+(``distributed.py``: gloo on CPUs, NCCL with one GPU per rank), so each update's gradients are
+averaged over ranks and the parameters stay identical. Every update is therefore a collective and
+the ranks update in lockstep; each rank enforces the replay ratio on its own sampler, which makes
+it the same ratio globally. Step budgets, ``learning_starts`` and the exploration schedule count
+env steps over all ranks (each rank collects ``1/K`` of them). The ranks meet for their metrics
+and to agree on a stop (SIGINT/SIGTERM) at points fixed by the update count (DQN: every few
+updates, A2C/PPO: every update), so they always call the same collectives in the same order; rank
+0 logs the reduced metrics and writes the checkpoints.
+
 A sampler process that dies is reported at once: the optimiser checks it at every turn of its
-loop and raises :class:`SamplerError` with the child's exit code and traceback. The sampler exits
-when the optimiser's process goes away.
+loop and raises :class:`SamplerError` with the child's exit code and traceback (and rank), which
+ends that rank; the other ranks then fail at their next collective (gloo sees the closed
+connection; every collective also has a timeout) and ``torchrun`` stops the job. The sampler
+exits when its optimiser's process goes away.
 
 Example:
     >>> import torch; torch.set_num_threads(1)
@@ -40,8 +60,10 @@ import copy
 import math
 import os
 import queue
+import signal
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,8 +84,13 @@ __all__ = [
 
 # slots of the shared int64 counters
 _STEPS, _UPDATES, _STOP, _VERSION, _SAMPLER_VERSION, _READY = range(6)
+# slots of the on-policy shared counters: per slot i, _SLOT_STATE + i is 0 (free) or 1 (full),
+# _SLOT_K + i the number of final observations, _SLOT_VERSION + i the weights that collected it
+_SLOT_STATE, _SLOT_K, _SLOT_VERSION = 8, 10, 12
 # slots of the shared float64 timers (seconds)
 _SAMPLER_WAIT, _SAMPLER_BUSY = range(2)
+# DQN ranks meet at least every this many updates (to agree on a stop and reduce metrics)
+_MAX_UPDATES_BETWEEN_MEETINGS = 16
 
 
 class SamplerError(RuntimeError):
@@ -82,17 +109,17 @@ class SamplerError(RuntimeError):
 
 @dataclass
 class AsyncStats:
-    """What an asynchronous run did, measured by the optimiser.
+    """What an asynchronous run did, measured by the optimiser (of this rank).
 
     Attributes:
-        env_steps: transitions the sampler collected.
-        updates: gradient updates done.
+        env_steps: transitions collected, over all ranks.
+        updates: gradient updates done (each one over all ranks' batches).
         replay_ratio: ``updates × batch / (env_steps - learning_starts)`` as measured.
         seconds: wall-clock of the run.
-        sampling_rate: env steps per second over the run.
+        sampling_rate: env steps per second over the run, over all ranks.
         update_rate: updates per second over the run.
-        optimizer_wait_fraction: fraction of the run the optimiser waited for data.
-        sampler_wait_fraction: fraction of the run the sampler waited for the optimiser.
+        optimizer_wait_fraction: fraction of the run this rank's optimiser waited for data.
+        sampler_wait_fraction: fraction of the run this rank's sampler waited for the optimiser.
         mean_policy_lag: mean number of updates the sampler's weights were behind.
     """
 
@@ -149,7 +176,7 @@ class _GuardedLock:
     """A cross-process lock acquired in bounded waits, checking between them that the other
     process lives: a process killed while holding a lock never releases it."""
 
-    def __init__(self, lock: Any, check: Any = None) -> None:
+    def __init__(self, lock: Any, check: Callable[[], None] | None = None) -> None:
         self.lock = lock
         self.check = check
 
@@ -161,13 +188,20 @@ class _GuardedLock:
     def __exit__(self, *exc_info: Any) -> None:
         self.lock.release()
 
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free; never waits (release it with :meth:`release`)."""
+        return bool(self.lock.acquire(block=False))
+
+    def release(self) -> None:
+        self.lock.release()
+
 
 class _LockedBuffer:
     """The optimiser's view of the shared buffer: sampling and priority updates take the lock."""
 
-    def __init__(self, buffer: Any, lock: Any) -> None:
+    def __init__(self, buffer: Any, lock: Any, check: Callable[[], None]) -> None:
         self._buffer = buffer
-        self._lock = _GuardedLock(lock)
+        self._lock = _GuardedLock(lock, check)
 
     def sample(self, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
@@ -206,43 +240,260 @@ def _build_buffer(
     return cls(observation_space, action_space, array_factory=factory, **spec["kwargs"])
 
 
-# -- the sampler process ---------------------------------------------------------------------
+# -- the two ends of a sampler process -------------------------------------------------------
 
 
-def _sampler_main(spec: dict[str, Any]) -> None:
-    """Entry point of the sampler process (see the module docstring)."""
-    errors = spec["errors"]
+class _OptimiserGone(Exception):
+    """Raised in a sampler process whose optimiser's process has exited."""
+
+
+def _child_main(loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
+    """Entry point of a sampler process: run ``loop(spec)``, reporting what it raises."""
     try:
-        _sampler_loop(spec)
+        loop(spec)
+    except _OptimiserGone:
+        return
     except BaseException as exc:  # report everything, KeyboardInterrupt included
         try:
-            errors.put(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            spec["errors"].put(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         except Exception:
             pass
         raise
 
 
-def _child_setup(spec: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """What the sampler and rollout processes do first; returns NumPy views of the shared
-    counters and timers (a scalar read or write costs far less than on the torch tensors)."""
-    import signal
+class _ChildLink:
+    """The sampler process's end: set-up, shared counters, liveness of the optimiser, waits and
+    weight pulls.
 
-    # the optimiser handles Ctrl-C and SIGTERM and then stops this process through _STOP
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if spec["affinity"]:
-        os.sched_setaffinity(0, spec["affinity"])
-    torch.set_num_threads(int(spec["torch_threads"]))
-    return spec["counters"].numpy(), spec["timers"].numpy()
+    The counters and timers are NumPy views of the shared tensors (a scalar read or write costs
+    far less than on the torch tensors).
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        # the optimiser handles SIGINT and SIGTERM and stops this process through _STOP;
+        # torchrun sends SIGTERM to each rank's whole process group, this process included
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        if spec["affinity"]:
+            os.sched_setaffinity(0, spec["affinity"])
+        torch.set_num_threads(int(spec["torch_threads"]))
+        self.counters: np.ndarray = spec["counters"].numpy()
+        self.timers: np.ndarray = spec["timers"].numpy()
+        self.version = -1
+        self._parent = spec["parent_pid"]
+        self._poll = spec["poll_interval"]
+        self._shared_weights: list[torch.Tensor] = spec["weights"]
+        self._weights_lock = _GuardedLock(spec["weights_lock"], self.check_optimiser)
+
+    def check_optimiser(self) -> None:
+        """Raise :class:`_OptimiserGone` if the optimiser's process has exited (this process was
+        re-parented), perhaps holding a lock."""
+        if os.getppid() != self._parent:
+            raise _OptimiserGone
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the optimiser asked this process to stop."""
+        return bool(self.counters[_STOP])
+
+    def wait_while(self, blocked: Callable[[], bool]) -> None:
+        """Sleep while ``blocked()`` holds (and no stop is asked), counted as waiting time."""
+        if not blocked():
+            return
+        started = time.perf_counter()
+        while blocked() and not self.counters[_STOP]:
+            self.check_optimiser()
+            time.sleep(self._poll)
+        self.timers[_SAMPLER_WAIT] += time.perf_counter() - started
+
+    def pull_weights(self, params: Sequence[torch.Tensor], wait: bool = True) -> int:
+        """Copy the published weights into ``params`` if they are newer; returns their version.
+
+        With ``wait=False`` weights being published right now are left for the next call (the
+        current ones are at most an update older) rather than waited for.
+        """
+        if int(self.counters[_VERSION]) == self.version:
+            return self.version
+        if wait:
+            self._weights_lock.__enter__()
+        elif not self._weights_lock.try_acquire():
+            return self.version
+        try:
+            self.version = int(self.counters[_VERSION])
+            for mine, shared in zip(params, self._shared_weights):
+                mine.copy_(shared)
+        finally:
+            self._weights_lock.release()
+        self.counters[_SAMPLER_VERSION] = self.version
+        return self.version
+
+
+class _SamplerHandle:
+    """The optimiser's end of a sampler process: shared counters and weights, start, publish,
+    liveness check, stop.
+
+    Args:
+        ctx: the multiprocessing context.
+        role: ``sampler`` or ``rollout`` (in messages and the process's name).
+        model: the module whose weights are published (its ``state_dict`` tensors share storage
+            with the parameters, so the list taken here stays current).
+        finished: given the process's exit code, whether its exit is the run's normal end.
+    """
+
+    def __init__(
+        self, ctx: Any, role: str, model: torch.nn.Module, finished: Callable[[int | None], bool]
+    ) -> None:
+        self.role = role
+        self.ctx = ctx
+        self.shared_counters = torch.zeros(16, dtype=torch.int64).share_memory_()
+        self.shared_timers = torch.zeros(4, dtype=torch.float64).share_memory_()
+        self.counters: np.ndarray = self.shared_counters.numpy()
+        self.timers: np.ndarray = self.shared_timers.numpy()
+        self._state = list(model.state_dict().values())
+        self._shared_weights = [t.detach().cpu().clone().share_memory_() for t in self._state]
+        self.weights_lock = ctx.Lock()
+        self._weights_lock = _GuardedLock(self.weights_lock, self.check)
+        self.errors = ctx.Queue()
+        self.process: Any = None
+        self._finished = finished
+
+    def spec(self, poll_interval: float, threads: int, affinity: set[int] | None) -> dict[str, Any]:
+        """The entries of the process's spec that :class:`_ChildLink` reads."""
+        return dict(
+            counters=self.shared_counters,
+            timers=self.shared_timers,
+            weights=self._shared_weights,
+            weights_lock=self.weights_lock,
+            errors=self.errors,
+            parent_pid=os.getpid(),
+            poll_interval=poll_interval,
+            torch_threads=threads,
+            affinity=set(affinity) if affinity else None,
+        )
+
+    def publish(self, version: int) -> None:
+        """Copy the model's weights to shared memory as ``version``."""
+        with self._weights_lock:
+            for shared, tensor in zip(self._shared_weights, self._state):
+                shared.copy_(tensor)
+            self.counters[_VERSION] = version
+
+    def start(self, loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
+        self.process = self.ctx.Process(
+            target=_child_main, args=(loop, spec), name=f"vecaccel-async-{self.role}"
+        )
+        self.process.start()
+
+    def check(self) -> None:
+        """Raise :class:`SamplerError` if the process died before the run's normal end."""
+        process = self.process
+        if process is None or process.is_alive():
+            return
+        process.join(timeout=1.0)
+        if self.counters[_STOP] or self._finished(process.exitcode):
+            return
+        remote = ""
+        try:
+            remote = self.errors.get(timeout=0.2)
+        except (queue.Empty, OSError, EOFError):
+            pass
+        from vecaccel.trainers import distributed
+
+        where = f" of rank {distributed.rank()}" if distributed.is_distributed() else ""
+        raise SamplerError(
+            f"the asynchronous {self.role} process{where} (pid {process.pid}) died with exit "
+            f"code {process.exitcode} after {int(self.counters[_STEPS])} env steps",
+            process.exitcode,
+            remote,
+        )
+
+    def stop(self, *channels: Any) -> None:
+        """Ask the process to stop, wait for it (killing it if it does not), close ``channels``."""
+        self.counters[_STOP] = 1
+        process = self.process
+        if process is not None:
+            process.join(timeout=10.0)
+            if process.is_alive():  # it ignores SIGTERM: end it with SIGKILL
+                process.kill()
+                process.join(timeout=5.0)
+        for channel in (self.errors, *channels):
+            channel.close()
+            channel.cancel_join_thread()
+
+
+def _drain(channel: Any) -> list[Any]:
+    """Everything waiting in the queue ``channel``, without blocking."""
+    items = []
+    while True:
+        try:
+            items.append(channel.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def _leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:
+    """With automatic torch threads (``torch_threads=0``), leave the sampler process (and its
+    env workers) their cores: torch's default of one thread per core would make the optimiser's
+    OpenMP threads spin on them. Ranks on one machine share its cores."""
+    if getattr(cfg, "torch_threads", 0) > 0:
+        return
+    from vecaccel.worker import usable_cpus
+
+    cpus = usable_cpus() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    workers = 0
+    if cfg.backend != "serial":
+        workers = getattr(cfg, "num_workers", 0) or min(cfg.num_envs, cpus)
+    torch.set_num_threads(max(1, cpus - sampler_threads - workers))
+
+
+def _stop_requested(guard: Any, world: int) -> bool:
+    """Whether to stop now outside a meeting of the ranks: on one rank at once, on several only
+    where the ranks agree (a rank cannot leave while the others wait for it)."""
+    return world == 1 and guard.requested
+
+
+def _reduce(
+    metrics: dict[str, float | None],
+    episodes: int,
+    stop: bool,
+    sums: Sequence[str],
+    device: Any,
+) -> tuple[dict[str, float | None], bool]:
+    """Reduce one meeting's metrics over the ranks (identity on one rank) and agree on a stop.
+
+    Episodic returns and lengths are weighted by the episodes behind them; ``sums`` are summed.
+    """
+    from vecaccel.trainers import distributed
+
+    world = distributed.world_size()
+    if world == 1:
+        return metrics, stop
+    metrics = {**metrics, "charts/episodes": float(episodes), "_stop": 1.0 if stop else 0.0}
+    reduced = distributed.reduce_metrics(
+        metrics,
+        weights={"charts/episodic_return": episodes, "charts/episodic_length": episodes},
+        sums=("charts/episodes", "_stop", *sums),
+        device=device,
+    )
+    stop = bool(reduced.pop("_stop") or 0.0)
+    reduced["charts/world_size"] = float(world)
+    return reduced, stop
+
+
+# -- DQN: the sampler process ----------------------------------------------------------------
+
+# vector steps the sampler may hold back while the optimiser holds the replay buffer's lock
+_MAX_PENDING_STEPS = 32
 
 
 def _sampler_loop(spec: dict[str, Any]) -> None:
-
+    """The DQN sampler: ε-greedy steps with the latest weights into the shared replay buffer."""
     from vecaccel.trainers.common import make_env_for_training
     from vecaccel.trainers.dqn import linear_schedule
 
-    counters, timers = _child_setup(spec)
+    link = _ChildLink(spec)
+    counters, timers = link.counters, link.timers
     network: torch.nn.Module = spec["network"]
-    shared_weights: list[torch.Tensor] = spec["weights"]
     support: torch.Tensor | None = spec["support"]
     buffer = _build_buffer(
         spec["buffer"],
@@ -250,19 +501,12 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
         spec["action_space"],
         _ReplayFactory(spec["buffer_tensors"]),
     )
-    parent = spec["parent_pid"]
-
-    def parent_alive() -> None:
-        if os.getppid() != parent:  # the optimiser died, perhaps holding a lock
-            raise SystemExit(0)
-
-    buffer_lock = _GuardedLock(spec["buffer_lock"], parent_alive)
-    weights_lock = _GuardedLock(spec["weights_lock"], parent_alive)
+    buffer_lock = _GuardedLock(spec["buffer_lock"], link.check_optimiser)
     episodes = spec["episodes"]
     cfg = spec["config"]
     total, learn_from, lead = spec["total_steps"], spec["learn_from"], spec["lead"]
     steps_per_update = cfg["batch_size"] / cfg["replay_ratio"]
-    poll = spec["poll_interval"]
+    duration = spec["exploration_steps"]
 
     envs = make_env_for_training(
         spec["env_id"],
@@ -275,37 +519,43 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
         num_envs = envs.num_envs
         rng = np.random.default_rng(cfg["seed"] + 1)
         num_actions = int(spec["action_space"].n)
-        duration = cfg["exploration_steps"] or int(cfg["exploration_fraction"] * total)
         obs, _ = envs.reset(seed=cfg["seed"])
         episode_return = np.zeros(num_envs)
         episode_length = np.zeros(num_envs, dtype=np.int64)
-        local_version = -1
         params = list(network.state_dict().values())
+        steps = 0
+        # steps collected while the optimiser samples (holding the buffer's lock) wait here
+        # instead of stalling the envs, and go in with the next step that finds the lock free
+        pending: list[tuple[Any, ...]] = []
+
+        def add(transition: tuple[Any, ...]) -> None:
+            if len(pending) >= _MAX_PENDING_STEPS:
+                buffer_lock.__enter__()
+            elif not buffer_lock.try_acquire():
+                # the envs may reuse their arrays at the next step: keep copies
+                pending.append(tuple(None if x is None else np.array(x) for x in transition))
+                return
+            try:
+                for waiting in pending:
+                    buffer.add(*waiting)
+                buffer.add(*transition)
+            finally:
+                buffer_lock.release()
+            pending.clear()
+
+        def too_far_ahead() -> bool:  # the throttle: stay within `lead` steps of the updates
+            allowed = learn_from + int(counters[_UPDATES]) * steps_per_update + lead
+            return steps + num_envs > allowed
+
         counters[_READY] = 1
         start = time.perf_counter()
-        while not counters[_STOP]:
+        while not link.stopped:
             steps = int(counters[_STEPS])
             if steps >= total:
                 break
-            if steps >= learn_from:  # throttle: stay within `lead` steps of what updates allow
-                waited = time.perf_counter()
-                while (
-                    steps + num_envs
-                    > learn_from + int(counters[_UPDATES]) * steps_per_update + lead
-                    and not counters[_STOP]
-                ):
-                    if os.getppid() != parent:
-                        return
-                    time.sleep(poll)
-                timers[_SAMPLER_WAIT] += time.perf_counter() - waited
-            version = int(counters[_VERSION])
-            if version != local_version:
-                with weights_lock:
-                    version = int(counters[_VERSION])
-                    for mine, shared in zip(params, shared_weights):
-                        mine.copy_(shared)
-                local_version = version
-                counters[_SAMPLER_VERSION] = version
+            if steps >= learn_from:
+                link.wait_while(too_far_ahead)
+            link.pull_weights(params, wait=False)
             epsilon = linear_schedule(cfg["start_epsilon"], cfg["end_epsilon"], duration, steps)
             explore = rng.random(num_envs) < epsilon
             actions = rng.integers(0, num_actions, size=num_envs)
@@ -315,8 +565,7 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
                     q = out if support is None else (torch.softmax(out, -1) * support).sum(-1)
                 actions = np.where(explore, actions, q.argmax(dim=1).numpy())
             next_obs, reward, terminated, truncated, infos = envs.step(actions)
-            with buffer_lock:
-                buffer.add(obs, actions, reward, terminated, truncated, infos.get("final_obs"))
+            add((obs, actions, reward, terminated, truncated, infos.get("final_obs")))
             counters[_STEPS] += num_envs
             obs = next_obs
             done = terminated | truncated
@@ -334,18 +583,24 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
                 episodes.put((steps + num_envs, finished))
                 episode_return[done] = 0.0
                 episode_length[done] = 0
-            if os.getppid() != parent:
-                return
+            link.check_optimiser()
+        if pending:
+            with buffer_lock:
+                for waiting in pending:
+                    buffer.add(*waiting)
         timers[_SAMPLER_BUSY] = time.perf_counter() - start
     finally:
         envs.close()
 
 
-# -- the optimiser ---------------------------------------------------------------------------
+# -- DQN: the optimiser ----------------------------------------------------------------------
 
 
 def make_async_agent(cls: type, env_id: str, **config: Any) -> Any:
-    """A DQN-family agent with networks built for ``env_id`` but no envs (the sampler has them)."""
+    """A DQN-family agent with networks built for ``env_id`` but no envs (the sampler has them).
+
+    Under ``torchrun`` the agent joins the process group (its model is then data-parallel).
+    """
     from vecaccel.trainers.common import make_env_fn
 
     agent = cls(env=None, **config)
@@ -372,11 +627,15 @@ def learn_async(
 ) -> AsyncStats:
     """Train ``agent`` (a DQN-family agent) asynchronously for ``total_steps`` env steps.
 
+    Under a process group (``torchrun``) every rank calls this: each runs its own sampler
+    process and replay buffer, collects ``1/K`` of ``total_steps``, and its updates are
+    data-parallel with the other ranks' (see the module docstring).
+
     Args:
         agent: from :func:`make_async_agent` (or any DQN with built networks); its
             ``config.num_envs`` envs of ``config.backend`` run in the sampler process.
         env_id: the Gymnasium id the sampler builds.
-        total_steps: env steps to collect.
+        total_steps: env steps to collect (over all ranks).
         context: multiprocessing start method of the sampler process.
         poll_interval: seconds between checks while one side waits for the other.
         sampler_threads: torch threads of the sampler process.
@@ -394,25 +653,40 @@ def learn_async(
     from vecaccel.trainers.common import RunLogger, SignalCheckpoint, TrainingInterrupted
 
     cfg = agent.config
+    world = int(getattr(agent, "world_size", 1))
+    _leave_cores_to_sampler(cfg, sampler_threads)
     num_envs = cfg.num_envs
     total_steps = int(total_steps)
+    # budgets count env steps over all ranks; each rank collects its share
+    local_total = math.ceil(total_steps / world)
     ctx = mp.get_context(context)
     factory = _SharedFactory()
     buffer_spec = _buffer_spec(agent, num_envs)
     buffer = _build_buffer(buffer_spec, agent.observation_space, agent.action_space, factory)
-    buffer_lock, weights_lock = ctx.Lock(), ctx.Lock()
-    agent.buffer = _LockedBuffer(buffer, buffer_lock)
-    shared_counters = torch.zeros(8, dtype=torch.int64).share_memory_()
-    shared_timers = torch.zeros(4, dtype=torch.float64).share_memory_()
-    counters, timers = shared_counters.numpy(), shared_timers.numpy()
-    state = agent.q_network.state_dict()
-    shared_weights = [t.detach().cpu().clone().share_memory_() for t in state.values()]
-    sampler_network = copy.deepcopy(agent.q_network).cpu()
-    learn_from = max(cfg.learning_starts, num_envs * (cfg.n_step + buffer.frame_stack + 1))
+    buffer_lock = ctx.Lock()
+    learn_from = max(
+        math.ceil(cfg.learning_starts / world), num_envs * (cfg.n_step + buffer.frame_stack + 1)
+    )
     steps_per_update = cfg.batch_size / cfg.replay_ratio
     lead = cfg.async_max_lead or max(num_envs, int(math.ceil(16 * steps_per_update)))
-    episodes, errors = ctx.Queue(), ctx.Queue()
+    # the target network follows every target_update_period env steps' worth of updates:
+    # counted in updates, it moves at the same update on every rank
+    updates_per_step = cfg.replay_ratio / (cfg.batch_size * world)
+    target_every = max(1, round(cfg.target_update_period * updates_per_step))
+    meet_every = max(
+        1, min(_MAX_UPDATES_BETWEEN_MEETINGS, math.ceil(cfg.log_interval * updates_per_step))
+    )
+    exploration = cfg.exploration_steps or int(cfg.exploration_fraction * total_steps)
+
+    def sampler_finished(exitcode: int | None) -> bool:
+        return exitcode == 0 and int(sampler.counters[_STEPS]) >= local_total
+
+    sampler = _SamplerHandle(ctx, "sampler", agent.q_network, sampler_finished)
+    counters, timers = sampler.counters, sampler.timers
+    agent.buffer = _LockedBuffer(buffer, buffer_lock, sampler.check)
+    episodes = ctx.Queue()
     spec = dict(
+        sampler.spec(poll_interval, sampler_threads, sampler_affinity),
         env_id=env_id,
         num_envs=num_envs,
         config={
@@ -424,68 +698,30 @@ def learn_async(
                 "replay_ratio",
                 "start_epsilon",
                 "end_epsilon",
-                "exploration_fraction",
-                "exploration_steps",
             )
         },
-        counters=shared_counters,
-        timers=shared_timers,
-        network=sampler_network,
-        weights=shared_weights,
+        network=copy.deepcopy(agent.q_network).cpu(),
         support=None if agent.support is None else agent.support.cpu(),
         buffer=buffer_spec,
         buffer_tensors=factory.tensors,
         observation_space=agent.observation_space,
         action_space=agent.action_space,
         buffer_lock=buffer_lock,
-        weights_lock=weights_lock,
         episodes=episodes,
-        errors=errors,
-        total_steps=total_steps,
+        total_steps=local_total,
         learn_from=learn_from,
         lead=lead,
-        parent_pid=os.getpid(),
-        poll_interval=poll_interval,
-        torch_threads=sampler_threads,
-        affinity=set(sampler_affinity) if sampler_affinity else None,
+        exploration_steps=math.ceil(exploration / world),
     )
+    sampler.publish(0)
+    sampler.start(_sampler_loop, spec)
 
-    # state_dict() tensors share storage with the parameters, so this list stays current
-    online_weights = list(agent.q_network.state_dict().values())
-    guarded_weights_lock = _GuardedLock(weights_lock)
-
-    def publish() -> None:
-        with guarded_weights_lock:
-            for shared, tensor in zip(shared_weights, online_weights):
-                shared.copy_(tensor)
-            counters[_VERSION] = agent.num_updates
-
-    publish()
-    process = ctx.Process(target=_sampler_main, args=(spec,), name="vecaccel-async-sampler")
-    process.start()
-
-    def check_sampler() -> None:
-        if process.is_alive():
-            return
-        process.join(timeout=1.0)
-        remote = ""
-        try:
-            remote = errors.get(timeout=0.2)
-        except (queue.Empty, OSError, EOFError):
-            pass
-        done = int(counters[_STEPS]) >= total_steps and process.exitcode == 0
-        if not done and not counters[_STOP]:
-            raise SamplerError(
-                f"the asynchronous sampler process (pid {process.pid}) died with exit code "
-                f"{process.exitcode} after {int(counters[_STEPS])} env steps",
-                process.exitcode,
-                remote,
-            )
-
-    # a sampler killed while holding a lock never releases it: wait for locks in bounded steps
-    guarded_weights_lock.check = agent.buffer._lock.check = check_sampler
+    main = agent.is_main
     logger = RunLogger(
-        cfg.run_dir, total_steps, use_tensorboard=cfg.tensorboard, progress=cfg.progress
+        cfg.run_dir if main else None,  # rank 0 alone logs and checkpoints
+        total_steps,
+        use_tensorboard=cfg.tensorboard and main,
+        progress=cfg.progress and main,
     )
     agent.logger = logger
     guard = SignalCheckpoint()
@@ -495,124 +731,139 @@ def learn_async(
     recent_losses: list[dict[str, float]] = []
     finished: list[tuple[float, int]] = []
     next_log = cfg.log_interval
-    last_target_update = 0
     agent.global_step, agent.num_updates = 0, 0
+    steps = 0
     beta = cfg.priority_beta_start
     complete = False
     next_drain = 0.0
+
+    def drain_episodes() -> None:
+        for _, ended in _drain(episodes):
+            finished.extend(ended)
+            agent.episode_log.extend((steps * world, r, n) for r, n in ended)
+
+    def meet() -> bool:
+        """Log (rank 0) the metrics reduced over ranks if a row is due; whether to stop."""
+        nonlocal next_log, finished, recent_losses
+        elapsed = max(time.perf_counter() - start, 1e-9)
+        metrics: dict[str, float | None] = {
+            "charts/SPS": steps / elapsed,
+            "charts/UPS": agent.num_updates / elapsed,
+            "charts/updates": agent.num_updates,
+            "charts/replay_ratio_setting": cfg.replay_ratio,
+            "charts/learning_rate": agent.learning_rate,
+            "charts/lr_scale": agent.lr_scale,
+            "charts/optimizer_wait_fraction": optimizer_wait / elapsed,
+            "charts/sampler_wait_fraction": float(timers[_SAMPLER_WAIT]) / elapsed,
+            "charts/policy_lag": lag_sum / lag_count if lag_count else None,
+            "charts/episodic_return": float(np.mean([r for r, _ in finished]))
+            if finished
+            else None,
+            "charts/episodic_length": float(np.mean([n for _, n in finished]))
+            if finished
+            else None,
+            "_steps": steps,
+            "_learned": max(0, steps - learn_from),
+        }
+        for key in recent_losses[0] if recent_losses else ():
+            metrics[key] = float(np.mean([m[key] for m in recent_losses]))
+        metrics, stop = _reduce(
+            metrics,
+            len(finished),
+            guard.requested,
+            ("charts/SPS", "_steps", "_learned"),
+            agent.device,
+        )
+        global_steps, learned = int(metrics.pop("_steps") or 0), metrics.pop("_learned") or 0
+        if global_steps >= next_log or complete:
+            next_log = (global_steps // cfg.log_interval + 1) * cfg.log_interval
+            metrics["charts/replay_ratio"] = (
+                agent.num_updates * cfg.batch_size * world / learned if learned > 0 else None
+            )
+            if finished and world == 1:
+                metrics["charts/episodes"] = len(finished)
+            logger.log(global_steps, metrics)
+            finished, recent_losses = [], []
+        return stop
+
     try:
         with guard:
             while not counters[_READY]:  # rates are timed from the sampler's first step
-                check_sampler()
+                sampler.check()
                 time.sleep(poll_interval)
-                if guard.requested:
+                if _stop_requested(guard, world):
                     raise TrainingInterrupted(guard.signal_name, 0)
             start = time.perf_counter()
             while True:
-                check_sampler()
+                sampler.check()
                 steps = int(counters[_STEPS])
-                agent.global_step = steps
+                agent.global_step = steps * world
                 due = (
                     int(cfg.replay_ratio * (steps - learn_from) // cfg.batch_size)
                     if (steps > learn_from)
                     else 0
                 )
+                updated = False
                 if agent.num_updates < due:
                     beta = cfg.priority_beta_start + (1.0 - cfg.priority_beta_start) * min(
-                        1.0, steps / total_steps
+                        1.0, steps / local_total
                     )
                     batch = (
                         agent.buffer.sample(cfg.batch_size, beta=beta)
                         if cfg.prioritized
                         else agent.buffer.sample(cfg.batch_size)
                     )
-                    recent_losses.append(agent.train_step(batch))
+                    recent_losses.append(agent.train_step(batch))  # a collective on K ranks
                     agent.num_updates += 1
+                    updated = True
                     counters[_UPDATES] = agent.num_updates
                     if agent.num_updates % max(1, cfg.async_weight_sync_period) == 0:
-                        publish()
+                        sampler.publish(agent.num_updates)
                     lag_sum += agent.num_updates - int(counters[_SAMPLER_VERSION])
                     lag_count += 1
-                    if steps - last_target_update >= cfg.target_update_period:
-                        last_target_update = steps
+                    if agent.num_updates % target_every == 0:
                         agent._update_target()
                     if cfg.checkpoint_period and agent.num_updates % cfg.checkpoint_period == 0:
                         if cfg.run_dir is not None:
                             agent._checkpoint()
-                elif steps >= total_steps:
+                elif steps >= local_total:
                     complete = True
                 else:
                     waited = time.perf_counter()
                     time.sleep(poll_interval)
                     optimizer_wait += time.perf_counter() - waited
-                if guard.requested:
-                    raise TrainingInterrupted(guard.signal_name, agent.global_step)
                 now = time.perf_counter()
-                if now >= next_drain or steps >= next_log or complete:
+                if world == 1:
+                    meeting = complete or guard.requested or steps >= next_log
+                else:  # at the same update on every rank, so the collectives pair up
+                    meeting = complete or (updated and agent.num_updates % meet_every == 0)
+                if now >= next_drain or meeting:
                     next_drain = now + 0.02  # polling the queue's pipe costs ~0.2 ms a time
-                    while True:
-                        try:
-                            _, ended = episodes.get_nowait()
-                        except queue.Empty:
-                            break
-                        finished.extend(ended)
-                        agent.episode_log.extend((steps, r, n) for r, n in ended)
-                if steps >= next_log or complete:
-                    next_log += cfg.log_interval
-                    elapsed = max(time.perf_counter() - start, 1e-9)
-                    learned = steps - learn_from
-                    metrics: dict[str, float | None] = {
-                        "charts/SPS": steps / elapsed,
-                        "charts/UPS": agent.num_updates / elapsed,
-                        "charts/updates": agent.num_updates,
-                        "charts/replay_ratio": (
-                            agent.num_updates * cfg.batch_size / learned if learned > 0 else None
-                        ),
-                        "charts/replay_ratio_setting": cfg.replay_ratio,
-                        "charts/learning_rate": agent.learning_rate,
-                        "charts/lr_scale": agent.lr_scale,
-                        "charts/optimizer_wait_fraction": optimizer_wait / elapsed,
-                        "charts/sampler_wait_fraction": float(timers[_SAMPLER_WAIT]) / elapsed,
-                        "charts/policy_lag": lag_sum / lag_count if lag_count else None,
-                    }
-                    if finished:
-                        metrics["charts/episodic_return"] = float(np.mean([r for r, _ in finished]))
-                        metrics["charts/episodic_length"] = float(np.mean([n for _, n in finished]))
-                        metrics["charts/episodes"] = len(finished)
-                    if recent_losses:
-                        for key in recent_losses[0]:
-                            metrics[key] = float(np.mean([m[key] for m in recent_losses]))
-                    logger.log(steps, metrics)
-                    finished, recent_losses = [], []
+                    drain_episodes()
+                if meeting and meet() and not complete:
+                    raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
                 if complete:
                     break
         agent._measured_replay_ratio = (
-            agent.num_updates * cfg.batch_size / max(1, agent.global_step - learn_from)
+            agent.num_updates * cfg.batch_size / max(1, steps - learn_from)
         )
     except TrainingInterrupted:
-        if cfg.run_dir is not None:
+        if cfg.run_dir is not None and main:
             logger.write(
-                f"{guard.signal_name}: checkpoint saved to {Path(cfg.run_dir) / 'checkpoint.pt'} "
-                f"at step {agent.global_step}"
+                f"{guard.signal_name or 'SIGTERM'}: checkpoint saved to "
+                f"{Path(cfg.run_dir) / 'checkpoint.pt'} at step {agent.global_step}"
             )
         raise
     finally:
-        counters[_STOP] = 1
-        process.join(timeout=10.0)
-        if process.is_alive():
-            process.terminate()
-            process.join(timeout=5.0)
+        sampler.stop(episodes)
         elapsed = max(time.perf_counter() - start, 1e-9)
         if cfg.run_dir is not None:
-            agent._checkpoint()
+            agent._checkpoint()  # rank 0 only
         logger.close()
-        for channel in (episodes, errors):
-            channel.close()
-            channel.cancel_join_thread()
     return AsyncStats(
         env_steps=agent.global_step,
         updates=agent.num_updates,
-        replay_ratio=agent.num_updates * cfg.batch_size / max(1, agent.global_step - learn_from),
+        replay_ratio=agent.num_updates * cfg.batch_size / max(1, steps - learn_from),
         seconds=elapsed,
         sampling_rate=agent.global_step / elapsed,
         update_rate=agent.num_updates / elapsed,
@@ -638,34 +889,19 @@ def train_async_dqn(
         cls, env_id, run_dir=run_dir, progress=progress, tensorboard=tensorboard, **config
     )
     stats = learn_async(agent, env_id, total_steps)
-    print(
-        f"async {cls.__name__}: {stats.env_steps} env steps ({stats.sampling_rate:.0f}/s), "
-        f"{stats.updates} updates ({stats.update_rate:.1f}/s), replay ratio "
-        f"{stats.replay_ratio:.2f} (setting {agent.config.replay_ratio}), policy lag "
-        f"{stats.mean_policy_lag:.2f} updates; run directory: {run_dir}",
-        file=sys.stderr,
-    )
+    if agent.is_main:
+        ranks = f" on {agent.world_size} ranks" if agent.world_size > 1 else ""
+        print(
+            f"async {cls.__name__}{ranks}: {stats.env_steps} env steps "
+            f"({stats.sampling_rate:.0f}/s), {stats.updates} updates ({stats.update_rate:.1f}/s), "
+            f"replay ratio {stats.replay_ratio:.2f} (setting {agent.config.replay_ratio}), "
+            f"policy lag {stats.mean_policy_lag:.2f} updates; run directory: {run_dir}",
+            file=sys.stderr,
+        )
     return 0
 
 
 # -- A2C and PPO: a double buffer of rollouts ------------------------------------------------
-
-# slots of the on-policy shared counters: per slot i, _SLOT_STATE + i is 0 (free) or 1 (full),
-# _SLOT_K + i the number of final observations, _SLOT_VERSION + i the weights that collected it
-_SLOT_STATE, _SLOT_K, _SLOT_VERSION = 8, 10, 12
-
-
-def _rollout_main(spec: dict[str, Any]) -> None:
-    """Entry point of the rollout sampler process of :func:`learn_async_on_policy`."""
-    errors = spec["errors"]
-    try:
-        _rollout_loop(spec)
-    except BaseException as exc:
-        try:
-            errors.put(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-        except Exception:
-            pass
-        raise
 
 
 def _share_like(batch: Any) -> dict[str, Any]:
@@ -690,20 +926,13 @@ def _share_like(batch: Any) -> dict[str, Any]:
 
 
 def _rollout_loop(spec: dict[str, Any]) -> None:
-
+    """The on-policy sampler: ``[T, B]`` rollouts into the two shared slots in turn."""
     import vecaccel
     from vecaccel.trainers.common import make_env_for_training
 
-    counters, timers = _child_setup(spec)
+    link = _ChildLink(spec)
+    counters = link.counters
     model: torch.nn.Module = spec["model"]
-    shared_weights: list[torch.Tensor] = spec["weights"]
-    parent, poll = spec["parent_pid"], spec["poll_interval"]
-
-    def parent_alive() -> None:
-        if os.getppid() != parent:  # the optimiser died, perhaps holding the lock
-            raise SystemExit(0)
-
-    weights_lock = _GuardedLock(spec["weights_lock"], parent_alive)
     cfg = spec["config"]
     options: dict[str, Any] = {}
     if cfg["num_workers"] > 0 and cfg["backend"] != "serial":
@@ -724,27 +953,16 @@ def _rollout_loop(spec: dict[str, Any]) -> None:
             env, model, horizon=cfg["num_steps"], seed=cfg["seed"], episode_stats="infos"
         )
         slots: list[dict[str, Any]] | None = None
-        local_version, slot = -1, 0
+        slot = 0
         for _ in range(spec["num_batches"]):
-            if counters[_STOP]:
+            if link.stopped:
                 break
-            version = int(counters[_VERSION])
-            if version != local_version:
-                with weights_lock:
-                    version = int(counters[_VERSION])
-                    for mine, shared in zip(params, shared_weights):
-                        mine.copy_(shared)
-                local_version = version
+            version = link.pull_weights(params)
             batch = sampler.collect()
             if slots is None:
                 slots = [_share_like(batch), _share_like(batch)]
                 spec["slots"].put(slots)
-            waited = time.perf_counter()
-            while counters[_SLOT_STATE + slot] and not counters[_STOP]:
-                if os.getppid() != parent:
-                    return
-                time.sleep(poll)
-            timers[_SAMPLER_WAIT] += time.perf_counter() - waited
+            link.wait_while(lambda full=_SLOT_STATE + slot: bool(counters[full]))
             target = slots[slot]
             for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid"):
                 target[key].copy_(getattr(batch, key))
@@ -756,7 +974,7 @@ def _rollout_loop(spec: dict[str, Any]) -> None:
                 target["final_obs"][:k].copy_(batch.final_obs)
                 target["final_index"][:k].copy_(batch.final_index)
             counters[_SLOT_K + slot] = k
-            counters[_SLOT_VERSION + slot] = local_version
+            counters[_SLOT_VERSION + slot] = version
             episodes = sampler.pop_episodes()
             spec["episodes"].put((list(episodes.returns), list(episodes.lengths)))
             counters[_SLOT_STATE + slot] = 1
@@ -789,10 +1007,13 @@ def learn_async_on_policy(
     between those weights and the ones being trained) is logged as ``charts/policy_lag``, 1 with
     ``weight_sync_period=1`` in steady state. PPO's importance ratio uses the stored behaviour
     log-probabilities, so the lag is corrected up to the clipping; A2C's gradient is biased by it.
+    Under a process group every rank runs its own rollout process and double buffer; the
+    updates are data-parallel and the ranks reduce their metrics (and agree on a stop) after
+    every update, as synchronous training does.
 
     Args:
         agent: an A2C or PPO agent (e.g. from :func:`make_async_on_policy_agent`).
-        total_steps: env steps to collect (rounded up to whole batches).
+        total_steps: env steps to collect, over all ranks (rounded up to whole batches).
         weight_sync_period: updates between weight copies to the rollout process.
         context: multiprocessing start method of the rollout process.
         poll_interval: seconds between checks while one side waits.
@@ -818,20 +1039,28 @@ def learn_async_on_policy(
     )
 
     cfg = agent.config
+    world = int(getattr(agent, "world_size", 1))
+    main = bool(getattr(agent, "is_main", True))
+    _leave_cores_to_sampler(cfg, sampler_threads)
     ctx = mp.get_context(context)
+    # agent.batch_size is the batch over all ranks, so every rank makes the same updates
     num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
     agent.target_steps = agent.global_step + num_batches * agent.batch_size
     agent.schedule_start_update = agent.update_index
     agent.schedule_updates = num_batches
-    shared_counters = torch.zeros(16, dtype=torch.int64).share_memory_()
-    shared_timers = torch.zeros(4, dtype=torch.float64).share_memory_()
-    counters, timers = shared_counters.numpy(), shared_timers.numpy()
-    weights_lock = ctx.Lock()
-    shared_weights = [
-        t.detach().cpu().clone().share_memory_() for t in agent.model.state_dict().values()
-    ]
-    slots_queue, episodes, errors = ctx.Queue(), ctx.Queue(), ctx.Queue()
+
+    def rollouts_finished(exitcode: int | None) -> bool:
+        if exitcode != 0:
+            return False
+        if counters[_SLOT_STATE] or counters[_SLOT_STATE + 1]:
+            return True  # its last batches are still to train on
+        return agent.global_step >= agent.target_steps
+
+    rollouts = _SamplerHandle(ctx, "rollout", agent.model, rollouts_finished)
+    counters, timers = rollouts.counters, rollouts.timers
+    slots_queue, episodes = ctx.Queue(), ctx.Queue()
     spec = dict(
+        rollouts.spec(poll_interval, sampler_threads, sampler_affinity),
         config={
             key: getattr(cfg, key)
             for key in (
@@ -845,61 +1074,20 @@ def learn_async_on_policy(
                 "num_steps",
             )
         },  # fmt: skip
-        counters=shared_counters,
-        timers=shared_timers,
         model=copy.deepcopy(agent.model).cpu(),
-        weights=shared_weights,
-        weights_lock=weights_lock,
         slots=slots_queue,
         episodes=episodes,
-        errors=errors,
         num_batches=num_batches,
-        parent_pid=os.getpid(),
-        poll_interval=poll_interval,
-        torch_threads=sampler_threads,
-        affinity=set(sampler_affinity) if sampler_affinity else None,
     )
+    rollouts.publish(agent.update_index)
+    rollouts.start(_rollout_loop, spec)
 
-    guarded_weights_lock = _GuardedLock(weights_lock)
-
-    def publish() -> None:
-        with guarded_weights_lock:
-            for shared, tensor in zip(shared_weights, agent.model.state_dict().values()):
-                shared.copy_(tensor)
-            counters[_VERSION] = agent.update_index
-
-    publish()
-    process = ctx.Process(target=_rollout_main, args=(spec,), name="vecaccel-async-rollouts")
-    process.start()
-
-    def check_sampler() -> None:
-        if process.is_alive():
-            return
-        process.join(timeout=1.0)
-        if process.exitcode == 0 and not counters[_SLOT_STATE] and not counters[_SLOT_STATE + 1]:
-            done = agent.global_step >= agent.target_steps
-        else:
-            done = process.exitcode == 0
-        if not done:
-            remote = ""
-            try:
-                remote = errors.get(timeout=0.2)
-            except (queue.Empty, OSError, EOFError):
-                pass
-            raise SamplerError(
-                f"the asynchronous rollout process (pid {process.pid}) died with exit code "
-                f"{process.exitcode}",
-                process.exitcode,
-                remote,
-            )
-
-    guarded_weights_lock.check = check_sampler
-    run_dir = agent.run_dir
+    run_dir = agent.run_dir if main else None  # rank 0 alone logs and checkpoints
     logger = RunLogger(
         run_dir,
         agent.target_steps,
-        use_tensorboard=agent.tensorboard,
-        progress=agent.progress,
+        use_tensorboard=agent.tensorboard and main,
+        progress=agent.progress and main,
         resume_step=agent.global_step if agent.global_step > 0 else None,
     )
     agent.logger = logger
@@ -908,25 +1096,27 @@ def learn_async_on_policy(
     lag_sum, lag_count = 0.0, 0
     start_step, updates_at_start = agent.global_step, agent.update_index
     start = time.perf_counter()
+
+    def check() -> None:
+        rollouts.check()
+        if _stop_requested(guard, world):
+            raise TrainingInterrupted(guard.signal_name, agent.global_step)
+
     try:
         with guard:
             slots = None
             while slots is None:
-                check_sampler()
+                check()
                 try:
                     slots = slots_queue.get(timeout=0.2)
                 except queue.Empty:
                     pass
-                if guard.requested:
-                    raise TrainingInterrupted(guard.signal_name, agent.global_step)
             start = time.perf_counter()  # rates are timed from the first batch
             slot = 0
             while agent.global_step < agent.target_steps:
                 waited = time.perf_counter()
                 while not counters[_SLOT_STATE + slot]:
-                    check_sampler()
-                    if guard.requested:
-                        raise TrainingInterrupted(guard.signal_name, agent.global_step)
+                    check()
                     time.sleep(poll_interval)
                 optimizer_wait += time.perf_counter() - waited
                 shared = slots[slot]
@@ -951,22 +1141,18 @@ def learn_async_on_policy(
                 for group in agent.optimizer.param_groups:
                     group["lr"] = lr_now
                 agent.model.train()
-                metrics = agent.update(batch, progress_remaining)
+                metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
                 counters[_SLOT_STATE + slot] = 0  # the slot may be refilled now
                 agent.update_index += 1
                 agent.global_step += agent.batch_size
                 if agent.update_index % max(1, weight_sync_period) == 0:
-                    publish()
+                    rollouts.publish(agent.update_index)
                 lag_sum += lag
                 lag_count += 1
                 slot ^= 1
                 returns: list[float] = []
                 lengths: list[int] = []
-                while True:
-                    try:
-                        batch_returns, batch_lengths = episodes.get_nowait()
-                    except queue.Empty:
-                        break
+                for batch_returns, batch_lengths in _drain(episodes):
                     returns.extend(batch_returns)
                     lengths.extend(batch_lengths)
                 elapsed = max(time.perf_counter() - start, 1e-9)
@@ -983,33 +1169,30 @@ def learn_async_on_policy(
                         "charts/sampler_wait_fraction": float(timers[_SAMPLER_WAIT]) / elapsed,
                     }
                 )
+                # every rank meets after every update (a collective cannot be skipped)
+                metrics, stop = _reduce(metrics, len(returns), guard.requested, (), agent.device)
                 if (
                     agent.update_index % max(1, cfg.log_every) == 0
-                    or returns
+                    or metrics.get("charts/episodic_return") is not None
                     or agent.global_step >= agent.target_steps
                 ):
                     logger.log(agent.global_step, metrics)
+                if stop and agent.global_step < agent.target_steps:
+                    raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
     except TrainingInterrupted:
         if run_dir is not None:
             logger.write(
-                f"{guard.signal_name}: checkpoint saved to {run_dir / CHECKPOINT_NAME} "
-                f"at step {agent.global_step}"
+                f"{guard.signal_name or 'SIGTERM'}: checkpoint saved to "
+                f"{run_dir / CHECKPOINT_NAME} at step {agent.global_step}"
             )
         raise
     finally:
-        counters[_STOP] = 1
-        process.join(timeout=10.0)
-        if process.is_alive():
-            process.terminate()
-            process.join(timeout=5.0)
+        rollouts.stop(slots_queue, episodes)
         elapsed = max(time.perf_counter() - start, 1e-9)
         if run_dir is not None:
             agent.save(run_dir / CHECKPOINT_NAME)
         agent.elapsed_before = logger.elapsed
         logger.close()
-        for channel in (slots_queue, episodes, errors):
-            channel.close()
-            channel.cancel_join_thread()
     updates = agent.update_index - updates_at_start
     return AsyncStats(
         env_steps=agent.global_step - start_step,
@@ -1041,10 +1224,12 @@ def train_async_on_policy(
         cls, env_id, run_dir=run_dir, progress=progress, tensorboard=tensorboard, **config
     )
     stats = learn_async_on_policy(agent, total_steps, weight_sync_period=weight_sync_period)
-    print(
-        f"async {cls.__name__}: {stats.env_steps} env steps ({stats.sampling_rate:.0f}/s), "
-        f"{stats.updates} updates, mean policy lag {stats.mean_policy_lag:.2f} updates; "
-        f"run directory: {run_dir}",
-        file=sys.stderr,
-    )
+    if agent.is_main:
+        ranks = f" on {agent.world_size} ranks" if agent.world_size > 1 else ""
+        print(
+            f"async {cls.__name__}{ranks}: {stats.env_steps} env steps "
+            f"({stats.sampling_rate:.0f}/s), {stats.updates} updates, mean policy lag "
+            f"{stats.mean_policy_lag:.2f} updates; run directory: {run_dir}",
+            file=sys.stderr,
+        )
     return 0

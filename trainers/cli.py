@@ -289,9 +289,10 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
             type=int,
             default=None,
             metavar="K",
-            help="synchronous data-parallel training on K ranks of this machine: launches "
+            help="data-parallel training on K ranks of this machine: launches "
             "`torchrun --standalone --nproc_per_node K -m vecaccel train ...` (each rank its own "
-            "envs, gradients all-reduced; --total-steps is the total over ranks)",
+            "envs, with --async its own sampler process, gradients all-reduced; --total-steps "
+            "is the total over ranks)",
         )
         if algo in ("dqn", "c51", "rainbow"):
             parser.add_argument(
@@ -479,12 +480,14 @@ def _train(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or Path("runs") / (
         f"{algo}-{env_id.replace('/', '_')}-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
     )
+    if os.environ.get("TORCHELASTIC_RUN_ID") and args.run_dir is None and "RANK" in os.environ:
+        # ranks would each stamp their own time: take the name from the launcher's run id
+        run_dir = Path("runs") / (
+            f"{algo}-{env_id.replace('/', '_')}-{seed}-{os.environ['TORCHELASTIC_RUN_ID']}"
+        )
     if getattr(args, "async_mode", False):
+        # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers import async_runner
-
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            print("error: --async runs on one rank; drop --nproc or torchrun", file=sys.stderr)
-            return 2
 
         if algo in ("a2c", "ppo"):
             return async_runner.train_async_on_policy(
@@ -498,11 +501,6 @@ def _train(args: argparse.Namespace) -> int:
             )
         return async_runner.train_async_dqn(
             cls, env_id, args.total_steps, run_dir=str(run_dir), **runtime, **config
-        )
-    if os.environ.get("TORCHELASTIC_RUN_ID") and args.run_dir is None and "RANK" in os.environ:
-        # ranks would each stamp their own time: take the name from the launcher's run id
-        run_dir = Path("runs") / (
-            f"{algo}-{env_id.replace('/', '_')}-{seed}-{os.environ['TORCHELASTIC_RUN_ID']}"
         )
     kwargs = _keyword_subset(cls, {"run_dir": str(run_dir), **runtime})
     agent = cls(env_id, **kwargs, **config)
