@@ -133,6 +133,31 @@ class AsyncStats:
     sampler_wait_fraction: float
     mean_policy_lag: float
 
+    @classmethod
+    def measured(
+        cls,
+        env_steps: int,
+        updates: int,
+        replay_ratio: float,
+        seconds: float,
+        optimizer_wait: float,
+        sampler_wait: float,
+        lag_sum: float,
+        lag_count: int,
+    ) -> AsyncStats:
+        """The stats of a run from its counters (waits and lags as sums, rates per second)."""
+        return cls(
+            env_steps=env_steps,
+            updates=updates,
+            replay_ratio=replay_ratio,
+            seconds=seconds,
+            sampling_rate=env_steps / seconds,
+            update_rate=updates / seconds,
+            optimizer_wait_fraction=optimizer_wait / seconds,
+            sampler_wait_fraction=sampler_wait / seconds,
+            mean_policy_lag=lag_sum / lag_count if lag_count else 0.0,
+        )
+
 
 # -- shared memory ---------------------------------------------------------------------------
 
@@ -860,16 +885,15 @@ def learn_async(
         if cfg.run_dir is not None:
             agent._checkpoint()  # rank 0 only
         logger.close()
-    return AsyncStats(
+    return AsyncStats.measured(
         env_steps=agent.global_step,
         updates=agent.num_updates,
         replay_ratio=agent.num_updates * cfg.batch_size / max(1, steps - learn_from),
         seconds=elapsed,
-        sampling_rate=agent.global_step / elapsed,
-        update_rate=agent.num_updates / elapsed,
-        optimizer_wait_fraction=optimizer_wait / elapsed,
-        sampler_wait_fraction=float(timers[_SAMPLER_WAIT]) / elapsed,
-        mean_policy_lag=lag_sum / lag_count if lag_count else 0.0,
+        optimizer_wait=optimizer_wait,
+        sampler_wait=float(timers[_SAMPLER_WAIT]),
+        lag_sum=lag_sum,
+        lag_count=lag_count,
     )
 
 
@@ -1194,16 +1218,15 @@ def learn_async_on_policy(
         agent.elapsed_before = logger.elapsed
         logger.close()
     updates = agent.update_index - updates_at_start
-    return AsyncStats(
+    return AsyncStats.measured(
         env_steps=agent.global_step - start_step,
         updates=updates,
         replay_ratio=1.0,
         seconds=elapsed,
-        sampling_rate=(agent.global_step - start_step) / elapsed,
-        update_rate=updates / elapsed,
-        optimizer_wait_fraction=optimizer_wait / elapsed,
-        sampler_wait_fraction=float(timers[_SAMPLER_WAIT]) / elapsed,
-        mean_policy_lag=lag_sum / lag_count if lag_count else 0.0,
+        optimizer_wait=optimizer_wait,
+        sampler_wait=float(timers[_SAMPLER_WAIT]),
+        lag_sum=lag_sum,
+        lag_count=lag_count,
     )
 
 
