@@ -11,7 +11,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel import hookimpl
-from vecaccel.errors import WorkerError, env_error
+from vecaccel.errors import WorkerError
 from vecaccel.pooled import ProcessVecEnv
 from vecaccel.spaces import assign_tree, copy_tree
 from vecaccel.vector import AsyncState, normalize_seeds, split_reset_mask
@@ -186,16 +186,12 @@ class ShmVecEnv(ProcessVecEnv):
         return self._observations(), self._batch_infos(pairs)
 
     def _reset_inline(self, seeds, options, reset_mask) -> list[tuple[int, Any]]:
-        pairs, errors = [], []
-        for j in range(self.inline_envs):
-            if reset_mask is not None and not reset_mask[j]:
-                continue
-            if seeds[j] is not None:
+        k = self.inline_envs
+        mask = None if reset_mask is None else reset_mask[:k]
+        for j in range(k):
+            if (mask is None or mask[j]) and seeds[j] is not None:
                 self.pool.last_seeds[j] = seeds[j]
-            try:
-                pairs.append((j, self._inline.reset(j, seeds[j], options)))
-            except Exception as exc:  # noqa: BLE001 - raised below, naming every env
-                errors.append(_error_report(j, exc, "reset"))
+        pairs, errors = self._inline.reset_all(seeds[:k], options, mask)
         if errors:
             raise self.pool.error_from_reports(errors)
         return pairs
@@ -207,18 +203,16 @@ class ShmVecEnv(ProcessVecEnv):
         self.pool.check_usable()
         self._prepare_control()
         indices = self._normalize_indices(indices)
-        remote = [i for i in indices if i >= self.inline_envs]
+        k = self.inline_envs
+        remote = [i for i in indices if i >= k]
         remote_results = iter(self.pool.call(name, remote, args, kwargs) if remote else ())
-        results = []
-        for i in indices:
-            if i >= self.inline_envs:
-                results.append(next(remote_results))
-                continue
-            try:
-                results.append(self._inline.runners[i].call(name, args, kwargs))
-            except Exception as exc:
-                raise env_error(exc, i, f"call({name!r})") from exc
-        return tuple(results)
+        local_results, errors = self._inline.call_all(
+            name, [i for i in indices if i < k], args, kwargs
+        )
+        if errors:
+            raise self.pool.error_from_reports(errors)
+        local_results = iter(local_results)
+        return tuple(next(local_results if i < k else remote_results) for i in indices)
 
     def set_attr_indices(self, name: str, values: Any, indices) -> None:
         if self._inline is None:
@@ -227,16 +221,14 @@ class ShmVecEnv(ProcessVecEnv):
         self.pool.check_usable()
         self._prepare_control()
         indices = self._normalize_indices(indices)
-        values = self._values_for(values, len(indices))
-        remote = [(i, v) for i, v in zip(indices, values) if i >= self.inline_envs]
+        pairs = list(zip(indices, self._values_for(values, len(indices))))
+        k = self.inline_envs
+        remote = [(i, v) for i, v in pairs if i >= k]
         if remote:
             self.pool.set_attr(name, [i for i, _ in remote], [v for _, v in remote])
-        for i, value in zip(indices, values):
-            if i < self.inline_envs:
-                try:
-                    self._inline.runners[i].set_attr(name, value)
-                except Exception as exc:
-                    raise env_error(exc, i, f"set_attr({name!r})") from exc
+        errors = self._inline.set_attrs(name, [(i, v) for i, v in pairs if i < k])
+        if errors:
+            raise self.pool.error_from_reports(errors)
 
     def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
         try:

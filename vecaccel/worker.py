@@ -276,6 +276,38 @@ class _Slice:
         self.runners[j].needs_reset = needs_reset
         return info
 
+    def reset_all(self, seeds, options, mask, needs_reset: bool = False) -> tuple[list, list]:
+        """Reset the slice's envs (those in ``mask``, local); ``(infos, error reports)``."""
+        infos, errors = [], []
+        for j in range(len(self.runners)):
+            if mask is not None and not mask[j]:
+                continue
+            try:
+                infos.append((self.start + j, self.reset(j, seeds[j], options, needs_reset)))
+            except Exception as exc:  # noqa: BLE001 - reported to the caller
+                errors.append(_error_report(self.start + j, exc, "reset"))
+        return infos, errors
+
+    def call_all(self, name, local_indices, args, kwargs) -> tuple[list, list]:
+        """Call ``name`` on the envs at ``local_indices``; ``(results, error reports)``."""
+        results, errors = [], []
+        for j in local_indices:
+            try:
+                results.append(self.runners[j].call(name, args, kwargs))
+            except Exception as exc:  # noqa: BLE001 - reported to the caller
+                errors.append(_error_report(self.start + j, exc, f"call({name!r})"))
+        return results, errors
+
+    def set_attrs(self, name: str, pairs) -> list:
+        """Set ``name`` to each ``(local index, value)`` of ``pairs``; the error reports."""
+        errors = []
+        for j, value in pairs:
+            try:
+                self.runners[j].set_attr(name, value)
+            except Exception as exc:  # noqa: BLE001 - reported to the caller
+                errors.append(_error_report(self.start + j, exc, f"set_attr({name!r})"))
+        return errors
+
     def close(self) -> None:
         for runner in self.runners:
             try:
@@ -340,7 +372,12 @@ def _parent_alive(parent_pid: int, launcher_pid: int) -> bool:
     return True
 
 
-_THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+_THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 def _limit_threads_before_envs(threads: int | None) -> None:
@@ -478,26 +515,14 @@ def _worker_main(
                     data_conn.send_bytes(data)
             elif command == Command.RESET:
                 seeds, options, mask, needs_reset = data_conn.recv()
-                infos, errors = [], []
-                for j in range(count):
-                    if mask is not None and not mask[j]:
-                        continue
-                    try:
-                        infos.append((start + j, envs.reset(j, seeds[j], options, needs_reset)))
-                    except Exception as exc:  # noqa: BLE001
-                        errors.append(_error_report(start + j, exc, "reset"))
+                infos, errors = envs.reset_all(seeds, options, mask, needs_reset)
                 if errors:
                     reply(Status.ERROR, errors)
                 else:
                     reply(Status.OK_DATA, infos, "reset (sending its info)")
             elif command == Command.CALL:
                 name, local_indices, args, kwargs = data_conn.recv()
-                results, errors = [], []
-                for j in local_indices:
-                    try:
-                        results.append(envs.runners[j].call(name, args, kwargs))
-                    except Exception as exc:  # noqa: BLE001
-                        errors.append(_error_report(start + j, exc, f"call({name!r})"))
+                results, errors = envs.call_all(name, local_indices, args, kwargs)
                 if errors:
                     reply(Status.ERROR, errors)
                 else:
@@ -509,12 +534,7 @@ def _worker_main(
                         reply(Status.OK_DATA, payload)
             elif command == Command.SET_ATTR:
                 name, pairs = data_conn.recv()
-                errors = []
-                for j, value in pairs:
-                    try:
-                        envs.runners[j].set_attr(name, value)
-                    except Exception as exc:  # noqa: BLE001
-                        errors.append(_error_report(start + j, exc, f"set_attr({name!r})"))
+                errors = envs.set_attrs(name, pairs)
                 reply(Status.ERROR, errors) if errors else reply(Status.OK)
             elif command == Command.CLOSE:
                 envs.close()
@@ -565,7 +585,17 @@ def usable_cpus() -> int:
 
 
 class _Worker:
-    __slots__ = ("index", "start", "stop", "process", "cmd", "done", "data", "done_fd", "killed_for")
+    __slots__ = (
+        "index",
+        "start",
+        "stop",
+        "process",
+        "cmd",
+        "done",
+        "data",
+        "done_fd",
+        "killed_for",
+    )
 
     def __init__(self, index, start, stop, process, cmd, done, data):
         self.index, self.start, self.stop = index, start, stop
@@ -759,7 +789,9 @@ class WorkerPool:
         # reap it first: a worker seen dead by its closed pipe may not have been reaped yet,
         # and its exit code (the signal that ended it) belongs in the reason
         worker.process.join(0.5)
-        reason = worker.killed_for or f"worker {worker.index} {_describe_exit(worker.process.exitcode)}"
+        reason = (
+            worker.killed_for or f"worker {worker.index} {_describe_exit(worker.process.exitcode)}"
+        )
         self._dispose(worker)
         envs = list(worker.env_indices)
         self.count_failures(envs, reason)
