@@ -250,25 +250,21 @@ class Sampler:
     def _collect_lockstep(self) -> None:
         """Every env acts and comes back on every step: row ``t`` is step ``t``."""
         everyone = slice(None)
-        if self._numpy_rows:
-            obs_np = self._next_obs_np
-            for t in range(self.horizon):
-                self._obs_np[t] = obs_np
-                row = self._obs[t]
-                actions, extras = self.policy(row)
-                self._store_policy_output(t, everyone, actions, extras)
-                result = self.env.step(self._env_actions(actions))
-                obs_np = self._record(t, self._all_ids, everyone, result)
-            self._next_obs_np[...] = obs_np
-        else:
-            obs = self._next_obs
-            for t in range(self.horizon):
-                self._obs[t].copy_(obs)
-                actions, extras = self.policy(self._obs[t])
-                self._store_policy_output(t, everyone, actions, extras)
-                result = self.env.step(self._env_actions(actions))
-                obs = self._as_tensor(self._record(t, self._all_ids, everyone, result))
-            self._next_obs.copy_(obs)
+        numpy_rows = self._numpy_rows
+        # row assignment copies into the buffers: NumPy's for a NumPy env on CPU, else torch's
+        obs_rows, next_obs = (
+            (self._obs_np, self._next_obs_np) if numpy_rows else (self._obs, self._next_obs)
+        )
+        obs = next_obs
+        for t in range(self.horizon):
+            obs_rows[t] = obs
+            actions, extras = self.policy(self._obs[t])
+            self._store_policy_output(t, everyone, actions, extras)
+            result = self.env.step(self._env_actions(actions))
+            obs = self._record(t, self._all_ids, everyone, result)
+            if not numpy_rows:
+                obs = self._as_tensor(obs)
+        next_obs[...] = obs
         self._group_obs = self._next_obs
 
     def _collect_groups(self) -> None:
