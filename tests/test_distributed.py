@@ -75,6 +75,24 @@ def test_parameters_identical_and_batch_is_sum_over_ranks(algo: str, tmp_path: P
         assert result["lr_scale"] == pytest.approx(2 * 8 / 32)
 
 
+def _kill_and_expect_job_failure(job: subprocess.Popen, pid: int, out: Path) -> str:
+    """SIGKILL ``pid``: the job must then exit non-zero within 30 s, without a result."""
+    os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    output, _ = job.communicate(timeout=30)
+    assert time.monotonic() - killed < 30
+    assert job.returncode != 0, output[-3000:]
+    assert not out.exists()
+    return output
+
+
+def _reap(job: subprocess.Popen) -> None:
+    """Kill what is left of a job started with ``start_new_session=True``."""
+    if job.poll() is None:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(timeout=10)
+
+
 def _metrics(run_dir: Path) -> list[dict[str, str]]:
     with open(run_dir / "metrics.csv", newline="") as file:
         return list(csv.DictReader(file))
@@ -213,16 +231,9 @@ def test_killed_rank_ends_job_with_error_within_30s(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert pid_file.exists(), "rank 1 never started training"
         time.sleep(0.2)
-        os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        killed = time.monotonic()
-        output, _ = job.communicate(timeout=30)
-        assert time.monotonic() - killed < 30
-        assert job.returncode != 0, output[-3000:]
-        assert not out.exists()
+        _kill_and_expect_job_failure(job, int(pid_file.read_text()), out)
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=10)
+        _reap(job)
 
 
 def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> None:
@@ -249,9 +260,7 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
         launcher.send_signal(signal.SIGTERM)  # what a scheduler does to the job's launcher
         output, _ = launcher.communicate(timeout=60)
     finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait(timeout=10)
+        _reap(launcher)
     assert launcher.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "checkpoint saved" in output
     step = int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"])
@@ -324,12 +333,7 @@ def test_async_dead_sampler_or_rank_ends_job_within_30s(victim: str, tmp_path: P
         assert all(path.exists() for path in pid_files), "the ranks never started updating"
         samplers = [int(path.read_text()) for path in pid_files[:2]]
         target = samplers[1] if victim == "sampler" else int(pid_files[3].read_text())
-        os.kill(target, signal.SIGKILL)
-        killed = time.monotonic()
-        output, _ = job.communicate(timeout=30)
-        assert time.monotonic() - killed < 30
-        assert job.returncode != 0, output[-3000:]
-        assert not out.exists()
+        output = _kill_and_expect_job_failure(job, target, out)
         if victim == "sampler":
             assert "SamplerError" in output and "of rank 1" in output, output[-3000:]
         # no sampler process outlives the job: each stops with its rank or when it is orphaned
@@ -338,9 +342,7 @@ def test_async_dead_sampler_or_rank_ends_job_within_30s(victim: str, tmp_path: P
             time.sleep(0.1)
         assert not any(_process_alive(pid) for pid in samplers)
     finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(timeout=10)
+        _reap(job)
 
 
 def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
@@ -367,9 +369,7 @@ def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
         launcher.send_signal(signal.SIGTERM)
         output, _ = launcher.communicate(timeout=60)
     finally:
-        if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait(timeout=10)
+        _reap(launcher)
     # the ranks agreed on the stop at the same update: rank 0 saved, all exited with 143
     assert launcher.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "checkpoint saved" in output
