@@ -34,6 +34,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -149,11 +150,7 @@ def _record(solved_at: dict, start_wall: float, start_cpu: float, steps: int) ->
 
 
 def _median(values: list[float]) -> float | None:
-    values = sorted(values)
-    if not values:
-        return None
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    return statistics.median(values) if values else None
 
 
 def _format(value: float | None, digits: int = 1) -> str:

@@ -37,6 +37,7 @@ import json
 import os
 import platform
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -175,11 +176,7 @@ def run_sb3(algo: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _median(values: list[float]) -> float | None:
-    values = sorted(values)
-    if not values:
-        return None
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    return statistics.median(values) if values else None
 
 
 def _format(value: float | None, digits: int = 1) -> str:
