@@ -761,6 +761,7 @@ def learn_async(
     beta = cfg.priority_beta_start
     complete = False
     next_drain = 0.0
+    end: float | None = None
 
     def drain_episodes() -> None:
         for _, ended in _drain(episodes):
@@ -869,6 +870,7 @@ def learn_async(
                     raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
                 if complete:
                     break
+        end = time.perf_counter()  # the run's rates exclude stopping the sampler process
         agent._measured_replay_ratio = (
             agent.num_updates * cfg.batch_size / max(1, steps - learn_from)
         )
@@ -880,8 +882,10 @@ def learn_async(
             )
         raise
     finally:
+        if end is None:
+            end = time.perf_counter()
         sampler.stop(episodes)
-        elapsed = max(time.perf_counter() - start, 1e-9)
+        elapsed = max(end - start, 1e-9)
         if cfg.run_dir is not None:
             agent._checkpoint()  # rank 0 only
         logger.close()
@@ -1120,6 +1124,7 @@ def learn_async_on_policy(
     lag_sum, lag_count = 0.0, 0
     start_step, updates_at_start = agent.global_step, agent.update_index
     start = time.perf_counter()
+    end: float | None = None
 
     def check() -> None:
         rollouts.check()
@@ -1203,6 +1208,7 @@ def learn_async_on_policy(
                     logger.log(agent.global_step, metrics)
                 if stop and agent.global_step < agent.target_steps:
                     raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
+        end = time.perf_counter()  # the run's rates exclude stopping the rollout process
     except TrainingInterrupted:
         if run_dir is not None:
             logger.write(
@@ -1211,8 +1217,10 @@ def learn_async_on_policy(
             )
         raise
     finally:
+        if end is None:
+            end = time.perf_counter()
         rollouts.stop(slots_queue, episodes)
-        elapsed = max(time.perf_counter() - start, 1e-9)
+        elapsed = max(end - start, 1e-9)
         if run_dir is not None:
             agent.save(run_dir / CHECKPOINT_NAME)
         agent.elapsed_before = logger.elapsed
