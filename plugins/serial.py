@@ -48,6 +48,8 @@ class SerialVecEnv(VecEnv):
         >>> envs.close()
     """
 
+    supports_per_env_infos = True
+
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]],

@@ -35,7 +35,7 @@ class ShmVecEnv(ProcessVecEnv):
             ``step_timeout`` and worker restarts do not apply to them (an env that raises is
             still rebuilt under ``on_worker_failure="restart"``).
         **pool_options: ``num_workers``, ``context``, ``pin_cpus``, ``spin_us``,
-            ``on_worker_failure``, ``max_restarts``, ``step_timeout``
+            ``worker_spin_us``, ``on_worker_failure``, ``max_restarts``, ``step_timeout``
             (see :class:`vecaccel.pooled.ProcessVecEnv`).
 
     Example:
@@ -47,6 +47,8 @@ class ShmVecEnv(ProcessVecEnv):
         [1.0, 1.0, 1.0, 1.0]
         >>> envs.close()
     """
+
+    supports_per_env_infos = True
 
     def __init__(
         self,
@@ -289,7 +291,9 @@ class ShmVecEnv(ProcessVecEnv):
             truncs = views.truncations.copy()
         else:
             rewards, terms, truncs = views.rewards, views.terminations, views.truncations
-        infos = self._batch_infos(sorted(pairs, key=lambda p: p[0])) if pairs else {}
+        if len(pairs) > 1:
+            pairs.sort(key=lambda p: p[0])
+        infos = self._batch_infos(pairs)
         return self._observations(), rewards, terms, truncs, infos
 
 
@@ -303,6 +307,7 @@ def make_hybrid(
     inline_envs: int | None = None,
     num_workers: int | None = None,
     spin_us: float | None = None,
+    worker_spin_us: float | None = None,
     **options,
 ) -> ShmVecEnv:
     """``shm`` whose calling process steps an equal share of the envs itself.
@@ -310,8 +315,11 @@ def make_hybrid(
     For envs that step in microseconds, waiting for a worker's reply costs more than the step:
     here the caller steps ``inline_envs`` envs while ``num_workers`` workers (default: the
     usable CPUs less the caller's) step the rest, then spins ``spin_us`` microseconds for their
-    replies before blocking. Built on :class:`ShmVecEnv`; see ``inline_envs`` there for what
-    inline envs give up.
+    replies before blocking. Between steps each worker keeps looking for the next one for
+    ``worker_spin_us`` microseconds before it sleeps (default: ``HYBRID_WORKER_SPIN_US`` when
+    the workers and the caller have a core each, else 0), so a step that follows soon (after a
+    small policy's forward pass) starts without a wake-up. Built on :class:`ShmVecEnv`; see
+    ``inline_envs`` there for what inline envs give up.
 
     Example:
         >>> import vecaccel, numpy as np
@@ -334,14 +342,25 @@ def make_hybrid(
         inline_envs = max(1, min(num_envs - 1, num_envs // (int(num_workers) + 1)))
     if spin_us is None:
         spin_us = HYBRID_SPIN_US
+    if worker_spin_us is None:  # spin only where every worker has a core of its own
+        worker_spin_us = HYBRID_WORKER_SPIN_US if num_workers < usable_cpus() else 0.0
     return ShmVecEnv(
-        env_fns, inline_envs=inline_envs, num_workers=num_workers, spin_us=spin_us, **options
+        env_fns,
+        inline_envs=inline_envs,
+        num_workers=num_workers,
+        spin_us=spin_us,
+        worker_spin_us=worker_spin_us,
+        **options,
     )
 
 
 #: The caller finishes its inline envs about when the workers finish theirs, so a short spin
 #: usually catches their replies without a wake-up.
 HYBRID_SPIN_US = 200.0
+#: The workers look for the next step this long before sleeping: long enough to span a small
+#: policy's forward pass between two steps (SB3's MLP on CartPole: ~0.4 ms), so the step starts
+#: without a wake-up. hybrid gives each worker its own core, which would otherwise idle then.
+HYBRID_WORKER_SPIN_US = 1000.0
 
 
 @hookimpl

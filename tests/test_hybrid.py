@@ -108,3 +108,63 @@ def test_bad_options():
         vecaccel.make_vec("CartPole-v1", 2, backend="shm", inline_envs=2)
     with pytest.raises(ValueError, match="at least 2 envs"):
         vecaccel.make_vec("CartPole-v1", 1, backend="hybrid")
+
+
+def test_workers_spin_between_steps_only_with_a_core_each():
+    """By default hybrid's workers look for the next step before sleeping only when each of
+    them (and the caller) has a core; an explicit worker_spin_us always applies."""
+    from vecaccel.plugins.shm import HYBRID_WORKER_SPIN_US
+    from vecaccel.worker import usable_cpus
+
+    cpus = usable_cpus()
+    for workers in (1, cpus):
+        envs = vecaccel.make_vec("CartPole-v1", cpus + 1, backend="hybrid", num_workers=workers)
+        try:
+            expected = HYBRID_WORKER_SPIN_US / 1e6 if workers < cpus else 0.0
+            assert envs.pool.worker_spin_seconds == expected
+        finally:
+            envs.close()
+    envs = vecaccel.make_vec("CartPole-v1", 2, backend="shm", num_workers=1)
+    try:
+        assert envs.pool.worker_spin_seconds == 0.0  # shm blocks by default
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_spinning_workers_step_fail_and_close_cleanly(context, leak_check):
+    """Workers spinning for their next command (half a second here) step exactly like blocking
+    ones, a worker killed while it spins is reported at the next step, and close() ends them."""
+    import os
+    import signal
+    import time
+
+    from helpers_envs import process_gone, wait_until, worker_pid
+
+    options = dict(num_workers=2, context=context, autoreset_mode="SameStep")
+    spinning = vecaccel.make_vec("CartPole-v1", 4, backend="shm", worker_spin_us=500_000, **options)
+    blocking = vecaccel.make_vec("CartPole-v1", 4, backend="shm", **options)
+    try:
+        np.testing.assert_array_equal(spinning.reset(seed=5)[0], blocking.reset(seed=5)[0])
+        rng = np.random.default_rng(0)
+        for _ in range(50):
+            actions = rng.integers(0, 2, size=4)
+            for got, want in zip(spinning.step(actions)[:4], blocking.step(actions)[:4]):
+                np.testing.assert_array_equal(got, want)
+        pid = spinning.call_indices(worker_pid, [3])[0]
+        os.kill(pid, signal.SIGKILL)  # within its spin after the call
+        wait_until(lambda: process_gone(pid))
+        started = time.monotonic()
+        with pytest.raises(vecaccel.WorkerError) as info:
+            spinning.step(np.zeros(4, dtype=np.int64))
+        assert time.monotonic() - started < 5.0
+        assert info.value.env_indices == (2, 3)
+    finally:
+        spinning.close()
+        blocking.close()
+
+
+def test_bad_worker_spin():
+    for bad in (-1, 1e6, "1"):
+        with pytest.raises(ValueError, match="worker_spin_us"):
+            vecaccel.make_vec("CartPole-v1", 2, backend="shm", num_workers=1, worker_spin_us=bad)

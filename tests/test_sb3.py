@@ -252,6 +252,10 @@ def assert_tree_equal(expected: Any, actual: Any, path: str = "") -> None:
         assert len(expected) == len(actual), path
         for i, (e, a) in enumerate(zip(expected, actual)):
             assert_tree_equal(e, a, f"{path}[{i}]")
+    elif isinstance(expected, np.ndarray) and expected.dtype == object:
+        assert isinstance(actual, np.ndarray) and actual.shape == expected.shape, path
+        for i, (e, a) in enumerate(zip(expected.ravel(), actual.ravel())):
+            assert_tree_equal(e, a, f"{path}[{i}]")
     elif isinstance(expected, np.ndarray) or isinstance(actual, np.ndarray):
         np.testing.assert_array_equal(np.asarray(actual), np.asarray(expected), err_msg=path)
     else:
@@ -273,10 +277,24 @@ def run_side_by_side(
     seed: int = 0,
     wrapper: Callable[[VecEnv], VecEnv] | None = None,
     autoreset_mode: AutoresetMode = AutoresetMode.SAME_STEP,
+    batched_infos: bool = False,
 ) -> dict[str, int]:
-    """Step ``DummyVecEnv`` and the adapter with the same seeds and actions; compare everything."""
+    """Step ``DummyVecEnv`` and the adapter with the same seeds and actions; compare everything.
+
+    With ``batched_infos`` the backend reports Gymnasium's batched infos (as a third-party
+    backend without ``supports_per_env_infos`` does) and the adapter splits them.
+    """
     reference: VecEnv = DummyVecEnv(env_fns)
-    adapter: VecEnv = make_adapter(env_fns, backend, autoreset_mode=autoreset_mode)
+    if batched_infos:
+        envs = vecaccel.make_vec(
+            env_fns, backend=backend, autoreset_mode=autoreset_mode, **BACKEND_OPTIONS[backend]
+        )
+        envs.supports_per_env_infos = False
+        adapter: VecEnv = to_sb3(envs)
+        assert not envs.per_env_infos
+    else:
+        adapter = make_adapter(env_fns, backend, autoreset_mode=autoreset_mode)
+        assert adapter.vec_env.per_env_infos  # the envs' own dicts, no batch-and-split
     if wrapper is not None:
         reference, adapter = wrapper(reference), wrapper(adapter)
     seen = {"dones": 0, "terminated": 0, "truncated": 0}
@@ -556,6 +574,46 @@ def test_same_as_dummy_vec_env_infos(backend: str) -> None:
     env_fns = [functools.partial(InfoEnv, 4 + i) for i in range(4)]
     seen = run_side_by_side(env_fns, backend, 40, seed=11)
     assert seen["terminated"] > 0 and seen["truncated"] > 0
+
+
+@pytest.mark.parametrize("autoreset_mode", [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_as_dummy_vec_env_from_batched_infos(backend: str, autoreset_mode) -> None:
+    """A backend that only batches its infos Gymnasium-style gives SB3 the same per-env dicts."""
+    env_fns = [functools.partial(InfoEnv, 4 + i) for i in range(4)]
+    seen = run_side_by_side(
+        env_fns, backend, 40, seed=11, autoreset_mode=autoreset_mode, batched_infos=True
+    )
+    assert seen["terminated"] > 0 and seen["truncated"] > 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_per_env_infos_are_the_batched_infos_unbatched(backend: str) -> None:
+    """With ``per_env_infos`` a backend returns ``{}`` and each env's own info dict instead."""
+    env_fns = [functools.partial(InfoEnv, 4 + i) for i in range(4)]
+    options = dict(autoreset_mode=AutoresetMode.SAME_STEP, **BACKEND_OPTIONS[backend])
+    batched = vecaccel.make_vec(env_fns, backend=backend, **options)
+    per_env = vecaccel.make_vec(env_fns, backend=backend, **options)
+    per_env.per_env_infos = True
+    try:
+        assert per_env.supports_per_env_infos
+        expected, _ = batched.reset(seed=3)
+        obs, infos = per_env.reset(seed=3)
+        assert infos == {}
+        assert_tree_equal(expected, obs, "reset obs")
+        rng = np.random.default_rng(0)
+        for step in range(30):
+            actions = rng.integers(0, 2, size=4)
+            *_, batched_infos = batched.step(actions)
+            *_, infos = per_env.step(actions)
+            assert infos == {}
+            rebuilt: dict[str, Any] = {}
+            for index, info in per_env.last_infos:
+                rebuilt = per_env._add_info(rebuilt, info, index)
+            assert_tree_equal(batched_infos, rebuilt, f"step {step} infos")
+    finally:
+        batched.close()
+        per_env.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

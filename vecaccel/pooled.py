@@ -40,6 +40,10 @@ class ProcessVecEnv(VecEnv):
         pin_cpus: ``True`` to pin worker ``k`` to the ``k``-th usable CPU, or a list of CPUs.
         spin_us: microseconds the parent spins on shared flags before blocking (default 0:
             block at once, which measured at least as fast on 2 cores).
+        worker_spin_us: microseconds a worker keeps looking for its next command before it
+            sleeps (default 0). Waking a sleeping process costs tens of microseconds on a VM;
+            a worker that spins through the gap between steps (the policy's forward pass)
+            starts at once, at the cost of keeping its core busy for that long.
         on_worker_failure: ``"raise"`` (default) or ``"restart"``: rebuild failed envs and dead
             workers, reseed them from derived seeds, and report the interrupted episodes as
             truncated with ``info["worker_restarted"]``.

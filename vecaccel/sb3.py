@@ -210,6 +210,11 @@ class SB3VecEnv(SB3BaseVecEnv):
                 )
         self.vec_env = vec_env
         self.autoreset_mode = mode
+        # SB3 wants one info dict per env: where the backend can, take the envs' own dicts
+        # instead of batching them Gymnasium-style and splitting the batch again
+        self._per_env_infos = bool(getattr(vec_env, "supports_per_env_infos", False))
+        if self._per_env_infos:
+            vec_env.per_env_infos = True
         super().__init__(
             vec_env.num_envs, vec_env.single_observation_space, vec_env.single_action_space
         )
@@ -230,7 +235,7 @@ class SB3VecEnv(SB3BaseVecEnv):
         if len(groups) == 1:
             options = groups[0][0]
             obs, infos = self.vec_env.reset(seed=seed_arg, options=options or None)
-            self.reset_infos = _split_infos(infos, self.num_envs)
+            self.reset_infos = self._infos_per_env(infos)
         else:
             # Per-env options differ: one masked reset per distinct options dict.
             obs = None
@@ -245,7 +250,7 @@ class SB3VecEnv(SB3BaseVecEnv):
                     obs = copy_tree(group_obs)
                 else:
                     assign_tree(obs, mask, _select(group_obs, mask))
-                split = _split_infos(infos, self.num_envs)
+                split = self._infos_per_env(infos)
                 for index in indices:
                     reset_infos[index] = split[index]
             self.reset_infos = reset_infos
@@ -267,9 +272,7 @@ class SB3VecEnv(SB3BaseVecEnv):
         obs, rewards, terminations, truncations, batched_infos = self.vec_env.step_wait()
         dones = np.logical_or(terminations, truncations)
         time_limits = np.logical_and(truncations, np.logical_not(terminations)).tolist()
-        infos = _split_infos(batched_infos, self.num_envs) if batched_infos else None
-        if infos is None:
-            infos = [{} for _ in range(self.num_envs)]
+        infos = self._infos_per_env(batched_infos)
         done_indices = np.flatnonzero(dones).tolist()
         if self.autoreset_mode is AutoresetMode.SAME_STEP:
             for index in done_indices:
@@ -285,7 +288,7 @@ class SB3VecEnv(SB3BaseVecEnv):
             obs = copy_tree(obs)
             reset_obs, reset_batched = self.vec_env.reset(options={"reset_mask": dones})
             assign_tree(obs, dones, _select(reset_obs, dones))
-            reset_split = _split_infos(reset_batched, self.num_envs)
+            reset_split = self._infos_per_env(reset_batched)
             for index in done_indices:
                 self.reset_infos[index] = reset_split[index]
         for info, time_limit in zip(infos, time_limits):
@@ -374,6 +377,17 @@ class SB3VecEnv(SB3BaseVecEnv):
         if not chosen:
             return []
         return list(self.vec_env.call_indices(name, chosen, *args, **kwargs))
+
+    def _infos_per_env(self, batched: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """One info dict per env, from the backend's per-env infos or its batched ``infos``."""
+        if self._per_env_infos:
+            infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+            for index, info in self.vec_env.last_infos:
+                infos[index] = info
+            return infos
+        if not batched:
+            return [{} for _ in range(self.num_envs)]
+        return _split_infos(batched, self.num_envs)
 
     def _batch_actions(self, actions: Any) -> Any:
         # SB3 code (and its tests) may hand Dict/Tuple actions as one item per env;

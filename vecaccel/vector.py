@@ -134,7 +134,9 @@ def split_reset_mask(options: dict | None, num_envs: int) -> tuple[np.ndarray | 
             f"`options['reset_mask']` must have shape `({num_envs},)`, got {reset_mask.shape}"
         )
     if reset_mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
+        raise TypeError(
+            f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}"
+        )
     if not np.any(reset_mask):
         raise ValueError(
             "`options['reset_mask']` must contain a boolean array with at least one True value, "
@@ -192,7 +194,20 @@ class VecEnv(VectorEnv):
         n = self.num_envs if env_ids is None else len(env_ids)
         return check_actions(self.single_action_space, actions, n, env_ids)
 
+    #: Backends whose every ``step``/``reset`` builds its infos with ``_batch_infos`` set this,
+    #: and then honour :attr:`per_env_infos`.
+    supports_per_env_infos = False
+    #: When true (only where ``supports_per_env_infos``), ``step``/``reset`` return an empty
+    #: infos dict and leave the envs' own info dicts, as ``(env index, info)`` pairs (envs
+    #: without an info may be missing), in :attr:`last_infos`: for adapters that want one dict per env (SB3's list), which
+    #: would otherwise batch Gymnasium-style and split again.
+    per_env_infos = False
+    last_infos: list[tuple[int, dict]] = []
+
     def _batch_infos(self, pairs: Sequence[tuple[int, dict]]) -> dict[str, Any]:
+        if self.per_env_infos:
+            self.last_infos = list(pairs)
+            return {}
         infos: dict[str, Any] = {}
         for index, info in pairs:
             if info:

@@ -424,6 +424,7 @@ def _worker_main(
     restart_on_error: bool = False,
     started_by_main_thread: bool = False,
     worker_threads: int | None = 1,
+    spin_seconds: float = 0.0,
 ) -> None:
     # Ctrl-C belongs to the parent, which shuts workers down cleanly (no tracebacks). SIGTERM
     # keeps its default: multiprocessing's exit handler terminates daemonic workers with it.
@@ -476,6 +477,10 @@ def _worker_main(
     count = len(env_fns)
     try:
         while True:
+            if spin_seconds:  # look for the next command without sleeping for a while first
+                deadline = time.perf_counter() + spin_seconds
+                while not poller.poll(0) and time.perf_counter() < deadline:
+                    pass
             if not poller.poll(PARENT_CHECK_INTERVAL * 1000):
                 if not _parent_alive(parent_pid, launcher_pid):
                     break  # the parent died: leave quietly
@@ -642,6 +647,7 @@ class WorkerPool:
         step_timeout: float | None = None,
         worker_threads: int | None = 1,
         inline_envs: int = 0,
+        worker_spin_us: float = 0.0,
     ) -> None:
         num_envs = len(env_fns)
         if not isinstance(inline_envs, (int, np.integer)) or not 0 <= inline_envs < num_envs:
@@ -659,6 +665,10 @@ class WorkerPool:
             )
         if step_timeout is not None and step_timeout <= 0:
             raise ValueError(f"step_timeout must be positive seconds, got {step_timeout!r}")
+        if not isinstance(worker_spin_us, (int, float)) or not 0 <= worker_spin_us < 1e6:
+            raise ValueError(
+                f"worker_spin_us must be microseconds in [0, 1e6), got {worker_spin_us!r}"
+            )
         num_workers = min(int(num_workers), num_envs - inline_envs)
         self.num_envs = num_envs
         self.inline_envs = int(inline_envs)  # envs 0..inline_envs-1 are stepped by the caller
@@ -670,6 +680,7 @@ class WorkerPool:
         self.step_timeout = step_timeout
         self.start_timeout = start_timeout
         self.worker_threads = worker_threads
+        self.worker_spin_seconds = float(worker_spin_us) / 1e6
         self.failures = 0
         self.failures_per_env = np.zeros(num_envs, dtype=np.int64)
         self.last_seeds: list[int | None] = [None] * num_envs
@@ -728,6 +739,7 @@ class WorkerPool:
                 self.restart,
                 threading.current_thread() is threading.main_thread(),
                 self.worker_threads,
+                self.worker_spin_seconds,
             ),
             daemon=True,
         )
