@@ -43,7 +43,10 @@ def test_sb3_adapter_reports_a_restart_as_a_truncation():
 
 def test_sampler_bootstraps_a_restart_and_does_not_count_it_as_an_episode():
     envs = vecaccel.make_vec(
-        _failing_fns(), backend="shm", num_workers=2, on_worker_failure="restart",
+        _failing_fns(),
+        backend="shm",
+        num_workers=2,
+        on_worker_failure="restart",
         autoreset_mode="SameStep",
     )
 

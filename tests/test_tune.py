@@ -23,8 +23,9 @@ def test_autotune_orders_by_speed_and_reports_failures():
 
 
 def test_tune_command_prints_reproducing_call(capsys):
-    code = main(["tune", "CartPole-v1", "--num-envs", "4", "--backends", "serial,async",
-                 "--seconds", "0.1"])
+    code = main(
+        ["tune", "CartPole-v1", "--num-envs", "4", "--backends", "serial,async", "--seconds", "0.1"]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "best:" in out and "reproduce with: vecaccel.make_vec('CartPole-v1', 4" in out

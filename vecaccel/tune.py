@@ -84,7 +84,9 @@ def measure(
 ) -> float:
     """Steps per second of ``trial``, with random actions and ``policy_s`` of simulated
     inference latency per step (a sleep, as a GPU forward costs the CPU little)."""
-    envs = vecaccel.make_vec(list(env_fns[: trial.num_envs]), backend=trial.backend, **trial.options)
+    envs = vecaccel.make_vec(
+        list(env_fns[: trial.num_envs]), backend=trial.backend, **trial.options
+    )
     try:
         obs, _ = envs.reset(seed=0)
         batch_space = envs.action_space
@@ -133,8 +135,10 @@ def autotune(
     unknown = [b for b in backends if b not in registered]
     if unknown:
         raise ValueError(f"unknown backends {unknown}; registered: {sorted(registered)}")
-    env_fns = _env_fns(env, max(num_envs_options), None) if not callable(env) else [env] * max(
-        num_envs_options
+    env_fns = (
+        _env_fns(env, max(num_envs_options), None)
+        if not callable(env)
+        else [env] * max(num_envs_options)
     )
     trials = candidate_configs(num_envs_options, backends)
     for trial in trials:
@@ -154,14 +158,18 @@ def main(args: Any) -> int:
 
     def report(trial: Trial) -> None:
         options = ", ".join(f"{k}={v}" for k, v in trial.options.items())
-        result = f"{trial.steps_per_s:>10.0f}" if trial.error is None else f"  failed: {trial.error}"
+        result = (
+            f"{trial.steps_per_s:>10.0f}" if trial.error is None else f"  failed: {trial.error}"
+        )
         print(f"{trial.backend:<14} n={trial.num_envs:<4} {options:<34} {result}", flush=True)
 
     trials = autotune(args.env, num_envs, backends, args.seconds, args.policy_ms, report)
     best = trials[0]
     print()
-    print(f"best: {best.backend} with {best.num_envs} envs {best.options}: "
-          f"{best.steps_per_s:.0f} steps/s")
+    print(
+        f"best: {best.backend} with {best.num_envs} envs {best.options}: "
+        f"{best.steps_per_s:.0f} steps/s"
+    )
     print(f"reproduce with: {best.call(args.env)}")
     return 0
 
