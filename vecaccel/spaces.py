@@ -256,12 +256,27 @@ def _check_box(space: spaces.Box, value: Any, n: int, where: str, env_ids: Any) 
     return _as_array(space, value, n, where, env_ids)
 
 
+#: Up to this many envs, a batch of integer actions is range-checked as a Python list: each
+#: NumPy call costs microseconds when its code is cold in the CPU's caches, as it is right
+#: after a policy's forward pass (19 µs for the NumPy checks of 16 actions, 3 µs this way).
+_SMALL_BATCH = 64
+
+
 @_check.register(spaces.Discrete)
 def _check_discrete(space: spaces.Discrete, value: Any, n: int, where: str, env_ids: Any):
+    low, high = int(space.start), int(space.start) + int(space.n)
+    if (
+        type(value) is np.ndarray
+        and value.shape == (n,)
+        and value.dtype == space.dtype
+        and 0 < n <= _SMALL_BATCH
+    ):  # the common case, fast: checked as a list, the array returned as it is
+        items = value.tolist()
+        if low <= min(items) and max(items) < high:
+            return value
     array = _as_array(space, value, n, where, env_ids)
     if array.dtype.kind not in "iub":
         raise ValueError(f"{where} for {space} must be integers, got dtype {array.dtype}")
-    low, high = int(space.start), int(space.start) + int(space.n)
     bad = (array < low) | (array >= high)
     if bad.any():
         raise _range_error(space, array, bad, where, env_ids, f"{low}..{high - 1}")
