@@ -424,15 +424,26 @@ def test_resume_is_bit_identical(algo, backend, tmp_path, monkeypatch):
     assert resumed.global_step == uninterrupted.global_step == total
     for a, b in zip(parameters(uninterrupted), parameters(resumed), strict=True):
         assert torch.equal(a, b)
-    for a, b in zip(
-        uninterrupted.optimizer.state_dict()["state"].values(),
-        resumed.optimizer.state_dict()["state"].values(),
-    ):
-        for key in a:
-            assert torch.equal(torch.as_tensor(a[key]), torch.as_tensor(b[key]))
+    _assert_same_state(uninterrupted.optimizer.state_dict(), resumed.optimizer.state_dict())
     # the metrics a crashed run wrote after its checkpoint are dropped on resume
     steps = [int(r["step"]) for r in csv.DictReader(open(tmp_path / "b" / "metrics.csv"))]
     assert steps == sorted(steps) and steps[-1] == total
+
+
+def _assert_same_state(a, b, path: str = "optimizer") -> None:
+    """Two optimizer state dicts hold the same step counts, settings and tensors, exactly."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for key in a:
+            _assert_same_state(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_same_state(x, y, f"{path}[{i}]")
+    elif isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), path
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
 
 
 # -- save, load, predict --------------------------------------------------------------------------

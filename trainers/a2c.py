@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
+from vecaccel.trainers.optim import FlatRMSprop
 
 __all__ = ["A2C", "A2CConfig", "PRESETS"]
 
@@ -154,8 +154,12 @@ class A2C(OnPolicyAlgorithm):
     config_cls = A2CConfig
     config: A2CConfig
 
-    def make_optimizer(self, learning_rate: float) -> torch.optim.Optimizer:
+    def make_optimizer(self, learning_rate: float) -> Any:
         cfg = self.config
+        if self._flat_optimizer_fits():  # RMSprop on one flat buffer: see trainers/optim.py
+            return FlatRMSprop(
+                self.model.parameters(), lr=learning_rate, alpha=cfg.rms_alpha, eps=cfg.rms_eps
+            )
         # foreach: a few multi-tensor ops per step; torch's CPU default loops over the tensors
         return torch.optim.RMSprop(
             self.model.parameters(),
@@ -206,10 +210,7 @@ class A2C(OnPolicyAlgorithm):
         if cfg.ent_coef:  # a zero bonus would only add a backward pass through the entropy
             loss = loss - cfg.ent_coef * entropy_loss
 
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(self.model_parameters, cfg.max_grad_norm, foreach=True)
-        self.optimizer.step()
+        self.backward_step(loss, cfg.max_grad_norm)
 
         value_loss, policy_loss, entropy_mean = torch.stack(
             [v_loss.detach(), pg_loss.detach(), entropy_loss.detach()]

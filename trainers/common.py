@@ -1117,6 +1117,37 @@ class OnPolicyAlgorithm(abc.ABC):
     def update(self, batch: Any, progress_remaining: float) -> dict[str, float]:
         """One update from a sampler batch; returns ``losses/...`` metrics."""
 
+    def _flat_optimizer_fits(self) -> bool:
+        """Whether to keep the parameters in one flat buffer (``trainers/optim.py``): for models
+        without convolutions (MLPs), on one device with one dtype. Convolution weights keep
+        their own layout (channels_last) and ``torch.optim``, whatever the run's options, so a
+        checkpoint's optimizer state loads into any run of the same network."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return all(
+            p.dim() < 4
+            and p.is_contiguous()
+            and p.device == params[0].device
+            and p.dtype == params[0].dtype
+            for p in params
+        )
+
+    def backward_step(self, loss: Any, max_grad_norm: float) -> None:
+        """Zero the gradients, backpropagate ``loss``, clip to ``max_grad_norm``, step."""
+        from vecaccel.trainers.optim import FlatOptimizer
+
+        optimizer = self.optimizer
+        if isinstance(optimizer, FlatOptimizer):
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.clip_grad_norm_(max_grad_norm)
+        else:
+            import torch
+
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model_parameters, max_grad_norm, foreach=True)
+        optimizer.step()
+
     # -- env and sampler ------------------------------------------------------------------------
 
     def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space, gym.Space]:

@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
 from vecaccel.trainers.distributed import all_reduce_mean
+from vecaccel.trainers.optim import FlatAdam
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
 
@@ -181,7 +181,9 @@ class PPO(OnPolicyAlgorithm):
     config_cls = PPOConfig
     config: PPOConfig
 
-    def make_optimizer(self, learning_rate: float) -> torch.optim.Optimizer:
+    def make_optimizer(self, learning_rate: float) -> Any:
+        if self._flat_optimizer_fits():  # Adam on one flat buffer: see trainers/optim.py
+            return FlatAdam(self.model.parameters(), lr=learning_rate, eps=self.config.adam_eps)
         # fused: one kernel for the whole parameter list instead of a loop over tensors
         return torch.optim.Adam(
             self.model.parameters(), lr=learning_rate, eps=self.config.adam_eps, fused=True
@@ -288,10 +290,7 @@ class PPO(OnPolicyAlgorithm):
                 if cfg.ent_coef:  # a zero bonus would only add a backward pass through it
                     loss = loss - cfg.ent_coef * entropy.mean()
 
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.model_parameters, cfg.max_grad_norm, foreach=True)
-                self.optimizer.step()
+                self.backward_step(loss, cfg.max_grad_norm)
 
             if cfg.target_kl is not None:
                 kl = float(approx_kl)
