@@ -289,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
             for entry in summary
         )
         + "), and the wall ms per 1k steps is the speed of learning itself. Both clocks include "
-        "the same start-up: building the envs and the model, and about 1 CPU second for the "
-        "import of `torch._dynamo` that the first use of `torch.optim` triggers.",
+        "building the envs and the model. SB3's also includes about 1 CPU second for the import "
+        "of `torch._dynamo` that constructing a `torch.optim` optimizer triggers; vecaccel's "
+        "MLP agents use the flat-buffer optimizers of `trainers/optim.py` and never import it.",
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"command": command, "runs": runs, "summary": summary, "time": time.ctime()}

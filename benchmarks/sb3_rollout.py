@@ -16,6 +16,7 @@ Usage::
     python benchmarks/sb3_rollout.py                          # 1 warm-up + 5 timed updates each
     python benchmarks/sb3_rollout.py --updates 2 --warmup-updates 1 --workloads cartpole
     python benchmarks/sb3_rollout.py --vec-envs subproc,vecaccel-shm --json out.json
+    python benchmarks/sb3_rollout.py --rounds 3 --updates 4   # each config 3 times, interleaved
 
 Every configuration is built, warmed up with ``--warmup-updates`` PPO updates (not timed) and
 then timed over ``--updates`` more; rollout steps per second = steps collected / seconds spent
@@ -171,6 +172,45 @@ def add_ratios(records: list[dict[str, Any]]) -> None:
                 record[f"learn_x_{peer}"] = round(record["learn_sps"] / base["learn_sps"], 2)
 
 
+def pool_rounds(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One record per configuration from its runs in every round: steps and seconds summed,
+    each round's rollout rate and ratios kept beside them."""
+    if len(rounds) == 1:
+        return rounds[0]
+    pooled: dict[str, dict[str, Any]] = {}
+    for runs in rounds:
+        for run in runs:
+            record = pooled.get(run["vec_env"])
+            if record is None:
+                record = pooled[run["vec_env"]] = {
+                    **{k: run[k] for k in ("workload", "vec_env", "n_envs")},
+                    "updates": 0,
+                    "steps": 0,
+                    "rollout_seconds": 0.0,
+                    "learn_seconds": 0.0,
+                    "rollout_sps_per_update": [],
+                    "rounds": [],
+                }
+            for key in ("updates", "steps", "rollout_seconds", "learn_seconds"):
+                record[key] += run[key]
+            record["rollout_sps_per_update"] += run["rollout_sps_per_update"]
+            record["rounds"].append(
+                {
+                    key: run[key]
+                    for key in ("rollout_sps", "rollout_x_subproc", "rollout_x_dummy")
+                    if key in run
+                }
+            )
+    records = [pooled[kind] for kind in (run["vec_env"] for run in rounds[0])]
+    for record in records:
+        record["rollout_sps"] = round(record["steps"] / record["rollout_seconds"], 1)
+        record["learn_sps"] = round(record["steps"] / record["learn_seconds"], 1)
+        record["rollout_share"] = round(record["rollout_seconds"] / record["learn_seconds"], 3)
+        record["rollout_seconds"] = round(record["rollout_seconds"], 3)
+        record["learn_seconds"] = round(record["learn_seconds"], 3)
+    return records
+
+
 def format_table(records: list[dict[str, Any]]) -> str:
     header = (
         "| workload | vec env | envs | timed updates | rollout steps/s | x subproc | x dummy "
@@ -197,6 +237,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--updates", type=int, default=5, help="timed PPO updates per config")
     parser.add_argument("--warmup-updates", type=int, default=1, help="untimed updates first")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every configuration this many times, in alternating order (forward, then "
+        "reversed...), so that drifts in the machine's load reach all of them alike; the "
+        "table pools the rounds and the JSON keeps each round's rates and ratios",
+    )
     parser.add_argument("--n-envs", type=int, default=16)
     parser.add_argument("--n-steps", type=int, default=128)
     parser.add_argument("--n-epochs", type=int, default=4)
@@ -216,6 +264,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.updates < 1:
         parser.error("--updates must be at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     return args
 
 
@@ -225,9 +275,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.torch_threads)
     records = []
     for workload in args.workloads.split(","):
-        for kind in args.vec_envs.split(","):
-            print(f"{workload} / {kind} ...", file=sys.stderr, flush=True)
-            records.append(measure(workload, kind, args))
+        kinds = args.vec_envs.split(",")
+        rounds: list[list[dict[str, Any]]] = []
+        for round_index in range(args.rounds):
+            order = kinds if round_index % 2 == 0 else kinds[::-1]
+            runs = []
+            for kind in order:
+                print(f"{workload} / {kind} (round {round_index + 1}) ...", file=sys.stderr)
+                runs.append(measure(workload, kind, args))
+            add_ratios(runs)
+            rounds.append(runs)
+        records.extend(pool_rounds(rounds))
     add_ratios(records)
     print(format_table(records))
     info = machine_info()
