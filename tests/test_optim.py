@@ -133,3 +133,30 @@ def test_bad_parameters():
     mixed = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2).double())]
     with pytest.raises(ValueError, match="one device with one dtype"):
         FlatAdam(mixed)
+
+
+@pytest.mark.parametrize(
+    "flat_cls, torch_cls, kwargs",
+    [
+        (FlatAdam, torch.optim.Adam, {"lr": 1e-2, "eps": 1e-5}),
+        (FlatRMSprop, torch.optim.RMSprop, {"lr": 1e-2, "alpha": 0.99, "eps": 1e-5}),
+    ],
+)
+def test_loads_the_state_of_the_matching_torch_optimizer(flat_cls, torch_cls, kwargs):
+    """A checkpoint written with torch.optim (earlier vecaccel versions) continues the same."""
+    reference, flat = _net(5), _net(5)
+    torch_opt = torch_cls(reference.parameters(), foreach=False, **kwargs)
+    _train(reference, torch_opt, 4, None, flat=False)
+    flat.load_state_dict(reference.state_dict())
+    flat_opt = flat_cls(flat.parameters(), **{**kwargs, "lr": 0.5})
+    flat_opt.load_state_dict(torch_opt.state_dict())
+    assert flat_opt.steps == 4 and flat_opt.param_groups[0]["lr"] == kwargs["lr"]
+    _train(reference, torch_opt, 3, None, flat=False)
+    _train(flat, flat_opt, 3, None, flat=True)
+    for a, b in zip(reference.parameters(), flat.parameters(), strict=True):
+        assert torch.equal(a, b)
+    fresh = flat_cls(_net(5).parameters(), **kwargs)
+    fresh.load_state_dict(torch_cls(_net(5).parameters(), **kwargs).state_dict())  # unstepped
+    assert fresh.steps == 0
+    with pytest.raises(ValueError, match="another model"):
+        flat_cls(torch.nn.Linear(2, 2).parameters()).load_state_dict(torch_opt.state_dict())

@@ -107,7 +107,10 @@ class FlatOptimizer(abc.ABC):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (from the same kind of optimizer)."""
+        """Restore what :meth:`state_dict` returned (from the same kind of optimizer), or the
+        ``state_dict()`` of the matching ``torch.optim`` optimizer over the same parameters."""
+        if "param_groups" in state and "state" in state:  # torch.optim's format
+            state = self._from_torch(state)
         if state.get("type") != type(self).__name__:
             raise ValueError(
                 f"cannot load the state of a {state.get('type', 'torch.optim')} optimizer into "
@@ -122,6 +125,28 @@ class FlatOptimizer(abc.ABC):
                     f"{tuple(self.flat.shape)}: it belongs to another model"
                 )
             self.state[name].copy_(tensor)
+
+    def _from_torch(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A ``torch.optim`` state dict (per-parameter tensors, in parameter order) as ours."""
+        groups = state["param_groups"]
+        ids = [i for group in groups for i in group["params"]]
+        if len(ids) != len(self.params):
+            raise ValueError(
+                f"the torch.optim state covers {len(ids)} parameters, this model has "
+                f"{len(self.params)}: it belongs to another model"
+            )
+        per_param = [state["state"].get(i, {}) for i in ids]
+        if not all(per_param):  # never stepped: nothing but the settings to take over
+            tensors = {name: torch.zeros_like(self.flat) for name in self.state_names}
+            steps = 0
+        else:
+            tensors = {
+                name: torch.cat([entry[name].reshape(-1) for entry in per_param])
+                for name in self.state_names
+            }
+            steps = int(per_param[0]["step"])
+        group = {key: groups[0][key] for key in self.param_groups[0] if key != "params"}
+        return {"type": type(self).__name__, "param_group": group, "steps": steps, "state": tensors}
 
 
 class FlatAdam(FlatOptimizer):
