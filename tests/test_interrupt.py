@@ -33,6 +33,9 @@ EXIT_TIMEOUT = 30.0
 CHILD_SCRIPT = textwrap.dedent(
     """
     import signal, sys
+    # Ctrl-C as in an interactive program: a shell that starts a job in the background without
+    # job control (`cmd &` in a script, nohup) makes it inherit SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, sys.argv[1])
     import numpy as np
     import vecaccel
