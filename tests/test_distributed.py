@@ -86,6 +86,19 @@ def _kill_and_expect_job_failure(job: subprocess.Popen, pid: int, out: Path) -> 
     return output
 
 
+def _sigterm_once_logging(launcher: subprocess.Popen, run_dir: Path) -> str:
+    """Wait (90 s at most) until the job has logged 3 metric rows, then SIGTERM its launcher,
+    as a scheduler preempting the job does; return what the job printed."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and launcher.poll() is None:
+        if (run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3:
+            break
+        time.sleep(0.2)
+    launcher.send_signal(signal.SIGTERM)
+    output, _ = launcher.communicate(timeout=60)
+    return output
+
+
 def _reap(job: subprocess.Popen) -> None:
     """Kill what is left of a job started with ``start_new_session=True``."""
     if job.poll() is None:
@@ -252,13 +265,7 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
         cwd=HERE.parent, start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and launcher.poll() is None:
-            if (run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3:
-                break
-            time.sleep(0.2)
-        launcher.send_signal(signal.SIGTERM)  # what a scheduler does to the job's launcher
-        output, _ = launcher.communicate(timeout=60)
+        output = _sigterm_once_logging(launcher, run_dir)
     finally:
         _reap(launcher)
     assert launcher.returncode == 128 + signal.SIGTERM, output[-3000:]
@@ -361,13 +368,7 @@ def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
         cwd=HERE.parent, start_new_session=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline and launcher.poll() is None:
-            if (run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3:
-                break
-            time.sleep(0.2)
-        launcher.send_signal(signal.SIGTERM)
-        output, _ = launcher.communicate(timeout=60)
+        output = _sigterm_once_logging(launcher, run_dir)
     finally:
         _reap(launcher)
     # the ranks agreed on the stop at the same update: rank 0 saved, all exited with 143
