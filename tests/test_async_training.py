@@ -149,7 +149,10 @@ def test_async_ppo_learns_cartpole_and_logs_policy_lag() -> None:
     agent = make_async_on_policy_agent(
         PPO, "CartPole-v1", backend="serial", torch_threads=1, seed=1, **config
     )
-    stats = learn_async_on_policy(agent, 40_000)
+    # 60k steps: with the double buffer's lag of ~2 updates and the learning rate annealed to 0
+    # over the run, 40k left the last returns anywhere from 170 to 500 between runs (the
+    # rollout/update interleaving is up to the scheduler); 60k ended at 500 in six of six runs
+    stats = learn_async_on_policy(agent, 60_000)
     returns = [
         row["charts/episodic_return"]
         for row in agent.logger.history
