@@ -86,17 +86,26 @@ def _kill_and_expect_job_failure(job: subprocess.Popen, pid: int, out: Path) -> 
     return output
 
 
-def _sigterm_once_logging(launcher: subprocess.Popen, run_dir: Path) -> str:
-    """Wait (90 s at most) until the job has logged 3 metric rows, then SIGTERM its launcher,
-    as a scheduler preempting the job does; return what the job printed."""
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and launcher.poll() is None:
-        if (run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3:
-            break
-        time.sleep(0.2)
-    launcher.send_signal(signal.SIGTERM)
-    output, _ = launcher.communicate(timeout=60)
-    return output
+def _preempt(command: list[str], run_dir: Path) -> tuple[int, str]:
+    """Start ``vecaccel train ...`` (``command``), wait (90 s at most) until it has logged 3
+    metric rows, then SIGTERM its launcher as a scheduler preempting the job does; return the
+    launcher's exit code and what the job printed."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "vecaccel", *command],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=HERE.parent, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and launcher.poll() is None:
+            if (run_dir / "metrics.csv").exists() and len(_metrics(run_dir)) >= 3:
+                break
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        _reap(launcher)
+    return launcher.returncode, output
 
 
 def _reap(job: subprocess.Popen) -> None:
@@ -254,21 +263,15 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
 
     run_dir = tmp_path / "run"
     common = ["--no-progress", "--no-tensorboard", "--torch-threads", "1"]
-    launcher = subprocess.Popen(
+    returncode, output = _preempt(
         [
-            sys.executable, "-m", "vecaccel", "train", "a2c", "--nproc", "2",
-            "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2",
-            "--num-steps", "5", "--total-steps", "100000000", "--run-dir", str(run_dir),
-            "--log-every", "1", *common,
+            "train", "a2c", "--nproc", "2", "--env", "CartPole-v1", "--backend", "serial",
+            "--num-envs", "2", "--num-steps", "5", "--total-steps", "100000000",
+            "--run-dir", str(run_dir), "--log-every", "1", *common,
         ],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        cwd=HERE.parent, start_new_session=True,
+        run_dir,
     )  # fmt: skip
-    try:
-        output = _sigterm_once_logging(launcher, run_dir)
-    finally:
-        _reap(launcher)
-    assert launcher.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "checkpoint saved" in output
     step = int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"])
     assert step > 0
@@ -356,23 +359,18 @@ def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
     from vecaccel.trainers.common import load_checkpoint
 
     run_dir = tmp_path / "run"
-    launcher = subprocess.Popen(
+    returncode, output = _preempt(
         [
-            sys.executable, "-m", "vecaccel", "train", "dqn", "--async", "--nproc", "2",
+            "train", "dqn", "--async", "--nproc", "2",
             "--env", "CartPole-v1", "--backend", "serial", "--total-steps", "100000000",
             "--learning-starts", "100", "--batch-size", "16", "--replay-ratio", "2",
             "--log-interval", "100", "--run-dir", str(run_dir), "--no-progress",
             "--no-tensorboard", "--torch-threads", "1",
         ],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        cwd=HERE.parent, start_new_session=True,
+        run_dir,
     )  # fmt: skip
-    try:
-        output = _sigterm_once_logging(launcher, run_dir)
-    finally:
-        _reap(launcher)
     # the ranks agreed on the stop at the same update: rank 0 saved, all exited with 143
-    assert launcher.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert returncode == 128 + signal.SIGTERM, output[-3000:]
     assert "checkpoint saved" in output
     rows = _metrics(run_dir)
     assert float(rows[-1]["charts/world_size"]) == 2
