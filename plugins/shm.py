@@ -256,8 +256,7 @@ class ShmVecEnv(ProcessVecEnv):
         assign_tree(pool.views.actions, slice(None), checked)
         if pool.spin_seconds:
             self._seqs = {w.index: int(pool.views.done_seq[w.index]) for w in pool.workers}
-        for worker in pool.workers:
-            pool.send(worker, Command.STEP)
+        pool.send_all(pool.workers, Command.STEP, spread=True)
         self._pending = list(pool.workers)
         self._inline_pending = self._inline is not None
         self._results = {}

@@ -195,8 +195,10 @@ class PooledVecEnv(ProcessVecEnv):
         views.step_mask[ids] = 1
         self._in_flight[ids] = True
         self._sent_at[ids] = time.monotonic()
-        for k in np.unique(self._env_to_worker[ids]):
-            self.pool.send(self.pool.workers[int(k)], Command.STEP_MASKED)
+        workers = self.pool.workers
+        self.pool.send_all(
+            [workers[k] for k in np.unique(self._env_to_worker[ids]).tolist()], Command.STEP_MASKED
+        )
         self._state = AsyncState.WAITING_STEP
 
     def _take_bytes(self, timeout: float | None) -> bool:
