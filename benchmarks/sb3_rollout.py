@@ -17,6 +17,7 @@ Usage::
     python benchmarks/sb3_rollout.py --updates 2 --warmup-updates 1 --workloads cartpole
     python benchmarks/sb3_rollout.py --vec-envs subproc,vecaccel-shm --json out.json
     python benchmarks/sb3_rollout.py --rounds 3 --updates 4   # each config 3 times, interleaved
+    python benchmarks/sb3_rollout.py --interleave --updates 12 # all built at once, updates in turn
 
 Every configuration is built, warmed up with ``--warmup-updates`` PPO updates (not timed) and
 then timed over ``--updates`` more; rollout steps per second = steps collected / seconds spent
@@ -116,49 +117,120 @@ def build(workload: str, kind: str, args: argparse.Namespace) -> tuple[VecEnv, s
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
 
 
+class Config:
+    """One configuration's vec env and PPO model, timed update by update."""
+
+    def __init__(self, workload: str, kind: str, args: argparse.Namespace) -> None:
+        self.record: dict[str, Any] = {"workload": workload, "vec_env": kind, "n_envs": args.n_envs}
+        if kind == "vecaccel":
+            self.record["vec_env"] = f"vecaccel-{args.backend}"
+        self.venv, policy = build(workload, kind, args)
+        try:
+            self.model = PPO(
+                policy,
+                self.venv,
+                n_steps=args.n_steps,
+                n_epochs=args.n_epochs,
+                batch_size=args.batch_size,
+                seed=args.seed,
+                device=args.device,
+                verbose=0,
+            )
+        except BaseException:
+            self.venv.close()
+            raise
+        self.steps_per_update = args.n_steps * args.n_envs
+        self.timer = RolloutTimer(args.warmup_updates)
+        self.learn_seconds: list[float] = []
+        self._started = False
+
+    def run(self, updates: int, timed: bool = True) -> None:
+        """``updates`` more PPO updates (rollout + training), the clock around them if timed."""
+        start = time.perf_counter()
+        self.model.learn(
+            total_timesteps=updates * self.steps_per_update,
+            callback=self.timer,
+            reset_num_timesteps=not self._started,
+        )
+        self._started = True
+        if timed:
+            self.learn_seconds.append(time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.venv.close()
+
+    def result(self) -> dict[str, Any]:
+        rollouts = self.timer.rollout_seconds
+        rollout_seconds = sum(rollouts)
+        learn_seconds = sum(self.learn_seconds)
+        timed_steps = len(rollouts) * self.steps_per_update
+        return {
+            **self.record,
+            "updates": len(rollouts),
+            "steps": timed_steps,
+            "rollout_seconds": round(rollout_seconds, 3),
+            "rollout_sps": round(timed_steps / rollout_seconds, 1),
+            "rollout_sps_per_update": [round(self.steps_per_update / s, 1) for s in rollouts],
+            "learn_seconds": round(learn_seconds, 3),
+            "learn_sps": round(timed_steps / learn_seconds, 1),
+            "rollout_share": round(rollout_seconds / learn_seconds, 3),
+        }
+
+
 def measure(workload: str, kind: str, args: argparse.Namespace) -> dict[str, Any]:
     """One configuration: warm-up updates, then ``args.updates`` timed ones."""
-    record: dict[str, Any] = {"workload": workload, "vec_env": kind, "n_envs": args.n_envs}
-    if kind == "vecaccel":
-        record["vec_env"] = f"vecaccel-{args.backend}"
-    venv, policy = build(workload, kind, args)
+    config = Config(workload, kind, args)
     try:
-        model = PPO(
-            policy,
-            venv,
-            n_steps=args.n_steps,
-            n_epochs=args.n_epochs,
-            batch_size=args.batch_size,
-            seed=args.seed,
-            device=args.device,
-            verbose=0,
-        )
-        steps_per_update = args.n_steps * args.n_envs
-        timer = RolloutTimer(args.warmup_updates)
         if args.warmup_updates:
-            model.learn(total_timesteps=args.warmup_updates * steps_per_update, callback=timer)
-        start = time.perf_counter()
-        model.learn(
-            total_timesteps=args.updates * steps_per_update,
-            callback=timer,
-            reset_num_timesteps=False,
-        )
-        learn_seconds = time.perf_counter() - start
+            config.run(args.warmup_updates, timed=False)
+        config.run(args.updates)
     finally:
-        venv.close()
-    rollout_seconds = sum(timer.rollout_seconds)
-    timed_steps = len(timer.rollout_seconds) * steps_per_update
-    record.update(
-        updates=len(timer.rollout_seconds),
-        steps=timed_steps,
-        rollout_seconds=round(rollout_seconds, 3),
-        rollout_sps=round(timed_steps / rollout_seconds, 1),
-        rollout_sps_per_update=[round(steps_per_update / s, 1) for s in timer.rollout_seconds],
-        learn_seconds=round(learn_seconds, 3),
-        learn_sps=round(timed_steps / learn_seconds, 1),
-        rollout_share=round(rollout_seconds / learn_seconds, 3),
-    )
-    return record
+        config.close()
+    return config.result()
+
+
+def measure_interleaved(workload: str, kinds: list[str], args: argparse.Namespace) -> list[dict]:
+    """Every configuration built at once and updated in turn, one PPO update each, the order
+    rotating from update to update: a change in the machine's load reaches all of them alike,
+    and update ``u`` of one configuration can be paired with update ``u`` of another."""
+    configs: list[Config] = []
+    try:
+        for kind in kinds:
+            print(f"{workload} / {kind}: building ...", file=sys.stderr)
+            configs.append(Config(workload, kind, args))
+        for config in configs:
+            if args.warmup_updates:
+                config.run(args.warmup_updates, timed=False)
+        for update in range(args.updates):
+            print(f"{workload}: update {update + 1} of {args.updates} ...", file=sys.stderr)
+            shift = update % len(configs)
+            for config in configs[shift:] + configs[:shift]:
+                config.run(1)
+    finally:
+        for config in configs:
+            config.close()
+    records = [config.result() for config in configs]
+    add_paired_ratios(records)
+    return records
+
+
+def add_paired_ratios(records: list[dict[str, Any]]) -> None:
+    """``paired_x_PEER``: the median over updates of this config's rollout rate in update ``u``
+    divided by the peer's in the same update (interleaved runs only)."""
+    by_kind = {r["vec_env"]: r for r in records}
+    for record in records:
+        for peer in ("subproc", "dummy"):
+            base = by_kind.get(peer)
+            if base is None:
+                continue
+            ratios = [
+                mine / theirs
+                for mine, theirs in zip(
+                    record["rollout_sps_per_update"], base["rollout_sps_per_update"]
+                )
+            ]
+            record[f"paired_x_{peer}"] = [round(r, 3) for r in ratios]
+            record[f"paired_x_{peer}_median"] = round(statistics.median(ratios), 3)
 
 
 def add_ratios(records: list[dict[str, Any]]) -> None:
@@ -245,6 +317,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "reversed...), so that drifts in the machine's load reach all of them alike; the "
         "table pools the rounds and the JSON keeps each round's rates and ratios",
     )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="build every configuration first, then run their timed updates in turn (one "
+        "update each, the order rotating), so that all of them see the same moments of the "
+        "machine's load; the JSON adds each update's paired ratio and their median",
+    )
     parser.add_argument("--n-envs", type=int, default=16)
     parser.add_argument("--n-steps", type=int, default=128)
     parser.add_argument("--n-epochs", type=int, default=4)
@@ -266,6 +345,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--updates must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.interleave and args.rounds > 1:
+        parser.error("--interleave pairs updates within one round: leave --rounds at 1")
     return args
 
 
@@ -276,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     for workload in args.workloads.split(","):
         kinds = args.vec_envs.split(",")
+        if args.interleave:
+            records.extend(measure_interleaved(workload, kinds, args))
+            continue
         rounds: list[list[dict[str, Any]]] = []
         for round_index in range(args.rounds):
             order = kinds if round_index % 2 == 0 else kinds[::-1]
@@ -297,6 +381,13 @@ def main(argv: list[str] | None = None) -> int:
             for r in records
         )
     )
+    paired = [
+        f"{r['workload']}/{r['vec_env']} {r['paired_x_subproc_median']:.2f}"
+        for r in records
+        if "paired_x_subproc_median" in r and r["vec_env"] != "subproc"
+    ]
+    if paired:
+        print("median paired rollout ratio against subproc: " + ", ".join(paired))
     if args.json:
         command = " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv])
         write_json(
