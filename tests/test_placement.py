@@ -40,6 +40,17 @@ def _shm(num_envs: int, num_workers: int, context: str = "fork", **options):
     )
 
 
+@pytest.fixture
+def two_workers(leak_check):
+    """4 CartPole envs on two fork workers, reset; closed (and checked for leaks) afterwards."""
+    envs = _shm(4, 2)
+    try:
+        envs.reset(seed=0)
+        yield envs
+    finally:
+        envs.close()
+
+
 @linux_affinity
 def test_current_cpu_is_one_this_process_may_use():
     assert current_cpu() in os.sched_getaffinity(0)
@@ -82,27 +93,22 @@ def test_workers_on_the_callers_cpu_are_signalled_last(monkeypatch, leak_check):
 
 @linux_affinity
 @two_cpus
-def test_crowded_workers_are_spread_for_one_step_then_given_back_every_cpu(leak_check):
-    envs = _shm(4, 2)
-    try:
-        envs.reset(seed=0)
-        pool = envs.pool
-        allowed = sorted(os.sched_getaffinity(0))
-        w0, w1 = pool.workers
-        here = current_cpu()
-        other = next(cpu for cpu in allowed if cpu != here)
-        pool.views.last_cpu[:] = [other, other]  # both last ran on the CPU the caller is not on
-        pool._spread(pool.workers, here)
-        assert os.sched_getaffinity(w0.process.pid) == set(allowed)
-        assert os.sched_getaffinity(w1.process.pid) == {here}  # the free CPU: the caller's
-        assert w1.nudged and not w0.nudged
-        assert int(pool.views.last_cpu[1]) == here
-        pool.views.last_cpu[:] = [allowed[0], allowed[1]]  # apart now: nothing to spread
-        pool._spread(pool.workers, here)
-        assert os.sched_getaffinity(w1.process.pid) == set(allowed)
-        assert not w1.nudged
-    finally:
-        envs.close()
+def test_crowded_workers_are_spread_for_one_step_then_given_back_every_cpu(two_workers):
+    pool = two_workers.pool
+    allowed = sorted(os.sched_getaffinity(0))
+    w0, w1 = pool.workers
+    here = current_cpu()
+    other = next(cpu for cpu in allowed if cpu != here)
+    pool.views.last_cpu[:] = [other, other]  # both last ran on the CPU the caller is not on
+    pool._spread(pool.workers, here)
+    assert os.sched_getaffinity(w0.process.pid) == set(allowed)
+    assert os.sched_getaffinity(w1.process.pid) == {here}  # the free CPU: the caller's
+    assert w1.nudged and not w0.nudged
+    assert int(pool.views.last_cpu[1]) == here
+    pool.views.last_cpu[:] = [allowed[0], allowed[1]]  # apart now: nothing to spread
+    pool._spread(pool.workers, here)
+    assert os.sched_getaffinity(w1.process.pid) == set(allowed)
+    assert not w1.nudged
 
 
 @two_cpus
@@ -137,16 +143,12 @@ def test_spreading_changes_nothing_the_envs_compute(context, leak_check):
 
 @linux_affinity
 @two_cpus
-def test_a_dead_worker_is_reported_not_raised_by_the_nudge(leak_check):
-    envs = _shm(4, 2)
-    try:
-        envs.reset(seed=0)
-        victim = envs.pool.workers[1]
-        victim.process.kill()
-        victim.process.join(5)
-        assert envs.pool._set_affinity(victim, [0]) is False
-        envs.pool.views.last_cpu[:] = 0
-        with pytest.raises(vecaccel.WorkerError):
-            envs.step(np.zeros(4, dtype=np.int64))
-    finally:
-        envs.close()
+def test_a_dead_worker_is_reported_not_raised_by_the_nudge(two_workers):
+    pool = two_workers.pool
+    victim = pool.workers[1]
+    victim.process.kill()
+    victim.process.join(5)
+    assert pool._set_affinity(victim, [0]) is False
+    pool.views.last_cpu[:] = 0
+    with pytest.raises(vecaccel.WorkerError):
+        two_workers.step(np.zeros(4, dtype=np.int64))
