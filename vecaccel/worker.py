@@ -79,9 +79,7 @@ class SharedViews:
     done_seq: np.ndarray  # per worker, bumped before each status byte (lets the parent spin)
     payload_len: np.ndarray  # per worker: bytes of its reply's payload in payload_slab, or -1
     payload_slab: np.ndarray  # [num_workers, PAYLOAD_SLAB_BYTES] pickled reply payloads
-    last_cpu: (
-        np.ndarray
-    )  # per worker: the CPU it replied from last, or -1 (see WorkerPool.send_all)
+    last_cpu: np.ndarray  # per worker: the CPU of its last reply, or -1 (WorkerPool.send_all)
 
 
 #: Shared memory per worker for the pickled payload of a reply (step infos, reset infos...):
@@ -649,7 +647,7 @@ class _Worker:
         self.process, self.cmd, self.done, self.data = process, cmd, done, data
         self.done_fd = done.fileno()
         self.killed_for: str | None = None
-        self.nudged = False  # its CPU affinity was narrowed for one step (see Pool.send_all)
+        self.nudged = False  # its CPU affinity was narrowed for one step (WorkerPool.send_all)
         # the unpickler of payloads in shared memory: the one the data pipe's own recv()
         # uses (the standard library's, or multiprocess's dill), as the worker pickles with it
         module = sys.modules.get(type(data).__module__)
