@@ -199,8 +199,8 @@ class VecEnv(VectorEnv):
     supports_per_env_infos = False
     #: When true (only where ``supports_per_env_infos``), ``step``/``reset`` return an empty
     #: infos dict and leave the envs' own info dicts, as ``(env index, info)`` pairs (envs
-    #: without an info may be missing), in :attr:`last_infos`: for adapters that want one dict per env (SB3's list), which
-    #: would otherwise batch Gymnasium-style and split again.
+    #: without an info may be missing), in :attr:`last_infos`: for adapters that want one dict
+    #: per env (SB3's list), which would otherwise batch Gymnasium-style and split again.
     per_env_infos = False
     last_infos: list[tuple[int, dict]] = []
 

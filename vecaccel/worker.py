@@ -937,12 +937,8 @@ class WorkerPool:
           ran on (the caller's first) for this command, and gets its whole affinity back before
           the next one. The kernel then keeps it where it ran.
         """
-        here = current_cpu()
-        if here < 0 or len(workers) < 2:
-            for worker in workers:
-                self.send(worker, command)
-            return
-        if spread and self._allowed is not None:
+        here = current_cpu()  # -1 where unknown: no CPU matches, the order stays as given
+        if spread and here >= 0 and len(workers) > 1 and self._allowed is not None:
             self._spread(workers, here)
         last_cpu = self.views.last_cpu
         for worker in sorted(workers, key=lambda w: last_cpu[w.index] == here):
