@@ -181,3 +181,91 @@ def test_cli_async_a2c(tmp_path) -> None:
     from vecaccel.trainers import A2C
 
     assert A2C.load(tmp_path).global_step == 300
+
+
+def test_async_dqn_checkpoint_holds_the_replay_buffer_and_resumes(tmp_path) -> None:
+    """An async run's checkpoint carries its replay buffer; a loaded agent goes on from its
+    counters with that buffer, training from its first steps (no second warm-up)."""
+    agent = make_async_agent(DQN, "CartPole-v1", run_dir=str(tmp_path), **TINY)
+    first = learn_async(agent, "CartPole-v1", 1_200)
+    saved = {name: array.copy() for name, array in agent.buffer.arrays.items()}
+    assert first.updates == pytest.approx((1_200 - 200) * 4.0 / 16, abs=1)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint.replay-1200-*.npz"))
+
+    resumed = DQN.load(tmp_path)
+    assert resumed.async_run and resumed.global_step == 1_200
+    assert resumed.num_updates == first.updates
+    second = learn_async(resumed, "CartPole-v1", 800, reset_num_timesteps=False)
+    assert second.env_steps == 800 and resumed.global_step == 2_000
+    # the restored buffer is sampled at once: the replay ratio holds from the first step on
+    # (a warm-up of learning_starts would leave (800 - 200) * 4 / 16 = 150 updates)
+    assert second.updates >= 800 * 4.0 / 16 - 8, second
+    assert resumed.num_updates == first.updates + second.updates
+    # the buffer went on from the saved one: the rows it has not written over since are there
+    assert resumed.buffer.steps_added == 2_000
+    arrays = resumed.buffer.arrays
+    saved_cursor, cursor = int(saved["cursor"][0]), int(arrays["cursor"][0])
+    assert cursor < saved_cursor  # the ring wrapped round (final observations take rows too)
+    for name in ("actions", "rewards", "frames"):
+        np.testing.assert_array_equal(
+            arrays[name][cursor:saved_cursor], saved[name][cursor:saved_cursor], err_msg=name
+        )
+    # the CSV goes on from the checkpoint's step
+    steps = [float(row["step"]) for row in resumed.logger.history]
+    assert steps == sorted(steps) and steps[-1] == 2_000
+
+
+def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
+    from vecaccel.cli import main
+    from vecaccel.trainers.common import load_checkpoint
+
+    common = [
+        "--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard",
+    ]  # fmt: skip
+    code = main(
+        [
+            "train", "dqn", "--async", "--env", "CartPole-v1", "--backend", "serial",
+            "--total-steps", "600", "--learning-starts", "100", "--batch-size", "16",
+            "--replay-ratio", "2", "--torch-threads", "1", *common,
+        ]
+    )  # fmt: skip
+    assert code == 0
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["async"] is True
+    capsys.readouterr()
+    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
+    err = capsys.readouterr().err
+    assert "(async)" in err and "async DQN: 400 env steps" in err, err
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert state["global_step"] == 1000 and state["async"] is True
+    assert state["replay"]["file"].startswith("checkpoint.replay-1000-")
+    # one replay file: the one the checkpoint names
+    assert [p.name for p in tmp_path.glob("*.npz")] == [state["replay"]["file"]]
+    # a finished run says so
+    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
+    assert "the run is complete" in capsys.readouterr().err
+
+
+def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) -> None:
+    from vecaccel.cli import main
+    from vecaccel.trainers import PPO
+
+    common = ["--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard"]
+    code = main(
+        [
+            "train", "ppo", "--async", "--env", "CartPole-v1", "--backend", "serial",
+            "--num-envs", "2", "--num-steps", "16", "--total-steps", "64",
+            "--torch-threads", "1", *common,
+        ]
+    )  # fmt: skip
+    assert code == 0
+    # stop it half way by hand: the checkpoint of an interrupted run, 32 of 64 steps done
+    agent = PPO.load(tmp_path)
+    assert agent.async_run and agent.global_step == 64 and agent.target_steps == 64
+    agent.set_target_steps(128)
+    agent.save(tmp_path / "checkpoint.pt")
+    capsys.readouterr()
+    assert main(["train", "ppo", "--resume", str(tmp_path), *common]) == 0
+    assert "resuming PPO (async)" in capsys.readouterr().err
+    resumed = PPO.load(tmp_path)
+    assert resumed.global_step == 128 and resumed.async_run
+    assert resumed.update_index == agent.update_index + 2

@@ -56,6 +56,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -63,7 +64,7 @@ import queue
 import signal
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,9 @@ _STEPS, _UPDATES, _STOP, _VERSION, _SAMPLER_VERSION, _READY = range(6)
 # slots of the on-policy shared counters: per slot i, _SLOT_STATE + i is 0 (free) or 1 (full),
 # _SLOT_K + i the number of final observations, _SLOT_VERSION + i the weights that collected it
 _SLOT_STATE, _SLOT_K, _SLOT_VERSION = 8, 10, 12
+# set once the optimiser has the slots: they travel as file descriptors that the rollout
+# process itself hands over, so it must not exit before (a run of two batches could)
+_SLOTS_TAKEN = 14
 # slots of the shared float64 timers (seconds)
 _SAMPLER_WAIT, _SAMPLER_BUSY = range(2)
 # DQN ranks meet at least every this many updates (to agree on a stop and reduce metrics)
@@ -235,6 +239,12 @@ class _LockedBuffer:
     def update_priorities(self, *args: Any, **kwargs: Any) -> None:
         with self._lock:
             self._buffer.update_priorities(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[Any]:
+        """The buffer itself, with the lock held (the sampler adds nothing meanwhile)."""
+        with self._lock:
+            yield self._buffer
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._buffer, name)
@@ -530,6 +540,7 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
     episodes = spec["episodes"]
     cfg = spec["config"]
     total, learn_from, lead = spec["total_steps"], spec["learn_from"], spec["lead"]
+    updates_at_start = spec["updates_at_start"]
     steps_per_update = cfg["batch_size"] / cfg["replay_ratio"]
     duration = spec["exploration_steps"]
 
@@ -542,9 +553,9 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
     )
     try:
         num_envs = envs.num_envs
-        rng = np.random.default_rng(cfg["seed"] + 1)
+        rng = np.random.default_rng(spec["env_seed"] + 1)
         num_actions = int(spec["action_space"].n)
-        obs, _ = envs.reset(seed=cfg["seed"])
+        obs, _ = envs.reset(seed=spec["env_seed"])
         episode_return = np.zeros(num_envs)
         episode_length = np.zeros(num_envs, dtype=np.int64)
         params = list(network.state_dict().values())
@@ -569,7 +580,8 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
             pending.clear()
 
         def too_far_ahead() -> bool:  # the throttle: stay within `lead` steps of the updates
-            allowed = learn_from + int(counters[_UPDATES]) * steps_per_update + lead
+            updates = int(counters[_UPDATES]) - updates_at_start
+            allowed = learn_from + updates * steps_per_update + lead
             return steps + num_envs > allowed
 
         counters[_READY] = 1
@@ -645,6 +657,7 @@ def learn_async(
     env_id: str,
     total_steps: int,
     *,
+    reset_num_timesteps: bool = True,
     context: str = "spawn",
     poll_interval: float = 0.0005,
     sampler_threads: int = 1,
@@ -656,11 +669,20 @@ def learn_async(
     process and replay buffer, collects ``1/K`` of ``total_steps``, and its updates are
     data-parallel with the other ranks' (see the module docstring).
 
+    Checkpoints (``run_dir``: every ``checkpoint_period`` updates, and when training ends or is
+    stopped) hold the replay buffer with ``checkpoint_replay``, as synchronous ones do. An agent
+    loaded from one (``DQN.load(path)``) continues its run with ``reset_num_timesteps=False``:
+    counters, schedules and the replay buffer go on from the checkpoint, and the envs start
+    new episodes (env state cannot be saved, so the run does not repeat bit for bit).
+
     Args:
-        agent: from :func:`make_async_agent` (or any DQN with built networks); its
-            ``config.num_envs`` envs of ``config.backend`` run in the sampler process.
+        agent: from :func:`make_async_agent` (or any DQN with built networks), or loaded from
+            a checkpoint; its ``config.num_envs`` envs of ``config.backend`` run in the
+            sampler process.
         env_id: the Gymnasium id the sampler builds.
-        total_steps: env steps to collect (over all ranks).
+        total_steps: env steps to collect in this call (over all ranks).
+        reset_num_timesteps: start the step and update counts (and so the ε and β schedules
+            and ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
         context: multiprocessing start method of the sampler process.
         poll_interval: seconds between checks while one side waits for the other.
         sampler_threads: torch threads of the sampler process.
@@ -681,17 +703,26 @@ def learn_async(
     world = int(getattr(agent, "world_size", 1))
     _leave_cores_to_sampler(cfg, sampler_threads)
     num_envs = cfg.num_envs
-    total_steps = int(total_steps)
+    if reset_num_timesteps:
+        agent.global_step, agent.num_updates = 0, 0
+    start_global, updates_at_start = int(agent.global_step), int(agent.num_updates)
+    horizon = start_global + int(total_steps)
     # budgets count env steps over all ranks; each rank collects its share
-    local_total = math.ceil(total_steps / world)
+    local_start = start_global // world
+    local_total = math.ceil(horizon / world)
     ctx = mp.get_context(context)
     factory = _SharedFactory()
     buffer_spec = _buffer_spec(agent, num_envs)
     buffer = _build_buffer(buffer_spec, agent.observation_space, agent.action_space, factory)
+    restored = agent._pending_replay is not None
+    if restored:  # the replay buffer of the checkpoint the agent was loaded from
+        agent._read_replay_into(buffer, *agent._pending_replay)
+        agent._pending_replay = None
+    buffer.end_episodes()  # the sampler's envs start new episodes
     buffer_lock = ctx.Lock()
-    learn_from = max(
-        math.ceil(cfg.learning_starts / world), num_envs * (cfg.n_step + buffer.frame_stack + 1)
-    )
+    # updates start once the buffer holds learning_starts steps (and enough to sample)
+    warmup = math.ceil(cfg.learning_starts / world) if reset_num_timesteps or not restored else 0
+    learn_from = local_start + max(warmup, num_envs * (cfg.n_step + buffer.frame_stack + 1))
     steps_per_update = cfg.batch_size / cfg.replay_ratio
     lead = cfg.async_max_lead or max(num_envs, int(math.ceil(16 * steps_per_update)))
     # the target network follows every target_update_period env steps' worth of updates:
@@ -701,7 +732,7 @@ def learn_async(
     meet_every = max(
         1, min(_MAX_UPDATES_BETWEEN_MEETINGS, math.ceil(cfg.log_interval * updates_per_step))
     )
-    exploration = cfg.exploration_steps or int(cfg.exploration_fraction * total_steps)
+    exploration = cfg.exploration_steps or int(cfg.exploration_fraction * horizon)
 
     def sampler_finished(exitcode: int | None) -> bool:
         return exitcode == 0 and int(sampler.counters[_STEPS]) >= local_total
@@ -725,6 +756,8 @@ def learn_async(
                 "end_epsilon",
             )
         },
+        # a continued run restarts its envs at a seed of its own, not the first episodes again
+        env_seed=cfg.seed if start_global == 0 else agent._restart_seed(),
         network=copy.deepcopy(agent.q_network).cpu(),
         support=None if agent.support is None else agent.support.cpu(),
         buffer=buffer_spec,
@@ -735,29 +768,45 @@ def learn_async(
         episodes=episodes,
         total_steps=local_total,
         learn_from=learn_from,
+        updates_at_start=updates_at_start,
         lead=lead,
         exploration_steps=math.ceil(exploration / world),
     )
-    sampler.publish(0)
+    counters[_STEPS] = local_start
+    counters[_UPDATES] = updates_at_start
+    sampler.publish(updates_at_start)
     sampler.start(_sampler_loop, spec)
 
     main = agent.is_main
     logger = RunLogger(
         cfg.run_dir if main else None,  # rank 0 alone logs and checkpoints
-        total_steps,
+        horizon,
         use_tensorboard=cfg.tensorboard and main,
         progress=cfg.progress and main,
+        resume_step=None if reset_num_timesteps else start_global,
     )
     agent.logger = logger
+    agent.async_run = True  # recorded in checkpoints: `vecaccel train --resume` goes on async
+
+    def write_checkpoint() -> None:  # with the buffer's lock held
+        locked, agent.buffer = agent.buffer, buffer
+        try:
+            agent._checkpoint(replay=cfg.checkpoint_replay)
+        finally:
+            agent.buffer = locked
+
+    def checkpoint() -> None:
+        with agent.buffer.held():  # the buffer as it is between two of the sampler's adds
+            write_checkpoint()
+
     guard = SignalCheckpoint()
     start = time.perf_counter()
     optimizer_wait = 0.0
     lag_sum, lag_count = 0.0, 0
     recent_losses: list[dict[str, float]] = []
     finished: list[tuple[float, int]] = []
-    next_log = cfg.log_interval
-    agent.global_step, agent.num_updates = 0, 0
-    steps = 0
+    next_log = (start_global // cfg.log_interval + 1) * cfg.log_interval
+    steps = local_start
     beta = cfg.priority_beta_start
     complete = False
     next_drain = 0.0
@@ -773,8 +822,8 @@ def learn_async(
         nonlocal next_log, finished, recent_losses
         elapsed = max(time.perf_counter() - start, 1e-9)
         metrics: dict[str, float | None] = {
-            "charts/SPS": steps / elapsed,
-            "charts/UPS": agent.num_updates / elapsed,
+            "charts/SPS": (steps - local_start) / elapsed,
+            "charts/UPS": (agent.num_updates - updates_at_start) / elapsed,
             "charts/updates": agent.num_updates,
             "charts/replay_ratio_setting": cfg.replay_ratio,
             "charts/learning_rate": agent.learning_rate,
@@ -804,7 +853,9 @@ def learn_async(
         if global_steps >= next_log or complete:
             next_log = (global_steps // cfg.log_interval + 1) * cfg.log_interval
             metrics["charts/replay_ratio"] = (
-                agent.num_updates * cfg.batch_size * world / learned if learned > 0 else None
+                (agent.num_updates - updates_at_start) * cfg.batch_size * world / learned
+                if learned > 0
+                else None
             )
             if finished and world == 1:
                 metrics["charts/episodes"] = len(finished)
@@ -824,7 +875,7 @@ def learn_async(
                 sampler.check()
                 steps = int(counters[_STEPS])
                 agent.global_step = steps * world
-                due = (
+                due = updates_at_start + (
                     int(cfg.replay_ratio * (steps - learn_from) // cfg.batch_size)
                     if (steps > learn_from)
                     else 0
@@ -851,7 +902,7 @@ def learn_async(
                         agent._update_target()
                     if cfg.checkpoint_period and agent.num_updates % cfg.checkpoint_period == 0:
                         if cfg.run_dir is not None:
-                            agent._checkpoint()
+                            checkpoint()
                 elif steps >= local_total:
                     complete = True
                 else:
@@ -872,7 +923,7 @@ def learn_async(
                     break
         end = time.perf_counter()  # the run's rates exclude stopping the sampler process
         agent._measured_replay_ratio = (
-            agent.num_updates * cfg.batch_size / max(1, steps - learn_from)
+            (agent.num_updates - updates_at_start) * cfg.batch_size / max(1, steps - learn_from)
         )
     except TrainingInterrupted:
         if cfg.run_dir is not None and main:
@@ -886,13 +937,24 @@ def learn_async(
             end = time.perf_counter()
         sampler.stop(episodes)
         elapsed = max(end - start, 1e-9)
-        if cfg.run_dir is not None:
-            agent._checkpoint()  # rank 0 only
+        if cfg.run_dir is not None and main:
+            # the sampler has stopped; a lock it still holds means that it died in the middle
+            # of an add, leaving the buffer torn: the last checkpoint stays the restart point
+            if buffer_lock.acquire(block=False):
+                try:
+                    write_checkpoint()
+                finally:
+                    buffer_lock.release()
+            else:
+                logger.write(
+                    "the sampler stopped in the middle of a replay buffer write: no checkpoint "
+                    "written now, the last one is kept"
+                )
         logger.close()
     return AsyncStats.measured(
-        env_steps=agent.global_step,
-        updates=agent.num_updates,
-        replay_ratio=agent.num_updates * cfg.batch_size / max(1, steps - learn_from),
+        env_steps=agent.global_step - start_global,
+        updates=agent.num_updates - updates_at_start,
+        replay_ratio=agent._measured_replay_ratio,
         seconds=elapsed,
         optimizer_wait=optimizer_wait,
         sampler_wait=float(timers[_SAMPLER_WAIT]),
@@ -911,21 +973,84 @@ def train_async_dqn(
     **config: Any,
 ) -> int:
     """``vecaccel train dqn|c51|rainbow --async``: build the agent, train, report; the exit code."""
-    import sys
-
     agent = make_async_agent(
         cls, env_id, run_dir=run_dir, progress=progress, tensorboard=tensorboard, **config
     )
-    stats = learn_async(agent, env_id, total_steps)
-    if agent.is_main:
-        ranks = f" on {agent.world_size} ranks" if agent.world_size > 1 else ""
+    _report(agent, learn_async(agent, env_id, total_steps))
+    return 0
+
+
+def _report(agent: Any, stats: AsyncStats) -> None:
+    """The line ``vecaccel train --async`` ends with (on rank 0)."""
+    import sys
+
+    if not getattr(agent, "is_main", True):
+        return
+    world = int(getattr(agent, "world_size", 1))
+    ranks = f" on {world} ranks" if world > 1 else ""
+    rates = f"{stats.env_steps} env steps ({stats.sampling_rate:.0f}/s), {stats.updates} updates"
+    if hasattr(agent, "num_updates"):  # the DQN family
+        rates += (
+            f" ({stats.update_rate:.1f}/s), replay ratio {stats.replay_ratio:.2f} "
+            f"(setting {agent.config.replay_ratio}),"
+        )
+    else:
+        rates += ", mean"
+    print(
+        f"async {type(agent).__name__}{ranks}: {rates} policy lag "
+        f"{stats.mean_policy_lag:.2f} updates; run directory: {_run_dir_of(agent)}",
+        file=sys.stderr,
+    )
+
+
+def _run_dir_of(agent: Any) -> Any:
+    run_dir = getattr(agent, "run_dir", None)
+    return run_dir if run_dir is not None else getattr(agent.config, "run_dir", None)
+
+
+def resume_async(
+    cls: type,
+    checkpoint: str | os.PathLike[str],
+    env_id: str,
+    total_steps: int | None,
+    *,
+    weight_sync_period: int = 1,
+    **load_kwargs: Any,
+) -> int:
+    """``vecaccel train ALGO --resume DIR`` of a run trained with ``--async``: the exit code.
+
+    The agent is loaded without envs (the sampler process builds them) and goes on from the
+    checkpoint's counters (and, for the DQN family, its replay buffer) to ``total_steps``, the
+    run's new total; A2C and PPO may leave it out to finish the run's own budget.
+    """
+    import sys
+
+    agent = cls.load(checkpoint, env=None, **load_kwargs)
+    for key in ("progress", "tensorboard"):  # run-time settings, not always config fields
+        settable = not isinstance(getattr(type(agent), key, None), property)
+        if key in load_kwargs and settable and hasattr(agent, key):
+            setattr(agent, key, load_kwargs[key])
+    step = int(agent.global_step)
+    on_policy = not hasattr(agent, "num_updates")
+    if on_policy and total_steps is not None:
+        agent.set_target_steps(total_steps)
+    target = agent.target_steps if on_policy else total_steps
+    if target is None:
+        print("error: pass --total-steps to resume this trainer", file=sys.stderr)
+        return 2
+    if step >= target:
         print(
-            f"async {cls.__name__}{ranks}: {stats.env_steps} env steps "
-            f"({stats.sampling_rate:.0f}/s), {stats.updates} updates ({stats.update_rate:.1f}/s), "
-            f"replay ratio {stats.replay_ratio:.2f} (setting {agent.config.replay_ratio}), "
-            f"policy lag {stats.mean_policy_lag:.2f} updates; run directory: {run_dir}",
+            f"the run is complete ({step} of {target} steps); pass a larger --total-steps to "
+            "extend it",
             file=sys.stderr,
         )
+        return 0
+    print(f"resuming {cls.__name__} (async) from {checkpoint} at step {step}", file=sys.stderr)
+    if on_policy:
+        stats = learn_async_on_policy(agent, None, weight_sync_period=weight_sync_period)
+    else:
+        stats = learn_async(agent, env_id, target - step, reset_num_timesteps=False)
+    _report(agent, stats)
     return 0
 
 
@@ -1008,6 +1133,8 @@ def _rollout_loop(spec: dict[str, Any]) -> None:
             counters[_SLOT_STATE + slot] = 1
             counters[_STEPS] += batch.rewards.numel()
             slot ^= 1
+        if slots is not None:
+            link.wait_while(lambda: not counters[_SLOTS_TAKEN])
     finally:
         env.close()
 
@@ -1019,7 +1146,7 @@ def make_async_on_policy_agent(cls: type, env_id: str, **config: Any) -> Any:
 
 def learn_async_on_policy(
     agent: Any,
-    total_steps: int,
+    total_steps: int | None,
     *,
     weight_sync_period: int = 1,
     context: str = "spawn",
@@ -1039,9 +1166,14 @@ def learn_async_on_policy(
     updates are data-parallel and the ranks reduce their metrics (and agree on a stop) after
     every update, as synchronous training does.
 
+    An agent loaded from a checkpoint (``PPO.load(path)``) goes on from its step and update
+    counts; ``total_steps=None`` finishes its run's budget with the learning-rate schedule it
+    had. Its envs start new episodes (env state cannot be saved).
+
     Args:
-        agent: an A2C or PPO agent (e.g. from :func:`make_async_on_policy_agent`).
-        total_steps: env steps to collect, over all ranks (rounded up to whole batches).
+        agent: an A2C or PPO agent (e.g. from :func:`make_async_on_policy_agent`, or loaded).
+        total_steps: env steps to collect, over all ranks (rounded up to whole batches);
+            ``None``: those the loaded run has left.
         weight_sync_period: updates between weight copies to the rollout process.
         context: multiprocessing start method of the rollout process.
         poll_interval: seconds between checks while one side waits.
@@ -1072,10 +1204,14 @@ def learn_async_on_policy(
     _leave_cores_to_sampler(cfg, sampler_threads)
     ctx = mp.get_context(context)
     # agent.batch_size is the batch over all ranks, so every rank makes the same updates
-    num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
+    if total_steps is None:  # the rest of a loaded run, on its own schedule
+        agent.set_budget(None)
+        num_batches = max(1, math.ceil((agent.target_steps - agent.global_step) / agent.batch_size))
+    else:
+        num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
+        agent.set_budget(num_batches * agent.batch_size)
     agent.target_steps = agent.global_step + num_batches * agent.batch_size
-    agent.schedule_start_update = agent.update_index
-    agent.schedule_updates = num_batches
+    agent.async_run = True  # recorded in checkpoints: `vecaccel train --resume` goes on async
 
     def rollouts_finished(exitcode: int | None) -> bool:
         if exitcode != 0:
@@ -1140,6 +1276,7 @@ def learn_async_on_policy(
                     slots = slots_queue.get(timeout=0.2)
                 except queue.Empty:
                     pass
+            counters[_SLOTS_TAKEN] = 1
             start = time.perf_counter()  # rates are timed from the first batch
             slot = 0
             while agent.global_step < agent.target_steps:
@@ -1249,18 +1386,8 @@ def train_async_on_policy(
     **config: Any,
 ) -> int:
     """``vecaccel train a2c|ppo --async``: build the agent, train, report; the exit code."""
-    import sys
-
     agent = make_async_on_policy_agent(
         cls, env_id, run_dir=run_dir, progress=progress, tensorboard=tensorboard, **config
     )
-    stats = learn_async_on_policy(agent, total_steps, weight_sync_period=weight_sync_period)
-    if agent.is_main:
-        ranks = f" on {agent.world_size} ranks" if agent.world_size > 1 else ""
-        print(
-            f"async {cls.__name__}{ranks}: {stats.env_steps} env steps "
-            f"({stats.sampling_rate:.0f}/s), {stats.updates} updates, mean policy lag "
-            f"{stats.mean_policy_lag:.2f} updates; run directory: {run_dir}",
-            file=sys.stderr,
-        )
+    _report(agent, learn_async_on_policy(agent, total_steps, weight_sync_period=weight_sync_period))
     return 0

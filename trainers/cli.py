@@ -435,6 +435,20 @@ def _train(args: argparse.Namespace) -> int:
             print("error: the checkpoint names no env; pass --env", file=sys.stderr)
             return 2
         load_kwargs = _keyword_subset(cls.load, {"run_dir": str(run_dir), **runtime})
+        # a run trained asynchronously goes on asynchronously (its checkpoint says so)
+        resume_async = bool(getattr(args, "async_mode", False) or state.get("async", False))
+        if resume_async:
+            from vecaccel.trainers import async_runner
+
+            return async_runner.resume_async(
+                cls,
+                checkpoint,
+                env_id,
+                args.total_steps,
+                weight_sync_period=getattr(args, "async_weight_sync_period", 1),
+                **load_kwargs,
+                **explicit,
+            )
         agent = cls.load(checkpoint, env=env_id, **load_kwargs, **explicit)
         for key, value in runtime.items():
             if hasattr(agent, key) and not isinstance(getattr(type(agent), key, None), property):

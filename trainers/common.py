@@ -1066,6 +1066,9 @@ class OnPolicyAlgorithm(abc.ABC):
         self.schedule_start_update = 0
         self.schedule_updates = 1
         self.elapsed_before = 0.0
+        # trained by the async runner (a rollout process beside this one); saved in
+        # checkpoints, so that `vecaccel train --resume` goes on the same way
+        self.async_run = False
         self.logger: RunLogger | None = None
         self.last_episodes: Any = None
         if env is not None:
@@ -1232,13 +1235,8 @@ class OnPolicyAlgorithm(abc.ABC):
             ``self``.
         """
         cfg = self.config
-        if total_steps is None:
-            if self.target_steps is None or self.global_step >= self.target_steps:
-                raise ValueError("learn() needs total_steps unless it continues a resumed run")
-        else:
-            self.target_steps = self.global_step + int(total_steps)
-            self.schedule_start_update = self.update_index
-            self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
+        self.set_budget(total_steps)
+        self.async_run = False
         if self.env is None:
             self._attach_env(cfg.env_id)
             self._make_sampler()
@@ -1345,6 +1343,21 @@ class OnPolicyAlgorithm(abc.ABC):
                 )
         return self
 
+    def set_budget(self, total_steps: int | None) -> None:
+        """Train ``total_steps`` more env steps from here, the learning rate annealing over them;
+        ``None`` keeps the budget and schedule of the run this agent was loaded from.
+
+        Raises:
+            ValueError: ``total_steps`` is ``None`` and there is no unfinished run to continue.
+        """
+        if total_steps is None:
+            if self.target_steps is None or self.global_step >= self.target_steps:
+                raise ValueError("learn() needs total_steps unless it continues a resumed run")
+            return
+        self.target_steps = self.global_step + int(total_steps)
+        self.schedule_start_update = self.update_index
+        self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
+
     # -- save, load, predict ---------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
@@ -1365,6 +1378,7 @@ class OnPolicyAlgorithm(abc.ABC):
             "schedule_updates": self.schedule_updates,
             "elapsed": self.logger.elapsed if self.logger is not None else self.elapsed_before,
             "rng": get_rng_state(),
+            "async": bool(self.async_run),
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -1441,6 +1455,7 @@ class OnPolicyAlgorithm(abc.ABC):
         self.schedule_start_update = int(state["schedule_start_update"])
         self.schedule_updates = int(state["schedule_updates"])
         self.elapsed_before = float(state.get("elapsed", 0.0))
+        self.async_run = bool(state.get("async", False))
         if restore_rng:
             set_rng_state(state["rng"])
         if env is not None:

@@ -441,6 +441,9 @@ class DQN:
         self._resume: dict[str, Any] | None = None
         # a replay file named by a checkpoint loaded without an env, read when learn() needs it
         self._pending_replay: tuple[Path, dict[str, Any]] | None = None
+        # trained by the async runner (a sampler process beside this one); saved in checkpoints,
+        # so that `vecaccel train --resume` goes on the same way
+        self.async_run = False
         if self.observation_space is not None:
             self._build_networks()
 
@@ -722,6 +725,7 @@ class DQN:
         if self.envs is None:
             raise RuntimeError("this agent has no env: pass env= when creating or loading it")
         resume, self._resume = self._resume, None
+        self.async_run = False
         if total_steps is None:
             if resume is None or self.global_step >= resume["horizon"]:
                 raise ValueError(
@@ -999,6 +1003,7 @@ class DQN:
             "num_updates": self.num_updates,
             "rng": get_rng_state(),
             "agent_rng": self.rng.bit_generator.state,
+            "async": bool(self.async_run),
         }
         if self._loop_state is not None:
             state["loop"] = dict(self._loop_state)
@@ -1069,6 +1074,7 @@ class DQN:
         agent.optimizer.load_state_dict(state["optimizer"])
         agent.global_step = int(state["global_step"])
         agent.num_updates = int(state["num_updates"])
+        agent.async_run = bool(state.get("async", False))
         set_rng_state(state["rng"])
         agent.rng.bit_generator.state = state["agent_rng"]
         replay = state.get("replay") if load_replay else None
@@ -1091,14 +1097,19 @@ class DQN:
         return agent
 
     def _read_replay(self, checkpoint: Path, replay: dict[str, Any]) -> None:
+        self._read_replay_into(self.buffer, checkpoint, replay)
+
+    @staticmethod
+    def _read_replay_into(buffer: ReplayBuffer, checkpoint: Path, replay: dict[str, Any]) -> None:
+        """Fill ``buffer`` (the async runner's shared one, or this agent's) from a checkpoint."""
         file = checkpoint.parent / replay["file"]
-        if type(self.buffer).__name__ != replay["buffer"]:
+        if type(buffer).__name__ != replay["buffer"]:
             raise CheckpointError(
                 f"checkpoint {checkpoint} holds a {replay['buffer']}, but this agent's config "
-                f"makes a {type(self.buffer).__name__}"
+                f"makes a {type(buffer).__name__}"
             )
-        _read_replay(self.buffer, file, replay["token"], checkpoint)
-        self.buffer.rng.bit_generator.state = replay["rng"]
+        _read_replay(buffer, file, replay["token"], checkpoint)
+        buffer.rng.bit_generator.state = replay["rng"]
 
     def close(self) -> None:
         """Close the envs this agent created."""
