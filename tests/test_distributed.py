@@ -376,3 +376,62 @@ def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
     assert float(rows[-1]["charts/world_size"]) == 2
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert int(state["num_updates"]) > 0 and int(state["global_step"]) > 0
+    # every rank's replay buffer went into the checkpoint, not rank 0's alone
+    ranks = state["rank_replays"]
+    assert [entry["token"].split("-")[1] for entry in ranks] == ["r0", "r1"]
+    assert all((run_dir / entry["file"]).is_file() for entry in ranks)
+
+
+def _replay_arrays(run_dir: Path, entry: dict) -> dict:
+    import numpy as np
+
+    with np.load(run_dir / entry["file"]) as archive:
+        return {name: archive[name] for name in ("actions", "rewards", "cursor")}
+
+
+def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: Path) -> None:
+    """Two ranks collect different experience: a checkpoint holds both buffers, and a run resumed
+    on two ranks gives each rank its own back (rank 1 does not restart from rank 0's)."""
+    import numpy as np
+
+    from vecaccel.trainers.common import load_checkpoint
+
+    run_dir = tmp_path / "run"
+    common = [
+        "--no-progress", "--no-tensorboard", "--torch-threads", "1", "--run-dir", str(run_dir),
+    ]  # fmt: skip
+    _run(
+        [
+            sys.executable, "-m", "vecaccel", "train", "dqn", "--nproc", "2",
+            "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2",
+            "--total-steps", "400", "--learning-starts", "64", "--batch-size", "8",
+            "--buffer-size", "4000", *common,
+        ]
+    )  # fmt: skip
+    first = load_checkpoint(run_dir / "checkpoint.pt")
+    ranks = first["rank_replays"]
+    assert len(ranks) == 2 and first["replay"]["file"] == ranks[0]["file"]
+    before = [_replay_arrays(run_dir, entry) for entry in ranks]
+    # the ranks' envs are seeded apart: their buffers differ
+    assert not np.array_equal(before[0]["actions"], before[1]["actions"])
+    assert ranks[0]["agent_rng"] != ranks[1]["agent_rng"]
+
+    _run(
+        [
+            sys.executable, "-m", "vecaccel", "train", "dqn", "--nproc", "2",
+            "--resume", str(run_dir), "--total-steps", "600", *common,
+        ]
+    )  # fmt: skip
+    second = load_checkpoint(run_dir / "checkpoint.pt")
+    assert second["global_step"] == 600
+    after = [_replay_arrays(run_dir, entry) for entry in second["rank_replays"]]
+    for rank in (0, 1):  # the rows written before the checkpoint are each rank's own still
+        rows = int(before[rank]["cursor"].min())
+        assert rows > 0
+        for name in ("actions", "rewards"):
+            np.testing.assert_array_equal(
+                after[rank][name][:rows], before[rank][name][:rows], err_msg=f"rank {rank} {name}"
+            )
+    # only the files the checkpoint names are left
+    names = sorted(entry["file"] for entry in second["rank_replays"])
+    assert sorted(p.name for p in run_dir.glob("*.npz")) == names

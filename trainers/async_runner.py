@@ -811,6 +811,7 @@ def learn_async(
     complete = False
     next_drain = 0.0
     end: float | None = None
+    every_rank_here = False
 
     def drain_episodes() -> None:
         for _, ended in _drain(episodes):
@@ -922,10 +923,12 @@ def learn_async(
                 if complete:
                     break
         end = time.perf_counter()  # the run's rates exclude stopping the sampler process
+        every_rank_here = True
         agent._measured_replay_ratio = (
             (agent.num_updates - updates_at_start) * cfg.batch_size / max(1, steps - learn_from)
         )
     except TrainingInterrupted:
+        every_rank_here = True  # the ranks agreed on the stop
         if cfg.run_dir is not None and main:
             logger.write(
                 f"{guard.signal_name or 'SIGTERM'}: checkpoint saved to "
@@ -937,19 +940,10 @@ def learn_async(
             end = time.perf_counter()
         sampler.stop(episodes)
         elapsed = max(end - start, 1e-9)
-        if cfg.run_dir is not None and main:
-            # the sampler has stopped; a lock it still holds means that it died in the middle
-            # of an add, leaving the buffer torn: the last checkpoint stays the restart point
-            if buffer_lock.acquire(block=False):
-                try:
-                    write_checkpoint()
-                finally:
-                    buffer_lock.release()
-            else:
-                logger.write(
-                    "the sampler stopped in the middle of a replay buffer write: no checkpoint "
-                    "written now, the last one is kept"
-                )
+        # on several ranks the checkpoint is a collective (each rank writes its replay buffer):
+        # after an error the other ranks may never come, and the last checkpoint stays
+        if cfg.run_dir is not None and (world == 1 or every_rank_here):
+            _final_checkpoint(buffer_lock, write_checkpoint, world, agent.device, logger)
         logger.close()
     return AsyncStats.measured(
         env_steps=agent.global_step - start_global,
@@ -961,6 +955,32 @@ def learn_async(
         lag_sum=lag_sum,
         lag_count=lag_count,
     )
+
+
+def _final_checkpoint(
+    lock: Any, write: Callable[[], None], world: int, device: Any, logger: Any
+) -> None:
+    """Write the checkpoint at the end of an async run, the sampler stopped.
+
+    A lock the sampler still holds means that it died in the middle of an add and left the
+    buffer torn (on any rank): then nothing is written and the last checkpoint stays the
+    restart point.
+    """
+    from vecaccel.trainers import distributed
+
+    held = bool(lock.acquire(block=False))
+    try:
+        torn = distributed.all_reduce_any(not held, device=device) if world > 1 else not held
+        if not torn:
+            write()
+        else:
+            logger.write(
+                "the sampler stopped in the middle of a replay buffer write: no checkpoint "
+                "written now, the last one is kept"
+            )
+    finally:
+        if held:
+            lock.release()
 
 
 def train_async_dqn(

@@ -259,6 +259,15 @@ def all_reduce_mean(values: Sequence[float], device: Any = "cpu") -> list[float]
     return (tensor / world_size()).tolist()
 
 
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (small, picklable), in rank order; ``[obj]`` without a process group."""
+    if not is_distributed():
+        return [obj]
+    gathered: list[Any] = [None] * world_size()
+    _dist().all_gather_object(gathered, obj)
+    return gathered
+
+
 def all_reduce_any(flag: bool, device: Any = "cpu") -> bool:
     """Whether ``flag`` is true on any rank (every rank must call it)."""
     if not is_distributed():

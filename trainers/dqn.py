@@ -704,7 +704,8 @@ class DQN:
         bit-identical parameters to a run that was never interrupted. The checkpoint written when
         ``learn`` ends (or is stopped by SIGINT/SIGTERM) continues the run too, not identically;
         an error raised inside the loop writes none, leaving the last restart point in place.
-        Under ``torchrun`` rank 0 saves its own replay buffer only.
+        Under ``torchrun`` every rank saves its own replay buffer; a run resumed on as many ranks
+        gives each rank its own back (on another number, every rank starts from rank 0's).
 
         Args:
             total_steps: env steps to collect in this call; ``None`` finishes the run of the
@@ -961,11 +962,43 @@ class DQN:
     # -- saving and loading -------------------------------------------------------------------
 
     def _checkpoint(self, replay: bool = False) -> None:
+        """Write ``run_dir/checkpoint.pt``; on several ranks every rank must call this.
+
+        With ``replay`` on several ranks, every rank writes its own replay buffer (each holds
+        different experience) and rank 0 names them all in the checkpoint, with each rank's
+        random generators, once they are written.
+        """
+        path = Path(self.config.run_dir) / "checkpoint.pt"
+        ranks = None
+        if replay and self.world_size > 1 and self.buffer is not None:
+            from vecaccel.trainers import distributed
+
+            token = f"{self.global_step}-r{distributed.rank()}-{secrets.token_hex(4)}"
+            ranks = distributed.all_gather_object(
+                self._replay_entry(_write_replay(self.buffer, path, token), token)
+            )
         if not self.is_main:
             return
-        self.save(Path(self.config.run_dir) / "checkpoint.pt", replay=replay)
+        if ranks is not None:
+            self.save(path, rank_replays=ranks)
+        else:
+            self.save(path, replay=replay)
 
-    def save(self, path: str | Path, replay: bool = False) -> Path:
+    def _replay_entry(self, file: Path, token: str) -> dict[str, Any]:
+        return {
+            "file": file.name,
+            "token": token,
+            "buffer": type(self.buffer).__name__,
+            "rng": self.buffer.rng.bit_generator.state,
+            "agent_rng": self.rng.bit_generator.state,
+        }
+
+    def save(
+        self,
+        path: str | Path,
+        replay: bool = False,
+        rank_replays: list[dict[str, Any]] | None = None,
+    ) -> Path:
         """Write the config, networks, optimizer, counters and RNG states (atomically).
 
         Args:
@@ -974,6 +1007,8 @@ class DQN:
                 ``path`` (its name and a matching id are recorded in the checkpoint); without
                 it (as in SB3) a loaded agent refills its buffer. Replay files no longer named
                 by the checkpoint at ``path`` are deleted once it is written.
+            rank_replays: (several ranks) the replay files every rank has written already,
+                with its generators' states, in rank order; the checkpoint names them all.
 
         Returns:
             The checkpoint's path.
@@ -1007,22 +1042,21 @@ class DQN:
         }
         if self._loop_state is not None:
             state["loop"] = dict(self._loop_state)
-        keep = None
-        if replay and self.buffer is not None:
+        keep: set[str] = set()
+        if rank_replays is not None:
+            state["replay"] = dict(rank_replays[0])  # what a single process loads
+            state["rank_replays"] = [dict(entry) for entry in rank_replays]
+            keep = {entry["file"] for entry in rank_replays}
+        elif replay and self.buffer is not None:
             token = f"{self.global_step}-{secrets.token_hex(4)}"
-            keep = _write_replay(self.buffer, path, token)
-            state["replay"] = {
-                "file": keep.name,
-                "token": token,
-                "buffer": type(self.buffer).__name__,
-                "rng": self.buffer.rng.bit_generator.state,
-            }
+            state["replay"] = self._replay_entry(_write_replay(self.buffer, path, token), token)
+            keep = {state["replay"]["file"]}
         written = save_checkpoint(path, state)
         # older replay files, and the partial one of a save that was killed, are of no use now
         stem = glob.escape(path.stem)
         for pattern in (f"{stem}.replay-*.npz", f".{stem}.replay-*.npz.*.tmp"):
             for stale in path.parent.glob(pattern):
-                if stale != keep:
+                if stale.name not in keep:
                     stale.unlink(missing_ok=True)
         return written
 
@@ -1078,6 +1112,16 @@ class DQN:
         set_rng_state(state["rng"])
         agent.rng.bit_generator.state = state["agent_rng"]
         replay = state.get("replay") if load_replay else None
+        ranks = state.get("rank_replays")
+        if ranks is not None and len(ranks) == agent.world_size:
+            # each rank of a run on as many ranks goes on with its own experience
+            from vecaccel.trainers import distributed
+
+            entry = ranks[distributed.rank()]
+            agent.rng.bit_generator.state = entry["agent_rng"]
+            state["agent_rng"] = entry["agent_rng"]
+            if replay is not None:
+                replay = entry
         if replay is not None:
             agent._pending_replay = (path, replay)
         if "loop" in state:  # older checkpoints have no loop state: learn() starts afresh
