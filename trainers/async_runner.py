@@ -1065,7 +1065,8 @@ def resume_async(
             file=sys.stderr,
         )
         return 0
-    print(f"resuming {cls.__name__} (async) from {checkpoint} at step {step}", file=sys.stderr)
+    if getattr(agent, "is_main", True):
+        print(f"resuming {cls.__name__} (async) from {checkpoint} at step {step}", file=sys.stderr)
     if on_policy:
         stats = learn_async_on_policy(agent, None, weight_sync_period=weight_sync_period)
     else:
