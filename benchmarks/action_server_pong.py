@@ -128,11 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         factory, policy, n, args.seconds, "action_server", alternating=True
     )
     serial_ideal = n / (step_s + forward_s)
-    print(f"{args.env}, {n} envs, Nature-CNN policy, torch threads={args.threads}, "
-          f"{cores} cores")
-    print(f"parts: one lock-step env step {step_s * 1e3:.2f} ms, one forward {forward_s * 1e3:.2f} ms;"
-          f" serial loop with no overhead {serial_ideal:.0f} steps/s;"
-          f" perfect overlap on {cores} cores would give {ideal:.2f}x that")
+    print(f"{args.env}, {n} envs, Nature-CNN policy, torch threads={args.threads}, {cores} cores")
+    print(
+        f"parts: one lock-step env step {step_s * 1e3:.2f} ms, one forward {forward_s * 1e3:.2f} ms;"
+        f" serial loop with no overhead {serial_ideal:.0f} steps/s;"
+        f" perfect overlap on {cores} cores would give {ideal:.2f}x that"
+    )
     base = rows["sb3_subproc"]
     print(f"{'variant':<28} {'steps/s':>9} {'vs SB3 way':>11}")
     for name, rate in rows.items():

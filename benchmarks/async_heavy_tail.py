@@ -71,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     # lock-step: each step costs N*cpu/cores of CPU plus, in expectation, the slowest sleep
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     cpu_bound = cores / (args.cpu_ms / 1e3)
-    print(f"heavy-tailed env: {args.cpu_ms} ms CPU/step, {args.p_slow:.0%} of steps sleep "
-          f"{args.sleep_ms} ms; {args.num_envs} envs, {args.num_workers} workers, "
-          f"batch_size {args.batch_size}, {cores} cores")
+    print(
+        f"heavy-tailed env: {args.cpu_ms} ms CPU/step, {args.p_slow:.0%} of steps sleep "
+        f"{args.sleep_ms} ms; {args.num_envs} envs, {args.num_workers} workers, "
+        f"batch_size {args.batch_size}, {cores} cores"
+    )
     print(f"{'backend':<10} {'steps/s':>10} {'vs shm':>8}")
     for name, rate in rows.items():
         print(f"{name:<10} {rate:>10.0f} {rate / rows['shm']:>7.2f}x")

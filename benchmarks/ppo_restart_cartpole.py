@@ -63,11 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     envs.close()
     final = float(np.mean(state["returns"][-5:])) if state["returns"] else float("nan")
     solved_at = next((s for s, r in zip(state["steps"], state["returns"]) if r >= 475), None)
-    print(f"PPO CartPole, shm with on_worker_failure='restart', a worker SIGKILLed every "
-          f"{args.kill_every} steps")
-    print(f"steps {args.total_steps}, workers killed {state['kills']}, failures recovered "
-          f"{failures}, final mean return {final:.1f}, first >= 475 at step {solved_at}, "
-          f"{elapsed:.1f} s")
+    print(
+        f"PPO CartPole, shm with on_worker_failure='restart', a worker SIGKILLed every "
+        f"{args.kill_every} steps"
+    )
+    print(
+        f"steps {args.total_steps}, workers killed {state['kills']}, failures recovered "
+        f"{failures}, final mean return {final:.1f}, first >= 475 at step {solved_at}, "
+        f"{elapsed:.1f} s"
+    )
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         write_json(

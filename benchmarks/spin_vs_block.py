@@ -56,10 +56,20 @@ def main(argv: list[str] | None = None) -> int:
         for workers in sorted({cpus, max(1, cpus - 1)}):
             for spin in (0.0, 20.0, 100.0):
                 rate = _rate(env, n, workers, spin, args.seconds)
-                rows.append({"env": label, "num_envs": n, "workers": workers, "spin_us": spin,
-                             "steps_per_s": rate})
-                print(f"{label:<14} n={n:<3} workers={workers} spin_us={spin:>5.0f}: "
-                      f"{rate:>9.0f} steps/s", flush=True)
+                rows.append(
+                    {
+                        "env": label,
+                        "num_envs": n,
+                        "workers": workers,
+                        "spin_us": spin,
+                        "steps_per_s": rate,
+                    }
+                )
+                print(
+                    f"{label:<14} n={n:<3} workers={workers} spin_us={spin:>5.0f}: "
+                    f"{rate:>9.0f} steps/s",
+                    flush=True,
+                )
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         write_json(args.json, rows, command="python " + " ".join(sys.argv))
