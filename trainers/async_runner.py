@@ -251,19 +251,7 @@ class _LockedBuffer:
 
 
 def _buffer_spec(agent: Any, num_envs: int) -> dict[str, Any]:
-    cfg = agent.config
-    frame_stack = agent._frame_stack()
-    kwargs: dict[str, Any] = dict(
-        capacity=max(cfg.buffer_size, num_envs * (cfg.n_step + frame_stack + 8)),
-        num_envs=num_envs,
-        n_step=cfg.n_step,
-        gamma=cfg.gamma,
-        frame_stack=frame_stack,
-        seed=cfg.seed,
-    )
-    if cfg.prioritized:
-        kwargs.update(alpha=cfg.priority_alpha, eps=cfg.priority_eps)
-    return {"prioritized": cfg.prioritized, "kwargs": kwargs}
+    return {"prioritized": agent.config.prioritized, "kwargs": agent._buffer_kwargs(num_envs)}
 
 
 def _build_buffer(

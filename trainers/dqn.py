@@ -521,27 +521,26 @@ class DQN:
         image = isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
         return int(space.shape[0]) if image and len(space.shape) == 3 else 1
 
-    def _make_buffer(self) -> ReplayBuffer:
+    def _buffer_kwargs(self, num_envs: int) -> dict[str, Any]:
+        """The replay buffer's arguments (here and in the async runner's shared buffer, so that
+        their checkpointed buffers fit each other)."""
         cfg = self.config
         kwargs: dict[str, Any] = dict(
-            capacity=max(
-                cfg.buffer_size, self.envs.num_envs * (cfg.n_step + self._frame_stack() + 8)
-            ),
-            num_envs=self.envs.num_envs,
+            capacity=max(cfg.buffer_size, num_envs * (cfg.n_step + self._frame_stack() + 8)),
+            num_envs=num_envs,
             n_step=cfg.n_step,
             gamma=cfg.gamma,
             frame_stack=self._frame_stack(),
             seed=cfg.seed,
         )
         if cfg.prioritized:
-            return PrioritizedReplayBuffer(
-                self.observation_space,
-                self.action_space,
-                alpha=cfg.priority_alpha,
-                eps=cfg.priority_eps,
-                **kwargs,
-            )
-        return ReplayBuffer(self.observation_space, self.action_space, **kwargs)
+            kwargs.update(alpha=cfg.priority_alpha, eps=cfg.priority_eps)
+        return kwargs
+
+    def _make_buffer(self) -> ReplayBuffer:
+        cls = PrioritizedReplayBuffer if self.config.prioritized else ReplayBuffer
+        kwargs = self._buffer_kwargs(self.envs.num_envs)
+        return cls(self.observation_space, self.action_space, **kwargs)
 
     # -- acting -------------------------------------------------------------------------------
 
