@@ -1033,11 +1033,11 @@ def resume_async(
     """
     import sys
 
+    from vecaccel.trainers.common import apply_runtime_settings
+
     agent = cls.load(checkpoint, env=None, **load_kwargs)
-    for key in ("progress", "tensorboard"):  # run-time settings, not always config fields
-        settable = not isinstance(getattr(type(agent), key, None), property)
-        if key in load_kwargs and settable and hasattr(agent, key):
-            setattr(agent, key, load_kwargs[key])
+    runtime = ("progress", "tensorboard")
+    apply_runtime_settings(agent, {k: v for k, v in load_kwargs.items() if k in runtime})
     step = int(agent.global_step)
     on_policy = not hasattr(agent, "num_updates")
     if on_policy and total_steps is not None:

@@ -414,7 +414,7 @@ def _train(args: argparse.Namespace) -> int:
     import os
 
     from vecaccel.trainers import distributed
-    from vecaccel.trainers.common import CheckpointError, load_checkpoint
+    from vecaccel.trainers.common import CheckpointError, apply_runtime_settings, load_checkpoint
 
     algo = args.algo
     cls = _algorithm_class(algo)
@@ -450,9 +450,7 @@ def _train(args: argparse.Namespace) -> int:
                 **explicit,
             )
         agent = cls.load(checkpoint, env=env_id, **load_kwargs, **explicit)
-        for key, value in runtime.items():
-            if hasattr(agent, key) and not isinstance(getattr(type(agent), key, None), property):
-                setattr(agent, key, value)
+        apply_runtime_settings(agent, runtime)
         step = int(getattr(agent, "global_step", 0))
         print(f"resuming {algo} from {checkpoint} at step {step}", file=sys.stderr)
         try:

@@ -253,6 +253,14 @@ def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path
     return path
 
 
+def apply_runtime_settings(agent: Any, settings: dict[str, Any]) -> None:
+    """Set run-time settings (``progress``, ``tensorboard``) on a loaded agent, where they are
+    plain attributes: not every trainer keeps them in its config."""
+    for key, value in settings.items():
+        if hasattr(agent, key) and not isinstance(getattr(type(agent), key, None), property):
+            setattr(agent, key, value)
+
+
 def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
     """Load a checkpoint written by :func:`save_checkpoint` (or a plain ``torch.save`` dict).
 
