@@ -243,6 +243,16 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
     # a finished run says so
     assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
     assert "the run is complete" in capsys.readouterr().err
+    # --sync goes on synchronously, from the async run's replay buffer
+    updates = state["num_updates"]
+    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1200", "--sync",
+                 *common]) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "resuming dqn from" in err and "(async)" not in err, err
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert state["global_step"] == 1200 and state["async"] is False
+    # it trained from the loaded buffer at once: 200 steps x ratio 2 / batch 16, no warm-up
+    assert state["num_updates"] - updates >= 200 * 2 // 16 - 2
 
 
 def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) -> None:
@@ -269,3 +279,12 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     resumed = PPO.load(tmp_path)
     assert resumed.global_step == 128 and resumed.async_run
     assert resumed.update_index == agent.update_index + 2
+    # --sync: one more update, synchronously, recorded as such; --async and --sync exclude
+    assert main(["train", "ppo", "--resume", str(tmp_path), "--total-steps", "160", "--sync",
+                 *common]) == 0  # fmt: skip
+    synced = PPO.load(tmp_path)
+    assert synced.global_step == 160 and not synced.async_run
+    assert synced.update_index == resumed.update_index + 1
+    with pytest.raises(SystemExit):
+        main(["train", "ppo", "--resume", str(tmp_path), "--async", "--sync", *common])
+    assert "not allowed with argument" in capsys.readouterr().err

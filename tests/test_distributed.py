@@ -275,13 +275,16 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
     assert "checkpoint saved" in output
     step = int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"])
     assert step > 0
-    _run(
+    resumed = _run(
         [
             sys.executable, "-m", "vecaccel", "train", "a2c", "--nproc", "2",
             "--resume", str(run_dir), "--total-steps", str(step + 40), *common,
         ]
     )  # fmt: skip
     assert int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"]) == step + 40
+    # one line for the run, from rank 0, not one per rank
+    output = resumed.stdout + resumed.stderr
+    assert output.count("resuming a2c from") == 1, output[-3000:]
 
 
 # -- asynchronous mode on several ranks: a sampler process per rank, data-parallel optimisers --

@@ -294,8 +294,9 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
             "envs, with --async its own sampler process, gradients all-reduced; --total-steps "
             "is the total over ranks)",
         )
+        mode = parser.add_mutually_exclusive_group()
         if algo in ("dqn", "c51", "rainbow"):
-            parser.add_argument(
+            mode.add_argument(
                 "--async",
                 dest="async_mode",
                 action="store_true",
@@ -304,7 +305,7 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
                 "throttling both",
             )
         else:
-            parser.add_argument(
+            mode.add_argument(
                 "--async",
                 dest="async_mode",
                 action="store_true",
@@ -321,7 +322,14 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
                 help="with --async: updates between weight copies to the rollout process "
                 "(default: 1)",
             )
-        parser.set_defaults(handler=train_command, config=None, async_mode=False)
+        mode.add_argument(
+            "--sync",
+            dest="sync_mode",
+            action="store_true",
+            help="with --resume: go on synchronously, even if the run was trained with --async "
+            "(by default a resumed run keeps the mode its checkpoint records)",
+        )
+        parser.set_defaults(handler=train_command, config=None, async_mode=False, sync_mode=False)
 
     evaluate = subparsers.add_parser(
         "eval",
@@ -435,8 +443,10 @@ def _train(args: argparse.Namespace) -> int:
             print("error: the checkpoint names no env; pass --env", file=sys.stderr)
             return 2
         load_kwargs = _keyword_subset(cls.load, {"run_dir": str(run_dir), **runtime})
-        # a run trained asynchronously goes on asynchronously (its checkpoint says so)
+        # a run trained asynchronously goes on asynchronously (its checkpoint says so), unless
+        # --sync asks otherwise; the DQN family's replay file is read by either mode
         resume_async = bool(getattr(args, "async_mode", False) or state.get("async", False))
+        resume_async = resume_async and not getattr(args, "sync_mode", False)
         if resume_async:
             from vecaccel.trainers import async_runner
 
@@ -452,7 +462,8 @@ def _train(args: argparse.Namespace) -> int:
         agent = cls.load(checkpoint, env=env_id, **load_kwargs, **explicit)
         apply_runtime_settings(agent, runtime)
         step = int(getattr(agent, "global_step", 0))
-        print(f"resuming {algo} from {checkpoint} at step {step}", file=sys.stderr)
+        if getattr(agent, "is_main", True):  # one line for the run, not one per rank
+            print(f"resuming {algo} from {checkpoint} at step {step}", file=sys.stderr)
         try:
             if hasattr(agent, "set_target_steps"):
                 if args.total_steps is not None:
