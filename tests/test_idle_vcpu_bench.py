@@ -3,23 +3,17 @@ records hold their medians (the figure itself comes from a long run)."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import time
 
 import pytest
 
-pytest.importorskip("ale_py")
+from tests.bench_scripts import load_benchmark
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytest.importorskip("ale_py")
 
 
 def _load():
-    path = os.path.join(ROOT, "benchmarks", "idle_vcpu.py")
-    spec = importlib.util.spec_from_file_location("idle_vcpu_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("idle_vcpu")
 
 
 def test_each_wait_lasts_its_gap_and_each_kind_is_measured():

@@ -6,23 +6,17 @@ per-update quotients of the rates the records hold."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import statistics
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.bench_scripts import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    path = os.path.join(ROOT, "benchmarks", "sb3_rollout.py")
-    spec = importlib.util.spec_from_file_location("sb3_rollout_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("sb3_rollout")
 
 
 def test_paired_ratios_are_per_update_quotients(bench):
