@@ -445,8 +445,8 @@ def _train(args: argparse.Namespace) -> int:
         load_kwargs = _keyword_subset(cls.load, {"run_dir": str(run_dir), **runtime})
         # a run trained asynchronously goes on asynchronously (its checkpoint says so), unless
         # --sync asks otherwise; the DQN family's replay file is read by either mode
-        keep_mode = bool(getattr(args, "async_mode", False) or state.get("async", False))
-        resume_async = keep_mode and not getattr(args, "sync_mode", False)
+        wants_async = bool(getattr(args, "async_mode", False) or state.get("async", False))
+        resume_async = wants_async and not getattr(args, "sync_mode", False)
         if resume_async:
             from vecaccel.trainers import async_runner
 
