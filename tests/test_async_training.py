@@ -288,3 +288,20 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     with pytest.raises(SystemExit):
         main(["train", "ppo", "--resume", str(tmp_path), "--async", "--sync", *common])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_cli_sync_flag_on_a_new_run_trains_synchronously(tmp_path) -> None:
+    from vecaccel.cli import main
+    from vecaccel.trainers import PPO
+
+    code = main(
+        [
+            "train", "ppo", "--sync", "--env", "CartPole-v1", "--backend", "serial",
+            "--num-envs", "2", "--num-steps", "16", "--total-steps", "32",
+            "--torch-threads", "1", "--run-dir", str(tmp_path), "--no-progress",
+            "--no-tensorboard",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    agent = PPO.load(tmp_path)
+    assert agent.global_step == 32 and not agent.async_run

@@ -326,8 +326,9 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
             "--sync",
             dest="sync_mode",
             action="store_true",
-            help="with --resume: go on synchronously, even if the run was trained with --async "
-            "(by default a resumed run keeps the mode its checkpoint records)",
+            help="synchronous mode, the default for a new run; with --resume: go on "
+            "synchronously even if the run was trained with --async (by default a resumed run "
+            "keeps the mode its checkpoint records)",
         )
         parser.set_defaults(handler=train_command, config=None, async_mode=False, sync_mode=False)
 
