@@ -66,7 +66,8 @@ def _stepper(cpu: int | None, num_envs: int, seed: int, conn: Any) -> None:
 
 
 def cpus_to_pin(count: int) -> list[int | None]:
-    """``count`` distinct CPUs this process may use (``None`` where pinning is unavailable)."""
+    """A CPU for each of ``count`` workers among those this process may use, distinct while
+    there are enough (``None`` where pinning is unavailable)."""
     if not hasattr(os, "sched_getaffinity"):
         return [None] * count
     allowed = sorted(os.sched_getaffinity(0))
