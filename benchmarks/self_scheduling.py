@@ -21,14 +21,19 @@ import argparse
 import ctypes
 import multiprocessing as mp
 import os
+import sys
 import time
 from multiprocessing.connection import wait as wait_any
 from typing import Any
 
 import numpy as np
 
-from vecaccel.bench import write_json
-from vecaccel.worker import usable_cpus
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from lockstep_balance import forward_pass  # noqa: E402 - the caller's work, as measured there
+
+from vecaccel.bench import write_json  # noqa: E402
+from vecaccel.worker import usable_cpus  # noqa: E402
 
 GO, STOP, END, READY = b"g", b"q", b"e", b"r"
 
@@ -156,23 +161,6 @@ class Chains:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-
-
-def forward_pass(batch: int = 16) -> Any:
-    """SB3's ``CnnPolicy`` features (NatureCNN) on ``batch`` 4x84x84 frames, one torch thread."""
-    import gymnasium as gym
-    import torch
-    from stable_baselines3.common.torch_layers import NatureCNN
-
-    torch.set_num_threads(1)
-    net = NatureCNN(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
-    frames = torch.randint(0, 255, (batch, 4, 84, 84), dtype=torch.uint8)
-
-    def run() -> None:
-        with torch.no_grad():
-            net(frames.float() / 255.0)
-
-    return run
 
 
 def measure(

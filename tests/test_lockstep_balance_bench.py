@@ -4,14 +4,11 @@ summary's figures follow from the per-batch times (the figure itself comes from 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests.bench_scripts import ROOT, load_benchmark
+from tests.bench_scripts import load_benchmark, run_benchmark
 
 pytest.importorskip("ale_py")
 
@@ -42,15 +39,9 @@ def test_steppers_answer_every_batch_and_exit():
 
 def test_script_under_spawn_writes_its_record(tmp_path):
     out = tmp_path / "lockstep.json"
-    script = os.path.join(ROOT, "benchmarks", "lockstep_balance.py")
     args = ["--batches", "3", "--num-envs", "1", "--workers", "2", "--gap-ms", "1"]
-    args += ["--pause", "sleep,forward"]
-    proc = subprocess.run(
-        [sys.executable, script, *args, "--context", "spawn", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args += ["--pause", "sleep,forward", "--context", "spawn", "--json", str(out)]
+    proc = run_benchmark("lockstep_balance", *args)
     assert proc.returncode == 0, proc.stderr
     records = json.loads(out.read_text())["results"]
     assert [r["pause"] for r in records] == ["sleep", "forward"]

@@ -4,13 +4,10 @@ and the script runs under spawn (the figure itself comes from a long run)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.bench_scripts import ROOT, load_benchmark
+from tests.bench_scripts import load_benchmark, run_benchmark
 
 pytest.importorskip("ale_py")
 
@@ -72,14 +69,8 @@ def test_measure_records_each_configuration():
 
 def test_script_under_spawn_writes_its_records(tmp_path):
     out = tmp_path / "chains.json"
-    script = os.path.join(ROOT, "benchmarks", "self_scheduling.py")
     args = ["--units", "2", "--rounds", "1", "--steps", "3", "--pin", "both"]
-    proc = subprocess.run(
-        [sys.executable, script, *args, "--context", "spawn", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_benchmark("self_scheduling", *args, "--context", "spawn", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     records = json.loads(out.read_text())["results"]
     assert [(r["units"], r["pin"]) for r in records] == [(2, False), (2, True)]
