@@ -7,6 +7,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -149,19 +150,54 @@ def test_async_ppo_learns_cartpole_and_logs_policy_lag() -> None:
     agent = make_async_on_policy_agent(
         PPO, "CartPole-v1", backend="serial", torch_threads=1, seed=1, **config
     )
-    # 60k steps: with the double buffer's lag of ~2 updates and the learning rate annealed to 0
-    # over the run, 40k left the last returns anywhere from 170 to 500 between runs (the
-    # rollout/update interleaving is up to the scheduler); 60k ended at 500 in six of six runs
-    stats = learn_async_on_policy(agent, 60_000)
+    # a fixed lag makes the run repeat exactly: with the lag left to the scheduler, the last
+    # returns of this run ended anywhere from 170 to 500 (40k steps), and once at 247 (60k)
+    stats = learn_async_on_policy(agent, 60_000, fixed_lag=True)
     returns = [
         row["charts/episodic_return"]
         for row in agent.logger.history
         if row.get("charts/episodic_return") is not None
     ]
     assert np.mean(returns[-5:]) >= 300, returns[-10:]
-    # double buffering: the batch trained on was collected one or two updates ago
-    assert 0.5 <= stats.mean_policy_lag <= 2.5
-    assert all("charts/policy_lag" in row for row in agent.logger.history)
+    # double buffering with a fixed lag: each batch after the first was collected one update ago
+    lags = [row["charts/policy_lag"] for row in agent.logger.history]
+    assert lags[0] == 0 and set(lags[1:]) == {1}
+    assert 0.5 <= stats.mean_policy_lag <= 1.0
+
+
+def _short_async_ppo(seed: int, **options: Any) -> tuple[Any, Any]:
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
+
+    agent = make_async_on_policy_agent(
+        PPO, "CartPole-v1", backend="serial", torch_threads=1, seed=seed, num_envs=2,
+        num_steps=16, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False,
+    )  # fmt: skip
+    stats = learn_async_on_policy(agent, 6 * 32, **options)
+    return agent, stats
+
+
+def test_async_ppo_with_a_fixed_lag_repeats_exactly() -> None:
+    first, stats = _short_async_ppo(seed=5, fixed_lag=True)
+    second, _ = _short_async_ppo(seed=5, fixed_lag=True)
+    assert stats.updates == 6
+    lags = [row["charts/policy_lag"] for row in first.logger.history]
+    assert lags == [0, 1, 1, 1, 1, 1]
+    a, b = first.model.state_dict(), second.model.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    other, _ = _short_async_ppo(seed=6, fixed_lag=True)
+    c = other.model.state_dict()
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+
+
+def test_fixed_lag_needs_every_updates_weights() -> None:
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
+
+    agent = make_async_on_policy_agent(PPO, "CartPole-v1", backend="serial", num_envs=2)
+    with pytest.raises(ValueError, match="weight_sync_period=1.*got weight_sync_period=2"):
+        learn_async_on_policy(agent, 64, fixed_lag=True, weight_sync_period=2)
 
 
 def test_cli_async_a2c(tmp_path) -> None:

@@ -91,6 +91,10 @@ _SLOT_STATE, _SLOT_K, _SLOT_VERSION = 8, 10, 12
 # set once the optimiser has the slots: they travel as file descriptors that the rollout
 # process itself hands over, so it must not exit before (a run of two batches could)
 _SLOTS_TAKEN = 14
+# with a fixed lag: how many batches' weights the rollout process has pulled so far
+_PULLS = 6
+# the key that derives a sampler process's own seed (its torch sampling) from the run's seed
+_CHILD_SEED_KEY = 0xA5
 # slots of the shared float64 timers (seconds)
 _SAMPLER_WAIT, _SAMPLER_BUSY = range(2)
 # DQN ranks meet at least every this many updates (to agree on a stop and reduce metrics)
@@ -511,10 +515,12 @@ _MAX_PENDING_STEPS = 32
 
 def _sampler_loop(spec: dict[str, Any]) -> None:
     """The DQN sampler: ε-greedy steps with the latest weights into the shared replay buffer."""
-    from vecaccel.trainers.common import make_env_for_training
+    from vecaccel.trainers.common import make_env_for_training, seed_everything, split_seed
     from vecaccel.trainers.dqn import linear_schedule
 
     link = _ChildLink(spec)
+    # its own draws (e.g. noisy nets' noise), new ones for a resumed run
+    seed_everything(split_seed(int(spec["env_seed"]), _CHILD_SEED_KEY, spec["updates_at_start"]))
     counters, timers = link.counters, link.timers
     network: torch.nn.Module = spec["network"]
     support: torch.Tensor | None = spec["support"]
@@ -1090,12 +1096,15 @@ def _share_like(batch: Any) -> dict[str, Any]:
 def _rollout_loop(spec: dict[str, Any]) -> None:
     """The on-policy sampler: ``[T, B]`` rollouts into the two shared slots in turn."""
     import vecaccel
-    from vecaccel.trainers.common import make_env_for_training
+    from vecaccel.trainers.common import make_env_for_training, seed_everything, split_seed
 
     link = _ChildLink(spec)
     counters = link.counters
     model: torch.nn.Module = spec["model"]
     cfg = spec["config"]
+    first_version = int(counters[_VERSION])  # published before this process started
+    # the policy's action sampling, new draws for a resumed run
+    seed_everything(split_seed(int(cfg["seed"]), _CHILD_SEED_KEY, first_version))
     options: dict[str, Any] = {}
     if cfg["num_workers"] > 0 and cfg["backend"] != "serial":
         options["num_workers"] = cfg["num_workers"]
@@ -1116,10 +1125,20 @@ def _rollout_loop(spec: dict[str, Any]) -> None:
         )
         slots: list[dict[str, Any]] | None = None
         slot = 0
-        for _ in range(spec["num_batches"]):
+        for n in range(spec["num_batches"]):
             if link.stopped:
                 break
-            version = link.pull_weights(params)
+            if spec["fixed_lag"]:
+                # batch n is collected with the weights of update n - 1 exactly: waited for,
+                # and the optimiser publishes no newer ones before they are pulled
+                wanted = first_version + max(0, n - 1)
+                link.wait_while(lambda wanted=wanted: int(counters[_VERSION]) < wanted)
+                if link.stopped:
+                    break
+                version = link.pull_weights(params)
+                counters[_PULLS] = n + 1
+            else:
+                version = link.pull_weights(params)
             batch = sampler.collect()
             if slots is None:
                 slots = [_share_like(batch), _share_like(batch)]
@@ -1158,6 +1177,7 @@ def learn_async_on_policy(
     total_steps: int | None,
     *,
     weight_sync_period: int = 1,
+    fixed_lag: bool = False,
     context: str = "spawn",
     poll_interval: float = 0.0005,
     sampler_threads: int = 1,
@@ -1169,8 +1189,14 @@ def learn_async_on_policy(
     shared-memory slots, in turn (a double buffer), while this process updates on the other
     slot. Each batch remembers which update's weights collected it; the **policy lag** (updates
     between those weights and the ones being trained) is logged as ``charts/policy_lag``, 1 with
-    ``weight_sync_period=1`` in steady state. PPO's importance ratio uses the stored behaviour
-    log-probabilities, so the lag is corrected up to the clipping; A2C's gradient is biased by it.
+    ``weight_sync_period=1`` in steady state, but which update's weights a batch gets depends on
+    how the two processes happen to be scheduled, so two runs with the same seed differ. With
+    ``fixed_lag=True`` batch ``n`` is always collected with the weights of update ``n - 1``
+    (the rollout process waits for them; the optimiser publishes no newer ones before they are
+    taken): the lag is exactly 1 after the first batch and a seeded run repeats exactly. It
+    costs no throughput when one side is clearly the slower, as each side then waits anyway.
+    PPO's importance ratio uses the stored behaviour log-probabilities, so the lag is corrected
+    up to the clipping; A2C's gradient is biased by it.
     Under a process group every rank runs its own rollout process and double buffer; the
     updates are data-parallel and the ranks reduce their metrics (and agree on a stop) after
     every update, as synchronous training does.
@@ -1184,6 +1210,8 @@ def learn_async_on_policy(
         total_steps: env steps to collect, over all ranks (rounded up to whole batches);
             ``None``: those the loaded run has left.
         weight_sync_period: updates between weight copies to the rollout process.
+        fixed_lag: collect batch ``n`` with the weights of update ``n - 1`` exactly
+            (reproducible runs); needs ``weight_sync_period=1``.
         context: multiprocessing start method of the rollout process.
         poll_interval: seconds between checks while one side waits.
         sampler_threads: torch threads of the rollout process.
@@ -1207,6 +1235,11 @@ def learn_async_on_policy(
         mean_or_none,
     )
 
+    if fixed_lag and weight_sync_period != 1:
+        raise ValueError(
+            f"fixed_lag=True needs weight_sync_period=1 (every update's weights are the next "
+            f"batch's), got weight_sync_period={weight_sync_period}"
+        )
     cfg = agent.config
     world = int(getattr(agent, "world_size", 1))
     main = bool(getattr(agent, "is_main", True))
@@ -1251,6 +1284,7 @@ def learn_async_on_policy(
         slots=slots_queue,
         episodes=episodes,
         num_batches=num_batches,
+        fixed_lag=bool(fixed_lag),
     )
     rollouts.publish(agent.update_index)
     rollouts.start(_rollout_loop, spec)
@@ -1320,6 +1354,13 @@ def learn_async_on_policy(
                 counters[_SLOT_STATE + slot] = 0  # the slot may be refilled now
                 agent.update_index += 1
                 agent.global_step += agent.batch_size
+                if fixed_lag:  # not before batch m has taken update m - 1's weights
+                    pulled = min(agent.update_index - updates_at_start + 1, num_batches)
+                    waited = time.perf_counter()
+                    while counters[_PULLS] < pulled:
+                        check()
+                        time.sleep(poll_interval)
+                    optimizer_wait += time.perf_counter() - waited
                 if agent.update_index % max(1, weight_sync_period) == 0:
                     rollouts.publish(agent.update_index)
                 lag_sum += lag
