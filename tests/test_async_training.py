@@ -191,6 +191,30 @@ def test_async_ppo_with_a_fixed_lag_repeats_exactly() -> None:
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+def test_cli_async_fixed_lag_runs_repeat(tmp_path, capsys) -> None:
+    from vecaccel.cli import main
+    from vecaccel.trainers import PPO
+
+    def run(run_dir, *extra):
+        return main(
+            [
+                "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
+                "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
+                "--total-steps", "96", "--seed", "4", "--torch-threads", "1",
+                "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard", *extra,
+            ]
+        )  # fmt: skip
+
+    assert run(tmp_path / "a") == 0 and run(tmp_path / "b") == 0
+    a, b = PPO.load(tmp_path / "a"), PPO.load(tmp_path / "b")
+    assert a.global_step == b.global_step == 96
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    capsys.readouterr()
+    assert run(tmp_path / "c", "--async-weight-sync-period", "2") == 2
+    assert "--async-fixed-lag needs --async-weight-sync-period 1, got 2" in capsys.readouterr().err
+
+
 def test_fixed_lag_needs_every_updates_weights() -> None:
     from vecaccel.trainers import PPO
     from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent

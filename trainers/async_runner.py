@@ -1029,6 +1029,7 @@ def resume_async(
     total_steps: int | None,
     *,
     weight_sync_period: int = 1,
+    fixed_lag: bool = False,
     **load_kwargs: Any,
 ) -> int:
     """``vecaccel train ALGO --resume DIR`` of a run trained with ``--async``: the exit code.
@@ -1036,6 +1037,8 @@ def resume_async(
     The agent is loaded without envs (the sampler process builds them) and goes on from the
     checkpoint's counters (and, for the DQN family, its replay buffer) to ``total_steps``, the
     run's new total; A2C and PPO may leave it out to finish the run's own budget.
+    ``weight_sync_period`` and ``fixed_lag`` apply to A2C and PPO (see
+    :func:`learn_async_on_policy`).
     """
     import sys
 
@@ -1062,7 +1065,9 @@ def resume_async(
     if getattr(agent, "is_main", True):
         print(f"resuming {cls.__name__} (async) from {checkpoint} at step {step}", file=sys.stderr)
     if on_policy:
-        stats = learn_async_on_policy(agent, None, weight_sync_period=weight_sync_period)
+        stats = learn_async_on_policy(
+            agent, None, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag
+        )
     else:
         stats = learn_async(agent, env_id, target - step, reset_num_timesteps=False)
     _report(agent, stats)
@@ -1433,11 +1438,15 @@ def train_async_on_policy(
     progress: bool = True,
     tensorboard: bool = True,
     weight_sync_period: int = 1,
+    fixed_lag: bool = False,
     **config: Any,
 ) -> int:
     """``vecaccel train a2c|ppo --async``: build the agent, train, report; the exit code."""
     agent = make_async_on_policy_agent(
         cls, env_id, run_dir=run_dir, progress=progress, tensorboard=tensorboard, **config
     )
-    _report(agent, learn_async_on_policy(agent, total_steps, weight_sync_period=weight_sync_period))
+    stats = learn_async_on_policy(
+        agent, total_steps, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag
+    )
+    _report(agent, stats)
     return 0

@@ -322,6 +322,13 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
                 help="with --async: updates between weight copies to the rollout process "
                 "(default: 1)",
             )
+            parser.add_argument(
+                "--async-fixed-lag",
+                dest="async_fixed_lag",
+                action="store_true",
+                help="with --async: collect batch n with the weights of update n-1 exactly, so "
+                "that a seeded run repeats (needs --async-weight-sync-period 1)",
+            )
         mode.add_argument(
             "--sync",
             dest="sync_mode",
@@ -425,6 +432,14 @@ def _train(args: argparse.Namespace) -> int:
     from vecaccel.trainers import distributed
     from vecaccel.trainers.common import CheckpointError, apply_runtime_settings, load_checkpoint
 
+    fixed_lag = bool(getattr(args, "async_fixed_lag", False))
+    if fixed_lag and getattr(args, "async_weight_sync_period", 1) != 1:
+        print(
+            "error: --async-fixed-lag needs --async-weight-sync-period 1, got "
+            f"{args.async_weight_sync_period}",
+            file=sys.stderr,
+        )
+        return 2
     algo = args.algo
     cls = _algorithm_class(algo)
     config_cls = _config_class(algo)
@@ -457,6 +472,7 @@ def _train(args: argparse.Namespace) -> int:
                 env_id,
                 args.total_steps,
                 weight_sync_period=getattr(args, "async_weight_sync_period", 1),
+                fixed_lag=fixed_lag,
                 **load_kwargs,
                 **explicit,
             )
@@ -520,6 +536,7 @@ def _train(args: argparse.Namespace) -> int:
                 args.total_steps,
                 run_dir=str(run_dir),
                 weight_sync_period=args.async_weight_sync_period,
+                fixed_lag=fixed_lag,
                 **runtime,
                 **config,
             )
