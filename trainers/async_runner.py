@@ -1315,6 +1315,15 @@ def learn_async_on_policy(
         if _stop_requested(guard, world):
             raise TrainingInterrupted(guard.signal_name, agent.global_step)
 
+    def wait_until(ready: Callable[[], bool]) -> None:
+        """Poll until ``ready()`` (checking the rollout process), counted as optimiser waiting."""
+        nonlocal optimizer_wait
+        waited = time.perf_counter()
+        while not ready():
+            check()
+            time.sleep(poll_interval)
+        optimizer_wait += time.perf_counter() - waited
+
     try:
         with guard:
             slots = None
@@ -1328,11 +1337,7 @@ def learn_async_on_policy(
             start = time.perf_counter()  # rates are timed from the first batch
             slot = 0
             while agent.global_step < agent.target_steps:
-                waited = time.perf_counter()
-                while not counters[_SLOT_STATE + slot]:
-                    check()
-                    time.sleep(poll_interval)
-                optimizer_wait += time.perf_counter() - waited
+                wait_until(lambda full=_SLOT_STATE + slot: bool(counters[full]))
                 shared = slots[slot]
                 k = int(counters[_SLOT_K + slot])
                 device = agent.device
@@ -1361,11 +1366,7 @@ def learn_async_on_policy(
                 agent.global_step += agent.batch_size
                 if fixed_lag:  # not before batch m has taken update m - 1's weights
                     pulled = min(agent.update_index - updates_at_start + 1, num_batches)
-                    waited = time.perf_counter()
-                    while counters[_PULLS] < pulled:
-                        check()
-                        time.sleep(poll_interval)
-                    optimizer_wait += time.perf_counter() - waited
+                    wait_until(lambda pulled=pulled: counters[_PULLS] >= pulled)
                 if agent.update_index % max(1, weight_sync_period) == 0:
                     rollouts.publish(agent.update_index)
                 lag_sum += lag
