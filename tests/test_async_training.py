@@ -335,7 +335,7 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     agent.save(tmp_path / "checkpoint.pt")
     capsys.readouterr()
     assert main(["train", "ppo", "--resume", str(tmp_path), *common]) == 0
-    assert "resuming PPO (async)" in capsys.readouterr().err
+    assert "resuming PPO (async, weight sync period 1) from" in capsys.readouterr().err
     resumed = PPO.load(tmp_path)
     assert resumed.global_step == 128 and resumed.async_run
     assert resumed.update_index == agent.update_index + 2
@@ -348,6 +348,61 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     with pytest.raises(SystemExit):
         main(["train", "ppo", "--resume", str(tmp_path), "--async", "--sync", *common])
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_cli_resume_keeps_the_async_options_the_run_was_trained_with(tmp_path, capsys) -> None:
+    import csv
+
+    from vecaccel.cli import main
+    from vecaccel.trainers import PPO
+
+    common = ["--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard"]
+    code = main(
+        [
+            "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
+            "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
+            "--total-steps", "64", "--torch-threads", "1", *common,
+        ]
+    )  # fmt: skip
+    assert code == 0
+    agent = PPO.load(tmp_path)
+    assert agent.async_options == {"weight_sync_period": 1, "fixed_lag": True}
+
+    def extend_to(steps: int) -> None:
+        loaded = PPO.load(tmp_path)
+        loaded.set_target_steps(steps)
+        loaded.save(tmp_path / "checkpoint.pt")
+
+    def lags_from(step: int) -> list[float]:
+        with open(tmp_path / "metrics.csv", newline="") as f:
+            rows = [row for row in csv.DictReader(f) if float(row["step"]) > step]
+        return [float(row["charts/policy_lag"]) for row in rows]
+
+    # no flags: the fixed lag goes on (lag 0 for the resumed run's first batch, then exactly 1)
+    extend_to(160)
+    capsys.readouterr()
+    assert main(["train", "ppo", "--resume", str(tmp_path), *common]) == 0
+    assert "(async, weight sync period 1, fixed lag)" in capsys.readouterr().err
+    resumed = PPO.load(tmp_path)
+    assert resumed.global_step == 160
+    assert resumed.async_options == {"weight_sync_period": 1, "fixed_lag": True}
+    assert lags_from(64) == [0, 1, 1]
+    # flags given on resume replace what the run recorded, and are recorded in turn
+    extend_to(224)
+    assert main(["train", "ppo", "--resume", str(tmp_path), "--no-async-fixed-lag",
+                 "--async-weight-sync-period", "2", *common]) == 0  # fmt: skip
+    assert "(async, weight sync period 2)" in capsys.readouterr().err
+    assert PPO.load(tmp_path).async_options == {"weight_sync_period": 2, "fixed_lag": False}
+    # a fixed lag asked for on top of the recorded period 2 is refused, naming both ways out
+    extend_to(288)
+    assert main(["train", "ppo", "--resume", str(tmp_path), "--async-fixed-lag", *common]) == 2
+    err = capsys.readouterr().err
+    assert "fixed lag needs a weight-sync period of 1, got 2" in err
+    assert "--no-async-fixed-lag" in err
+    # training synchronously clears them: a later --async resume starts from the defaults
+    assert main(["train", "ppo", "--resume", str(tmp_path), "--sync", *common]) == 0
+    synced = PPO.load(tmp_path)
+    assert not synced.async_run and synced.async_options == {}
 
 
 def test_cli_sync_flag_on_a_new_run_trains_synchronously(tmp_path) -> None:

@@ -1028,8 +1028,8 @@ def resume_async(
     env_id: str,
     total_steps: int | None,
     *,
-    weight_sync_period: int = 1,
-    fixed_lag: bool = False,
+    weight_sync_period: int | None = None,
+    fixed_lag: bool | None = None,
     **load_kwargs: Any,
 ) -> int:
     """``vecaccel train ALGO --resume DIR`` of a run trained with ``--async``: the exit code.
@@ -1038,7 +1038,8 @@ def resume_async(
     checkpoint's counters (and, for the DQN family, its replay buffer) to ``total_steps``, the
     run's new total; A2C and PPO may leave it out to finish the run's own budget.
     ``weight_sync_period`` and ``fixed_lag`` apply to A2C and PPO (see
-    :func:`learn_async_on_policy`).
+    :func:`learn_async_on_policy`); ``None`` keeps what the checkpoint records (1 and ``False``
+    for a run trained synchronously until now).
     """
     import sys
 
@@ -1062,11 +1063,33 @@ def resume_async(
             file=sys.stderr,
         )
         return 0
+    if on_policy:
+        recorded = agent.async_options  # empty after synchronous training
+        if weight_sync_period is None:
+            weight_sync_period = int(recorded.get("weight_sync_period", 1))
+        if fixed_lag is None:
+            fixed_lag = bool(recorded.get("fixed_lag", False))
+        if fixed_lag and weight_sync_period != 1:
+            print(
+                "error: a fixed lag needs a weight-sync period of 1, got "
+                f"{weight_sync_period} (pass --async-weight-sync-period 1 or "
+                "--no-async-fixed-lag)",
+                file=sys.stderr,
+            )
+            return 2
     if getattr(agent, "is_main", True):
-        print(f"resuming {cls.__name__} (async) from {checkpoint} at step {step}", file=sys.stderr)
+        options = ""
+        if on_policy:
+            options = f", weight sync period {weight_sync_period}" + (
+                ", fixed lag" if fixed_lag else ""
+            )
+        print(
+            f"resuming {cls.__name__} (async{options}) from {checkpoint} at step {step}",
+            file=sys.stderr,
+        )
     if on_policy:
         stats = learn_async_on_policy(
-            agent, None, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag
+            agent, None, weight_sync_period=weight_sync_period, fixed_lag=bool(fixed_lag)
         )
     else:
         stats = learn_async(agent, env_id, target - step, reset_num_timesteps=False)
@@ -1258,7 +1281,12 @@ def learn_async_on_policy(
         num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
         agent.set_budget(num_batches * agent.batch_size)
     agent.target_steps = agent.global_step + num_batches * agent.batch_size
-    agent.async_run = True  # recorded in checkpoints: `vecaccel train --resume` goes on async
+    # recorded in checkpoints: `vecaccel train --resume` goes on async, with these options
+    agent.async_run = True
+    agent.async_options = {
+        "weight_sync_period": int(weight_sync_period),
+        "fixed_lag": bool(fixed_lag),
+    }
 
     def rollouts_finished(exitcode: int | None) -> bool:
         if exitcode != 0:

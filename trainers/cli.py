@@ -317,17 +317,19 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
                 "--async-weight-sync-period",
                 dest="async_weight_sync_period",
                 type=int,
-                default=1,
+                default=None,
                 metavar="K",
                 help="with --async: updates between weight copies to the rollout process "
-                "(default: 1)",
+                "(default: 1; with --resume: the run's own)",
             )
             parser.add_argument(
                 "--async-fixed-lag",
                 dest="async_fixed_lag",
-                action="store_true",
+                action=argparse.BooleanOptionalAction,
+                default=None,
                 help="with --async: collect batch n with the weights of update n-1 exactly, so "
-                "that a seeded run repeats (needs --async-weight-sync-period 1)",
+                "that a seeded run repeats (needs --async-weight-sync-period 1; default: off; "
+                "with --resume: as the run was trained)",
             )
         mode.add_argument(
             "--sync",
@@ -432,14 +434,9 @@ def _train(args: argparse.Namespace) -> int:
     from vecaccel.trainers import distributed
     from vecaccel.trainers.common import CheckpointError, apply_runtime_settings, load_checkpoint
 
-    fixed_lag = bool(getattr(args, "async_fixed_lag", False))
-    if fixed_lag and getattr(args, "async_weight_sync_period", 1) != 1:
-        print(
-            "error: --async-fixed-lag needs --async-weight-sync-period 1, got "
-            f"{args.async_weight_sync_period}",
-            file=sys.stderr,
-        )
-        return 2
+    # None where not given: a new run takes the defaults, a resumed one what it recorded
+    fixed_lag = getattr(args, "async_fixed_lag", None)
+    weight_sync_period = getattr(args, "async_weight_sync_period", None)
     algo = args.algo
     cls = _algorithm_class(algo)
     config_cls = _config_class(algo)
@@ -471,7 +468,7 @@ def _train(args: argparse.Namespace) -> int:
                 checkpoint,
                 env_id,
                 args.total_steps,
-                weight_sync_period=getattr(args, "async_weight_sync_period", 1),
+                weight_sync_period=weight_sync_period,
                 fixed_lag=fixed_lag,
                 **load_kwargs,
                 **explicit,
@@ -525,6 +522,15 @@ def _train(args: argparse.Namespace) -> int:
         run_dir = Path("runs") / (
             f"{algo}-{env_id.replace('/', '_')}-{seed}-{os.environ['TORCHELASTIC_RUN_ID']}"
         )
+    fixed_lag = bool(fixed_lag)
+    weight_sync_period = 1 if weight_sync_period is None else weight_sync_period
+    if fixed_lag and weight_sync_period != 1:
+        print(
+            "error: --async-fixed-lag needs --async-weight-sync-period 1, got "
+            f"{weight_sync_period}",
+            file=sys.stderr,
+        )
+        return 2
     if getattr(args, "async_mode", False):
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers import async_runner
@@ -535,7 +541,7 @@ def _train(args: argparse.Namespace) -> int:
                 env_id,
                 args.total_steps,
                 run_dir=str(run_dir),
-                weight_sync_period=args.async_weight_sync_period,
+                weight_sync_period=weight_sync_period,
                 fixed_lag=fixed_lag,
                 **runtime,
                 **config,

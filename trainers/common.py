@@ -1075,8 +1075,10 @@ class OnPolicyAlgorithm(abc.ABC):
         self.schedule_updates = 1
         self.elapsed_before = 0.0
         # trained by the async runner (a rollout process beside this one); saved in
-        # checkpoints, so that `vecaccel train --resume` goes on the same way
+        # checkpoints, so that `vecaccel train --resume` goes on the same way, with the same
+        # options (weight_sync_period, fixed_lag)
         self.async_run = False
+        self.async_options: dict[str, Any] = {}
         self.logger: RunLogger | None = None
         self.last_episodes: Any = None
         if env is not None:
@@ -1244,7 +1246,7 @@ class OnPolicyAlgorithm(abc.ABC):
         """
         cfg = self.config
         self.set_budget(total_steps)
-        self.async_run = False
+        self.async_run, self.async_options = False, {}
         if self.env is None:
             self._attach_env(cfg.env_id)
             self._make_sampler()
@@ -1387,6 +1389,7 @@ class OnPolicyAlgorithm(abc.ABC):
             "elapsed": self.logger.elapsed if self.logger is not None else self.elapsed_before,
             "rng": get_rng_state(),
             "async": bool(self.async_run),
+            "async_options": dict(self.async_options),
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -1464,6 +1467,7 @@ class OnPolicyAlgorithm(abc.ABC):
         self.schedule_updates = int(state["schedule_updates"])
         self.elapsed_before = float(state.get("elapsed", 0.0))
         self.async_run = bool(state.get("async", False))
+        self.async_options = dict(state.get("async_options", {}))
         if restore_rng:
             set_rng_state(state["rng"])
         if env is not None:
