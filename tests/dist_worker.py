@@ -46,6 +46,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--total-steps", type=int, default=128)
     parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--fixed-lag", action="store_true", help="dqn-async: learn_async's option")
     args = parser.parse_args()
 
     import torch.distributed as dist
@@ -100,7 +101,7 @@ def main() -> None:
         model = agent.q_network
         if args.hold:
             _watch_sampler(args.out.parent / f"sampler-pid-{rank}", pid_file, agent)
-        stats = learn_async(agent, "CartPole-v1", args.total_steps)
+        stats = learn_async(agent, "CartPole-v1", args.total_steps, fixed_lag=args.fixed_lag)
         local_steps = agent.global_step // agent.world_size
         local_batch = agent.config.batch_size
         extra = {
@@ -111,6 +112,7 @@ def main() -> None:
                 if row.get("charts/replay_ratio") is not None
             ],
             "logged_world_size": agent.logger.history[-1].get("charts/world_size"),
+            "episode_log": agent.episode_log,
         }
     elif args.algo == "ppo-async":
         from vecaccel.trainers import PPO

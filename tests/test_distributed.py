@@ -46,13 +46,13 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
     return result
 
 
-def _run_worker(algo: str, tmp_path: Path, total_steps: int) -> dict:
+def _run_worker(algo: str, tmp_path: Path, total_steps: int, *extra: str) -> dict:
     """Run ``dist_worker.py`` on 2 ranks; what rank 0 wrote."""
     out = tmp_path / "result.json"
     _run(
         _torchrun(
             "--standalone", "--nproc_per_node", "2", str(WORKER), "--algo", algo,
-            "--out", str(out), "--total-steps", str(total_steps),
+            "--out", str(out), "--total-steps", str(total_steps), *extra,
         )
     )  # fmt: skip
     return json.loads(out.read_text())
@@ -314,6 +314,20 @@ def test_async_dqn_two_ranks_identical_parameters_and_replay_ratio(tmp_path: Pat
     for step, ratio in logged:
         assert abs(ratio - 4.0) <= 0.4, (step, ratio)
     assert result["logged_world_size"] == 2
+
+
+def test_async_dqn_two_ranks_with_a_fixed_lag_repeat_exactly(tmp_path: Path) -> None:
+    runs = []
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        runs.append(_run_worker("dqn-async", tmp_path / name, 1000, "--fixed-lag"))
+    first, second = runs
+    assert first["checksums"][0] == first["checksums"][1]  # all-reduced updates
+    assert first["checksums"] == second["checksums"]  # and the run repeats
+    assert first["episode_log"] == second["episode_log"]
+    # the ratio holds exactly: 500 steps a rank, from learn_from 50, batches of 16, ratio 4
+    assert first["local_steps"] == [500.0, 500.0]
+    assert first["updates"] == (500 - 50) * 4 // 16
 
 
 def test_async_ppo_two_ranks_identical_parameters(tmp_path: Path) -> None:

@@ -46,6 +46,12 @@ CASES = {
         signal.SIGTERM,
         "global_step",
     ),
+    "dqn-async-fixed-lag": (
+        ["dqn", "--async", "--async-fixed-lag", "--learning-starts", "100", "--batch-size", "16"]
+        + ["--log-interval", "50"],
+        signal.SIGINT,
+        "global_step",
+    ),
 }
 
 

@@ -26,6 +26,11 @@ is more than ``async_max_lead`` env steps ahead of what the updates done so far 
 ratio, the fraction of time each side waited and the policy lag (updates the sampler's weights are
 behind) are logged.
 
+With ``fixed_lag=True`` either family repeats a seeded run exactly: the DQN sampler collects
+chunks into a shared double buffer that the optimiser adds to the replay buffer itself, in order,
+and A2C/PPO batches are collected with the weights of the update before, exactly (see
+:func:`learn_async` and :func:`learn_async_on_policy`).
+
 **Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, an optimiser with
 its own sampler process, envs seeded by rank, and its own replay buffer or rollout double buffer.
 The optimisers are data-parallel: the agent's model is wrapped in ``DistributedDataParallel``
@@ -93,6 +98,8 @@ _SLOT_STATE, _SLOT_K, _SLOT_VERSION = 8, 10, 12
 _SLOTS_TAKEN = 14
 # with a fixed lag: how many batches' weights the rollout process has pulled so far
 _PULLS = 6
+# with a fixed lag (DQN): how many chunks the optimiser has trained on and published after
+_CHUNKS = 7
 # the key that derives a sampler process's own seed (its torch sampling) from the run's seed
 _CHILD_SEED_KEY = 0xA5
 # slots of the shared float64 timers (seconds)
@@ -513,17 +520,79 @@ def _reduce(
 _MAX_PENDING_STEPS = 32
 
 
+class _Actor:
+    """The DQN sampler's envs: ε-greedy steps with the weights last pulled, episodes counted."""
+
+    def __init__(self, spec: dict[str, Any], link: _ChildLink) -> None:
+        from vecaccel.trainers.common import make_env_for_training, seed_everything, split_seed
+
+        # its own draws (e.g. noisy nets' noise), new ones for a resumed run
+        seed_everything(
+            split_seed(int(spec["env_seed"]), _CHILD_SEED_KEY, spec["updates_at_start"])
+        )
+        self.link = link
+        self.network: torch.nn.Module = spec["network"]
+        self.support: torch.Tensor | None = spec["support"]
+        self.params = list(self.network.state_dict().values())
+        cfg = spec["config"]
+        self.epsilon = (cfg["start_epsilon"], cfg["end_epsilon"], spec["exploration_steps"])
+        self.envs = make_env_for_training(
+            spec["env_id"],
+            spec["num_envs"],
+            backend=cfg["backend"],
+            seed=cfg["seed"],
+            autoreset_mode="SameStep",
+        )
+        self.num_envs = self.envs.num_envs
+        self.rng = np.random.default_rng(spec["env_seed"] + 1)
+        self.num_actions = int(spec["action_space"].n)
+        self.obs, _ = self.envs.reset(seed=spec["env_seed"])
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    def step(self, steps: int) -> tuple[tuple[Any, ...], list[tuple[float, int]]]:
+        """One ε-greedy step of every env, ``steps`` env steps into the run: the transition
+        ``(obs, actions, reward, terminated, truncated, final_obs)`` and the episodes it ended."""
+        from vecaccel.trainers.dqn import linear_schedule
+
+        num_envs = self.num_envs
+        epsilon = linear_schedule(*self.epsilon, steps)
+        explore = self.rng.random(num_envs) < epsilon
+        actions = self.rng.integers(0, self.num_actions, size=num_envs)
+        obs = self.obs
+        if not explore.all():
+            with torch.no_grad():
+                out = self.network(torch.as_tensor(obs))
+                support = self.support
+                q = out if support is None else (torch.softmax(out, -1) * support).sum(-1)
+            actions = np.where(explore, actions, q.argmax(dim=1).numpy())
+        next_obs, reward, terminated, truncated, infos = self.envs.step(actions)
+        transition = (obs, actions, reward, terminated, truncated, infos.get("final_obs"))
+        self.obs = next_obs
+        done = terminated | truncated
+        self.episode_return += reward
+        self.episode_length += 1
+        finished: list[tuple[float, int]] = []
+        if done.any():
+            final_info = infos.get("final_info", {})
+            stats = final_info.get("episode") if isinstance(final_info, dict) else None
+            for i in np.flatnonzero(done):
+                if stats is not None:
+                    finished.append((float(stats["r"][i]), int(stats["l"][i])))
+                else:
+                    finished.append((float(self.episode_return[i]), int(self.episode_length[i])))
+            self.episode_return[done] = 0.0
+            self.episode_length[done] = 0
+        return transition, finished
+
+    def close(self) -> None:
+        self.envs.close()
+
+
 def _sampler_loop(spec: dict[str, Any]) -> None:
     """The DQN sampler: ε-greedy steps with the latest weights into the shared replay buffer."""
-    from vecaccel.trainers.common import make_env_for_training, seed_everything, split_seed
-    from vecaccel.trainers.dqn import linear_schedule
-
     link = _ChildLink(spec)
-    # its own draws (e.g. noisy nets' noise), new ones for a resumed run
-    seed_everything(split_seed(int(spec["env_seed"]), _CHILD_SEED_KEY, spec["updates_at_start"]))
     counters, timers = link.counters, link.timers
-    network: torch.nn.Module = spec["network"]
-    support: torch.Tensor | None = spec["support"]
     buffer = _build_buffer(
         spec["buffer"],
         spec["observation_space"],
@@ -536,23 +605,10 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
     total, learn_from, lead = spec["total_steps"], spec["learn_from"], spec["lead"]
     updates_at_start = spec["updates_at_start"]
     steps_per_update = cfg["batch_size"] / cfg["replay_ratio"]
-    duration = spec["exploration_steps"]
 
-    envs = make_env_for_training(
-        spec["env_id"],
-        spec["num_envs"],
-        backend=cfg["backend"],
-        seed=cfg["seed"],
-        autoreset_mode="SameStep",
-    )
+    actor = _Actor(spec, link)
     try:
-        num_envs = envs.num_envs
-        rng = np.random.default_rng(spec["env_seed"] + 1)
-        num_actions = int(spec["action_space"].n)
-        obs, _ = envs.reset(seed=spec["env_seed"])
-        episode_return = np.zeros(num_envs)
-        episode_length = np.zeros(num_envs, dtype=np.int64)
-        params = list(network.state_dict().values())
+        num_envs = actor.num_envs
         steps = 0
         # steps collected while the optimiser samples (holding the buffer's lock) wait here
         # instead of stalling the envs, and go in with the next step that finds the lock free
@@ -586,34 +642,12 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
                 break
             if steps >= learn_from:
                 link.wait_while(too_far_ahead)
-            link.pull_weights(params, wait=False)
-            epsilon = linear_schedule(cfg["start_epsilon"], cfg["end_epsilon"], duration, steps)
-            explore = rng.random(num_envs) < epsilon
-            actions = rng.integers(0, num_actions, size=num_envs)
-            if not explore.all():
-                with torch.no_grad():
-                    out = network(torch.as_tensor(obs))
-                    q = out if support is None else (torch.softmax(out, -1) * support).sum(-1)
-                actions = np.where(explore, actions, q.argmax(dim=1).numpy())
-            next_obs, reward, terminated, truncated, infos = envs.step(actions)
-            add((obs, actions, reward, terminated, truncated, infos.get("final_obs")))
+            link.pull_weights(actor.params, wait=False)
+            transition, finished = actor.step(steps)
+            add(transition)
             counters[_STEPS] += num_envs
-            obs = next_obs
-            done = terminated | truncated
-            episode_return += reward
-            episode_length += 1
-            if done.any():
-                final_info = infos.get("final_info", {})
-                stats = final_info.get("episode") if isinstance(final_info, dict) else None
-                finished = []
-                for i in np.flatnonzero(done):
-                    if stats is not None:
-                        finished.append((float(stats["r"][i]), int(stats["l"][i])))
-                    else:
-                        finished.append((float(episode_return[i]), int(episode_length[i])))
+            if finished:
                 episodes.put((steps + num_envs, finished))
-                episode_return[done] = 0.0
-                episode_length[done] = 0
             link.check_optimiser()
         if pending:
             with buffer_lock:
@@ -621,7 +655,80 @@ def _sampler_loop(spec: dict[str, Any]) -> None:
                     buffer.add(*waiting)
         timers[_SAMPLER_BUSY] = time.perf_counter() - start
     finally:
-        envs.close()
+        actor.close()
+
+
+def _chunk_slots(
+    observation_space: Any, num_envs: int, chunk_steps: int
+) -> list[dict[str, torch.Tensor]]:
+    """The two shared slots of a fixed-lag DQN run, ``chunk_steps`` vector steps each."""
+    obs_dtype = _torch_dtype(np.dtype(observation_space.dtype))
+    shape = (chunk_steps, num_envs)
+
+    def slot() -> dict[str, torch.Tensor]:
+        tensors = {
+            "obs": torch.zeros((*shape, *observation_space.shape), dtype=obs_dtype),
+            "final_obs": torch.zeros((*shape, *observation_space.shape), dtype=obs_dtype),
+            "actions": torch.zeros(shape, dtype=torch.int64),
+            "rewards": torch.zeros(shape, dtype=torch.float64),
+            "terminated": torch.zeros(shape, dtype=torch.bool),
+            "truncated": torch.zeros(shape, dtype=torch.bool),
+        }
+        return {key: value.share_memory_() for key, value in tensors.items()}
+
+    return [slot(), slot()]
+
+
+def _chunk_sampler_loop(spec: dict[str, Any]) -> None:
+    """The DQN sampler with a fixed lag: chunk ``n`` into slot ``n % 2`` with the weights
+    published once the optimiser has trained on chunk ``n - 2``; the optimiser adds the chunks
+    to the replay buffer itself, in order, so the run repeats exactly."""
+    link = _ChildLink(spec)
+    counters, timers = link.counters, link.timers
+    slots = [{key: value.numpy() for key, value in slot.items()} for slot in spec["slots"]]
+    episodes = spec["episodes"]
+    steps = spec["start_steps"]
+    actor = _Actor(spec, link)
+    try:
+        counters[_READY] = 1
+        start = time.perf_counter()
+        chunk_steps, vector_steps = spec["chunk_steps"], spec["vector_steps"]
+        for n in range(math.ceil(vector_steps / chunk_steps)):
+            length = min(chunk_steps, vector_steps - n * chunk_steps)
+            # the weights after chunk n - 2: waited for, and the optimiser publishes no newer
+            # ones before they are pulled
+            wanted = max(0, n - 1)
+            link.wait_while(lambda wanted=wanted: int(counters[_CHUNKS]) < wanted)
+            full = _SLOT_STATE + n % 2
+            link.wait_while(lambda full=full: bool(counters[full]))
+            if link.stopped:
+                break
+            version = link.pull_weights(actor.params)
+            counters[_PULLS] = n + 1
+            slot = slots[n % 2]
+            ended: list[tuple[float, int]] = []
+            for t in range(length):
+                transition, finished = actor.step(steps)
+                obs, actions, reward, terminated, truncated, final_obs = transition
+                slot["obs"][t] = obs
+                slot["actions"][t] = actions
+                slot["rewards"][t] = reward
+                slot["terminated"][t] = terminated
+                slot["truncated"][t] = truncated
+                for i in np.flatnonzero(terminated | truncated):
+                    if final_obs is not None and final_obs[i] is not None:
+                        slot["final_obs"][t, i] = final_obs[i]
+                steps += actor.num_envs
+                ended.extend(finished)
+                link.check_optimiser()
+            episodes.put(ended)  # before the slot is marked full: one item per chunk
+            counters[_SLOT_VERSION + n % 2] = version
+            counters[_SLOT_K + n % 2] = length
+            counters[full] = 1
+            counters[_STEPS] = steps
+        timers[_SAMPLER_BUSY] = time.perf_counter() - start
+    finally:
+        actor.close()
 
 
 # -- DQN: the optimiser ----------------------------------------------------------------------
@@ -652,12 +759,24 @@ def learn_async(
     total_steps: int,
     *,
     reset_num_timesteps: bool = True,
+    fixed_lag: bool = False,
     context: str = "spawn",
     poll_interval: float = 0.0005,
     sampler_threads: int = 1,
     sampler_affinity: set[int] | None = None,
 ) -> AsyncStats:
     """Train ``agent`` (a DQN-family agent) asynchronously for ``total_steps`` env steps.
+
+    By default the sampler adds each step to the shared replay buffer as it goes, acting with
+    the newest weights, and the replay ratio is enforced by throttling: which updates sample
+    which transitions, and which weights act, depend on how the two processes are scheduled,
+    so two runs with the same seed differ. With ``fixed_lag=True`` the sampler collects chunks
+    of ``async_max_lead / 2`` env steps (rounded up to whole vector steps) into a shared double
+    buffer; the optimiser adds each chunk to the replay buffer itself, makes the updates then
+    due, and chunk ``n`` is acted on with the weights published after chunk ``n - 2``'s
+    updates, exactly. Sampling and training still overlap (chunk ``n + 1`` is collected while
+    chunk ``n`` is trained on) and a seeded run repeats exactly; weights are published once a
+    chunk (``async_weight_sync_period`` does not apply).
 
     Under a process group (``torchrun``) every rank calls this: each runs its own sampler
     process and replay buffer, collects ``1/K`` of ``total_steps``, and its updates are
@@ -677,6 +796,7 @@ def learn_async(
         total_steps: env steps to collect in this call (over all ranks).
         reset_num_timesteps: start the step and update counts (and so the ε and β schedules
             and ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
+        fixed_lag: chunks with a fixed policy lag instead of throttling (reproducible runs).
         context: multiprocessing start method of the sampler process.
         poll_interval: seconds between checks while one side waits for the other.
         sampler_threads: torch threads of the sampler process.
@@ -719,6 +839,9 @@ def learn_async(
     learn_from = local_start + max(warmup, num_envs * (cfg.n_step + buffer.frame_stack + 1))
     steps_per_update = cfg.batch_size / cfg.replay_ratio
     lead = cfg.async_max_lead or max(num_envs, int(math.ceil(16 * steps_per_update)))
+    # fixed lag: chunks of half the lead (whole vector steps), the last one cut to the budget
+    chunk_steps = max(1, math.ceil(lead / 2 / num_envs))
+    vector_steps = max(0, math.ceil((local_total - local_start) / num_envs))
     # the target network follows every target_update_period env steps' worth of updates:
     # counted in updates, it moves at the same update on every rank
     updates_per_step = cfg.replay_ratio / (cfg.batch_size * world)
@@ -765,11 +888,15 @@ def learn_async(
         updates_at_start=updates_at_start,
         lead=lead,
         exploration_steps=math.ceil(exploration / world),
+        start_steps=local_start,
+        chunk_steps=chunk_steps,
+        vector_steps=vector_steps,
+        slots=_chunk_slots(agent.observation_space, num_envs, chunk_steps) if fixed_lag else None,
     )
     counters[_STEPS] = local_start
     counters[_UPDATES] = updates_at_start
     sampler.publish(updates_at_start)
-    sampler.start(_sampler_loop, spec)
+    sampler.start(_chunk_sampler_loop if fixed_lag else _sampler_loop, spec)
 
     main = agent.is_main
     logger = RunLogger(
@@ -780,7 +907,9 @@ def learn_async(
         resume_step=None if reset_num_timesteps else start_global,
     )
     agent.logger = logger
-    agent.async_run = True  # recorded in checkpoints: `vecaccel train --resume` goes on async
+    # recorded in checkpoints: `vecaccel train --resume` goes on async, with the same options
+    agent.async_run = True
+    agent.async_options = {"fixed_lag": bool(fixed_lag)}
 
     def write_checkpoint() -> None:  # with the buffer's lock held
         locked, agent.buffer = agent.buffer, buffer
@@ -801,11 +930,55 @@ def learn_async(
     finished: list[tuple[float, int]] = []
     next_log = (start_global // cfg.log_interval + 1) * cfg.log_interval
     steps = local_start
-    beta = cfg.priority_beta_start
     complete = False
     next_drain = 0.0
     end: float | None = None
     every_rank_here = False
+
+    def due_at(steps: int) -> int:
+        """The update count due once ``steps`` env steps (of this rank) were collected."""
+        if steps <= learn_from:
+            return updates_at_start
+        return updates_at_start + int(cfg.replay_ratio * (steps - learn_from) // cfg.batch_size)
+
+    def update_once(steps: int, behaviour: int | None) -> None:
+        """One update (a collective on K ranks); ``behaviour``: the weights that collected the
+        chunk (fixed lag), else the sampler's current ones (and they are published here)."""
+        nonlocal lag_sum, lag_count
+        _, batch = agent.sample_batch(steps / local_total)
+        recent_losses.append(agent.train_step(batch))
+        agent.num_updates += 1
+        counters[_UPDATES] = agent.num_updates
+        if behaviour is None:
+            if agent.num_updates % max(1, cfg.async_weight_sync_period) == 0:
+                sampler.publish(agent.num_updates)
+            behaviour = int(counters[_SAMPLER_VERSION])
+        lag_sum += agent.num_updates - behaviour
+        lag_count += 1
+        if agent.num_updates % target_every == 0:
+            agent._update_target()
+        if cfg.checkpoint_period and agent.num_updates % cfg.checkpoint_period == 0:
+            if cfg.run_dir is not None:
+                checkpoint()
+
+    def wait_until(ready: Callable[[], bool]) -> None:
+        """Poll until ``ready()`` (checking the sampler), counted as optimiser waiting."""
+        nonlocal optimizer_wait
+        waited = time.perf_counter()
+        while not ready():
+            sampler.check()
+            if _stop_requested(guard, world):
+                raise TrainingInterrupted(guard.signal_name, agent.global_step)
+            time.sleep(poll_interval)
+        optimizer_wait += time.perf_counter() - waited
+
+    def chunk_episodes() -> list[tuple[float, int]]:
+        """The episodes the chunk just taken ended (sent before its slot was marked full)."""
+        while True:
+            try:
+                return episodes.get(timeout=0.2)
+            except queue.Empty:
+                sampler.check()
 
     def drain_episodes() -> None:
         for _, ended in _drain(episodes):
@@ -866,38 +1039,51 @@ def learn_async(
                 if _stop_requested(guard, world):
                     raise TrainingInterrupted(guard.signal_name, 0)
             start = time.perf_counter()
-            while True:
+            if fixed_lag:
+                num_chunks = math.ceil(vector_steps / chunk_steps)
+                views = [
+                    {key: value.numpy() for key, value in slot.items()} for slot in spec["slots"]
+                ]
+                for m in range(num_chunks):
+                    full = _SLOT_STATE + m % 2
+                    wait_until(lambda full=full: bool(counters[full]))
+                    shared, length = views[m % 2], int(counters[_SLOT_K + m % 2])
+                    behaviour = int(counters[_SLOT_VERSION + m % 2])
+                    with agent.buffer.held() as held:  # in order: the run repeats exactly
+                        for t in range(length):
+                            held.add(
+                                shared["obs"][t],
+                                shared["actions"][t],
+                                shared["rewards"][t],
+                                shared["terminated"][t],
+                                shared["truncated"][t],
+                                shared["final_obs"][t],
+                            )
+                    counters[full] = 0  # the slot may be refilled now
+                    steps += length * num_envs
+                    agent.global_step = steps * world
+                    ended = chunk_episodes()
+                    finished.extend(ended)
+                    agent.episode_log.extend((steps * world, r, n) for r, n in ended)
+                    while agent.num_updates < due_at(steps):
+                        update_once(steps, behaviour)
+                    # not before chunk m + 1 has taken the weights after chunk m - 1
+                    wait_until(lambda m=m: counters[_PULLS] >= min(m + 2, num_chunks))
+                    sampler.publish(agent.num_updates)
+                    counters[_CHUNKS] = m + 1
+                    complete = m == num_chunks - 1
+                    # every rank meets after every chunk, at the same update count
+                    meeting = complete or world > 1 or guard.requested or steps >= next_log
+                    if meeting and meet() and not complete:
+                        raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
+            while not fixed_lag:
                 sampler.check()
                 steps = int(counters[_STEPS])
                 agent.global_step = steps * world
-                due = updates_at_start + (
-                    int(cfg.replay_ratio * (steps - learn_from) // cfg.batch_size)
-                    if (steps > learn_from)
-                    else 0
-                )
                 updated = False
-                if agent.num_updates < due:
-                    beta = cfg.priority_beta_start + (1.0 - cfg.priority_beta_start) * min(
-                        1.0, steps / local_total
-                    )
-                    batch = (
-                        agent.buffer.sample(cfg.batch_size, beta=beta)
-                        if cfg.prioritized
-                        else agent.buffer.sample(cfg.batch_size)
-                    )
-                    recent_losses.append(agent.train_step(batch))  # a collective on K ranks
-                    agent.num_updates += 1
+                if agent.num_updates < due_at(steps):
+                    update_once(steps, None)
                     updated = True
-                    counters[_UPDATES] = agent.num_updates
-                    if agent.num_updates % max(1, cfg.async_weight_sync_period) == 0:
-                        sampler.publish(agent.num_updates)
-                    lag_sum += agent.num_updates - int(counters[_SAMPLER_VERSION])
-                    lag_count += 1
-                    if agent.num_updates % target_every == 0:
-                        agent._update_target()
-                    if cfg.checkpoint_period and agent.num_updates % cfg.checkpoint_period == 0:
-                        if cfg.run_dir is not None:
-                            checkpoint()
                 elif steps >= local_total:
                     complete = True
                 else:
@@ -984,13 +1170,14 @@ def train_async_dqn(
     run_dir: str | None = None,
     progress: bool = True,
     tensorboard: bool = True,
+    fixed_lag: bool = False,
     **config: Any,
 ) -> int:
     """``vecaccel train dqn|c51|rainbow --async``: build the agent, train, report; the exit code."""
     agent = make_async_agent(
         cls, env_id, run_dir=run_dir, progress=progress, tensorboard=tensorboard, **config
     )
-    _report(agent, learn_async(agent, env_id, total_steps))
+    _report(agent, learn_async(agent, env_id, total_steps, fixed_lag=fixed_lag))
     return 0
 
 
@@ -1037,8 +1224,8 @@ def resume_async(
     The agent is loaded without envs (the sampler process builds them) and goes on from the
     checkpoint's counters (and, for the DQN family, its replay buffer) to ``total_steps``, the
     run's new total; A2C and PPO may leave it out to finish the run's own budget.
-    ``weight_sync_period`` and ``fixed_lag`` apply to A2C and PPO (see
-    :func:`learn_async_on_policy`); ``None`` keeps what the checkpoint records (1 and ``False``
+    ``fixed_lag`` (see :func:`learn_async` and :func:`learn_async_on_policy`) and, for A2C and
+    PPO, ``weight_sync_period``: ``None`` keeps what the checkpoint records (``False`` and 1
     for a run trained synchronously until now).
     """
     import sys
@@ -1063,12 +1250,13 @@ def resume_async(
             file=sys.stderr,
         )
         return 0
+    recorded = agent.async_options  # empty after synchronous training
+    if fixed_lag is None:
+        fixed_lag = bool(recorded.get("fixed_lag", False))
+    options = ", fixed lag" if fixed_lag else ""
     if on_policy:
-        recorded = agent.async_options  # empty after synchronous training
         if weight_sync_period is None:
             weight_sync_period = int(recorded.get("weight_sync_period", 1))
-        if fixed_lag is None:
-            fixed_lag = bool(recorded.get("fixed_lag", False))
         if fixed_lag and weight_sync_period != 1:
             print(
                 "error: a fixed lag needs a weight-sync period of 1, got "
@@ -1077,22 +1265,20 @@ def resume_async(
                 file=sys.stderr,
             )
             return 2
+        options = f", weight sync period {weight_sync_period}{options}"
     if getattr(agent, "is_main", True):
-        options = ""
-        if on_policy:
-            options = f", weight sync period {weight_sync_period}" + (
-                ", fixed lag" if fixed_lag else ""
-            )
         print(
             f"resuming {cls.__name__} (async{options}) from {checkpoint} at step {step}",
             file=sys.stderr,
         )
     if on_policy:
         stats = learn_async_on_policy(
-            agent, None, weight_sync_period=weight_sync_period, fixed_lag=bool(fixed_lag)
+            agent, None, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag
         )
     else:
-        stats = learn_async(agent, env_id, target - step, reset_num_timesteps=False)
+        stats = learn_async(
+            agent, env_id, target - step, reset_num_timesteps=False, fixed_lag=fixed_lag
+        )
     _report(agent, stats)
     return 0
 

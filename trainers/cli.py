@@ -304,6 +304,16 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
                 "trains from a shared-memory replay buffer, the replay ratio enforced by "
                 "throttling both",
             )
+            parser.add_argument(
+                "--async-fixed-lag",
+                dest="async_fixed_lag",
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help="with --async: the sampler collects chunks of half --async-max-lead env "
+                "steps, each with the weights of two chunks before, and this process adds them "
+                "to the replay buffer in order, so that a seeded run repeats (default: off; "
+                "with --resume: as the run was trained)",
+            )
         else:
             mode.add_argument(
                 "--async",
@@ -547,7 +557,13 @@ def _train(args: argparse.Namespace) -> int:
                 **config,
             )
         return async_runner.train_async_dqn(
-            cls, env_id, args.total_steps, run_dir=str(run_dir), **runtime, **config
+            cls,
+            env_id,
+            args.total_steps,
+            run_dir=str(run_dir),
+            fixed_lag=fixed_lag,
+            **runtime,
+            **config,
         )
     kwargs = _keyword_subset(cls, {"run_dir": str(run_dir), **runtime})
     agent = cls(env_id, **kwargs, **config)

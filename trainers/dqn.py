@@ -442,8 +442,9 @@ class DQN:
         # a replay file named by a checkpoint loaded without an env, read when learn() needs it
         self._pending_replay: tuple[Path, dict[str, Any]] | None = None
         # trained by the async runner (a sampler process beside this one); saved in checkpoints,
-        # so that `vecaccel train --resume` goes on the same way
+        # so that `vecaccel train --resume` goes on the same way, with the same options
         self.async_run = False
+        self.async_options: dict[str, Any] = {}
         if self.observation_space is not None:
             self._build_networks()
 
@@ -586,6 +587,20 @@ class DQN:
 
     # -- the update ---------------------------------------------------------------------------
 
+    def sample_batch(self, progress: float) -> tuple[float, Any]:
+        """A training batch from the replay buffer, ``progress`` (0 to 1) into the run.
+
+        Returns:
+            ``(beta, batch)``: prioritized replay's importance-sampling exponent, annealed from
+            ``priority_beta_start`` to 1 over the run (unused without ``prioritized``), and the
+            batch.
+        """
+        cfg = self.config
+        beta = cfg.priority_beta_start + (1.0 - cfg.priority_beta_start) * min(1.0, progress)
+        if cfg.prioritized:
+            return beta, self.buffer.sample(cfg.batch_size, beta=beta)
+        return beta, self.buffer.sample(cfg.batch_size)
+
     def train_step(self, batch: ReplaySample) -> dict[str, float]:
         """One gradient update on ``batch``; returns the losses and statistics to log."""
         cfg = self.config
@@ -725,7 +740,7 @@ class DQN:
         if self.envs is None:
             raise RuntimeError("this agent has no env: pass env= when creating or loading it")
         resume, self._resume = self._resume, None
-        self.async_run = False
+        self.async_run, self.async_options = False, {}
         if total_steps is None:
             if resume is None or self.global_step >= resume["horizon"]:
                 raise ValueError(
@@ -840,14 +855,7 @@ class DQN:
                 if self.global_step > learn_from:
                     due = int(cfg.replay_ratio * (self.global_step - learn_from) // effective_batch)
                     while self.num_updates - updates_at_start < due:
-                        beta = cfg.priority_beta_start + (1.0 - cfg.priority_beta_start) * min(
-                            1.0, self.global_step / horizon
-                        )
-                        batch = (
-                            self.buffer.sample(cfg.batch_size, beta=beta)
-                            if cfg.prioritized
-                            else self.buffer.sample(cfg.batch_size)
-                        )
+                        beta, batch = self.sample_batch(self.global_step / horizon)
                         recent_losses.append(self.train_step(batch))
                         self.num_updates += 1
                         if cfg.checkpoint_period and self.num_updates % cfg.checkpoint_period == 0:
@@ -1038,6 +1046,7 @@ class DQN:
             "rng": get_rng_state(),
             "agent_rng": self.rng.bit_generator.state,
             "async": bool(self.async_run),
+            "async_options": dict(self.async_options),
         }
         if self._loop_state is not None:
             state["loop"] = dict(self._loop_state)
@@ -1108,6 +1117,7 @@ class DQN:
         agent.global_step = int(state["global_step"])
         agent.num_updates = int(state["num_updates"])
         agent.async_run = bool(state.get("async", False))
+        agent.async_options = dict(state.get("async_options", {}))
         set_rng_state(state["rng"])
         agent.rng.bit_generator.state = state["agent_rng"]
         replay = state.get("replay") if load_replay else None
