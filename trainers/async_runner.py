@@ -480,6 +480,16 @@ def _leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:
     torch.set_num_threads(max(1, cpus - sampler_threads - workers))
 
 
+def _poll_until(ready: Callable[[], bool], check: Callable[[], None], interval: float) -> float:
+    """Poll every ``interval`` seconds until ``ready()``, calling ``check()`` (which raises if the
+    other side died or a stop was asked) in between; the seconds waited (the optimiser's wait)."""
+    waited = time.perf_counter()
+    while not ready():
+        check()
+        time.sleep(interval)
+    return time.perf_counter() - waited
+
+
 def _stop_requested(guard: Any, world: int) -> bool:
     """Whether to stop now outside a meeting of the ranks: on one rank at once, on several only
     where the ranks agree (a rank cannot leave while the others wait for it)."""
@@ -961,16 +971,14 @@ def learn_async(
             if cfg.run_dir is not None:
                 checkpoint()
 
+    def check() -> None:
+        sampler.check()
+        if _stop_requested(guard, world):
+            raise TrainingInterrupted(guard.signal_name, agent.global_step)
+
     def wait_until(ready: Callable[[], bool]) -> None:
-        """Poll until ``ready()`` (checking the sampler), counted as optimiser waiting."""
         nonlocal optimizer_wait
-        waited = time.perf_counter()
-        while not ready():
-            sampler.check()
-            if _stop_requested(guard, world):
-                raise TrainingInterrupted(guard.signal_name, agent.global_step)
-            time.sleep(poll_interval)
-        optimizer_wait += time.perf_counter() - waited
+        optimizer_wait += _poll_until(ready, check, poll_interval)
 
     def chunk_episodes() -> list[tuple[float, int]]:
         """The episodes the chunk just taken ended (sent before its slot was marked full)."""
@@ -1530,13 +1538,8 @@ def learn_async_on_policy(
             raise TrainingInterrupted(guard.signal_name, agent.global_step)
 
     def wait_until(ready: Callable[[], bool]) -> None:
-        """Poll until ``ready()`` (checking the rollout process), counted as optimiser waiting."""
         nonlocal optimizer_wait
-        waited = time.perf_counter()
-        while not ready():
-            check()
-            time.sleep(poll_interval)
-        optimizer_wait += time.perf_counter() - waited
+        optimizer_wait += _poll_until(ready, check, poll_interval)
 
     try:
         with guard:
