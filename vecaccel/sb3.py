@@ -415,6 +415,10 @@ class SB3VecEnv(SB3BaseVecEnv):
         return actions
 
     def _to_sb3_obs(self, obs: Any) -> VecEnvObs:
+        if not getattr(self.vec_env, "copy", True):
+            # views the next step overwrites; SB3 keeps `_last_obs` across steps (its replay
+            # buffer stores it after the step), so every SB3 VecEnv returns fresh arrays
+            obs = copy_tree(obs)
         if isinstance(self.observation_space, spaces.Dict):
             return OrderedDict((key, obs[key]) for key in self.observation_space.spaces)
         return obs
