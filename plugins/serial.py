@@ -9,22 +9,24 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecaccel import hookimpl
 from vecaccel.errors import env_error
 from vecaccel.spaces import (
     copy_tree,
+    has_fixed_layout,
     item_reader,
     item_writer,
     leaf_specs,
     nbytes_of,
     views_from_buffer,
-    write_item,
 )
 from vecaccel.vector import (
     AsyncState,
     EnvRunner,
     VecEnv,
+    check_env_spaces,
     make_env,
     normalize_seeds,
     split_reset_mask,
@@ -58,19 +60,37 @@ class SerialVecEnv(VecEnv):
         copy: bool = True,
     ) -> None:
         envs = [make_env(fn, i) for i, fn in enumerate(env_fns)]
-        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, probe_env=envs[0])
+        try:
+            super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, probe_env=envs[0])
+            for i, env in enumerate(envs[1:], start=1):
+                check_env_spaces(env, i, self.single_observation_space, self.single_action_space)
+        except BaseException:
+            for env in envs:
+                env.close()
+            raise
         self.envs = envs
         self.runners = [EnvRunner(env, self.autoreset_mode, i) for i, env in enumerate(envs)]
-        spec = leaf_specs(self.single_observation_space, self.num_envs)
-        self._obs_buffer = bytearray(nbytes_of(spec))
-        self._obs, _ = views_from_buffer(spec, self._obs_buffer)
-        self._write_obs = item_writer(self.single_observation_space, self._obs)
+        self._obs_items: list | None = None
+        if has_fixed_layout(self.single_observation_space):
+            spec = leaf_specs(self.single_observation_space, self.num_envs)
+            self._obs_buffer = bytearray(nbytes_of(spec))
+            self._obs, _ = views_from_buffer(spec, self._obs_buffer)
+            self._write_obs = item_writer(self.single_observation_space, self._obs)
+        else:  # Text, Sequence, Graph...: kept per env and batched by Gymnasium, as Sync does
+            self._obs_items = [None] * self.num_envs
+            self._write_obs = self._obs_items.__setitem__
         self._rewards = np.zeros(self.num_envs, dtype=np.float64)
         self._terminations = np.zeros(self.num_envs, dtype=np.bool_)
         self._truncations = np.zeros(self.num_envs, dtype=np.bool_)
         self._actions: Any = None
+        # a step that finished after step_wait's timeout: the next step_wait returns it, the
+        # next step_async or reset discards it (as on the process backends)
+        self._late: tuple | None = None
 
     def _observations(self) -> Any:
+        if self._obs_items is not None:
+            space = self.single_observation_space
+            return concatenate(space, self._obs_items, create_empty_array(space, self.num_envs))
         return copy_tree(self._obs) if self.copy else self._obs
 
     def reset(self, *, seed=None, options=None):
@@ -85,21 +105,29 @@ class SerialVecEnv(VecEnv):
                 obs, info = runner.reset(seed=seeds[i], options=options)
             except Exception as exc:
                 raise env_error(exc, i, "reset") from exc
-            write_item(self.single_observation_space, self._obs, i, obs)
+            self._write_obs(i, obs)
             self._terminations[i] = self._truncations[i] = False
             pairs.append((i, info))
         self._state = AsyncState.DEFAULT
+        self._late = None
         return self._observations(), self._batch_infos(pairs)
 
     def step_async(self, actions: Any) -> None:
         self._check_open()
+        if self._state is AsyncState.WAITING_STEP and self._late is None:
+            raise RuntimeError("step_async() called twice without step_wait() in between")
         self._actions = self._check_actions(actions)
+        self._late = None
         self._state = AsyncState.WAITING_STEP
 
     def step_wait(self, timeout: float | None = None):
         self._check_open()
         if self._state is not AsyncState.WAITING_STEP:
             raise RuntimeError("step_wait() called without a pending step_async()")
+        if self._late is not None:
+            late, self._late = self._late, None
+            self._state = AsyncState.DEFAULT
+            return late
         deadline = None if timeout is None else time.monotonic() + timeout
         self._state = AsyncState.DEFAULT
         read_action, write_obs = item_reader(self._actions), self._write_obs
@@ -114,15 +142,20 @@ class SerialVecEnv(VecEnv):
             rewards[i], terminations[i], truncations[i] = rew, term, trunc
             if info:
                 pairs.append((i, info))
-        if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError(f"step_wait exceeded its timeout of {timeout} s")
-        return (
+        result = (
             self._observations(),
             self._rewards.copy(),
             self._terminations.copy(),
             self._truncations.copy(),
             self._batch_infos(pairs),
         )
+        if deadline is not None and time.monotonic() > deadline:
+            self._late, self._state = result, AsyncState.WAITING_STEP
+            raise TimeoutError(
+                f"step_wait exceeded its timeout of {timeout} s (the step ran to its end: "
+                "call step_wait() again for its result)"
+            )
+        return result
 
     def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         self._check_open()

@@ -70,6 +70,9 @@ class ShmVecEnv(ProcessVecEnv):
         self.drain_timeout = drain_timeout
         self._pending: list = []
         self._results: dict[int, tuple] = {}
+        self._timed_out = False  # the step in flight outlived a step_wait(timeout)
+        # what step_wait will return (or raise) for a step a control call had to finish first
+        self._finished: tuple | BaseException | None = None
         self._failed_envs: set[int] = set()
         self._seqs: dict[int, int] = {}
         self.inline_envs = self.pool.inline_envs
@@ -84,6 +87,7 @@ class ShmVecEnv(ProcessVecEnv):
                     self.autoreset_mode,
                     self.pool.views,
                     self.single_observation_space,
+                    self.single_action_space,
                     self.pool.restart,
                 )
             except _MakeError as failed:
@@ -131,7 +135,9 @@ class ShmVecEnv(ProcessVecEnv):
 
     def _drain(self, timeout: float) -> None:
         """Finish a step that timed out, discarding its late results (never returning them)."""
+        self._finished = None
         if not self._pending:
+            self._timed_out = False
             return
         self._step_inline()  # every env takes the abandoned step, as the workers' envs do
         try:
@@ -145,12 +151,30 @@ class ShmVecEnv(ProcessVecEnv):
             ) from None
         self._results.update(results)
         self._pending = []
+        self._timed_out = False
         self._state = AsyncState.DEFAULT
         results, self._results = self._results, {}
         self._collect(results)
 
     def _prepare_control(self) -> None:
-        self._drain(self.drain_timeout)
+        if self._state is not AsyncState.WAITING_STEP or self._timed_out:
+            self._drain(self.drain_timeout)
+        elif self._finished is None:
+            # a step sent by step_async() that step_wait() has not been asked for yet: the
+            # workers must finish it before they take another command; its result (or error)
+            # is kept for step_wait(), as Gymnasium's other backends keep it
+            try:
+                self._finished = self._finish_step(self.drain_timeout)
+            except TimeoutError:
+                envs = sorted(i for w in self._pending for i in w.env_indices)
+                raise WorkerError(
+                    f"envs {envs} are still running the step sent by step_async(); call "
+                    "step_wait() for it first",
+                    env_indices=envs,
+                ) from None
+            except WorkerError as error:
+                self._finished = error
+            self._state = AsyncState.WAITING_STEP  # until step_wait() takes the result
 
     def _busy(self) -> bool:
         return bool(self._pending)
@@ -172,6 +196,7 @@ class ShmVecEnv(ProcessVecEnv):
             if self._pending:
                 raise  # the step is still running: a reset now would take its reply
             self.pool.check_usable()  # a dead worker (past max_restarts) is still raised
+        self._finished = None  # a step in flight when reset() was called is discarded
         seeds = normalize_seeds(seed, self.num_envs)
         reset_mask, options = split_reset_mask(options, self.num_envs)
         self._state = AsyncState.WAITING_RESET
@@ -242,9 +267,9 @@ class ShmVecEnv(ProcessVecEnv):
     def step_async(self, actions: Any) -> None:
         self._check_open()
         self.pool.check_usable()
-        if self._state is AsyncState.WAITING_STEP and not self._pending:
+        if self._state is AsyncState.WAITING_STEP and not self._timed_out:
             raise RuntimeError("step_async() called twice without step_wait() in between")
-        self._drain(self.drain_timeout)
+        self._drain(self.drain_timeout)  # a step that timed out is finished and discarded
         if self._failed_envs:
             raise WorkerError(
                 f"envs {sorted(self._failed_envs)} failed in an earlier call and are in an "
@@ -266,6 +291,20 @@ class ShmVecEnv(ProcessVecEnv):
         self._check_open()
         if self._state is not AsyncState.WAITING_STEP:
             raise RuntimeError("step_wait() called without a pending step_async()")
+        finished, self._finished = self._finished, None
+        if finished is None:
+            try:
+                return self._finish_step(timeout)
+            except TimeoutError:
+                self._timed_out = True  # step_wait() keeps waiting; step_async() discards it
+                raise
+        self._state = AsyncState.DEFAULT
+        if isinstance(finished, BaseException):
+            raise finished
+        return finished
+
+    def _finish_step(self, timeout: float | None):
+        """Wait for the step in flight and return it as ``step_wait`` does."""
         self.pool.check_usable()
         self._step_inline()  # the inline envs step while the workers step theirs
         seqs = self._seqs if self.pool.spin_seconds else None
@@ -277,9 +316,11 @@ class ShmVecEnv(ProcessVecEnv):
             raise
         except WorkerError:
             self._pending = []
+            self._state = AsyncState.DEFAULT
             raise
         self._results.update(results)
         self._pending = []
+        self._timed_out = False
         self._state = AsyncState.DEFAULT
         results, self._results = self._results, {}
         pairs = self._collect(results)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gymnasium.error import ClosedEnvironmentError
+
 __all__ = ["WorkerError", "ClosedEnvError", "env_error"]
 
 
@@ -74,5 +76,9 @@ def _rebuild_worker_error(message, env_indices, remote_traceback, exitcode, orig
     )
 
 
-class ClosedEnvError(RuntimeError):
-    """An operation was attempted on a vector environment after ``close()``."""
+class ClosedEnvError(RuntimeError, ClosedEnvironmentError):
+    """An operation was attempted on a vector environment after ``close()``.
+
+    Also a ``gymnasium.error.ClosedEnvironmentError``, what ``AsyncVectorEnv`` raises there, so
+    code written for Gymnasium's vector envs catches it.
+    """

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import batch_space, iterate
 
 __all__ = [
     "ALIGNMENT",
@@ -23,6 +24,8 @@ __all__ = [
     "index_tree",
     "check_actions",
     "assign_tree",
+    "has_fixed_layout",
+    "ItemList",
 ]
 
 #: Byte alignment of every array carved out of a shared buffer (one cache line).
@@ -62,6 +65,15 @@ def _leaf_specs_tuple(space: spaces.Tuple, n: int) -> tuple:
 @leaf_specs.register(spaces.Dict)
 def _leaf_specs_dict(space: spaces.Dict, n: int) -> dict:
     return {key: leaf_specs(sub, n) for key, sub in space.spaces.items()}
+
+
+def has_fixed_layout(space: spaces.Space) -> bool:
+    """Whether items of ``space`` fit arrays of a fixed shape (what shared memory needs)."""
+    try:
+        leaf_specs(space, 1)
+    except TypeError:
+        return False
+    return True
 
 
 def _is_leaf(spec: Any) -> bool:
@@ -197,9 +209,29 @@ def _env_label(env_ids: Any, position: int) -> int:
     return int(env_ids[position]) if env_ids is not None else position
 
 
+class ItemList(list):
+    """Actions of a space without a fixed array layout (``Text``, ``Sequence``, ``Graph``...):
+    one item per env, read by :func:`item_reader` by index."""
+
+
 @singledispatch
 def _check(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any) -> Any:
-    raise TypeError(f"{where}: space {space!r} is not supported by vecaccel")
+    # no fixed layout (only the serial backend runs such spaces): split the batch as
+    # SyncVectorEnv does, then check each env's item against the space
+    try:
+        items = ItemList(iterate(batch_space(space, n), value))
+    except Exception as exc:  # noqa: BLE001 - Gymnasium raises many types here
+        raise ValueError(
+            f"{where} for {space} cannot be split into {n} envs' items: {exc}"
+        ) from None
+    if len(items) != n:
+        raise ValueError(f"{where} for {space} must hold {n} items (one per env), got {len(items)}")
+    for position, item in enumerate(items):
+        if not space.contains(item):
+            raise ValueError(
+                f"{where} for env {_env_label(env_ids, position)} is {item!r}, outside {space}"
+            )
+    return items
 
 
 def _as_array(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any) -> np.ndarray:
@@ -371,7 +403,7 @@ def item_writer(space: spaces.Space, views: Any) -> Any:
 
 def item_reader(views: Any) -> Any:
     """Return ``read(index)``, the same as ``read_item(views, index)`` with the dispatch done once."""
-    if isinstance(views, np.ndarray):
+    if isinstance(views, (np.ndarray, ItemList)):
         return views.__getitem__
     if isinstance(views, dict):
         readers = [(key, item_reader(view)) for key, view in views.items()]

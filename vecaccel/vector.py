@@ -20,7 +20,15 @@ from gymnasium.vector.utils import batch_space
 from vecaccel.errors import ClosedEnvError, env_error
 from vecaccel.spaces import check_actions
 
-__all__ = ["AutoresetMode", "EnvRunner", "VecEnv", "AsyncState", "make_env", "normalize_seeds"]
+__all__ = [
+    "AutoresetMode",
+    "EnvRunner",
+    "VecEnv",
+    "AsyncState",
+    "check_env_spaces",
+    "make_env",
+    "normalize_seeds",
+]
 
 
 class AsyncState(enum.Enum):
@@ -59,6 +67,22 @@ def make_env(env_fn: Callable[[], gym.Env], index: int) -> gym.Env:
         return env_fn()
     except Exception as exc:
         raise env_error(exc, index, "make") from exc
+
+
+def check_env_spaces(
+    env: gym.Env, index: int, observation_space: gym.Space, action_space: gym.Space
+) -> None:
+    """Raise ``RuntimeError`` naming env ``index`` if its spaces differ from env 0's, as
+    ``SyncVectorEnv`` does: batching needs one observation and one action space for all."""
+    for kind, expected, found in (
+        ("observation", observation_space, env.observation_space),
+        ("action", action_space, env.action_space),
+    ):
+        if found != expected:
+            raise RuntimeError(
+                f"env {index} has {kind} space {found}, but env 0 has {expected}: all "
+                f"sub-environments of a vector env must have the same {kind} space"
+            )
 
 
 class EnvRunner:
@@ -265,6 +289,16 @@ class VecEnv(VectorEnv):
                 f"got length {len(values)}"
             )
         return list(values)
+
+    @property
+    def np_random_seed(self) -> tuple[int | None, ...]:
+        """The sub-environments' seeds, one per env (as ``SyncVectorEnv``)."""
+        return self.get_attr("np_random_seed")
+
+    @property
+    def np_random(self) -> tuple[np.random.Generator, ...]:
+        """The sub-environments' random generators, one per env (as ``SyncVectorEnv``)."""
+        return self.get_attr("np_random")
 
     def render(self):
         return self.call("render")

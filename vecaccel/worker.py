@@ -42,7 +42,7 @@ from vecaccel.spaces import (
     read_item,
     views_from_buffer,
 )
-from vecaccel.vector import EnvRunner
+from vecaccel.vector import EnvRunner, check_env_spaces
 
 __all__ = ["SharedLayout", "WorkerPool", "Command", "Status"]
 
@@ -184,12 +184,15 @@ class _MakeError(Exception):
 class _Slice:
     """The envs of one worker: step, reset, and rebuild them, writing into shared memory."""
 
-    def __init__(self, start, env_fns, autoreset_mode, views, obs_space, restart_on_error):
+    def __init__(
+        self, start, env_fns, autoreset_mode, views, obs_space, action_space, restart_on_error
+    ):
         self.start = start
         self.env_fns = env_fns
         self.autoreset_mode = autoreset_mode
         self.views = views
         self.obs_space = obs_space
+        self.action_space = action_space
         self.restart_on_error = restart_on_error
         self.runners: list[EnvRunner] = []
         self.write_obs = item_writer(obs_space, views.obs)
@@ -206,6 +209,11 @@ class _Slice:
                 self.close()  # the envs built so far
                 raise _MakeError(start + j, exc) from exc
             self.runners.append(EnvRunner(env, autoreset_mode, start + j))
+            try:
+                check_env_spaces(env, start + j, obs_space, action_space)
+            except RuntimeError as exc:
+                self.close()
+                raise _MakeError(start + j, exc) from exc
 
     def step(self, j: int) -> tuple[dict | None, tuple | None]:
         """Step env ``j`` of the slice; return ``(info, error_report)``."""
@@ -267,6 +275,7 @@ class _Slice:
             self.restarts[j] += 1
             runner = EnvRunner(self.env_fns[j](), self.autoreset_mode, i)
             self.runners[j] = runner
+            check_env_spaces(runner.env, i, self.obs_space, self.action_space)
             obs, _ = runner.reset(seed=derived_seed(self.last_seeds[j], i, self.restarts[j]))
             self.write_obs(i, obs)
         except Exception as exc:  # noqa: BLE001
@@ -480,7 +489,13 @@ def _worker_main(
     try:
         env_fns: list[Callable] = cloudpickle.loads(pickled_env_fns)
         envs = _Slice(
-            start, env_fns, autoreset_mode, views, layout.observation_space, restart_on_error
+            start,
+            env_fns,
+            autoreset_mode,
+            views,
+            layout.observation_space,
+            layout.action_space,
+            restart_on_error,
         )
     except _MakeError as failed:  # the report names the env whose function raised
         reply(Status.ERROR, [_error_report(failed.index, failed.error, "make")])
