@@ -103,9 +103,9 @@ class SerialVecEnv(VecEnv):
                 continue
             try:
                 obs, info = runner.reset(seed=seeds[i], options=options)
+                self._write_obs(i, obs)
             except Exception as exc:
                 raise env_error(exc, i, "reset") from exc
-            self._write_obs(i, obs)
             self._terminations[i] = self._truncations[i] = False
             pairs.append((i, info))
         self._state = AsyncState.DEFAULT
@@ -136,9 +136,9 @@ class SerialVecEnv(VecEnv):
         for i, runner in enumerate(self.runners):
             try:
                 obs, rew, term, trunc, info = runner.step(read_action(i))
+                write_obs(i, obs)
             except Exception as exc:
                 raise env_error(exc, i, "step") from exc
-            write_obs(i, obs)
             rewards[i], terminations[i], truncations[i] = rew, term, trunc
             if info:
                 pairs.append((i, info))

@@ -295,8 +295,9 @@ class ShmVecEnv(ProcessVecEnv):
         if finished is None:
             try:
                 return self._finish_step(timeout)
-            except TimeoutError:
-                self._timed_out = True  # step_wait() keeps waiting; step_async() discards it
+            except (TimeoutError, KeyboardInterrupt):
+                # step_wait() keeps waiting for the step; step_async() finishes and discards it
+                self._timed_out = True
                 raise
         self._state = AsyncState.DEFAULT
         if isinstance(finished, BaseException):
@@ -310,9 +311,9 @@ class ShmVecEnv(ProcessVecEnv):
         seqs = self._seqs if self.pool.spin_seconds else None
         try:
             results = self.pool.wait(self._pending, timeout, what="step", seqs=seqs)
-        except TimeoutError as error:
-            self._results.update(error.results)  # type: ignore[attr-defined]
-            self._pending = error.pending  # type: ignore[attr-defined]
+        except (TimeoutError, KeyboardInterrupt) as error:
+            self._results.update(getattr(error, "results", {}))
+            self._pending = getattr(error, "pending", self._pending)
             raise
         except WorkerError:
             self._pending = []

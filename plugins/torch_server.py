@@ -86,15 +86,19 @@ class ActionServerVecEnv(PooledVecEnv):
             free = usable_cpus() - torch.get_num_threads()
             options["num_workers"] = max(1, min(num_envs, free))
         super().__init__(env_fns, batch_size=batch, **options)
-        if alternating:
-            self.groups = [np.arange(0, num_envs, 2), np.arange(1, num_envs, 2)]
-        else:
-            self.groups = [np.arange(num_envs)]
-        self._group = 0
-        self._pin = self.device.type == "cuda"
-        self._staging = [self._make_staging() for _ in self.groups]
-        self._copy_done: list[Any] = [None for _ in self.groups]
-        self.observation_space = batch_space(self.single_observation_space, batch)
+        try:  # the workers run now: an error here (no CUDA for pinned memory) must stop them
+            if alternating:
+                self.groups = [np.arange(0, num_envs, 2), np.arange(1, num_envs, 2)]
+            else:
+                self.groups = [np.arange(num_envs)]
+            self._group = 0
+            self._pin = self.device.type == "cuda"
+            self._staging = [self._make_staging() for _ in self.groups]
+            self._copy_done: list[Any] = [None for _ in self.groups]
+            self.observation_space = batch_space(self.single_observation_space, batch)
+        except BaseException:
+            self.close(terminate=True)
+            raise
 
     def _make_staging(self) -> Any:
         def empty(view: np.ndarray) -> torch.Tensor:

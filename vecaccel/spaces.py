@@ -129,7 +129,14 @@ def write_item(space: spaces.Space, views: Any, index: int, value: Any) -> None:
 @write_item.register(spaces.MultiDiscrete)
 @write_item.register(spaces.MultiBinary)
 def _write_base(space: spaces.Space, views: np.ndarray, index: int, value: Any) -> None:
-    views[index] = value
+    item_writer(space, views)(index, value)
+
+
+def _shape_error(space: spaces.Space, value: Any) -> ValueError:
+    return ValueError(
+        f"an item of shape {np.shape(value)} does not fit {space}, whose items have shape "
+        f"{space.shape}"
+    )
 
 
 @write_item.register(spaces.Tuple)
@@ -383,7 +390,23 @@ def item_writer(space: spaces.Space, views: Any) -> Any:
         [1.0, 0.0, 1.0]
     """
     if isinstance(views, np.ndarray):
-        return views.__setitem__
+        # numpy would broadcast a scalar or a 1-element array into the whole slot silently
+        shape, setitem = views.shape[1:], views.__setitem__
+        if shape == ():
+
+            def write_scalar(index: int, value: Any) -> None:
+                if getattr(value, "shape", ()) != ():  # Python numbers have no shape
+                    raise _shape_error(space, value)
+                setitem(index, value)
+
+            return write_scalar
+
+        def write_array(index: int, value: Any) -> None:
+            if getattr(value, "shape", None) != shape and np.shape(value) != shape:
+                raise _shape_error(space, value)
+            setitem(index, value)
+
+        return write_array
     if isinstance(space, spaces.Dict):
         writers = [(key, item_writer(sub, views[key])) for key, sub in space.spaces.items()]
 

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
@@ -676,6 +677,25 @@ class _Worker:
 FAILURE_POLICIES = ("raise", "restart")
 
 
+#: Every open pool of this process, so that a child made by a plain ``os.fork()`` can drop them.
+_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+def _forget_pools_in_child() -> None:
+    """After ``os.fork()`` in the user's process: the child must leave the parent's workers
+    alone. multiprocessing's exit handler terminates every daemon child it knows of, and the
+    child inherited that list; a pool's ``close()`` in the child must not stop them either."""
+    children = getattr(mp.process, "_children", None)
+    for pool in list(_POOLS):
+        for worker in pool.workers:
+            if children is not None:
+                children.discard(worker.process)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
 class WorkerPool:
     """Worker processes, the shared buffer, and the parent's side of the protocol.
 
@@ -754,6 +774,8 @@ class WorkerPool:
         self._buffer = self.ctx.RawArray("b", self.layout.nbytes)
         self.views = self.layout.views(self._buffer)
         self.workers: list[_Worker] = []
+        self._owner_pid = os.getpid()  # a forked child of the user's process does not own them
+        self._control_in_flight = False  # a reset/call/set_attr sent and not fully answered
         self.broken: str | None = None
         self._broken_envs: tuple[int, ...] = ()
         self._poller = select.poll()
@@ -770,6 +792,7 @@ class WorkerPool:
         if self._cpus is None and hasattr(os, "sched_setaffinity"):
             self._allowed = sorted(os.sched_getaffinity(0))
         bounds = np.linspace(inline_envs, num_envs, num_workers + 1).round().astype(int)
+        _POOLS.add(self)
         try:
             for k in range(num_workers):
                 self._start_worker(k, int(bounds[k]), int(bounds[k + 1]))
@@ -793,7 +816,7 @@ class WorkerPool:
             args=(
                 k,
                 start,
-                cloudpickle.dumps(self._env_fns[start:stop]),
+                self._pickle_env_fns(k, start, stop),
                 self._layout_args,
                 self._buffer,
                 self.autoreset_mode,
@@ -824,6 +847,22 @@ class WorkerPool:
         self._fd_to_worker[worker.done_fd] = worker
         self._sentinel_to_worker[process.sentinel] = worker
         return worker
+
+    def _pickle_env_fns(self, k: int, start: int, stop: int) -> bytes:
+        try:
+            return cloudpickle.dumps(self._env_fns[start:stop])
+        except Exception:  # noqa: BLE001 - find the env function to name
+            for i in range(start, stop):
+                try:
+                    cloudpickle.dumps(self._env_fns[i])
+                except Exception as exc:  # noqa: BLE001
+                    raise WorkerError(
+                        f"env function {i} cannot be pickled for worker {k}: "
+                        f"{type(exc).__name__}: {exc}",
+                        env_indices=[i],
+                        original_type=type(exc).__name__,
+                    ) from exc
+            raise
 
     def _forget(self, worker: _Worker) -> None:
         tables = (
@@ -873,17 +912,26 @@ class WorkerPool:
         self._dispose(worker)
         envs = list(worker.env_indices)
         self.count_failures(envs, reason)
-        fresh = self._start_worker(worker.index, worker.start, worker.stop)
-        self._await_ready([fresh])
-        seeds = []
-        for i in envs:
-            seeds.append(derived_seed(self.last_seeds[i], i, int(self.failures_per_env[i])))
-        needs_reset = self.autoreset_mode is not AutoresetMode.SAME_STEP
-        self.send(fresh, Command.RESET, (seeds, None, None, needs_reset))
-        status = self.wait([fresh], self.start_timeout, what="restart", restartable=False)
-        payload = self.recv_payload(fresh)
-        if status[fresh.index][0] == Status.ERROR:
-            raise self.error_from_reports(payload)
+        try:
+            fresh = self._start_worker(worker.index, worker.start, worker.stop)
+            self._await_ready([fresh])
+            seeds = []
+            for i in envs:
+                seeds.append(derived_seed(self.last_seeds[i], i, int(self.failures_per_env[i])))
+            needs_reset = self.autoreset_mode is not AutoresetMode.SAME_STEP
+            self.send(fresh, Command.RESET, (seeds, None, None, needs_reset))
+            status = self.wait([fresh], self.start_timeout, what="restart", restartable=False)
+            payload = self.recv_payload(fresh)
+            if status[fresh.index][0] == Status.ERROR:
+                raise self.error_from_reports(payload)
+        except BaseException as exc:
+            if self.broken is None:  # the restart itself failed: nothing more can be done
+                self.broken = (
+                    f"worker {worker.index} (envs {envs}) could not be restarted "
+                    f"({type(exc).__name__}: {exc}); this vector env cannot continue: close() it"
+                )
+                self._broken_envs = tuple(envs)
+            raise
         views = self.views
         infos = {}
         for i, _ in payload:
@@ -1046,6 +1094,16 @@ class WorkerPool:
         kill_at = None
         if self.step_timeout is not None and what == "step":
             kill_at = now + self.step_timeout
+        try:
+            self._wait_loop(pending, results, deadline, kill_at, timeout, what, restartable)
+        except KeyboardInterrupt as interrupt:
+            # what the caller needs to finish the step later: the replies already taken
+            interrupt.pending = list(pending.values())  # type: ignore[attr-defined]
+            interrupt.results = results  # type: ignore[attr-defined]
+            raise
+        return results
+
+    def _wait_loop(self, pending, results, deadline, kill_at, timeout, what, restartable):
         while pending:
             ends = [t for t in (deadline, kill_at) if t is not None]
             wait_ms = None if not ends else max(0.0, (min(ends) - time.monotonic()) * 1000)
@@ -1089,7 +1147,6 @@ class WorkerPool:
                 error.pending = list(pending.values())  # type: ignore[attr-defined]
                 error.results = results  # type: ignore[attr-defined]
                 raise error
-        return results
 
     def wait_bytes(
         self, timeout: float | None
@@ -1186,18 +1243,56 @@ class WorkerPool:
             groups.setdefault(self.worker_of(index).index, []).append(index)
         return groups
 
-    def _finish(self, workers: list[_Worker], what: str) -> dict[int, Any]:
-        """Wait for ``workers`` to answer a control command; raise the env errors reported."""
-        results = self.wait(workers, None, what=what, restartable=False)
-        payloads, errors = {}, []
-        for worker in workers:
-            status = results[worker.index][0]
-            if status == Status.ERROR:
-                errors.extend(self.recv_payload(worker))
-            elif status == Status.OK_DATA:
-                payloads[worker.index] = self.recv_payload(worker)
+    def _command(
+        self, messages: list[tuple[_Worker, int, Any]], what: str
+    ) -> tuple[dict[int, Any], dict[int, dict]]:
+        """Send a control command and wait for its replies; raise the env errors reported.
+
+        Returns ``(payloads by worker index, {env index: restart info})``: under the restart
+        policy a worker that died (before or during the command) is started again, and its
+        envs, reset from derived seeds, did not run the command.
+        """
+        workers = [worker for worker, _, _ in messages]
+        self._control_in_flight = True
+        try:
+            self.send_many(messages)
+            results = self.wait(workers, None, what=what, restartable=self.restart)
+            payloads, errors, restarted = {}, [], {}
+            for worker in workers:
+                status = results[worker.index]
+                if status[0] == Status.ERROR:
+                    errors.extend(self.recv_payload(worker))
+                elif status[0] == Status.OK_DATA:
+                    payloads[worker.index] = self.recv_payload(worker)
+                elif status[0] == Status.RESTARTED:
+                    restarted.update(status[1])
+        except Exception:
+            self._control_in_flight = False
+            raise
+        except BaseException:
+            # KeyboardInterrupt: replies may still come, and the next command would take them
+            # for its own; nothing can tell them apart, so the pool stops here
+            self.broken = (
+                f"{what} was interrupted before every worker had answered; this vector env "
+                "cannot continue: close() it"
+            )
+            self._broken_envs = tuple(i for w in workers for i in w.env_indices)
+            raise
+        self._control_in_flight = False
         if errors:
             raise self.error_from_reports(errors)
+        return payloads, restarted
+
+    def _finish_command(self, messages: list[tuple[_Worker, int, Any]], what: str) -> dict:
+        payloads, restarted = self._command(messages, what)
+        if restarted:
+            envs = sorted(restarted)
+            reason = restarted[envs[0]].get("restart_reason", "it died")
+            raise WorkerError(
+                f"envs {envs} did not run {what}: their worker died ({reason}) and was "
+                "restarted, and they start over from a reset",
+                env_indices=envs,
+            )
         return payloads
 
     def reset(
@@ -1215,8 +1310,15 @@ class WorkerPool:
             payload = (list(seeds[worker.start : worker.stop]), options, part, False)
             messages.append((worker, Command.RESET, payload))
             workers.append(worker)
-        self.send_many(messages)
-        payloads = self._finish(workers, "reset")
+        payloads, restarted = self._command(messages, "reset")
+        while restarted:  # a dead worker was started again: reset its envs as asked after all
+            again = [
+                (self.workers[worker.index], command, payload)
+                for worker, command, payload in messages
+                if worker.start in restarted
+            ]
+            more, restarted = self._command(again, "reset")
+            payloads.update(more)
         pairs = [pair for worker in workers for pair in payloads.get(worker.index, [])]
         return sorted(pairs, key=lambda pair: pair[0])
 
@@ -1228,8 +1330,7 @@ class WorkerPool:
         for worker in workers:
             local = [i - worker.start for i in groups[worker.index]]
             messages.append((worker, Command.CALL, (name, local, args, kwargs)))
-        self.send_many(messages)
-        payloads = self._finish(workers, f"call({name!r})")
+        payloads = self._finish_command(messages, f"call({name!r})")
         by_index: dict[int, list[Any]] = {}
         for k, group in groups.items():
             for index, value in zip(group, cloudpickle.loads(payloads[k])):
@@ -1243,13 +1344,29 @@ class WorkerPool:
             worker = self.worker_of(index)
             pairs.setdefault(worker.index, []).append((index - worker.start, value))
         workers = [self.workers[k] for k in pairs]
-        self.send_many([(w, Command.SET_ATTR, (name, pairs[w.index])) for w in workers])
-        self._finish(workers, f"set_attr({name!r})")
+        messages = [(w, Command.SET_ATTR, (name, pairs[w.index])) for w in workers]
+        self._finish_command(messages, f"set_attr({name!r})")
 
     # -- shutdown -----------------------------------------------------------------------------
 
     def close(self, terminate: bool = False, timeout: float = 5.0) -> None:
         """Stop every worker (politely unless ``terminate``) and release the channels."""
+        _POOLS.discard(self)
+        if os.getpid() != self._owner_pid:
+            # a child made by os.fork(): the workers are the parent's; drop our copies of the
+            # channels only (the parent's stay open)
+            for worker in self.workers:
+                for conn in (worker.cmd, worker.done, worker.data):
+                    try:
+                        conn.close()
+                    except OSError:
+                        pass
+            self.workers = []
+            self.views = None  # type: ignore[assignment]
+            self._buffer = None
+            return
+        if self._control_in_flight:
+            terminate = True  # an interrupted command: its reply would only delay the close
         workers = [w for w in self.workers if w.process.is_alive()]
         if not terminate:
             for worker in workers:

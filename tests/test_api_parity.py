@@ -1,4 +1,4 @@
-"""API-contract review: vecaccel beside ``SyncVectorEnv``/``AsyncVectorEnv`` and SB3's ``DummyVecEnv``.
+"""API parity: vecaccel beside ``SyncVectorEnv``/``AsyncVectorEnv`` and SB3's ``DummyVecEnv``.
 
 Each test compares a vecaccel backend with the reference on the same seeds and actions, or
 checks a behaviour a user of the reference relies on. The env classes are module level, and
