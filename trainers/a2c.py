@@ -21,7 +21,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
+from vecaccel.trainers.common import (
+    OnPolicyAlgorithm,
+    check_on_policy_config,
+    compute_gae,
+    explained_variance,
+)
 from vecaccel.trainers.optim import FlatRMSprop
 
 __all__ = ["A2C", "A2CConfig", "PRESETS"]
@@ -97,6 +102,9 @@ class A2CConfig:
     """Re-seed the envs at each checkpoint so that a resumed run is bit-identical on CPU."""
     log_every: int = 10
     """Log metrics every this many updates (and whenever an episode ended)."""
+
+    def __post_init__(self) -> None:
+        check_on_policy_config(self)
 
 
 #: Named settings for ``A2C(**PRESETS[name])`` and ``vecaccel train a2c --preset NAME``.

@@ -224,6 +224,32 @@ class AlgorithmParser(argparse.ArgumentParser):
         return super().format_help()
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _setup_errors() -> tuple[type[BaseException], ...]:
+    """What a bad flag, env or checkpoint raises while a trainer is set up: reported as a
+    usage error (exit 2, one line), not a traceback. Errors once training runs are not."""
+    import gymnasium as gym
+
+    from vecaccel.errors import WorkerError
+    from vecaccel.trainers.common import CheckpointError
+
+    return (ValueError, TypeError, CheckpointError, WorkerError, gym.error.Error)
+
+
+def _usage_error(exc: BaseException) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
+
+
 # -- the hook ---------------------------------------------------------------------------------
 
 
@@ -258,10 +284,10 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
         )
         parser.add_argument("--env", help="Gymnasium environment id (default: the config's)")
         parser.add_argument("--backend", help="vecaccel backend (default: the config's)")
-        parser.add_argument("--num-envs", type=int, help="parallel environments")
+        parser.add_argument("--num-envs", type=_positive_int, help="parallel environments")
         parser.add_argument(
             "--total-steps",
-            type=int,
+            type=_positive_int,
             help="environment steps to train (with --resume: the run's new total; "
             "default there: the budget the run was started with)",
         )
@@ -361,7 +387,9 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     evaluate.add_argument("checkpoint", type=Path, help="checkpoint file or run directory")
-    evaluate.add_argument("--episodes", type=int, default=10, help="episodes (default: 10)")
+    evaluate.add_argument(
+        "--episodes", type=_positive_int, default=10, help="episodes (default: 10)"
+    )
     evaluate.add_argument("--video", type=Path, metavar="OUT.mp4", help="record the first episode")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     evaluate.add_argument(
@@ -483,7 +511,10 @@ def _train(args: argparse.Namespace) -> int:
                 **load_kwargs,
                 **explicit,
             )
-        agent = cls.load(checkpoint, env=env_id, **load_kwargs, **explicit)
+        try:
+            agent = cls.load(checkpoint, env=env_id, **load_kwargs, **explicit)
+        except _setup_errors() as exc:
+            return _usage_error(exc)
         apply_runtime_settings(agent, runtime)
         step = int(getattr(agent, "global_step", 0))
         if getattr(agent, "is_main", True):  # one line for the run, not one per rank
@@ -500,10 +531,23 @@ def _train(args: argparse.Namespace) -> int:
                     )
                     return 0
                 agent.learn()
-            else:
-                if args.total_steps is None:
-                    print("error: pass --total-steps to resume this trainer", file=sys.stderr)
+            elif args.total_steps is None:  # finish the budget the run was started with
+                horizon = (getattr(agent, "_loop_state", None) or {}).get("horizon")
+                if horizon is None:
+                    print(
+                        "error: the checkpoint records no budget; pass --total-steps",
+                        file=sys.stderr,
+                    )
                     return 2
+                if step >= horizon:
+                    print(
+                        f"the run is complete ({step} of {horizon} steps); pass a larger "
+                        "--total-steps to extend it",
+                        file=sys.stderr,
+                    )
+                    return 0
+                agent.learn()
+            else:
                 kwargs = _keyword_subset(agent.learn, {"reset_num_timesteps": False})
                 agent.learn(max(0, args.total_steps - step), **kwargs)
         finally:
@@ -541,6 +585,10 @@ def _train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        _preflight(config_cls, env_id, config)
+    except _setup_errors() as exc:
+        return _usage_error(exc)
     if getattr(args, "async_mode", False):
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers import async_runner
@@ -566,7 +614,10 @@ def _train(args: argparse.Namespace) -> int:
             **config,
         )
     kwargs = _keyword_subset(cls, {"run_dir": str(run_dir), **runtime})
-    agent = cls(env_id, **kwargs, **config)
+    try:
+        agent = cls(env_id, **kwargs, **config)
+    except _setup_errors() as exc:
+        return _usage_error(exc)
     try:
         agent.learn(args.total_steps)
     finally:
@@ -584,6 +635,28 @@ def _train(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
+    """Check what can be checked before any process starts (the async runners start theirs
+    first): the config's values, the backend, and that the env id is registered."""
+    import gymnasium as gym
+
+    import vecaccel
+    from vecaccel.manager import register_envs
+
+    names = {field.name for field in dataclasses.fields(config_cls)}
+    values = {key: value for key, value in config.items() if key in names}
+    if "env_id" in names:
+        values["env_id"] = env_id
+    cfg = config_cls(**values)
+    backend = getattr(cfg, "backend", None)
+    if backend is not None and backend not in vecaccel.list_backends():
+        raise ValueError(
+            f"unknown backend {backend!r}; registered: {', '.join(vecaccel.list_backends())}"
+        )
+    register_envs()
+    gym.spec(env_id)  # gymnasium.error.Error naming the id (and close matches) if unknown
 
 
 def _close(agent: Any) -> None:
@@ -607,7 +680,10 @@ def eval_command(args: argparse.Namespace) -> int:
         print(f"error: {path} holds no known algorithm (algo={algo!r})", file=sys.stderr)
         return 2
     cls = _algorithm_class(algo)
-    agent = cls.load(path, **_keyword_subset(cls.load, {"device": args.device}))
+    try:
+        agent = cls.load(path, **_keyword_subset(cls.load, {"device": args.device}))
+    except _setup_errors() as exc:
+        return _usage_error(exc)
     if not hasattr(agent, "predict"):
         print(f"error: {cls.__name__} has no predict()", file=sys.stderr)
         return 2
@@ -616,6 +692,22 @@ def eval_command(args: argparse.Namespace) -> int:
     if env_id is None:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2
+    from vecaccel.trainers.common import check_env_matches, make_env_fn
+
+    try:
+        env = make_env_fn(env_id, config.get("atari"), training=False)()
+        try:
+            check_env_matches(
+                env_id,
+                env.observation_space,
+                env.action_space,
+                agent.observation_space,
+                agent.action_space,
+            )
+        finally:
+            env.close()
+    except _setup_errors() as exc:
+        return _usage_error(exc)
     try:
         returns, lengths = evaluate_agent(
             agent,

@@ -83,6 +83,74 @@ def configure_torch_threads(
     return threads
 
 
+def check_on_policy_config(cfg: Any) -> None:
+    """Raise ``ValueError`` naming the field for an A2C/PPO config that cannot train."""
+    positive = ["num_envs", "num_steps", "base_batch_size"]
+    positive += [name for name in ("num_minibatches", "update_epochs") if hasattr(cfg, name)]
+    for name in positive:
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if cfg.num_workers < 0:
+        raise ValueError(
+            f"num_workers must be >= 0 (0: the backend's default), got {cfg.num_workers}"
+        )
+    if hasattr(cfg, "num_minibatches") and cfg.num_minibatches > cfg.num_envs * cfg.num_steps:
+        raise ValueError(
+            f"num_minibatches={cfg.num_minibatches} is more than the batch of num_envs x "
+            f"num_steps = {cfg.num_envs * cfg.num_steps} transitions"
+        )
+    if not 0.0 <= cfg.gamma <= 1.0 or not 0.0 <= cfg.gae_lambda <= 1.0:
+        raise ValueError(
+            f"gamma and gae_lambda must lie in [0, 1], got {cfg.gamma}, {cfg.gae_lambda}"
+        )
+    if cfg.activation not in ("tanh", "relu"):
+        raise ValueError(f"activation must be 'tanh' or 'relu', got {cfg.activation!r}")
+    if cfg.network not in ("auto", "cnn", "mlp"):
+        raise ValueError(f"network must be 'auto', 'cnn' or 'mlp', got {cfg.network!r}")
+    lr_scale(cfg.num_envs * cfg.num_steps, cfg.base_batch_size, cfg.lr_scaling)  # the mode
+
+
+def usable_device(device: str) -> str:
+    """The recorded ``device`` if this machine has it, else ``"cpu"`` (with a warning): a
+    checkpoint written on a GPU machine loads on one without, as SB3's ``load`` does."""
+    import torch
+
+    name = str(device)
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        import warnings
+
+        warnings.warn(
+            f"the checkpoint was trained on {name!r}, which this machine does not have; "
+            "loading it on the CPU (pass device=... to choose)",
+            stacklevel=3,
+        )
+        return "cpu"
+    return name
+
+
+def check_env_matches(
+    env_id: Any,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    trained_observation_space: gym.Space,
+    trained_action_space: gym.Space,
+) -> None:
+    """Raise ``ValueError`` if a loaded agent's network cannot act in the env it is given."""
+    for kind, found, trained in (
+        ("observation", observation_space, trained_observation_space),
+        ("action", action_space, trained_action_space),
+    ):
+        same = type(found) is type(trained) and found.shape == trained.shape
+        if same and isinstance(found, gym.spaces.Discrete):
+            same = int(found.n) == int(trained.n)
+        if not same:
+            raise ValueError(
+                f"{env_id} has the {kind} space {found}, but the agent was trained on "
+                f"{trained}: its network cannot act there"
+            )
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python's ``random``, NumPy's global generator and torch (every device).
 
@@ -1039,7 +1107,7 @@ class OnPolicyAlgorithm(abc.ABC):
     ) -> None:
         import torch
 
-        from vecaccel.trainers.models import ActorCritic
+        from vecaccel.trainers.models import ActorCritic, check_observation_space
 
         if isinstance(env, str):
             config["env_id"] = env
@@ -1089,6 +1157,11 @@ class OnPolicyAlgorithm(abc.ABC):
             observation_space, action_space = self._spaces_from_env_id(cfg.env_id)
         self.observation_space = observation_space
         self.action_space = action_space
+        try:
+            check_observation_space(observation_space)
+        except TypeError:
+            self.close()
+            raise
         bf16 = cfg.bf16 == "on" or (
             cfg.bf16 == "auto" and _bf16_helps(cfg.device) and len(observation_space.shape) == 3
         )
@@ -1430,6 +1503,8 @@ class OnPolicyAlgorithm(abc.ABC):
                 f"{path} holds a {state.get('algo')!r} checkpoint, not {cls.algo_name!r}"
             )
         config = {**state["config"], **overrides}
+        if "device" not in overrides and "device" in config:
+            config["device"] = usable_device(config["device"])
         config = {
             k: v
             for k, v in config.items()
@@ -1471,7 +1546,21 @@ class OnPolicyAlgorithm(abc.ABC):
         if restore_rng:
             set_rng_state(state["rng"])
         if env is not None:
+            if isinstance(env, str):
+                self.config.env_id = env  # the id given, not the one recorded
             self._attach_env(env)
+            try:
+                check_env_matches(
+                    self.config.env_id,
+                    self.env.single_observation_space,
+                    self.env.single_action_space,
+                    observation_space,
+                    action_space,
+                )
+            except ValueError:
+                if self.owns_env:
+                    self.env.close()
+                raise
             self._make_sampler()
             if self.update_index > 0:
                 self._reseed_envs()
@@ -1501,6 +1590,9 @@ class OnPolicyAlgorithm(abc.ABC):
         tensor = torch.as_tensor(obs[None] if single else obs, device=self.device)
         self.model.eval()
         actions = self.model.act(tensor, deterministic=deterministic).cpu().numpy()
+        space = self.action_space
+        if isinstance(space, gym.spaces.Box):  # as SB3: the env gets actions within bounds
+            actions = np.clip(actions, space.low, space.high).astype(actions.dtype, copy=False)
         return (actions[0] if single else actions), None
 
     def close(self) -> None:

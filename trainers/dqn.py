@@ -57,6 +57,7 @@ from vecaccel.trainers.common import (
     RunLogger,
     SignalCheckpoint,
     TrainingInterrupted,
+    check_env_matches,
     config_from_dict,
     configure_torch_threads,
     get_rng_state,
@@ -67,8 +68,9 @@ from vecaccel.trainers.common import (
     seed_everything,
     set_rng_state,
     split_seed,
+    usable_device,
 )
-from vecaccel.trainers.models import QNetwork
+from vecaccel.trainers.models import QNetwork, check_observation_space
 from vecaccel.trainers.replay import PrioritizedReplayBuffer, ReplayBuffer, ReplaySample
 
 __all__ = [
@@ -199,6 +201,8 @@ class DQNConfig:
 
     def __post_init__(self) -> None:
         self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)
+        if self.num_envs < 1:
+            raise ValueError(f"num_envs must be a positive integer, got {self.num_envs!r}")
         if self.batch_size < 1 or self.base_batch_size < 1:
             raise ValueError("batch_size and base_batch_size must be positive")
         if self.replay_ratio <= 0:
@@ -468,15 +472,23 @@ class DQN:
                 )
             self.envs = env
         space = self.envs.single_action_space
-        if not isinstance(space, gym.spaces.Discrete):
-            raise TypeError(f"{type(self).__name__} needs a Discrete action space, got {space}")
-        if self.observation_space is not None and (
-            self.envs.single_observation_space.shape != self.observation_space.shape
-        ):
-            raise ValueError(
-                f"the env's observations {self.envs.single_observation_space.shape} do not match "
-                f"the agent's {self.observation_space.shape}"
-            )
+        try:
+            if not isinstance(space, gym.spaces.Discrete):
+                raise TypeError(f"{type(self).__name__} needs a Discrete action space, got {space}")
+            check_observation_space(self.envs.single_observation_space)
+            if self.observation_space is not None:  # a loaded agent: its network must fit
+                check_env_matches(
+                    self.env_id,
+                    self.envs.single_observation_space,
+                    space,
+                    self.observation_space,
+                    self.action_space,
+                )
+        except (TypeError, ValueError):
+            if self._owns_envs:
+                self.envs.close()
+                self.envs = None
+            raise
 
     def _build_networks(self) -> None:
         cfg = self.config
@@ -1097,7 +1109,16 @@ class DQN:
         if path.is_dir():
             path = path / "checkpoint.pt"
         state = load_checkpoint(path)
-        config = config_from_dict(DQNConfig, {**state["config"], **overrides})
+        algorithm = state.get("algorithm")
+        if algorithm is None or (cls is not DQN and algorithm != cls.__name__):
+            raise CheckpointError(
+                f"{path} holds a {algorithm or state.get('algo')!r} checkpoint, not "
+                f"{cls.__name__!r}"
+            )
+        values = {**state["config"], **overrides}
+        if "device" not in overrides and "device" in values:
+            values["device"] = usable_device(values["device"])
+        config = config_from_dict(DQNConfig, values)
         agent = cls.__new__(cls)
         DQN.__init__(agent, env=None, config=config)
         observation = state["observation"]

@@ -64,6 +64,21 @@ def bf16_autocast_helps(device: str | torch.device = "cpu") -> bool:
     return False
 
 
+def check_observation_space(space: gym.Space) -> None:
+    """Raise ``TypeError`` unless observations of ``space`` are arrays with a feature axis
+    (Box, MultiBinary, MultiDiscrete): the networks take ``[N, ...]`` float tensors."""
+    shape = getattr(space, "shape", None)
+    if (
+        not isinstance(space, (gym.spaces.Box, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete))
+        or not shape
+    ):
+        raise TypeError(
+            f"the trainers' networks take array observations (Box, MultiBinary, "
+            f"MultiDiscrete with at least one axis), got {space}; wrap the env to encode them "
+            "(e.g. one-hot a Discrete observation in an ObservationWrapper)"
+        )
+
+
 def _is_image_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
 
@@ -115,7 +130,9 @@ class NatureCNN(nn.Module):
         # autocast's cast of it does.
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
         dtype = torch.bfloat16 if self.bf16 and obs.dtype == torch.uint8 else torch.float32
-        x = obs.to(dtype=dtype, memory_format=memory_format, copy=True).div_(255.0)
+        x = obs.to(dtype=dtype, memory_format=memory_format, copy=True)
+        if obs.dtype == torch.uint8:  # pixels 0..255; float images are taken as they come
+            x = x.div_(255.0)
         context = (
             torch.autocast(device_type=x.device.type, dtype=torch.bfloat16)
             if self.bf16
@@ -163,6 +180,7 @@ def make_encoder(
     bf16: bool = False,
 ) -> nn.Module:
     """A Nature-CNN for image observations, an MLP otherwise (``network``: auto/cnn/mlp)."""
+    check_observation_space(observation_space)
     if network not in ("auto", "cnn", "mlp"):
         raise ValueError(f"network must be 'auto', 'cnn' or 'mlp', got {network!r}")
     if network == "cnn" or (network == "auto" and _is_image_space(observation_space)):

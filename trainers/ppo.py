@@ -23,7 +23,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.common import OnPolicyAlgorithm, compute_gae, explained_variance
+from vecaccel.trainers.common import (
+    OnPolicyAlgorithm,
+    check_on_policy_config,
+    compute_gae,
+    explained_variance,
+)
 from vecaccel.trainers.distributed import all_reduce_mean
 from vecaccel.trainers.optim import FlatAdam
 
@@ -110,6 +115,9 @@ class PPOConfig:
     """Re-seed the envs at each checkpoint so that a resumed run is bit-identical on CPU."""
     log_every: int = 1
     """Log metrics every this many updates (and whenever an episode ended)."""
+
+    def __post_init__(self) -> None:
+        check_on_policy_config(self)
 
 
 #: Named settings for ``PPO(**PRESETS[name])`` and ``vecaccel train ppo --preset NAME``.

@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
@@ -121,6 +122,9 @@ class Sampler:
             (``RecordEpisodeStatistics``' ``info["episode"]``; the real score when reward
             clipping or life-loss terminals sit above it), ``"rewards"`` (the sampler's own sums
             of the rewards it sees), or ``"auto"`` (infos once one has appeared, else rewards).
+        clip_actions: clip actions of a ``Box`` action space to its bounds before they reach
+            the env, as SB3 and CleanRL do (the batch keeps the policy's own actions, whose
+            log-probabilities the losses need).
 
     Raises:
         ValueError: for a non-positive horizon or an unknown ``episode_stats``.
@@ -135,6 +139,7 @@ class Sampler:
         device: str | torch.device = "cpu",
         seed: int | Sequence[int] | None = None,
         episode_stats: str = "auto",
+        clip_actions: bool = True,
     ) -> None:
         if int(horizon) < 1:
             raise ValueError(f"horizon must be a positive integer, got {horizon!r}")
@@ -169,6 +174,15 @@ class Sampler:
 
         obs, infos = env.reset(seed=seed)
         self._tensor_env = isinstance(obs, torch.Tensor)
+        self._bounds = None  # (low, high) that actions are clipped to, where there are any
+        space = getattr(env, "single_action_space", None)
+        if clip_actions and isinstance(space, gym.spaces.Box):
+            low, high = space.low, space.high
+            if self._tensor_env:
+                device = obs.device
+                low = torch.as_tensor(low, device=device)
+                high = torch.as_tensor(high, device=device)
+            self._bounds = (low, high)
         example = self._as_tensor(obs)
         T, B = self.horizon, self.num_envs
         ids = self._group_of(infos)
@@ -447,11 +461,20 @@ class Sampler:
             buffer[row, index] = value.to(self.device, buffer.dtype)
 
     def _env_actions(self, actions: Any) -> Any:
+        bounds = self._bounds
         if self._tensor_env:
+            if bounds is not None:
+                actions = torch.clamp(
+                    actions, bounds[0].to(actions.dtype), bounds[1].to(actions.dtype)
+                )
             return actions
         if isinstance(actions, torch.Tensor):
-            return actions.cpu().numpy()
-        return np.asarray(actions)
+            actions = actions.cpu().numpy()
+        else:
+            actions = np.asarray(actions)
+        if bounds is not None:
+            actions = np.clip(actions, bounds[0], bounds[1]).astype(actions.dtype, copy=False)
+        return actions
 
     def _final_obs_from_infos(self, infos: dict, index: int) -> Any:
         try:
