@@ -133,6 +133,10 @@ class ShmVecEnv(ProcessVecEnv):
             raise self.pool.error_from_reports(errors)
         return pairs
 
+    def _still_running(self, what: str) -> WorkerError:
+        envs = sorted(i for w in self._pending for i in w.env_indices)
+        return WorkerError(f"envs {envs} are still running {what}", env_indices=envs)
+
     def _drain(self, timeout: float) -> None:
         """Finish a step that timed out, discarding its late results (never returning them)."""
         self._finished = None
@@ -143,11 +147,9 @@ class ShmVecEnv(ProcessVecEnv):
         try:
             results = self.pool.wait(self._pending, timeout)
         except TimeoutError:
-            envs = sorted(i for w in self._pending for i in w.env_indices)
-            raise WorkerError(
-                f"envs {envs} are still running a step that timed out; call step_wait() to "
-                "keep waiting for it, or close() the vector env",
-                env_indices=envs,
+            raise self._still_running(
+                "a step that timed out; call step_wait() to keep waiting for it, or close() "
+                "the vector env"
             ) from None
         self._results.update(results)
         self._pending = []
@@ -166,11 +168,8 @@ class ShmVecEnv(ProcessVecEnv):
             try:
                 self._finished = self._finish_step(self.drain_timeout)
             except TimeoutError:
-                envs = sorted(i for w in self._pending for i in w.env_indices)
-                raise WorkerError(
-                    f"envs {envs} are still running the step sent by step_async(); call "
-                    "step_wait() for it first",
-                    env_indices=envs,
+                raise self._still_running(
+                    "the step sent by step_async(); call step_wait() for it first"
                 ) from None
             except WorkerError as error:
                 self._finished = error

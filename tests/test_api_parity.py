@@ -365,6 +365,23 @@ def adapter(sb3, env_fns, backend: str, **kwargs: Any):
     return vec_accel_env(list(env_fns), backend=backend, **SB3_BACKENDS[backend], **kwargs)
 
 
+@contextlib.contextmanager
+def side_by_side(sb3, env_fns, backend: str) -> Iterator[tuple[Any, Any]]:
+    """SB3's ``DummyVecEnv`` and the adapter over ``backend``, on the same env functions."""
+    vec_env_module, _ = sb3
+    reference = vec_env_module.DummyVecEnv(list(env_fns))
+    try:
+        venv = adapter(sb3, env_fns, backend)
+    except BaseException:
+        reference.close()
+        raise
+    try:
+        yield reference, venv
+    finally:
+        reference.close()
+        venv.close()
+
+
 def assert_tree_close(expected: Any, actual: Any, where: str) -> None:
     if isinstance(expected, dict):
         assert list(actual) == list(expected), where
@@ -379,9 +396,7 @@ def test_sb3_step_async_twice_steps_each_env_once(sb3, backend):
     """``DummyVecEnv`` keeps the last actions and steps every env once; the adapter may refuse
     the second ``step_async``, but must not step the envs twice and drop a step's results."""
     vec_env_module, _ = sb3
-    reference = vec_env_module.DummyVecEnv(counter_fns(2))
-    venv = adapter(sb3, counter_fns(2), backend)
-    try:
+    with side_by_side(sb3, counter_fns(2), backend) as (reference, venv):
         for env in (reference, venv):
             env.reset()
             env.step_async(np.zeros(2, dtype=np.int64))
@@ -390,9 +405,6 @@ def test_sb3_step_async_twice_steps_each_env_once(sb3, backend):
             obs, rewards, dones, _ = env.step_wait()
             assert obs.ravel().tolist() == [1, 1], type(env).__name__
             assert env.get_attr("steps") == [1, 1], type(env).__name__
-    finally:
-        reference.close()
-        venv.close()
 
 
 @pytest.mark.parametrize("backend", list(SB3_BACKENDS))
@@ -424,9 +436,7 @@ def test_sb3_returned_observations_survive_the_next_step(sb3, backend):
 def test_sb3_render_tiles_as_dummy_vec_env(sb3, backend):
     vec_env_module, _ = sb3
     fns = [functools.partial(FrameEnv, i) for i in range(3)]
-    reference = vec_env_module.DummyVecEnv(fns)
-    venv = adapter(sb3, fns, backend)
-    try:
+    with side_by_side(sb3, fns, backend) as (reference, venv):
         for env in (reference, venv):
             env.reset()
             env.step(np.zeros(3, dtype=np.int64))
@@ -438,9 +448,6 @@ def test_sb3_render_tiles_as_dummy_vec_env(sb3, backend):
         np.testing.assert_array_equal(venv.render("rgb_array"), reference.render("rgb_array"))
         np.testing.assert_array_equal(venv.render(), reference.render())
         assert venv.render_mode == reference.render_mode == "rgb_array"
-    finally:
-        reference.close()
-        venv.close()
 
 
 @pytest.mark.parametrize("wrapper", ["normalize", "frame_stack"])
@@ -493,9 +500,7 @@ def test_sb3_dict_observations_through_wrappers(sb3, backend, wrapper):
 def test_sb3_env_method_and_get_attr_indices_as_dummy_vec_env(sb3, backend):
     vec_env_module, _ = sb3
     fns = [functools.partial(FrameEnv, i) for i in range(3)]
-    reference = vec_env_module.DummyVecEnv(fns)
-    venv = adapter(sb3, fns, backend)
-    try:
+    with side_by_side(sb3, fns, backend) as (reference, venv):
         for env in (reference, venv):
             env.reset()
         for indices in (None, -1, [2, 0], [-3], np.array([1, 2]), range(0, 3, 2)):
@@ -513,6 +518,3 @@ def test_sb3_env_method_and_get_attr_indices_as_dummy_vec_env(sb3, backend):
             venv.get_attr("no_such_attribute", indices=[1])
         with pytest.raises(IndexError):
             venv.env_method("render", indices=[3])
-    finally:
-        reference.close()
-        venv.close()
