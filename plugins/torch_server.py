@@ -61,6 +61,9 @@ class ActionServerVecEnv(PooledVecEnv):
         >>> envs.close()
     """
 
+    #: every step returns its envs (all, or one alternating half) in index order
+    returns_envs_in_order = True
+
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]],

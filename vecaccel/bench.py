@@ -366,10 +366,13 @@ def _measure(
             single_action_space = getattr(envs, "single_action_space", None)
             if single_action_space is None:  # SB3 and EnvPool expose the per-env space
                 single_action_space = envs.action_space
-        batched = batch_space(single_action_space, num_envs)
+        # backends that return part of the envs each step (async batch_size, alternating
+        # action server) take and return that many
+        per_step = int(getattr(envs, "batch_size", None) or num_envs)
+        batched = batch_space(single_action_space, per_step)
         actions = _sample_actions(batched, _ACTION_BATCHES, seed)
         batches, elapsed = _time_vector(envs, actions, seconds, warmup)
-        return batches * num_envs / elapsed, setup
+        return batches * per_step / elapsed, setup
     finally:
         envs.close()
 

@@ -159,7 +159,15 @@ def _collect_backends() -> BackendRegistry:
     # call each implementation on its own so the registry knows which plugin added what
     for impl in reversed(pm.hook.vecaccel_register_backends.get_hookimpls()):
         registry._current_plugin = pm.get_name(impl.plugin) or impl.plugin_name
-        impl.function(registry=registry)
+        # only the arguments it asks for, as pluggy calls a hook: specs may grow
+        arguments = {
+            name: value for name, value in (("registry", registry),) if name in impl.argnames
+        }
+        try:
+            impl.function(**arguments)
+        except Exception as exc:
+            exc.add_note(f"(in plugin {registry._current_plugin!r}, vecaccel_register_backends)")
+            raise
     registry._current_plugin = "<unknown>"
     return registry
 

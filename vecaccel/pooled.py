@@ -114,6 +114,9 @@ class PooledVecEnv(ProcessVecEnv):
     them, and ``observation_space``/``action_space`` are batched over ``batch_size``.
     """
 
+    #: ``step`` returns envs in the order they finish (``info["env_id"]``), not by index
+    returns_envs_in_order = False
+
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
@@ -162,16 +165,16 @@ class PooledVecEnv(ProcessVecEnv):
         """Start stepping the envs ``env_ids`` with ``actions`` (one action per id)."""
         self._check_open()
         self.pool.check_usable()
-        ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        ids = self._checked_ids(env_ids)
         if ids.size == 0:
             return
-        if ids.min() < 0 or ids.max() >= self.num_envs:
-            raise ValueError(f"env_ids must lie in 0..{self.num_envs - 1}, got {ids.tolist()}")
-        if np.unique(ids).size != ids.size:
-            raise ValueError(f"env_ids has duplicates: {ids.tolist()}")
         busy = ids[self._in_flight[ids]]
         if busy.size:
             raise ValueError(f"envs {busy.tolist()} are still stepping; recv() them first")
+        if self._ready:
+            unread = sorted(set(ids.tolist()).intersection(self._ready))
+            if unread:
+                raise ValueError(f"envs {unread} have results not received yet; recv() them first")
         failed = sorted(self._failed_envs.intersection(ids.tolist()))
         if failed:
             raise WorkerError(
@@ -200,6 +203,14 @@ class PooledVecEnv(ProcessVecEnv):
             [workers[k] for k in np.unique(self._env_to_worker[ids]).tolist()], Command.STEP_MASKED
         )
         self._state = AsyncState.WAITING_STEP
+
+    def _checked_ids(self, env_ids: Any) -> np.ndarray:
+        ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_envs):
+            raise ValueError(f"env_ids must lie in 0..{self.num_envs - 1}, got {ids.tolist()}")
+        if np.unique(ids).size != ids.size:
+            raise ValueError(f"env_ids has duplicates: {ids.tolist()}")
+        return ids
 
     def _take_bytes(self, timeout: float | None) -> bool:
         """Read finished envs from the workers; ``False`` on timeout."""
@@ -289,10 +300,11 @@ class PooledVecEnv(ProcessVecEnv):
         that are ready; ``info["env_id"]`` says which envs they are."""
         self._check_open()
         self.pool.check_usable()
-        if len(self._ready) < self.batch_size and not self._in_flight.any():
+        stepping = int(self._in_flight.sum())
+        if len(self._ready) + stepping < self.batch_size:
             raise RuntimeError(
                 f"recv() needs {self.batch_size} envs but only {len(self._ready)} are ready and "
-                "none is stepping: send() actions first"
+                f"{stepping} stepping: send() actions first"
             )
         self._wait_until(lambda: len(self._ready) >= self.batch_size, timeout, "recv")
         ids = np.array([self._ready.popleft() for _ in range(self.batch_size)], dtype=np.int64)
@@ -302,7 +314,7 @@ class PooledVecEnv(ProcessVecEnv):
         """Wait for exactly the envs ``env_ids`` and return them in that order."""
         self._check_open()
         self.pool.check_usable()
-        ids = np.asarray(env_ids, dtype=np.int64)
+        ids = self._checked_ids(env_ids)
         wanted = set(ids.tolist())
         missing = wanted.difference(self._ready)
         if missing and not self._in_flight[sorted(missing)].all():

@@ -167,6 +167,14 @@ class Sampler:
                 f"alternating halves; this env returns {batch_size} of {self.num_envs} envs "
                 "per step in no fixed order"
             )
+        if not getattr(env, "returns_envs_in_order", True) and not getattr(
+            env, "alternating", False
+        ):
+            raise ValueError(
+                f"{type(env).__name__} returns its envs in the order they finish; the Sampler "
+                "needs every env in index order each step (a lock-step backend such as shm, or "
+                "the action server)"
+            )
         if getattr(env, "alternating", False) and self.autoreset_mode is AutoresetMode.DISABLED:
             raise ValueError("alternating envs need autoreset (SameStep or NextStep)")
         self._all_ids = np.arange(self.num_envs)
@@ -275,6 +283,7 @@ class Sampler:
             actions, extras = self.policy(self._obs[t])
             self._store_policy_output(t, everyone, actions, extras)
             result = self.env.step(self._env_actions(actions))
+            self._check_in_order(result[4])
             obs = self._record(t, self._all_ids, everyone, result)
             if not numpy_rows:
                 obs = self._as_tensor(obs)
@@ -311,7 +320,7 @@ class Sampler:
                 self._stash = (
                     ids,
                     obs.clone(),
-                    actions.clone(),
+                    torch.as_tensor(actions).clone(),  # a NumPy policy's actions too
                     {key: torch.as_tensor(value).clone() for key, value in extras.items()},
                 )
             in_flight[ids] = True
@@ -370,19 +379,22 @@ class Sampler:
             truncations = truncated_np & ~terminated_np
             if valid_np is not None:
                 truncations &= valid_np
-            final_source = obs
-            if self.autoreset_mode is AutoresetMode.DISABLED:
-                mask = np.zeros(self.num_envs, dtype=bool)
-                mask[ids[done_np]] = True
-                obs, _ = self.env.reset(options={"reset_mask": mask})
+            # before a DISABLED reset: a vector RecordEpisodeStatistics' `_episode` mask is
+            # its own array, which the reset clears
+            self._finish_episodes(ids, done_np, infos)
             for position in np.flatnonzero(truncations):
                 if self.autoreset_mode is AutoresetMode.SAME_STEP:
                     final = self._final_obs_from_infos(infos, int(position))
                 else:  # NEXT_STEP, DISABLED: the step's own observation is the last one
-                    final = final_source[int(position)]
-                self._final_obs.append(self._as_tensor(final))
+                    final = obs[int(position)]
+                # a copy, taken before a DISABLED reset: an env made with copy=False returns
+                # views that its next step or reset overwrites
+                self._final_obs.append(self._as_tensor(final).clone())
                 self._final_index.append((row, int(ids[position])))
-            self._finish_episodes(ids, done_np, infos)
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                mask = np.zeros(self.num_envs, dtype=bool)
+                mask[ids[done_np]] = True
+                obs, _ = self.env.reset(options={"reset_mask": mask})
         if next_step:
             self._pending_reset[ids] = done_np
         return obs
@@ -446,6 +458,17 @@ class Sampler:
                 self._extras[key] = buffer
             self._write(buffer, row, index, value)
 
+    def _check_in_order(self, infos: Any) -> None:
+        """A lock-step batch must hold every env in index order (the async backend returns
+        its envs in the order they finish: a column would mix several envs' trajectories)."""
+        env_id = infos.get("env_id") if isinstance(infos, dict) else None
+        if env_id is not None and not np.array_equal(_to_numpy(env_id), self._all_ids):
+            raise ValueError(
+                f"the env returned its envs in the order {_to_numpy(env_id).tolist()}; the "
+                "Sampler needs every env in index order each step (a lock-step backend such "
+                "as shm, or the action server)"
+            )
+
     def _group_of(self, infos: Any) -> np.ndarray:
         env_id = infos.get("env_id") if isinstance(infos, dict) else None
         if env_id is None:
@@ -487,7 +510,9 @@ class Sampler:
 
     def _finish_episodes(self, ids: np.ndarray, done: np.ndarray, infos: dict) -> None:
         episode_source = infos
-        if self.autoreset_mode is AutoresetMode.SAME_STEP:
+        if self.autoreset_mode is AutoresetMode.SAME_STEP and "episode" not in infos:
+            # per-env RecordEpisodeStatistics: in the final infos; Gymnasium's vector
+            # RecordEpisodeStatistics puts `episode` at the top level in every mode
             episode_source = infos.get("final_info", {})
         episode = episode_source.get("episode") if isinstance(episode_source, dict) else None
         if episode is not None and self.episode_stats != "rewards":

@@ -7,6 +7,7 @@ PufferLib's autotuner varies workers and batch sizes; this one also chooses amon
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ def candidate_configs(
         elif backend == "async":
             for w, divisor in itertools.product(workers, (2, 4)):
                 batch = n // divisor
-                if w <= n and batch >= 1 and n // w < 128:
+                if w <= n and batch >= 1 and -(-n // w) <= 127:
                     trials.append(Trial("async", n, {"num_workers": w, "batch_size": batch}))
         elif backend == "action_server":
             for alternating in (False, True):
@@ -153,7 +154,16 @@ def autotune(
 
 def main(args: Any) -> int:
     """The ``vecaccel tune`` command."""
-    num_envs = [int(x) for x in str(args.num_envs).split(",")]
+    import gymnasium as gym
+
+    try:
+        num_envs = [int(x) for x in str(args.num_envs).split(",")]
+    except ValueError:
+        print(f"error: --num-envs takes integers, got {args.num_envs!r}", file=sys.stderr)
+        return 2
+    if min(num_envs) < 1:
+        print(f"error: --num-envs must be positive, got {args.num_envs}", file=sys.stderr)
+        return 2
     backends = args.backends.split(",") if args.backends else None
 
     def report(trial: Trial) -> None:
@@ -163,8 +173,20 @@ def main(args: Any) -> int:
         )
         print(f"{trial.backend:<14} n={trial.num_envs:<4} {options:<34} {result}", flush=True)
 
-    trials = autotune(args.env, num_envs, backends, args.seconds, args.policy_ms, report)
-    best = trials[0]
+    try:
+        trials = autotune(args.env, num_envs, backends, args.seconds, args.policy_ms, report)
+    except (ValueError, gym.error.Error) as exc:  # an unknown backend or env
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    ran = [trial for trial in trials if trial.error is None]
+    if not ran:
+        print(
+            "error: no configuration ran"
+            + (" (none to try for these env counts and backends)" if not trials else ""),
+            file=sys.stderr,
+        )
+        return 1
+    best = ran[0]
     print()
     print(
         f"best: {best.backend} with {best.num_envs} envs {best.options}: "
