@@ -21,8 +21,10 @@ hookspec = pluggy.HookspecMarker("vecaccel")
 def vecaccel_register_backends(registry: BackendRegistry) -> None:
     """Register vector-environment backends.
 
-    Called once, when the backend registry is first needed after the plugin manager is built
-    (and again whenever a plugin is registered later at run time).
+    Called whenever the backend registry is read (``list_backends``, ``make_vec``, so that a
+    plugin registered at run time is seen at once): keep it cheap and free of side effects.
+    Each plugin's implementation is called in turn, with the arguments it names (as pluggy
+    calls hooks); an exception raised in it names the plugin in a note.
 
     Args:
         registry: call ``registry.add(name, factory, description="")`` for each backend. The
