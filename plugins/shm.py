@@ -173,6 +173,9 @@ class ShmVecEnv(ProcessVecEnv):
                 ) from None
             except WorkerError as error:
                 self._finished = error
+            except KeyboardInterrupt:
+                self._timed_out = True  # as in step_wait(): the next step_async() drops it
+                raise
             self._state = AsyncState.WAITING_STEP  # until step_wait() takes the result
 
     def _busy(self) -> bool:
