@@ -578,3 +578,47 @@ def test_keyboard_interrupt_in_a_step_then_going_on(then, leak_check):
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         close_promptly(envs)
+
+
+class ResetHangEnv(CounterEnv):
+    """A ``CounterEnv`` whose reset hangs once a flag file appears (the file is taken first,
+    so the env rebuilt after its worker was killed resets normally)."""
+
+    def __init__(self, flag: str) -> None:
+        super().__init__()
+        self.flag = flag
+
+    def reset(self, *, seed=None, options=None):
+        try:
+            os.remove(self.flag)
+        except FileNotFoundError:
+            pass
+        else:
+            time.sleep(60)
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.parametrize("policy", ["raise", "restart"])
+@pytest.mark.parametrize("backend", ["shm", "async"])
+def test_step_timeout_ends_a_hung_reset(backend, policy, tmp_path, leak_check):
+    """``step_timeout`` covers a worker stuck in ``reset`` (or a call) too, not only in a step:
+    the hung reset is an error naming its envs, or under the restart policy the worker is
+    replaced and the reset done as asked."""
+    flag = str(tmp_path / "hang")
+    fns = [functools.partial(ResetHangEnv, flag)] * NUM_ENVS
+    envs = make(backend, fns, step_timeout=1.0, on_worker_failure=policy)
+    try:
+        envs.reset(seed=0)
+        open(flag, "w").close()
+        started = time.monotonic()
+        if policy == "raise":
+            with pytest.raises(vecaccel.WorkerError, match="step_timeout") as info:
+                envs.reset(seed=1)
+            assert set(info.value.env_indices) <= set(range(NUM_ENVS))
+        else:
+            obs, _ = envs.reset(seed=1)
+            assert as_numpy(obs).shape[1:] == (1,)
+            assert envs.failures == 1
+        assert time.monotonic() - started < PROMPT + 1.0
+    finally:
+        close_promptly(envs)

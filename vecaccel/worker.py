@@ -1061,12 +1061,12 @@ class WorkerPool:
             if all(done_seq[w.index] != seqs[w.index] for w in workers):
                 return
 
-    def _kill_stuck(self, workers: Sequence[_Worker]) -> None:
+    def _kill_stuck(self, workers: Sequence[_Worker], what: str = "step") -> None:
         for worker in workers:
             if worker.process.is_alive() and worker.killed_for is None:
                 worker.killed_for = (
                     f"worker {worker.index} (envs {list(worker.env_indices)}) exceeded "
-                    f"step_timeout={self.step_timeout} s and was killed"
+                    f"step_timeout={self.step_timeout} s in {what} and was killed"
                 )
                 worker.process.kill()
 
@@ -1077,6 +1077,7 @@ class WorkerPool:
         what: str = "step",
         seqs: dict[int, int] | None = None,
         restartable: bool = True,
+        timed: bool | None = None,
     ) -> dict[int, tuple[int, ...]]:
         """Wait for one status byte from each of ``workers``.
 
@@ -1092,7 +1093,8 @@ class WorkerPool:
         now = time.monotonic()
         deadline = None if timeout is None else now + timeout
         kill_at = None
-        if self.step_timeout is not None and what == "step":
+        # step_timeout kills a worker stuck in a step, or (timed) in a reset or call
+        if self.step_timeout is not None and (what == "step" if timed is None else timed):
             kill_at = now + self.step_timeout
         try:
             self._wait_loop(pending, results, deadline, kill_at, timeout, what, restartable)
@@ -1137,7 +1139,7 @@ class WorkerPool:
                     self._declare_dead(worker)
             now = time.monotonic()
             if pending and kill_at is not None and now >= kill_at:
-                self._kill_stuck(list(pending.values()))
+                self._kill_stuck(list(pending.values()), what)
                 kill_at = None  # their sentinels report them on the next poll
             if pending and deadline is not None and now >= deadline:
                 error = TimeoutError(
@@ -1256,7 +1258,7 @@ class WorkerPool:
         self._control_in_flight = True
         try:
             self.send_many(messages)
-            results = self.wait(workers, None, what=what, restartable=self.restart)
+            results = self.wait(workers, None, what=what, restartable=self.restart, timed=True)
             payloads, errors, restarted = {}, [], {}
             for worker in workers:
                 status = results[worker.index]
