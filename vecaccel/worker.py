@@ -451,6 +451,13 @@ def _worker_main(
     # Ctrl-C belongs to the parent, which shuts workers down cleanly (no tracebacks). SIGTERM
     # keeps its default: multiprocessing's exit handler terminates daemonic workers with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A process group of its own: a signal to the parent's group (torchrun stops a rank with
+    # killpg(SIGTERM)) is the parent's to handle, e.g. by writing a checkpoint while its envs
+    # still run; the worker goes when the parent closes it or dies (_die_with_parent).
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
     launcher_pid = os.getppid()  # the parent, or the fork server that forked this worker
     _die_with_parent(parent_pid, launcher_pid, started_by_main_thread)
     if not _parent_alive(parent_pid, launcher_pid):
