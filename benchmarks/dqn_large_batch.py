@@ -13,7 +13,8 @@ Run (about 10 minutes on 2 CPU cores)::
 
     python benchmarks/dqn_large_batch.py --seeds 1 2 3
 
-Results go to ``benchmarks/results/dqn_large_batch.{json,md,png}`` with the command line.
+Results go to ``benchmarks/results/dqn_large_batch.{json,md,png}`` with the command line
+(``--out DIR`` writes them elsewhere, e.g. for a trial run that should not replace them).
 """
 
 from __future__ import annotations
@@ -99,9 +100,19 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
     return float(np.median(values)) if len(values) == len(runs) else None
 
 
-def _write_report(results: dict[str, Any]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "dqn_large_batch.json").write_text(json.dumps(results, indent=1))
+def _cell(value: int | None) -> str:
+    """A count for the report: ``-`` for a run that did not reach the threshold."""
+    return "-" if value is None else str(value)
+
+
+def _ratio(value: float | None) -> str:
+    """A replay ratio for the report: ``-`` for a run stopped before its first update."""
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _write_report(results: dict[str, Any], out: Path = RESULTS) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dqn_large_batch.json").write_text(json.dumps(results, indent=1))
     lines = [
         "# DQN on CartPole-v1: batch 2048 with scaled learning rate vs batch 32",
         "",
@@ -121,8 +132,8 @@ def _write_report(results: dict[str, Any]) -> None:
         seconds = "-" if run["seconds"] is None else f"{run['seconds']:.1f}"
         lines.append(
             f"| {run['batch_size']} | {run['learning_rate']:.2e} | {run['seed']} | "
-            f"{'yes' if run['solved'] else 'no'} | {run['steps'] or '-'} | {run['updates'] or '-'} | "
-            f"{seconds} | {run['replay_ratio']:.2f} |"
+            f"{'yes' if run['solved'] else 'no'} | {_cell(run['steps'])} | {_cell(run['updates'])} | "
+            f"{seconds} | {_ratio(run['replay_ratio'])} |"
         )
     lines += ["", "Medians (over seeds; '-' when a seed did not reach the threshold):", ""]
     lines += ["| batch | env steps | updates | seconds |", "| ---: | ---: | ---: | ---: |"]
@@ -139,7 +150,7 @@ def _write_report(results: dict[str, Any]) -> None:
         f"{'n/a' if ratio is None else f'{ratio:.2f}'} (target: <= 1.25).",
         "",
     ]
-    (RESULTS / "dqn_large_batch.md").write_text("\n".join(lines))
+    (out / "dqn_large_batch.md").write_text("\n".join(lines))
     try:
         import matplotlib
 
@@ -153,15 +164,16 @@ def _write_report(results: dict[str, Any]) -> None:
         if not run["curve"]:
             continue
         steps, returns = np.array(run["curve"]).T
-        smooth = np.convolve(returns, np.ones(10) / 10, mode="valid")
+        width = min(10, len(returns))  # a run stopped after a few episodes has a short curve
+        smooth = np.convolve(returns, np.ones(width) / width, mode="valid")
         color = colors.setdefault(run["batch_size"], f"C{len(colors)}")
         label = f"batch {run['batch_size']}" if run["seed"] == results["seeds"][0] else None
-        axis.plot(steps[9:], smooth, color=color, alpha=0.8, label=label)
+        axis.plot(steps[width - 1 :], smooth, color=color, alpha=0.8, label=label)
     axis.axhline(results["threshold"], color="gray", linestyle=":")
     axis.set_xlabel("environment steps")
     axis.set_ylabel("return (10-episode mean)")
     axis.legend()
-    fig.savefig(RESULTS / "dqn_large_batch.png", dpi=110)
+    fig.savefig(out / "dqn_large_batch.png", dpi=110)
     plt.close(fig)
 
 
@@ -175,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr-scaling", default="linear", choices=["none", "linear", "sqrt"])
     parser.add_argument("--target-update-period", type=int, default=250)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help=f"folder for the results (default {RESULTS})"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     runs = []
@@ -193,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"batch {batch_size:5d} seed {seed}: solved={run['solved']} steps={run['steps']} "
                 f"updates={run['updates']} seconds={run['seconds']} "
-                f"replay_ratio={run['replay_ratio']:.2f}",
+                f"replay_ratio={_ratio(run['replay_ratio'])}",
                 flush=True,
             )
     summary = {}
@@ -218,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "step_ratio": None if not (small and large) else large / small,
     }
-    _write_report(results)
+    _write_report(results, args.out)
     print(json.dumps({"summary": summary, "step_ratio": results["step_ratio"]}, indent=1))
     return 0
 
