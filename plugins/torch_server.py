@@ -18,7 +18,7 @@ import torch
 from gymnasium.vector.utils import batch_space
 
 from vecaccel.pooled import PooledVecEnv
-from vecaccel.worker import usable_cpus
+from vecaccel.worker import usable_cpus, warn_if_torch_oversubscribes
 
 __all__ = ["ActionServerVecEnv"]
 
@@ -89,6 +89,8 @@ class ActionServerVecEnv(PooledVecEnv):
             free = usable_cpus() - torch.get_num_threads()
             options["num_workers"] = max(1, min(num_envs, free))
         super().__init__(env_fns, batch_size=batch, **options)
+        if self.device.type == "cpu":  # the policy's threads share the cores with the workers
+            warn_if_torch_oversubscribes(self.num_workers, stacklevel=4)
         try:  # the workers run now: an error here (no CUDA for pinned memory) must stop them
             if alternating:
                 self.groups = [np.arange(0, num_envs, 2), np.arange(1, num_envs, 2)]

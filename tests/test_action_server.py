@@ -88,3 +88,27 @@ def test_bad_actions_and_options():
         assert obs.shape == (2, 4)
     finally:
         envs.close()
+
+
+def test_warns_when_torch_threads_would_starve_the_workers():
+    """On the CPU the policy's spinning OpenMP threads share the cores with the env workers
+    (the SB3 adapter warns the same way): more threads than the workers leave is a warning."""
+    from vecaccel.worker import usable_cpus
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(usable_cpus() + 1)
+    try:
+        with pytest.warns(RuntimeWarning, match=r"torch.set_num_threads"):
+            envs = vecaccel.make_vec(
+                "CartPole-v1", 2, backend="action_server", device="cpu", num_workers=1
+            )
+        envs.close()
+    finally:
+        torch.set_num_threads(previous)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one thread, one worker: nothing to say
+        vecaccel.make_vec(
+            "CartPole-v1", 2, backend="action_server", device="cpu", num_workers=1
+        ).close()

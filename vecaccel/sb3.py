@@ -502,32 +502,6 @@ def to_sb3(vec_env: gym.vector.VectorEnv) -> SB3VecEnv:
     return SB3VecEnv(vec_env)
 
 
-def _warn_if_torch_oversubscribes(num_workers: int) -> None:
-    """Warn when torch's threads and the env workers together want more cores than there are.
-
-    torch's OpenMP threads spin between the policy's forward passes; on cores that the env
-    workers need, that made SB3 PPO on CartPole with ``shm`` about 30x slower here (2 cores,
-    torch's default 2 threads, 2 workers). One torch thread per free core avoids it.
-    """
-    import sys
-
-    from vecaccel.worker import usable_cpus
-
-    torch = sys.modules.get("torch")
-    if torch is None or num_workers <= 0:
-        return
-    cpus = usable_cpus()
-    threads = torch.get_num_threads()
-    if threads > max(1, cpus - num_workers):
-        warnings.warn(
-            f"torch uses {threads} threads and vecaccel {num_workers} env workers on {cpus} "
-            f"cores: torch's spinning threads will starve the workers. Call "
-            f"torch.set_num_threads({max(1, cpus - num_workers)}) or pass fewer num_workers.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-
-
 class VecAccelEnv(SB3VecEnv):
     """A vecaccel-backed SB3 ``VecEnv`` built from env functions: SB3's ``vec_env_cls``.
 
@@ -560,6 +534,7 @@ class VecAccelEnv(SB3VecEnv):
     ) -> None:
         from vecaccel.make import make_vec
         from vecaccel.manager import register_envs
+        from vecaccel.worker import warn_if_torch_oversubscribes
 
         register_envs()
         env_fns = [_RegisteringEnvFn(fn) for fn in env_fns]
@@ -569,4 +544,4 @@ class VecAccelEnv(SB3VecEnv):
         except BaseException:
             vec_env.close()
             raise
-        _warn_if_torch_oversubscribes(getattr(vec_env, "num_workers", 0))
+        warn_if_torch_oversubscribes(getattr(vec_env, "num_workers", 0), stacklevel=3)
