@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -431,11 +433,37 @@ def _limit_threads_after_envs(threads: int | None) -> None:
             pass
 
 
+def _read_startup(fd: int) -> bytes:
+    """The startup message :meth:`WorkerPool._send_startup` wrote: a length, then the bytes."""
+    (size,) = struct.unpack("!Q", _read_exact(fd, 8))
+    return _read_exact(fd, size)
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _write_rest(fd: int, data: memoryview) -> None:
+    """Write what the socket could not take at once; ``fd`` is this thread's own duplicate."""
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError:
+        pass  # the worker died or was stopped: the pool sees that through its sentinel
+    finally:
+        os.close(fd)
+
+
 def _worker_main(
     worker_index: int,
     start: int,
-    pickled_env_fns: bytes,
-    layout_args: tuple,
     buffer: Any,
     autoreset_mode: AutoresetMode,
     cmd_conn: Any,
@@ -462,6 +490,10 @@ def _worker_main(
     _die_with_parent(parent_pid, launcher_pid, started_by_main_thread)
     if not _parent_alive(parent_pid, launcher_pid):
         return  # the parent died while this worker started
+    try:
+        pickled_env_fns, layout_args = pickle.loads(_read_startup(data_conn.fileno()))
+    except EOFError:
+        return  # the parent gave up on this worker (or died) before handing it its envs
     if cpu is not None and hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, {cpu})
@@ -848,8 +880,6 @@ class WorkerPool:
             args=(
                 k,
                 start,
-                self._pickle_env_fns(k, start, stop),
-                self._layout_args,
                 self._buffer,
                 self.autoreset_mode,
                 cmd_recv,
@@ -864,11 +894,15 @@ class WorkerPool:
             ),
             daemon=True,
         )
+        startup = pickle.dumps(
+            (self._pickle_env_fns(k, start, stop), self._layout_args), pickle.HIGHEST_PROTOCOL
+        )
         try:
             process.start()
         finally:
             for conn in (cmd_recv, done_send, data_child):
                 conn.close()
+        self._send_startup(data_parent, startup)
         worker = _Worker(k, start, stop, process, cmd_send, done_recv, data_parent)
         if k < len(self.workers):
             self.workers[k] = worker
@@ -879,6 +913,33 @@ class WorkerPool:
         self._fd_to_worker[worker.done_fd] = worker
         self._sentinel_to_worker[process.sentinel] = worker
         return worker
+
+    @staticmethod
+    def _send_startup(conn: Any, startup: bytes) -> None:
+        """Hand a started worker its env functions and the buffer's layout.
+
+        They are not the process's arguments: under spawn those go down a pipe whose read end
+        the parent holds open until it has written them all, so a child that died before
+        reading them (a script without the ``__main__`` guard, with arguments larger than the
+        pipe, as Pong's spaces are) hung ``process.start()`` for good. Here a dead child's
+        socket fails the write, and what the socket cannot take at once is written by a thread
+        on a duplicate of the socket, so the start timeout still governs the wait.
+        """
+        data = memoryview(struct.pack("!Q", len(startup)) + startup)
+        fd = conn.fileno()
+        os.set_blocking(fd, False)
+        try:
+            data = data[os.write(fd, data) :]
+        except BlockingIOError:
+            pass
+        except OSError:
+            return  # the worker died already: waiting for it reports that
+        finally:
+            os.set_blocking(fd, True)
+        if data:
+            threading.Thread(
+                target=_write_rest, args=(os.dup(fd), data), name="vecaccel-startup", daemon=True
+            ).start()
 
     def _pickle_env_fns(self, k: int, start: int, stop: int) -> bytes:
         try:
