@@ -6,7 +6,7 @@ the way ``gymnasium.vector.utils`` does, so new space types can be registered by
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import singledispatch
 from typing import Any
 
@@ -141,6 +141,8 @@ def _shape_error(space: spaces.Space, value: Any) -> ValueError:
 
 @write_item.register(spaces.Tuple)
 def _write_tuple(space: spaces.Tuple, views: tuple, index: int, value: Any) -> None:
+    if len(value) != len(space.spaces):
+        raise _shape_error(space, value)
     for sub, view, item in zip(space.spaces, views, value):
         write_item(sub, view, index, item)
 
@@ -243,7 +245,10 @@ def _check(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any) ->
 
 def _as_array(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any) -> np.ndarray:
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # NumPy has no bfloat16 (autocast's output)
+            value = value.float()
+        value = value.numpy()
     try:
         array = np.asarray(value)
     except (ValueError, TypeError) as exc:
@@ -390,13 +395,16 @@ def item_writer(space: spaces.Space, views: Any) -> Any:
         [1.0, 0.0, 1.0]
     """
     if isinstance(views, np.ndarray):
-        # numpy would broadcast a scalar or a 1-element array into the whole slot silently
+        # numpy would broadcast a scalar or a 1-element array into the whole slot silently,
+        # and cast 300.7 into a uint8 slot as 44: Gymnasium's concatenate refuses both
         shape, setitem = views.shape[1:], views.__setitem__
+        castable = _castable_to(space, views.dtype)
         if shape == ():
 
             def write_scalar(index: int, value: Any) -> None:
                 if getattr(value, "shape", ()) != ():  # Python numbers have no shape
                     raise _shape_error(space, value)
+                castable(value)
                 setitem(index, value)
 
             return write_scalar
@@ -404,6 +412,7 @@ def item_writer(space: spaces.Space, views: Any) -> Any:
         def write_array(index: int, value: Any) -> None:
             if getattr(value, "shape", None) != shape and np.shape(value) != shape:
                 raise _shape_error(space, value)
+            castable(value)
             setitem(index, value)
 
         return write_array
@@ -418,18 +427,50 @@ def item_writer(space: spaces.Space, views: Any) -> Any:
     writers_t = [item_writer(sub, view) for sub, view in zip(space.spaces, views)]
 
     def write_tuple(index: int, value: Any) -> None:
+        if len(value) != len(writers_t):  # zip would keep the last step's missing parts
+            raise _shape_error(space, value)
         for write, item in zip(writers_t, value):
             write(index, item)
 
     return write_tuple
 
 
-def item_reader(views: Any) -> Any:
-    """Return ``read(index)``, the same as ``read_item(views, index)`` with the dispatch done once."""
-    if isinstance(views, (np.ndarray, ItemList)):
-        return views.__getitem__
+def _castable_to(space: spaces.Space, target: np.dtype) -> Callable[[Any], None]:
+    """Return ``check(value)``, raising ``TypeError`` unless ``value`` casts into ``target``
+    within its kind (NumPy's ``same_kind``, as Gymnasium's ``concatenate``): floats do not go
+    into an integer slot. The answer is kept per type or dtype, so the hot path is a lookup."""
+    known: dict[Any, bool] = {}
+
+    def check(value: Any) -> None:
+        key = getattr(value, "dtype", None)
+        if key is None:
+            key = type(value)
+        ok = known.get(key)
+        if ok is None:
+            ok = bool(np.can_cast(np.asarray(value).dtype, target, casting="same_kind"))
+            if not isinstance(value, (list, tuple)):  # a list's dtype depends on its items
+                known[key] = ok
+        if not ok:
+            raise TypeError(
+                f"an item of dtype {np.asarray(value).dtype} does not fit {space} without a "
+                f"lossy cast to {target}"
+            )
+
+    return check
+
+
+def item_reader(views: Any, copy: bool = False) -> Any:
+    """Return ``read(index)``, the same as ``read_item(views, index)`` with the dispatch done once.
+
+    With ``copy``, array items are copies: an env that keeps its action (to penalise the next
+    one's change, say) must not see it change when the shared buffer takes the next step's.
+    """
+    if isinstance(views, ItemList) or (isinstance(views, np.ndarray) and views.ndim < 2):
+        return views.__getitem__  # a scalar item: NumPy hands out a copy anyway
+    if isinstance(views, np.ndarray):
+        return (lambda index: views[index].copy()) if copy else views.__getitem__
     if isinstance(views, dict):
-        readers = [(key, item_reader(view)) for key, view in views.items()]
+        readers = [(key, item_reader(view, copy)) for key, view in views.items()]
         return lambda index: {key: read(index) for key, read in readers}
-    readers_t = [item_reader(view) for view in views]
+    readers_t = [item_reader(view, copy) for view in views]
     return lambda index: tuple(read(index) for read in readers_t)

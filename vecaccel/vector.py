@@ -85,6 +85,19 @@ def check_env_spaces(
             )
 
 
+def _snapshot(value: Any) -> Any:
+    """A copy of ``value``'s arrays, dicts and tuples, down to their leaves (other objects are
+    shared, as Gymnasium's info batching shares them)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {key: _snapshot(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        items = [_snapshot(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # NamedTuple
+    return value
+
+
 class EnvRunner:
     """Steps one ``gymnasium.Env`` under an autoreset mode, as ``SyncVectorEnv`` does for each env.
 
@@ -117,7 +130,8 @@ class EnvRunner:
                 )
             obs, reward, terminated, truncated, info = self.env.step(action)
             if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
-                final = {"final_obs": obs, "final_info": info}
+                # the env may update its obs array or info dict in place when it resets
+                final = {"final_obs": _snapshot(obs), "final_info": _snapshot(info)}
                 obs, reset_info = self.env.reset()
                 info = {**final, **reset_info}
         self.needs_reset = bool(terminated or truncated)

@@ -199,7 +199,7 @@ class _Slice:
         self.restart_on_error = restart_on_error
         self.runners: list[EnvRunner] = []
         self.write_obs = item_writer(obs_space, views.obs)
-        self.read_action = item_reader(views.actions)
+        self.read_action = item_reader(views.actions, copy=True)
         self.last_seeds: list[int | None] = [None] * len(env_fns)
         self.restarts = [0] * len(env_fns)
         self._rewards: list[Any] = [0.0] * len(env_fns)
