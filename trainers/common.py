@@ -143,7 +143,8 @@ def check_env_matches(
     ):
         same = type(found) is type(trained) and found.shape == trained.shape
         if same and isinstance(found, gym.spaces.Discrete):
-            same = int(found.n) == int(trained.n)
+            # a shifted start shifts every action the network picks by as much
+            same = int(found.n) == int(trained.n) and int(found.start) == int(trained.start)
         if not same:
             raise ValueError(
                 f"{env_id} has the {kind} space {found}, but the agent was trained on "
@@ -1270,12 +1271,20 @@ class OnPolicyAlgorithm(abc.ABC):
             self._episode_stats = "auto"
         self.env = env
 
+    @property
+    def _action_start(self) -> int:
+        """``start`` of a ``Discrete`` action space (0 otherwise): the env's actions are
+        ``start..start+n-1``, the model's categorical outputs ``0..n-1``."""
+        space = self.action_space
+        return int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
+
     def _make_sampler(self) -> None:
         import vecaccel
 
+        start = self._action_start
         self.sampler = vecaccel.Sampler(
             self.env,
-            self.model,
+            self.model if start == 0 else _ShiftedDiscretePolicy(self.model, start),
             horizon=self.config.num_steps,
             device=self.device,
             seed=self.config.seed,
@@ -1354,6 +1363,9 @@ class OnPolicyAlgorithm(abc.ABC):
                     batch = self.sampler.collect()
                     if self._switch_modes:
                         self.model.train()
+                    if self._action_start:
+                        # the batch holds the env's actions; the losses index the model's outputs
+                        batch = batch._replace(actions=batch.actions - self._action_start)
                     self.global_step += self.batch_size
                     metrics = self.update(batch, progress_remaining)
                     self.update_index += 1
@@ -1590,6 +1602,8 @@ class OnPolicyAlgorithm(abc.ABC):
         tensor = torch.as_tensor(obs[None] if single else obs, device=self.device)
         self.model.eval()
         actions = self.model.act(tensor, deterministic=deterministic).cpu().numpy()
+        if self._action_start:
+            actions = actions + self._action_start
         space = self.action_space
         if isinstance(space, gym.spaces.Box):  # as SB3: the env gets actions within bounds
             actions = np.clip(actions, space.low, space.high).astype(actions.dtype, copy=False)
@@ -1601,6 +1615,24 @@ class OnPolicyAlgorithm(abc.ABC):
             self.env.close()
         self.env = None
         self.sampler = None
+
+
+class _ShiftedDiscretePolicy:
+    """The sampler's policy for a ``Discrete(n, start)`` env with ``start != 0``: the model's
+    actions ``0..n-1`` moved to the env's ``start..start+n-1``.
+
+    The sampler sends the policy's actions to the env as they are and keeps them in the batch,
+    so the shift happens here, and :meth:`OnPolicyAlgorithm.learn` undoes it on the batch
+    before the losses index the model's outputs with it.
+    """
+
+    def __init__(self, model: Any, start: int) -> None:
+        self.model = model
+        self.start = int(start)
+
+    def __call__(self, obs: Any) -> tuple[Any, Any]:
+        actions, extras = self.model(obs)
+        return actions + self.start, extras
 
 
 def _has_mode_dependent_layers(model: Any) -> bool:

@@ -213,6 +213,22 @@ class DQNConfig:
             raise ValueError("categorical needs num_atoms >= 2 and v_min < v_max")
         if self.target_update_period < 1:
             raise ValueError("target_update_period must be at least 1 env step")
+        # each of these is accepted by the maths but fails later, or silently: gamma > 1 makes
+        # the targets diverge, tau <= 0 never moves the target network (or pushes it away), a
+        # negative alpha or beta inverts prioritization or its correction, and a negative eps
+        # makes a zero TD error a negative priority that the sum tree rejects mid-run
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma!r}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau must be in (0, 1], got {self.tau!r}")
+        if not self.priority_alpha >= 0.0:
+            raise ValueError(f"priority_alpha must be non-negative, got {self.priority_alpha!r}")
+        if not 0.0 <= self.priority_beta_start <= 1.0:
+            raise ValueError(
+                f"priority_beta_start must be in [0, 1], got {self.priority_beta_start!r}"
+            )
+        if not self.priority_eps >= 0.0:
+            raise ValueError(f"priority_eps must be non-negative, got {self.priority_eps!r}")
         lr_scale(self.batch_size, self.base_batch_size, self.lr_scaling)  # validates the mode
 
 
@@ -557,6 +573,12 @@ class DQN:
 
     # -- acting -------------------------------------------------------------------------------
 
+    @property
+    def _action_start(self) -> int:
+        """``start`` of the ``Discrete`` action space: the env's actions are
+        ``start..start+n-1``, the network's outputs ``0..n-1`` (0 without a space yet)."""
+        return int(getattr(self.action_space, "start", 0))
+
     def _q_values(self, network: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         out = network(obs)
         if self.support is None:
@@ -565,6 +587,8 @@ class DQN:
 
     @torch.no_grad()
     def _act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        """ε-greedy actions of the env's space: ``Discrete(n, start)`` acts in
+        ``start..start+n-1`` while the network's outputs are numbered from 0."""
         n = obs.shape[0]
         explore = self.rng.random(n) < epsilon
         actions = self.rng.integers(0, int(self.action_space.n), size=n)
@@ -572,7 +596,7 @@ class DQN:
             q = self._q_values(self.q_network, torch.as_tensor(obs, device=self.device))
             greedy = q.argmax(dim=1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
-        return actions
+        return actions + self._action_start
 
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, None]:
         """Actions for ``obs`` (one observation or a batch), as SB3's ``predict``.
@@ -618,7 +642,10 @@ class DQN:
         cfg = self.config
         device = self.device
         b_obs = torch.as_tensor(batch.obs, device=device)
+        # the replay holds the env's actions; the network's outputs are numbered from 0
         b_actions = torch.as_tensor(batch.action, device=device).long()
+        if self._action_start:
+            b_actions = b_actions - self._action_start
         b_returns = torch.as_tensor(batch.reward, device=device)
         b_discounts = torch.as_tensor(batch.discount, device=device)
         b_next_obs = torch.as_tensor(batch.next_obs, device=device)
@@ -1008,6 +1035,7 @@ class DQN:
             "file": file.name,
             "token": token,
             "buffer": type(self.buffer).__name__,
+            "n_step": self.buffer.n_step,
             "rng": self.buffer.rng.bit_generator.state,
             "agent_rng": self.rng.bit_generator.state,
         }
@@ -1050,6 +1078,7 @@ class DQN:
                 "high": torch.as_tensor(np.asarray(space.high, dtype=np.float64)),
             },
             "num_actions": int(self.action_space.n),
+            "action_start": int(self.action_space.start),
             "q_network": self.q_network.state_dict(),
             "target_network": self.target_network.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -1129,12 +1158,21 @@ class DQN:
             tuple(observation["shape"]),
             dtype,
         )
-        agent.action_space = gym.spaces.Discrete(state["num_actions"])
+        # older checkpoints have no start: they could only have trained with 0
+        agent.action_space = gym.spaces.Discrete(
+            state["num_actions"], start=int(state.get("action_start", 0))
+        )
         agent.env_id = state.get("env_id")
         agent._build_networks()
         agent.q_network.load_state_dict(state["q_network"])
         agent.target_network.load_state_dict(state["target_network"])
         agent.optimizer.load_state_dict(state["optimizer"])
+        # load_state_dict brings back the saved param_groups, hyperparameters included; the
+        # config in force (overrides, or a batch size that rescales the rate) decides them, and
+        # the Adam moments alone carry over. DQN has no lr schedule, so the rate is constant.
+        for group in agent.optimizer.param_groups:
+            group["lr"] = agent.learning_rate
+            group["eps"] = config.adam_eps
         agent.global_step = int(state["global_step"])
         agent.num_updates = int(state["num_updates"])
         agent.async_run = bool(state.get("async", False))
@@ -1153,6 +1191,8 @@ class DQN:
             if replay is not None:
                 replay = entry
         if replay is not None:
+            # older checkpoints do not name the buffer's n_step; it was the saved config's
+            replay = {"n_step": state["config"].get("n_step"), **replay}
             agent._pending_replay = (path, replay)
         if "loop" in state:  # older checkpoints have no loop state: learn() starts afresh
             agent._loop_state = dict(state["loop"])
@@ -1184,6 +1224,8 @@ class DQN:
             )
         _read_replay(buffer, file, replay["token"], checkpoint)
         buffer.rng.bit_generator.state = replay["rng"]
+        # n_step may be overridden on load, which changes which slots can be sampled
+        buffer.restored(replay.get("n_step"))
 
     def close(self) -> None:
         """Close the envs this agent created."""

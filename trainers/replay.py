@@ -345,6 +345,8 @@ class ReplayBuffer:
         """Copies of every array and the sampling generator's state, for checkpoints."""
         state: dict[str, Any] = {name: array.copy() for name, array in self.arrays.items()}
         state["rng"] = self.rng.bit_generator.state
+        # the arrays do not depend on n_step but a prioritized tree does (see restored())
+        state["n_step"] = self.n_step
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -354,6 +356,18 @@ class ReplayBuffer:
                 raise ValueError(f"{name}: saved shape {state[name].shape} != {array.shape}")
             array[...] = state[name]
         self.rng.bit_generator.state = state["rng"]
+        self.restored(state.get("n_step"))
+
+    def restored(self, saved_n_step: int | None = None) -> None:
+        """Called after :attr:`arrays` were overwritten from a checkpoint.
+
+        The stored transitions do not depend on ``n_step`` (targets are computed when sampling),
+        so a buffer may be refilled from one saved under another ``n_step``; only state derived
+        from which slots are valid needs fixing, and a uniform buffer keeps none.
+
+        Args:
+            saved_n_step: the ``n_step`` of the buffer that was saved (``None``: not known).
+        """
 
     @property
     def steps_added(self) -> int:
@@ -653,6 +667,29 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def _on_invalidate(self, env_ids: np.ndarray, slots: np.ndarray) -> None:
         self.tree.update(slots * self.num_envs + env_ids, 0.0)
+
+    def restored(self, saved_n_step: int | None = None) -> None:
+        """Make the priorities read from a checkpoint fit this buffer's ``n_step``.
+
+        They were kept for the saved buffer's valid slots. Under a larger ``n_step`` the newest
+        slots of each column have no complete window yet: drawn, their targets would read
+        rewards and bootstrap observations from slots not written for them, so they drop to
+        zero. Under a smaller one, slots whose windows just became complete hold zero and would
+        never be drawn: they get the largest priority seen, as a newly added transition does.
+        With the same ``n_step`` nothing changes (a resumed run stays exact).
+        """
+        valid = self._valid_mask().reshape(-1)
+        leaves = self.tree.priorities()
+        stale = ~valid & (leaves > 0)
+        fresh = valid & (leaves == 0)
+        if saved_n_step is not None:
+            # only slots too young to have been valid before; others hold zero deliberately
+            # (eps=0 and a zero error)
+            slots = np.arange(self.T)[:, None]
+            age = ((self.cursor[None, :] - 1 - slots) % self.T).reshape(-1)
+            fresh &= age < saved_n_step
+        self.tree.update(np.flatnonzero(stale), 0.0)
+        self.tree.update(np.flatnonzero(fresh), self.max_priority[0] ** self.alpha)
 
     def sample(self, batch_size: int, beta: float = 0.4) -> ReplaySample:
         """Draw ``batch_size`` transitions by priority, with importance weights for ``beta``.
