@@ -556,6 +556,10 @@ class _Actor:
         self.num_envs = self.envs.num_envs
         self.rng = np.random.default_rng(spec["env_seed"] + 1)
         self.num_actions = int(spec["action_space"].n)
+        # a Discrete(n, start) env acts in start..start+n-1, the network's outputs are 0..n-1:
+        # the env and the replay buffer get the env's actions (as in DQN._act), and
+        # DQN.train_step moves them back before indexing the Q-values
+        self.action_start = int(getattr(spec["action_space"], "start", 0))
         self.obs, _ = self.envs.reset(seed=spec["env_seed"])
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -576,6 +580,7 @@ class _Actor:
                 support = self.support
                 q = out if support is None else (torch.softmax(out, -1) * support).sum(-1)
             actions = np.where(explore, actions, q.argmax(dim=1).numpy())
+        actions = actions + self.action_start
         next_obs, reward, terminated, truncated, infos = self.envs.step(actions)
         transition = (obs, actions, reward, terminated, truncated, infos.get("final_obs"))
         self.obs = next_obs
@@ -903,12 +908,9 @@ def learn_async(
         vector_steps=vector_steps,
         slots=_chunk_slots(agent.observation_space, num_envs, chunk_steps) if fixed_lag else None,
     )
-    counters[_STEPS] = local_start
-    counters[_UPDATES] = updates_at_start
-    sampler.publish(updates_at_start)
-    sampler.start(_chunk_sampler_loop if fixed_lag else _sampler_loop, spec)
-
     main = agent.is_main
+    # before the sampler starts: a run directory that cannot be made (or any other error of the
+    # logger) must not leave a sampler process running outside the try/finally that stops it
     logger = RunLogger(
         cfg.run_dir if main else None,  # rank 0 alone logs and checkpoints
         horizon,
@@ -917,6 +919,10 @@ def learn_async(
         resume_step=None if reset_num_timesteps else start_global,
     )
     agent.logger = logger
+    counters[_STEPS] = local_start
+    counters[_UPDATES] = updates_at_start
+    sampler.publish(updates_at_start)
+    sampler.start(_chunk_sampler_loop if fixed_lag else _sampler_loop, spec)
     # recorded in checkpoints: `vecaccel train --resume` goes on async, with the same options
     agent.async_run = True
     agent.async_options = {"fixed_lag": bool(fixed_lag)}
@@ -1318,12 +1324,18 @@ def _share_like(batch: Any) -> dict[str, Any]:
 def _rollout_loop(spec: dict[str, Any]) -> None:
     """The on-policy sampler: ``[T, B]`` rollouts into the two shared slots in turn."""
     import vecaccel
-    from vecaccel.trainers.common import make_env_for_training, seed_everything, split_seed
+    from vecaccel.trainers.common import (
+        _ShiftedDiscretePolicy,
+        make_env_for_training,
+        seed_everything,
+        split_seed,
+    )
 
     link = _ChildLink(spec)
     counters = link.counters
     model: torch.nn.Module = spec["model"]
     cfg = spec["config"]
+    action_start = int(spec.get("action_start", 0))
     first_version = int(counters[_VERSION])  # published before this process started
     # the policy's action sampling, new draws for a resumed run
     seed_everything(split_seed(int(cfg["seed"]), _CHILD_SEED_KEY, first_version))
@@ -1342,8 +1354,11 @@ def _rollout_loop(spec: dict[str, Any]) -> None:
     try:
         model.eval()
         params = list(model.state_dict().values())
+        # a Discrete(n, start) env gets the model's actions 0..n-1 moved to start..start+n-1
+        # (as the synchronous sampler's policy does); the optimiser moves the batch's back
+        policy = model if action_start == 0 else _ShiftedDiscretePolicy(model, action_start)
         sampler = vecaccel.Sampler(
-            env, model, horizon=cfg["num_steps"], seed=cfg["seed"], episode_stats="infos"
+            env, policy, horizon=cfg["num_steps"], seed=cfg["seed"], episode_stats="infos"
         )
         slots: list[dict[str, Any]] | None = None
         slot = 0
@@ -1508,15 +1523,15 @@ def learn_async_on_policy(
             )
         },  # fmt: skip
         model=copy.deepcopy(agent.model).cpu(),
+        action_start=int(agent._action_start),
         slots=slots_queue,
         episodes=episodes,
         num_batches=num_batches,
         fixed_lag=bool(fixed_lag),
     )
-    rollouts.publish(agent.update_index)
-    rollouts.start(_rollout_loop, spec)
-
     run_dir = agent.run_dir if main else None  # rank 0 alone logs and checkpoints
+    # before the rollout process starts: an error here (a run directory that cannot be made)
+    # must not leave it running outside the try/finally that stops it
     logger = RunLogger(
         run_dir,
         agent.target_steps,
@@ -1525,6 +1540,8 @@ def learn_async_on_policy(
         resume_step=agent.global_step if agent.global_step > 0 else None,
     )
     agent.logger = logger
+    rollouts.publish(agent.update_index)
+    rollouts.start(_rollout_loop, spec)
     guard = SignalCheckpoint()
     optimizer_wait = 0.0
     lag_sum, lag_count = 0.0, 0
@@ -1570,6 +1587,9 @@ def learn_async_on_policy(
                     final_obs=shared["final_obs"][:k].to(device),
                     final_index=shared["final_index"][:k].to(device),
                 )
+                if agent._action_start:
+                    # the slot holds the env's actions; the losses index the model's outputs
+                    batch = batch._replace(actions=batch.actions - agent._action_start)
                 lag = agent.update_index - int(counters[_SLOT_VERSION + slot])
                 done_updates = agent.update_index - agent.schedule_start_update
                 progress_remaining = max(0.0, 1.0 - done_updates / agent.schedule_updates)

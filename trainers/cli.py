@@ -457,13 +457,20 @@ def train_command(args: argparse.Namespace) -> int:
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
         argv = getattr(args, "argv", None) or sys.argv[1:]
         return distributed.launch_torchrun(nproc, distributed.strip_nproc(argv))
+    # the ranks meet at a barrier before leaving the process group only when they all got here
+    # the same way (done, or stopped by a signal every rank saw); after an error on this rank the
+    # others wait in a collective of theirs, and leaving at once makes it fail at once
+    every_rank_ends = False
     try:
-        return _train(args)
+        code = _train(args)
+        every_rank_ends = True
+        return code
     except TrainingInterrupted as exc:
+        every_rank_ends = True
         print(f"interrupted by {exc.signal_name} at step {exc.step}", file=sys.stderr)
         return exc.exit_code
     finally:
-        distributed.cleanup()
+        distributed.cleanup(barrier=every_rank_ends)
 
 
 def _train(args: argparse.Namespace) -> int:

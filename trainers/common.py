@@ -41,6 +41,7 @@ __all__ = [
     "load_checkpoint",
     "lr_scale",
     "make_env_for_training",
+    "restore_rank_rng_state",
     "save_checkpoint",
     "seed_everything",
     "set_rng_state",
@@ -219,6 +220,35 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def restore_rank_rng_state(state: dict[str, Any], seed: int, *resume_point: int) -> dict[str, Any]:
+    """Restore a checkpoint's global RNG states on this rank; the states now in force.
+
+    A checkpoint holds the torch, NumPy and Python states of rank 0 alone (rank 0 writes it).
+    Restoring them on every rank of a run resumed on K ranks would give all of them rank 0's
+    streams (the same action samples, minibatch orders...), where a fresh run seeds each rank
+    by its rank. So rank 0 restores the saved states, continuing exactly, and a rank ``r > 0``
+    re-seeds deterministically from ``(seed, r, resume_point)``: its stream differs from rank
+    0's and from the one it had before the resume, and a resume from the same checkpoint
+    repeats. (A single process is rank 0 and restores the states as before.)
+
+    Args:
+        state: the states :func:`get_rng_state` saved.
+        seed: this rank's seed (already derived from the run's seed by rank).
+        resume_point: the counters of the checkpoint, e.g. its global step.
+
+    Returns:
+        What :func:`get_rng_state` returns now, for a later exact restore of this rank's streams.
+    """
+    from vecaccel.trainers import distributed
+
+    rank = distributed.rank()
+    if rank == 0:
+        set_rng_state(state)
+        return state
+    seed_everything(split_seed(seed, 0x2E5, rank, *resume_point))
+    return get_rng_state()
 
 
 # -- learning-rate scaling -------------------------------------------------------------------
@@ -1555,8 +1585,8 @@ class OnPolicyAlgorithm(abc.ABC):
         self.elapsed_before = float(state.get("elapsed", 0.0))
         self.async_run = bool(state.get("async", False))
         self.async_options = dict(state.get("async_options", {}))
-        if restore_rng:
-            set_rng_state(state["rng"])
+        if restore_rng:  # rank 0's states; other ranks re-seed by rank (see the helper)
+            restore_rank_rng_state(state["rng"], self.config.seed, self.global_step)
         if env is not None:
             if isinstance(env, str):
                 self.config.env_id = env  # the id given, not the one recorded

@@ -152,12 +152,20 @@ def local_device(device: str) -> str:
     return str(device)
 
 
-def cleanup() -> None:
+def cleanup(barrier: bool = True) -> None:
     """Leave the process group (no-op without one).
 
     Drop the trainers (their ``DistributedDataParallel`` models) first: a DDP model that outlives
-    its process group can abort the interpreter at exit. The ranks meet at a barrier first so
-    that none tears its connections down while another still talks to it.
+    its process group can abort the interpreter at exit.
+
+    Args:
+        barrier: meet the other ranks at a barrier first, so that none tears its connections
+            down while another still talks to it (a normal end, which every rank reaches).
+            Pass ``False`` when leaving because of an error: the other ranks are then waiting
+            in some collective of their own and would never enter the barrier, so this rank
+            would sit in it for the whole collective timeout, and they in theirs; closing the
+            connections at once makes their collective fail at once ("Connection closed by
+            peer") instead.
     """
     import gc
 
@@ -165,7 +173,7 @@ def cleanup() -> None:
     if dist.is_available() and dist.is_initialized():
         gc.collect()
         try:
-            if dist.get_world_size() > 1:
+            if barrier and dist.get_world_size() > 1:
                 dist.barrier()
         except RuntimeError:  # a peer is gone: nothing left to wait for
             pass

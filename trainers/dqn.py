@@ -64,6 +64,7 @@ from vecaccel.trainers.common import (
     load_checkpoint,
     lr_scale,
     make_env_for_training,
+    restore_rank_rng_state,
     save_checkpoint,
     seed_everything,
     set_rng_state,
@@ -537,6 +538,11 @@ class DQN:
             )
         # the loss goes through DistributedDataParallel when there are several ranks
         self.train_network = distributed.wrap_model(self.q_network, self.device)
+        # wrapping broadcasts rank 0's parameters into the online network only: the target is
+        # copied from it again, or every rank would compute its TD targets with its own randomly
+        # initialised target network until the first target update (load() then overwrites
+        # both with the checkpoint's, which is the same on every rank)
+        self.target_network.load_state_dict(self.q_network.state_dict())
         self.support = (
             torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms, device=self.device)
             if cfg.categorical
@@ -1177,19 +1183,35 @@ class DQN:
         agent.num_updates = int(state["num_updates"])
         agent.async_run = bool(state.get("async", False))
         agent.async_options = dict(state.get("async_options", {}))
-        set_rng_state(state["rng"])
+        # the checkpoint's global states are rank 0's: rank 0 restores them, a rank r > 0
+        # re-seeds from (its seed, r, the checkpoint's counters) so that the ranks keep
+        # distinct streams, as in a fresh run
+        resume_point = (agent.global_step, agent.num_updates)
+        rng_state = restore_rank_rng_state(state["rng"], agent.config.seed, *resume_point)
         agent.rng.bit_generator.state = state["agent_rng"]
         replay = state.get("replay") if load_replay else None
         ranks = state.get("rank_replays")
+        rank = distributed.rank()
         if ranks is not None and len(ranks) == agent.world_size:
             # each rank of a run on as many ranks goes on with its own experience
-            from vecaccel.trainers import distributed
-
-            entry = ranks[distributed.rank()]
+            entry = ranks[rank]
             agent.rng.bit_generator.state = entry["agent_rng"]
             state["agent_rng"] = entry["agent_rng"]
             if replay is not None:
                 replay = entry
+        elif rank > 0:
+            # rank 0's exploration and replay-sampling generators (the checkpoint has none of
+            # this rank's): re-seeded like the global ones, or this rank would explore and
+            # draw its batches exactly as rank 0 does
+            agent.rng = np.random.default_rng(
+                split_seed(agent.config.seed, 0xE5, rank, *resume_point)
+            )
+            state["agent_rng"] = agent.rng.bit_generator.state
+            if replay is not None:
+                sampling = np.random.default_rng(
+                    split_seed(agent.config.seed, 0xB5, rank, *resume_point)
+                )
+                replay = {**replay, "rng": sampling.bit_generator.state}
         if replay is not None:
             # older checkpoints do not name the buffer's n_step; it was the saved config's
             replay = {"n_step": state["config"].get("n_step"), **replay}
@@ -1198,7 +1220,7 @@ class DQN:
             agent._loop_state = dict(state["loop"])
             agent._resume = {
                 **state["loop"],
-                "rng": state["rng"],
+                "rng": rng_state,
                 "agent_rng": state["agent_rng"],
                 "exact": replay is not None,
             }
