@@ -9,6 +9,7 @@ half, the workers simulate the other, so CPU simulation overlaps policy inferenc
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from gymnasium.vector.utils import batch_space
 
+from vecaccel.errors import WorkerError
 from vecaccel.pooled import PooledVecEnv
 from vecaccel.worker import usable_cpus, warn_if_torch_oversubscribes
 
@@ -43,10 +45,17 @@ class ActionServerVecEnv(PooledVecEnv):
         num_workers: default: every usable CPU, except with ``alternating=True`` on
             ``device="cpu"``: then the CPUs that torch's threads leave free (at least 1), since
             the policy runs here at the same time as the workers.
+        drain_timeout: seconds a later ``step_async`` waits for a step that was given up
+            (timed out or interrupted) before raising, as ``shm``'s option of that name.
         **options: as for ``shm``: ``num_workers``, ``context``, ``autoreset_mode``...
 
     Each ``step(actions)`` takes actions for the envs the previous call returned
     (``info["env_id"]``) and returns the other half (or all envs without alternation).
+    ``step_async``/``step_wait`` pair up as on ``shm``: a second ``step_async`` before
+    ``step_wait`` and a ``step_wait`` without ``step_async`` raise ``RuntimeError``. A step
+    given up (``step_wait(timeout)`` timed out, Ctrl-C, an env error) can still be waited for
+    with ``step_wait``; the next ``step_async`` instead finishes it and drops its result, and
+    then acts for the envs that step would have returned.
 
     Example:
         >>> import vecaccel, torch
@@ -70,6 +79,7 @@ class ActionServerVecEnv(PooledVecEnv):
         *,
         device: str | torch.device = "cpu",
         alternating: bool = False,
+        drain_timeout: float = 30.0,
         **options: Any,
     ) -> None:
         num_envs = len(env_fns)
@@ -81,6 +91,13 @@ class ActionServerVecEnv(PooledVecEnv):
             )
         self.device = torch.device(device)
         self.alternating = alternating
+        self.drain_timeout = drain_timeout
+        # a step_async() whose step_wait() has not returned yet; PooledVecEnv's _state cannot
+        # tell: with alternation a half is in flight between every two steps
+        self._step_pending = False
+        # the pending step was given up (timed out, interrupted, failed): step_wait() may keep
+        # waiting for it, step_async() finishes and drops it
+        self._given_up = False
         batch = num_envs // 2 if alternating else num_envs
         if options.get("num_workers") is None and self.device.type == "cpu" and alternating:
             # the policy runs on this process's cores: leave torch its threads, or the workers
@@ -148,22 +165,103 @@ class ActionServerVecEnv(PooledVecEnv):
 
     def _after_reset(self):
         self._group = 0
+        self._step_pending = self._given_up = False  # a step in flight was finished by reset
         ids = self.groups[0]
         obs, _, _, _, infos = self._result(0, self.recv_ids(ids))
         self._last_ids = ids
         return obs, infos
 
     def _after_masked_reset(self):
+        if self._step_pending:
+            # a step in flight is discarded, as shm discards it: reset() let it finish, and the
+            # envs it sent that were not reset hold its results, which no step_wait() returns
+            # (the obs returned here are theirs); the other half's, sent by the step before,
+            # stay for the next step_wait()
+            sent = set(self.groups[self._group].tolist())
+            for index in sent.intersection(self._ready):
+                self._infos.pop(index, None)
+            self._ready = deque(i for i in self._ready if i not in sent)
+            self._step_pending = self._given_up = False
         obs, _, _, _, infos = self._result(self._group, self._gather(self._last_ids))
         return obs, infos
 
+    def peek_obs(self, env_ids: Any) -> Any:
+        """The latest observations of envs ``env_ids`` that are not stepping, as tensors on
+        ``device``, without receiving them.
+
+        After ``reset()`` with alternation this gives the second half's reset observations,
+        which the first ``step`` returns (the ``Sampler`` reads them for ``last_obs``).
+        """
+        self._check_open()
+        ids = self._checked_ids(env_ids)
+        busy = ids[self._in_flight[ids]]
+        if busy.size:
+            raise RuntimeError(f"envs {busy.tolist()} are still stepping")
+        return _tree_map(
+            lambda view: torch.from_numpy(view[ids]).to(self.device), self.pool.views.obs
+        )
+
     def step_async(self, actions: Any) -> None:
+        self._check_open()
+        self.pool.check_usable()
         if self._last_ids is None:
             raise RuntimeError("call reset() before step()")
-        self.send(actions, self.groups[self._group])
+        if self._step_pending:
+            if not self._given_up:
+                raise RuntimeError("step_async() called twice without step_wait() in between")
+            self._drop_given_up_step()
+        group = self.groups[self._group]
+        try:
+            self.send(actions, group)
+        except KeyboardInterrupt:
+            if self._in_flight[group].any():  # sent: a step given up like any other
+                self._step_pending = self._given_up = True
+            raise
+        self._step_pending = True
 
     def step_wait(self, timeout: float | None = None):
+        self._check_open()
+        if not self._step_pending:
+            raise RuntimeError("step_wait() called without a pending step_async()")
         next_group = (self._group + 1) % len(self.groups)
-        result = self.recv_ids(self.groups[next_group], timeout)
+        try:
+            result = self.recv_ids(self.groups[next_group], timeout)
+        except BaseException:
+            # TimeoutError, Ctrl-C, an env error: step_wait() keeps waiting for the step,
+            # step_async() finishes and discards it
+            self._given_up = True
+            raise
         self._group = next_group
+        self._step_pending = self._given_up = False
         return self._result(next_group, result)
+
+    def _drop_given_up_step(self) -> None:
+        """Finish the step given up and drop its result, as ``shm`` drops a timed-out step: the
+        caller then holds the envs that step would have returned."""
+        next_group = (self._group + 1) % len(self.groups)
+        ids = self.groups[next_group]
+        try:
+            # every env back (or failed) before an error is raised: their bytes must not be
+            # taken for a later step's
+            self._wait_until(
+                lambda: not self._in_flight[ids].any(),
+                self.drain_timeout,
+                "a step that was given up",
+                raise_early=False,
+            )
+        except TimeoutError:
+            running = ids[self._in_flight[ids]].tolist()
+            raise WorkerError(
+                f"envs {running} are still running a step that was given up; call step_wait() "
+                "to keep waiting for it, or close() the vector env",
+                env_indices=running,
+            ) from None
+        finally:
+            if not self._in_flight[ids].any():  # the step is over, also when it raised
+                wanted = set(ids.tolist())
+                for index in wanted.intersection(self._ready):
+                    self._infos.pop(index, None)
+                self._ready = deque(i for i in self._ready if i not in wanted)
+                self._group = next_group
+                self._last_ids = ids
+                self._step_pending = self._given_up = False

@@ -393,10 +393,10 @@ class VecEnvMachine(RuleBasedStateMachine):
             expect(vecaccel.WorkerError, self.envs.step_async, acts)
             return
         if self.pending is not None:
-            if self.pooled:  # those envs are still stepping: receive them first
+            if self.backend == "async":  # those envs are still stepping: receive them first
                 expect(ValueError, self.envs.step_async, acts)
                 return
-            plan, self.pending = self.pending, None  # shm: step_async drains the step first
+            plan, self.pending = self.pending, None  # shm, action_server: step_async drains it
             if plan.error is not None:
                 self.apply(plan, error=expect(vecaccel.WorkerError, self.envs.step_async, acts))
                 return
@@ -543,10 +543,10 @@ class VecEnvMachine(RuleBasedStateMachine):
             expect(vecaccel.WorkerError, self.envs.step_async, acts)
             return
         if self.pending is not None:
-            if self.pooled:
+            if self.backend == "async":
                 expect(ValueError, self.envs.step_async, acts)
                 return
-            plan, self.pending = self.pending, None  # shm drains the step first
+            plan, self.pending = self.pending, None  # shm and action_server drain it first
             if plan.error is not None:
                 self.apply(plan, error=expect(vecaccel.WorkerError, self.envs.step_async, acts))
                 return

@@ -238,7 +238,19 @@ class Sampler:
 
     @torch.no_grad()
     def collect(self) -> SampleBatch:
-        """Run ``horizon`` steps in every env and return the batch (see :class:`SampleBatch`)."""
+        """Run ``horizon`` steps in every env and return the batch (see :class:`SampleBatch`).
+
+        A ``collect()`` interrupted in the policy (Ctrl-C, an exception the caller handles)
+        leaves the sampler where the env is: the next one continues from the env's latest
+        observations. One interrupted in the env's ``step`` (or ``reset``) leaves the env in a
+        state the sampler cannot know, so ``collect()`` raises ``RuntimeError`` until
+        :meth:`reset`.
+        """
+        if self._needs_reset:
+            raise RuntimeError(
+                "a previous collect() was interrupted inside the env's step, so the sampler's "
+                "observations no longer match the env's; call reset() first"
+            )
         self._final_obs = []
         self._final_index = []
         if self._alternating:
@@ -278,15 +290,26 @@ class Sampler:
             (self._obs_np, self._next_obs_np) if numpy_rows else (self._obs, self._next_obs)
         )
         obs = next_obs
-        for t in range(self.horizon):
-            obs_rows[t] = obs
-            actions, extras = self.policy(self._obs[t])
-            self._store_policy_output(t, everyone, actions, extras)
-            result = self.env.step(self._env_actions(actions))
-            self._check_in_order(result[4])
-            obs = self._record(t, self._all_ids, everyone, result)
-            if not numpy_rows:
-                obs = self._as_tensor(obs)
+        in_env = False  # between env.step and its results being recorded
+        try:
+            for t in range(self.horizon):
+                obs_rows[t] = obs
+                actions, extras = self.policy(self._obs[t])
+                self._store_policy_output(t, everyone, actions, extras)
+                in_env = True
+                result = self.env.step(self._env_actions(actions))
+                self._check_in_order(result[4])
+                obs = self._record(t, self._all_ids, everyone, result)
+                if not numpy_rows:
+                    obs = self._as_tensor(obs)
+                in_env = False
+        except BaseException:
+            # interrupted: every step taken so far is recorded (episode sums, NEXT_STEP resets),
+            # so keep the latest observation for the next collect(); within a step, give up
+            self._needs_reset = in_env
+            if not in_env and obs is not next_obs:
+                next_obs[...] = obs
+            raise
         next_obs[...] = obs
         self._group_obs = self._next_obs
 
@@ -309,41 +332,80 @@ class Sampler:
             in_flight[stash_ids] = True
             self._stash = None
         ids, obs = self._group_ids, self._group_obs
-        while True:
-            row = int(rows[ids[0]])
-            actions, extras = self.policy(obs)
-            if row < T:
-                index = self._index(ids)
-                self._obs[row, index] = obs
-                self._store_policy_output(row, index, actions, extras)
-            else:
-                self._stash = (
-                    ids,
-                    obs.clone(),
-                    torch.as_tensor(actions).clone(),  # a NumPy policy's actions too
-                    {key: torch.as_tensor(value).clone() for key, value in extras.items()},
-                )
-            in_flight[ids] = True
-            result = self.env.step(self._env_actions(actions))
-            ids = self._group_of(result[4])
-            acted = in_flight[ids]
-            if not acted.any():  # a group's first observation after a reset
-                obs = self._as_tensor(result[0])
-                continue
-            row = int(rows[ids[0]])
-            if not acted.all() or row >= T or (rows[ids] != row).any():
-                raise RuntimeError(
-                    "the env returned envs in an order the Sampler does not support (every "
-                    "env per step, or the action server's fixed alternating halves)"
-                )
-            obs = self._as_tensor(self._record(row, ids, self._index(ids), result))
-            rows[ids] += 1
-            in_flight[ids] = False
-            if rows[ids[0]] == T:
-                self._next_obs[self._index(ids)] = obs
-                if (rows == T).all():
-                    break
+        in_env = False  # between env.step and its results being recorded
+        try:
+            while True:
+                row = int(rows[ids[0]])
+                actions, extras = self.policy(obs)
+                if row < T:
+                    index = self._index(ids)
+                    self._obs[row, index] = obs
+                    self._store_policy_output(row, index, actions, extras)
+                else:
+                    self._stash = (
+                        ids,
+                        obs.clone(),
+                        torch.as_tensor(actions).clone(),  # a NumPy policy's actions too
+                        {key: torch.as_tensor(value).clone() for key, value in extras.items()},
+                    )
+                in_flight[ids] = True
+                in_env = True
+                result = self.env.step(self._env_actions(actions))
+                ids = self._group_of(result[4])
+                acted = in_flight[ids]
+                if not acted.any():  # a group's first observation after a reset
+                    obs = self._as_tensor(result[0])
+                    in_env = False
+                    continue
+                row = int(rows[ids[0]])
+                if not acted.all() or row >= T or (rows[ids] != row).any():
+                    raise RuntimeError(
+                        "the env returned envs in an order the Sampler does not support (every "
+                        "env per step, or the action server's fixed alternating halves)"
+                    )
+                obs = self._as_tensor(self._record(row, ids, self._index(ids), result))
+                rows[ids] += 1
+                in_flight[ids] = False
+                in_env = False
+                if rows[ids[0]] == T:
+                    self._next_obs[self._index(ids)] = obs
+                    if (rows == T).all():
+                        break
+        except BaseException:
+            self._needs_reset = in_env
+            if not in_env:
+                self._keep_groups_current(ids, obs, rows, in_flight)
+            raise
         self._group_ids, self._group_obs = ids, obs
+
+    def _keep_groups_current(
+        self, ids: np.ndarray, obs: torch.Tensor, rows: np.ndarray, in_flight: np.ndarray
+    ) -> None:
+        """After a ``_collect_groups`` interrupted outside the env: continue from here.
+
+        The env holds ``ids`` (observation ``obs``, not acted on); the group in flight acted on
+        its row ``rows[...]``, whose results the next ``collect()`` receives, so that row becomes
+        the stash that is row 0 of the next batch.
+        """
+        self._group_ids, self._group_obs = ids, obs
+        self._next_obs[self._index(ids)] = obs
+        acted = np.flatnonzero(in_flight)
+        if acted.size == 0:  # no group in flight: only after a reset, before any step
+            self._stash = None
+            return
+        row = int(rows[acted[0]])
+        if row >= self.horizon:  # acted past the horizon: already stashed
+            return
+        assert self._actions is not None
+        index = self._index(acted)
+        stash_obs = self._obs[row, index].clone()
+        self._stash = (
+            acted,
+            stash_obs,
+            self._actions[row, index].clone(),
+            {key: buffer[row, index].clone() for key, buffer in self._extras.items()},
+        )
+        self._next_obs[index] = stash_obs  # their latest observation
 
     def _record(self, row: int, ids: np.ndarray, index: slice | torch.Tensor, result: tuple) -> Any:
         """Write one step's results for envs ``ids`` into ``row``; return their next obs.
@@ -403,7 +465,15 @@ class Sampler:
         # the group whose observation is current (all envs unless they alternate)
         self._group_ids, self._group_obs = ids, obs
         self._next_obs[self._index(ids)] = obs
+        if len(ids) < self.num_envs:
+            # the other half's reset observations: its first step returns them, but last_obs
+            # is every env's latest observation now; the action server has them in memory
+            peek = getattr(self.env, "peek_obs", None)
+            if peek is not None:
+                rest = np.setdiff1d(self._all_ids, ids)
+                self._next_obs[self._index(rest)] = self._as_tensor(peek(rest))
         self._stash: tuple | None = None
+        self._needs_reset = False  # a collect() was interrupted inside an env step
         self._reset_accumulators()
 
     def _reset_accumulators(self) -> None:
@@ -487,6 +557,10 @@ class Sampler:
         bounds = self._bounds
         if self._tensor_env:
             if bounds is not None:
+                if not isinstance(actions, torch.Tensor):
+                    # a NumPy policy: clamped as a tensor on the env's device (torch.clamp
+                    # takes no array), which a tensor env takes as any tensor policy's actions
+                    actions = torch.as_tensor(np.asarray(actions), device=bounds[0].device)
                 actions = torch.clamp(
                     actions, bounds[0].to(actions.dtype), bounds[1].to(actions.dtype)
                 )
