@@ -857,6 +857,7 @@ class WorkerPool:
             self._allowed = sorted(os.sched_getaffinity(0))
         bounds = np.linspace(inline_envs, num_envs, num_workers + 1).round().astype(int)
         _POOLS.add(self)
+        self._startup_writers: list[threading.Thread | None] = []
         try:
             for k in range(num_workers):
                 self._start_worker(k, int(bounds[k]), int(bounds[k + 1]))
@@ -902,7 +903,7 @@ class WorkerPool:
         finally:
             for conn in (cmd_recv, done_send, data_child):
                 conn.close()
-        self._send_startup(data_parent, startup)
+        self._startup_writers.append(self._send_startup(data_parent, startup))
         worker = _Worker(k, start, stop, process, cmd_send, done_recv, data_parent)
         if k < len(self.workers):
             self.workers[k] = worker
@@ -915,7 +916,7 @@ class WorkerPool:
         return worker
 
     @staticmethod
-    def _send_startup(conn: Any, startup: bytes) -> None:
+    def _send_startup(conn: Any, startup: bytes) -> threading.Thread | None:
         """Hand a started worker its env functions and the buffer's layout.
 
         They are not the process's arguments: under spawn those go down a pipe whose read end
@@ -933,13 +934,16 @@ class WorkerPool:
         except BlockingIOError:
             pass
         except OSError:
-            return  # the worker died already: waiting for it reports that
+            return None  # the worker died already: waiting for it reports that
         finally:
             os.set_blocking(fd, True)
-        if data:
-            threading.Thread(
-                target=_write_rest, args=(os.dup(fd), data), name="vecaccel-startup", daemon=True
-            ).start()
+        if not data:
+            return None
+        writer = threading.Thread(
+            target=_write_rest, args=(os.dup(fd), data), name="vecaccel-startup", daemon=True
+        )
+        writer.start()
+        return writer
 
     def _pickle_env_fns(self, k: int, start: int, stop: int) -> bytes:
         try:
@@ -971,7 +975,14 @@ class WorkerPool:
                 del table[fd]
 
     def _await_ready(self, workers: list[_Worker]) -> None:
+        writers, self._startup_writers = self._startup_writers, []
         statuses = self.wait(workers, self.start_timeout, what="start", restartable=False)
+        # every worker answered, so each read its startup message (or died, failing the
+        # write): the writers are done or about to close their duplicate sockets. (After an
+        # error the workers are killed, which ends the writers too.)
+        for writer in writers:
+            if writer is not None:
+                writer.join(1.0)
         errors = []
         for worker in workers:
             if statuses[worker.index][0] == Status.ERROR:
