@@ -895,9 +895,9 @@ class WorkerPool:
             ),
             daemon=True,
         )
-        startup = pickle.dumps(
-            (self._pickle_env_fns(k, start, stop), self._layout_args), pickle.HIGHEST_PROTOCOL
-        )
+        # cloudpickle, as under fork the spaces were inherited, never pickled: a custom space
+        # holding a lambda must go on working there
+        startup = cloudpickle.dumps((self._pickle_env_fns(k, start, stop), self._layout_args))
         try:
             process.start()
         finally:
