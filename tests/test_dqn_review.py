@@ -637,3 +637,19 @@ def test_on_policy_discrete_action_space_with_offset_start(algorithm) -> None:
             assert set(actions.tolist()) <= {1, 2}
     finally:
         envs.close()
+
+
+def test_a_run_dir_given_as_a_path_checkpoints_and_loads(tmp_path):
+    """``run_dir=Path(...)`` (as PPO takes it) used to put a ``PosixPath`` into the saved
+    config, which the weights-only load refused as a corrupt checkpoint."""
+    agent = DQN(
+        env="CartPole-v1", num_envs=1, backend="serial", learning_starts=8, batch_size=8,
+        buffer_size=64, run_dir=tmp_path / "run", progress=False, tensorboard=False,
+    )  # fmt: skip
+    try:
+        agent.learn(16)
+    finally:
+        agent.close()
+    loaded = DQN.load(tmp_path / "run" / "checkpoint.pt")
+    assert loaded.global_step == 16
+    assert loaded.config.run_dir == str(tmp_path / "run")

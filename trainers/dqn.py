@@ -176,7 +176,7 @@ class DQNConfig:
     """Torch intra-op threads (0: automatic, the cores the env workers leave free, at least 1)."""
     log_interval: int = 1_000
     """Env steps between metric rows."""
-    run_dir: str | None = None
+    run_dir: str | os.PathLike[str] | None = None
     """Directory for metrics, TensorBoard events, the curve and checkpoints (None: none)."""
     tensorboard: bool = True
     """Write TensorBoard event files under ``run_dir``."""
@@ -202,6 +202,8 @@ class DQNConfig:
 
     def __post_init__(self) -> None:
         self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)
+        if self.run_dir is not None:  # a Path would not pass the checkpoint's weights-only load
+            self.run_dir = os.fspath(self.run_dir)
         if self.num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {self.num_envs!r}")
         if self.batch_size < 1 or self.base_batch_size < 1:
