@@ -106,9 +106,9 @@ class ActionServerVecEnv(PooledVecEnv):
             free = usable_cpus() - torch.get_num_threads()
             options["num_workers"] = max(1, min(num_envs, free))
         super().__init__(env_fns, batch_size=batch, **options)
-        if self.device.type == "cpu":  # the policy's threads share the cores with the workers
-            warn_if_torch_oversubscribes(self.num_workers, stacklevel=4)
         try:  # the workers run now: an error here (no CUDA for pinned memory) must stop them
+            if self.device.type == "cpu":  # the policy's threads share the cores with the workers
+                warn_if_torch_oversubscribes(self.num_workers, stacklevel=4)
             if alternating:
                 self.groups = [np.arange(0, num_envs, 2), np.arange(1, num_envs, 2)]
             else:

@@ -541,7 +541,8 @@ class VecAccelEnv(SB3VecEnv):
         vec_env = make_vec(env_fns, backend=backend, autoreset_mode=autoreset_mode, **options)
         try:
             super().__init__(vec_env)
+            # inside: under -W error the warning is an exception, and the workers must stop
+            warn_if_torch_oversubscribes(getattr(vec_env, "num_workers", 0), stacklevel=3)
         except BaseException:
             vec_env.close()
             raise
-        warn_if_torch_oversubscribes(getattr(vec_env, "num_workers", 0), stacklevel=3)
