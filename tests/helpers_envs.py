@@ -135,6 +135,21 @@ class CounterEnv(gym.Env):
         return self._obs(), 1.0, False, False, info
 
 
+class WideSpacesEnv(gym.Env):
+    """Spaces whose pickles (~1.4 MB of bounds) are larger than a worker's socket buffer, so a
+    worker's startup message needs the pool's writer thread."""
+
+    observation_space = gym.spaces.Box(0, 255, (480, 480, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.full(self.observation_space.shape, 7, np.uint8), {}
+
+    def step(self, action):
+        return np.full(self.observation_space.shape, int(action), np.uint8), 0.0, False, False, {}
+
+
 def counter_fns(num_envs: int, faulty: dict[int, dict[str, Any]] | None = None) -> list:
     """One ``CounterEnv`` function per env; ``faulty`` maps env index to its fault kwargs."""
     faulty = faulty or {}

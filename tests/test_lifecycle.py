@@ -8,10 +8,10 @@ from __future__ import annotations
 import gc
 import threading
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from helpers_envs import (
+    WideSpacesEnv,
     child_pids,
     counter_fns,
     open_fds,
@@ -144,25 +144,11 @@ def test_spawn_script_without_main_guard_fails_instead_of_hanging(tmp_path):
     assert "bootstrapping phase" in done.stderr  # the child's own explanation reaches the user
 
 
-class _WideSpacesEnv(gym.Env):
-    """Spaces whose pickles (~1.4 MB of bounds) are larger than a worker's socket buffer."""
-
-    observation_space = gym.spaces.Box(0, 255, (480, 480, 3), np.uint8)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.full(self.observation_space.shape, 7, np.uint8), {}
-
-    def step(self, action):
-        return np.full(self.observation_space.shape, int(action), np.uint8), 0.0, False, False, {}
-
-
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_startup_larger_than_the_socket_buffer(context, leak_check):
     """A worker's env functions and spaces go down its socket after it starts; what the
     socket cannot take at once is written by a thread, which is done when the workers are."""
-    envs = vecaccel.make_vec([_WideSpacesEnv] * 2, backend="shm", num_workers=2, context=context)
+    envs = vecaccel.make_vec([WideSpacesEnv] * 2, backend="shm", num_workers=2, context=context)
     try:
         obs, _ = envs.reset(seed=0)
         assert (obs == 7).all()

@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers_envs import WideSpacesEnv
 
 import vecaccel
 from vecaccel import worker as worker_module
@@ -24,21 +25,6 @@ torch.set_num_threads(1)
 
 
 # -- envs ---------------------------------------------------------------------------------------
-
-
-class WideSpacesEnv(gym.Env):
-    """Spaces whose pickles (~1.4 MB of bounds) are larger than a worker's socket buffer, so the
-    startup message needs the writer thread."""
-
-    observation_space = gym.spaces.Box(0, 255, (480, 480, 3), np.uint8)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.full(self.observation_space.shape, 7, np.uint8), {}
-
-    def step(self, action):
-        return np.full(self.observation_space.shape, int(action), np.uint8), 0.0, False, False, {}
 
 
 class ShiftedCartPole(gym.ActionWrapper):

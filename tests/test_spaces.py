@@ -12,6 +12,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from helpers_envs import EchoEnv, assert_same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from space_strategies import boxes
 
 import vecaccel
 from vecaccel.spaces import (
@@ -37,25 +38,6 @@ BOX_DTYPES = [
     np.bool_,
 ]
 
-shapes = st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple)
-
-
-@st.composite
-def boxes(draw):
-    dtype = np.dtype(draw(st.sampled_from(BOX_DTYPES)))
-    shape = draw(shapes)
-    if dtype.kind == "b":
-        return spaces.Box(0, 1, shape=shape, dtype=dtype)
-    if dtype.kind == "f":
-        low = draw(st.sampled_from([-np.inf, -1.0, 0.0]))
-        high = draw(st.sampled_from([np.inf, 1.0, 100.0]))
-        return spaces.Box(low, high, shape=shape, dtype=dtype)
-    # (bounds kept small: Gymnasium's own sampling overflows near the int64 limits)
-    info = np.iinfo(dtype)
-    low = draw(st.integers(max(int(info.min), -1000), min(int(info.max), 1000) - 1))
-    high = draw(st.integers(low + 1, min(int(info.max), low + 2000)))
-    return spaces.Box(low, high, shape=shape, dtype=dtype)
-
 
 @st.composite
 def discretes(draw):
@@ -79,7 +61,7 @@ def multi_binaries(draw):
     return spaces.MultiBinary(shape[0] if len(shape) == 1 else shape)
 
 
-leaf_spaces = st.one_of(boxes(), discretes(), multi_discretes(), multi_binaries())
+leaf_spaces = st.one_of(boxes(BOX_DTYPES), discretes(), multi_discretes(), multi_binaries())
 keys = st.text(alphabet="abcdefgh_", min_size=1, max_size=4)
 space_trees = st.recursive(
     leaf_spaces,

@@ -22,6 +22,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from helpers_envs import assert_same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from space_strategies import boxes
 
 import vecaccel
 from vecaccel.spaces import check_actions, item_reader, leaf_specs
@@ -282,23 +283,6 @@ BOX_DTYPES = [
     np.float64,
     np.bool_,
 ]
-shapes = st.lists(st.integers(0, 3), min_size=0, max_size=3).map(tuple)
-
-
-@st.composite
-def boxes(draw):
-    dtype = np.dtype(draw(st.sampled_from(BOX_DTYPES)))
-    shape = draw(shapes)
-    if dtype.kind == "b":
-        return spaces.Box(0, 1, shape=shape, dtype=dtype)
-    if dtype.kind == "f":
-        low = draw(st.sampled_from([-np.inf, -2.0, 0.0]))
-        high = draw(st.sampled_from([np.inf, 1.0, 50.0]))
-        return spaces.Box(low, high, shape=shape, dtype=dtype)
-    info = np.iinfo(dtype)
-    low = draw(st.integers(max(int(info.min), -100), min(int(info.max), 100) - 1))
-    high = draw(st.integers(low + 1, min(int(info.max), low + 200)))
-    return spaces.Box(low, high, shape=shape, dtype=dtype)
 
 
 @st.composite
@@ -340,7 +324,19 @@ def dicts(draw, children):
     return spaces.Dict(dict(items))
 
 
-leaf_spaces = st.one_of(boxes(), discretes(), multi_discretes(), multi_binaries())
+# zero-size dimensions too, and bounds nearer the dtypes' edges
+leaf_spaces = st.one_of(
+    boxes(
+        BOX_DTYPES,
+        min_dim=0,
+        int_span=100,
+        float_lows=(-np.inf, -2.0, 0.0),
+        float_highs=(np.inf, 1.0, 50.0),
+    ),
+    discretes(),
+    multi_discretes(),
+    multi_binaries(),
+)  # fmt: skip, multi_discretes(), multi_binaries())
 space_trees = st.recursive(
     leaf_spaces,
     lambda children: st.one_of(
