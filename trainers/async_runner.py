@@ -441,6 +441,19 @@ class _SamplerHandle:
             remote,
         )
 
+    def finish(self, drain: Callable[[], None], timeout: float = 10.0) -> None:
+        """Wait for the process to end by itself (its budget done), calling ``drain`` meanwhile.
+
+        What it queued last is certain to have arrived only once it has exited: a queue's feeder
+        thread sends it, and the process joins that thread on exit, which needs the pipe read.
+        """
+        process = self.process
+        deadline = time.monotonic() + timeout
+        while process is not None and process.is_alive() and time.monotonic() < deadline:
+            drain()
+            process.join(0.02)
+        drain()
+
     def stop(self, *channels: Any) -> None:
         """Ask the process to stop, wait for it (killing it if it does not), close ``channels``."""
         self.counters[_STOP] = 1
@@ -1100,6 +1113,9 @@ def learn_async(
                     updated = True
                 elif steps >= local_total:
                     complete = True
+                    # the episodes of the last steps may still be on their way: the sampler
+                    # counts a step before its queue's feeder thread has sent them
+                    sampler.finish(drain_episodes)
                 else:
                     waited = time.perf_counter()
                     time.sleep(poll_interval)
