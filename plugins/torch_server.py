@@ -9,7 +9,6 @@ half, the workers simulate the other, so CPU simulation overlaps policy inferenc
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -177,10 +176,7 @@ class ActionServerVecEnv(PooledVecEnv):
             # envs it sent that were not reset hold its results, which no step_wait() returns
             # (the obs returned here are theirs); the other half's, sent by the step before,
             # stay for the next step_wait()
-            sent = set(self.groups[self._group].tolist())
-            for index in sent.intersection(self._ready):
-                self._infos.pop(index, None)
-            self._ready = deque(i for i in self._ready if i not in sent)
+            self._discard_results(self.groups[self._group])
             self._step_pending = self._given_up = False
         obs, _, _, _, infos = self._result(self._group, self._gather(self._last_ids))
         return obs, infos
@@ -258,10 +254,7 @@ class ActionServerVecEnv(PooledVecEnv):
             ) from None
         finally:
             if not self._in_flight[ids].any():  # the step is over, also when it raised
-                wanted = set(ids.tolist())
-                for index in wanted.intersection(self._ready):
-                    self._infos.pop(index, None)
-                self._ready = deque(i for i in self._ready if i not in wanted)
+                self._discard_results(ids)
                 self._group = next_group
                 self._last_ids = ids
                 self._step_pending = self._given_up = False

@@ -323,6 +323,13 @@ class PooledVecEnv(ProcessVecEnv):
         self._ready = deque(i for i in self._ready if i not in wanted)
         return self._gather(ids)
 
+    def _discard_results(self, env_ids: np.ndarray) -> None:
+        """Drop the received-but-unread results of envs ``env_ids`` (a step given up)."""
+        dropped = set(env_ids.tolist()).intersection(self._ready)
+        for index in dropped:
+            self._infos.pop(index, None)
+        self._ready = deque(i for i in self._ready if i not in dropped)
+
     def _gather(self, ids: np.ndarray):
         views = self.pool.views
         self._last_ids = ids
