@@ -547,7 +547,12 @@ class _Actor:
     """The DQN sampler's envs: ε-greedy steps with the weights last pulled, episodes counted."""
 
     def __init__(self, spec: dict[str, Any], link: _ChildLink) -> None:
-        from vecaccel.trainers.common import make_env_for_training, seed_everything, split_seed
+        from vecaccel.trainers.common import (
+            action_start,
+            make_env_for_training,
+            seed_everything,
+            split_seed,
+        )
 
         # its own draws (e.g. noisy nets' noise), new ones for a resumed run
         seed_everything(
@@ -572,7 +577,7 @@ class _Actor:
         # a Discrete(n, start) env acts in start..start+n-1, the network's outputs are 0..n-1:
         # the env and the replay buffer get the env's actions (as in DQN._act), and
         # DQN.train_step moves them back before indexing the Q-values
-        self.action_start = int(getattr(spec["action_space"], "start", 0))
+        self.action_start = action_start(spec["action_space"])
         self.obs, _ = self.envs.reset(seed=spec["env_seed"])
         self.episode_return = np.zeros(self.num_envs)
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
@@ -1603,9 +1608,7 @@ def learn_async_on_policy(
                     final_obs=shared["final_obs"][:k].to(device),
                     final_index=shared["final_index"][:k].to(device),
                 )
-                if agent._action_start:
-                    # the slot holds the env's actions; the losses index the model's outputs
-                    batch = batch._replace(actions=batch.actions - agent._action_start)
+                batch = agent._model_actions(batch)
                 lag = agent.update_index - int(counters[_SLOT_VERSION + slot])
                 done_updates = agent.update_index - agent.schedule_start_update
                 progress_remaining = max(0.0, 1.0 - done_updates / agent.schedule_updates)

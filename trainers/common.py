@@ -29,6 +29,7 @@ import numpy as np
 
 __all__ = [
     "AtariEnvFactory",
+    "action_start",
     "CheckpointError",
     "SignalCheckpoint",
     "TrainingInterrupted",
@@ -128,6 +129,12 @@ def usable_device(device: str) -> str:
         )
         return "cpu"
     return name
+
+
+def action_start(space: Any) -> int:
+    """``start`` of a ``Discrete`` space (0 for any other space, or none): the env's actions are
+    ``start..start+n-1``, a network's outputs ``0..n-1``."""
+    return int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
 
 
 def check_env_matches(
@@ -1303,10 +1310,13 @@ class OnPolicyAlgorithm(abc.ABC):
 
     @property
     def _action_start(self) -> int:
-        """``start`` of a ``Discrete`` action space (0 otherwise): the env's actions are
-        ``start..start+n-1``, the model's categorical outputs ``0..n-1``."""
-        space = self.action_space
-        return int(space.start) if isinstance(space, gym.spaces.Discrete) else 0
+        return action_start(self.action_space)
+
+    def _model_actions(self, batch: Any) -> Any:
+        """``batch`` with the model's actions: it holds the env's, which a ``Discrete(n, start)``
+        space numbers from ``start``, while the losses index the model's outputs from 0."""
+        start = self._action_start
+        return batch._replace(actions=batch.actions - start) if start else batch
 
     def _make_sampler(self) -> None:
         import vecaccel
@@ -1393,9 +1403,7 @@ class OnPolicyAlgorithm(abc.ABC):
                     batch = self.sampler.collect()
                     if self._switch_modes:
                         self.model.train()
-                    if self._action_start:
-                        # the batch holds the env's actions; the losses index the model's outputs
-                        batch = batch._replace(actions=batch.actions - self._action_start)
+                    batch = self._model_actions(batch)
                     self.global_step += self.batch_size
                     metrics = self.update(batch, progress_remaining)
                     self.update_index += 1

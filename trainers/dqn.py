@@ -57,6 +57,7 @@ from vecaccel.trainers.common import (
     RunLogger,
     SignalCheckpoint,
     TrainingInterrupted,
+    action_start,
     check_env_matches,
     config_from_dict,
     configure_torch_threads,
@@ -583,9 +584,7 @@ class DQN:
 
     @property
     def _action_start(self) -> int:
-        """``start`` of the ``Discrete`` action space: the env's actions are
-        ``start..start+n-1``, the network's outputs ``0..n-1`` (0 without a space yet)."""
-        return int(getattr(self.action_space, "start", 0))
+        return action_start(getattr(self, "action_space", None))
 
     def _q_values(self, network: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         out = network(obs)
