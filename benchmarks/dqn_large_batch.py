@@ -100,14 +100,10 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
     return float(np.median(values)) if len(values) == len(runs) else None
 
 
-def _cell(value: int | None) -> str:
-    """A count for the report: ``-`` for a run that did not reach the threshold."""
-    return "-" if value is None else str(value)
-
-
-def _ratio(value: float | None) -> str:
-    """A replay ratio for the report: ``-`` for a run stopped before its first update."""
-    return "-" if value is None else f"{value:.2f}"
+def _cell(value: float | None, spec: str = "") -> str:
+    """A value for the report, ``-`` where there is none (a run that did not reach the
+    threshold, or stopped before its first update)."""
+    return "-" if value is None else format(value, spec)
 
 
 def _write_report(results: dict[str, Any], out: Path = RESULTS) -> None:
@@ -129,19 +125,15 @@ def _write_report(results: dict[str, Any], out: Path = RESULTS) -> None:
         "| ---: | ---: | ---: | :---: | ---: | ---: | ---: | ---: |",
     ]
     for run in results["runs"]:
-        seconds = "-" if run["seconds"] is None else f"{run['seconds']:.1f}"
         lines.append(
             f"| {run['batch_size']} | {run['learning_rate']:.2e} | {run['seed']} | "
             f"{'yes' if run['solved'] else 'no'} | {_cell(run['steps'])} | {_cell(run['updates'])} | "
-            f"{seconds} | {_ratio(run['replay_ratio'])} |"
+            f"{_cell(run['seconds'], '.1f')} | {_cell(run['replay_ratio'], '.2f')} |"
         )
     lines += ["", "Medians (over seeds; '-' when a seed did not reach the threshold):", ""]
     lines += ["| batch | env steps | updates | seconds |", "| ---: | ---: | ---: | ---: |"]
     for batch, summary in results["summary"].items():
-        cells = [
-            "-" if summary[k] is None else f"{summary[k]:.0f}"
-            for k in ("steps", "updates", "seconds")
-        ]
+        cells = [_cell(summary[k], ".0f") for k in ("steps", "updates", "seconds")]
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
     ratio = results.get("step_ratio")
     lines += [
@@ -208,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"batch {batch_size:5d} seed {seed}: solved={run['solved']} steps={run['steps']} "
                 f"updates={run['updates']} seconds={run['seconds']} "
-                f"replay_ratio={_ratio(run['replay_ratio'])}",
+                f"replay_ratio={_cell(run['replay_ratio'], '.2f')}",
                 flush=True,
             )
     summary = {}
