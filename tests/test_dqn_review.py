@@ -579,6 +579,54 @@ def test_loaded_replay_with_other_n_step_samples_only_complete_windows(tmp_path)
         envs.close()
 
 
+@pytest.mark.parametrize("new_alpha", [0.9, 0.0])
+def test_loaded_replay_with_other_priority_alpha_holds_the_new_exponent(tmp_path, new_alpha):
+    """The tree holds priority ** alpha: loaded under another priority_alpha, every leaf must be
+    the saved priority under the new exponent (0: uniform), not the old exponent's value."""
+    envs = _cartpole(1)
+    try:
+        agent = Rainbow(env=envs, **{**SMALL, "learning_starts": 32}, priority_alpha=0.5)
+        agent.learn(100)
+        saved = agent.buffer.tree.priorities().copy()
+        path = agent.save(tmp_path / "agent.pt", replay=True)
+    finally:
+        envs.close()
+    envs = _cartpole(1)
+    try:
+        loaded = Rainbow.load(path, env=envs, priority_alpha=new_alpha)
+        assert loaded.buffer.alpha == new_alpha
+        expected = np.where(saved > 0, saved ** (new_alpha / 0.5), 0.0)
+        np.testing.assert_allclose(loaded.buffer.tree.priorities(), expected, rtol=1e-9)
+        assert loaded.buffer.tree.total() == pytest.approx(expected.sum())
+    finally:
+        envs.close()
+
+
+def test_buffer_state_dict_carries_alpha() -> None:
+    """state_dict/load_state_dict between prioritized buffers of different alpha re-exponentiate,
+    and one saved under alpha 0 (all priorities lost) starts its valid slots over at the max."""
+    space = Box(-1, 1, (1,))
+
+    def filled(alpha):
+        buffer = PrioritizedReplayBuffer(space, Discrete(2), 16, alpha=alpha, seed=0)
+        for step in range(10):
+            buffer.add(np.full((1, 1), step, np.float32), [0], [0.0], [False], [False])
+        batch = buffer.sample(4, beta=0.4)
+        buffer.update_priorities(batch.indices, np.arange(1.0, 5.0))
+        return buffer
+
+    source = filled(0.5)
+    target = PrioritizedReplayBuffer(space, Discrete(2), 16, alpha=1.0, seed=0)
+    target.load_state_dict(source.state_dict())
+    leaves = source.tree.priorities()
+    np.testing.assert_allclose(target.tree.priorities(), np.where(leaves > 0, leaves**2, 0.0))
+    uniform = filled(0.0)
+    target.load_state_dict(uniform.state_dict())
+    held = uniform.tree.priorities() > 0
+    np.testing.assert_allclose(target.tree.priorities()[held], uniform.max_priority[0])
+    assert (target.tree.priorities()[~held] == 0).all()
+
+
 class _ShiftedActions(gym.ActionWrapper):
     """CartPole with Discrete(2, start=1): actions 1 and 2."""
 

@@ -1043,6 +1043,8 @@ class DQN:
             "token": token,
             "buffer": type(self.buffer).__name__,
             "n_step": self.buffer.n_step,
+            # a prioritized tree holds priority ** alpha (see PrioritizedReplayBuffer.restored)
+            "alpha": getattr(self.buffer, "alpha", None),
             "rng": self.buffer.rng.bit_generator.state,
             "agent_rng": self.rng.bit_generator.state,
         }
@@ -1214,8 +1216,9 @@ class DQN:
                 )
                 replay = {**replay, "rng": sampling.bit_generator.state}
         if replay is not None:
-            # older checkpoints do not name the buffer's n_step; it was the saved config's
-            replay = {"n_step": state["config"].get("n_step"), **replay}
+            # older checkpoints do not name the buffer's n_step or alpha; they were the config's
+            saved = state["config"]
+            replay = {"n_step": saved.get("n_step"), "alpha": saved.get("priority_alpha"), **replay}
             agent._pending_replay = (path, replay)
         if "loop" in state:  # older checkpoints have no loop state: learn() starts afresh
             agent._loop_state = dict(state["loop"])
@@ -1247,8 +1250,9 @@ class DQN:
             )
         _read_replay(buffer, file, replay["token"], checkpoint)
         buffer.rng.bit_generator.state = replay["rng"]
-        # n_step may be overridden on load, which changes which slots can be sampled
-        buffer.restored(replay.get("n_step"))
+        # n_step may be overridden on load, which changes which slots can be sampled, and
+        # priority_alpha, which changes the priorities a prioritized tree holds
+        buffer.restored(replay.get("n_step"), replay.get("alpha"))
 
     def close(self) -> None:
         """Close the envs this agent created."""

@@ -347,6 +347,7 @@ class ReplayBuffer:
         state["rng"] = self.rng.bit_generator.state
         # the arrays do not depend on n_step but a prioritized tree does (see restored())
         state["n_step"] = self.n_step
+        state["alpha"] = getattr(self, "alpha", None)  # a prioritized tree depends on it too
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -356,9 +357,9 @@ class ReplayBuffer:
                 raise ValueError(f"{name}: saved shape {state[name].shape} != {array.shape}")
             array[...] = state[name]
         self.rng.bit_generator.state = state["rng"]
-        self.restored(state.get("n_step"))
+        self.restored(state.get("n_step"), state.get("alpha"))
 
-    def restored(self, saved_n_step: int | None = None) -> None:
+    def restored(self, saved_n_step: int | None = None, saved_alpha: float | None = None) -> None:
         """Called after :attr:`arrays` were overwritten from a checkpoint.
 
         The stored transitions do not depend on ``n_step`` (targets are computed when sampling),
@@ -367,6 +368,8 @@ class ReplayBuffer:
 
         Args:
             saved_n_step: the ``n_step`` of the buffer that was saved (``None``: not known).
+            saved_alpha: the saved buffer's prioritization exponent (``None``: not known or
+                not prioritized); a uniform buffer ignores it.
         """
 
     @property
@@ -668,8 +671,13 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     def _on_invalidate(self, env_ids: np.ndarray, slots: np.ndarray) -> None:
         self.tree.update(slots * self.num_envs + env_ids, 0.0)
 
-    def restored(self, saved_n_step: int | None = None) -> None:
-        """Make the priorities read from a checkpoint fit this buffer's ``n_step``.
+    def restored(self, saved_n_step: int | None = None, saved_alpha: float | None = None) -> None:
+        """Make the priorities read from a checkpoint fit this buffer's ``n_step`` and ``alpha``.
+
+        The tree holds ``p ** alpha``. Saved under another ``alpha``, every leaf becomes
+        ``leaf ** (alpha / saved_alpha)``, the same priorities under the new exponent; saved
+        under ``alpha = 0`` (uniform, every leaf 1) the priorities themselves are lost, and the
+        valid slots start over at the largest priority seen, as new transitions do.
 
         They were kept for the saved buffer's valid slots. Under a larger ``n_step`` the newest
         slots of each column have no complete window yet: drawn, their targets would read
@@ -678,8 +686,17 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         never be drawn: they get the largest priority seen, as a newly added transition does.
         With the same ``n_step`` nothing changes (a resumed run stays exact).
         """
-        valid = self._valid_mask().reshape(-1)
         leaves = self.tree.priorities()
+        if saved_alpha is not None and float(saved_alpha) != self.alpha:
+            held = np.flatnonzero(leaves > 0)
+            if float(saved_alpha) > 0:
+                leaves = leaves.copy()
+                leaves[held] **= self.alpha / float(saved_alpha)
+                self.tree.update(held, leaves[held])
+            else:
+                self.tree.update(held, self.max_priority[0] ** self.alpha)
+            leaves = self.tree.priorities()
+        valid = self._valid_mask().reshape(-1)
         stale = ~valid & (leaves > 0)
         fresh = valid & (leaves == 0)
         if saved_n_step is not None:
