@@ -48,6 +48,8 @@ def _fault(kind: str, where: str, exit_code: int, safe_pid: int | None) -> None:
         raise RuntimeError(f"refusing to {kind} the test process ({where})")
     if kind == "raise":
         raise ValueError(f"boom in {where}")
+    if kind == "sys_exit":
+        raise SystemExit(exit_code)
     if kind == "exit":
         os._exit(exit_code)
     if kind == "sigkill":
@@ -65,7 +67,8 @@ class CounterEnv(gym.Env):
     That makes stale results visible: the ``k``-th step must return ``k``.
 
     Args:
-        fault: what goes wrong: ``"raise"`` (a ``ValueError``), ``"exit"`` (``os._exit``),
+        fault: what goes wrong: ``"raise"`` (a ``ValueError``), ``"sys_exit"``
+            (``SystemExit``, as ``sys.exit`` raises), ``"exit"`` (``os._exit``),
             ``"sigkill"`` or ``"segfault"``.
         fault_step: the step call (1-based) at which ``fault`` happens, or ``None``.
         fault_reset: the reset call (1-based) at which ``fault`` happens, or ``None``.

@@ -84,6 +84,23 @@ def test_exception_in_step(process_backend, context):
         close_twice(envs)
 
 
+def test_sys_exit_in_an_env_is_that_envs_error(process_backend, context):
+    """``sys.exit`` inside an env's step is reported like any exception, naming the env, and
+    the worker lives on: it would otherwise die and report only its exit code."""
+    envs = make(process_backend, context, {3: {"fault": "sys_exit", "fault_step": 2}})
+    try:
+        envs.reset(seed=0)
+        envs.step(ACTIONS)
+        with pytest.raises(vecaccel.WorkerError) as info:
+            envs.step(ACTIONS)
+        assert info.value.env_indices == (3,)
+        assert "env 3 raised SystemExit in step" in str(info.value), str(info.value)
+        envs.reset()
+        assert counters(envs.step(ACTIONS)[0]) == [3, 3, 3, 3]
+    finally:
+        close_twice(envs)
+
+
 def test_exception_in_reset(process_backend, context):
     envs = make(process_backend, context, {1: {"fault_reset": 2}})
     try:

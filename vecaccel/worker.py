@@ -134,6 +134,12 @@ class SharedLayout:
 # the worker process
 
 
+#: what an env's own code may raise and a worker reports, naming the env, instead of dying:
+#: ``SystemExit`` too (an env or a library calling ``sys.exit``), which would otherwise end the
+#: worker and report only its exit code
+_ENV_ERRORS = (Exception, SystemExit)
+
+
 def _error_report(index: int, exc: BaseException, what: str) -> tuple:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return (index, type(exc).__name__, str(exc), text, what)
@@ -225,7 +231,7 @@ class _Slice:
         try:
             obs, rew, term, trunc, info = self.runners[j].step(self.read_action(i))
             self.write_obs(i, obs)
-        except Exception as exc:  # noqa: BLE001 - reported to the parent
+        except _ENV_ERRORS as exc:  # noqa: BLE001 - reported to the parent
             return self._failed(j, exc)
         views.rewards[i] = rew
         views.terminations[i] = term
@@ -248,7 +254,7 @@ class _Slice:
             try:
                 obs, rewards[j], terms[j], truncs[j], info = runner.step(read_action(i))
                 write_obs(i, obs)
-            except Exception as exc:  # noqa: BLE001 - reported to the parent
+            except _ENV_ERRORS as exc:  # noqa: BLE001 - reported to the parent
                 info, error = self._failed(j, exc)
                 if error is not None:
                     errors.append(error)
@@ -262,7 +268,7 @@ class _Slice:
         views.truncations[start:stop] = truncs
         return infos, errors
 
-    def _failed(self, j: int, exc: Exception) -> tuple[dict | None, tuple | None]:
+    def _failed(self, j: int, exc: BaseException) -> tuple[dict | None, tuple | None]:
         if not self.restart_on_error:
             return None, _error_report(self.start + j, exc, "step")
         return self.rebuild(j, f"{type(exc).__name__}: {exc}")
@@ -281,7 +287,7 @@ class _Slice:
             check_env_spaces(runner.env, i, self.obs_space, self.action_space)
             obs, _ = runner.reset(seed=derived_seed(self.last_seeds[j], i, self.restarts[j]))
             self.write_obs(i, obs)
-        except Exception as exc:  # noqa: BLE001
+        except _ENV_ERRORS as exc:  # noqa: BLE001
             return None, _error_report(i, exc, "restart")
         # the interrupted episode ends as truncated; NEXT_STEP/DISABLED reset on the next step
         runner.needs_reset = self.autoreset_mode is not AutoresetMode.SAME_STEP
@@ -308,7 +314,7 @@ class _Slice:
                 continue
             try:
                 infos.append((self.start + j, self.reset(j, seeds[j], options, needs_reset)))
-            except Exception as exc:  # noqa: BLE001 - reported to the caller
+            except _ENV_ERRORS as exc:  # noqa: BLE001 - reported to the caller
                 errors.append(_error_report(self.start + j, exc, "reset"))
         return infos, errors
 
@@ -318,7 +324,7 @@ class _Slice:
         for j in local_indices:
             try:
                 results.append(self.runners[j].call(name, args, kwargs))
-            except Exception as exc:  # noqa: BLE001 - reported to the caller
+            except _ENV_ERRORS as exc:  # noqa: BLE001 - reported to the caller
                 errors.append(_error_report(self.start + j, exc, f"call({name!r})"))
         return results, errors
 
@@ -328,7 +334,7 @@ class _Slice:
         for j, value in pairs:
             try:
                 self.runners[j].set_attr(name, value)
-            except Exception as exc:  # noqa: BLE001 - reported to the caller
+            except _ENV_ERRORS as exc:  # noqa: BLE001 - reported to the caller
                 errors.append(_error_report(self.start + j, exc, f"set_attr({name!r})"))
         return errors
 
