@@ -80,14 +80,18 @@ def _run_ranks(
     world: int = 2,
     method: str | None = None,
     timeout_s: float = 30.0,
+    daemon: bool = True,
 ) -> dict[int, Any]:
-    """Run ``target(rank, world, *args)`` on ``world`` gloo ranks; every rank's return value."""
+    """Run ``target(rank, world, *args)`` on ``world`` gloo ranks; every rank's return value.
+    ``daemon=False`` for ranks that start processes of their own (killed here all the same)."""
     ctx = multiprocessing.get_context(method or START_METHOD)
     results = ctx.Queue()
     port = _free_port()
     procs = [
         ctx.Process(
-            target=_rank_entry, args=(target, r, world, port, results, args, timeout_s), daemon=True
+            target=_rank_entry,
+            args=(target, r, world, port, results, args, timeout_s),
+            daemon=daemon,
         )
         for r in range(world)
     ]
@@ -504,6 +508,46 @@ def test_an_error_on_one_rank_fails_the_others_at_once_not_at_the_timeout() -> N
     error = out[0]["error"] or ""
     assert error, out[0]
     assert "Timed out" not in error and "timeout" not in error.lower(), error
+
+
+def _async_on_policy_failing_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
+    """Async PPO on two ranks; rank 1's second update raises, so rank 0's collective fails."""
+    from vecaccel.trainers import PPO, distributed
+    from vecaccel.trainers.async_runner import learn_async_on_policy
+
+    agent = PPO(
+        None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=1, update_epochs=1,
+        torch_threads=1, seed=4, tensorboard=False, progress=False, checkpoint_every=0,
+        run_dir=run_dir,
+    )  # fmt: skip
+    update, calls = agent.update, []
+
+    def failing_update(batch: Any, progress_remaining: float) -> dict[str, float]:
+        calls.append(1)
+        if rank == 1 and len(calls) == 2:
+            raise RuntimeError("rank 1 failed in its second update")
+        return update(batch, progress_remaining)
+
+    agent.update = failing_update
+    try:
+        learn_async_on_policy(agent, 2_000, context="fork")
+        return {"error": None}
+    except Exception as exc:
+        del agent, update
+        gc.collect()
+        distributed.cleanup(barrier=False)  # as `vecaccel train` leaves after an error
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def test_async_on_policy_error_on_one_rank_writes_no_final_checkpoint(tmp_path: Path) -> None:
+    """After an error on several ranks rank 0 may hold an update its peers never finished; as
+    async DQN does, the run keeps its last checkpoint (here: none) rather than write that."""
+    out = _run_ranks(
+        _async_on_policy_failing_rank, str(tmp_path), timeout_s=SHORT_TIMEOUT_S, daemon=False
+    )
+    assert "rank 1 failed" in (out[1]["error"] or ""), out[1]
+    assert out[0]["error"], out[0]
+    assert not (tmp_path / "checkpoint.pt").exists(), "a checkpoint was written after the error"
 
 
 # -- the async runner: no process left behind ------------------------------------------------

@@ -1569,6 +1569,7 @@ def learn_async_on_policy(
     start_step, updates_at_start = agent.global_step, agent.update_index
     start = time.perf_counter()
     end: float | None = None
+    every_rank_here = False  # the run ended or stopped on every rank, not in an error
 
     def check() -> None:
         rollouts.check()
@@ -1658,7 +1659,9 @@ def learn_async_on_policy(
                 if stop and agent.global_step < agent.target_steps:
                     raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
         end = time.perf_counter()  # the run's rates exclude stopping the rollout process
+        every_rank_here = True
     except TrainingInterrupted:
+        every_rank_here = True  # the ranks agreed on the stop
         if run_dir is not None:
             logger.write(
                 f"{guard.signal_name or 'SIGTERM'}: checkpoint saved to "
@@ -1670,7 +1673,9 @@ def learn_async_on_policy(
             end = time.perf_counter()
         rollouts.stop(slots_queue, episodes)
         elapsed = max(end - start, 1e-9)
-        if run_dir is not None:
+        # after an error on several ranks rank 0 may be part-way through an update the others
+        # never finished (a collective that failed): the last checkpoint stays, as async DQN's
+        if run_dir is not None and (world == 1 or every_rank_here):
             agent.save(run_dir / CHECKPOINT_NAME)
         agent.elapsed_before = logger.elapsed
         logger.close()
