@@ -366,6 +366,7 @@ def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
 
 def _resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     from vecaccel.trainers import PPO, distributed
+    from vecaccel.trainers.common import get_rng_state, set_rng_state
 
     common = dict(
         num_envs=1,
@@ -381,12 +382,17 @@ def _resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     agent = PPO("CartPole-v1", run_dir=run_dir, **common)
     fresh = dict(seed=agent.config.seed, draws=torch.rand(8).tolist())
     agent.learn(32)
+    # what this rank's streams draw next, from the state the final checkpoint recorded
+    state = get_rng_state()
+    continued = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())
+    set_rng_state(state)
     agent.close()
     del agent
     gc.collect()
     distributed.barrier()  # rank 0 has written the checkpoint
     resumed = PPO.load(run_dir, env="CartPole-v1", run_dir=run_dir)
     out = dict(
+        continued=continued,
         fresh=fresh,
         resumed_seed=resumed.config.seed,
         resumed_draws=torch.rand(8).tolist(),
@@ -410,6 +416,11 @@ def test_ranks_keep_distinct_random_streams_after_a_resume(tmp_path: Path) -> No
     assert out[0]["resumed_draws"] != out[1]["resumed_draws"]
     assert out[0]["resumed_perm"] != out[1]["resumed_perm"]
     assert out[0]["resumed_np"] != out[1]["resumed_np"]
+    # ... which are the streams each rank had when the checkpoint was written: the checkpoint
+    # holds every rank's states, so the resumed run continues each rank exactly
+    for rank in (0, 1):
+        assert out[rank]["resumed_draws"] == out[rank]["continued"]["torch"], rank
+        assert out[rank]["resumed_np"] == out[rank]["continued"]["np"], rank
 
 
 def _identity_rank(rank: int, world: int) -> dict[str, Any]:
@@ -464,6 +475,41 @@ def test_rank_identity_seeds_and_metric_reduction(method: str) -> None:
         assert out[rank]["partial"]["charts/episodes"] is None
         assert out[rank]["mean"] == pytest.approx([0.5, 1.0])
         assert out[rank]["any_"] is True and out[rank]["none_"] is False
+
+
+def _dqn_resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
+    from vecaccel.trainers import distributed
+    from vecaccel.trainers.common import get_rng_state, set_rng_state
+    from vecaccel.trainers.dqn import DQN
+
+    common = dict(
+        backend="serial", hidden_sizes=(16,), batch_size=8, buffer_size=400, learning_starts=32,
+        torch_threads=1, seed=3, tensorboard=False, progress=False, checkpoint_replay=True,
+    )  # fmt: skip
+    agent = DQN("CartPole-v1", run_dir=run_dir, **common)
+    agent.learn(96)
+    state = get_rng_state()
+    continued = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())
+    set_rng_state(state)
+    agent.close()
+    del agent
+    gc.collect()
+    distributed.barrier()  # rank 0 has written the checkpoint
+    resumed = DQN.load(run_dir, env="CartPole-v1", run_dir=run_dir)
+    out = dict(continued=continued, torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())
+    resumed.close()
+    del resumed
+    return out
+
+
+def test_dqn_ranks_continue_their_own_random_streams_after_a_resume(tmp_path: Path) -> None:
+    """With replay checkpoints every rank's global RNG states are saved with its buffer: a run
+    resumed on as many ranks continues each rank's torch and NumPy streams exactly."""
+    out = _run_ranks(_dqn_resume_rank, str(tmp_path))
+    assert out[0]["torch"] != out[1]["torch"]
+    for rank in (0, 1):
+        assert out[rank]["torch"] == out[rank]["continued"]["torch"], rank
+        assert out[rank]["np"] == out[rank]["continued"]["np"], rank
 
 
 # -- an error on one rank ---------------------------------------------------------------------

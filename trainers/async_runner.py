@@ -1675,8 +1675,8 @@ def learn_async_on_policy(
         elapsed = max(end - start, 1e-9)
         # after an error on several ranks rank 0 may be part-way through an update the others
         # never finished (a collective that failed): the last checkpoint stays, as async DQN's
-        if run_dir is not None and (world == 1 or every_rank_here):
-            agent.save(run_dir / CHECKPOINT_NAME)
+        if world == 1 or every_rank_here:  # every rank: the ranks' RNG states are gathered
+            agent._checkpoint(run_dir)
         agent.elapsed_before = logger.elapsed
         logger.close()
     updates = agent.update_index - updates_at_start

@@ -229,21 +229,28 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def restore_rank_rng_state(state: dict[str, Any], seed: int, *resume_point: int) -> dict[str, Any]:
+def restore_rank_rng_state(
+    state: dict[str, Any],
+    seed: int,
+    *resume_point: int,
+    rank_states: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Restore a checkpoint's global RNG states on this rank; the states now in force.
 
-    A checkpoint holds the torch, NumPy and Python states of rank 0 alone (rank 0 writes it).
-    Restoring them on every rank of a run resumed on K ranks would give all of them rank 0's
-    streams (the same action samples, minibatch orders...), where a fresh run seeds each rank
-    by its rank. So rank 0 restores the saved states, continuing exactly, and a rank ``r > 0``
-    re-seeds deterministically from ``(seed, r, resume_point)``: its stream differs from rank
-    0's and from the one it had before the resume, and a resume from the same checkpoint
-    repeats. (A single process is rank 0 and restores the states as before.)
+    A checkpoint written on K ranks holds every rank's torch, NumPy and Python states
+    (``rank_states``, gathered by rank 0): resumed on as many ranks, each rank restores its own
+    and continues exactly. Otherwise it holds rank 0's alone, and restoring them on every rank
+    would give all of them rank 0's streams (the same action samples, minibatch orders...),
+    where a fresh run seeds each rank by its rank. So rank 0 restores the saved states and a
+    rank ``r > 0`` re-seeds deterministically from ``(seed, r, resume_point)``: its stream
+    differs from rank 0's, and a resume from the same checkpoint repeats. (A single process is
+    rank 0 and restores the states as before.)
 
     Args:
-        state: the states :func:`get_rng_state` saved.
+        state: the states :func:`get_rng_state` saved on rank 0.
         seed: this rank's seed (already derived from the run's seed by rank).
         resume_point: the counters of the checkpoint, e.g. its global step.
+        rank_states: every rank's states, in rank order, where the checkpoint has them.
 
     Returns:
         What :func:`get_rng_state` returns now, for a later exact restore of this rank's streams.
@@ -251,6 +258,9 @@ def restore_rank_rng_state(state: dict[str, Any], seed: int, *resume_point: int)
     from vecaccel.trainers import distributed
 
     rank = distributed.rank()
+    if rank_states is not None and len(rank_states) == distributed.world_size():
+        set_rng_state(rank_states[rank])
+        return rank_states[rank]
     if rank == 0:
         set_rng_state(state)
         return state
@@ -1445,8 +1455,8 @@ class OnPolicyAlgorithm(abc.ABC):
                     ):
                         logger.log(self.global_step, metrics)
                     if stop:
+                        path = self._checkpoint(run_dir)
                         if run_dir is not None:
-                            path = self.save(run_dir / CHECKPOINT_NAME)
                             logger.write(
                                 f"{guard.signal_name}: checkpoint saved to {path} at step "
                                 f"{self.global_step}; continue with --resume {run_dir}"
@@ -1462,10 +1472,9 @@ class OnPolicyAlgorithm(abc.ABC):
                     ):
                         if cfg.reset_envs_at_checkpoint:
                             self._reseed_envs()
-                        if run_dir is not None:
-                            self.save(run_dir / CHECKPOINT_NAME)
-                if run_dir is not None:
-                    self.save(run_dir / CHECKPOINT_NAME)
+                        self._checkpoint(run_dir)
+                if self.run_dir is not None:
+                    self._checkpoint(run_dir)
         finally:
             self.elapsed_before = logger.elapsed
             curve = logger.close()
@@ -1493,8 +1502,13 @@ class OnPolicyAlgorithm(abc.ABC):
 
     # -- save, load, predict ---------------------------------------------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything a checkpoint holds (plain data; ``weights_only`` loadable)."""
+    def state_dict(self, rank_rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Everything a checkpoint holds (plain data; ``weights_only`` loadable).
+
+        Args:
+            rank_rng: every rank's RNG states (see :meth:`_checkpoint`), kept beside rank 0's.
+        """
+        extra = {} if rank_rng is None else {"rank_rng": rank_rng}
         return {
             "format": "vecaccel-trainer",
             "version": 1,
@@ -1513,11 +1527,28 @@ class OnPolicyAlgorithm(abc.ABC):
             "rng": get_rng_state(),
             "async": bool(self.async_run),
             "async_options": dict(self.async_options),
+            **extra,
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save a checkpoint (atomically) that :meth:`load` restores and training resumes from."""
         return save_checkpoint(path, self.state_dict())
+
+    def _checkpoint(self, run_dir: Path | None) -> Path | None:
+        """Write ``run_dir/checkpoint.pt`` (rank 0; ``run_dir`` is ``None`` on the others).
+
+        On several ranks every rank must call this at the same point: the ranks' RNG states are
+        gathered into the checkpoint, so that a run resumed on as many ranks continues each
+        rank's streams exactly.
+        """
+        rank_rng = None
+        if self.world_size > 1:
+            from vecaccel.trainers import distributed
+
+            rank_rng = distributed.all_gather_object(get_rng_state())
+        if run_dir is None:
+            return None
+        return save_checkpoint(run_dir / CHECKPOINT_NAME, self.state_dict(rank_rng))
 
     @classmethod
     def load(
@@ -1593,8 +1624,10 @@ class OnPolicyAlgorithm(abc.ABC):
         self.elapsed_before = float(state.get("elapsed", 0.0))
         self.async_run = bool(state.get("async", False))
         self.async_options = dict(state.get("async_options", {}))
-        if restore_rng:  # rank 0's states; other ranks re-seed by rank (see the helper)
-            restore_rank_rng_state(state["rng"], self.config.seed, self.global_step)
+        if restore_rng:  # each rank's states, or rank 0's and the others re-seed (see there)
+            restore_rank_rng_state(
+                state["rng"], self.config.seed, self.global_step, rank_states=state.get("rank_rng")
+            )
         if env is not None:
             if isinstance(env, str):
                 self.config.env_id = env  # the id given, not the one recorded

@@ -1047,6 +1047,7 @@ class DQN:
             "alpha": getattr(self.buffer, "alpha", None),
             "rng": self.buffer.rng.bit_generator.state,
             "agent_rng": self.rng.bit_generator.state,
+            "global_rng": get_rng_state(),  # this rank's torch, NumPy and Python states
         }
 
     def save(
@@ -1186,14 +1187,19 @@ class DQN:
         agent.num_updates = int(state["num_updates"])
         agent.async_run = bool(state.get("async", False))
         agent.async_options = dict(state.get("async_options", {}))
-        # the checkpoint's global states are rank 0's: rank 0 restores them, a rank r > 0
-        # re-seeds from (its seed, r, the checkpoint's counters) so that the ranks keep
-        # distinct streams, as in a fresh run
+        # every rank's global states where the checkpoint has them (rank replays), else rank
+        # 0's: rank 0 restores them, a rank r > 0 re-seeds from (its seed, r, the checkpoint's
+        # counters) so that the ranks keep distinct streams, as in a fresh run
         resume_point = (agent.global_step, agent.num_updates)
-        rng_state = restore_rank_rng_state(state["rng"], agent.config.seed, *resume_point)
+        ranks = state.get("rank_replays")
+        rank_states = None
+        if ranks is not None and all("global_rng" in entry for entry in ranks):
+            rank_states = [entry["global_rng"] for entry in ranks]
+        rng_state = restore_rank_rng_state(
+            state["rng"], agent.config.seed, *resume_point, rank_states=rank_states
+        )
         agent.rng.bit_generator.state = state["agent_rng"]
         replay = state.get("replay") if load_replay else None
-        ranks = state.get("rank_replays")
         rank = distributed.rank()
         if ranks is not None and len(ranks) == agent.world_size:
             # each rank of a run on as many ranks goes on with its own experience
