@@ -26,6 +26,7 @@ from vecaccel.vector import (
     AsyncState,
     EnvRunner,
     VecEnv,
+    _snapshot,
     check_env_spaces,
     make_env,
     normalize_seeds,
@@ -97,6 +98,9 @@ class SerialVecEnv(VecEnv):
         self._check_open()
         seeds = normalize_seeds(seed, self.num_envs)
         reset_mask, options = split_reset_mask(options, self.num_envs)
+        # batching copies the infos; per_env_infos hands them over as they are, so copy them
+        # here: the envs may change their info dicts and arrays in place later
+        keep = _snapshot if self.per_env_infos else _as_is
         pairs = []
         for i, runner in enumerate(self.runners):
             if reset_mask is not None and not reset_mask[i]:
@@ -107,7 +111,7 @@ class SerialVecEnv(VecEnv):
             except Exception as exc:
                 raise env_error(exc, i, "reset") from exc
             self._terminations[i] = self._truncations[i] = False
-            pairs.append((i, info))
+            pairs.append((i, keep(info)))
         self._state = AsyncState.DEFAULT
         self._late = None
         return self._observations(), self._batch_infos(pairs)
@@ -132,6 +136,7 @@ class SerialVecEnv(VecEnv):
         self._state = AsyncState.DEFAULT
         read_action, write_obs = item_reader(self._actions), self._write_obs
         rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
+        keep = _snapshot if self.per_env_infos else _as_is  # as in reset()
         pairs = []
         for i, runner in enumerate(self.runners):
             try:
@@ -141,7 +146,7 @@ class SerialVecEnv(VecEnv):
                 raise env_error(exc, i, "step") from exc
             rewards[i], terminations[i], truncations[i] = rew, term, trunc
             if info:
-                pairs.append((i, info))
+                pairs.append((i, keep(info)))
         result = (
             self._observations(),
             self._rewards.copy(),
@@ -176,6 +181,10 @@ class SerialVecEnv(VecEnv):
     def close_extras(self, **kwargs: Any) -> None:
         for env in getattr(self, "envs", []):
             env.close()
+
+
+def _as_is(info: dict) -> dict:
+    return info
 
 
 def make_serial(env_fns, **options) -> SerialVecEnv:

@@ -14,7 +14,7 @@ from vecaccel import hookimpl
 from vecaccel.errors import WorkerError
 from vecaccel.pooled import ProcessVecEnv
 from vecaccel.spaces import assign_tree, copy_tree
-from vecaccel.vector import AsyncState, normalize_seeds, split_reset_mask
+from vecaccel.vector import AsyncState, _snapshot, normalize_seeds, split_reset_mask
 from vecaccel.worker import Command, Status, _error_report, _MakeError, _Slice, usable_cpus
 
 __all__ = ["ShmVecEnv", "make_hybrid"]
@@ -114,6 +114,8 @@ class ShmVecEnv(ProcessVecEnv):
         if self._inline_result is not None:
             inline_pairs, errors = self._inline_result
             self._inline_result = None
+            if self.per_env_infos:  # the inline envs' own dicts (the workers' come unpickled)
+                inline_pairs = [(i, _snapshot(info)) for i, info in inline_pairs]
             pairs.extend(inline_pairs)
             self.pool.note_restarts(inline_pairs)
         for worker in self.pool.workers:
@@ -223,6 +225,8 @@ class ShmVecEnv(ProcessVecEnv):
         pairs, errors = self._inline.reset_all(seeds[:k], options, mask)
         if errors:
             raise self.pool.error_from_reports(errors)
+        if self.per_env_infos:  # as in _collect
+            pairs = [(i, _snapshot(info)) for i, info in pairs]
         return pairs
 
     def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:

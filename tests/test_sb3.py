@@ -294,7 +294,8 @@ def run_side_by_side(
         assert not envs.per_env_infos
     else:
         adapter = make_adapter(env_fns, backend, autoreset_mode=autoreset_mode)
-        assert adapter.vec_env.per_env_infos  # the envs' own dicts, no batch-and-split
+        assert adapter._per_env_infos  # the envs' dicts, no batch-and-split
+        assert not adapter.vec_env.per_env_infos  # only during the adapter's own calls
     if wrapper is not None:
         reference, adapter = wrapper(reference), wrapper(adapter)
     seen = {"dones": 0, "terminated": 0, "truncated": 0}
@@ -695,6 +696,104 @@ def test_set_options_applied_once_and_per_env(backend: str) -> None:
     finally:
         reference.close()
         adapter.close()
+
+
+def test_set_options_wrong_length_raises_value_error() -> None:
+    """A per-env options list of the wrong length is refused where it is given, naming both
+    lengths (``DummyVecEnv`` raises ``IndexError`` at the next reset for a short one)."""
+    adapter = make_adapter([InfoEnv] * N_ENVS, "serial")
+    try:
+        for options in ([{"start": 1.0}], [{}] * (N_ENVS + 1)):
+            with pytest.raises(ValueError, match=rf"list of {N_ENVS} .* length {len(options)}"):
+                adapter.set_options(options)
+        adapter.reset()
+        assert all("options" not in info for info in adapter.reset_infos)  # nothing was kept
+        adapter.set_options(({"start": 0.5},) * N_ENVS)  # any sequence of the right length
+        assert adapter.reset()[:, 0].tolist() == [0.5] * N_ENVS
+    finally:
+        adapter.close()
+
+
+class OptionsSeenEnv(StepEnv):
+    """Reports in its reset info whether it was given options (``None`` or a dict)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"options_is_none": options is None}
+
+
+@pytest.mark.parametrize("backend", ["serial", "shm"])
+def test_reset_mask_options_for_gymnasium_users_unchanged(backend: str) -> None:
+    """The adapter resets done envs with ``options=None``; Gymnasium's
+    ``reset(options={"reset_mask": m})`` still gives the envs what is left of the dict, ``{}``,
+    as ``SyncVectorEnv`` does."""
+    env_fns = [functools.partial(OptionsSeenEnv, 3)] * 2
+    sync = gym.vector.SyncVectorEnv(env_fns)
+    envs = vecaccel.make_vec(env_fns, backend=backend, **BACKEND_OPTIONS[backend])
+    try:
+        mask = np.array([False, True])
+        for venv in (sync, envs):
+            _, infos = venv.reset(seed=0)
+            assert infos["options_is_none"].tolist() == [True, True]
+            _, infos = venv.reset(options={"reset_mask": mask})
+            assert infos["options_is_none"].tolist() == [False, False]
+            assert infos["_options_is_none"].tolist() == [False, True]
+    finally:
+        sync.close()
+        envs.close()
+
+
+@pytest.mark.parametrize("backend", ["serial", "hybrid"])
+def test_wrapped_env_keeps_gymnasium_infos(backend: str) -> None:
+    """``to_sb3`` does not switch the user's env to per-env infos: between the adapter's calls
+    (and during a step the adapter left in flight) the env returns Gymnasium's batched infos,
+    and the adapter's infos stay right."""
+    envs = vecaccel.make_vec(
+        [InfoEnv] * 2, backend=backend, autoreset_mode="SameStep", **BACKEND_OPTIONS[backend]
+    )
+    adapter = to_sb3(envs)
+    try:
+        adapter.reset()
+        *_, infos = adapter.step(np.array([0, 1]))
+        assert infos[1]["nested"]["action"] == 1
+        assert not envs.per_env_infos
+        _, batched = envs.reset(seed=1)
+        assert batched["_resets"].tolist() == [True, True]  # Gymnasium's batched form
+        adapter.step_async(np.array([1, 2]))
+        assert envs.get_attr("max_steps") == (6, 6)  # shm finishes the step in flight first
+        _, _, _, infos = adapter.step_wait()
+        assert [info["nested"]["action"] for info in infos] == [1, 2]
+    finally:
+        adapter.close()
+
+
+def test_failed_init_leaves_the_env_as_it_was() -> None:
+    envs = vecaccel.make_vec([InfoEnv] * 2, backend="serial")  # NEXT_STEP: refused
+    try:
+        with pytest.raises(ValueError, match="NEXT_STEP"):
+            to_sb3(envs)
+        assert not envs.per_env_infos
+        _, infos = envs.reset(seed=0)
+        assert infos["resets"].tolist() == [1, 1]
+    finally:
+        envs.close()
+
+
+def test_start_method_is_subproc_vec_envs_name_for_context() -> None:
+    """``vec_env_kwargs={"start_method": ...}`` written for ``SubprocVecEnv`` works."""
+    vec_env = make_vec_env(
+        "CartPole-v1",
+        n_envs=2,
+        vec_env_cls=VecAccelEnv,
+        vec_env_kwargs={"backend": "shm", "num_workers": 1, "start_method": "spawn"},
+    )
+    try:
+        assert vec_env.vec_env.pool.ctx.get_start_method() == "spawn"
+        assert vec_env.reset().shape == (2, 4)
+    finally:
+        vec_env.close()
+    with pytest.raises(ValueError, match="disagree"):
+        VecAccelEnv([InfoEnv] * 2, backend="shm", start_method="spawn", context="fork")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -55,6 +55,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from vecaccel.spaces import assign_tree, copy_tree, read_item
+from vecaccel.vector import reset_mask_only
 
 __all__ = ["SB3VecEnv", "VecAccelEnv", "to_sb3"]
 
@@ -169,7 +170,11 @@ class SB3VecEnv(SB3BaseVecEnv):
     Build it with :func:`to_sb3`, or use :class:`VecAccelEnv` as SB3's ``vec_env_cls``.
     The wrapped env must run with ``autoreset_mode`` ``SAME_STEP`` (the final observation and
     info of an episode come back in ``infos``) or ``DISABLED`` (the adapter resets done envs
-    with ``reset(options={"reset_mask": dones})``); ``NEXT_STEP`` cannot give SB3's semantics.
+    with ``options=None``, as ``DummyVecEnv`` does); ``NEXT_STEP`` cannot give SB3's semantics.
+
+    The adapter takes the wrapped env over: its :meth:`close` closes it. The wrapped env stays a
+    Gymnasium vector env all the same: between the adapter's calls, its own ``reset``/``step``
+    return Gymnasium's batched infos as before.
 
     Errors raised by the backend (:class:`vecaccel.WorkerError`, ``ValueError`` for bad
     actions, ``TimeoutError``) pass through unchanged.
@@ -210,11 +215,10 @@ class SB3VecEnv(SB3BaseVecEnv):
                 )
         self.vec_env = vec_env
         self.autoreset_mode = mode
-        # SB3 wants one info dict per env: where the backend can, take the envs' own dicts
-        # instead of batching them Gymnasium-style and splitting the batch again
+        # SB3 wants one info dict per env: where the backend can, take the envs' dicts instead
+        # of batching them Gymnasium-style and splitting the batch again. Only during the
+        # adapter's own calls (see _per_env_call): the user's env keeps Gymnasium's infos.
         self._per_env_infos = bool(getattr(vec_env, "supports_per_env_infos", False))
-        if self._per_env_infos:
-            vec_env.per_env_infos = True
         super().__init__(
             vec_env.num_envs, vec_env.single_observation_space, vec_env.single_action_space
         )
@@ -231,20 +235,25 @@ class SB3VecEnv(SB3BaseVecEnv):
         """
         seeds = list(self._seeds)
         seed_arg = None if all(seed is None for seed in seeds) else seeds
-        groups = _group_options(self._options)
+        groups = _group_options(self._options, self.num_envs)
         if len(groups) == 1:
             options = groups[0][0]
-            obs, infos = self.vec_env.reset(seed=seed_arg, options=options or None)
+            obs, infos = self._per_env_call(
+                self.vec_env.reset, seed=seed_arg, options=options or None
+            )
             self.reset_infos = self._infos_per_env(infos)
         else:
-            # Per-env options differ: one masked reset per distinct options dict.
+            # Per-env options differ: one masked reset per distinct options dict; envs without
+            # options get options=None, as DummyVecEnv gives them (not Gymnasium's leftover {})
             obs = None
             reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
             for options, indices in groups:
                 mask = np.zeros(self.num_envs, dtype=np.bool_)
                 mask[indices] = True
-                group_obs, infos = self.vec_env.reset(
-                    seed=seeds, options={**options, "reset_mask": mask}
+                group_obs, infos = self._per_env_call(
+                    self.vec_env.reset,
+                    seed=seeds,
+                    options={**options, "reset_mask": mask} if options else reset_mask_only(mask),
                 )
                 if obs is None:
                     obs = copy_tree(group_obs)
@@ -269,7 +278,16 @@ class SB3VecEnv(SB3BaseVecEnv):
             ``(obs, rewards, dones, infos)`` with done envs already reset, their last
             observation in ``infos[i]["terminal_observation"]``.
         """
-        obs, rewards, terminations, truncations, batched_infos = self.vec_env.step_wait()
+        vec_env = self.vec_env
+        if self._per_env_infos:  # _per_env_call, inlined: this is the hot path
+            per_env_before = vec_env.per_env_infos
+            vec_env.per_env_infos = True
+            try:
+                obs, rewards, terminations, truncations, batched_infos = vec_env.step_wait()
+            finally:
+                vec_env.per_env_infos = per_env_before
+        else:
+            obs, rewards, terminations, truncations, batched_infos = vec_env.step_wait()
         # as few NumPy calls as possible: each costs microseconds right after a policy's
         # forward pass has pushed NumPy's code out of the CPU's caches; lists of 16 do not
         dones = np.asarray(terminations) | np.asarray(truncations)
@@ -297,7 +315,10 @@ class SB3VecEnv(SB3BaseVecEnv):
             for index in done_indices:
                 infos[index]["terminal_observation"] = copy.deepcopy(read_item(obs, index))
             obs = copy_tree(obs)
-            reset_obs, reset_batched = self.vec_env.reset(options={"reset_mask": dones})
+            # options=None for the envs, as DummyVecEnv's env.reset(): not Gymnasium's {}
+            reset_obs, reset_batched = self._per_env_call(
+                self.vec_env.reset, options=reset_mask_only(dones)
+            )
             assign_tree(obs, dones, _select(reset_obs, dones))
             reset_split = self._infos_per_env(reset_batched)
             for index in done_indices:
@@ -307,6 +328,25 @@ class SB3VecEnv(SB3BaseVecEnv):
         # float32 as DummyVecEnv's reward buffer, so that wrappers accumulating rewards
         # (VecMonitor, VecNormalize) compute bit for bit what they compute on DummyVecEnv
         return self._to_sb3_obs(obs), np.asarray(rewards).astype(np.float32), dones, infos
+
+    def set_options(self, options: list[dict] | dict | None = None) -> None:
+        """Set the options of the next reset: one dict for every env, or one per env.
+
+        A falsy entry of a per-env list (``None``, ``{}``) resets that env with
+        ``options=None``, as ``DummyVecEnv`` does.
+
+        Raises:
+            ValueError: if a per-env list does not have one entry per env (``DummyVecEnv``
+                would raise ``IndexError`` at the next reset, or ignore the extra entries).
+        """
+        if options is not None and not isinstance(options, dict):
+            options = list(options)
+            if len(options) != self.num_envs:
+                raise ValueError(
+                    f"set_options() takes one dict for all envs or a list of {self.num_envs} "
+                    f"(one per env), got a list of length {len(options)}"
+                )
+        super().set_options(options)
 
     def close(self) -> None:
         """Close the wrapped vector env (and its workers)."""
@@ -389,16 +429,30 @@ class SB3VecEnv(SB3BaseVecEnv):
             return []
         return list(self.vec_env.call_indices(name, chosen, *args, **kwargs))
 
+    def _per_env_call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``method(*args, **kwargs)`` with the backend's ``per_env_infos`` on for this call
+        only, so that the user's env, called directly, still returns Gymnasium's infos."""
+        if not self._per_env_infos:
+            return method(*args, **kwargs)
+        vec_env = self.vec_env
+        before = vec_env.per_env_infos
+        vec_env.per_env_infos = True
+        try:
+            return method(*args, **kwargs)
+        finally:
+            vec_env.per_env_infos = before
+
     def _infos_per_env(self, batched: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """One info dict per env, from the backend's per-env infos or its batched ``infos``."""
+        """One info dict per env, from the backend's batched ``infos`` or its per-env infos."""
+        if batched:
+            # batched after all: a step of ours that the backend finished during a direct call
+            # on the user's env (shm finishes a step in flight before any other command)
+            return _split_infos(batched, self.num_envs)
+        infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         if self._per_env_infos:
-            infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
             for index, info in self.vec_env.last_infos:
                 infos[index] = info
-            return infos
-        if not batched:
-            return [{} for _ in range(self.num_envs)]
-        return _split_infos(batched, self.num_envs)
+        return infos
 
     def _batch_actions(self, actions: Any) -> Any:
         # SB3 code (and its tests) may hand Dict/Tuple actions as one item per env;
@@ -442,9 +496,18 @@ def _select(tree: Any, mask: np.ndarray) -> Any:
     return tuple(_select(value, mask) for value in tree)
 
 
-def _group_options(options: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], list[int]]]:
+def _group_options(
+    options: Sequence[dict[str, Any] | None], num_envs: int
+) -> list[tuple[dict[str, Any], list[int]]]:
+    """Group env indices by equal options; a falsy entry (``None``, ``{}``) means no options,
+    as in ``DummyVecEnv.reset``."""
+    if len(options) != num_envs:  # set_options checks; SB3 code may assign _options itself
+        raise ValueError(
+            f"reset options must be one per env ({num_envs}), got {len(options)}: see set_options()"
+        )
     groups: list[tuple[dict[str, Any], list[int]]] = []
     for index, option in enumerate(options):
+        option = option or {}
         for known, members in groups:
             if _same_options(known, option):
                 members.append(index)
@@ -512,7 +575,13 @@ class VecAccelEnv(SB3VecEnv):
         env_fns: one zero-argument function per env, each returning a new ``gymnasium.Env``.
         backend: the vecaccel backend (see :func:`vecaccel.list_backends`).
         autoreset_mode: ``SAME_STEP`` (default) or ``DISABLED``; ``NEXT_STEP`` is refused.
+        start_method: ``SubprocVecEnv``'s name for the backend option ``context`` (``"fork"``,
+            ``"spawn"``, ``"forkserver"``), so that ``vec_env_kwargs`` written for
+            ``SubprocVecEnv`` work unchanged; ``None`` leaves the backend's default.
         **options: backend options, e.g. ``num_workers`` or ``context`` for ``shm``.
+
+    Raises:
+        ValueError: if ``start_method`` and ``context`` are both given and differ.
 
     Example:
         >>> from stable_baselines3.common.env_util import make_vec_env
@@ -530,12 +599,20 @@ class VecAccelEnv(SB3VecEnv):
         env_fns: Iterable[Callable[[], gym.Env]],
         backend: str = "shm",
         autoreset_mode: str | AutoresetMode = AutoresetMode.SAME_STEP,
+        start_method: str | None = None,
         **options: Any,
     ) -> None:
         from vecaccel.make import make_vec
         from vecaccel.manager import register_envs
         from vecaccel.worker import warn_if_torch_oversubscribes
 
+        if start_method is not None:
+            context = options.setdefault("context", start_method)
+            if context != start_method:
+                raise ValueError(
+                    f"start_method={start_method!r} and context={context!r} disagree: "
+                    "start_method is SubprocVecEnv's name for context, give one of them"
+                )
         register_envs()
         env_fns = [_RegisteringEnvFn(fn) for fn in env_fns]
         vec_env = make_vec(env_fns, backend=backend, autoreset_mode=autoreset_mode, **options)

@@ -28,6 +28,7 @@ __all__ = [
     "check_env_spaces",
     "make_env",
     "normalize_seeds",
+    "reset_mask_only",
 ]
 
 
@@ -159,10 +160,39 @@ def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
         raise ValueError(f"unknown autoreset_mode {mode!r}; valid: {valid}") from None
 
 
+class _ResetMaskOnly(dict):
+    """Reset options holding a ``reset_mask`` and nothing else for the envs (see
+    :func:`reset_mask_only`); a ``dict`` still, for backends that do not know it."""
+
+
+def reset_mask_only(reset_mask: np.ndarray) -> dict:
+    """``options`` for ``reset`` that reset the envs in ``reset_mask`` with ``options=None``.
+
+    ``reset(options={"reset_mask": mask})`` passes what is left of the dict, ``{}``, to the
+    envs, as ``SyncVectorEnv`` does; adapters whose contract is ``env.reset()`` (SB3's
+    ``DummyVecEnv``) use this instead, so that an env reading its options whenever they are not
+    ``None`` sees none. Every backend that splits its options with :func:`split_reset_mask`
+    honours it; others see a plain ``{"reset_mask": mask}``.
+
+    Example:
+        >>> split_reset_mask(reset_mask_only(np.array([True, False])), 2)
+        (array([ True, False]), None)
+        >>> split_reset_mask({"reset_mask": np.array([True, False])}, 2)
+        (array([ True, False]), {})
+    """
+    return _ResetMaskOnly(reset_mask=reset_mask)
+
+
 def split_reset_mask(options: dict | None, num_envs: int) -> tuple[np.ndarray | None, dict | None]:
-    """Pop and validate ``options['reset_mask']`` exactly as ``SyncVectorEnv`` does."""
+    """Pop and validate ``options['reset_mask']`` exactly as ``SyncVectorEnv`` does.
+
+    Returns:
+        ``(reset_mask, options for the envs)``: the options left, ``{}`` when only the mask was
+        given, as ``SyncVectorEnv`` passes them on; ``None`` for :func:`reset_mask_only`.
+    """
     if options is None or "reset_mask" not in options:
         return None, options
+    mask_only = isinstance(options, _ResetMaskOnly)
     options = dict(options)
     reset_mask = options.pop("reset_mask")
     if not isinstance(reset_mask, np.ndarray):
@@ -180,7 +210,7 @@ def split_reset_mask(options: dict | None, num_envs: int) -> tuple[np.ndarray | 
             "`options['reset_mask']` must contain a boolean array with at least one True value, "
             f"got reset_mask={reset_mask}"
         )
-    return reset_mask, options
+    return reset_mask, None if mask_only and not options else options
 
 
 class VecEnv(VectorEnv):
@@ -236,16 +266,22 @@ class VecEnv(VectorEnv):
     #: and then honour :attr:`per_env_infos`.
     supports_per_env_infos = False
     #: When true (only where ``supports_per_env_infos``), ``step``/``reset`` return an empty
-    #: infos dict and leave the envs' own info dicts, as ``(env index, info)`` pairs (envs
-    #: without an info may be missing), in :attr:`last_infos`: for adapters that want one dict
-    #: per env (SB3's list), which would otherwise batch Gymnasium-style and split again.
+    #: infos dict and leave the envs' info dicts, as ``(env index, info)`` pairs (envs without
+    #: an info may be missing), in :attr:`last_infos`: for adapters that want one dict per env
+    #: (SB3's list), which would otherwise batch Gymnasium-style and split again. The dicts
+    #: are the caller's to keep and change: copies of what the envs returned, never the envs'
+    #: own objects (an env may update its info dict or arrays in place on its next step).
     per_env_infos = False
+    #: The ``(env index, info)`` pairs of the last ``step``/``reset`` made with
+    #: :attr:`per_env_infos`; empty after one made without.
     last_infos: list[tuple[int, dict]] = []
 
     def _batch_infos(self, pairs: Sequence[tuple[int, dict]]) -> dict[str, Any]:
         if self.per_env_infos:
             self.last_infos = list(pairs)
             return {}
+        # never stale: a caller that switches per_env_infos on and off reads no old pairs
+        self.last_infos = []
         infos: dict[str, Any] = {}
         for index, info in pairs:
             if info:
