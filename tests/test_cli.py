@@ -15,8 +15,8 @@ import pytest
 
 import vecaccel
 from vecaccel import bench
-from vecaccel.cli import main
-from vecaccel.manager import _reset_plugin_manager
+from vecaccel.cli import build_parser, main
+from vecaccel.manager import PluginWarning, _reset_plugin_manager
 
 
 @pytest.fixture
@@ -184,3 +184,29 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert info.value.code == 0
     assert capsys.readouterr().out.strip() == f"vecaccel {vecaccel.__version__}"
+
+
+def test_bench_refuses_an_output_path_that_is_a_folder(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["bench", "--env", "CartPole-v1", "--num-envs", "2", "--backends", "serial",
+                 "--peers", "none", "--seconds", "0.02", "--json", str(tmp_path), "-q"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2 and str(tmp_path) in captured.err and "folder" in captured.err
+    assert "steps/s" not in captured.out  # refused before measuring
+
+
+def test_plugin_command_clash_warns_naming_the_plugin(
+    fresh_plugin_manager: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class TakesTune:
+        @vecaccel.hookimpl
+        def vecaccel_add_commands(self, subparsers: argparse._SubParsersAction) -> None:
+            subparsers.add_parser("tune").set_defaults(handler=lambda args: 7)
+
+    vecaccel.get_plugin_manager().register(TakesTune(), name="test-takes-tune")
+    with pytest.warns(PluginWarning, match="'test-takes-tune'.*VECACCEL_DISABLE"):
+        parser = build_parser()
+    from vecaccel import tune
+
+    assert parser.parse_args(["tune", "CartPole-v1"]).handler is tune.main  # the built-in kept

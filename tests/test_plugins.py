@@ -133,6 +133,9 @@ def test_duplicate_backend_name_is_a_clear_error(fresh_plugin_manager: None) -> 
         vecaccel.list_backends()
     assert "vecaccel.plugins.serial" in str(info.value)
     assert "test-duplicate" in str(info.value)
+    # built-ins are asked first, so the note blames the plugin that came second
+    assert "in plugin 'test-duplicate'" in " ".join(info.value.__notes__)
+    assert f"{DISABLE_ENV_VAR}=test-duplicate" in str(info.value)
 
 
 def test_unknown_backend_lists_the_known_ones() -> None:
@@ -357,3 +360,29 @@ def test_example_backend_step_wait_timeout_is_never_stale(example_module) -> Non
         assert obs.shape == (2, 4) and rewards.tolist() == [1.0, 1.0]
     finally:
         envs.close()
+
+
+def test_plugin_failing_at_import_is_left_out_with_a_warning(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    dist = site / "broken_plugin-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[vecaccel]\nbroken = broken_plugin_mod\n")
+    (site / "broken_plugin_mod.py").write_text('raise RuntimeError("boom at import")\n')
+    code = """
+        import warnings
+        import vecaccel
+        from vecaccel.manager import PluginWarning
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            envs = vecaccel.make_vec("CartPole-v1", 2, backend="serial")
+            envs.close()
+        [warning] = [w for w in caught if issubclass(w.category, PluginWarning)]
+        print(warning.message)
+    """
+    done = _run_with_plugin(site, code)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "plugin 'broken' (dist broken-plugin) failed to import: RuntimeError: boom at import; "
+        f"set {DISABLE_ENV_VAR}=broken to skip it"
+    ) in done.stdout

@@ -161,3 +161,24 @@ def test_dqn_family_through_the_cli(algo, tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--episodes", "1", "--env", "CartPole-v1"]) == 0
     assert f"{algo} on CartPole-v1" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vecaccel.trainers.dqn") is None, reason="no DQN trainer yet"
+)
+def test_resume_without_its_replay_file_says_to_pass_no_replay(tmp_path, capsys):
+    run_dir = tmp_path / "dqn"
+    assert train("dqn", "--env", "CartPole-v1", "--learning-starts", "64", "--batch-size", "16",
+                 "--buffer-size", "500", "--replay-ratio", "1", "--run-dir", str(run_dir),
+                 "--total-steps", "96", "--no-tensorboard") == 0  # fmt: skip
+    [replay] = run_dir.glob("*replay*")
+    replay.unlink()
+    capsys.readouterr()
+    resume = ["train", "dqn", "--resume", str(run_dir), "--total-steps", "128", "--no-progress"]
+    assert main(resume) == 2
+    err = capsys.readouterr().err
+    # the command line's way out, not the Python argument that no flag exposes
+    assert "pass --no-replay" in err and "load_replay" not in err, err
+    assert main([*resume, "--no-replay"]) == 0
+    assert main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "8", "--no-replay"]) == 2
+    assert "--no-replay only applies with --resume" in capsys.readouterr().err

@@ -29,3 +29,11 @@ def test_tune_command_prints_reproducing_call(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "best:" in out and "reproduce with: vecaccel.make_vec('CartPole-v1', 4" in out
+
+
+def test_autotune_refuses_an_empty_budget_or_a_negative_latency():
+    import pytest
+
+    for kwargs in ({"seconds": 0.0}, {"seconds": 0.1, "policy_ms": -1.0}):
+        with pytest.raises(ValueError, match="seconds must be positive"):
+            autotune("CartPole-v1", [2], backends=["serial"], **kwargs)

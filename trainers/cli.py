@@ -245,8 +245,12 @@ def _setup_errors() -> tuple[type[BaseException], ...]:
     return (ValueError, TypeError, CheckpointError, WorkerError, gym.error.Error)
 
 
+#: What a replay-file error tells a Python caller to do, and its command-line equivalent.
+_REPLAY_HINT = ("load with load_replay=False", "pass --no-replay")
+
+
 def _usage_error(exc: BaseException) -> int:
-    print(f"error: {exc}", file=sys.stderr)
+    print(f"error: {str(exc).replace(*_REPLAY_HINT)}", file=sys.stderr)
     return 2
 
 
@@ -312,7 +316,7 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
         )
         parser.add_argument(
             "--nproc",
-            type=int,
+            type=_positive_int,
             default=None,
             metavar="K",
             help="data-parallel training on K ranks of this machine: launches "
@@ -329,6 +333,13 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
                 help="asynchronous mode: a sampler process steps the envs while this process "
                 "trains from a shared-memory replay buffer, the replay ratio enforced by "
                 "throttling both",
+            )
+            parser.add_argument(
+                "--no-replay",
+                dest="no_replay",
+                action="store_true",
+                help="with --resume: start with an empty replay buffer instead of the one saved "
+                "with the checkpoint (when its replay file is missing or corrupt)",
             )
             parser.add_argument(
                 "--async-fixed-lag",
@@ -500,7 +511,16 @@ def _train(args: argparse.Namespace) -> int:
         if env_id is None:
             print("error: the checkpoint names no env; pass --env", file=sys.stderr)
             return 2
-        load_kwargs = _keyword_subset(cls.load, {"run_dir": str(run_dir), **runtime})
+        load_options: dict[str, Any] = {"run_dir": str(run_dir), **runtime}
+        if getattr(args, "no_replay", False):
+            load_options["load_replay"] = False
+        load_kwargs = _keyword_subset(cls.load, load_options)
+        # the checks a new run gets, on the config the resumed run will have: a bad flag
+        # (--backend nosuch) is refused here, before a rollout process starts and fails in it
+        try:
+            _preflight(config_cls, env_id, {**state.get("config", {}), **explicit})
+        except _setup_errors() as exc:
+            return _usage_error(exc)
         # a run trained asynchronously goes on asynchronously (its checkpoint says so), unless
         # --sync asks otherwise; the DQN family's replay file is read by either mode
         wants_async = bool(getattr(args, "async_mode", False) or state.get("async", False))
@@ -508,16 +528,19 @@ def _train(args: argparse.Namespace) -> int:
         if resume_async:
             from vecaccel.trainers import async_runner
 
-            return async_runner.resume_async(
-                cls,
-                checkpoint,
-                env_id,
-                args.total_steps,
-                weight_sync_period=weight_sync_period,
-                fixed_lag=fixed_lag,
-                **load_kwargs,
-                **explicit,
-            )
+            try:
+                return async_runner.resume_async(
+                    cls,
+                    checkpoint,
+                    env_id,
+                    args.total_steps,
+                    weight_sync_period=weight_sync_period,
+                    fixed_lag=fixed_lag,
+                    **load_kwargs,
+                    **explicit,
+                )
+            except CheckpointError as exc:  # a missing or corrupt replay file, say
+                return _usage_error(exc)
         try:
             agent = cls.load(checkpoint, env=env_id, **load_kwargs, **explicit)
         except _setup_errors() as exc:
@@ -561,6 +584,9 @@ def _train(args: argparse.Namespace) -> int:
             _close(agent)
         return 0
 
+    if getattr(args, "no_replay", False):
+        print("error: --no-replay only applies with --resume", file=sys.stderr)
+        return 2
     preset: dict[str, Any] = {}
     preset_name = getattr(args, "preset", None)
     if preset_name:

@@ -769,6 +769,19 @@ def parse_backend_options(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     return options
 
 
+def _output_path_problem(flag: str, path: str) -> str | None:
+    """Why ``path`` cannot be written, or None; checked before measuring so that a typo in the
+    folder does not throw away a whole benchmark's results."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{flag} {path}: is a folder, not a file"
+    if not os.path.isdir(folder):
+        return f"{flag} {path}: folder {folder} does not exist"
+    if not os.access(folder, os.W_OK):
+        return f"{flag} {path}: folder {folder} is not writable"
+    return None
+
+
 def bench_command(args: Any) -> int:
     """Handler of ``vecaccel bench`` (see ``vecaccel bench --help``)."""
     try:
@@ -776,6 +789,17 @@ def bench_command(args: Any) -> int:
         backend_options = parse_backend_options(args.option or [])
     except ValueError as exc:
         print(f"vecaccel bench: {exc}", file=sys.stderr)
+        return 2
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        problem = path and _output_path_problem(flag, path)
+        if problem:
+            print(f"vecaccel bench: error: {problem}", file=sys.stderr)
+            return 2
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print(
+            "vecaccel bench: error: --plot needs matplotlib (pip install vecaccel[bench])",
+            file=sys.stderr,
+        )
         return 2
     peers = _parse_list(args.peers)
     if peers is not None and peers in (["none"], ["-"]):
@@ -811,24 +835,34 @@ def bench_command(args: Any) -> int:
     )
     print(format_table(results))
     if args.json:
-        write_json(
-            args.json,
-            results,
-            command=shlex.join(["vecaccel", *getattr(args, "argv", sys.argv[1:])]),
-            options={
-                "seconds": args.seconds,
-                "warmup": args.warmup,
-                "repeat": args.repeat,
-                "seed": args.seed,
-                "backend_options": backend_options,
-            },
-        )
+        try:
+            write_json(
+                args.json,
+                results,
+                command=shlex.join(["vecaccel", *getattr(args, "argv", sys.argv[1:])]),
+                options={
+                    "seconds": args.seconds,
+                    "warmup": args.warmup,
+                    "repeat": args.repeat,
+                    "seed": args.seed,
+                    "backend_options": backend_options,
+                },
+            )
+        except OSError as exc:  # the table above still holds the results
+            print(f"vecaccel bench: error: cannot write --json {args.json}: {exc}", file=sys.stderr)
+            return 1
         print(f"wrote {args.json}")
     if args.plot:
         try:
             plot_results(results, args.plot)
         except ImportError:
-            print("vecaccel bench: --plot needs matplotlib (pip install vecaccel[bench])")
+            print(
+                "vecaccel bench: error: --plot needs matplotlib (pip install vecaccel[bench])",
+                file=sys.stderr,
+            )
+            return 1
+        except OSError as exc:
+            print(f"vecaccel bench: error: cannot write --plot {args.plot}: {exc}", file=sys.stderr)
             return 1
         print(f"wrote {args.plot}")
     return 1 if any(r["status"] == "error" for r in results) else 0

@@ -16,7 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pluggy
 
 __all__ = ["build_parser", "main"]
 
@@ -138,8 +143,33 @@ def build_parser() -> argparse.ArgumentParser:
     from vecaccel.tune import add_parser as add_tune_parser
 
     add_tune_parser(subparsers)
-    get_plugin_manager().hook.vecaccel_add_commands(subparsers=subparsers)
+    _add_plugin_commands(get_plugin_manager(), subparsers)
     return parser
+
+
+def _add_plugin_commands(pm: pluggy.PluginManager, subparsers: argparse._SubParsersAction) -> None:
+    """Call each plugin's ``vecaccel_add_commands`` on its own, in registration order.
+
+    A plugin whose command cannot be added (its name is taken, say) is reported with a warning
+    naming it, instead of breaking every command, ``--help`` included.
+    """
+    from vecaccel.manager import DISABLE_ENV_VAR, PluginWarning
+
+    for impl in pm.hook.vecaccel_add_commands.get_hookimpls():
+        # only the arguments it asks for, as pluggy calls a hook: specs may grow
+        arguments = {
+            name: value for name, value in (("subparsers", subparsers),) if name in impl.argnames
+        }
+        try:
+            impl.function(**arguments)
+        except Exception as exc:
+            name = pm.get_name(impl.plugin) or impl.plugin_name
+            warnings.warn(
+                f"plugin {name!r} could not add its commands: {exc}; set "
+                f"{DISABLE_ENV_VAR}={name} to skip the plugin",
+                PluginWarning,
+                stacklevel=2,
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

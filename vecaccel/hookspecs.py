@@ -23,8 +23,9 @@ def vecaccel_register_backends(registry: BackendRegistry) -> None:
 
     Called whenever the backend registry is read (``list_backends``, ``make_vec``, so that a
     plugin registered at run time is seen at once): keep it cheap and free of side effects.
-    Each plugin's implementation is called in turn, with the arguments it names (as pluggy
-    calls hooks); an exception raised in it names the plugin in a note.
+    Each plugin's implementation is called in turn, in registration order (the built-ins
+    first), with the arguments it names (as pluggy calls hooks); an exception raised in it names
+    the plugin in a note, and a name registered before is a ``ValueError`` naming both plugins.
 
     Args:
         registry: call ``registry.add(name, factory, description="")`` for each backend. The
@@ -53,9 +54,12 @@ def vecaccel_register_envs() -> None:
 def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add sub-commands to the ``vecaccel`` command line.
 
-    Called once while the command-line parser is built. Each sub-command sets its handler with
+    Called once while the command-line parser is built, for each plugin on its own in
+    registration order (the built-ins first). Each sub-command sets its handler with
     ``parser.set_defaults(handler=function)``; the handler receives the parsed
-    ``argparse.Namespace`` and returns an exit code.
+    ``argparse.Namespace`` and returns an exit code. An exception raised here (a command name
+    already taken, say) leaves the plugin's remaining commands out with a
+    ``vecaccel.manager.PluginWarning`` naming the plugin; the other commands still work.
 
     Args:
         subparsers: the ``argparse`` sub-parser collection of the ``vecaccel`` command.

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.manager import get_backend, register_envs
@@ -53,6 +55,16 @@ def _env_fns(
         if num_envs is None:
             raise ValueError("num_envs is required when env is an environment id")
         return [EnvFactory(env, env_kwargs) for _ in range(num_envs)]
+    if isinstance(env, EnvSpec):
+        raise TypeError(f"make_vec takes an env id, not an EnvSpec: pass its id {env.id!r}")
+    if isinstance(env, gym.Env) or not (callable(env) or isinstance(env, Iterable)):
+        # every sub-environment needs an instance of its own, so an existing one cannot serve
+        what = "an env instance" if isinstance(env, gym.Env) else type(env).__name__
+        raise TypeError(
+            "make_vec takes an env id (e.g. 'CartPole-v1'), a zero-argument callable that "
+            "returns a new env (e.g. lambda: gym.make('CartPole-v1')), or a list of such "
+            f"callables; got {env!r} ({what})"
+        )
     if env_kwargs:
         raise ValueError("env_kwargs only applies when env is an environment id")
     if callable(env):
@@ -60,6 +72,8 @@ def _env_fns(
             raise ValueError("num_envs is required when env is a single env function")
         return [env] * num_envs
     env_fns = list(env)
+    if not env_fns:
+        raise ValueError("a vector env needs at least one env function")
     for index, fn in enumerate(env_fns):
         if not callable(fn):
             raise TypeError(f"env function {index} is not callable: {fn!r}")
@@ -91,6 +105,12 @@ def make_vec(
     Returns:
         A ``gymnasium.vector.VectorEnv``.
 
+    Raises:
+        TypeError: if ``env`` is not one of the above (an env instance, say) or ``num_envs`` is
+            not an integer.
+        ValueError: if ``num_envs`` is below 1, the list of env functions is empty, the id or
+            the backend is unknown.
+
     Example:
         >>> import vecaccel
         >>> envs = vecaccel.make_vec("CartPole-v1", 2, backend="serial")
@@ -99,8 +119,13 @@ def make_vec(
         (2, 4)
         >>> envs.close()
     """
-    if num_envs is not None and (not isinstance(num_envs, int) or num_envs < 1):
-        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    if num_envs is not None:
+        # NumPy integers (a count read from an array or a config) are integers too; a bool is not
+        if not isinstance(num_envs, numbers.Integral) or isinstance(num_envs, bool):
+            raise TypeError(f"num_envs must be an integer, got {num_envs!r}")
+        num_envs = int(num_envs)
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
     env_fns = _env_fns(env, num_envs, env_kwargs)
     factory = get_backend(backend).factory
     return factory(env_fns, autoreset_mode=autoreset_mode, **options)

@@ -7,8 +7,10 @@ only when the plugin manager is first built, so ``import vecaccel`` stays light.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +24,7 @@ __all__ = [
     "DISABLE_ENV_VAR",
     "BackendInfo",
     "BackendRegistry",
+    "PluginWarning",
     "get_plugin_manager",
     "list_backends",
     "get_backend",
@@ -43,6 +46,10 @@ DISABLE_ENV_VAR = "VECACCEL_DISABLE_PLUGINS"
 ENTRY_POINT_GROUP = "vecaccel"
 
 BackendFactory = Callable[..., Any]
+
+
+class PluginWarning(UserWarning):
+    """A plugin was left out, or one of its contributions was, because it failed."""
 
 
 @dataclass(frozen=True)
@@ -83,7 +90,8 @@ class BackendRegistry(Mapping[str, BackendInfo]):
         if name in self._backends:
             other = self._backends[name].plugin
             raise ValueError(
-                f"backend {name!r} is registered twice (by {other!r} and {self._current_plugin!r})"
+                f"backend {name!r} is registered twice (by {other!r} and {self._current_plugin!r}"
+                f"); set {DISABLE_ENV_VAR}={self._current_plugin} to leave the second one out"
             )
         self._backends[name] = BackendInfo(name, factory, description, self._current_plugin)
 
@@ -139,10 +147,41 @@ def get_plugin_manager() -> pluggy.PluginManager:
                     continue
                 raise
             pm.register(module, name=module_path)
-        pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        _load_entry_points(pm)
         pm.check_pending()
         _manager = pm
         return pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    """Register the plugins of the entry-point group one at a time.
+
+    pluggy's ``load_setuptools_entrypoints`` stops at the first plugin that fails to import,
+    with a traceback that never says it came from a plugin; here a broken third-party plugin is
+    left out with a warning that names it and the way to skip it, and the others still load.
+    """
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        name = entry_point.name
+        if pm.get_plugin(name) is not None or pm.is_blocked(name):
+            continue
+        dist = getattr(entry_point, "dist", None)
+        source = f"dist {dist.name}" if dist is not None else entry_point.value
+        where = f"plugin {name!r} ({source})"
+        try:
+            plugin = entry_point.load()
+        except Exception as exc:
+            _warn_plugin(f"{where} failed to import: {type(exc).__name__}: {exc}", name)
+            continue
+        try:
+            pm.register(plugin, name=name)
+        except (ValueError, pluggy.PluginValidationError) as exc:
+            _warn_plugin(f"{where} could not be registered: {exc}", name)
+
+
+def _warn_plugin(problem: str, name: str) -> None:
+    warnings.warn(
+        f"{problem}; set {DISABLE_ENV_VAR}={name} to skip it", PluginWarning, stacklevel=3
+    )
 
 
 def _reset_plugin_manager() -> None:
@@ -156,8 +195,10 @@ def _reset_plugin_manager() -> None:
 def _collect_backends() -> BackendRegistry:
     pm = get_plugin_manager()
     registry = BackendRegistry()
-    # call each implementation on its own so the registry knows which plugin added what
-    for impl in reversed(pm.hook.vecaccel_register_backends.get_hookimpls()):
+    # call each implementation on its own so the registry knows which plugin added what, in
+    # registration order (pluggy lists them so; it calls them newest first), so that a built-in
+    # claims its names before any later plugin and a clash blames the newcomer
+    for impl in pm.hook.vecaccel_register_backends.get_hookimpls():
         registry._current_plugin = pm.get_name(impl.plugin) or impl.plugin_name
         # only the arguments it asks for, as pluggy calls a hook: specs may grow
         arguments = {

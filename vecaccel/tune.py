@@ -123,11 +123,19 @@ def autotune(
 ) -> list[Trial]:
     """Measure every candidate configuration; return the trials, best first.
 
+    Raises:
+        ValueError: if ``seconds`` is not positive, ``policy_ms`` is negative, or a backend
+            is not registered.
+
     Example:
         >>> trials = autotune("CartPole-v1", [2], backends=["serial"], seconds=0.05)
         >>> trials[0].backend, trials[0].steps_per_s > 0
         ('serial', True)
     """
+    if not seconds > 0 or not policy_ms >= 0:
+        raise ValueError(
+            f"seconds must be positive and policy_ms not negative, got {seconds}, {policy_ms}"
+        )
     registered = vecaccel.list_backends()
     if backends is None:
         defaults = ("serial", "shm", "hybrid", "async", "action_server")
@@ -163,6 +171,13 @@ def main(args: Any) -> int:
         return 2
     if min(num_envs) < 1:
         print(f"error: --num-envs must be positive, got {args.num_envs}", file=sys.stderr)
+        return 2
+    # as bench does: a zero budget measures nothing and a negative latency fails every trial
+    if not args.seconds > 0:
+        print(f"error: --seconds must be positive, got {args.seconds}", file=sys.stderr)
+        return 2
+    if not args.policy_ms >= 0:
+        print(f"error: --policy-ms must not be negative, got {args.policy_ms}", file=sys.stderr)
         return 2
     backends = args.backends.split(",") if args.backends else None
 
