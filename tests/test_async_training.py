@@ -539,3 +539,28 @@ def test_async_dqn_logs_the_episodes_of_its_last_steps(seed: int, tmp_path) -> N
     finally:
         gym.registry.pop(env_id, None)
     assert len(agent.episode_log) == len(log.read_text().split())
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_async_resume_that_cannot_start_leaves_the_checkpoint_as_it_was(tmp_path, algo) -> None:
+    """A resume whose sampler/rollout process dies before any step (here an unknown backend,
+    which `vecaccel train` refuses up front, reaching the runner directly) must not rewrite the
+    run's checkpoint with its options: every later resume would then fail the same way."""
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.async_runner import resume_async
+
+    run_dir = tmp_path / "run"
+    if algo == "ppo":
+        cls, config = PPO, dict(num_envs=2, num_steps=8, update_epochs=1)
+    else:
+        cls, config = DQN, dict(batch_size=8, buffer_size=200, learning_starts=16)
+    agent = cls(
+        "CartPole-v1", backend="serial", torch_threads=1, tensorboard=False, progress=False,
+        run_dir=str(run_dir), hidden_sizes=(16,), **config,
+    )  # fmt: skip
+    agent.learn(32)
+    agent.close()
+    before = (run_dir / "checkpoint.pt").read_bytes()
+    with pytest.raises(Exception, match="nosuch"):
+        resume_async(cls, str(run_dir), "CartPole-v1", 64, backend="nosuch", progress=False)
+    assert (run_dir / "checkpoint.pt").read_bytes() == before

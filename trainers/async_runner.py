@@ -1156,8 +1156,10 @@ def learn_async(
         sampler.stop(episodes)
         elapsed = max(end - start, 1e-9)
         # on several ranks the checkpoint is a collective (each rank writes its replay buffer):
-        # after an error the other ranks may never come, and the last checkpoint stays
-        if cfg.run_dir is not None and (world == 1 or every_rank_here):
+        # after an error the other ranks may never come, and the last checkpoint stays; so it
+        # does after an error before any step (a sampler that could not start)
+        progressed = agent.global_step > start_global
+        if cfg.run_dir is not None and (every_rank_here or (world == 1 and progressed)):
             _final_checkpoint(buffer_lock, write_checkpoint, world, agent.device, logger)
         logger.close()
     return AsyncStats.measured(
@@ -1674,8 +1676,11 @@ def learn_async_on_policy(
         rollouts.stop(slots_queue, episodes)
         elapsed = max(end - start, 1e-9)
         # after an error on several ranks rank 0 may be part-way through an update the others
-        # never finished (a collective that failed): the last checkpoint stays, as async DQN's
-        if world == 1 or every_rank_here:  # every rank: the ranks' RNG states are gathered
+        # never finished (a collective that failed): the last checkpoint stays, as async DQN's;
+        # so it does after an error before any update (a resume whose rollout process could not
+        # start must not record its options in the run's checkpoint)
+        progressed = agent.global_step > start_step
+        if every_rank_here or (world == 1 and progressed):  # every rank gathers RNG states
             agent._checkpoint(run_dir)
         agent.elapsed_before = logger.elapsed
         logger.close()
