@@ -627,3 +627,143 @@ def test_life_loss_ends_the_episode_but_not_the_game():
     env.reset()
     assert env.unwrapped.ale.lives() == lives - 1  # the same game goes on
     env.close()
+
+
+# -- config values, multi-axis Box actions, non-finite losses ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "config_cls, field, value",
+    [
+        (PPOConfig, "ent_coef", -0.01),
+        (PPOConfig, "vf_coef", -0.5),
+        (PPOConfig, "adam_eps", 0.0),
+        (A2CConfig, "rms_eps", -1e-5),
+        (A2CConfig, "rms_alpha", 0.0),
+        (PPOConfig, "max_grad_norm", 0.0),
+        (PPOConfig, "max_grad_norm", float("nan")),
+        (PPOConfig, "learning_rate", float("inf")),
+        (PPOConfig, "learning_rate", "3e-4"),
+        (PPOConfig, "checkpoint_every", -1),
+        (A2CConfig, "log_every", 0),
+        (A2CConfig, "torch_threads", -2),
+    ],
+)
+def test_more_bad_config_values_name_the_field(config_cls, field, value):
+    with pytest.raises(ValueError, match=field):
+        config_cls(**{field: value})
+
+
+@pytest.mark.parametrize(
+    "config_cls, values",
+    [
+        (PPOConfig, dict(target_kl=0.0, clip_coef=0.0, ent_coef=0.0, vf_coef=0.0)),
+        (PPOConfig, dict(max_grad_norm=float("inf"), checkpoint_every=0, torch_threads=0)),
+        (PPOConfig, dict(bf16="auto", target_kl=None)),
+        (A2CConfig, dict(rms_alpha=0.5, checkpoint_every=0, bf16="on")),
+    ],
+)
+def test_documented_special_values_stay_valid(config_cls, values):
+    config_cls(**values)
+
+
+def test_empty_hidden_sizes_name_the_field():
+    with pytest.raises(ValueError, match="hidden_sizes"):
+        PPO(None, hidden_sizes=(), backend="serial", torch_threads=1)
+
+
+class _MatrixActionEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(
+        np.array([[-1, -2], [-3, -4]], np.float32), np.array([[1, 2], [3, 4]], np.float32)
+    )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, np.float32)), action
+        self.t += 1
+        reward = -float(np.abs(action).sum())
+        return np.full(3, 0.1 * self.t, np.float32), reward, False, self.t >= 5, {}
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda c: c.__name__)
+def test_multi_axis_box_actions_batch_clip_save_load_predict(algo, tmp_path):
+    """Box(2, 2) actions: [T, B, 2, 2] in the batch, clipped per element to low/high (which
+    differ by element) before the env, and predict, save and load keep the shape."""
+    envs = vecaccel.make_vec([_MatrixActionEnv] * 3, backend="serial", autoreset_mode="SameStep")
+    try:
+        agent = algo(envs, num_envs=3, num_steps=4, torch_threads=1, seed=0)
+        with torch.no_grad():
+            agent.model.log_std.fill_(1.5)  # samples outside the bounds, for the clip
+        batch = agent.sampler.collect()
+        assert batch.actions.shape == (4, 3, 2, 2)
+        assert batch.extras["log_prob"].shape == (4, 3)
+        log_prob, _, _ = agent.model.evaluate(
+            batch.obs.reshape(-1, 3), batch.actions.reshape(-1, 2, 2)
+        )
+        flat_log_prob, _, _ = agent.model.evaluate(
+            batch.obs.reshape(-1, 3), batch.actions.reshape(-1, 4)
+        )
+        torch.testing.assert_close(log_prob, batch.extras["log_prob"].reshape(-1))
+        torch.testing.assert_close(flat_log_prob, log_prob)
+        agent.learn(24)
+        one, _ = agent.predict(np.zeros(3, np.float32), deterministic=True)
+        several, _ = agent.predict(np.zeros((5, 3), np.float32))
+        assert one.shape == (2, 2) and several.shape == (5, 2, 2)
+        space = _MatrixActionEnv.action_space
+        assert ((several >= space.low) & (several <= space.high)).all()
+        loaded = algo.load(agent.save(tmp_path / "agent.pt"))
+        np.testing.assert_array_equal(
+            loaded.predict(np.zeros(3, np.float32), deterministic=True)[0], one
+        )
+    finally:
+        envs.close()
+
+
+class _NanRewardEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, nan_at: int = 20) -> None:
+        self.nan_at = nan_at
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.steps += 1
+        reward = float("nan") if self.steps == self.nan_at else 1.0
+        return np.zeros(2, np.float32), reward, False, self.t >= 10, {}
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda c: c.__name__)
+def test_nan_loss_stops_before_the_step_and_writes_no_checkpoint(algo, tmp_path):
+    """A NaN reward in the third rollout: the error names the update and the step, the
+    parameters are those of the last good step (finite), and no checkpoint is written after it."""
+    envs = vecaccel.make_vec([_NanRewardEnv] * 2, backend="serial", autoreset_mode="SameStep")
+    agent = algo(envs, run_dir=tmp_path, tensorboard=False, num_envs=2, num_steps=8,
+                 torch_threads=1, seed=0, checkpoint_every=1)  # fmt: skip
+    before: list[torch.Tensor] = []
+
+    def keep_parameters(agent, metrics):
+        before[:] = [p.detach().clone() for p in agent.model.parameters()]
+
+    try:
+        with pytest.raises(FloatingPointError, match=r"update 2 \(global step 48\).*nan"):
+            agent.learn(64, callback=keep_parameters)
+        if algo is A2C:  # one step per update: the parameters of the end of update 1
+            for p, q in zip(agent.model.parameters(), before, strict=True):
+                torch.testing.assert_close(p, q, rtol=0, atol=0)
+        assert all(bool(torch.isfinite(p).all()) for p in agent.model.parameters())
+        checkpoint = tmp_path / "checkpoint.pt"
+        assert load_checkpoint(checkpoint)["update_index"] == 2, "update 1's, not after the error"
+    finally:
+        envs.close()

@@ -106,11 +106,50 @@ def check_on_policy_config(cfg: Any) -> None:
         raise ValueError(
             f"gamma and gae_lambda must lie in [0, 1], got {cfg.gamma}, {cfg.gae_lambda}"
         )
+    _check_real(cfg, "learning_rate", lambda x: x > 0, "a positive finite number")
+    _check_real(cfg, "ent_coef", lambda x: x >= 0, "a finite number >= 0")
+    _check_real(cfg, "vf_coef", lambda x: x >= 0, "a finite number >= 0")
+    # inf is a clip that never bites; 0 would zero every gradient (there is no "off" value)
+    _check_real(
+        cfg, "max_grad_norm", lambda x: x > 0, "a positive number (inf: no clipping)", finite=False
+    )
+    if hasattr(cfg, "clip_coef"):
+        _check_real(cfg, "clip_coef", lambda x: x >= 0, "a finite number >= 0")
+    if getattr(cfg, "target_kl", None) is not None:
+        # 0 is valid: stop after the first epoch that moved the policy at all
+        _check_real(cfg, "target_kl", lambda x: x >= 0, "None or a finite number >= 0")
+    if hasattr(cfg, "adam_eps"):
+        _check_real(cfg, "adam_eps", lambda x: x > 0, "a positive finite number")
+    if hasattr(cfg, "rms_alpha"):
+        _check_real(cfg, "rms_alpha", lambda x: 0 < x < 1, "in (0, 1)")
+    if hasattr(cfg, "rms_eps"):
+        _check_real(cfg, "rms_eps", lambda x: x > 0, "a positive finite number")
+    if cfg.bf16 not in ("off", "on", "auto"):
+        raise ValueError(f"bf16 must be 'off', 'on' or 'auto', got {cfg.bf16!r}")
+    for name, least, meaning in (
+        ("torch_threads", 0, " (0: automatic)"),
+        ("checkpoint_every", 0, " (0: only at the end)"),
+        ("log_every", 1, ""),
+    ):
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"{name} must be an integer >= {least}{meaning}, got {value!r}")
     if cfg.activation not in ("tanh", "relu"):
         raise ValueError(f"activation must be 'tanh' or 'relu', got {cfg.activation!r}")
     if cfg.network not in ("auto", "cnn", "mlp"):
         raise ValueError(f"network must be 'auto', 'cnn' or 'mlp', got {cfg.network!r}")
     lr_scale(cfg.num_envs * cfg.num_steps, cfg.base_batch_size, cfg.lr_scaling)  # the mode
+
+
+def _check_real(
+    cfg: Any, name: str, valid: Callable[[float], bool], expected: str, finite: bool = True
+) -> None:
+    """Raise ``ValueError`` naming ``name`` unless the field is a real number (finite, unless
+    ``finite`` is false; never NaN) for which ``valid`` holds."""
+    value = getattr(cfg, name)
+    real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not real or math.isnan(value) or (finite and not math.isfinite(value)) or not valid(value):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
 def usable_device(device: str) -> str:
@@ -1205,41 +1244,43 @@ class OnPolicyAlgorithm(abc.ABC):
             observation_space, action_space = self._spaces_from_env_id(cfg.env_id)
         self.observation_space = observation_space
         self.action_space = action_space
+        # a space the model refuses (or any failure setting up) must not leave the envs it
+        # built running
         try:
             check_observation_space(observation_space)
-        except TypeError:
+            bf16 = cfg.bf16 == "on" or (
+                cfg.bf16 == "auto" and _bf16_helps(cfg.device) and len(observation_space.shape) == 3
+            )
+            self.model = ActorCritic(
+                observation_space,
+                action_space,
+                network=cfg.network,
+                hidden_sizes=tuple(cfg.hidden_sizes),
+                activation=cfg.activation,
+                channels_last=cfg.channels_last,
+                bf16=bf16,
+            ).to(self.device)
+            # the effective batch of an update is the sum of every rank's batch
+            self.local_batch_size = cfg.num_envs * cfg.num_steps
+            self.batch_size = self.local_batch_size * self.world_size
+            self.lr_scale = lr_scale(
+                self.batch_size, cfg.base_batch_size or self.batch_size, cfg.lr_scaling
+            )
+            self.learning_rate = cfg.learning_rate * self.lr_scale
+            self.optimizer = self.make_optimizer(self.learning_rate)
+            #: the model's parameters as a list, for gradient clipping without a generator per step
+            self.model_parameters = list(self.model.parameters())
+            # eval() and train() walk every submodule twice per update; skip them for a model
+            # whose layers all act the same in both modes
+            self._switch_modes = _has_mode_dependent_layers(self.model)
+            # the losses go through DistributedDataParallel when there are several ranks
+            self.train_model = distributed.wrap_model(self.model, self.device)
+            self.signal_checkpoint = True
+            if self.env is not None:
+                self._make_sampler()
+        except BaseException:
             self.close()
             raise
-        bf16 = cfg.bf16 == "on" or (
-            cfg.bf16 == "auto" and _bf16_helps(cfg.device) and len(observation_space.shape) == 3
-        )
-        self.model = ActorCritic(
-            observation_space,
-            action_space,
-            network=cfg.network,
-            hidden_sizes=tuple(cfg.hidden_sizes),
-            activation=cfg.activation,
-            channels_last=cfg.channels_last,
-            bf16=bf16,
-        ).to(self.device)
-        # the effective batch of an update is the sum of every rank's batch
-        self.local_batch_size = cfg.num_envs * cfg.num_steps
-        self.batch_size = self.local_batch_size * self.world_size
-        self.lr_scale = lr_scale(
-            self.batch_size, cfg.base_batch_size or self.batch_size, cfg.lr_scaling
-        )
-        self.learning_rate = cfg.learning_rate * self.lr_scale
-        self.optimizer = self.make_optimizer(self.learning_rate)
-        #: the model's parameters as a list, for gradient clipping without a generator per step
-        self.model_parameters = list(self.model.parameters())
-        # eval() and train() walk every submodule twice per update; skip them for a model
-        # whose layers all act the same in both modes
-        self._switch_modes = _has_mode_dependent_layers(self.model)
-        # the losses go through DistributedDataParallel when there are several ranks
-        self.train_model = distributed.wrap_model(self.model, self.device)
-        self.signal_checkpoint = True
-        if self.env is not None:
-            self._make_sampler()
 
     # -- what each algorithm provides -----------------------------------------------------------
 
@@ -1266,20 +1307,38 @@ class OnPolicyAlgorithm(abc.ABC):
         )
 
     def backward_step(self, loss: Any, max_grad_norm: float) -> None:
-        """Zero the gradients, backpropagate ``loss``, clip to ``max_grad_norm``, step."""
+        """Zero the gradients, backpropagate ``loss``, clip to ``max_grad_norm``, step.
+
+        Raises:
+            FloatingPointError: the gradient is not finite (a NaN or infinite loss), before the
+                step would make every parameter NaN.
+        """
+        import torch
+
         from vecaccel.trainers.optim import FlatOptimizer
 
         optimizer = self.optimizer
         if isinstance(optimizer, FlatOptimizer):
             optimizer.zero_grad()
             loss.backward()
-            optimizer.clip_grad_norm_(max_grad_norm)
+            norm = optimizer.clip_grad_norm_(max_grad_norm)
         else:
-            import torch
-
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model_parameters, max_grad_norm, foreach=True)
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.model_parameters, max_grad_norm, foreach=True
+            )
+        # One sync per step, on the norm clipping computed anyway: a NaN or infinite loss makes
+        # it non-finite, and Adam/RMSprop would then turn every parameter NaN and training would
+        # go on silently. The norm is of the all-reduced gradients, so on several ranks every
+        # rank decides alike.
+        if not bool(torch.isfinite(norm)):
+            raise FloatingPointError(
+                f"{self.algo_name.upper()} update {self.update_index} (global step "
+                f"{self.global_step}): non-finite loss {float(loss.detach()):g} (gradient norm "
+                f"{float(norm):g}); this optimizer step was not taken. A NaN or infinite "
+                "reward or observation from the env is the usual cause."
+            )
         optimizer.step()
 
     # -- env and sampler ------------------------------------------------------------------------

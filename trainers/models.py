@@ -219,7 +219,10 @@ class TwinMLP(nn.Module):
         if activation not in activations:
             raise ValueError(f"activation must be one of {sorted(activations)}, got {activation!r}")
         if not hidden_sizes:
-            raise ValueError("TwinMLP needs at least one hidden layer")
+            raise ValueError(
+                "hidden_sizes must hold at least one layer width (MLP networks), got "
+                f"{tuple(hidden_sizes)!r}"
+            )
         self.activation = activations[activation]
         self.copies = copies
         self.weights = nn.ParameterList()
@@ -289,6 +292,9 @@ class ActorCritic(nn.Module):
             self.actor_head = layer_init(nn.Linear(width, int(action_space.n)), std=0.01)
         elif isinstance(action_space, gym.spaces.Box):
             self.continuous = True
+            # the Gaussian is over the flattened action; actions leave with the space's shape
+            # (SB3 reshapes the same way), so a Box(2, 2) env gets [2, 2] actions
+            self.action_shape = tuple(action_space.shape)
             action_dim = int(np.prod(action_space.shape))
             self.actor_head = layer_init(nn.Linear(width, action_dim), std=0.01)
             self.log_std = nn.Parameter(torch.zeros(action_dim))
@@ -319,6 +325,7 @@ class ActorCritic(nn.Module):
         self, logits: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.continuous:
+            actions = actions.reshape(logits.shape)  # [N, *action_shape] to the flat Gaussian's
             log_std = self.log_std.expand_as(logits)
             z = (actions - logits) / log_std.exp()
             log_prob = (-0.5 * z.pow(2) - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
@@ -333,7 +340,8 @@ class ActorCritic(nn.Module):
         if self.continuous:
             std = self.log_std.exp().expand_as(logits)
             actions = logits + std * torch.randn_like(logits)
-            return actions, self._log_prob_entropy(logits, actions)[0]
+            log_prob = self._log_prob_entropy(logits, actions)[0]
+            return self._shaped(actions), log_prob
         # inverse-CDF sampling: a few elementwise ops, cheaper than torch.multinomial
         log_probs = logits.log_softmax(-1)
         cdf = log_probs.exp().cumsum(-1)
@@ -341,8 +349,13 @@ class ActorCritic(nn.Module):
         actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
         return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
+    def _shaped(self, actions: torch.Tensor) -> torch.Tensor:
+        """Flat Gaussian actions ``[N, prod(shape)]`` as ``[N, *action_space.shape]``."""
+        return actions.reshape(actions.shape[0], *self.action_shape)
+
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Sample actions: ``(actions, {"log_prob": ..., "value": ...})``."""
+        """Sample actions: ``(actions, {"log_prob": ..., "value": ...})``; Box actions have the
+        shape ``[N, *action_space.shape]``."""
         logits, value = self._heads(obs)
         actions, log_prob = self._sample(logits)
         return actions, {"log_prob": log_prob, "value": value}
@@ -350,18 +363,22 @@ class ActorCritic(nn.Module):
     def evaluate(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(log_prob, entropy, value)`` of ``actions`` at ``obs``, with gradients."""
+        """``(log_prob, entropy, value)`` of ``actions`` at ``obs``, with gradients.
+
+        Box actions may come as ``[N, *action_space.shape]`` or flattened, ``[N, prod(shape)]``.
+        """
         logits, value = self._heads(obs)
         log_prob, entropy = self._log_prob_entropy(logits, actions)
         return log_prob, entropy, value
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
-        """Actions only: the mode when ``deterministic``, else a sample."""
+        """Actions only: the mode when ``deterministic``, else a sample (shaped as
+        :meth:`forward`'s)."""
         logits = self.actor_head(self._features(obs)[0])
         if not deterministic:
             return self._sample(logits)[0]
-        return logits if self.continuous else logits.argmax(-1)
+        return self._shaped(logits) if self.continuous else logits.argmax(-1)
 
 
 class QNetwork(nn.Module):
