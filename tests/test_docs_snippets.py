@@ -1,0 +1,282 @@
+"""The code users copy from README.md and docs/*.md, run as they would run it.
+
+Each Python block is found by a marker (a line it contains, in exactly one block), written to a
+file in a temporary directory and run there with ``python snippet.py`` in a fresh process, as a
+user who pastes it into a script would: a missing import, an undefined name or a missing
+``if __name__ == "__main__":`` guard (for code that starts processes with ``spawn``) fails here.
+Long budgets are cut with exact substitutions, each of which must match the block, so a changed
+snippet is noticed rather than silently no longer tested. Placeholders the prose explains
+(``policy``) get a minimal definition in a preamble.
+
+The ``vecaccel ...`` command lines of the bash blocks are parsed by the real command-line parser
+(nothing is run), and the flags of the ``python benchmarks/*.py`` lines are checked against each
+script's ``--help``: a renamed flag, or a line that cannot be pasted as written, fails.
+
+Only cheap snippets are run; learning runs and benchmarks of minutes are not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shlex
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_FILES = ("README.md", "docs/sb3.md", "docs/scale_out.md", "docs/soak.md")
+FENCE = re.compile(r"^```(\w*)\s*$")
+
+
+def _blocks() -> list[tuple[str, int, str, str]]:
+    """Every fenced block: (file, line of its first body line, language, body)."""
+    found = []
+    for name in DOC_FILES:
+        lines = (ROOT / name).read_text().splitlines()
+        i = 0
+        while i < len(lines):
+            match = FENCE.match(lines[i])
+            if not match:
+                i += 1
+                continue
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            found.append((name, i + 2, match.group(1), "\n".join(lines[i + 1 : j]) + "\n"))
+            i = j + 1
+    return found
+
+
+BLOCKS = _blocks()
+
+
+def _block(doc: str, marker: str, lang: str = "python") -> str:
+    hits = [b for b in BLOCKS if b[0] == doc and b[2] == lang and marker in b[3]]
+    assert len(hits) == 1, (
+        f"expected one ```{lang} block of {doc} containing {marker!r}, found {len(hits)}: "
+        "the snippet changed; update this test's marker"
+    )
+    return hits[0][3]
+
+
+def _run_python(tmp_path: Path, code: str, timeout: float) -> None:
+    script = tmp_path / "snippet.py"
+    script.write_text(code)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, (
+        f"snippet exited with {proc.returncode}\n--- code ---\n{code}\n"
+        f"--- stderr (tail) ---\n{proc.stderr[-3000:]}"
+    )
+
+
+# (id, doc, marker, substitutions {old: new} that must each match, preamble, epilogue, timeout)
+PYTHON_SNIPPETS = [
+    (
+        "readme-vectorized-envs",
+        "README.md",
+        'make_vec("CartPole-v1", 64, backend="shm")',
+        {},
+        "",
+        "",
+        60,
+    ),
+    (
+        "readme-async-stepping",
+        "README.md",
+        'backend="async", batch_size=16, num_workers=8',
+        {"range(1000)": "range(20)"},
+        # the prose's placeholder: any callable obs -> actions
+        "import numpy as np\nimport vecaccel\n"
+        "policy = lambda obs: np.random.randint(0, 6, size=len(obs))\n",
+        "",
+        90,
+    ),
+    (
+        "readme-sb3",
+        "README.md",
+        "vec_env_cls=vecaccel.sb3.VecAccelEnv",
+        {
+            'PPO("MlpPolicy", env).learn(100_000)': (
+                'PPO("MlpPolicy", env, n_steps=32, batch_size=64, n_epochs=1).learn(512)'
+            )
+        },
+        "",
+        "",
+        90,
+    ),
+    (
+        "readme-trainers-python",
+        "README.md",
+        "from vecaccel.trainers.ppo import PRESETS",
+        {"agent.learn(100_000)": "agent.learn(2_000)"},
+        "",
+        "",
+        90,
+    ),
+    (
+        "readme-plugins",
+        "README.md",
+        "def vecaccel_register_backends(registry):",
+        {},
+        "",
+        '\nassert "mine" in vecaccel.list_backends(), vecaccel.list_backends()\n',
+        60,
+    ),
+    (
+        "sb3-to-sb3",
+        "docs/sb3.md",
+        "from vecaccel.sb3 import to_sb3",
+        {},
+        "",
+        "",
+        90,
+    ),
+    (
+        "scale-out-learn-async",
+        "docs/scale_out.md",
+        "from vecaccel.trainers.async_runner import learn_async, make_async_agent",
+        {'"CartPole-v1", 20_000)': '"CartPole-v1", 3_000)'},
+        "",
+        "",
+        90,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "doc, marker, subs, preamble, epilogue, timeout",
+    [pytest.param(*s[1:], id=s[0]) for s in PYTHON_SNIPPETS],
+)
+def test_python_snippet_runs(tmp_path, doc, marker, subs, preamble, epilogue, timeout):
+    code = _block(doc, marker)
+    for old, new in subs.items():
+        assert old in code, f"{old!r} is no longer in the snippet: update this test"
+        code = code.replace(old, new)
+    _run_python(tmp_path, preamble + code + epilogue, timeout)
+
+
+def _command_lines() -> list[tuple[str, str]]:
+    """(doc:line, command) for each shell command of the bash and untyped blocks."""
+    commands = []
+    for doc, first, lang, body in BLOCKS:
+        if lang not in ("bash", ""):
+            continue
+        pending, start = "", None
+        for offset, line in enumerate(body.splitlines()):
+            if start is None:
+                start = first + offset
+            if line.rstrip().endswith("\\"):
+                pending += line.rstrip()[:-1] + " "
+                continue
+            command, pending = pending + line, ""
+            if command.strip() and not command.lstrip().startswith("#"):
+                commands.append((f"{doc}:{start}", command))
+            start = None
+    return commands
+
+
+COMMANDS = _command_lines()
+
+
+def _vecaccel_argv(command: str) -> list[str] | None:
+    tokens = shlex.split(command, comments=True)
+    if "vecaccel" not in tokens:  # also `nice ... vecaccel ARGS`, `torchrun ... -m vecaccel ARGS`
+        return None
+    return tokens[tokens.index("vecaccel") + 1 :]
+
+
+VECACCEL_LINES = [
+    pytest.param(argv, id=where)
+    for where, command in COMMANDS
+    if (argv := _vecaccel_argv(command)) is not None
+    and "..." not in argv
+    and "--help" not in argv
+    and not any("HOST" in token or token == "NODE" for token in command.split())
+]
+
+
+def test_vecaccel_lines_found():
+    assert len(VECACCEL_LINES) >= 10, "the docs' vecaccel command lines were not found"
+
+
+@pytest.mark.parametrize("argv", VECACCEL_LINES)
+def test_vecaccel_command_line_parses(argv):
+    from vecaccel.cli import build_parser
+
+    err = io.StringIO()
+    args, refused = None, None
+    try:
+        with contextlib.redirect_stderr(err):
+            args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's usage error
+        refused = exc.code
+    assert refused is None, (
+        f"`vecaccel {shlex.join(argv)}` is refused (exit {refused}):\n{err.getvalue()}"
+    )
+    assert getattr(args, "handler", None) is not None, f"no command in `vecaccel {argv}`"
+
+
+def _benchmark_argv(command: str) -> list[str] | None:
+    tokens = shlex.split(command, comments=True)
+    for i, token in enumerate(tokens):
+        if token.startswith("benchmarks/") and token.endswith(".py"):
+            return tokens[i:]
+    return None
+
+
+@cache
+def _help(script: str, subcommand: str | None) -> str:
+    argv = [sys.executable, script] + ([subcommand] if subcommand else []) + ["--help"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"{shlex.join(argv[1:])} failed:\n{proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+BENCHMARK_LINES = [
+    pytest.param(argv, id=where)
+    for where, command in COMMANDS
+    if (argv := _benchmark_argv(command)) is not None
+]
+
+
+def test_benchmark_lines_found():
+    assert len(BENCHMARK_LINES) >= 5, "the docs' benchmark command lines were not found"
+
+
+@pytest.mark.parametrize("argv", BENCHMARK_LINES)
+def test_benchmark_command_line_flags_exist(argv):
+    script, rest = argv[0], argv[1:]
+    assert (ROOT / script).is_file(), f"{script} does not exist"
+    subcommand = rest[0] if rest and not rest[0].startswith("-") else None
+    text = _help(script, subcommand)
+    flags = {token.split("=", 1)[0] for token in rest if token.startswith("--")}
+    missing = sorted(f for f in flags if not re.search(re.escape(f) + r"\b", text))
+    assert not missing, f"{script} has no {missing} (see its --help)"
+
+
+def test_make_targets_exist():
+    wanted = sorted(
+        {m.group(1) for _, c in COMMANDS if (m := re.match(r"\s*make (\w+)", c))} | {"bench"}
+    )
+    assert "run" in wanted and "test" in wanted
+    proc = subprocess.run(
+        ["make", "-n", *wanted],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "MAKEFLAGS": ""},
+    )
+    assert proc.returncode == 0, proc.stderr
