@@ -398,3 +398,15 @@ def worker_pid(env: gym.Env) -> int:
 def exit_worker(env: gym.Env, code: int = 4) -> None:
     """A function for ``call(fn)`` that ends the worker process at once."""
     os._exit(code)
+
+
+def broken_plugin_site(root, dist: str, entry_point: str, module: str):
+    """A folder to put on ``PYTHONPATH``: an installed distribution ``dist`` whose ``vecaccel``
+    entry point ``entry_point`` names ``module``, which raises at import."""
+    site = root / "site"
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[vecaccel]\n{entry_point} = {module}\n")
+    (site / f"{module}.py").write_text('raise RuntimeError("boom at import")\n')
+    return site

@@ -16,6 +16,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers_envs import broken_plugin_site
 
 import vecaccel
 from vecaccel.cli import main
@@ -243,13 +244,7 @@ def test_plugin_command_with_a_taken_name_does_not_break_the_whole_cli(
 
 
 def _broken_plugin_dir(root: Path) -> Path:
-    site = root / "site"
-    dist = site / "review_broken-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: review-broken\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[vecaccel]\nreview-broken = review_broken_mod\n")
-    (site / "review_broken_mod.py").write_text('raise RuntimeError("boom at import")\n')
-    return site
+    return broken_plugin_site(root, "review-broken", "review-broken", "review_broken_mod")
 
 
 def test_plugin_failing_at_import_is_reported_clearly(tmp_path):

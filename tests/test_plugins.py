@@ -15,6 +15,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers_envs import broken_plugin_site
 
 import vecaccel
 from vecaccel.manager import DEFAULT_PLUGINS, DISABLE_ENV_VAR, _reset_plugin_manager
@@ -363,12 +364,7 @@ def test_example_backend_step_wait_timeout_is_never_stale(example_module) -> Non
 
 
 def test_plugin_failing_at_import_is_left_out_with_a_warning(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    dist = site / "broken_plugin-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[vecaccel]\nbroken = broken_plugin_mod\n")
-    (site / "broken_plugin_mod.py").write_text('raise RuntimeError("boom at import")\n')
+    site = broken_plugin_site(tmp_path, "broken-plugin", "broken", "broken_plugin_mod")
     code = """
         import warnings
         import vecaccel

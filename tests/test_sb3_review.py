@@ -210,16 +210,21 @@ def test_disabled_mode_autoreset_passes_no_options(backend: str) -> None:
         adapter.close()
 
 
-@pytest.mark.parametrize("backend", ["serial", "shm"])
-def test_per_env_options_empty_dict_means_no_options(backend: str) -> None:
-    """DEFECT: ``set_options([{...}, {}, {...}])`` gives the ``{}`` env ``options={}``, not None.
-
-    ``DummyVecEnv.reset`` passes ``options`` only where ``self._options[i]`` is truthy. The
-    adapter's per-group masked resets (``options={**{}, "reset_mask": mask}``) hand ``{}`` to
-    the envs of the empty group.
+@pytest.mark.parametrize(
+    "backend, per_env",
+    [
+        ("serial", [{"start": 1.0}, {}, {"start": 2.0}]),
+        ("shm", [{"start": 1.0}, {}, {"start": 2.0}]),
+        ("serial", [None, {"start": 1.0}, None]),
+    ],
+    ids=["empty-dict-serial", "empty-dict-shm", "none-entries-serial"],
+)
+def test_per_env_falsy_options_mean_no_options(backend: str, per_env: list) -> None:
+    """DEFECT: a falsy per-env entry (``{}`` or ``None``) gave the env ``options={}`` (the
+    adapter's per-group masked reset, ``{**{}, "reset_mask": mask}``), or raised TypeError
+    (``{**None, ...}``). ``DummyVecEnv.reset`` passes ``options`` only where the entry is truthy.
     """
     fns = [OptionsEnv] * 3
-    per_env = [{"start": 1.0}, {}, {"start": 2.0}]
     reference = DummyVecEnv(fns)
     adapter = make_adapter(fns, backend)
     try:
@@ -228,40 +233,13 @@ def test_per_env_options_empty_dict_means_no_options(backend: str) -> None:
         adapter.set_options(per_env)
         try:
             obs = adapter.reset()
-        except vecaccel.WorkerError as error:
+        except (vecaccel.WorkerError, TypeError) as error:
             pytest.fail(
-                f"DummyVecEnv resets env 1 with options=None (obs {expected.ravel().tolist()}); "
-                f"the adapter gave it options={{}}: {error}"
+                f"DummyVecEnv resets the envs without options with options=None (obs "
+                f"{expected.ravel().tolist()}); the adapter raised {type(error).__name__}: {error}"
             )
         np.testing.assert_array_equal(obs, expected)
         assert adapter.reset_infos == reference.reset_infos
-    finally:
-        reference.close()
-        adapter.close()
-
-
-def test_per_env_options_none_entries() -> None:
-    """DEFECT: ``set_options([None, {...}, None])`` raises TypeError in the adapter's reset.
-
-    ``DummyVecEnv`` treats a falsy per-env entry as "no options"; ``_group_options`` groups
-    the Nones and ``reset`` then does ``{**None, "reset_mask": mask}``.
-    """
-    fns = [OptionsEnv] * 3
-    per_env = [None, {"start": 1.0}, None]
-    reference = DummyVecEnv(fns)
-    adapter = make_adapter(fns, "serial")
-    try:
-        reference.set_options(per_env)
-        expected = reference.reset()
-        adapter.set_options(per_env)
-        try:
-            obs = adapter.reset()
-        except TypeError as error:
-            pytest.fail(
-                f"DummyVecEnv resets with obs {expected.ravel().tolist()}; the adapter raised "
-                f"TypeError: {error}"
-            )
-        np.testing.assert_array_equal(obs, expected)
     finally:
         reference.close()
         adapter.close()

@@ -364,9 +364,18 @@ def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
 # -- seeds and random streams per rank --------------------------------------------------------
 
 
+def _next_draws() -> dict[str, list[float]]:
+    """What this process's torch and NumPy streams draw next, the streams left where they were."""
+    from vecaccel.trainers.common import get_rng_state, set_rng_state
+
+    state = get_rng_state()
+    draws = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())
+    set_rng_state(state)
+    return draws
+
+
 def _resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     from vecaccel.trainers import PPO, distributed
-    from vecaccel.trainers.common import get_rng_state, set_rng_state
 
     common = dict(
         num_envs=1,
@@ -383,9 +392,7 @@ def _resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     fresh = dict(seed=agent.config.seed, draws=torch.rand(8).tolist())
     agent.learn(32)
     # what this rank's streams draw next, from the state the final checkpoint recorded
-    state = get_rng_state()
-    continued = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())
-    set_rng_state(state)
+    continued = _next_draws()
     agent.close()
     del agent
     gc.collect()
@@ -479,7 +486,6 @@ def test_rank_identity_seeds_and_metric_reduction(method: str) -> None:
 
 def _dqn_resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     from vecaccel.trainers import distributed
-    from vecaccel.trainers.common import get_rng_state, set_rng_state
     from vecaccel.trainers.dqn import DQN
 
     common = dict(
@@ -488,9 +494,7 @@ def _dqn_resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     )  # fmt: skip
     agent = DQN("CartPole-v1", run_dir=run_dir, **common)
     agent.learn(96)
-    state = get_rng_state()
-    continued = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())
-    set_rng_state(state)
+    continued = _next_draws()
     agent.close()
     del agent
     gc.collect()
