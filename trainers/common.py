@@ -1532,8 +1532,7 @@ class OnPolicyAlgorithm(abc.ABC):
                         if cfg.reset_envs_at_checkpoint:
                             self._reseed_envs()
                         self._checkpoint(run_dir)
-                if self.run_dir is not None:
-                    self._checkpoint(run_dir)
+                self._checkpoint(run_dir)
         finally:
             self.elapsed_before = logger.elapsed
             curve = logger.close()
@@ -1600,6 +1599,8 @@ class OnPolicyAlgorithm(abc.ABC):
         gathered into the checkpoint, so that a run resumed on as many ranks continues each
         rank's streams exactly.
         """
+        if self.run_dir is None:  # no rank writes checkpoints: nothing to gather either
+            return None
         rank_rng = None
         if self.world_size > 1:
             from vecaccel.trainers import distributed

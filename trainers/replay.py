@@ -690,12 +690,9 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         if saved_alpha is not None and float(saved_alpha) != self.alpha:
             held = np.flatnonzero(leaves > 0)
             if float(saved_alpha) > 0:
-                leaves = leaves.copy()
-                leaves[held] **= self.alpha / float(saved_alpha)
-                self.tree.update(held, leaves[held])
+                self.tree.update(held, leaves[held] ** (self.alpha / float(saved_alpha)))
             else:
                 self.tree.update(held, self.max_priority[0] ** self.alpha)
-            leaves = self.tree.priorities()
         valid = self._valid_mask().reshape(-1)
         stale = ~valid & (leaves > 0)
         fresh = valid & (leaves == 0)

@@ -235,7 +235,7 @@ class SB3VecEnv(SB3BaseVecEnv):
         """
         seeds = list(self._seeds)
         seed_arg = None if all(seed is None for seed in seeds) else seeds
-        groups = _group_options(self._options, self.num_envs)
+        groups = _group_options(self._options)
         if len(groups) == 1:
             options = groups[0][0]
             obs, infos = self._per_env_call(
@@ -278,16 +278,8 @@ class SB3VecEnv(SB3BaseVecEnv):
             ``(obs, rewards, dones, infos)`` with done envs already reset, their last
             observation in ``infos[i]["terminal_observation"]``.
         """
-        vec_env = self.vec_env
-        if self._per_env_infos:  # _per_env_call, inlined: this is the hot path
-            per_env_before = vec_env.per_env_infos
-            vec_env.per_env_infos = True
-            try:
-                obs, rewards, terminations, truncations, batched_infos = vec_env.step_wait()
-            finally:
-                vec_env.per_env_infos = per_env_before
-        else:
-            obs, rewards, terminations, truncations, batched_infos = vec_env.step_wait()
+        step = self._per_env_call(self.vec_env.step_wait)
+        obs, rewards, terminations, truncations, batched_infos = step
         # as few NumPy calls as possible: each costs microseconds right after a policy's
         # forward pass has pushed NumPy's code out of the CPU's caches; lists of 16 do not
         dones = np.asarray(terminations) | np.asarray(truncations)
@@ -497,14 +489,10 @@ def _select(tree: Any, mask: np.ndarray) -> Any:
 
 
 def _group_options(
-    options: Sequence[dict[str, Any] | None], num_envs: int
+    options: Sequence[dict[str, Any] | None],
 ) -> list[tuple[dict[str, Any], list[int]]]:
-    """Group env indices by equal options; a falsy entry (``None``, ``{}``) means no options,
-    as in ``DummyVecEnv.reset``."""
-    if len(options) != num_envs:  # set_options checks; SB3 code may assign _options itself
-        raise ValueError(
-            f"reset options must be one per env ({num_envs}), got {len(options)}: see set_options()"
-        )
+    """Group env indices by equal options (one entry per env, as set_options checks); a falsy
+    entry (``None``, ``{}``) means no options, as in ``DummyVecEnv.reset``."""
     groups: list[tuple[dict[str, Any], list[int]]] = []
     for index, option in enumerate(options):
         option = option or {}
