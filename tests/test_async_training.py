@@ -564,3 +564,62 @@ def test_async_resume_that_cannot_start_leaves_the_checkpoint_as_it_was(tmp_path
     with pytest.raises(Exception, match="nosuch"):
         resume_async(cls, str(run_dir), "CartPole-v1", 64, backend="nosuch", progress=False)
     assert (run_dir / "checkpoint.pt").read_bytes() == before
+
+
+@pytest.mark.parametrize("period", [0, -1])
+def test_weight_sync_period_below_one_is_refused(tmp_path, capsys, period) -> None:
+    """A period of 0 or less used to train as 1 without a word (the CLI, the on-policy runner
+    and the DQN config each took ``max(1, period)``)."""
+    from vecaccel.cli import main
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
+    from vecaccel.trainers.dqn import DQNConfig
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "ppo", "--async", "--env", "CartPole-v1", "--run-dir", str(tmp_path),
+              "--async-weight-sync-period", str(period)])  # fmt: skip
+    assert exit_info.value.code == 2
+    assert "--async-weight-sync-period: must be a positive integer" in capsys.readouterr().err
+    agent = make_async_on_policy_agent(PPO, "CartPole-v1", backend="serial", num_envs=2)
+    with pytest.raises(ValueError, match=f"weight_sync_period must be at least 1, got {period}"):
+        learn_async_on_policy(agent, 64, weight_sync_period=period)
+    with pytest.raises(ValueError, match="async_weight_sync_period must be at least 1"):
+        DQNConfig(async_weight_sync_period=period)
+    with pytest.raises(ValueError, match="async_max_lead must be non-negative"):
+        DQNConfig(async_max_lead=-1)
+    assert not list(tmp_path.iterdir()), "nothing ran"
+
+
+def test_single_rank_async_ppo_error_inside_an_update_keeps_the_last_checkpoint(tmp_path) -> None:
+    """An update that fails after stepping the optimizer (backward_step's FloatingPointError on
+    a later minibatch) leaves weights part-way through an update the counters do not count: the
+    run's last checkpoint must stay as it was, as after an error on several ranks."""
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
+    from vecaccel.trainers.common import load_checkpoint
+
+    agent = make_async_on_policy_agent(
+        PPO, "CartPole-v1", backend="serial", num_envs=2, num_steps=16, update_epochs=1,
+        num_minibatches=2, run_dir=str(tmp_path), hidden_sizes=(16,), torch_threads=1,
+        seed=0, progress=False, tensorboard=False,
+    )  # fmt: skip
+    learn_async_on_policy(agent, 64, poll_interval=0.001)
+    checkpoint = tmp_path / "checkpoint.pt"
+    before = checkpoint.read_bytes()
+    assert load_checkpoint(checkpoint)["update_index"] == 2
+    update, calls = agent.update, []
+
+    def failing_update(batch, progress_remaining):
+        calls.append(1)
+        if len(calls) == 2:  # the second update of this call: one minibatch stepped, then NaN
+            with torch.no_grad():
+                for p in agent.model.parameters():
+                    p.add_(1.0)
+            raise FloatingPointError("update 3: the gradient norm is nan")
+        return update(batch, progress_remaining)
+
+    agent.update = failing_update
+    with pytest.raises(FloatingPointError, match="gradient norm is nan"):
+        learn_async_on_policy(agent, 96, poll_interval=0.001)
+    assert len(calls) == 2
+    assert checkpoint.read_bytes() == before, "no checkpoint of a half-done update"

@@ -351,3 +351,24 @@ def test_failed_async_resume_leaves_the_run_resumable(tmp_path, capsys):
         f"(stderr tail {done.stderr[-200:]!r}), checkpoint rewritten: {rewritten}, and a plain "
         f"--resume afterwards exits {after}"
     )
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``vecaccel backends | head -1``: the reader closes the pipe before the command writes.
+    That used to end in a ``BrokenPipeError`` traceback (and another one at interpreter exit);
+    it now ends quietly with the shell's SIGPIPE status."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before the command starts: its first write fails
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "vecaccel", "backends"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141

@@ -984,7 +984,7 @@ def learn_async(
         agent.num_updates += 1
         counters[_UPDATES] = agent.num_updates
         if behaviour is None:
-            if agent.num_updates % max(1, cfg.async_weight_sync_period) == 0:
+            if agent.num_updates % cfg.async_weight_sync_period == 0:
                 sampler.publish(agent.num_updates)
             behaviour = int(counters[_SAMPLER_VERSION])
         lag_sum += agent.num_updates - behaviour
@@ -1495,6 +1495,8 @@ def learn_async_on_policy(
         mean_or_none,
     )
 
+    if weight_sync_period < 1:
+        raise ValueError(f"weight_sync_period must be at least 1, got {weight_sync_period}")
     if fixed_lag and weight_sync_period != 1:
         raise ValueError(
             f"fixed_lag=True needs weight_sync_period=1 (every update's weights are the next "
@@ -1572,6 +1574,7 @@ def learn_async_on_policy(
     start = time.perf_counter()
     end: float | None = None
     every_rank_here = False  # the run ended or stopped on every rank, not in an error
+    in_update = False  # between an update's first optimizer step and its counters
 
     def check() -> None:
         rollouts.check()
@@ -1619,14 +1622,16 @@ def learn_async_on_policy(
                 for group in agent.optimizer.param_groups:
                     group["lr"] = lr_now
                 agent.model.train()
+                in_update = True
                 metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
                 counters[_SLOT_STATE + slot] = 0  # the slot may be refilled now
                 agent.update_index += 1
                 agent.global_step += agent.batch_size
+                in_update = False
                 if fixed_lag:  # not before batch m has taken update m - 1's weights
                     pulled = min(agent.update_index - updates_at_start + 1, num_batches)
                     wait_until(lambda pulled=pulled: counters[_PULLS] >= pulled)
-                if agent.update_index % max(1, weight_sync_period) == 0:
+                if agent.update_index % weight_sync_period == 0:
                     rollouts.publish(agent.update_index)
                 lag_sum += lag
                 lag_count += 1
@@ -1678,9 +1683,11 @@ def learn_async_on_policy(
         # after an error on several ranks rank 0 may be part-way through an update the others
         # never finished (a collective that failed): the last checkpoint stays, as async DQN's;
         # so it does after an error before any update (a resume whose rollout process could not
-        # start must not record its options in the run's checkpoint)
+        # start must not record its options in the run's checkpoint), and after an error inside
+        # an update (a FloatingPointError after some minibatches stepped: weights part-way
+        # through an update that the counters do not count)
         progressed = agent.global_step > start_step
-        if every_rank_here or (world == 1 and progressed):  # every rank gathers RNG states
+        if every_rank_here or (world == 1 and progressed and not in_update):  # a collective
             agent._checkpoint(run_dir)
         agent.elapsed_before = logger.elapsed
         logger.close()

@@ -363,7 +363,7 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
             parser.add_argument(
                 "--async-weight-sync-period",
                 dest="async_weight_sync_period",
-                type=int,
+                type=_positive_int,
                 default=None,
                 metavar="K",
                 help="with --async: updates between weight copies to the rollout process "

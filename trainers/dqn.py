@@ -233,6 +233,12 @@ class DQNConfig:
             )
         if not self.priority_eps >= 0.0:
             raise ValueError(f"priority_eps must be non-negative, got {self.priority_eps!r}")
+        if self.async_weight_sync_period < 1:
+            raise ValueError(
+                f"async_weight_sync_period must be at least 1, got {self.async_weight_sync_period!r}"
+            )
+        if self.async_max_lead < 0:
+            raise ValueError(f"async_max_lead must be non-negative, got {self.async_max_lead!r}")
         lr_scale(self.batch_size, self.base_batch_size, self.lr_scaling)  # validates the mode
 
 

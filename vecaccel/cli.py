@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -195,7 +196,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     args.argv = argv
-    return int(handler(args) or 0)
+    try:
+        code = int(handler(args) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (``vecaccel backends | head``): stop quietly, as a process killed
+        # by SIGPIPE does, without a traceback now or when Python flushes stdout at exit
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a file descriptor
+            pass
+        return 128 + 13
+    return code
 
 
 if __name__ == "__main__":
