@@ -101,8 +101,8 @@ def test_async_dqn_learns_cartpole() -> None:
         tensorboard=False,
         torch_threads=1,
     )
-    # a fixed lag makes the run repeat (here: 219 over the last ten episodes; seeds 1-6 gave
-    # 189-368). Throttled, the interleaving followed the machine's load: 146 to 500 seen.
+    # a fixed lag makes the run repeat whatever the machine's load (seeds 1-6 end between 189
+    # and 368 over the last ten episodes); throttled instead, the interleaving follows the load
     stats = learn_async(agent, "CartPole-v1", 20_000, fixed_lag=True)
     returns = [episode_return for _, episode_return, _ in agent.episode_log]
     # random play scores about 22; other CPUs may round differently, so ask for 100
