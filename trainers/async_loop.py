@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from vecaccel.trainers.async_process import SamplerHandle, poll_until
@@ -132,32 +131,21 @@ def _reduce(
     sums: Sequence[str],
     device: Any,
 ) -> tuple[dict[str, float | None], bool]:
-    """Reduce one meeting's metrics over the ranks (identity on one rank) and agree on a stop.
-
-    Episodic returns and lengths are weighted by the episodes behind them; ``sums`` are summed.
-    """
+    """Reduce one meeting's metrics over the ranks (identity on one rank) and agree on a stop
+    in the same collective."""
     from vecaccel.trainers import distributed
 
-    world = distributed.world_size()
-    if world == 1:
+    if distributed.world_size() == 1:
         return metrics, stop
     metrics = {**metrics, "charts/episodes": float(episodes), "_stop": 1.0 if stop else 0.0}
-    reduced = distributed.reduce_metrics(
-        metrics,
-        weights={"charts/episodic_return": episodes, "charts/episodic_length": episodes},
-        sums=("charts/episodes", "_stop", *sums),
-        device=device,
-    )
-    stop = bool(reduced.pop("_stop") or 0.0)
-    reduced["charts/world_size"] = float(world)
-    return reduced, stop
+    reduced = distributed.reduce_log_row(metrics, episodes, sums=("_stop", *sums), device=device)
+    return reduced, bool(reduced.pop("_stop") or 0.0)
 
 
 def run_async(
     agent: Any,
     feed: AsyncFeed,
     *,
-    run_dir: str | Path | None,
     horizon: int,
     resume_step: int | None,
     poll_interval: float,
@@ -170,9 +158,8 @@ def run_async(
 
     Args:
         agent: the algorithm (its ``global_step``, ``device``, ``world_size``, ``is_main``,
-            ``tensorboard`` and ``progress`` are read; ``logger`` is set).
+            ``run_dir``, ``tensorboard`` and ``progress`` are read; ``logger`` is set).
         feed: the family's side of the run.
-        run_dir: where the run logs and checkpoints (``None``: nowhere).
         horizon: the step the run ends at (for the progress bar).
         resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
         poll_interval: seconds between checks while the optimiser waits.
@@ -184,23 +171,13 @@ def run_async(
         SamplerError: the sampler process died or raised.
         TrainingInterrupted: SIGINT or SIGTERM arrived (a checkpoint was written first).
     """
-    from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
-    from vecaccel.trainers.logger import RunLogger
+    from vecaccel.trainers.runner import announce_interrupt, open_run_logger
     from vecaccel.trainers.signals import SignalCheckpoint, TrainingInterrupted
 
-    world = int(getattr(agent, "world_size", 1))
-    main = bool(getattr(agent, "is_main", True))
-    run_dir = Path(run_dir) if run_dir is not None and main else None
+    world = agent.world_size
     # before the sampler process starts: an error here (a run directory that cannot be made)
     # must not leave it running outside the try/finally that stops it
-    logger = RunLogger(
-        run_dir,
-        horizon,
-        use_tensorboard=bool(agent.tensorboard) and main,
-        progress=bool(agent.progress) and main,
-        resume_step=resume_step,
-    )
-    agent.logger = logger
+    logger = open_run_logger(agent, horizon, resume_step)
     sampler = feed.sampler
     start_step = int(agent.global_step)
     feed.start()
@@ -236,11 +213,7 @@ def run_async(
         every_rank_here = True
     except TrainingInterrupted:
         every_rank_here = True  # the ranks agreed on the stop
-        if run_dir is not None:
-            logger.write(
-                f"{guard.signal_name or 'SIGTERM'}: checkpoint saved to "
-                f"{run_dir / CHECKPOINT_NAME} at step {agent.global_step}"
-            )
+        announce_interrupt(logger, agent, guard.signal_name or "SIGTERM")
         raise
     finally:
         if end is None:

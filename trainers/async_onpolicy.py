@@ -16,7 +16,7 @@ import queue
 from typing import Any
 
 from vecaccel.trainers.async_loop import Meeting, Waits
-from vecaccel.trainers.async_process import SamplerHandle, drain
+from vecaccel.trainers.async_process import SamplerHandle, SamplerOptions, drain
 from vecaccel.trainers.async_samplers import rollout_loop
 from vecaccel.trainers.async_shared import (
     PULLS,
@@ -47,37 +47,31 @@ class RolloutFeed:
 
     Args:
         agent: an on-policy algorithm without envs (the rollout process has them).
-        ctx: the multiprocessing context of the rollout process.
         num_batches: batches to collect and train on.
         weight_sync_period: updates between weight copies to the rollout process.
         fixed_lag: collect batch ``n`` with the weights of update ``n - 1`` exactly.
-        poll_interval: seconds between the rollout process's checks while it waits.
-        sampler_threads: torch threads of the rollout process.
-        sampler_affinity: CPUs to pin the rollout process to.
+        options: how the sampler process runs.
     """
 
     def __init__(
         self,
         agent: Any,
-        ctx: Any,
         num_batches: int,
         *,
         weight_sync_period: int,
         fixed_lag: bool,
-        poll_interval: float,
-        sampler_threads: int,
-        sampler_affinity: set[int] | None,
+        options: SamplerOptions,
     ) -> None:
         self.agent = agent
         self.num_batches = num_batches
         self.weight_sync_period = weight_sync_period
         self.fixed_lag = fixed_lag
-        self.sampler = SamplerHandle(ctx, "rollout", agent.model, self._finished)
+        self.sampler = SamplerHandle(options, "rollout", agent.model, self._finished)
         self.counters, self.timers = self.sampler.counters, self.sampler.timers
-        self.slots_queue, self.episodes = ctx.Queue(), ctx.Queue()
+        self.slots_queue, self.episodes = self.sampler.ctx.Queue(), self.sampler.ctx.Queue()
         cfg = agent.config
         self.spec = dict(
-            self.sampler.spec(poll_interval, sampler_threads, sampler_affinity),
+            self.sampler.spec(),
             config={key: getattr(cfg, key) for key in _ROLLOUT_CONFIG},
             **_acting_copy(agent),
             slots=self.slots_queue,

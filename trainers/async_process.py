@@ -15,6 +15,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,6 +37,7 @@ __all__ = [
     "OptimiserGone",
     "SamplerError",
     "SamplerHandle",
+    "SamplerOptions",
     "child_main",
     "drain",
     "leave_cores_to_sampler",
@@ -55,6 +57,23 @@ class SamplerError(RuntimeError):
         super().__init__(message + (f"\n{remote_traceback}" if remote_traceback else ""))
         self.exitcode = exitcode
         self.remote_traceback = remote_traceback
+
+
+@dataclass(frozen=True)
+class SamplerOptions:
+    """How a sampler process runs.
+
+    Attributes:
+        context: multiprocessing start method of the process.
+        poll_interval: seconds between checks while one side waits for the other.
+        threads: torch threads of the process.
+        affinity: CPUs to pin the process to (``None``: those of the optimiser's process).
+    """
+
+    context: str = "spawn"
+    poll_interval: float = 0.0005
+    threads: int = 1
+    affinity: set[int] | None = None
 
 
 class OptimiserGone(Exception):
@@ -147,7 +166,7 @@ class SamplerHandle:
     liveness check, stop.
 
     Args:
-        ctx: the multiprocessing context.
+        options: how the process runs (its context makes the locks and queues too).
         role: ``sampler`` or ``rollout`` (in messages and the process's name).
         model: the module whose weights are published (its ``state_dict`` tensors share storage
             with the parameters, so the list taken here stays current).
@@ -155,10 +174,17 @@ class SamplerHandle:
     """
 
     def __init__(
-        self, ctx: Any, role: str, model: torch.nn.Module, finished: Callable[[int | None], bool]
+        self,
+        options: SamplerOptions,
+        role: str,
+        model: torch.nn.Module,
+        finished: Callable[[int | None], bool],
     ) -> None:
+        import torch.multiprocessing as mp
+
         self.role = role
-        self.ctx = ctx
+        self.options = options
+        self.ctx = ctx = mp.get_context(options.context)
         self.shared_counters = torch.zeros(NUM_COUNTERS, dtype=torch.int64).share_memory_()
         self.shared_timers = torch.zeros(NUM_TIMERS, dtype=torch.float64).share_memory_()
         self.counters: np.ndarray = self.shared_counters.numpy()
@@ -171,8 +197,9 @@ class SamplerHandle:
         self.process: Any = None
         self._finished = finished
 
-    def spec(self, poll_interval: float, threads: int, affinity: set[int] | None) -> dict[str, Any]:
+    def spec(self) -> dict[str, Any]:
         """The entries of the process's spec that :class:`ChildLink` reads."""
+        options = self.options
         return dict(
             counters=self.shared_counters,
             timers=self.shared_timers,
@@ -180,9 +207,9 @@ class SamplerHandle:
             weights_lock=self.weights_lock,
             errors=self.errors,
             parent_pid=os.getpid(),
-            poll_interval=poll_interval,
-            torch_threads=threads,
-            affinity=set(affinity) if affinity else None,
+            poll_interval=options.poll_interval,
+            torch_threads=options.threads,
+            affinity=set(options.affinity) if options.affinity else None,
         )
 
     @property

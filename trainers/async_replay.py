@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from vecaccel.trainers.async_loop import Meeting, Waits
-from vecaccel.trainers.async_process import SamplerHandle, drain
+from vecaccel.trainers.async_process import SamplerHandle, SamplerOptions, drain
 from vecaccel.trainers.async_samplers import chunk_sampler_loop, replay_sampler_loop
 from vecaccel.trainers.async_shared import (
     CHUNKS,
@@ -63,39 +63,35 @@ class ReplayFeed:
         agent: a DQN-family algorithm with its networks built; its step and update counters
             are where this run starts.
         env_id: the Gymnasium id the sampler process builds.
-        ctx: the multiprocessing context of the sampler process.
         horizon: the step the run ends at, over all ranks.
         fresh: the run starts from zero (``learning_starts`` applies even with a restored buffer).
         fixed_lag: chunks with a fixed policy lag instead of throttling.
-        poll_interval: seconds between checks while one side waits.
-        sampler_threads: torch threads of the sampler process.
-        sampler_affinity: CPUs to pin the sampler process to.
+        options: how the sampler process runs.
     """
 
     def __init__(
         self,
         agent: Any,
         env_id: str,
-        ctx: Any,
         horizon: int,
         *,
         fresh: bool,
         fixed_lag: bool,
-        poll_interval: float,
-        sampler_threads: int,
-        sampler_affinity: set[int] | None,
+        options: SamplerOptions,
     ) -> None:
         self.agent = agent
         cfg = self.cfg = agent.config
         self.world = world = int(getattr(agent, "world_size", 1))
         self.fixed_lag = fixed_lag
-        self.poll_interval = poll_interval
+        self.poll_interval = options.poll_interval
         self.num_envs = num_envs = cfg.num_envs
         self.start_global = start_global = int(agent.global_step)
         self.updates_at_start = int(agent.num_updates)
         # budgets count env steps over all ranks; each rank collects its share
         self.local_start = local_start = start_global // world
         self.local_total = local_total = math.ceil(horizon / world)
+        self.sampler = SamplerHandle(options, "sampler", agent.q_network, self._finished)
+        self.counters, self.timers = self.sampler.counters, self.sampler.timers
         factory = SharedFactory()
         buffer_spec = {"prioritized": cfg.prioritized, "kwargs": agent.buffer_kwargs(num_envs)}
         buffer = build_replay_buffer(
@@ -103,7 +99,7 @@ class ReplayFeed:
         )
         restored = agent.restore_replay(buffer)  # the loaded checkpoint's buffer, if any
         buffer.end_episodes()  # the sampler's envs start new episodes
-        self.buffer, self.buffer_lock = buffer, ctx.Lock()
+        self.buffer, self.buffer_lock = buffer, self.sampler.ctx.Lock()
         # updates start once the buffer holds learning_starts steps (and enough to sample)
         warmup = math.ceil(cfg.learning_starts / world) if fresh or not restored else 0
         self.learn_from = local_start + max(
@@ -124,13 +120,10 @@ class ReplayFeed:
             1, min(_MAX_UPDATES_BETWEEN_MEETINGS, math.ceil(self.log_every * updates_per_step))
         )
         exploration = cfg.exploration_steps or int(cfg.exploration_fraction * horizon)
-
-        self.sampler = SamplerHandle(ctx, "sampler", agent.q_network, self._finished)
-        self.counters, self.timers = self.sampler.counters, self.sampler.timers
         agent.buffer = LockedBuffer(buffer, self.buffer_lock, self.sampler.check)
-        self.episodes = ctx.Queue()
+        self.episodes = self.sampler.ctx.Queue()
         self.spec = dict(
-            self.sampler.spec(poll_interval, sampler_threads, sampler_affinity),
+            self.sampler.spec(),
             env_id=env_id,
             num_envs=num_envs,
             config={key: getattr(cfg, key) for key in _SAMPLER_CONFIG},

@@ -56,7 +56,7 @@ from typing import Any
 
 from vecaccel.trainers.async_loop import AsyncStats, run_async
 from vecaccel.trainers.async_onpolicy import RolloutFeed, num_batches_for
-from vecaccel.trainers.async_process import SamplerError, leave_cores_to_sampler
+from vecaccel.trainers.async_process import SamplerError, SamplerOptions, leave_cores_to_sampler
 from vecaccel.trainers.async_replay import ReplayFeed
 
 __all__ = [
@@ -67,6 +67,7 @@ __all__ = [
     "make_async_agent",
     "make_async_on_policy_agent",
     "resume_async",
+    "train_async",
     "train_async_dqn",
     "train_async_on_policy",
 ]
@@ -149,23 +150,14 @@ def learn_async(
         SamplerError: the sampler process died or raised.
         TrainingInterrupted: SIGINT or SIGTERM arrived (a checkpoint was written first).
     """
-    import torch.multiprocessing as mp
-
+    options = SamplerOptions(context, poll_interval, sampler_threads, sampler_affinity)
     leave_cores_to_sampler(agent.config, sampler_threads)
     if reset_num_timesteps:
         agent.global_step, agent.num_updates = 0, 0
     start = int(agent.global_step)
     horizon = start + int(total_steps)
     feed = ReplayFeed(
-        agent,
-        env_id,
-        mp.get_context(context),
-        horizon,
-        fresh=reset_num_timesteps,
-        fixed_lag=fixed_lag,
-        poll_interval=poll_interval,
-        sampler_threads=sampler_threads,
-        sampler_affinity=sampler_affinity,
+        agent, env_id, horizon, fresh=reset_num_timesteps, fixed_lag=fixed_lag, options=options
     )
     # recorded in checkpoints: `vecaccel train --resume` goes on async, with the same options
     agent.async_run = True
@@ -173,7 +165,6 @@ def learn_async(
     return run_async(
         agent,
         feed,
-        run_dir=agent.run_dir,
         horizon=horizon,
         resume_step=None if reset_num_timesteps else start,
         poll_interval=poll_interval,
@@ -232,8 +223,6 @@ def learn_async_on_policy(
         SamplerError: the rollout process died or raised.
         TrainingInterrupted: SIGINT or SIGTERM arrived (a checkpoint was written first).
     """
-    import torch.multiprocessing as mp
-
     if weight_sync_period < 1:
         raise ValueError(f"weight_sync_period must be at least 1, got {weight_sync_period}")
     if fixed_lag and weight_sync_period != 1:
@@ -241,6 +230,7 @@ def learn_async_on_policy(
             f"fixed_lag=True needs weight_sync_period=1 (every update's weights are the next "
             f"batch's), got weight_sync_period={weight_sync_period}"
         )
+    options = SamplerOptions(context, poll_interval, sampler_threads, sampler_affinity)
     leave_cores_to_sampler(agent.config, sampler_threads)
     # agent.batch_size is the batch over all ranks, so every rank makes the same updates
     num_batches = num_batches_for(agent, total_steps)
@@ -252,62 +242,64 @@ def learn_async_on_policy(
     }
     feed = RolloutFeed(
         agent,
-        mp.get_context(context),
         num_batches,
         weight_sync_period=weight_sync_period,
         fixed_lag=fixed_lag,
-        poll_interval=poll_interval,
-        sampler_threads=sampler_threads,
-        sampler_affinity=sampler_affinity,
+        options=options,
     )
     return run_async(
         agent,
         feed,
-        run_dir=agent.run_dir,
         horizon=agent.target_steps,
         resume_step=agent.global_step if agent.global_step > 0 else None,
         poll_interval=poll_interval,
     )
 
 
-def train_async_dqn(
+def train_async(
     cls: type,
     env_id: str,
     total_steps: int,
     run_dir: str | None = None,
     progress: bool = True,
     tensorboard: bool = True,
+    weight_sync_period: int | None = None,
     fixed_lag: bool = False,
     **config: Any,
 ) -> int:
-    """``vecaccel train dqn|c51|rainbow --async``: build the agent, train, report; the exit code."""
-    agent = make_async_agent(
-        cls, env_id, run_dir=run_dir, progress=progress, tensorboard=tensorboard, **config
-    )
-    _report(agent, learn_async(agent, env_id, total_steps, fixed_lag=fixed_lag))
-    return 0
+    """``vecaccel train ALGO --async``: build the agent, train, report; the exit code.
 
-
-def train_async_on_policy(
-    cls: type,
-    env_id: str,
-    total_steps: int,
-    run_dir: str | None = None,
-    progress: bool = True,
-    tensorboard: bool = True,
-    weight_sync_period: int = 1,
-    fixed_lag: bool = False,
-    **config: Any,
-) -> int:
-    """``vecaccel train a2c|ppo --async``: build the agent, train, report; the exit code."""
-    agent = make_async_on_policy_agent(
-        cls, env_id, run_dir=run_dir, progress=progress, tensorboard=tensorboard, **config
-    )
-    stats = learn_async_on_policy(
-        agent, total_steps, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag
-    )
+    Args:
+        cls: the algorithm's class (either family).
+        env_id: the Gymnasium id the sampler process builds.
+        total_steps: env steps to collect, over all ranks.
+        run_dir: where the run logs and checkpoints.
+        progress: show a progress bar.
+        tensorboard: write TensorBoard event files.
+        weight_sync_period: updates between weight copies to the sampler process (``None``:
+            1 for A2C and PPO, the config's ``async_weight_sync_period`` for the DQN family).
+        fixed_lag: a fixed policy lag (reproducible runs).
+        **config: the algorithm's config fields.
+    """
+    runtime = dict(run_dir=run_dir, progress=progress, tensorboard=tensorboard)
+    if cls.family == "on_policy":
+        agent = make_async_on_policy_agent(cls, env_id, **runtime, **config)
+        period = 1 if weight_sync_period is None else weight_sync_period
+        stats = learn_async_on_policy(
+            agent, total_steps, weight_sync_period=period, fixed_lag=fixed_lag
+        )
+    else:
+        if weight_sync_period is not None:
+            config["async_weight_sync_period"] = weight_sync_period
+        agent = make_async_agent(cls, env_id, **runtime, **config)
+        stats = learn_async(agent, env_id, total_steps, fixed_lag=fixed_lag)
     _report(agent, stats)
     return 0
+
+
+# the names `vecaccel train` used for each family
+train_async_dqn = train_async
+train_async_on_policy = train_async
 
 
 def _report(agent: Any, stats: AsyncStats) -> None:
