@@ -148,7 +148,6 @@ def run_async(
     *,
     horizon: int,
     resume_step: int | None,
-    poll_interval: float,
 ) -> AsyncStats:
     """Run ``feed`` to its end: the loop of every asynchronous run.
 
@@ -162,7 +161,6 @@ def run_async(
         feed: the family's side of the run.
         horizon: the step the run ends at (for the progress bar).
         resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
-        poll_interval: seconds between checks while the optimiser waits.
 
     Returns:
         The measured :class:`AsyncStats`.
@@ -191,6 +189,7 @@ def run_async(
         if world == 1 and guard.requested:
             raise TrainingInterrupted(guard.signal_name, agent.global_step)
 
+    poll_interval = sampler.options.poll_interval
     waits = Waits(check, poll_interval)
     try:
         with guard:

@@ -200,7 +200,7 @@ class RolloutFeed:
         # part-way through an update that the counters do not count)
         agent = self.agent
         progressed = agent.global_step > self.start_step
-        single = int(getattr(agent, "world_size", 1)) == 1
+        single = agent.world_size == 1
         if every_rank_here or (single and progressed and not self.in_update):  # a collective
             agent.write_checkpoint(agent.run_dir if agent.is_main else None)
 

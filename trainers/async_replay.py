@@ -81,7 +81,7 @@ class ReplayFeed:
     ) -> None:
         self.agent = agent
         cfg = self.cfg = agent.config
-        self.world = world = int(getattr(agent, "world_size", 1))
+        self.world = world = int(agent.world_size)
         self.fixed_lag = fixed_lag
         self.poll_interval = options.poll_interval
         self.num_envs = num_envs = cfg.num_envs

@@ -167,7 +167,6 @@ def learn_async(
         feed,
         horizon=horizon,
         resume_step=None if reset_num_timesteps else start,
-        poll_interval=poll_interval,
     )
 
 
@@ -252,7 +251,6 @@ def learn_async_on_policy(
         feed,
         horizon=agent.target_steps,
         resume_step=agent.global_step if agent.global_step > 0 else None,
-        poll_interval=poll_interval,
     )
 
 
