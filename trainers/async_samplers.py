@@ -71,8 +71,8 @@ class Actor:
         self.rng = np.random.default_rng(spec["env_seed"] + 1)
         self.num_actions = int(spec["action_space"].n)
         # a Discrete(n, start) env acts in start..start+n-1, the network's outputs are 0..n-1:
-        # the env and the replay buffer get the env's actions (as in DQN._act), and
-        # DQN.train_step moves them back before indexing the Q-values
+        # the env and the replay buffer get the env's actions (as in DQN.act), and
+        # DQN.update moves them back before indexing the Q-values
         self.action_start = action_start(spec["action_space"])
         self.obs, _ = self.envs.reset(seed=spec["env_seed"])
         self.episode_return = np.zeros(self.num_envs)
