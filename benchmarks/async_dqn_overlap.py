@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from vecaccel.trainers.async_runner import learn_async, make_async_agent
-from vecaccel.trainers.common import make_env_for_training
+from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.dqn import DQN
 
 RESULTS = Path(__file__).resolve().parent / "results"

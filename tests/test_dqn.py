@@ -13,12 +13,8 @@ import pytest
 import torch
 
 import vecaccel
-from vecaccel.trainers.common import (
-    CheckpointError,
-    load_checkpoint,
-    make_env_for_training,
-    save_checkpoint,
-)
+from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.dqn import C51, DQN, PRESETS, DQNConfig, Rainbow
 
 torch.set_num_threads(1)
@@ -240,14 +236,14 @@ def test_resume_is_bit_identical(algorithm, backend, tmp_path, monkeypatch) -> N
     uninterrupted.close()
 
     crashing = algorithm(env="CartPole-v1", **_resume_config(backend, tmp_path / "b"))
-    train_step = DQN.train_step
+    train_step = DQN.update
 
     def train_step_then_crash(self, batch):
         if self.num_updates == 100:  # the 101st update dies after the checkpoint of the 80th
             raise Crash
         return train_step(self, batch)
 
-    monkeypatch.setattr(DQN, "train_step", train_step_then_crash)
+    monkeypatch.setattr(DQN, "update", train_step_then_crash)
     with pytest.raises(Crash):
         crashing.learn(total)
     crashing.close()

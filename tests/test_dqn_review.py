@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vecaccel
-from vecaccel.trainers.common import make_env_for_training
+from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.dqn import (
     DQN,
     DQNConfig,
@@ -245,7 +245,7 @@ def test_polyak_target_update() -> None:
             for p in agent.q_network.parameters():
                 p.add_(1.0)
         before = [p.clone() for p in agent.target_network.parameters()]
-        agent._update_target()
+        agent.update_target()
         for old, new, online in zip(
             before, agent.target_network.parameters(), agent.q_network.parameters()
         ):
@@ -264,13 +264,13 @@ def test_target_network_updates_every_period(monkeypatch) -> None:
             target_update_period=30,
             replay_ratio=4.0,
         )
-        original = DQN._update_target
+        original = DQN.update_target
 
         def spy(self):
             calls.append(self.global_step)
             original(self)
 
-        monkeypatch.setattr(DQN, "_update_target", spy)
+        monkeypatch.setattr(DQN, "update_target", spy)
         agent.learn(200)
     finally:
         envs.close()

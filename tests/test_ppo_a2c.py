@@ -15,17 +15,11 @@ from hypothesis import strategies as st
 import vecaccel
 from vecaccel.trainers import A2C, PPO
 from vecaccel.trainers.a2c import A2CConfig
-from vecaccel.trainers.common import (
-    CheckpointError,
-    EpisodicLifeEnv,
-    RunLogger,
-    compute_gae,
-    config_help,
-    load_checkpoint,
-    lr_scale,
-    make_env_for_training,
-    save_checkpoint,
-)
+from vecaccel.trainers.advantages import compute_gae
+from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from vecaccel.trainers.config import config_help, lr_scale
+from vecaccel.trainers.envs import EpisodicLifeEnv, make_env_for_training
+from vecaccel.trainers.logger import RunLogger
 from vecaccel.trainers.ppo import PPOConfig
 
 torch.set_num_threads(1)

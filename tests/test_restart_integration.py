@@ -69,7 +69,7 @@ def test_sampler_bootstraps_a_restart_and_does_not_count_it_as_an_episode():
 KILL_DURING_SAVE = textwrap.dedent(
     """
     import os, signal, sys, threading, torch
-    from vecaccel.trainers.common import save_checkpoint
+    from vecaccel.trainers.checkpoint import save_checkpoint
     path = sys.argv[1]
     save_checkpoint(path, {"weights": torch.zeros(10), "step": 1})
     big = {"weights": torch.randn(20_000_000), "step": 2}
@@ -82,7 +82,7 @@ KILL_DURING_SAVE = textwrap.dedent(
 
 
 def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path):
-    from vecaccel.trainers.common import CheckpointError, load_checkpoint
+    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
 
     path = tmp_path / "checkpoint.pt"
     script = tmp_path / "kill_during_save.py"

@@ -308,7 +308,7 @@ def _dqn_agent(name: str, batch_size: int, **extra: Any) -> Any:
     )
     agent.observation_space, agent.action_space = obs_space, act_space
     agent.env_id = "CartPole-v1"
-    agent._build_networks()
+    agent.build_networks()
     return agent
 
 
@@ -366,7 +366,7 @@ def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
 
 def _next_draws() -> dict[str, list[float]]:
     """What this process's torch and NumPy streams draw next, the streams left where they were."""
-    from vecaccel.trainers.common import get_rng_state, set_rng_state
+    from vecaccel.trainers.seeding import get_rng_state, set_rng_state
 
     state = get_rng_state()
     draws = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())

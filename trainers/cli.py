@@ -53,27 +53,29 @@ def _algorithm_class(algo: str) -> type:
 
 
 def _config_class(algo: str) -> type:
-    cls = _algorithm_class(algo)
-    config_cls = getattr(cls, "config_cls", None)
-    if config_cls is None or not dataclasses.is_dataclass(config_cls):
-        module = importlib.import_module(ALGORITHMS[algo][0])
-        config_cls = getattr(module, f"{ALGORITHMS[algo][1]}Config", None) or module.DQNConfig
-    return config_cls
+    return _algorithm_class(algo).config_cls
 
 
 def _presets(algo: str) -> dict[str, dict[str, Any]]:
-    module = importlib.import_module(ALGORITHMS[algo][0])
-    presets = getattr(module, "PRESETS", {}) or {}
-    nested = presets.get(algo)
-    if isinstance(nested, dict) and nested and all(isinstance(v, dict) for v in nested.values()):
-        return nested  # a module holding several algorithms keys its presets by algorithm
-    if set(presets) & set(ALGORITHMS) and algo not in presets:
-        return {}
-    return {name: value for name, value in presets.items() if isinstance(value, dict)}
+    return dict(getattr(importlib.import_module(ALGORITHMS[algo][0]), "PRESETS", {}))
+
+
+def _aliases(config_cls: type) -> dict[str, str]:
+    """Earlier flag spellings of ``config_cls``'s settings: old name -> current field.
+
+    They are the config's renamed settings (``ALIASES``) and the keywords its constructor takes
+    beside its fields (``InitVar`` spellings converted on the way in).
+    """
+    fields = {field.name for field in dataclasses.fields(config_cls)}
+    aliases = dict(getattr(config_cls, "ALIASES", {}))
+    for name in inspect.signature(config_cls).parameters:
+        if name not in fields and name not in aliases:
+            aliases[name] = name
+    return aliases
 
 
 def _field_docs(config_cls: type) -> dict[str, str]:
-    from vecaccel.trainers.common import config_help
+    from vecaccel.trainers.config import config_help
 
     return config_help(config_cls)
 
@@ -177,8 +179,7 @@ class AlgorithmParser(argparse.ArgumentParser):
                 help="start from a named configuration (explicit flags override it)",
             )
         group = self.add_argument_group(f"{self.algo} configuration")
-        class_defaults = getattr(_algorithm_class(self.algo), "defaults", None)
-        class_defaults = class_defaults if isinstance(class_defaults, dict) else {}
+        class_defaults = _algorithm_class(self.algo).defaults
         for field in dataclasses.fields(config_cls):
             flag = "--" + field.name.replace("_", "-")
             negative = "--no-" + field.name.replace("_", "-")
@@ -215,6 +216,27 @@ class AlgorithmParser(argparse.ArgumentParser):
                     help=help_text,
                 )
 
+        for old, new in _aliases(config_cls).items():
+            flag = "--" + old.replace("_", "-")
+            if flag in self._option_string_actions:
+                continue
+            hint = hints.get(new, str)
+            spec = _flag_spec(getattr(hint, "type", hint))  # an InitVar holds its type
+            if new == old:  # a keyword converted on the way in: its own docstring says how
+                help_text = docs.get(old, "").replace("%", "%%")
+            else:
+                help_text = f"the earlier spelling of --{new.replace('_', '-')}"
+            group.add_argument(
+                flag,
+                action=ConfigAction,
+                field=old,
+                dest="_unused_" + old,
+                default=argparse.SUPPRESS,
+                type=spec.get("type", str),
+                metavar=spec.get("metavar", new.upper()),
+                help=help_text,
+            )
+
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         self._populate()
         return super().parse_known_args(args, namespace)
@@ -240,7 +262,7 @@ def _setup_errors() -> tuple[type[BaseException], ...]:
     import gymnasium as gym
 
     from vecaccel.errors import WorkerError
-    from vecaccel.trainers.common import CheckpointError
+    from vecaccel.trainers.checkpoint import CheckpointError
 
     return (ValueError, TypeError, CheckpointError, WorkerError, gym.error.Error)
 
@@ -414,22 +436,8 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
 # -- handlers ---------------------------------------------------------------------------------
 
 
-def _accepts(callable_: Any, name: str) -> bool:
-    try:
-        parameters = inspect.signature(callable_).parameters
-    except (TypeError, ValueError):
-        return True
-    return name in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-
-
-def _keyword_subset(callable_: Any, values: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in values.items() if _accepts(callable_, key)}
-
-
-def _explicit_config(args: argparse.Namespace, config_cls: type) -> dict[str, Any]:
-    names = {field.name for field in dataclasses.fields(config_cls)}
+def _explicit_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The config values given on the command line (the common flags among them)."""
     config = dict(args.config or {})
     common = {
         "num_envs": args.num_envs,
@@ -437,13 +445,7 @@ def _explicit_config(args: argparse.Namespace, config_cls: type) -> dict[str, An
         "seed": args.seed,
         "device": args.device,
     }
-    for key, value in common.items():
-        if value is None:
-            continue
-        if key not in names:
-            print(f"warning: {config_cls.__name__} has no field {key!r}; ignored", file=sys.stderr)
-            continue
-        config[key] = value
+    config.update({key: value for key, value in common.items() if value is not None})
     return config
 
 
@@ -462,7 +464,7 @@ def train_command(args: argparse.Namespace) -> int:
     import os
 
     from vecaccel.trainers import distributed
-    from vecaccel.trainers.common import TrainingInterrupted
+    from vecaccel.trainers.signals import TrainingInterrupted
 
     nproc = getattr(args, "nproc", None)
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
@@ -485,114 +487,20 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    import os
-
-    from vecaccel.trainers import distributed
-    from vecaccel.trainers.common import CheckpointError, apply_runtime_settings, load_checkpoint
-
     # None where not given: a new run takes the defaults, a resumed one what it recorded
     fixed_lag = getattr(args, "async_fixed_lag", None)
     weight_sync_period = getattr(args, "async_weight_sync_period", None)
-    algo = args.algo
-    cls = _algorithm_class(algo)
-    config_cls = _config_class(algo)
-    explicit = _explicit_config(args, config_cls)
+    cls = _algorithm_class(args.algo)
+    explicit = _explicit_config(args)
     runtime = {"progress": not args.no_progress, "tensorboard": not args.no_tensorboard}
-
     if args.resume is not None:
-        run_dir = args.run_dir or (args.resume if args.resume.is_dir() else args.resume.parent)
-        checkpoint = args.resume / CHECKPOINT_NAME if args.resume.is_dir() else args.resume
-        try:
-            state = load_checkpoint(checkpoint)
-        except (CheckpointError, FileNotFoundError) as exc:
-            print(f"error: cannot resume: {exc}", file=sys.stderr)
-            return 2
-        env_id = _env_id(args, config_cls, state.get("config", {}), state)
-        if env_id is None:
-            print("error: the checkpoint names no env; pass --env", file=sys.stderr)
-            return 2
-        load_options: dict[str, Any] = {"run_dir": str(run_dir), **runtime}
-        if getattr(args, "no_replay", False):
-            load_options["load_replay"] = False
-        load_kwargs = _keyword_subset(cls.load, load_options)
-        # the checks a new run gets, on the config the resumed run will have: a bad flag
-        # (--backend nosuch) is refused here, before a rollout process starts and fails in it
-        try:
-            _preflight(config_cls, env_id, {**state.get("config", {}), **explicit})
-        except _setup_errors() as exc:
-            return _usage_error(exc)
-        # a run trained asynchronously goes on asynchronously (its checkpoint says so), unless
-        # --sync asks otherwise; the DQN family's replay file is read by either mode
-        wants_async = bool(getattr(args, "async_mode", False) or state.get("async", False))
-        resume_async = wants_async and not getattr(args, "sync_mode", False)
-        if resume_async:
-            from vecaccel.trainers import async_runner
-
-            try:
-                return async_runner.resume_async(
-                    cls,
-                    checkpoint,
-                    env_id,
-                    args.total_steps,
-                    weight_sync_period=weight_sync_period,
-                    fixed_lag=fixed_lag,
-                    **load_kwargs,
-                    **explicit,
-                )
-            except CheckpointError as exc:  # a missing or corrupt replay file, say
-                return _usage_error(exc)
-        try:
-            agent = cls.load(checkpoint, env=env_id, **load_kwargs, **explicit)
-        except _setup_errors() as exc:
-            return _usage_error(exc)
-        apply_runtime_settings(agent, runtime)
-        step = int(getattr(agent, "global_step", 0))
-        if getattr(agent, "is_main", True):  # one line for the run, not one per rank
-            print(f"resuming {algo} from {checkpoint} at step {step}", file=sys.stderr)
-        try:
-            if hasattr(agent, "set_target_steps"):
-                if args.total_steps is not None:
-                    agent.set_target_steps(args.total_steps)
-                if agent.target_steps is None or step >= agent.target_steps:
-                    print(
-                        f"the run is complete ({step} of {agent.target_steps} steps); pass a "
-                        "larger --total-steps to extend it",
-                        file=sys.stderr,
-                    )
-                    return 0
-                agent.learn()
-            elif args.total_steps is None:  # finish the budget the run was started with
-                horizon = (getattr(agent, "_loop_state", None) or {}).get("horizon")
-                if horizon is None:
-                    print(
-                        "error: the checkpoint records no budget; pass --total-steps",
-                        file=sys.stderr,
-                    )
-                    return 2
-                if step >= horizon:
-                    print(
-                        f"the run is complete ({step} of {horizon} steps); pass a larger "
-                        "--total-steps to extend it",
-                        file=sys.stderr,
-                    )
-                    return 0
-                agent.learn()
-            else:
-                kwargs = _keyword_subset(agent.learn, {"reset_num_timesteps": False})
-                agent.learn(max(0, args.total_steps - step), **kwargs)
-        finally:
-            _close(agent)
-        return 0
-
+        return _resume(args, cls, explicit, runtime, fixed_lag, weight_sync_period)
     if getattr(args, "no_replay", False):
         print("error: --no-replay only applies with --resume", file=sys.stderr)
         return 2
-    preset: dict[str, Any] = {}
     preset_name = getattr(args, "preset", None)
-    if preset_name:
-        preset = dict(_presets(algo)[preset_name])
-    config = {**preset, **explicit}
-    env_id = _env_id(args, config_cls, config)
+    config = {**(_presets(args.algo)[preset_name] if preset_name else {}), **explicit}
+    env_id = _env_id(args, cls.config_cls, config)
     config.pop("env_id", None)
     if env_id is None:
         print("error: --env is required", file=sys.stderr)
@@ -600,18 +508,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.total_steps is None:
         print("error: --total-steps is required (unless --resume)", file=sys.stderr)
         return 2
-    seed = config.get("seed", getattr(config_cls(), "seed", 0))
-    run_dir = args.run_dir or Path("runs") / (
-        f"{algo}-{env_id.replace('/', '_')}-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    if os.environ.get("TORCHELASTIC_RUN_ID") and args.run_dir is None and "RANK" in os.environ:
-        # ranks would each stamp their own time: take the name from the launcher's run id
-        run_dir = Path("runs") / (
-            f"{algo}-{env_id.replace('/', '_')}-{seed}-{os.environ['TORCHELASTIC_RUN_ID']}"
-        )
+    run_dir = args.run_dir or _default_run_dir(args.algo, env_id, config, cls.config_cls)
     fixed_lag = bool(fixed_lag)
-    weight_sync_period = 1 if weight_sync_period is None else weight_sync_period
-    if fixed_lag and weight_sync_period != 1:
+    if fixed_lag and weight_sync_period not in (None, 1):
         print(
             "error: --async-fixed-lag needs --async-weight-sync-period 1, got "
             f"{weight_sync_period}",
@@ -619,55 +518,131 @@ def _train(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        _preflight(config_cls, env_id, config)
+        _preflight(cls.config_cls, env_id, config)
     except _setup_errors() as exc:
         return _usage_error(exc)
-    if getattr(args, "async_mode", False):
+    if args.async_mode:
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers import async_runner
 
-        if algo in ("a2c", "ppo"):
-            return async_runner.train_async_on_policy(
-                cls,
-                env_id,
-                args.total_steps,
-                run_dir=str(run_dir),
-                weight_sync_period=weight_sync_period,
-                fixed_lag=fixed_lag,
-                **runtime,
-                **config,
-            )
-        return async_runner.train_async_dqn(
+        return async_runner.train_async(
             cls,
             env_id,
             args.total_steps,
             run_dir=str(run_dir),
+            weight_sync_period=weight_sync_period,
             fixed_lag=fixed_lag,
             **runtime,
             **config,
         )
-    kwargs = _keyword_subset(cls, {"run_dir": str(run_dir), **runtime})
     try:
-        agent = cls(env_id, **kwargs, **config)
+        agent = cls(env_id, run_dir=str(run_dir), **runtime, **config)
     except _setup_errors() as exc:
         return _usage_error(exc)
     try:
         agent.learn(args.total_steps)
     finally:
-        _close(agent)
-    if not distributed.is_main_process():
-        return 0
-    if not (Path(run_dir) / CHECKPOINT_NAME).exists():
-        # a trainer that does not manage a run directory still leaves a checkpoint behind
-        agent.save(Path(run_dir) / CHECKPOINT_NAME)
-    if getattr(agent, "run_dir", None) is None or args.no_progress:
-        curve = Path(run_dir) / "learning_curve.png"
-        print(
-            f"run directory: {run_dir}  checkpoint: {Path(run_dir) / CHECKPOINT_NAME}"
-            + (f"  learning curve: {curve}" if curve.exists() else ""),
-            file=sys.stderr,
-        )
+        agent.close()
+    if agent.is_main and args.no_progress:
+        _print_run_dir(Path(run_dir))
     return 0
+
+
+def _resume(
+    args: argparse.Namespace,
+    cls: type,
+    explicit: dict[str, Any],
+    runtime: dict[str, Any],
+    fixed_lag: bool | None,
+    weight_sync_period: int | None,
+) -> int:
+    """``vecaccel train ALGO --resume DIR``: continue the run of DIR's checkpoint."""
+    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
+
+    run_dir = args.run_dir or (args.resume if args.resume.is_dir() else args.resume.parent)
+    checkpoint = args.resume / CHECKPOINT_NAME if args.resume.is_dir() else args.resume
+    try:
+        state = load_checkpoint(checkpoint)
+    except (CheckpointError, FileNotFoundError) as exc:
+        print(f"error: cannot resume: {exc}", file=sys.stderr)
+        return 2
+    env_id = _env_id(args, cls.config_cls, state.get("config", {}), state)
+    if env_id is None:
+        print("error: the checkpoint names no env; pass --env", file=sys.stderr)
+        return 2
+    load_options: dict[str, Any] = {"run_dir": str(run_dir), **runtime}
+    if getattr(args, "no_replay", False):
+        load_options["load_replay"] = False
+    # the checks a new run gets, on the config the resumed run will have: a bad flag
+    # (--backend nosuch) is refused here, before a rollout process starts and fails in it
+    try:
+        _preflight(cls.config_cls, env_id, {**state.get("config", {}), **explicit})
+    except _setup_errors() as exc:
+        return _usage_error(exc)
+    # a run trained asynchronously goes on asynchronously (its checkpoint says so), unless
+    # --sync asks otherwise; the DQN family's replay file is read by either mode
+    wants_async = bool(args.async_mode or state.get("async", False))
+    if wants_async and not args.sync_mode:
+        from vecaccel.trainers import async_runner
+
+        try:
+            return async_runner.resume_async(
+                cls,
+                checkpoint,
+                env_id,
+                args.total_steps,
+                weight_sync_period=weight_sync_period,
+                fixed_lag=fixed_lag,
+                **load_options,
+                **explicit,
+            )
+        except CheckpointError as exc:  # a missing or corrupt replay file, say
+            return _usage_error(exc)
+    try:
+        agent = cls.load(checkpoint, env=env_id, **load_options, **explicit)
+    except _setup_errors() as exc:
+        return _usage_error(exc)
+    try:
+        step = agent.global_step
+        if agent.is_main:  # one line for the run, not one per rank
+            print(f"resuming {args.algo} from {checkpoint} at step {step}", file=sys.stderr)
+        if args.total_steps is not None:
+            agent.set_target_steps(args.total_steps)
+        if agent.target_steps is None:
+            print("error: the checkpoint records no budget; pass --total-steps", file=sys.stderr)
+            return 2
+        if step >= agent.target_steps:
+            print(
+                f"the run is complete ({step} of {agent.target_steps} steps); pass a larger "
+                "--total-steps to extend it",
+                file=sys.stderr,
+            )
+            return 0
+        agent.learn()
+    finally:
+        agent.close()
+    return 0
+
+
+def _default_run_dir(algo: str, env_id: str, config: dict[str, Any], config_cls: type) -> Path:
+    """``runs/ALGO-ENV-SEED-TIME``; under torchrun the time is the launcher's run id, or each
+    rank would stamp its own."""
+    import os
+
+    seed = config.get("seed", config_cls().seed)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if os.environ.get("TORCHELASTIC_RUN_ID") and "RANK" in os.environ:
+        stamp = os.environ["TORCHELASTIC_RUN_ID"]
+    return Path("runs") / f"{algo}-{env_id.replace('/', '_')}-{seed}-{stamp}"
+
+
+def _print_run_dir(run_dir: Path) -> None:
+    curve = run_dir / "learning_curve.png"
+    print(
+        f"run directory: {run_dir}  checkpoint: {run_dir / CHECKPOINT_NAME}"
+        + (f"  learning curve: {curve}" if curve.exists() else ""),
+        file=sys.stderr,
+    )
 
 
 def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
@@ -683,24 +658,17 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
     if "env_id" in names:
         values["env_id"] = env_id
     cfg = config_cls(**values)
-    backend = getattr(cfg, "backend", None)
-    if backend is not None and backend not in vecaccel.list_backends():
+    if cfg.backend not in vecaccel.list_backends():
         raise ValueError(
-            f"unknown backend {backend!r}; registered: {', '.join(vecaccel.list_backends())}"
+            f"unknown backend {cfg.backend!r}; registered: {', '.join(vecaccel.list_backends())}"
         )
     register_envs()
     gym.spec(env_id)  # gymnasium.error.Error naming the id (and close matches) if unknown
 
 
-def _close(agent: Any) -> None:
-    close = getattr(agent, "close", None)
-    if callable(close):
-        close()
-
-
 def eval_command(args: argparse.Namespace) -> int:
     """Handle ``vecaccel eval CHECKPOINT``; returns the exit code."""
-    from vecaccel.trainers.common import CheckpointError, load_checkpoint
+    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
 
     path = args.checkpoint / CHECKPOINT_NAME if args.checkpoint.is_dir() else args.checkpoint
     try:
@@ -714,18 +682,16 @@ def eval_command(args: argparse.Namespace) -> int:
         return 2
     cls = _algorithm_class(algo)
     try:
-        agent = cls.load(path, **_keyword_subset(cls.load, {"device": args.device}))
+        agent = cls.load(path, device=args.device)
     except _setup_errors() as exc:
         return _usage_error(exc)
-    if not hasattr(agent, "predict"):
-        print(f"error: {cls.__name__} has no predict()", file=sys.stderr)
-        return 2
     config = state.get("config", {})
     env_id = args.env or config.get("env_id") or state.get("env_id")
     if env_id is None:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2
-    from vecaccel.trainers.common import check_env_matches, make_env_fn
+    from vecaccel.trainers.checkpoint import check_env_matches
+    from vecaccel.trainers.envs import make_env_fn
 
     try:
         env = make_env_fn(env_id, config.get("atari"), training=False)()
@@ -781,7 +747,7 @@ def evaluate_agent(
     """
     import numpy as np
 
-    from vecaccel.trainers.common import make_env_fn
+    from vecaccel.trainers.envs import make_env_fn
 
     env = make_env_fn(env_id, atari, training=False, render_mode="rgb_array" if video else None)()
     if video is not None:
