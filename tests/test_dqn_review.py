@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vecaccel
-from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.dqn import (
     DQN,
     DQNConfig,
@@ -27,7 +26,9 @@ from vecaccel.trainers.dqn import (
     categorical_projection,
     linear_schedule,
 )
-from vecaccel.trainers.replay import PrioritizedReplayBuffer, ReplayBuffer
+from vecaccel.trainers.envs import make_env_for_training
+from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
+from vecaccel.trainers.replay import ReplayBuffer
 from vecaccel.trainers.sumtree import SumTree
 
 torch.set_num_threads(1)

@@ -12,12 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vecaccel
-from vecaccel.trainers.replay import (
-    PrioritizedReplayBuffer,
-    ReplayBuffer,
-    ReplayMemoryError,
-    available_memory,
-)
+from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
+from vecaccel.trainers.replay import ReplayBuffer, ReplayMemoryError, available_memory
 
 
 class Stream:

@@ -125,6 +125,15 @@ class Algorithm(abc.ABC):
         self.config.tensorboard = bool(value)
 
     @property
+    def env_id(self) -> str | None:
+        """The id of the env trained on (``None`` for a vector env without a spec)."""
+        return self.config.env_id
+
+    @env_id.setter
+    def env_id(self, value: str | None) -> None:
+        self.config.env_id = value
+
+    @property
     def action_start(self) -> int:
         """``start`` of a ``Discrete`` action space: the env numbers its actions from it, the
         networks' outputs from 0."""
@@ -154,6 +163,27 @@ class Algorithm(abc.ABC):
         return split_seed(self.config.seed, self.num_updates)
 
     # -- what a runner calls ---------------------------------------------------------------------
+
+    def set_budget(self, total_steps: int | None) -> None:
+        """Train ``total_steps`` more env steps from here; ``None`` keeps the budget of the run
+        this agent was loaded from.
+
+        Raises:
+            ValueError: ``total_steps`` is ``None`` and there is no unfinished run to continue.
+        """
+        if total_steps is None:
+            if self.target_steps is None or self.global_step >= self.target_steps:
+                raise ValueError(
+                    "learn() needs total_steps unless it continues the unfinished run of a "
+                    "loaded checkpoint"
+                )
+            return
+        self.target_steps = self.global_step + int(total_steps)
+
+    def set_target_steps(self, total_steps: int) -> None:
+        """Make ``total_steps`` the run's total (a resumed run's new budget); an unchanged total
+        continues the loaded run exactly."""
+        self.target_steps = int(total_steps)
 
     @abc.abstractmethod
     def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:

@@ -27,6 +27,7 @@ import numpy as np
 __all__ = [
     "LR_SCALE_MODES",
     "RunConfig",
+    "check_dqn_config",
     "check_on_policy_config",
     "config_from_dict",
     "config_help",
@@ -254,3 +255,39 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
     """Build ``config_cls`` from a dict, ignoring keys it does not have (older checkpoints)."""
     names = {field.name for field in dataclasses.fields(config_cls)}
     return config_cls(**{key: value for key, value in values.items() if key in names})
+
+
+def check_dqn_config(cfg: Any) -> None:
+    """Raise ``ValueError`` naming the field for a DQN-family config that cannot train (the
+    shared fields are checked by :class:`RunConfig`)."""
+    if cfg.batch_size < 1 or cfg.base_batch_size < 1:
+        raise ValueError("batch_size and base_batch_size must be positive")
+    if cfg.replay_ratio <= 0:
+        raise ValueError(f"replay_ratio must be positive, got {cfg.replay_ratio}")
+    if cfg.loss not in ("huber", "mse"):
+        raise ValueError(f"loss must be 'huber' or 'mse', got {cfg.loss!r}")
+    if cfg.categorical and (cfg.num_atoms < 2 or not cfg.v_min < cfg.v_max):
+        raise ValueError("categorical needs num_atoms >= 2 and v_min < v_max")
+    if cfg.target_update_period < 1:
+        raise ValueError("target_update_period must be at least 1 env step")
+    # each of these is accepted by the maths but fails later, or silently: gamma > 1 makes
+    # the targets diverge, tau <= 0 never moves the target network (or pushes it away), a
+    # negative alpha or beta inverts prioritization or its correction, and a negative eps
+    # makes a zero TD error a negative priority that the sum tree rejects mid-run
+    if not 0.0 <= cfg.gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {cfg.gamma!r}")
+    if not 0.0 < cfg.tau <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {cfg.tau!r}")
+    if not cfg.priority_alpha >= 0.0:
+        raise ValueError(f"priority_alpha must be non-negative, got {cfg.priority_alpha!r}")
+    if not 0.0 <= cfg.priority_beta_start <= 1.0:
+        raise ValueError(f"priority_beta_start must be in [0, 1], got {cfg.priority_beta_start!r}")
+    if not cfg.priority_eps >= 0.0:
+        raise ValueError(f"priority_eps must be non-negative, got {cfg.priority_eps!r}")
+    if cfg.async_weight_sync_period < 1:
+        raise ValueError(
+            f"async_weight_sync_period must be at least 1, got {cfg.async_weight_sync_period!r}"
+        )
+    if cfg.async_max_lead < 0:
+        raise ValueError(f"async_max_lead must be non-negative, got {cfg.async_max_lead!r}")
+    lr_scale(cfg.batch_size, cfg.base_batch_size, cfg.lr_scaling)  # validates the mode

@@ -1,7 +1,7 @@
 """The DQN family: DQN, Double, Dueling, n-step, prioritized replay, C51 and ε-Rainbow.
 
-The file reads top to bottom like a CleanRL script: the config, the presets, the schedules, the
-C51 projection, then the agent whose :meth:`DQN.update` is the whole loss and update. The loop
+The file reads top to bottom like a CleanRL script: the config, the C51 projection, then the
+agent whose :meth:`DQN.update` is the whole loss and update. The loop
 is the runner's (:class:`~vecaccel.trainers.runner.SyncRunner`): it steps a vecaccel
 ``VectorEnv`` under ``AutoresetMode.SAME_STEP``, so every step is a real transition and a
 truncated episode bootstraps from its true final observation (``infos["final_obs"]``); the
@@ -14,9 +14,9 @@ runner enforces it exactly (to within one update), and the measured value is log
 ``lr_scaling`` in the ratio ``batch_size / base_batch_size`` (logged as ``charts/lr_scale``).
 
 Checkpoints hold the replay buffer too (``checkpoint_replay``, in a ``.npz`` beside
-``checkpoint.pt``), and each periodic one is a restart point where the envs are reset with a
-derived seed, so on CPU a run resumed from it ends bit-identical to one never interrupted (see
-:meth:`DQN.learn`).
+``checkpoint.pt``; see ``dqn_checkpoint``), and each periodic one is a restart point where the
+envs are reset with a derived seed, so on CPU a run resumed from it ends bit-identical to one
+never interrupted.
 
 Example:
     >>> import torch; torch.set_num_threads(1)
@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import glob
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,18 +47,22 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.trainers import distributed
 from vecaccel.trainers.algorithm import Algorithm, Callback
 from vecaccel.trainers.checkpoint import (
-    CHECKPOINT_NAME,
-    CheckpointError,
     check_env_matches,
-    load_checkpoint,
-    save_checkpoint,
-    usable_device,
 )
-from vecaccel.trainers.config import RunConfig, config_from_dict, lr_scale, resolve_aliases
+from vecaccel.trainers.config import (
+    RunConfig,
+    check_dqn_config,
+    lr_scale,
+    resolve_aliases,
+)
+from vecaccel.trainers.dqn_checkpoint import load_dqn, save_dqn, write_run_checkpoint
+from vecaccel.trainers.dqn_presets import PRESETS
+from vecaccel.trainers.episodes import EpisodeStats
 from vecaccel.trainers.models import QNetwork, check_observation_space
-from vecaccel.trainers.replay import PrioritizedReplayBuffer, ReplayBuffer, ReplaySample
-from vecaccel.trainers.replay_files import read_replay, write_replay
-from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state, split_seed
+from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
+from vecaccel.trainers.replay import ReplayBuffer, ReplaySample, replay_buffer_kwargs
+from vecaccel.trainers.replay_files import restore_replay
+from vecaccel.trainers.schedules import linear_schedule
 
 __all__ = [
     "C51",
@@ -170,146 +172,10 @@ class DQNConfig(RunConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)
-        if self.batch_size < 1 or self.base_batch_size < 1:
-            raise ValueError("batch_size and base_batch_size must be positive")
-        if self.replay_ratio <= 0:
-            raise ValueError(f"replay_ratio must be positive, got {self.replay_ratio}")
-        if self.loss not in ("huber", "mse"):
-            raise ValueError(f"loss must be 'huber' or 'mse', got {self.loss!r}")
-        if self.categorical and (self.num_atoms < 2 or not self.v_min < self.v_max):
-            raise ValueError("categorical needs num_atoms >= 2 and v_min < v_max")
-        if self.target_update_period < 1:
-            raise ValueError("target_update_period must be at least 1 env step")
-        # each of these is accepted by the maths but fails later, or silently: gamma > 1 makes
-        # the targets diverge, tau <= 0 never moves the target network (or pushes it away), a
-        # negative alpha or beta inverts prioritization or its correction, and a negative eps
-        # makes a zero TD error a negative priority that the sum tree rejects mid-run
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma!r}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau!r}")
-        if not self.priority_alpha >= 0.0:
-            raise ValueError(f"priority_alpha must be non-negative, got {self.priority_alpha!r}")
-        if not 0.0 <= self.priority_beta_start <= 1.0:
-            raise ValueError(
-                f"priority_beta_start must be in [0, 1], got {self.priority_beta_start!r}"
-            )
-        if not self.priority_eps >= 0.0:
-            raise ValueError(f"priority_eps must be non-negative, got {self.priority_eps!r}")
-        if self.async_weight_sync_period < 1:
-            raise ValueError(
-                f"async_weight_sync_period must be at least 1, got {self.async_weight_sync_period!r}"
-            )
-        if self.async_max_lead < 0:
-            raise ValueError(f"async_max_lead must be non-negative, got {self.async_max_lead!r}")
-        lr_scale(self.batch_size, self.base_batch_size, self.lr_scaling)  # validates the mode
+        check_dqn_config(self)
 
 
-# Atari settings of Stooke & Abbeel (2018), "Accelerated Methods for Deep RL": the Nature-DQN
-# agent at replay ratio 8 with Adam, DQN at batch 512 and Categorical DQN at batch 2048, the
-# learning rate scaled from its batch-32 value, and ε-Rainbow (Rainbow without noisy nets, so
-# with ε-greedy exploration). Budgets are 50M env steps (200M frames) on 8 GPUs in the paper.
-_ATARI_COMMON: dict[str, Any] = dict(
-    num_envs=16,
-    backend="shm",
-    buffer_size=1_000_000,
-    gamma=0.99,
-    replay_ratio=8.0,
-    learning_starts=80_000,
-    target_update_period=40_000,
-    start_epsilon=1.0,
-    end_epsilon=0.01,
-    exploration_steps=1_000_000,
-    eval_epsilon=0.001,
-    max_grad_norm=10.0,
-    network="cnn",
-    frame_stack=4,
-    log_every_steps=10_000,
-)
-
-# tuned to solve CartPole-v1 within a CI budget on 2 CPU cores
-_CARTPOLE: dict[str, Any] = dict(
-    learning_rate=3.5e-4,
-    base_batch_size=32,
-    lr_scaling="sqrt",  # 3.5e-4 at batch 32 is 9.9e-4 at batch 256
-    batch_size=256,
-    buffer_size=20_000,
-    replay_ratio=32.0,  # one update of 256 every 8 env steps
-    learning_starts=500,
-    target_update_period=500,
-    exploration_fraction=0.15,
-    end_epsilon=0.02,
-    double=True,
-    n_step=3,
-    hidden_sizes=(128, 128),
-    loss="mse",
-)
-
-#: Named settings, applied with ``DQN(env, preset="atari-dqn", **overrides)``.
-PRESETS: dict[str, dict[str, Any]] = {
-    "cartpole": _CARTPOLE,
-    # the settings above (Double, 3-step) with a categorical head: plain 1-step C51 did not
-    # reach 475 in 60k steps. CartPole's discounted returns (at most 100 at gamma 0.99) need a
-    # support on [0, 100], not Atari's clipped [-10, 10] (``loss`` applies to expected values only)
-    "cartpole-c51": dict(_CARTPOLE, categorical=True, v_min=0.0, v_max=100.0),
-    # ε-Rainbow with the settings above: Double, Dueling, 3-step, prioritized, C51 on [0, 100]
-    "cartpole-rainbow": dict(
-        _CARTPOLE,
-        dueling=True,
-        prioritized=True,
-        priority_alpha=0.5,
-        categorical=True,
-        v_min=0.0,
-        v_max=100.0,
-    ),
-    "atari-dqn": dict(
-        _ATARI_COMMON,
-        batch_size=512,
-        base_batch_size=32,
-        learning_rate=1e-4,
-        lr_scaling="sqrt",
-        adam_eps=1.5e-4,
-        double=True,
-    ),
-    "atari-c51": dict(
-        _ATARI_COMMON,
-        categorical=True,
-        batch_size=2048,
-        base_batch_size=32,
-        learning_rate=2.5e-4,
-        lr_scaling="sqrt",
-        adam_eps=0.01 / 32,
-    ),
-    "atari-rainbow": dict(
-        _ATARI_COMMON,
-        double=True,
-        dueling=True,
-        n_step=3,
-        prioritized=True,
-        priority_alpha=0.5,
-        categorical=True,
-        batch_size=512,
-        base_batch_size=32,
-        learning_rate=6.25e-5,
-        lr_scaling="sqrt",
-        adam_eps=1.5e-4,
-    ),
-}
-
-
-# -- schedules and the C51 projection --------------------------------------------------------
-
-
-def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
-    """``start`` moving linearly to ``end`` over ``duration`` steps, then ``end``.
-
-    Example:
-        >>> linear_schedule(1.0, 0.1, 100, 50)
-        0.55
-    """
-    if duration <= 0:
-        return end
-    return end + (start - end) * max(0.0, 1.0 - t / duration)
+# -- the C51 projection ----------------------------------------------------------------------
 
 
 def categorical_projection(
@@ -376,6 +242,7 @@ class DQN(Algorithm):
         loop_state: the runner's counters at the last checkpoint (saved with it).
     """
 
+    algo_name = "dqn"
     family = "off_policy"
     config_cls = DQNConfig
     config: DQNConfig
@@ -408,9 +275,8 @@ class DQN(Algorithm):
         self.buffer: ReplayBuffer | None = None
         self.measured_replay_ratio: float | None = None
         self.last_obs: np.ndarray | None = None
-        self.saw_episode_info = False
-        self._episode_return = np.zeros(0)
-        self._episode_length = np.zeros(0)
+        #: the returns and lengths of the episodes running in each env
+        self.episode_stats = EpisodeStats()
         self.loop_state: dict[str, Any] | None = None
         # a loaded agent's exact-resume state, and the replay file its checkpoint names (read
         # when a buffer is made for it), both taken by the next run
@@ -418,15 +284,6 @@ class DQN(Algorithm):
         self._pending_replay: tuple[Path, dict[str, Any]] | None = None
         if self.observation_space is not None:
             self.build_networks()
-
-    @property
-    def env_id(self) -> str | None:
-        """The id of the env trained on (``None`` for a vector env without a spec)."""
-        return self.config.env_id
-
-    @env_id.setter
-    def env_id(self, value: str | None) -> None:
-        self.config.env_id = value  # type: ignore[assignment]
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -517,28 +374,10 @@ class DQN(Algorithm):
             else None
         )
 
-    def _frame_stack(self) -> int:
-        if self.config.frame_stack > 0:
-            return self.config.frame_stack
-        space = self.observation_space
-        image = isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
-        return int(space.shape[0]) if image and len(space.shape) == 3 else 1
-
     def buffer_kwargs(self, num_envs: int) -> dict[str, Any]:
         """The replay buffer's arguments (of this agent's buffer and of the asynchronous
         runner's shared one, so that their checkpointed buffers fit each other)."""
-        cfg = self.config
-        kwargs: dict[str, Any] = dict(
-            capacity=max(cfg.buffer_size, num_envs * (cfg.n_step + self._frame_stack() + 8)),
-            num_envs=num_envs,
-            n_step=cfg.n_step,
-            gamma=cfg.gamma,
-            frame_stack=self._frame_stack(),
-            seed=cfg.seed,
-        )
-        if cfg.prioritized:
-            kwargs.update(alpha=cfg.priority_alpha, eps=cfg.priority_eps)
-        return kwargs
+        return replay_buffer_kwargs(self.config, self.observation_space, num_envs)
 
     def make_buffer(self, num_envs: int) -> ReplayBuffer:
         """An empty replay buffer for ``num_envs`` envs, uniform or prioritized per the config."""
@@ -694,35 +533,6 @@ class DQN(Algorithm):
 
     # -- what the runner keeps between iterations ----------------------------------------------
 
-    def reset_episode_stats(self) -> None:
-        """Start counting every env's episode return and length from zero."""
-        num_envs = self.envs.num_envs
-        self._episode_return = np.zeros(num_envs)
-        self._episode_length = np.zeros(num_envs, dtype=np.int64)
-
-    def record_episodes(self, reward, done, infos) -> list[tuple[float, float]]:
-        """Returns and lengths of the episodes that ended this step.
-
-        ``info["episode"]`` of ``RecordEpisodeStatistics`` (real game scores for Atari, across
-        lives) is preferred; envs without it are measured from the rewards seen.
-        """
-        self._episode_return += reward
-        self._episode_length += 1
-        finished: list[tuple[float, float]] = []
-        final_info = infos.get("final_info", {})
-        stats = final_info.get("episode") if isinstance(final_info, dict) else None
-        if stats is not None:
-            self.saw_episode_info = True
-            mask = final_info.get("_episode", np.ones(len(done), dtype=bool))
-            for i in np.flatnonzero(mask):
-                finished.append((float(stats["r"][i]), float(stats["l"][i])))
-        elif not self.saw_episode_info:
-            for i in np.flatnonzero(done):
-                finished.append((float(self._episode_return[i]), float(self._episode_length[i])))
-        self._episode_return[done] = 0.0
-        self._episode_length[done] = 0
-        return finished
-
     def take_resume_state(self) -> dict[str, Any] | None:
         """The exact-resume state of the checkpoint this agent was loaded from (its loop
         counters and RNG states), once: the first run after loading takes it."""
@@ -739,39 +549,8 @@ class DQN(Algorithm):
         pending, self._pending_replay = self._pending_replay, None
         if pending is None:
             return False
-        checkpoint, replay = pending
-        if type(buffer).__name__ != replay["buffer"]:
-            raise CheckpointError(
-                f"checkpoint {checkpoint} holds a {replay['buffer']}, but this agent's config "
-                f"makes a {type(buffer).__name__}"
-            )
-        read_replay(buffer, checkpoint.parent / replay["file"], replay["token"], checkpoint)
-        buffer.rng.bit_generator.state = replay["rng"]
-        # n_step may be overridden on load, which changes which slots can be sampled, and
-        # priority_alpha, which changes the priorities a prioritized tree holds
-        buffer.restored(replay.get("n_step"), replay.get("alpha"))
+        restore_replay(buffer, *pending)
         return True
-
-    def set_budget(self, total_steps: int | None) -> None:
-        """Collect ``total_steps`` more env steps from here; ``None`` keeps the budget of the
-        run this agent was loaded from.
-
-        Raises:
-            ValueError: ``total_steps`` is ``None`` and there is no unfinished run to continue.
-        """
-        if total_steps is None:
-            if self.target_steps is None or self.global_step >= self.target_steps:
-                raise ValueError(
-                    "learn() needs total_steps unless it continues the unfinished run of a "
-                    "loaded checkpoint"
-                )
-            return
-        self.target_steps = self.global_step + int(total_steps)
-
-    def set_target_steps(self, total_steps: int) -> None:
-        """Make ``total_steps`` the run's total (a resumed run's new budget); an unchanged total
-        continues the loaded run exactly."""
-        self.target_steps = int(total_steps)
 
     @property
     def replay_ratio(self) -> float | None:
@@ -786,24 +565,18 @@ class DQN(Algorithm):
     ) -> DQN:
         """Collect ``total_steps`` env steps, training as the replay ratio prescribes.
 
-        Resume. Env state cannot be saved, so with ``run_dir`` and ``checkpoint_every`` set
-        each periodic checkpoint is a restart point (``reset_envs_at_checkpoint``): the open
-        episodes are closed in the replay buffer, the envs are reset with a seed derived from
-        ``(seed, updates)``, and the checkpoint then saves the networks, optimizer, counters,
-        schedules, every RNG state and the replay buffer. A loaded agent resets its envs with
-        the same seed and continues the saved run, so on CPU (same thread count) it ends with
-        bit-identical parameters to a run that was never interrupted. The checkpoint written when
-        ``learn`` ends (or is stopped by SIGINT/SIGTERM) continues the run too, not identically;
-        an error raised inside the loop writes none, leaving the last restart point in place.
-        Under ``torchrun`` every rank saves its own replay buffer; a run resumed on as many ranks
-        gives each rank its own back (on another number, every rank starts from rank 0's).
+        With ``run_dir`` and ``checkpoint_every`` set, each periodic checkpoint is a restart
+        point (see the module docstring): a loaded agent continues its run from there, on CPU
+        bit-identical to a run never interrupted. The checkpoint written when ``learn`` ends
+        (or is stopped by SIGINT/SIGTERM) continues the run too, not identically; an error
+        raised inside the loop writes none. Under ``torchrun`` every rank saves its own replay
+        buffer; a run resumed on as many ranks gives each rank its own back.
 
         Args:
             total_steps: env steps to collect in this call; ``None`` finishes the run of the
                 checkpoint this agent was loaded from.
             reset_num_timesteps: start the step count (and so the ε and β schedules and
-                ``learning_starts``) from zero, as SB3 does; ``False`` continues them. A loaded
-                agent given ``False`` and the steps its run had left continues that run exactly.
+                ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
             callback: ``callback(agent, metrics)`` after every vector step (``metrics``: the row
                 logged there, or ``{}``; ``callback(agent)`` works too); returning ``False``
                 stops training early, as SB3's callbacks do.
@@ -829,34 +602,7 @@ class DQN(Algorithm):
         different experience) and rank 0 names them all in the checkpoint, with each rank's
         random generators, once they are written.
         """
-        if self.run_dir is None:  # no rank writes checkpoints: nothing to gather either
-            return None
-        # every rank writes its replay file into the run directory; rank 0 the checkpoint
-        path = Path(run_dir if run_dir is not None else self.run_dir) / CHECKPOINT_NAME
-        ranks = None
-        if replay and self.world_size > 1 and self.buffer is not None:
-            token = f"{self.global_step}-r{distributed.rank()}-{secrets.token_hex(4)}"
-            ranks = distributed.all_gather_object(
-                self._replay_entry(write_replay(self.buffer, path, token), token)
-            )
-        if not self.is_main:
-            return None
-        if ranks is not None:
-            return self.save(path, rank_replays=ranks)
-        return self.save(path, replay=replay)
-
-    def _replay_entry(self, file: Path, token: str) -> dict[str, Any]:
-        return {
-            "file": file.name,
-            "token": token,
-            "buffer": type(self.buffer).__name__,
-            "n_step": self.buffer.n_step,
-            # a prioritized tree holds priority ** alpha (see PrioritizedReplayBuffer.restored)
-            "alpha": getattr(self.buffer, "alpha", None),
-            "rng": self.buffer.rng.bit_generator.state,
-            "agent_rng": self.rng.bit_generator.state,
-            "global_rng": get_rng_state(),  # this rank's torch, NumPy and Python states
-        }
+        return write_run_checkpoint(self, run_dir, replay)
 
     def save(
         self,
@@ -878,54 +624,7 @@ class DQN(Algorithm):
         Returns:
             The checkpoint's path.
         """
-        space = self.observation_space
-        if not isinstance(space, gym.spaces.Box):
-            raise TypeError(f"saving supports Box observation spaces, got {space}")
-        path = Path(path)
-        state = {
-            "algorithm": type(self).__name__,
-            "env_id": self.env_id,
-            "config": {
-                k: list(v) if isinstance(v, tuple) else v
-                for k, v in dataclasses.asdict(self.config).items()
-            },
-            "observation": {
-                "shape": list(space.shape),
-                "dtype": str(np.dtype(space.dtype)),
-                "low": torch.as_tensor(np.asarray(space.low, dtype=np.float64)),
-                "high": torch.as_tensor(np.asarray(space.high, dtype=np.float64)),
-            },
-            "num_actions": int(self.action_space.n),
-            "action_start": int(self.action_space.start),
-            "q_network": self.q_network.state_dict(),
-            "target_network": self.target_network.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "global_step": self.global_step,
-            "num_updates": self.num_updates,
-            "rng": get_rng_state(),
-            "agent_rng": self.rng.bit_generator.state,
-            "async": bool(self.async_run),
-            "async_options": dict(self.async_options),
-        }
-        if self.loop_state is not None:
-            state["loop"] = dict(self.loop_state)
-        keep: set[str] = set()
-        if rank_replays is not None:
-            state["replay"] = dict(rank_replays[0])  # what a single process loads
-            state["rank_replays"] = [dict(entry) for entry in rank_replays]
-            keep = {entry["file"] for entry in rank_replays}
-        elif replay and self.buffer is not None:
-            token = f"{self.global_step}-{secrets.token_hex(4)}"
-            state["replay"] = self._replay_entry(write_replay(self.buffer, path, token), token)
-            keep = {state["replay"]["file"]}
-        written = save_checkpoint(path, state)
-        # older replay files, and the partial one of a save that was killed, are of no use now
-        stem = glob.escape(path.stem)
-        for pattern in (f"{stem}.replay-*.npz", f".{stem}.replay-*.npz.*.tmp"):
-            for stale in path.parent.glob(pattern):
-                if stale.name not in keep:
-                    stale.unlink(missing_ok=True)
-        return written
+        return save_dqn(self, Path(path), replay, rank_replays)
 
     @classmethod
     def load(
@@ -952,106 +651,20 @@ class DQN(Algorithm):
             CheckpointError: the file is corrupt or truncated, or (with ``env``) the replay file
                 it names is missing, corrupt or from another checkpoint.
         """
-        path = Path(path)
-        if path.is_dir():
-            path = path / CHECKPOINT_NAME
-        state = load_checkpoint(path)
-        algorithm = state.get("algorithm")
-        if algorithm is None or (cls is not DQN and algorithm != cls.__name__):
-            raise CheckpointError(
-                f"{path} holds a {algorithm or state.get('algo')!r} checkpoint, not "
-                f"{cls.__name__!r}"
-            )
-        values = {
-            **resolve_aliases(DQNConfig, state["config"]),
-            **resolve_aliases(DQNConfig, overrides),
-        }
-        if "device" not in overrides and "device" in values:
-            values["device"] = usable_device(values["device"])
-        config = config_from_dict(DQNConfig, values)
-        agent = cls.__new__(cls)
-        DQN.__init__(agent, env=None, config=config)
-        observation = state["observation"]
-        dtype = np.dtype(observation["dtype"])
-        agent.observation_space = gym.spaces.Box(
-            observation["low"].numpy().astype(dtype),
-            observation["high"].numpy().astype(dtype),
-            tuple(observation["shape"]),
-            dtype,
-        )
-        # older checkpoints have no start: they could only have trained with 0
-        agent.action_space = gym.spaces.Discrete(
-            state["num_actions"], start=int(state.get("action_start", 0))
-        )
-        agent.env_id = state.get("env_id")
-        agent.build_networks()
-        agent.q_network.load_state_dict(state["q_network"])
-        agent.target_network.load_state_dict(state["target_network"])
-        agent.optimizer.load_state_dict(state["optimizer"])
-        # load_state_dict brings back the saved param_groups, hyperparameters included; the
-        # config in force (overrides, or a batch size that rescales the rate) decides them, and
-        # the Adam moments alone carry over. DQN has no lr schedule, so the rate is constant.
-        for group in agent.optimizer.param_groups:
-            group["lr"] = agent.learning_rate
-            group["eps"] = config.adam_eps
-        agent.global_step = int(state["global_step"])
-        agent.num_updates = int(state["num_updates"])
-        agent.async_run = bool(state.get("async", False))
-        agent.async_options = dict(state.get("async_options", {}))
-        # every rank's global states where the checkpoint has them (rank replays), else rank
-        # 0's: rank 0 restores them, a rank r > 0 re-seeds from (its seed, r, the checkpoint's
-        # counters) so that the ranks keep distinct streams, as in a fresh run
-        resume_point = (agent.global_step, agent.num_updates)
-        ranks = state.get("rank_replays")
-        rank_states = None
-        if ranks is not None and all("global_rng" in entry for entry in ranks):
-            rank_states = [entry["global_rng"] for entry in ranks]
-        rng_state = restore_rank_rng_state(
-            state["rng"], agent.config.seed, *resume_point, rank_states=rank_states
-        )
-        agent.rng.bit_generator.state = state["agent_rng"]
-        replay = state.get("replay") if load_replay else None
-        rank = distributed.rank()
-        if ranks is not None and len(ranks) == agent.world_size:
-            # each rank of a run on as many ranks goes on with its own experience
-            entry = ranks[rank]
-            agent.rng.bit_generator.state = entry["agent_rng"]
-            state["agent_rng"] = entry["agent_rng"]
-            if replay is not None:
-                replay = entry
-        elif rank > 0:
-            # rank 0's exploration and replay-sampling generators (the checkpoint has none of
-            # this rank's): re-seeded like the global ones, or this rank would explore and
-            # draw its batches exactly as rank 0 does
-            agent.rng = np.random.default_rng(
-                split_seed(agent.config.seed, 0xE5, rank, *resume_point)
-            )
-            state["agent_rng"] = agent.rng.bit_generator.state
-            if replay is not None:
-                sampling = np.random.default_rng(
-                    split_seed(agent.config.seed, 0xB5, rank, *resume_point)
-                )
-                replay = {**replay, "rng": sampling.bit_generator.state}
-        if replay is not None:
-            # older checkpoints do not name the buffer's n_step or alpha; they were the config's
-            saved = state["config"]
-            replay = {"n_step": saved.get("n_step"), "alpha": saved.get("priority_alpha"), **replay}
-            agent._pending_replay = (path, replay)
-        if "loop" in state:  # older checkpoints have no loop state: learn() starts afresh
-            agent.loop_state = dict(state["loop"])
-            agent.target_steps = int(state["loop"]["horizon"])
-            agent._resume = {
-                **state["loop"],
-                "rng": rng_state,
-                "agent_rng": state["agent_rng"],
-                "exact": replay is not None,
-            }
-        if env is not None:
-            agent.attach_env(env)
-            if replay is not None:  # read now, so that a bad replay file fails here
-                agent.buffer = agent.make_buffer(agent.envs.num_envs)
-                agent.restore_replay(agent.buffer)
-        return agent
+        return load_dqn(cls, Path(path), env, load_replay, overrides)
+
+    def set_resume_point(
+        self,
+        checkpoint: Path,
+        replay: dict[str, Any] | None,
+        resume: dict[str, Any] | None,
+    ) -> None:
+        """Remember what a loaded checkpoint holds for the next run: the replay file it names
+        (read into the next buffer made) and its exact-resume state (loop counters, RNG states).
+        """
+        self._pending_replay = None if replay is None else (checkpoint, replay)
+        self._resume = resume
+
 
 class C51(DQN):
     """Categorical DQN (Bellemare et al., 2017): 51 atoms on [-10, 10], cross-entropy loss.
@@ -1061,6 +674,7 @@ class C51(DQN):
         True
     """
 
+    algo_name = "c51"
     defaults = dict(categorical=True, adam_eps=0.01 / 32)
 
 
@@ -1073,6 +687,7 @@ class Rainbow(DQN):
         (True, True, 3, True, True)
     """
 
+    algo_name = "rainbow"
     defaults = dict(
         double=True,
         dueling=True,

@@ -365,25 +365,18 @@ class OnPolicyAlgorithm(Algorithm):
         if total_steps == self.target_steps:
             return
         start_step = self.schedule_start_update * self.batch_size
-        self.target_steps = int(total_steps)
+        super().set_target_steps(total_steps)
         self.schedule_updates = max(
             1, math.ceil((self.target_steps - start_step) / self.batch_size)
         )
 
     def set_budget(self, total_steps: int | None) -> None:
         """Train ``total_steps`` more env steps from here, the learning rate annealing over them;
-        ``None`` keeps the budget and schedule of the run this agent was loaded from.
-
-        Raises:
-            ValueError: ``total_steps`` is ``None`` and there is no unfinished run to continue.
-        """
-        if total_steps is None:
-            if self.target_steps is None or self.global_step >= self.target_steps:
-                raise ValueError("learn() needs total_steps unless it continues a resumed run")
-            return
-        self.target_steps = self.global_step + int(total_steps)
-        self.schedule_start_update = self.num_updates
-        self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
+        ``None`` keeps the budget and schedule of the run this agent was loaded from."""
+        super().set_budget(total_steps)
+        if total_steps is not None:
+            self.schedule_start_update = self.num_updates
+            self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
 
     def learn(
         self, total_steps: int | None = None, callback: Callback | None = None

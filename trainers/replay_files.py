@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from vecaccel.trainers.checkpoint import CheckpointError
 if TYPE_CHECKING:
     from vecaccel.trainers.replay import ReplayBuffer
 
-__all__ = ["read_replay", "write_replay"]
+__all__ = ["read_replay", "restore_replay", "write_replay"]
 
 _REPLAY_TOKEN = "__checkpoint_token__"
 
@@ -98,3 +98,22 @@ def read_replay(buffer: ReplayBuffer, path: Path, token: str, checkpoint: Path) 
             f"replay file {path} of checkpoint {checkpoint} is truncated or corrupt: "
             f"{type(exc).__name__}: {exc}{hint}"
         ) from exc
+
+
+def restore_replay(buffer: ReplayBuffer, checkpoint: Path, entry: dict[str, Any]) -> None:
+    """Fill ``buffer`` from the replay file that ``checkpoint`` names in ``entry``.
+
+    Raises:
+        CheckpointError: the file is missing or corrupt, or does not fit ``buffer`` (another
+            buffer type, another config).
+    """
+    if type(buffer).__name__ != entry["buffer"]:
+        raise CheckpointError(
+            f"checkpoint {checkpoint} holds a {entry['buffer']}, but this agent's config "
+            f"makes a {type(buffer).__name__}"
+        )
+    read_replay(buffer, checkpoint.parent / entry["file"], entry["token"], checkpoint)
+    buffer.rng.bit_generator.state = entry["rng"]
+    # n_step may be overridden on load, which changes which slots can be sampled, and
+    # priority_alpha, which changes the priorities a prioritized tree holds
+    buffer.restored(entry.get("n_step"), entry.get("alpha"))

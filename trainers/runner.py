@@ -220,7 +220,9 @@ class _OnPolicyLoop:
             count = float(len(episodes.returns))
             metrics["charts/episodes"] = count
             metrics["_stop"] = 1.0 if stop else 0.0
-            metrics = distributed.reduce_log_row(metrics, count, sums=("_stop",), device=agent.device)
+            metrics = distributed.reduce_log_row(
+                metrics, count, sums=("_stop",), device=agent.device
+            )
             stop = bool(metrics.pop("_stop") or 0.0)
         log = (
             self.log_period.due(agent.global_step)
@@ -298,7 +300,7 @@ class _OffPolicyLoop:
             else:  # a loaded agent restarts where the checkpoint's run restarted its envs
                 seed = agent.restart_seed()
             agent.last_obs, _ = agent.envs.reset(seed=seed)
-            agent.reset_episode_stats()
+            agent.episode_stats.reset(agent.envs.num_envs)
         self.start_step = agent.global_step
         self.horizon = self.start_step + int(total_steps)
         agent.target_steps = self.horizon
@@ -319,7 +321,7 @@ class _OffPolicyLoop:
             self.beta = resume["beta"]
             next_log = resume["next_log"]
             self.last_target_update = resume["last_target_update"]
-            agent.saw_episode_info = resume["saw_episode_info"]
+            agent.episode_stats.saw_info = resume["saw_episode_info"]
             # after the envs are made and reset, whatever that drew from the global generators
             set_rng_state(resume["rng"])
             agent.rng.bit_generator.state = resume["agent_rng"]
@@ -347,7 +349,7 @@ class _OffPolicyLoop:
             "beta": self.beta,
             "next_log": self.log_period.next_step,
             "last_target_update": self.last_target_update,
-            "saw_episode_info": self.agent.saw_episode_info,
+            "saw_episode_info": self.agent.episode_stats.saw_info,
         }
 
     def iterate(self, stop_requested: bool) -> tuple[dict[str, Any], bool, bool]:
@@ -361,7 +363,7 @@ class _OffPolicyLoop:
         agent.last_obs = next_obs
         agent.global_step += self.steps_per_vector_step
         self.vector_steps += 1
-        for episode_return, length in agent.record_episodes(reward, done, infos):
+        for episode_return, length in agent.episode_stats.record(reward, done, infos):
             agent.episode_log.append((agent.global_step, episode_return, length))
             self.finished.append((episode_return, length))
 
@@ -440,7 +442,7 @@ class _OffPolicyLoop:
         if agent.config.reset_envs_at_checkpoint:
             agent.buffer.end_episodes()
             agent.last_obs, _ = agent.envs.reset(seed=agent.restart_seed())
-            agent.reset_episode_stats()
+            agent.episode_stats.reset(agent.envs.num_envs)
 
     def write_checkpoint(self) -> None:
         agent = self.agent
