@@ -1,8 +1,8 @@
 """``vecaccel train`` and ``vecaccel eval``, contributed to the command line through the hook.
 
 The plugin manager imports this module when it is built, so nothing here imports torch or an
-algorithm at module level: each algorithm's flags are generated from its config dataclass (the
-field docstrings are the ``--help`` text) only when that algorithm's sub-command is parsed.
+algorithm at module level: each algorithm's flags (``cli_flags``) are generated from its config
+dataclass only when that algorithm's sub-command is parsed.
 
 Example:
     >>> import argparse
@@ -17,233 +17,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import inspect
 import sys
 import time
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
 from vecaccel import hookimpl
+from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
+from vecaccel.trainers.cli_errors import setup_errors, usage_error
+from vecaccel.trainers.cli_flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
+from vecaccel.trainers.evaluate import eval_command
 
 __all__ = ["ALGORITHMS", "eval_command", "train_command", "vecaccel_add_commands"]
-
-#: algorithm name -> (module, class); DQN-family modules are another helper's and load lazily.
-ALGORITHMS: dict[str, tuple[str, str]] = {
-    "a2c": ("vecaccel.trainers.a2c", "A2C"),
-    "ppo": ("vecaccel.trainers.ppo", "PPO"),
-    "dqn": ("vecaccel.trainers.dqn", "DQN"),
-    "c51": ("vecaccel.trainers.dqn", "C51"),
-    "rainbow": ("vecaccel.trainers.dqn", "Rainbow"),
-}
-
-#: config fields that have a common flag of their own
-_COMMON_FIELDS = {"env_id", "num_envs", "backend", "seed", "device"}
-CHECKPOINT_NAME = "checkpoint.pt"
-
-
-# -- resolving an algorithm lazily ------------------------------------------------------------
-
-
-def _algorithm_class(algo: str) -> type:
-    module_path, class_name = ALGORITHMS[algo]
-    return getattr(importlib.import_module(module_path), class_name)
-
-
-def _config_class(algo: str) -> type:
-    return _algorithm_class(algo).config_cls
-
-
-def _presets(algo: str) -> dict[str, dict[str, Any]]:
-    return dict(getattr(importlib.import_module(ALGORITHMS[algo][0]), "PRESETS", {}))
-
-
-def _aliases(config_cls: type) -> dict[str, str]:
-    """Earlier flag spellings of ``config_cls``'s settings: old name -> current field.
-
-    They are the config's renamed settings (``ALIASES``) and the keywords its constructor takes
-    beside its fields (``InitVar`` spellings converted on the way in).
-    """
-    fields = {field.name for field in dataclasses.fields(config_cls)}
-    aliases = dict(getattr(config_cls, "ALIASES", {}))
-    for name in inspect.signature(config_cls).parameters:
-        if name not in fields and name not in aliases:
-            aliases[name] = name
-    return aliases
-
-
-def _field_docs(config_cls: type) -> dict[str, str]:
-    from vecaccel.trainers.config import config_help
-
-    return config_help(config_cls)
-
-
-# -- flag types from annotations --------------------------------------------------------------
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _optional(parse: Any) -> Any:
-    def parse_optional(text: str) -> Any:
-        if text.strip().lower() in ("none", "auto", "null", ""):
-            return None
-        return parse(text)
-
-    parse_optional.__name__ = getattr(parse, "__name__", "value")
-    return parse_optional
-
-
-def _int_tuple(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-
-
-def _flag_spec(annotation: Any) -> dict[str, Any]:
-    """argparse keyword arguments for a dataclass field annotation."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        inner = [a for a in args if a is not type(None)]
-        spec = _flag_spec(inner[0]) if len(inner) == 1 else {"type": str}
-        if spec.get("action") is argparse.BooleanOptionalAction:
-            return {"type": _optional(_parse_bool), "metavar": "{true,false,auto}"}
-        spec["type"] = _optional(spec.get("type", str))
-        return spec
-    if annotation is bool:
-        return {"action": argparse.BooleanOptionalAction}
-    if annotation in (int, float, str):
-        return {"type": annotation}
-    if origin in (tuple, list) and args and args[0] is int:
-        return {"type": _int_tuple, "metavar": "N,N,..."}
-    return {"type": str}
-
-
-class ConfigAction(argparse.Action):
-    """Store a config field's value under ``namespace.config[field]``."""
-
-    def __init__(self, option_strings: list[str], dest: str, field: str = "", **kwargs: Any):
-        self.field = field
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
-        config = getattr(namespace, "config", None)
-        if config is None:
-            config = {}
-            namespace.config = config
-        if self.nargs == 0:
-            values = not (option_string or "").startswith("--no-")
-        config[self.field] = values
-
-
-class AlgorithmParser(argparse.ArgumentParser):
-    """An algorithm's sub-parser whose config flags are added when it is first used.
-
-    Importing an algorithm imports torch; deferring it keeps ``vecaccel --help`` and every other
-    command free of torch.
-    """
-
-    def __init__(self, *args: Any, algo: str = "", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.algo = algo
-        self._populated = False
-
-    def _populate(self) -> None:
-        if self._populated or not self.algo:
-            return
-        self._populated = True
-        try:
-            config_cls = _config_class(self.algo)
-        except ImportError as exc:
-            self.epilog = f"(the {self.algo} trainer cannot be imported: {exc})"
-            return
-        docs = _field_docs(config_cls)
-        hints = typing.get_type_hints(config_cls)
-        presets = _presets(self.algo)
-        if presets:
-            self.add_argument(
-                "--preset",
-                choices=sorted(presets),
-                help="start from a named configuration (explicit flags override it)",
-            )
-        group = self.add_argument_group(f"{self.algo} configuration")
-        class_defaults = _algorithm_class(self.algo).defaults
-        for field in dataclasses.fields(config_cls):
-            flag = "--" + field.name.replace("_", "-")
-            negative = "--no-" + field.name.replace("_", "-")
-            taken = self._option_string_actions
-            if field.name in _COMMON_FIELDS or flag in taken or negative in taken:
-                continue
-            spec = _flag_spec(hints.get(field.name, str))
-            default = field.default if field.default is not dataclasses.MISSING else None
-            if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                default = field.default_factory()  # type: ignore[misc]
-            default = class_defaults.get(field.name, default)
-            help_text = docs.get(field.name, "").replace("%", "%%")
-            help_text = f"{help_text} (default: {default!r})".strip()
-            if spec.get("action") is argparse.BooleanOptionalAction:
-                group.add_argument(
-                    flag,
-                    negative,
-                    action=ConfigAction,
-                    field=field.name,
-                    nargs=0,
-                    dest="_unused_" + field.name,
-                    default=argparse.SUPPRESS,
-                    help=help_text,
-                )
-            else:
-                group.add_argument(
-                    flag,
-                    action=ConfigAction,
-                    field=field.name,
-                    dest="_unused_" + field.name,
-                    default=argparse.SUPPRESS,
-                    type=spec.get("type", str),
-                    metavar=spec.get("metavar", field.name.upper()),
-                    help=help_text,
-                )
-
-        for old, new in _aliases(config_cls).items():
-            flag = "--" + old.replace("_", "-")
-            if flag in self._option_string_actions:
-                continue
-            hint = hints.get(new, str)
-            spec = _flag_spec(getattr(hint, "type", hint))  # an InitVar holds its type
-            if new == old:  # a keyword converted on the way in: its own docstring says how
-                help_text = docs.get(old, "").replace("%", "%%")
-            else:
-                help_text = f"the earlier spelling of --{new.replace('_', '-')}"
-            group.add_argument(
-                flag,
-                action=ConfigAction,
-                field=old,
-                dest="_unused_" + old,
-                default=argparse.SUPPRESS,
-                type=spec.get("type", str),
-                metavar=spec.get("metavar", new.upper()),
-                help=help_text,
-            )
-
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        self._populate()
-        return super().parse_known_args(args, namespace)
-
-    def format_help(self) -> str:
-        self._populate()
-        return super().format_help()
 
 
 def _positive_int(text: str) -> int:
@@ -254,29 +39,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
-
-
-def _setup_errors() -> tuple[type[BaseException], ...]:
-    """What a bad flag, env or checkpoint raises while a trainer is set up: reported as a
-    usage error (exit 2, one line), not a traceback. Errors once training runs are not."""
-    import gymnasium as gym
-
-    from vecaccel.errors import WorkerError
-    from vecaccel.trainers.checkpoint import CheckpointError
-
-    return (ValueError, TypeError, CheckpointError, WorkerError, gym.error.Error)
-
-
-#: What a replay-file error tells a Python caller to do, and its command-line equivalent.
-_REPLAY_HINT = ("load with load_replay=False", "pass --no-replay")
-
-
-def _usage_error(exc: BaseException) -> int:
-    print(f"error: {str(exc).replace(*_REPLAY_HINT)}", file=sys.stderr)
-    return 2
-
-
-# -- the hook ---------------------------------------------------------------------------------
 
 
 @hookimpl
@@ -490,7 +252,7 @@ def _train(args: argparse.Namespace) -> int:
     # None where not given: a new run takes the defaults, a resumed one what it recorded
     fixed_lag = getattr(args, "async_fixed_lag", None)
     weight_sync_period = getattr(args, "async_weight_sync_period", None)
-    cls = _algorithm_class(args.algo)
+    cls = algorithm_class(args.algo)
     explicit = _explicit_config(args)
     runtime = {"progress": not args.no_progress, "tensorboard": not args.no_tensorboard}
     if args.resume is not None:
@@ -499,7 +261,7 @@ def _train(args: argparse.Namespace) -> int:
         print("error: --no-replay only applies with --resume", file=sys.stderr)
         return 2
     preset_name = getattr(args, "preset", None)
-    config = {**(_presets(args.algo)[preset_name] if preset_name else {}), **explicit}
+    config = {**(presets(args.algo)[preset_name] if preset_name else {}), **explicit}
     env_id = _env_id(args, cls.config_cls, config)
     config.pop("env_id", None)
     if env_id is None:
@@ -519,8 +281,8 @@ def _train(args: argparse.Namespace) -> int:
         return 2
     try:
         _preflight(cls.config_cls, env_id, config)
-    except _setup_errors() as exc:
-        return _usage_error(exc)
+    except setup_errors() as exc:
+        return usage_error(exc)
     if args.async_mode:
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers import async_runner
@@ -537,8 +299,8 @@ def _train(args: argparse.Namespace) -> int:
         )
     try:
         agent = cls(env_id, run_dir=str(run_dir), **runtime, **config)
-    except _setup_errors() as exc:
-        return _usage_error(exc)
+    except setup_errors() as exc:
+        return usage_error(exc)
     try:
         agent.learn(args.total_steps)
     finally:
@@ -577,8 +339,8 @@ def _resume(
     # (--backend nosuch) is refused here, before a rollout process starts and fails in it
     try:
         _preflight(cls.config_cls, env_id, {**state.get("config", {}), **explicit})
-    except _setup_errors() as exc:
-        return _usage_error(exc)
+    except setup_errors() as exc:
+        return usage_error(exc)
     # a run trained asynchronously goes on asynchronously (its checkpoint says so), unless
     # --sync asks otherwise; the DQN family's replay file is read by either mode
     wants_async = bool(args.async_mode or state.get("async", False))
@@ -597,11 +359,11 @@ def _resume(
                 **explicit,
             )
         except CheckpointError as exc:  # a missing or corrupt replay file, say
-            return _usage_error(exc)
+            return usage_error(exc)
     try:
         agent = cls.load(checkpoint, env=env_id, **load_options, **explicit)
-    except _setup_errors() as exc:
-        return _usage_error(exc)
+    except setup_errors() as exc:
+        return usage_error(exc)
     try:
         step = agent.global_step
         if agent.is_main:  # one line for the run, not one per rank
@@ -664,126 +426,3 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
         )
     register_envs()
     gym.spec(env_id)  # gymnasium.error.Error naming the id (and close matches) if unknown
-
-
-def eval_command(args: argparse.Namespace) -> int:
-    """Handle ``vecaccel eval CHECKPOINT``; returns the exit code."""
-    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
-
-    path = args.checkpoint / CHECKPOINT_NAME if args.checkpoint.is_dir() else args.checkpoint
-    try:
-        state = load_checkpoint(path)
-    except (CheckpointError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    algo = state.get("algo") or str(state.get("algorithm", "")).lower()
-    if algo not in ALGORITHMS:
-        print(f"error: {path} holds no known algorithm (algo={algo!r})", file=sys.stderr)
-        return 2
-    cls = _algorithm_class(algo)
-    try:
-        agent = cls.load(path, device=args.device)
-    except _setup_errors() as exc:
-        return _usage_error(exc)
-    config = state.get("config", {})
-    env_id = args.env or config.get("env_id") or state.get("env_id")
-    if env_id is None:
-        print("error: the checkpoint names no env; pass --env", file=sys.stderr)
-        return 2
-    from vecaccel.trainers.checkpoint import check_env_matches
-    from vecaccel.trainers.envs import make_env_fn
-
-    try:
-        env = make_env_fn(env_id, config.get("atari"), training=False)()
-        try:
-            check_env_matches(
-                env_id,
-                env.observation_space,
-                env.action_space,
-                agent.observation_space,
-                agent.action_space,
-            )
-        finally:
-            env.close()
-    except _setup_errors() as exc:
-        return _usage_error(exc)
-    try:
-        returns, lengths = evaluate_agent(
-            agent,
-            env_id,
-            episodes=args.episodes,
-            seed=args.seed,
-            deterministic=not args.stochastic,
-            atari=config.get("atari"),
-            video=args.video,
-        )
-    except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    import numpy as np
-
-    print(
-        f"{algo} on {env_id}: {len(returns)} episodes, return {np.mean(returns):.2f} "
-        f"+- {np.std(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), "
-        f"mean length {np.mean(lengths):.1f}"
-    )
-    if args.video is not None:
-        print(f"video: {args.video}")
-    return 0
-
-
-def evaluate_agent(
-    agent: Any,
-    env_id: str,
-    episodes: int = 10,
-    seed: int = 0,
-    deterministic: bool = True,
-    atari: bool | None = None,
-    video: Path | None = None,
-) -> tuple[list[float], list[int]]:
-    """Play ``episodes`` full episodes with ``agent.predict``; returns (returns, lengths).
-
-    The env is built without the training-only wrappers, so the returns are real scores.
-    """
-    import numpy as np
-
-    from vecaccel.trainers.envs import make_env_fn
-
-    env = make_env_fn(env_id, atari, training=False, render_mode="rgb_array" if video else None)()
-    if video is not None:
-        try:
-            env.reset(seed=seed)
-            env.render()
-        except Exception as exc:  # e.g. pygame missing for the classic-control renderers
-            env.close()
-            raise RuntimeError(f"cannot record a video of {env_id}: {exc}") from exc
-    frames: list[np.ndarray] = []
-    returns: list[float] = []
-    lengths: list[int] = []
-    try:
-        for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode)
-            total, length, done = 0.0, 0, False
-            while not done:
-                if video is not None and episode == 0:
-                    frames.append(env.render())
-                action, _ = agent.predict(np.asarray(obs), deterministic=deterministic)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                total += float(reward)
-                length += 1
-                done = bool(terminated or truncated)
-            returns.append(total)
-            lengths.append(length)
-        if video is not None and frames:
-            _write_video(frames, video, fps=int(env.metadata.get("render_fps", 30) or 30))
-    finally:
-        env.close()
-    return returns, lengths
-
-
-def _write_video(frames: list[Any], path: Path, fps: int) -> None:
-    from moviepy import ImageSequenceClip
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clip = ImageSequenceClip(list(frames), fps=max(1, min(fps, 60)))
-    clip.write_videofile(str(path), logger=None, audio=False)
