@@ -13,8 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("torch")
-
 FIXTURES = Path(__file__).parent / "data" / "checkpoints"
 ALGORITHMS = ("ppo", "a2c", "dqn", "c51", "rainbow")
 
