@@ -50,6 +50,7 @@ class Actor:
 
     def __init__(self, spec: dict[str, Any], link: ChildLink) -> None:
         from vecaccel.trainers.envs import action_start, make_env_for_training
+        from vecaccel.trainers.episodes import EpisodeStats
         from vecaccel.trainers.seeding import seed_everything, split_seed
 
         # its own draws (e.g. noisy nets' noise), new ones for a resumed run
@@ -75,13 +76,13 @@ class Actor:
         # DQN.update moves them back before indexing the Q-values
         self.action_start = action_start(spec["action_space"])
         self.obs, _ = self.envs.reset(seed=spec["env_seed"])
-        self.episode_return = np.zeros(self.num_envs)
-        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
+        self.episodes = EpisodeStats()
+        self.episodes.reset(self.num_envs)
 
-    def step(self, steps: int) -> tuple[tuple[Any, ...], list[tuple[float, int]]]:
+    def step(self, steps: int) -> tuple[tuple[Any, ...], list[tuple[float, float]]]:
         """One ε-greedy step of every env, ``steps`` env steps into the run: the transition
         ``(obs, actions, reward, terminated, truncated, final_obs)`` and the episodes it ended."""
-        from vecaccel.trainers.dqn import linear_schedule
+        from vecaccel.trainers.schedules import linear_schedule
 
         num_envs = self.num_envs
         epsilon = linear_schedule(*self.epsilon, steps)
@@ -98,21 +99,7 @@ class Actor:
         next_obs, reward, terminated, truncated, infos = self.envs.step(actions)
         transition = (obs, actions, reward, terminated, truncated, infos.get("final_obs"))
         self.obs = next_obs
-        done = terminated | truncated
-        self.episode_return += reward
-        self.episode_length += 1
-        finished: list[tuple[float, int]] = []
-        if done.any():
-            final_info = infos.get("final_info", {})
-            stats = final_info.get("episode") if isinstance(final_info, dict) else None
-            for i in np.flatnonzero(done):
-                if stats is not None:
-                    finished.append((float(stats["r"][i]), int(stats["l"][i])))
-                else:
-                    finished.append((float(self.episode_return[i]), int(self.episode_length[i])))
-            self.episode_return[done] = 0.0
-            self.episode_length[done] = 0
-        return transition, finished
+        return transition, self.episodes.record(reward, terminated | truncated, infos)
 
     def close(self) -> None:
         self.envs.close()
@@ -214,7 +201,7 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
             version = link.pull_weights(actor.params)
             counters[PULLS] = n + 1
             slot = slots[n % 2]
-            ended: list[tuple[float, int]] = []
+            ended: list[tuple[float, float]] = []
             for t in range(length):
                 transition, finished = actor.step(steps)
                 obs, actions, reward, terminated, truncated, final_obs = transition
