@@ -77,8 +77,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         learning_rate=7e-4,
         ent_coef=0.01,
         base_batch_size=80,
-        # bf16 autocast where the CPU/GPU has bf16 units: ~1.6x per update on Pong here, and the
-        # update changes by rounding only (tests/test_bf16.py, benchmarks/pong_learning.py drift)
+        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
+        # update changes by rounding only (tests/test_bf16.py)
         bf16="auto",
     ),
     # the seed paper's large-batch A2C: 256 envs x 5 steps, learning rate scaled from the

@@ -28,6 +28,7 @@ __all__ = [
     "CheckpointError",
     "apply_runtime_settings",
     "check_env_matches",
+    "checkpoint_file",
     "load_checkpoint",
     "save_checkpoint",
     "space_from_dict",
@@ -45,6 +46,12 @@ class CheckpointError(ValueError):
 _CHECKPOINT_MAGIC = b"VECACCEL-CKPT\x01"
 
 _HEADER_SIZE = len(_CHECKPOINT_MAGIC) + 32 + 8
+
+
+def checkpoint_file(path: str | os.PathLike[str]) -> Path:
+    """``path``, or the ``checkpoint.pt`` in it when it is a run directory."""
+    path = Path(path)
+    return path / CHECKPOINT_NAME if path.is_dir() else path
 
 
 def save_checkpoint(path: str | os.PathLike[str], state: dict[str, Any]) -> Path:

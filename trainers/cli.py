@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel import hookimpl
-from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
+from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
 from vecaccel.trainers.cli_errors import setup_errors, usage_error
 from vecaccel.trainers.cli_flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
 from vecaccel.trainers.evaluate import eval_command
@@ -322,7 +322,7 @@ def _resume(
     from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
 
     run_dir = args.run_dir or (args.resume if args.resume.is_dir() else args.resume.parent)
-    checkpoint = args.resume / CHECKPOINT_NAME if args.resume.is_dir() else args.resume
+    checkpoint = checkpoint_file(args.resume)
     try:
         state = load_checkpoint(checkpoint)
     except (CheckpointError, FileNotFoundError) as exc:

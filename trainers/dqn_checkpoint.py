@@ -21,6 +21,7 @@ from vecaccel.trainers import distributed
 from vecaccel.trainers.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
+    checkpoint_file,
     load_checkpoint,
     save_checkpoint,
     usable_device,
@@ -177,9 +178,7 @@ def load_dqn(cls: type, path: Path, env: Any, load_replay: bool, overrides: dict
     :meth:`DQN.load <vecaccel.trainers.dqn.DQN.load>`)."""
     import gymnasium as gym
 
-    path = Path(path)
-    if path.is_dir():
-        path = path / CHECKPOINT_NAME
+    path = checkpoint_file(path)
     state = load_checkpoint(path)
     algorithm = state.get("algorithm")
     # DQN loads any of the family's checkpoints (their configs say what they are)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
+from vecaccel.trainers.checkpoint import checkpoint_file
 from vecaccel.trainers.cli_errors import setup_errors, usage_error
 from vecaccel.trainers.cli_flags import ALGORITHMS, algorithm_class
 
@@ -18,7 +18,7 @@ def eval_command(args: argparse.Namespace) -> int:
     """Handle ``vecaccel eval CHECKPOINT``; returns the exit code."""
     from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
 
-    path = args.checkpoint / CHECKPOINT_NAME if args.checkpoint.is_dir() else args.checkpoint
+    path = checkpoint_file(args.checkpoint)
     try:
         state = load_checkpoint(path)
     except (CheckpointError, FileNotFoundError) as exc:

@@ -35,6 +35,7 @@ from vecaccel.trainers.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
     check_env_matches,
+    checkpoint_file,
     load_checkpoint,
     save_checkpoint,
     space_from_dict,
@@ -472,9 +473,7 @@ class OnPolicyAlgorithm(Algorithm):
         Raises:
             CheckpointError: if the file is corrupt or holds another algorithm.
         """
-        path = Path(path)
-        if path.is_dir():
-            path = path / CHECKPOINT_NAME
+        path = checkpoint_file(path)
         overrides = resolve_aliases(cls.config_cls, overrides)
         state = load_checkpoint(path, map_location=resolve_device(overrides.get("device", "cpu")))
         if state.get("algo") != cls.algo_name:

@@ -86,8 +86,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         # (SB3's convention), so their weight on it is 0.25
         vf_coef=0.25,
         base_batch_size=1024,
-        # bf16 autocast where the CPU/GPU has bf16 units: ~1.6x per update on Pong here, and the
-        # update changes by rounding only (tests/test_bf16.py, benchmarks/pong_learning.py drift)
+        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
+        # update changes by rounding only (tests/test_bf16.py)
         bf16="auto",
     ),
     # the seed paper's large-batch regime: many more envs per update, learning rate scaled

@@ -24,8 +24,8 @@ def configure_torch_threads(
 
     ``requested > 0`` is applied as given. ``0`` (automatic) leaves the cores that the env
     workers use to them: with a process backend whose workers fill every core, torch's default
-    of one thread per core makes its OpenMP threads spin on the workers' cores, which was
-    measured here to slow PPO on CartPole about 3x (61 s against 20 s to 100k steps).
+    of one thread per core makes its OpenMP threads spin on the workers' cores and slows
+    PPO on CartPole about 3x.
 
     Example:
         >>> configure_torch_threads(1, "serial", 8)
