@@ -83,7 +83,6 @@ class RolloutFeed:
         self.slot = 0
         self.complete = agent.global_step >= agent.target_steps
         self.start_step = int(agent.global_step)
-        self.updates_at_start = int(agent.num_updates)
         self.updates_done = 0
         self.lag_sum = 0.0
         self.replay_ratio = 1.0  # each batch is used once
