@@ -206,7 +206,7 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "torch_threads": threads,
         "seed": args.seed,
         "checkpoint_every": 0,
-        "log_every": 1,
+        "log_every_steps": 0,
         **settings,
     }
     config.pop("env_id")

@@ -14,8 +14,8 @@ import torch
 
 import vecaccel
 from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.dqn import C51, DQN, PRESETS, DQNConfig, Rainbow
+from vecaccel.trainers.envs import make_env_for_training
 
 torch.set_num_threads(1)
 
