@@ -1,9 +1,11 @@
 """The plugin system: built-in backends as plugins, run-time plugins, the block-list, errors, and
-the example third-party package installed for real and found through its entry point."""
+the example third-party package installed for real and found through its entry point.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -15,20 +17,16 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers_envs import broken_plugin_site
+import torch
+from helpers import broken_plugin_site
+from toy_envs import FailingEnv, SlowEnv
 
 import vecaccel
 from vecaccel.manager import DEFAULT_PLUGINS, DISABLE_ENV_VAR, _reset_plugin_manager
 
+torch.set_num_threads(1)
+
 EXAMPLE_PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "vecaccel-example-plugin"
-
-
-@pytest.fixture
-def fresh_plugin_manager() -> Iterator[None]:
-    """Build the plugin manager anew for the test, and again for whatever runs next."""
-    _reset_plugin_manager()
-    yield
-    _reset_plugin_manager()
 
 
 def _serial_backend():
@@ -303,21 +301,6 @@ def example_module(monkeypatch: pytest.MonkeyPatch):
     return threads
 
 
-class _FailingEnv(gym.Wrapper):
-    def step(self, action):
-        if self.get_wrapper_attr("fail_now"):
-            raise ValueError("boom")
-        return super().step(action)
-
-
-class _SlowEnv(gym.Wrapper):
-    def step(self, action):
-        import time
-
-        time.sleep(0.3)
-        return super().step(action)
-
-
 def _cartpole(wrapper=None):
     def make() -> gym.Env:
         env = gym.make("CartPole-v1")
@@ -330,7 +313,7 @@ def _cartpole(wrapper=None):
 
 
 def test_example_backend_reports_env_errors(example_module) -> None:
-    envs = example_module.ThreadVecEnv([_cartpole(), _cartpole(_FailingEnv)], num_threads=2)
+    envs = example_module.ThreadVecEnv([_cartpole(), _cartpole(FailingEnv)], num_threads=2)
     try:
         envs.reset(seed=0)
         envs.set_attr("fail_now", [False, True])
@@ -349,7 +332,7 @@ def test_example_backend_reports_env_errors(example_module) -> None:
 
 
 def test_example_backend_step_wait_timeout_is_never_stale(example_module) -> None:
-    envs = example_module.ThreadVecEnv([_cartpole(_SlowEnv)] * 2, num_threads=2)
+    envs = example_module.ThreadVecEnv([_cartpole(SlowEnv)] * 2, num_threads=2)
     try:
         envs.reset(seed=0)
         envs.step_async(np.array([1, 1]))
@@ -382,3 +365,144 @@ def test_plugin_failing_at_import_is_left_out_with_a_warning(tmp_path: Path) -> 
         "plugin 'broken' (dist broken-plugin) failed to import: RuntimeError: boom at import; "
         f"set {DISABLE_ENV_VAR}=broken to skip it"
     ) in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# plugin manager
+
+
+class NoArgumentPlugin:
+    """A valid pluggy plugin: a hookimpl may take any subset of the spec's arguments."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @vecaccel.hookimpl
+    def vecaccel_register_backends(self) -> None:
+        self.calls += 1
+
+
+def test_register_backends_hookimpl_taking_no_arguments_is_called_as_pluggy_calls_it(
+    fresh_plugin_manager: None,
+):
+    pm = vecaccel.get_plugin_manager()
+    plugin = NoArgumentPlugin()
+    assert pm.register(plugin, name="toy-no-arguments") == "toy-no-arguments"
+    pm.hook.vecaccel_register_backends(registry=vecaccel.BackendRegistry())  # pluggy: fine
+    assert plugin.calls == 1
+    try:
+        # vecaccel called impl.function(registry=registry): TypeError
+        backends = vecaccel.list_backends()
+    finally:
+        pm.unregister(plugin)
+    assert "serial" in backends and plugin.calls == 2
+
+
+class FailingFactoryPlugin:
+    @staticmethod
+    def factory(env_fns, **options):
+        raise LookupError(f"cannot build {len(env_fns)} envs with {sorted(options)}")
+
+    @vecaccel.hookimpl
+    def vecaccel_register_backends(self, registry) -> None:
+        registry.add("toy-failing", self.factory, "always fails")
+
+
+def test_a_failing_backend_factory_reaches_the_caller_and_leaves_the_others_usable(
+    fresh_plugin_manager: None,
+):
+    pm = vecaccel.get_plugin_manager()
+    plugin = FailingFactoryPlugin()
+    pm.register(plugin, name="toy-failing-plugin")
+    try:
+        assert vecaccel.list_backends()["toy-failing"]["plugin"] == "toy-failing-plugin"
+        with pytest.raises(LookupError, match=r"cannot build 2 envs with \['autoreset_mode'"):
+            vecaccel.make_vec("CartPole-v1", 2, backend="toy-failing")
+        with pytest.raises(ValueError, match="toy-failing") as info:
+            vecaccel.make_vec("CartPole-v1", 2, backend="toy-missing")
+        assert "serial" in str(info.value)
+        with vecaccel.make_vec("CartPole-v1", 2, backend="serial") as envs:
+            assert envs.reset(seed=0)[0].shape == (2, 4)
+    finally:
+        pm.unregister(plugin)
+    assert "toy-failing" not in vecaccel.list_backends()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(argv: list[str], cwd: Path, extra_env: dict[str, str] | None = None, timeout=120):
+    env = dict(os.environ)
+    extra = dict(extra_env or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), extra.pop("PYTHONPATH", "")]))
+    env.update(extra)
+    return subprocess.run(
+        [sys.executable, "-m", "vecaccel", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# plugins that collide or fail at import
+
+
+class ClaimsShm:
+    @vecaccel.hookimpl
+    def vecaccel_register_backends(self, registry):
+        registry.add("shm", lambda env_fns, **options: None, "a third-party shm")
+
+
+def test_duplicate_backend_error_blames_the_plugin_that_came_second(fresh_plugin_manager):
+    """A third-party plugin registered after the built-ins that reuses the name 'shm': the
+    error's note names the newcomer, not the built-in ``vecaccel.plugins.shm``, although the
+    hook implementations are collected newest first (``reversed(get_hookimpls())``)."""
+    pm = vecaccel.get_plugin_manager()
+    pm.register(ClaimsShm(), name="toy-claims-shm")
+    with pytest.raises(ValueError, match="'shm' is registered twice") as info:
+        vecaccel.list_backends()
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "in plugin 'toy-claims-shm'" in notes, (
+        f"expected the note to name the newcomer 'toy-claims-shm', got {notes!r} "
+        f"(message: {info.value})"
+    )
+
+
+def _broken_plugin_dir(root: Path) -> Path:
+    return broken_plugin_site(root, "toy-broken", "toy-broken", "toy_broken_mod")
+
+
+def test_plugin_failing_at_import_is_reported_clearly(tmp_path):
+    """An installed package whose ``vecaccel`` entry point raises at import does not take the
+    library down with a raw traceback: ``vecaccel backends`` lists the built-ins (the broken
+    plugin skipped with a warning), or fails with one error line naming the entry point and
+    VECACCEL_DISABLE_PLUGINS."""
+    site = _broken_plugin_dir(tmp_path)
+    done = run_cli(["backends"], tmp_path, {"PYTHONPATH": str(site)})
+    listed_builtins = done.returncode == 0 and "serial" in done.stdout
+    clear_error = (
+        done.returncode != 0
+        and "Traceback" not in done.stderr
+        and "toy-broken" in done.stderr
+        and DISABLE_ENV_VAR in done.stderr
+    )
+    assert listed_builtins or clear_error, (
+        "expected the built-ins listed (the broken plugin skipped with a warning) or one error "
+        "line naming entry point 'toy-broken' and VECACCEL_DISABLE_PLUGINS; got exit "
+        f"{done.returncode}, stderr tail: {done.stderr[-400:]!r}"
+    )
+
+
+def test_disable_env_var_skips_a_plugin_that_fails_at_import(tmp_path):
+    """Naming the entry point in VECACCEL_DISABLE_PLUGINS is the way out."""
+    site = _broken_plugin_dir(tmp_path)
+    done = run_cli(
+        ["backends", "--json"],
+        tmp_path,
+        {"PYTHONPATH": str(site), DISABLE_ENV_VAR: "toy-broken"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert {"serial", "shm"} <= set(json.loads(done.stdout))
