@@ -155,7 +155,7 @@ class ReplayFeed:
         self.lag_sum = 0.0
         self.replay_ratio = 0.0
         self.chunk = 0  # the fixed lag's next chunk
-        self.finished: list[tuple[float, int]] = []  # episodes since the last row
+        self.finished: list[tuple[float, float]] = []  # episodes since the last row
         self.recent_losses: list[dict[str, float]] = []  # updates' metrics since the last row
         self.next_log = (start_global // self.log_every + 1) * self.log_every
         self.next_drain = 0.0
@@ -217,7 +217,7 @@ class ReplayFeed:
         finally:
             agent.buffer = locked
 
-    def _record(self, ended: list[tuple[float, int]]) -> None:
+    def _record(self, ended: list[tuple[float, float]]) -> None:
         self.finished.extend(ended)
         self.agent.episode_log.extend((self.steps * self.world, r, n) for r, n in ended)
 
@@ -294,7 +294,7 @@ class ReplayFeed:
         # every rank meets after every chunk, at the same update count
         return self.complete or self.world > 1 or requested or self.steps >= self.next_log
 
-    def _chunk_episodes(self) -> list[tuple[float, int]]:
+    def _chunk_episodes(self) -> list[tuple[float, float]]:
         """The episodes the chunk just taken ended (sent before its slot was marked full)."""
         while True:
             try:
