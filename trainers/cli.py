@@ -24,7 +24,7 @@ from typing import Any
 
 from vecaccel import hookimpl
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
-from vecaccel.trainers.cli_errors import setup_errors, usage_error
+from vecaccel.trainers.cli_errors import read_checkpoint, setup_errors, usage_error
 from vecaccel.trainers.cli_flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
 from vecaccel.trainers.evaluate import eval_command
 
@@ -319,14 +319,12 @@ def _resume(
     weight_sync_period: int | None,
 ) -> int:
     """``vecaccel train ALGO --resume DIR``: continue the run of DIR's checkpoint."""
-    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
+    from vecaccel.trainers.checkpoint import CheckpointError
 
     run_dir = args.run_dir or (args.resume if args.resume.is_dir() else args.resume.parent)
     checkpoint = checkpoint_file(args.resume)
-    try:
-        state = load_checkpoint(checkpoint)
-    except (CheckpointError, FileNotFoundError) as exc:
-        print(f"error: cannot resume: {exc}", file=sys.stderr)
+    state = read_checkpoint(checkpoint, "cannot resume: ")
+    if state is None:
         return 2
     env_id = _env_id(args, cls.config_cls, state.get("config", {}), state)
     if env_id is None:

@@ -3,8 +3,26 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any
 
-__all__ = ["setup_errors", "usage_error"]
+__all__ = ["read_checkpoint", "setup_errors", "usage_error"]
+
+
+def read_checkpoint(path: Path, doing: str = "") -> dict[str, Any] | None:
+    """The checkpoint at ``path``, or ``None`` after printing why it cannot be read.
+
+    Args:
+        path: the checkpoint file.
+        doing: what the command was about to do, for the message (``"cannot resume: "``).
+    """
+    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        return load_checkpoint(path)
+    except (CheckpointError, FileNotFoundError) as exc:
+        print(f"error: {doing}{exc}", file=sys.stderr)
+        return None
 
 
 def setup_errors() -> tuple[type[BaseException], ...]:

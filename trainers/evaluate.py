@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel.trainers.checkpoint import checkpoint_file
-from vecaccel.trainers.cli_errors import setup_errors, usage_error
+from vecaccel.trainers.cli_errors import read_checkpoint, setup_errors, usage_error
 from vecaccel.trainers.cli_flags import ALGORITHMS, algorithm_class
 
 __all__ = ["eval_command", "evaluate_agent"]
@@ -16,13 +16,9 @@ __all__ = ["eval_command", "evaluate_agent"]
 
 def eval_command(args: argparse.Namespace) -> int:
     """Handle ``vecaccel eval CHECKPOINT``; returns the exit code."""
-    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
-
     path = checkpoint_file(args.checkpoint)
-    try:
-        state = load_checkpoint(path)
-    except (CheckpointError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    state = read_checkpoint(path)
+    if state is None:
         return 2
     algo = state.get("algo") or str(state.get("algorithm", "")).lower()
     if algo not in ALGORITHMS:
