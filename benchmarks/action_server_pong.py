@@ -28,7 +28,7 @@ from torch import nn
 
 import vecaccel
 from vecaccel.bench import write_json
-from vecaccel.trainers.common import AtariEnvFactory
+from vecaccel.trainers.envs import AtariEnvFactory
 from vecaccel.trainers.models import NatureCNN
 
 

@@ -43,8 +43,8 @@ import numpy as np
 import torch
 
 from vecaccel.trainers.async_runner import learn_async, make_async_agent
-from vecaccel.trainers.common import make_env_for_training
 from vecaccel.trainers.dqn import DQN
+from vecaccel.trainers.envs import make_env_for_training
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -58,7 +58,7 @@ def _agent(args: argparse.Namespace, **overrides: Any) -> DQN:
         progress=False,
         tensorboard=False,
         torch_threads=1,
-        log_interval=10**9,
+        log_every_steps=10**9,
         seed=args.seed,
     )
     config.update(overrides)
@@ -70,7 +70,7 @@ def _filled_agent(args: argparse.Namespace) -> DQN:
     agent = _agent(args)
     envs = make_env_for_training("CartPole-v1", args.num_envs, backend="serial", seed=args.seed)
     agent.envs = envs
-    agent.buffer = agent._make_buffer()
+    agent.buffer = agent.make_buffer(args.num_envs)
     obs, _ = envs.reset(seed=args.seed)
     for _ in range(5_000 // args.num_envs):
         actions = envs.action_space.sample()

@@ -57,7 +57,7 @@ def run_one(
         seed=seed,
         progress=False,
         tensorboard=False,
-        log_interval=10**9,
+        log_every_steps=10**9,
     )
     agent = DQN(env="CartPole-v1", **config)
     start = time.perf_counter()

@@ -110,7 +110,7 @@ def run_vecaccel(algo: str, seed: int, args: argparse.Namespace) -> dict[str, An
         exploration_steps=args.exploration_steps,
         progress=False,
         tensorboard=False,
-        log_interval=10**9,
+        log_every_steps=10**9,
         **config,
     )
     tracker = Tracker(args.thresholds, args.window, lambda: agent.num_updates)

@@ -64,7 +64,7 @@ CONFIGS = (*SB3_CONFIGS, *VECACCEL_CONFIGS)
 
 def torch_threads(requested: int, num_envs: int) -> int:
     """The thread count both libraries get: ``requested``, or vecaccel's automatic rule."""
-    from vecaccel.trainers.common import configure_torch_threads
+    from vecaccel.trainers.seeding import configure_torch_threads
 
     return configure_torch_threads(requested, "shm", num_envs)
 
@@ -190,7 +190,7 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.common import RunLogger
+    from vecaccel.trainers.logger import RunLogger
     from vecaccel.trainers.ppo import PRESETS
 
     settings = dict(VECACCEL_CONFIGS[name])
@@ -206,7 +206,7 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "torch_threads": threads,
         "seed": args.seed,
         "checkpoint_every": 0,
-        "log_every": 1,
+        "log_every_steps": 0,
         **settings,
     }
     config.pop("env_id")

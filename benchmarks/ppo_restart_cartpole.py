@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from vecaccel.bench import write_json
-from vecaccel.trainers.common import make_env_for_training
+from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.ppo import PPO, PRESETS
 
 

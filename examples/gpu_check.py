@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 import vecaccel
-from vecaccel.trainers.common import AtariEnvFactory
+from vecaccel.trainers.envs import AtariEnvFactory
 from vecaccel.trainers.models import NatureCNN
 
 

@@ -307,7 +307,7 @@ def test_async_dqn_checkpoint_holds_the_replay_buffer_and_resumes(tmp_path) -> N
 
 
 def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
-    from vecaccel.trainers.common import load_checkpoint
+    from vecaccel.trainers.checkpoint import load_checkpoint
 
     common = [
         "--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard",
@@ -346,7 +346,7 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
 
 
 def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -> None:
-    from vecaccel.trainers.common import load_checkpoint
+    from vecaccel.trainers.checkpoint import load_checkpoint
 
     def run(run_dir, *extra):
         return main(
@@ -591,7 +591,7 @@ def test_single_rank_async_ppo_error_inside_an_update_keeps_the_last_checkpoint(
     run's last checkpoint must stay as it was, as after an error on several ranks."""
     from vecaccel.trainers import PPO
     from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
-    from vecaccel.trainers.common import load_checkpoint
+    from vecaccel.trainers.checkpoint import load_checkpoint
 
     agent = make_async_on_policy_agent(
         PPO, "CartPole-v1", backend="serial", num_envs=2, num_steps=16, update_epochs=1,

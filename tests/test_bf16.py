@@ -70,8 +70,12 @@ def _twin(agent: PPO, bf16: bool = True, channels_last: bool = True) -> PPO:
         None,
         observation_space=agent.observation_space,
         action_space=agent.action_space,
-        **{**vars(agent.config), "bf16": "on" if bf16 else "off", "channels_last": channels_last},
-        tensorboard=False,
+        **{
+            **vars(agent.config),
+            "bf16": "on" if bf16 else "off",
+            "channels_last": channels_last,
+            "tensorboard": False,
+        },
     )
     assert twin.model.encoder.bf16 == bf16
     assert twin.model.encoder.channels_last == channels_last

@@ -173,7 +173,7 @@ def test_c51_class_defaults_survive_load(tmp_path):
     """A C51 agent saved and loaded stays categorical, with its support."""
     agent = C51(None, v_min=-5.0, v_max=5.0, num_atoms=11, device="cpu")
     agent.observation_space, agent.action_space = CARTPOLE_OBS, gym.spaces.Discrete(2)
-    agent._build_networks()
+    agent.build_networks()
     agent.save(tmp_path / "c51.pt")
     loaded = C51.load(tmp_path / "c51.pt")
     assert loaded.config.categorical and loaded.support.shape == (11,)

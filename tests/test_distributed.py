@@ -275,7 +275,7 @@ def test_killed_rank_ends_job_with_error_within_30s(tmp_path: Path) -> None:
 
 
 def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> None:
-    from vecaccel.trainers.common import load_checkpoint
+    from vecaccel.trainers.checkpoint import load_checkpoint
 
     run_dir = tmp_path / "run"
     common = ["--no-progress", "--no-tensorboard", "--torch-threads", "1"]
@@ -390,7 +390,7 @@ def test_async_dead_sampler_or_rank_ends_job_within_30s(victim: str, tmp_path: P
 
 
 def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
-    from vecaccel.trainers.common import load_checkpoint
+    from vecaccel.trainers.checkpoint import load_checkpoint
 
     run_dir = tmp_path / "run"
     returncode, output = _preempt(
@@ -428,7 +428,7 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
     on two ranks gives each rank its own back (rank 1 does not restart from rank 0's)."""
     import numpy as np
 
-    from vecaccel.trainers.common import load_checkpoint
+    from vecaccel.trainers.checkpoint import load_checkpoint
 
     run_dir = tmp_path / "run"
     common = [
@@ -747,7 +747,7 @@ def _dqn_agent(name: str, batch_size: int, **extra: Any) -> Any:
     )
     agent.observation_space, agent.action_space = obs_space, act_space
     agent.env_id = "CartPole-v1"
-    agent._build_networks()
+    agent.build_networks()
     return agent
 
 
@@ -805,7 +805,7 @@ def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
 
 def _next_draws() -> dict[str, list[float]]:
     """What this process's torch and NumPy streams draw next, the streams left where they were."""
-    from vecaccel.trainers.common import get_rng_state, set_rng_state
+    from vecaccel.trainers.seeding import get_rng_state, set_rng_state
 
     state = get_rng_state()
     draws = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())

@@ -19,12 +19,7 @@ from hypothesis import strategies as st
 from toy_envs import ShiftedActions, TinyImageEnv
 
 import vecaccel
-from vecaccel.trainers.common import (
-    CheckpointError,
-    load_checkpoint,
-    make_env_for_training,
-    save_checkpoint,
-)
+from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from vecaccel.trainers.dqn import (
     C51,
     DQN,
@@ -34,6 +29,7 @@ from vecaccel.trainers.dqn import (
     categorical_projection,
     linear_schedule,
 )
+from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.replay import ReplaySample
 
 torch.set_num_threads(1)
@@ -233,14 +229,14 @@ def test_resume_is_bit_identical(algorithm, backend, tmp_path, monkeypatch) -> N
     uninterrupted.close()
 
     crashing = algorithm(env="CartPole-v1", **_resume_config(backend, tmp_path / "b"))
-    train_step = DQN.train_step
+    train_step = DQN.update
 
     def train_step_then_crash(self, batch):
         if self.num_updates == 100:  # the 101st update dies after the checkpoint of the 80th
             raise Crash
         return train_step(self, batch)
 
-    monkeypatch.setattr(DQN, "train_step", train_step_then_crash)
+    monkeypatch.setattr(DQN, "update", train_step_then_crash)
     with pytest.raises(Crash):
         crashing.learn(total)
     crashing.close()
@@ -566,7 +562,7 @@ def test_polyak_target_update() -> None:
             for p in agent.q_network.parameters():
                 p.add_(1.0)
         before = [p.clone() for p in agent.target_network.parameters()]
-        agent._update_target()
+        agent.update_target()
         for old, new, online in zip(
             before, agent.target_network.parameters(), agent.q_network.parameters()
         ):
@@ -585,13 +581,13 @@ def test_target_network_updates_every_period(monkeypatch) -> None:
             target_update_period=30,
             replay_ratio=4.0,
         )
-        original = DQN._update_target
+        original = DQN.update_target
 
         def spy(self):
             calls.append(self.global_step)
             original(self)
 
-        monkeypatch.setattr(DQN, "_update_target", spy)
+        monkeypatch.setattr(DQN, "update_target", spy)
         agent.learn(200)
     finally:
         envs.close()

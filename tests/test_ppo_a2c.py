@@ -23,10 +23,12 @@ from toy_envs import (
 )
 
 import vecaccel
-import vecaccel.trainers.common as common
+import vecaccel.trainers.algorithm as algorithm
 from vecaccel.sampler import SampleBatch
 from vecaccel.trainers import A2C, PPO
-from vecaccel.trainers.common import compute_gae, load_checkpoint, lr_scale
+from vecaccel.trainers.advantages import compute_gae
+from vecaccel.trainers.checkpoint import load_checkpoint
+from vecaccel.trainers.config import lr_scale
 from vecaccel.trainers.optim import FlatAdam
 
 torch.set_num_threads(1)
@@ -729,7 +731,7 @@ def test_refused_action_space_closes_the_env_it_built(monkeypatch):
     envs (worker processes for shm); the observation-space refusal closes them, this one
     does not."""
     closed: list[bool] = []
-    make = common.make_env_for_training
+    make = algorithm.make_env_for_training
 
     def make_and_spy(*args, **kwargs):
         env = make(*args, **kwargs)
@@ -743,7 +745,7 @@ def test_refused_action_space_closes_the_env_it_built(monkeypatch):
         env.close = spy_close
         return env
 
-    monkeypatch.setattr(common, "make_env_for_training", make_and_spy)
+    monkeypatch.setattr(algorithm, "make_env_for_training", make_and_spy)
     with pytest.raises(TypeError, match="MultiDiscrete"):
         PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=4, torch_threads=1)
     assert closed, "the trainer raised for its action space but left the envs it built open"

@@ -15,14 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vecaccel
-from vecaccel.trainers.common import make_env_for_training
 from vecaccel.trainers.dqn import Rainbow
-from vecaccel.trainers.replay import (
-    PrioritizedReplayBuffer,
-    ReplayBuffer,
-    ReplayMemoryError,
-    available_memory,
-)
+from vecaccel.trainers.envs import make_env_for_training
+from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
+from vecaccel.trainers.replay import ReplayBuffer, ReplayMemoryError, available_memory
 
 torch.set_num_threads(1)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vecaccel.trainers.common import load_checkpoint
+from vecaccel.trainers.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).parent.parent
 

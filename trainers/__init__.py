@@ -1,5 +1,8 @@
 """vecaccel's bundled trainers: A2C, PPO and the DQN family, on vecaccel's sampler.
 
+Each algorithm holds its config, networks, loss and ``update``; a runner owns the loop
+(:class:`SyncRunner` here, or the asynchronous runner of ``--async``), the same for every one.
+
 Everything here imports torch, lazily: ``import vecaccel.trainers`` alone stays light.
 
 Example:
@@ -14,7 +17,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["A2C", "A2CConfig", "C51", "DQN", "DQNConfig", "PPO", "PPOConfig", "Rainbow"]
+__all__ = [
+    "A2C",
+    "A2CConfig",
+    "Algorithm",
+    "C51",
+    "DQN",
+    "DQNConfig",
+    "PPO",
+    "PPOConfig",
+    "Rainbow",
+    "RunConfig",
+    "SyncRunner",
+]
 
 _LOCATIONS = {
     "A2C": "vecaccel.trainers.a2c",
@@ -25,6 +40,9 @@ _LOCATIONS = {
     "C51": "vecaccel.trainers.dqn",
     "Rainbow": "vecaccel.trainers.dqn",
     "DQNConfig": "vecaccel.trainers.dqn",
+    "Algorithm": "vecaccel.trainers.algorithm",
+    "RunConfig": "vecaccel.trainers.config",
+    "SyncRunner": "vecaccel.trainers.runner",
 }
 
 

@@ -21,90 +21,39 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.common import (
-    OnPolicyAlgorithm,
-    check_on_policy_config,
-    compute_gae,
-    explained_variance,
-)
+from vecaccel.trainers.advantages import compute_gae, explained_variance
+from vecaccel.trainers.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.optim import FlatRMSprop
 
 __all__ = ["A2C", "A2CConfig", "PRESETS"]
 
 
 @dataclass
-class A2CConfig:
-    """Every A2C setting; each field's docstring is its ``--help`` text."""
+class A2CConfig(OnPolicyConfig):
+    """Every A2C setting; each field's docstring is its ``--help`` text (the shared ones are
+    :class:`~vecaccel.trainers.on_policy.OnPolicyConfig`'s)."""
 
-    env_id: str = "CartPole-v1"
-    """Gymnasium environment id (ALE ids get the standard Atari set-up)."""
     num_envs: int = 16
     """Parallel environments (B)."""
-    backend: str = "shm"
-    """vecaccel backend that runs the environments."""
-    num_workers: int = 0
-    """Worker processes for process backends (0: the backend's default)."""
-    alternating: bool = False
-    """action_server backend: two alternating halves of envs, so simulation overlaps the policy."""
-    seed: int = 1
-    """Seed of the run (torch, NumPy, Python, and the environments)."""
-    device: str = "cpu"
-    """Torch device for the model and the batches."""
-    torch_threads: int = 0
-    """torch.set_num_threads for this process (0: automatic, the cores the env workers leave
-    free, at least 1)."""
-    atari: bool | None = None
-    """Force the Atari set-up on or off (default: detect from env_id)."""
-    autoreset_mode: str = "SameStep"
-    """Gymnasium autoreset mode of the envs; SameStep wastes no step on resets."""
-
+    checkpoint_every: int = 500
+    """Updates between checkpoints written to run_dir/checkpoint.pt (0: only at the end)."""
+    log_every_steps: int = 800
+    """Env steps between metric rows (0: every update); a row is also written when an episode
+    ended and at the end."""
     num_steps: int = 5
     """Steps per environment per update (T); the batch is num_envs * num_steps."""
     learning_rate: float = 7e-4
     """RMSprop learning rate at base_batch_size (before lr scaling)."""
-    lr_scaling: str = "none"
-    """Scale the learning rate with the batch: none, linear or sqrt in batch/base_batch_size."""
     base_batch_size: int = 80
     """Batch size at which learning_rate was tuned (16 envs x 5 steps, the A2C default)."""
-    anneal_lr: bool = True
-    """Anneal the learning rate linearly to 0 over the run."""
-    rms_alpha: float = 0.99
-    """RMSprop smoothing constant."""
-    rms_eps: float = 1e-5
-    """RMSprop epsilon."""
-    gamma: float = 0.99
-    """Discount factor."""
     gae_lambda: float = 1.0
     """GAE lambda (1: plain n-step returns, classic A2C)."""
     norm_adv: bool = False
     """Normalise advantages over the batch."""
-    ent_coef: float = 0.01
-    """Entropy bonus coefficient."""
-    vf_coef: float = 0.5
-    """Value loss coefficient (the value loss is the mean squared error, as in SB3)."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
-
-    network: str = "auto"
-    """Policy network: auto (Nature-CNN for images, MLP otherwise), cnn or mlp."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """MLP hidden layer widths (separate actor and critic MLPs)."""
-    activation: str = "tanh"
-    """MLP activation: tanh or relu."""
-    channels_last: bool = True
-    """NHWC memory format for the CNN (faster convolutions on CPUs)."""
-    bf16: str = "off"
-    """bfloat16 autocast in the CNN torso: off, on, or auto (on where the hardware has bf16 units)."""
-
-    checkpoint_every: int = 500
-    """Write run_dir/checkpoint.pt every this many updates (0: only at the end)."""
-    reset_envs_at_checkpoint: bool = True
-    """Re-seed the envs at each checkpoint so that a resumed run is bit-identical on CPU."""
-    log_every: int = 10
-    """Log metrics every this many updates (and whenever an episode ended)."""
-
-    def __post_init__(self) -> None:
-        check_on_policy_config(self)
+    rms_alpha: float = 0.99
+    """RMSprop smoothing constant."""
+    rms_eps: float = 1e-5
+    """RMSprop epsilon."""
 
 
 #: Named settings for ``A2C(**PRESETS[name])`` and ``vecaccel train a2c --preset NAME``.
@@ -128,8 +77,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         learning_rate=7e-4,
         ent_coef=0.01,
         base_batch_size=80,
-        # bf16 autocast where the CPU/GPU has bf16 units: ~1.6x per update on Pong here, and the
-        # update changes by rounding only (tests/test_bf16.py, benchmarks/pong_learning.py drift)
+        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
+        # update changes by rounding only (tests/test_bf16.py)
         bf16="auto",
     ),
     # the seed paper's large-batch A2C: 256 envs x 5 steps, learning rate scaled from the
@@ -152,10 +101,8 @@ class A2C(OnPolicyAlgorithm):
 
     Args:
         env: a Gymnasium id, a vector env, or ``None``; see ``OnPolicyAlgorithm``.
-        run_dir: where logs and checkpoints go (``None``: nowhere).
-        progress: show a progress bar while learning.
-        tensorboard: write TensorBoard event files.
-        **config: :class:`A2CConfig` fields.
+        **config: :class:`A2CConfig` fields (``run_dir``, ``progress`` and ``tensorboard``
+            among them).
     """
 
     algo_name = "a2c"
@@ -177,7 +124,8 @@ class A2C(OnPolicyAlgorithm):
             foreach=True,
         )
 
-    def update(self, batch: Any, progress_remaining: float) -> dict[str, float]:
+    def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:
+        """One A2C update: a single gradient step on the whole batch."""
         cfg, model = self.config, self.model
 
         with torch.no_grad():

@@ -1,8 +1,8 @@
 """``vecaccel train`` and ``vecaccel eval``, contributed to the command line through the hook.
 
 The plugin manager imports this module when it is built, so nothing here imports torch or an
-algorithm at module level: each algorithm's flags are generated from its config dataclass (the
-field docstrings are the ``--help`` text) only when that algorithm's sub-command is parsed.
+algorithm at module level: each algorithm's flags (``cli_flags``) are generated from its config
+dataclass only when that algorithm's sub-command is parsed.
 
 Example:
     >>> import argparse
@@ -17,211 +17,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
-import inspect
 import sys
 import time
-import types
-import typing
 from pathlib import Path
 from typing import Any
 
 from vecaccel import hookimpl
+from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
+from vecaccel.trainers.cli_errors import read_checkpoint, setup_errors, usage_error
+from vecaccel.trainers.cli_flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
+from vecaccel.trainers.evaluate import eval_command
 
 __all__ = ["ALGORITHMS", "eval_command", "train_command", "vecaccel_add_commands"]
-
-#: algorithm name -> (module, class); DQN-family modules are another helper's and load lazily.
-ALGORITHMS: dict[str, tuple[str, str]] = {
-    "a2c": ("vecaccel.trainers.a2c", "A2C"),
-    "ppo": ("vecaccel.trainers.ppo", "PPO"),
-    "dqn": ("vecaccel.trainers.dqn", "DQN"),
-    "c51": ("vecaccel.trainers.dqn", "C51"),
-    "rainbow": ("vecaccel.trainers.dqn", "Rainbow"),
-}
-
-#: config fields that have a common flag of their own
-_COMMON_FIELDS = {"env_id", "num_envs", "backend", "seed", "device"}
-CHECKPOINT_NAME = "checkpoint.pt"
-
-
-# -- resolving an algorithm lazily ------------------------------------------------------------
-
-
-def _algorithm_class(algo: str) -> type:
-    module_path, class_name = ALGORITHMS[algo]
-    return getattr(importlib.import_module(module_path), class_name)
-
-
-def _config_class(algo: str) -> type:
-    cls = _algorithm_class(algo)
-    config_cls = getattr(cls, "config_cls", None)
-    if config_cls is None or not dataclasses.is_dataclass(config_cls):
-        module = importlib.import_module(ALGORITHMS[algo][0])
-        config_cls = getattr(module, f"{ALGORITHMS[algo][1]}Config", None) or module.DQNConfig
-    return config_cls
-
-
-def _presets(algo: str) -> dict[str, dict[str, Any]]:
-    module = importlib.import_module(ALGORITHMS[algo][0])
-    presets = getattr(module, "PRESETS", {}) or {}
-    nested = presets.get(algo)
-    if isinstance(nested, dict) and nested and all(isinstance(v, dict) for v in nested.values()):
-        return nested  # a module holding several algorithms keys its presets by algorithm
-    if set(presets) & set(ALGORITHMS) and algo not in presets:
-        return {}
-    return {name: value for name, value in presets.items() if isinstance(value, dict)}
-
-
-def _field_docs(config_cls: type) -> dict[str, str]:
-    from vecaccel.trainers.common import config_help
-
-    return config_help(config_cls)
-
-
-# -- flag types from annotations --------------------------------------------------------------
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def _optional(parse: Any) -> Any:
-    def parse_optional(text: str) -> Any:
-        if text.strip().lower() in ("none", "auto", "null", ""):
-            return None
-        return parse(text)
-
-    parse_optional.__name__ = getattr(parse, "__name__", "value")
-    return parse_optional
-
-
-def _int_tuple(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
-
-
-def _flag_spec(annotation: Any) -> dict[str, Any]:
-    """argparse keyword arguments for a dataclass field annotation."""
-    origin = typing.get_origin(annotation)
-    args = typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType) and type(None) in args:
-        inner = [a for a in args if a is not type(None)]
-        spec = _flag_spec(inner[0]) if len(inner) == 1 else {"type": str}
-        if spec.get("action") is argparse.BooleanOptionalAction:
-            return {"type": _optional(_parse_bool), "metavar": "{true,false,auto}"}
-        spec["type"] = _optional(spec.get("type", str))
-        return spec
-    if annotation is bool:
-        return {"action": argparse.BooleanOptionalAction}
-    if annotation in (int, float, str):
-        return {"type": annotation}
-    if origin in (tuple, list) and args and args[0] is int:
-        return {"type": _int_tuple, "metavar": "N,N,..."}
-    return {"type": str}
-
-
-class ConfigAction(argparse.Action):
-    """Store a config field's value under ``namespace.config[field]``."""
-
-    def __init__(self, option_strings: list[str], dest: str, field: str = "", **kwargs: Any):
-        self.field = field
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
-        config = getattr(namespace, "config", None)
-        if config is None:
-            config = {}
-            namespace.config = config
-        if self.nargs == 0:
-            values = not (option_string or "").startswith("--no-")
-        config[self.field] = values
-
-
-class AlgorithmParser(argparse.ArgumentParser):
-    """An algorithm's sub-parser whose config flags are added when it is first used.
-
-    Importing an algorithm imports torch; deferring it keeps ``vecaccel --help`` and every other
-    command free of torch.
-    """
-
-    def __init__(self, *args: Any, algo: str = "", **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.algo = algo
-        self._populated = False
-
-    def _populate(self) -> None:
-        if self._populated or not self.algo:
-            return
-        self._populated = True
-        try:
-            config_cls = _config_class(self.algo)
-        except ImportError as exc:
-            self.epilog = f"(the {self.algo} trainer cannot be imported: {exc})"
-            return
-        docs = _field_docs(config_cls)
-        hints = typing.get_type_hints(config_cls)
-        presets = _presets(self.algo)
-        if presets:
-            self.add_argument(
-                "--preset",
-                choices=sorted(presets),
-                help="start from a named configuration (explicit flags override it)",
-            )
-        group = self.add_argument_group(f"{self.algo} configuration")
-        class_defaults = getattr(_algorithm_class(self.algo), "defaults", None)
-        class_defaults = class_defaults if isinstance(class_defaults, dict) else {}
-        for field in dataclasses.fields(config_cls):
-            flag = "--" + field.name.replace("_", "-")
-            negative = "--no-" + field.name.replace("_", "-")
-            taken = self._option_string_actions
-            if field.name in _COMMON_FIELDS or flag in taken or negative in taken:
-                continue
-            spec = _flag_spec(hints.get(field.name, str))
-            default = field.default if field.default is not dataclasses.MISSING else None
-            if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                default = field.default_factory()  # type: ignore[misc]
-            default = class_defaults.get(field.name, default)
-            help_text = docs.get(field.name, "").replace("%", "%%")
-            help_text = f"{help_text} (default: {default!r})".strip()
-            if spec.get("action") is argparse.BooleanOptionalAction:
-                group.add_argument(
-                    flag,
-                    negative,
-                    action=ConfigAction,
-                    field=field.name,
-                    nargs=0,
-                    dest="_unused_" + field.name,
-                    default=argparse.SUPPRESS,
-                    help=help_text,
-                )
-            else:
-                group.add_argument(
-                    flag,
-                    action=ConfigAction,
-                    field=field.name,
-                    dest="_unused_" + field.name,
-                    default=argparse.SUPPRESS,
-                    type=spec.get("type", str),
-                    metavar=spec.get("metavar", field.name.upper()),
-                    help=help_text,
-                )
-
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        self._populate()
-        return super().parse_known_args(args, namespace)
-
-    def format_help(self) -> str:
-        self._populate()
-        return super().format_help()
 
 
 def _positive_int(text: str) -> int:
@@ -232,29 +39,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
     return value
-
-
-def _setup_errors() -> tuple[type[BaseException], ...]:
-    """What a bad flag, env or checkpoint raises while a trainer is set up: reported as a
-    usage error (exit 2, one line), not a traceback. Errors once training runs are not."""
-    import gymnasium as gym
-
-    from vecaccel.errors import WorkerError
-    from vecaccel.trainers.common import CheckpointError
-
-    return (ValueError, TypeError, CheckpointError, WorkerError, gym.error.Error)
-
-
-#: What a replay-file error tells a Python caller to do, and its command-line equivalent.
-_REPLAY_HINT = ("load with load_replay=False", "pass --no-replay")
-
-
-def _usage_error(exc: BaseException) -> int:
-    print(f"error: {str(exc).replace(*_REPLAY_HINT)}", file=sys.stderr)
-    return 2
-
-
-# -- the hook ---------------------------------------------------------------------------------
 
 
 @hookimpl
@@ -414,22 +198,8 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
 # -- handlers ---------------------------------------------------------------------------------
 
 
-def _accepts(callable_: Any, name: str) -> bool:
-    try:
-        parameters = inspect.signature(callable_).parameters
-    except (TypeError, ValueError):
-        return True
-    return name in parameters or any(
-        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
-    )
-
-
-def _keyword_subset(callable_: Any, values: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in values.items() if _accepts(callable_, key)}
-
-
-def _explicit_config(args: argparse.Namespace, config_cls: type) -> dict[str, Any]:
-    names = {field.name for field in dataclasses.fields(config_cls)}
+def _explicit_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The config values given on the command line (the common flags among them)."""
     config = dict(args.config or {})
     common = {
         "num_envs": args.num_envs,
@@ -437,13 +207,7 @@ def _explicit_config(args: argparse.Namespace, config_cls: type) -> dict[str, An
         "seed": args.seed,
         "device": args.device,
     }
-    for key, value in common.items():
-        if value is None:
-            continue
-        if key not in names:
-            print(f"warning: {config_cls.__name__} has no field {key!r}; ignored", file=sys.stderr)
-            continue
-        config[key] = value
+    config.update({key: value for key, value in common.items() if value is not None})
     return config
 
 
@@ -462,7 +226,7 @@ def train_command(args: argparse.Namespace) -> int:
     import os
 
     from vecaccel.trainers import distributed
-    from vecaccel.trainers.common import TrainingInterrupted
+    from vecaccel.trainers.signals import TrainingInterrupted
 
     nproc = getattr(args, "nproc", None)
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
@@ -485,114 +249,20 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    import os
-
-    from vecaccel.trainers import distributed
-    from vecaccel.trainers.common import CheckpointError, apply_runtime_settings, load_checkpoint
-
     # None where not given: a new run takes the defaults, a resumed one what it recorded
     fixed_lag = getattr(args, "async_fixed_lag", None)
     weight_sync_period = getattr(args, "async_weight_sync_period", None)
-    algo = args.algo
-    cls = _algorithm_class(algo)
-    config_cls = _config_class(algo)
-    explicit = _explicit_config(args, config_cls)
+    cls = algorithm_class(args.algo)
+    explicit = _explicit_config(args)
     runtime = {"progress": not args.no_progress, "tensorboard": not args.no_tensorboard}
-
     if args.resume is not None:
-        run_dir = args.run_dir or (args.resume if args.resume.is_dir() else args.resume.parent)
-        checkpoint = args.resume / CHECKPOINT_NAME if args.resume.is_dir() else args.resume
-        try:
-            state = load_checkpoint(checkpoint)
-        except (CheckpointError, FileNotFoundError) as exc:
-            print(f"error: cannot resume: {exc}", file=sys.stderr)
-            return 2
-        env_id = _env_id(args, config_cls, state.get("config", {}), state)
-        if env_id is None:
-            print("error: the checkpoint names no env; pass --env", file=sys.stderr)
-            return 2
-        load_options: dict[str, Any] = {"run_dir": str(run_dir), **runtime}
-        if getattr(args, "no_replay", False):
-            load_options["load_replay"] = False
-        load_kwargs = _keyword_subset(cls.load, load_options)
-        # the checks a new run gets, on the config the resumed run will have: a bad flag
-        # (--backend nosuch) is refused here, before a rollout process starts and fails in it
-        try:
-            _preflight(config_cls, env_id, {**state.get("config", {}), **explicit})
-        except _setup_errors() as exc:
-            return _usage_error(exc)
-        # a run trained asynchronously goes on asynchronously (its checkpoint says so), unless
-        # --sync asks otherwise; the DQN family's replay file is read by either mode
-        wants_async = bool(getattr(args, "async_mode", False) or state.get("async", False))
-        resume_async = wants_async and not getattr(args, "sync_mode", False)
-        if resume_async:
-            from vecaccel.trainers import async_runner
-
-            try:
-                return async_runner.resume_async(
-                    cls,
-                    checkpoint,
-                    env_id,
-                    args.total_steps,
-                    weight_sync_period=weight_sync_period,
-                    fixed_lag=fixed_lag,
-                    **load_kwargs,
-                    **explicit,
-                )
-            except CheckpointError as exc:  # a missing or corrupt replay file, say
-                return _usage_error(exc)
-        try:
-            agent = cls.load(checkpoint, env=env_id, **load_kwargs, **explicit)
-        except _setup_errors() as exc:
-            return _usage_error(exc)
-        apply_runtime_settings(agent, runtime)
-        step = int(getattr(agent, "global_step", 0))
-        if getattr(agent, "is_main", True):  # one line for the run, not one per rank
-            print(f"resuming {algo} from {checkpoint} at step {step}", file=sys.stderr)
-        try:
-            if hasattr(agent, "set_target_steps"):
-                if args.total_steps is not None:
-                    agent.set_target_steps(args.total_steps)
-                if agent.target_steps is None or step >= agent.target_steps:
-                    print(
-                        f"the run is complete ({step} of {agent.target_steps} steps); pass a "
-                        "larger --total-steps to extend it",
-                        file=sys.stderr,
-                    )
-                    return 0
-                agent.learn()
-            elif args.total_steps is None:  # finish the budget the run was started with
-                horizon = (getattr(agent, "_loop_state", None) or {}).get("horizon")
-                if horizon is None:
-                    print(
-                        "error: the checkpoint records no budget; pass --total-steps",
-                        file=sys.stderr,
-                    )
-                    return 2
-                if step >= horizon:
-                    print(
-                        f"the run is complete ({step} of {horizon} steps); pass a larger "
-                        "--total-steps to extend it",
-                        file=sys.stderr,
-                    )
-                    return 0
-                agent.learn()
-            else:
-                kwargs = _keyword_subset(agent.learn, {"reset_num_timesteps": False})
-                agent.learn(max(0, args.total_steps - step), **kwargs)
-        finally:
-            _close(agent)
-        return 0
-
+        return _resume(args, cls, explicit, runtime, fixed_lag, weight_sync_period)
     if getattr(args, "no_replay", False):
         print("error: --no-replay only applies with --resume", file=sys.stderr)
         return 2
-    preset: dict[str, Any] = {}
     preset_name = getattr(args, "preset", None)
-    if preset_name:
-        preset = dict(_presets(algo)[preset_name])
-    config = {**preset, **explicit}
-    env_id = _env_id(args, config_cls, config)
+    config = {**(presets(args.algo)[preset_name] if preset_name else {}), **explicit}
+    env_id = _env_id(args, cls.config_cls, config)
     config.pop("env_id", None)
     if env_id is None:
         print("error: --env is required", file=sys.stderr)
@@ -600,18 +270,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.total_steps is None:
         print("error: --total-steps is required (unless --resume)", file=sys.stderr)
         return 2
-    seed = config.get("seed", getattr(config_cls(), "seed", 0))
-    run_dir = args.run_dir or Path("runs") / (
-        f"{algo}-{env_id.replace('/', '_')}-{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    if os.environ.get("TORCHELASTIC_RUN_ID") and args.run_dir is None and "RANK" in os.environ:
-        # ranks would each stamp their own time: take the name from the launcher's run id
-        run_dir = Path("runs") / (
-            f"{algo}-{env_id.replace('/', '_')}-{seed}-{os.environ['TORCHELASTIC_RUN_ID']}"
-        )
+    run_dir = args.run_dir or _default_run_dir(args.algo, env_id, config, cls.config_cls)
     fixed_lag = bool(fixed_lag)
-    weight_sync_period = 1 if weight_sync_period is None else weight_sync_period
-    if fixed_lag and weight_sync_period != 1:
+    if fixed_lag and weight_sync_period not in (None, 1):
         print(
             "error: --async-fixed-lag needs --async-weight-sync-period 1, got "
             f"{weight_sync_period}",
@@ -619,55 +280,129 @@ def _train(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        _preflight(config_cls, env_id, config)
-    except _setup_errors() as exc:
-        return _usage_error(exc)
-    if getattr(args, "async_mode", False):
+        _preflight(cls.config_cls, env_id, config)
+    except setup_errors() as exc:
+        return usage_error(exc)
+    if args.async_mode:
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers import async_runner
 
-        if algo in ("a2c", "ppo"):
-            return async_runner.train_async_on_policy(
-                cls,
-                env_id,
-                args.total_steps,
-                run_dir=str(run_dir),
-                weight_sync_period=weight_sync_period,
-                fixed_lag=fixed_lag,
-                **runtime,
-                **config,
-            )
-        return async_runner.train_async_dqn(
+        return async_runner.train_async(
             cls,
             env_id,
             args.total_steps,
             run_dir=str(run_dir),
+            weight_sync_period=weight_sync_period,
             fixed_lag=fixed_lag,
             **runtime,
             **config,
         )
-    kwargs = _keyword_subset(cls, {"run_dir": str(run_dir), **runtime})
     try:
-        agent = cls(env_id, **kwargs, **config)
-    except _setup_errors() as exc:
-        return _usage_error(exc)
+        agent = cls(env_id, run_dir=str(run_dir), **runtime, **config)
+    except setup_errors() as exc:
+        return usage_error(exc)
     try:
         agent.learn(args.total_steps)
     finally:
-        _close(agent)
-    if not distributed.is_main_process():
-        return 0
-    if not (Path(run_dir) / CHECKPOINT_NAME).exists():
-        # a trainer that does not manage a run directory still leaves a checkpoint behind
-        agent.save(Path(run_dir) / CHECKPOINT_NAME)
-    if getattr(agent, "run_dir", None) is None or args.no_progress:
-        curve = Path(run_dir) / "learning_curve.png"
-        print(
-            f"run directory: {run_dir}  checkpoint: {Path(run_dir) / CHECKPOINT_NAME}"
-            + (f"  learning curve: {curve}" if curve.exists() else ""),
-            file=sys.stderr,
-        )
+        agent.close()
+    if agent.is_main and args.no_progress:
+        _print_run_dir(Path(run_dir))
     return 0
+
+
+def _resume(
+    args: argparse.Namespace,
+    cls: type,
+    explicit: dict[str, Any],
+    runtime: dict[str, Any],
+    fixed_lag: bool | None,
+    weight_sync_period: int | None,
+) -> int:
+    """``vecaccel train ALGO --resume DIR``: continue the run of DIR's checkpoint."""
+    from vecaccel.trainers.checkpoint import CheckpointError
+
+    run_dir = args.run_dir or (args.resume if args.resume.is_dir() else args.resume.parent)
+    checkpoint = checkpoint_file(args.resume)
+    state = read_checkpoint(checkpoint, "cannot resume: ")
+    if state is None:
+        return 2
+    env_id = _env_id(args, cls.config_cls, state.get("config", {}), state)
+    if env_id is None:
+        print("error: the checkpoint names no env; pass --env", file=sys.stderr)
+        return 2
+    load_options: dict[str, Any] = {"run_dir": str(run_dir), **runtime}
+    if getattr(args, "no_replay", False):
+        load_options["load_replay"] = False
+    # the checks a new run gets, on the config the resumed run will have: a bad flag
+    # (--backend nosuch) is refused here, before a rollout process starts and fails in it
+    try:
+        _preflight(cls.config_cls, env_id, {**state.get("config", {}), **explicit})
+    except setup_errors() as exc:
+        return usage_error(exc)
+    # a run trained asynchronously goes on asynchronously (its checkpoint says so), unless
+    # --sync asks otherwise; the DQN family's replay file is read by either mode
+    wants_async = bool(args.async_mode or state.get("async", False))
+    if wants_async and not args.sync_mode:
+        from vecaccel.trainers import async_runner
+
+        try:
+            return async_runner.resume_async(
+                cls,
+                checkpoint,
+                env_id,
+                args.total_steps,
+                weight_sync_period=weight_sync_period,
+                fixed_lag=fixed_lag,
+                **load_options,
+                **explicit,
+            )
+        except CheckpointError as exc:  # a missing or corrupt replay file, say
+            return usage_error(exc)
+    try:
+        agent = cls.load(checkpoint, env=env_id, **load_options, **explicit)
+    except setup_errors() as exc:
+        return usage_error(exc)
+    try:
+        step = agent.global_step
+        if agent.is_main:  # one line for the run, not one per rank
+            print(f"resuming {args.algo} from {checkpoint} at step {step}", file=sys.stderr)
+        if args.total_steps is not None:
+            agent.set_target_steps(args.total_steps)
+        if agent.target_steps is None:
+            print("error: the checkpoint records no budget; pass --total-steps", file=sys.stderr)
+            return 2
+        if step >= agent.target_steps:
+            print(
+                f"the run is complete ({step} of {agent.target_steps} steps); pass a larger "
+                "--total-steps to extend it",
+                file=sys.stderr,
+            )
+            return 0
+        agent.learn()
+    finally:
+        agent.close()
+    return 0
+
+
+def _default_run_dir(algo: str, env_id: str, config: dict[str, Any], config_cls: type) -> Path:
+    """``runs/ALGO-ENV-SEED-TIME``; under torchrun the time is the launcher's run id, or each
+    rank would stamp its own."""
+    import os
+
+    seed = config.get("seed", config_cls().seed)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if os.environ.get("TORCHELASTIC_RUN_ID") and "RANK" in os.environ:
+        stamp = os.environ["TORCHELASTIC_RUN_ID"]
+    return Path("runs") / f"{algo}-{env_id.replace('/', '_')}-{seed}-{stamp}"
+
+
+def _print_run_dir(run_dir: Path) -> None:
+    curve = run_dir / "learning_curve.png"
+    print(
+        f"run directory: {run_dir}  checkpoint: {run_dir / CHECKPOINT_NAME}"
+        + (f"  learning curve: {curve}" if curve.exists() else ""),
+        file=sys.stderr,
+    )
 
 
 def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
@@ -683,141 +418,9 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
     if "env_id" in names:
         values["env_id"] = env_id
     cfg = config_cls(**values)
-    backend = getattr(cfg, "backend", None)
-    if backend is not None and backend not in vecaccel.list_backends():
+    if cfg.backend not in vecaccel.list_backends():
         raise ValueError(
-            f"unknown backend {backend!r}; registered: {', '.join(vecaccel.list_backends())}"
+            f"unknown backend {cfg.backend!r}; registered: {', '.join(vecaccel.list_backends())}"
         )
     register_envs()
     gym.spec(env_id)  # gymnasium.error.Error naming the id (and close matches) if unknown
-
-
-def _close(agent: Any) -> None:
-    close = getattr(agent, "close", None)
-    if callable(close):
-        close()
-
-
-def eval_command(args: argparse.Namespace) -> int:
-    """Handle ``vecaccel eval CHECKPOINT``; returns the exit code."""
-    from vecaccel.trainers.common import CheckpointError, load_checkpoint
-
-    path = args.checkpoint / CHECKPOINT_NAME if args.checkpoint.is_dir() else args.checkpoint
-    try:
-        state = load_checkpoint(path)
-    except (CheckpointError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    algo = state.get("algo") or str(state.get("algorithm", "")).lower()
-    if algo not in ALGORITHMS:
-        print(f"error: {path} holds no known algorithm (algo={algo!r})", file=sys.stderr)
-        return 2
-    cls = _algorithm_class(algo)
-    try:
-        agent = cls.load(path, **_keyword_subset(cls.load, {"device": args.device}))
-    except _setup_errors() as exc:
-        return _usage_error(exc)
-    if not hasattr(agent, "predict"):
-        print(f"error: {cls.__name__} has no predict()", file=sys.stderr)
-        return 2
-    config = state.get("config", {})
-    env_id = args.env or config.get("env_id") or state.get("env_id")
-    if env_id is None:
-        print("error: the checkpoint names no env; pass --env", file=sys.stderr)
-        return 2
-    from vecaccel.trainers.common import check_env_matches, make_env_fn
-
-    try:
-        env = make_env_fn(env_id, config.get("atari"), training=False)()
-        try:
-            check_env_matches(
-                env_id,
-                env.observation_space,
-                env.action_space,
-                agent.observation_space,
-                agent.action_space,
-            )
-        finally:
-            env.close()
-    except _setup_errors() as exc:
-        return _usage_error(exc)
-    try:
-        returns, lengths = evaluate_agent(
-            agent,
-            env_id,
-            episodes=args.episodes,
-            seed=args.seed,
-            deterministic=not args.stochastic,
-            atari=config.get("atari"),
-            video=args.video,
-        )
-    except RuntimeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    import numpy as np
-
-    print(
-        f"{algo} on {env_id}: {len(returns)} episodes, return {np.mean(returns):.2f} "
-        f"+- {np.std(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), "
-        f"mean length {np.mean(lengths):.1f}"
-    )
-    if args.video is not None:
-        print(f"video: {args.video}")
-    return 0
-
-
-def evaluate_agent(
-    agent: Any,
-    env_id: str,
-    episodes: int = 10,
-    seed: int = 0,
-    deterministic: bool = True,
-    atari: bool | None = None,
-    video: Path | None = None,
-) -> tuple[list[float], list[int]]:
-    """Play ``episodes`` full episodes with ``agent.predict``; returns (returns, lengths).
-
-    The env is built without the training-only wrappers, so the returns are real scores.
-    """
-    import numpy as np
-
-    from vecaccel.trainers.common import make_env_fn
-
-    env = make_env_fn(env_id, atari, training=False, render_mode="rgb_array" if video else None)()
-    if video is not None:
-        try:
-            env.reset(seed=seed)
-            env.render()
-        except Exception as exc:  # e.g. pygame missing for the classic-control renderers
-            env.close()
-            raise RuntimeError(f"cannot record a video of {env_id}: {exc}") from exc
-    frames: list[np.ndarray] = []
-    returns: list[float] = []
-    lengths: list[int] = []
-    try:
-        for episode in range(episodes):
-            obs, _ = env.reset(seed=seed + episode)
-            total, length, done = 0.0, 0, False
-            while not done:
-                if video is not None and episode == 0:
-                    frames.append(env.render())
-                action, _ = agent.predict(np.asarray(obs), deterministic=deterministic)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                total += float(reward)
-                length += 1
-                done = bool(terminated or truncated)
-            returns.append(total)
-            lengths.append(length)
-        if video is not None and frames:
-            _write_video(frames, video, fps=int(env.metadata.get("render_fps", 30) or 30))
-    finally:
-        env.close()
-    return returns, lengths
-
-
-def _write_video(frames: list[Any], path: Path, fps: int) -> None:
-    from moviepy import ImageSequenceClip
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clip = ImageSequenceClip(list(frames), fps=max(1, min(fps, 60)))
-    clip.write_videofile(str(path), logger=None, audio=False)

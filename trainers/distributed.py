@@ -52,6 +52,7 @@ __all__ = [
     "rank",
     "rank_seed",
     "reduce_metrics",
+    "reduce_log_row",
     "world_size",
     "wrap_model",
 ]
@@ -97,7 +98,7 @@ def rank_seed(seed: int) -> int:
     """
     if rank() == 0:
         return int(seed)
-    from vecaccel.trainers.common import split_seed
+    from vecaccel.trainers.seeding import split_seed
 
     return split_seed(seed, 0x5EED, rank())
 
@@ -329,6 +330,37 @@ def reduce_metrics(
         else:
             out[key] = total / weight
     return out
+
+
+def reduce_log_row(
+    metrics: Mapping[str, float | None],
+    episodes: float,
+    *,
+    keys: Sequence[str] = (),
+    sums: Sequence[str] = (),
+    device: Any = "cpu",
+) -> dict[str, float | None]:
+    """One log row reduced over ranks, as every runner logs it; every rank must call it.
+
+    The mean episodic return and length are weighted by each rank's ``episodes`` (so that a
+    rank that saw none does not count), ``charts/episodes`` and the keys in ``sums`` are summed,
+    and ``charts/world_size`` is added. ``keys`` are the metrics every rank sends even when it
+    has no value for one (a rank's row may lack a loss the others have): the ranks must reduce
+    the same keys.
+
+    Example:
+        >>> reduce_log_row({"charts/episodic_return": 1.0}, 1)["charts/world_size"]
+        1.0
+    """
+    full = {key: metrics.get(key) for key in keys} | dict(metrics)
+    reduced = reduce_metrics(
+        full,
+        weights={"charts/episodic_return": episodes, "charts/episodic_length": episodes},
+        sums=("charts/episodes", *sums),
+        device=device,
+    )
+    reduced["charts/world_size"] = float(world_size())
+    return reduced
 
 
 # -- launching -------------------------------------------------------------------------------

@@ -1,23 +1,22 @@
 """The DQN family: DQN, Double, Dueling, n-step, prioritized replay, C51 and ε-Rainbow.
 
-The file reads top to bottom like a CleanRL script: the config, the presets, the schedules, the
-C51 projection, then the agent whose :meth:`DQN.learn` is the whole training loop and whose
-:meth:`DQN.train_step` is the whole loss and update.
-
-The loop steps a vecaccel ``VectorEnv`` under ``AutoresetMode.SAME_STEP``, so every step is a real
-transition and a truncated episode bootstraps from its true final observation
-(``infos["final_obs"]``); the replay buffer computes n-step targets at sample time.
+The file reads top to bottom like a CleanRL script: the config, the C51 projection, then the
+agent whose :meth:`DQN.update` is the whole loss and update. The loop
+is the runner's (:class:`~vecaccel.trainers.runner.SyncRunner`): it steps a vecaccel
+``VectorEnv`` under ``AutoresetMode.SAME_STEP``, so every step is a real transition and a
+truncated episode bootstraps from its true final observation (``infos["final_obs"]``); the
+replay buffer computes n-step targets at sample time.
 
 Training intensity is the *replay ratio*: transitions consumed by gradient updates per transition
 collected (``updates × batch_size / env_steps``, after ``learning_starts``). It is a setting, the
-loop enforces it exactly (to within one update), and the measured value is logged as
+runner enforces it exactly (to within one update), and the measured value is logged as
 ``charts/replay_ratio``. Batch size is free up to 2048 and beyond; the learning rate is scaled by
 ``lr_scaling`` in the ratio ``batch_size / base_batch_size`` (logged as ``charts/lr_scale``).
 
 Checkpoints hold the replay buffer too (``checkpoint_replay``, in a ``.npz`` beside
-``checkpoint.pt``), and each periodic one is a restart point where the envs are reset with a
-derived seed, so on CPU a run resumed from it ends bit-identical to one never interrupted (see
-:meth:`DQN.learn`).
+``checkpoint.pt``; see ``dqn_checkpoint``), and each periodic one is a restart point where the
+envs are reset with a derived seed, so on CPU a run resumed from it ends bit-identical to one
+never interrupted.
 
 Example:
     >>> import torch; torch.set_num_threads(1)
@@ -35,12 +34,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import glob
-import os
-import secrets
-import tempfile
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,28 +45,24 @@ import torch.nn.functional as F
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.trainers import distributed
-from vecaccel.trainers.common import (
-    CheckpointError,
-    RunLogger,
-    SignalCheckpoint,
-    TrainingInterrupted,
-    action_start,
+from vecaccel.trainers.algorithm import Algorithm, Callback
+from vecaccel.trainers.checkpoint import (
     check_env_matches,
-    config_from_dict,
-    configure_torch_threads,
-    get_rng_state,
-    load_checkpoint,
-    lr_scale,
-    make_env_for_training,
-    restore_rank_rng_state,
-    save_checkpoint,
-    seed_everything,
-    set_rng_state,
-    split_seed,
-    usable_device,
 )
+from vecaccel.trainers.config import (
+    RunConfig,
+    check_dqn_config,
+    lr_scale,
+    resolve_aliases,
+)
+from vecaccel.trainers.dqn_checkpoint import load_dqn, save_dqn, write_run_checkpoint
+from vecaccel.trainers.dqn_presets import PRESETS
+from vecaccel.trainers.episodes import EpisodeStats
 from vecaccel.trainers.models import QNetwork, check_observation_space
-from vecaccel.trainers.replay import PrioritizedReplayBuffer, ReplayBuffer, ReplaySample
+from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
+from vecaccel.trainers.replay import ReplayBuffer, ReplaySample, replay_buffer_kwargs
+from vecaccel.trainers.replay_files import restore_replay
+from vecaccel.trainers.schedules import linear_schedule
 
 __all__ = [
     "C51",
@@ -90,17 +79,13 @@ __all__ = [
 
 
 @dataclass
-class DQNConfig:
+class DQNConfig(RunConfig):
     """Every setting of the DQN family; the defaults train DQN on CartPole."""
 
-    seed: int = 1
-    """Seed of the envs, the network initialisation, exploration and replay sampling."""
     num_envs: int = 1
     """Environments stepped together (each env step counts towards the step budget)."""
-    backend: str = "serial"
-    """vecaccel backend stepping the envs when ``env`` is an id (``serial``, ``shm``, ...)."""
-    device: str = "auto"
-    """Torch device for the networks: ``auto`` (CUDA when available), ``cpu``, ``cuda:0``..."""
+    log_every_steps: int = 1_000
+    """Env steps between metric rows (0: every vector step)."""
     learning_rate: float = 2.5e-4
     """Adam learning rate at ``base_batch_size`` (scaled for other batch sizes by ``lr_scaling``)."""
     base_batch_size: int = 32
@@ -173,26 +158,9 @@ class DQNConfig:
     """NHWC convolutions (faster on many CPUs)."""
     bf16: bool = False
     """bfloat16 autocast in the CNN torso."""
-    torch_threads: int = 0
-    """Torch intra-op threads (0: automatic, the cores the env workers leave free, at least 1)."""
-    log_interval: int = 1_000
-    """Env steps between metric rows."""
-    run_dir: str | os.PathLike[str] | None = None
-    """Directory for metrics, TensorBoard events, the curve and checkpoints (None: none)."""
-    tensorboard: bool = True
-    """Write TensorBoard event files under ``run_dir``."""
-    progress: bool = True
-    """Show a live progress bar."""
-    checkpoint_period: int = 0
-    """Updates between checkpoints written to ``run_dir/checkpoint.pt`` (0: only at the end).
-    Each is a restart point: see ``reset_envs_at_checkpoint``."""
-    reset_envs_at_checkpoint: bool = True
-    """At each periodic checkpoint close the open episodes and reset the envs with a seed derived
-    from ``(seed, updates)``, as a resumed run does, so that on CPU a run resumed from it is
-    bit-identical to one never interrupted (the running episodes are cut short)."""
     checkpoint_replay: bool = True
     """Write the replay buffer (contents, write positions, priorities, sampling RNG) beside each
-    checkpoint written by :meth:`DQN.learn`, as ``checkpoint.replay-<step>-<id>.npz``, so that a
+    checkpoint written during ``learn``, as ``checkpoint.replay-<step>-<id>.npz``, so that a
     resumed run does not refill it; turn off when it is too big to write often (Atari: GBs)."""
     async_weight_sync_period: int = 1
     """Asynchronous mode (``--async``): updates between copies of the weights to the sampler."""
@@ -202,151 +170,12 @@ class DQNConfig:
     lets the two sides overlap better, a smaller one holds the ratio tighter early on."""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         self.hidden_sizes = tuple(int(h) for h in self.hidden_sizes)
-        if self.run_dir is not None:  # a Path would not pass the checkpoint's weights-only load
-            self.run_dir = os.fspath(self.run_dir)
-        if self.num_envs < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {self.num_envs!r}")
-        if self.batch_size < 1 or self.base_batch_size < 1:
-            raise ValueError("batch_size and base_batch_size must be positive")
-        if self.replay_ratio <= 0:
-            raise ValueError(f"replay_ratio must be positive, got {self.replay_ratio}")
-        if self.loss not in ("huber", "mse"):
-            raise ValueError(f"loss must be 'huber' or 'mse', got {self.loss!r}")
-        if self.categorical and (self.num_atoms < 2 or not self.v_min < self.v_max):
-            raise ValueError("categorical needs num_atoms >= 2 and v_min < v_max")
-        if self.target_update_period < 1:
-            raise ValueError("target_update_period must be at least 1 env step")
-        # each of these is accepted by the maths but fails later, or silently: gamma > 1 makes
-        # the targets diverge, tau <= 0 never moves the target network (or pushes it away), a
-        # negative alpha or beta inverts prioritization or its correction, and a negative eps
-        # makes a zero TD error a negative priority that the sum tree rejects mid-run
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma!r}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"tau must be in (0, 1], got {self.tau!r}")
-        if not self.priority_alpha >= 0.0:
-            raise ValueError(f"priority_alpha must be non-negative, got {self.priority_alpha!r}")
-        if not 0.0 <= self.priority_beta_start <= 1.0:
-            raise ValueError(
-                f"priority_beta_start must be in [0, 1], got {self.priority_beta_start!r}"
-            )
-        if not self.priority_eps >= 0.0:
-            raise ValueError(f"priority_eps must be non-negative, got {self.priority_eps!r}")
-        if self.async_weight_sync_period < 1:
-            raise ValueError(
-                f"async_weight_sync_period must be at least 1, got {self.async_weight_sync_period!r}"
-            )
-        if self.async_max_lead < 0:
-            raise ValueError(f"async_max_lead must be non-negative, got {self.async_max_lead!r}")
-        lr_scale(self.batch_size, self.base_batch_size, self.lr_scaling)  # validates the mode
+        check_dqn_config(self)
 
 
-# Atari settings of Stooke & Abbeel (2018), "Accelerated Methods for Deep RL": the Nature-DQN
-# agent at replay ratio 8 with Adam, DQN at batch 512 and Categorical DQN at batch 2048, the
-# learning rate scaled from its batch-32 value, and ε-Rainbow (Rainbow without noisy nets, so
-# with ε-greedy exploration). Budgets are 50M env steps (200M frames) on 8 GPUs in the paper.
-_ATARI_COMMON: dict[str, Any] = dict(
-    num_envs=16,
-    backend="shm",
-    buffer_size=1_000_000,
-    gamma=0.99,
-    replay_ratio=8.0,
-    learning_starts=80_000,
-    target_update_period=40_000,
-    start_epsilon=1.0,
-    end_epsilon=0.01,
-    exploration_steps=1_000_000,
-    eval_epsilon=0.001,
-    max_grad_norm=10.0,
-    network="cnn",
-    frame_stack=4,
-    log_interval=10_000,
-)
-
-# tuned to solve CartPole-v1 within a CI budget on 2 CPU cores
-_CARTPOLE: dict[str, Any] = dict(
-    learning_rate=3.5e-4,
-    base_batch_size=32,
-    lr_scaling="sqrt",  # 3.5e-4 at batch 32 is 9.9e-4 at batch 256
-    batch_size=256,
-    buffer_size=20_000,
-    replay_ratio=32.0,  # one update of 256 every 8 env steps
-    learning_starts=500,
-    target_update_period=500,
-    exploration_fraction=0.15,
-    end_epsilon=0.02,
-    double=True,
-    n_step=3,
-    hidden_sizes=(128, 128),
-    loss="mse",
-)
-
-#: Named settings, applied with ``DQN(env, preset="atari-dqn", **overrides)``.
-PRESETS: dict[str, dict[str, Any]] = {
-    "cartpole": _CARTPOLE,
-    # the settings above (Double, 3-step) with a categorical head: plain 1-step C51 did not
-    # reach 475 in 60k steps. CartPole's discounted returns (at most 100 at gamma 0.99) need a
-    # support on [0, 100], not Atari's clipped [-10, 10] (``loss`` applies to expected values only)
-    "cartpole-c51": dict(_CARTPOLE, categorical=True, v_min=0.0, v_max=100.0),
-    # ε-Rainbow with the settings above: Double, Dueling, 3-step, prioritized, C51 on [0, 100]
-    "cartpole-rainbow": dict(
-        _CARTPOLE,
-        dueling=True,
-        prioritized=True,
-        priority_alpha=0.5,
-        categorical=True,
-        v_min=0.0,
-        v_max=100.0,
-    ),
-    "atari-dqn": dict(
-        _ATARI_COMMON,
-        batch_size=512,
-        base_batch_size=32,
-        learning_rate=1e-4,
-        lr_scaling="sqrt",
-        adam_eps=1.5e-4,
-        double=True,
-    ),
-    "atari-c51": dict(
-        _ATARI_COMMON,
-        categorical=True,
-        batch_size=2048,
-        base_batch_size=32,
-        learning_rate=2.5e-4,
-        lr_scaling="sqrt",
-        adam_eps=0.01 / 32,
-    ),
-    "atari-rainbow": dict(
-        _ATARI_COMMON,
-        double=True,
-        dueling=True,
-        n_step=3,
-        prioritized=True,
-        priority_alpha=0.5,
-        categorical=True,
-        batch_size=512,
-        base_batch_size=32,
-        learning_rate=6.25e-5,
-        lr_scaling="sqrt",
-        adam_eps=1.5e-4,
-    ),
-}
-
-
-# -- schedules and the C51 projection --------------------------------------------------------
-
-
-def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
-    """``start`` moving linearly to ``end`` over ``duration`` steps, then ``end``.
-
-    Example:
-        >>> linear_schedule(1.0, 0.1, 100, 50)
-        0.55
-    """
-    if duration <= 0:
-        return end
-    return end + (start - end) * max(0.0, 1.0 - t / duration)
+# -- the C51 projection ----------------------------------------------------------------------
 
 
 def categorical_projection(
@@ -391,33 +220,34 @@ def categorical_projection(
 # -- the agent -------------------------------------------------------------------------------
 
 
-def _resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-class DQN:
+class DQN(Algorithm):
     """Deep Q-learning over a vecaccel vector env, with every DQN-family option.
 
     Args:
-        env: a Gymnasium id (built with :func:`make_env_for_training`, ``num_envs`` copies on
-            ``backend``) or a ``gymnasium.vector.VectorEnv`` created with
-            ``autoreset_mode=AutoresetMode.SAME_STEP``; ``None`` only for a loaded agent used to
-            predict.
+        env: a Gymnasium id (``num_envs`` copies on ``backend``) or a
+            ``gymnasium.vector.VectorEnv`` created with ``autoreset_mode=AutoresetMode.SAME_STEP``;
+            ``None`` only for a loaded agent used to predict.
         config: a full :class:`DQNConfig`; keyword arguments override its fields.
         preset: a name in :data:`PRESETS` applied before ``**overrides``.
-        **overrides: :class:`DQNConfig` fields.
+        **overrides: :class:`DQNConfig` fields (``checkpoint_period`` and ``log_interval`` are
+            accepted for ``checkpoint_every`` and ``log_every_steps``).
 
     Attributes:
         config: the settings in force.
         q_network: the online network; ``target_network`` its lagged copy.
         global_step: env steps collected so far; ``num_updates`` gradient updates done.
         episode_log: ``(env_step, return, length)`` of every finished episode.
+        buffer: the replay buffer (made by the first ``learn``).
+        last_obs: the observations the envs are at, where the next ``learn`` goes on from.
+        loop_state: the runner's counters at the last checkpoint (saved with it).
     """
 
-    #: field values this class uses by default, before ``preset`` and overrides
-    defaults: dict[str, Any] = {}
+    algo_name = "dqn"
+    family = "off_policy"
+    config_cls = DQNConfig
+    config: DQNConfig
+    #: the losses every update reports, reduced over ranks even on a rank that has none yet
+    loss_keys = ("losses/td_loss", "losses/q_values", "losses/grad_norm")
 
     def __init__(
         self,
@@ -431,63 +261,38 @@ class DQN:
             if preset not in PRESETS:
                 raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
             values.update(PRESETS[preset])
-        values.update(overrides)
+        values.update(resolve_aliases(DQNConfig, overrides))
         unknown = set(values) - {f.name for f in dataclasses.fields(DQNConfig)}
         if unknown:
             raise TypeError(f"unknown {type(self).__name__} settings: {sorted(unknown)}")
-        self.config = cfg = DQNConfig(**values)
-        # under torchrun: join the process group; each rank gets its own seed (envs, exploration)
-        if distributed.init_from_env(str(_resolve_device(cfg.device))):
-            cfg.device = distributed.local_device(str(_resolve_device(cfg.device)))
-            cfg.seed = distributed.rank_seed(cfg.seed)
-        self.world_size = distributed.world_size()
-        self.is_main = distributed.is_main_process()
-        configure_torch_threads(cfg.torch_threads, cfg.backend, cfg.num_envs)
-        seed_everything(cfg.seed)
-        self.device = _resolve_device(cfg.device)
-        self.envs: gym.vector.VectorEnv | None = None
-        self.env_id: str | None = None
-        self._owns_envs = False
-        self.observation_space: gym.spaces.Space | None = None
-        self.action_space: gym.spaces.Space | None = None
+        self._setup(values)
         if env is not None:
-            self._attach_env(env)
+            self.attach_env(env)
             self.observation_space = self.envs.single_observation_space
             self.action_space = self.envs.single_action_space
-        self.rng = np.random.default_rng(cfg.seed)
-        self.global_step = 0
-        self.num_updates = 0
+        self.rng = np.random.default_rng(self.config.seed)
         self.episode_log: list[tuple[int, float, float]] = []
         self.buffer: ReplayBuffer | None = None
-        self._measured_replay_ratio: float | None = None
-        self.logger: RunLogger | None = None
-        self._obs: np.ndarray | None = None
-        self._episode_return = np.zeros(0)
-        self._episode_length = np.zeros(0)
-        self._saw_episode_info = False
-        # the loop's own counters at the last checkpoint (saved with it) and, in a loaded agent,
-        # those of the checkpoint it came from, which the next learn() continues exactly
-        self._loop_state: dict[str, Any] | None = None
+        self.measured_replay_ratio: float | None = None
+        self.last_obs: np.ndarray | None = None
+        #: the returns and lengths of the episodes running in each env
+        self.episode_stats = EpisodeStats()
+        self.loop_state: dict[str, Any] | None = None
+        # a loaded agent's exact-resume state, and the replay file its checkpoint names (read
+        # when a buffer is made for it), both taken by the next run
         self._resume: dict[str, Any] | None = None
-        # a replay file named by a checkpoint loaded without an env, read when learn() needs it
         self._pending_replay: tuple[Path, dict[str, Any]] | None = None
-        # trained by the async runner (a sampler process beside this one); saved in checkpoints,
-        # so that `vecaccel train --resume` goes on the same way, with the same options
-        self.async_run = False
-        self.async_options: dict[str, Any] = {}
         if self.observation_space is not None:
-            self._build_networks()
+            self.build_networks()
 
     # -- set-up -------------------------------------------------------------------------------
 
-    def _attach_env(self, env: str | gym.vector.VectorEnv) -> None:
-        cfg = self.config
+    def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
+        """Train on ``env``: an id (built on the config's backend) or a ``SAME_STEP`` vector env."""
         self.env_id = env if isinstance(env, str) else getattr(env.spec, "id", None)
         if isinstance(env, str):
-            self.envs = make_env_for_training(
-                env, cfg.num_envs, backend=cfg.backend, seed=cfg.seed, autoreset_mode="SameStep"
-            )
-            self._owns_envs = True
+            self.envs = self.make_envs(env)
+            self.owns_envs = True
         else:
             mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
             if mode is not AutoresetMode.SAME_STEP and mode != AutoresetMode.SAME_STEP.value:
@@ -511,12 +316,23 @@ class DQN:
                     self.action_space,
                 )
         except (TypeError, ValueError):
-            if self._owns_envs:
+            if self.owns_envs:
                 self.envs.close()
                 self.envs = None
             raise
 
-    def _build_networks(self) -> None:
+    def attach_spaces(
+        self, observation_space: gym.Space, action_space: gym.Space, env_id: str | None = None
+    ) -> None:
+        """Build the networks for these single-env spaces, without envs (they may live in
+        another process, as the asynchronous runner's sampler)."""
+        self.observation_space, self.action_space = observation_space, action_space
+        if env_id is not None:
+            self.env_id = env_id
+        self.build_networks()
+
+    def build_networks(self) -> None:
+        """The online and target networks, the optimizer and the support, for the spaces set."""
         cfg = self.config
         num_actions = int(self.action_space.n)
         self.q_network = QNetwork(
@@ -558,39 +374,17 @@ class DQN:
             else None
         )
 
-    def _frame_stack(self) -> int:
-        if self.config.frame_stack > 0:
-            return self.config.frame_stack
-        space = self.observation_space
-        image = isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
-        return int(space.shape[0]) if image and len(space.shape) == 3 else 1
+    def buffer_kwargs(self, num_envs: int) -> dict[str, Any]:
+        """The replay buffer's arguments (of this agent's buffer and of the asynchronous
+        runner's shared one, so that their checkpointed buffers fit each other)."""
+        return replay_buffer_kwargs(self.config, self.observation_space, num_envs)
 
-    def _buffer_kwargs(self, num_envs: int) -> dict[str, Any]:
-        """The replay buffer's arguments (here and in the async runner's shared buffer, so that
-        their checkpointed buffers fit each other)."""
-        cfg = self.config
-        kwargs: dict[str, Any] = dict(
-            capacity=max(cfg.buffer_size, num_envs * (cfg.n_step + self._frame_stack() + 8)),
-            num_envs=num_envs,
-            n_step=cfg.n_step,
-            gamma=cfg.gamma,
-            frame_stack=self._frame_stack(),
-            seed=cfg.seed,
-        )
-        if cfg.prioritized:
-            kwargs.update(alpha=cfg.priority_alpha, eps=cfg.priority_eps)
-        return kwargs
-
-    def _make_buffer(self) -> ReplayBuffer:
+    def make_buffer(self, num_envs: int) -> ReplayBuffer:
+        """An empty replay buffer for ``num_envs`` envs, uniform or prioritized per the config."""
         cls = PrioritizedReplayBuffer if self.config.prioritized else ReplayBuffer
-        kwargs = self._buffer_kwargs(self.envs.num_envs)
-        return cls(self.observation_space, self.action_space, **kwargs)
+        return cls(self.observation_space, self.action_space, **self.buffer_kwargs(num_envs))
 
     # -- acting -------------------------------------------------------------------------------
-
-    @property
-    def _action_start(self) -> int:
-        return action_start(getattr(self, "action_space", None))
 
     def _q_values(self, network: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
         out = network(obs)
@@ -599,7 +393,7 @@ class DQN:
         return (torch.softmax(out, dim=-1) * self.support).sum(-1)
 
     @torch.no_grad()
-    def _act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+    def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
         """ε-greedy actions of the env's space: ``Discrete(n, start)`` acts in
         ``start..start+n-1`` while the network's outputs are numbered from 0."""
         n = obs.shape[0]
@@ -609,7 +403,7 @@ class DQN:
             q = self._q_values(self.q_network, torch.as_tensor(obs, device=self.device))
             greedy = q.argmax(dim=1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
-        return actions + self._action_start
+        return actions + self.action_start
 
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, None]:
         """Actions for ``obs`` (one observation or a batch), as SB3's ``predict``.
@@ -625,7 +419,7 @@ class DQN:
         single = obs.shape == tuple(self.observation_space.shape)
         batch = obs[None] if single else obs
         epsilon = 0.0 if deterministic else self.config.eval_epsilon
-        actions = self._act(batch, epsilon)
+        actions = self.act(batch, epsilon)
         return (actions[0] if single else actions), None
 
     def epsilon(self, step: int, horizon: int) -> float:
@@ -650,15 +444,19 @@ class DQN:
             return beta, self.buffer.sample(cfg.batch_size, beta=beta)
         return beta, self.buffer.sample(cfg.batch_size)
 
-    def train_step(self, batch: ReplaySample) -> dict[str, float]:
-        """One gradient update on ``batch``; returns the losses and statistics to log."""
+    def update(self, batch: ReplaySample, progress_remaining: float = 1.0) -> dict[str, float]:
+        """One gradient update on ``batch``; returns the losses and statistics to log.
+
+        ``progress_remaining`` is unused: the DQN family's learning rate is constant (its ε and
+        β schedules follow the env steps).
+        """
         cfg = self.config
         device = self.device
         b_obs = torch.as_tensor(batch.obs, device=device)
         # the replay holds the env's actions; the network's outputs are numbered from 0
         b_actions = torch.as_tensor(batch.action, device=device).long()
-        if self._action_start:
-            b_actions = b_actions - self._action_start
+        if self.action_start:
+            b_actions = b_actions - self.action_start
         b_returns = torch.as_tensor(batch.reward, device=device)
         b_discounts = torch.as_tensor(batch.discount, device=device)
         b_next_obs = torch.as_tensor(batch.next_obs, device=device)
@@ -717,7 +515,12 @@ class DQN:
             "losses/grad_norm": float(grad_norm),
         }
 
-    def _update_target(self) -> None:
+    def train_step(self, batch: ReplaySample) -> dict[str, float]:
+        """:meth:`update` (its earlier name)."""
+        return self.update(batch)
+
+    def update_target(self) -> None:
+        """Move the target network to the online one (a copy, or a ``tau`` blend)."""
         tau = self.config.tau
         with torch.no_grad():
             for target, online in zip(
@@ -728,59 +531,55 @@ class DQN:
                 else:
                     target.lerp_(online, tau)
 
-    # -- the loop -----------------------------------------------------------------------------
+    # -- what the runner keeps between iterations ----------------------------------------------
 
-    def _record_episodes(self, reward, done, infos) -> list[tuple[float, float]]:
-        """Returns and lengths of the episodes that ended this step.
+    def take_resume_state(self) -> dict[str, Any] | None:
+        """The exact-resume state of the checkpoint this agent was loaded from (its loop
+        counters and RNG states), once: the first run after loading takes it."""
+        resume, self._resume = self._resume, None
+        return resume
 
-        ``info["episode"]`` of ``RecordEpisodeStatistics`` (real game scores for Atari, across
-        lives) is preferred; envs without it are measured from the rewards seen.
+    def restore_replay(self, buffer: ReplayBuffer) -> bool:
+        """Fill ``buffer`` from the replay file of the checkpoint this agent was loaded from, if
+        it names one not yet read; whether it did.
+
+        Raises:
+            CheckpointError: the file is missing or corrupt, or does not fit ``buffer``.
         """
-        self._episode_return += reward
-        self._episode_length += 1
-        finished: list[tuple[float, float]] = []
-        final_info = infos.get("final_info", {})
-        stats = final_info.get("episode") if isinstance(final_info, dict) else None
-        if stats is not None:
-            self._saw_episode_info = True
-            mask = final_info.get("_episode", np.ones(len(done), dtype=bool))
-            for i in np.flatnonzero(mask):
-                finished.append((float(stats["r"][i]), float(stats["l"][i])))
-        elif not self._saw_episode_info:
-            for i in np.flatnonzero(done):
-                finished.append((float(self._episode_return[i]), float(self._episode_length[i])))
-        self._episode_return[done] = 0.0
-        self._episode_length[done] = 0
-        return finished
+        pending, self._pending_replay = self._pending_replay, None
+        if pending is None:
+            return False
+        restore_replay(buffer, *pending)
+        return True
+
+    @property
+    def replay_ratio(self) -> float | None:
+        """The replay ratio measured over the last run (None before learning)."""
+        return self.measured_replay_ratio
 
     def learn(
         self,
         total_steps: int | None = None,
         reset_num_timesteps: bool = True,
-        callback: Callable[[DQN], bool | None] | None = None,
+        callback: Callback | None = None,
     ) -> DQN:
         """Collect ``total_steps`` env steps, training as the replay ratio prescribes.
 
-        Resume. Env state cannot be saved, so with ``run_dir`` and ``checkpoint_period`` set
-        each periodic checkpoint is a restart point (``reset_envs_at_checkpoint``): the open
-        episodes are closed in the replay buffer, the envs are reset with a seed derived from
-        ``(seed, updates)``, and the checkpoint then saves the networks, optimizer, counters,
-        schedules, every RNG state and the replay buffer. A loaded agent resets its envs with
-        the same seed and continues the saved run, so on CPU (same thread count) it ends with
-        bit-identical parameters to a run that was never interrupted. The checkpoint written when
-        ``learn`` ends (or is stopped by SIGINT/SIGTERM) continues the run too, not identically;
-        an error raised inside the loop writes none, leaving the last restart point in place.
-        Under ``torchrun`` every rank saves its own replay buffer; a run resumed on as many ranks
-        gives each rank its own back (on another number, every rank starts from rank 0's).
+        With ``run_dir`` and ``checkpoint_every`` set, each periodic checkpoint is a restart
+        point (see the module docstring): a loaded agent continues its run from there, on CPU
+        bit-identical to a run never interrupted. The checkpoint written when ``learn`` ends
+        (or is stopped by SIGINT/SIGTERM) continues the run too, not identically; an error
+        raised inside the loop writes none. Under ``torchrun`` every rank saves its own replay
+        buffer; a run resumed on as many ranks gives each rank its own back.
 
         Args:
             total_steps: env steps to collect in this call; ``None`` finishes the run of the
                 checkpoint this agent was loaded from.
             reset_num_timesteps: start the step count (and so the ε and β schedules and
-                ``learning_starts``) from zero, as SB3 does; ``False`` continues them. A loaded
-                agent given ``False`` and the steps its run had left continues that run exactly.
-            callback: called with the agent after every vector step (and its updates);
-                returning ``False`` stops training early, as SB3's callbacks do.
+                ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
+            callback: ``callback(agent, metrics)`` after every vector step (``metrics``: the row
+                logged there, or ``{}``; ``callback(agent)`` works too); returning ``False``
+                stops training early, as SB3's callbacks do.
 
         Returns:
             ``self``.
@@ -788,273 +587,22 @@ class DQN:
         Raises:
             ValueError: ``total_steps`` is ``None`` but there is no unfinished loaded run.
         """
-        cfg = self.config
-        if self.envs is None:
-            raise RuntimeError("this agent has no env: pass env= when creating or loading it")
-        resume, self._resume = self._resume, None
-        self.async_run, self.async_options = False, {}
-        if total_steps is None:
-            if resume is None or self.global_step >= resume["horizon"]:
-                raise ValueError(
-                    "learn() needs total_steps unless it continues the unfinished run of a "
-                    "loaded checkpoint"
-                )
-            total_steps, reset_num_timesteps = resume["horizon"] - self.global_step, False
-        exact = (
-            resume is not None
-            and resume["exact"]
-            and not reset_num_timesteps
-            and self.global_step + int(total_steps) == resume["horizon"]
-        )
-        envs = self.envs
-        num_envs = envs.num_envs
-        world = self.world_size
-        # steps and batches are counted over all ranks; each rank adds num_envs per vector step
-        steps_per_vector_step = num_envs * world
-        effective_batch = cfg.batch_size * world
-        if reset_num_timesteps:
-            self.global_step = 0
-            self.num_updates = 0
-        new_buffer = self.buffer is None
-        if new_buffer:
-            self.buffer = self._make_buffer()
-            if self._pending_replay is not None:
-                self._read_replay(*self._pending_replay)
-                new_buffer = False
-        self._pending_replay = None
-        if reset_num_timesteps or self._obs is None:
-            # a second learn() keeps the buffer (as SB3 does), so it closes the open episodes
-            self.buffer.end_episodes()
-            if self._obs is not None:
-                seed = None
-            elif self.global_step == 0:
-                seed = cfg.seed
-            else:  # a loaded agent restarts where the checkpoint's run restarted its envs
-                seed = self._restart_seed()
-            self._obs, _ = envs.reset(seed=seed)
-            self._episode_return = np.zeros(num_envs)
-            self._episode_length = np.zeros(num_envs, dtype=np.int64)
-        start_step = self.global_step
-        horizon = start_step + int(total_steps)
-        # updates start once the buffer holds learning_starts steps (and enough to sample)
-        warmup = cfg.learning_starts if (reset_num_timesteps or new_buffer) else 0
-        warmup = max(warmup, steps_per_vector_step * (cfg.n_step + self.buffer.frame_stack + 1))
-        learn_from = start_step + warmup
-        updates_at_start = self.num_updates
-        beta = cfg.priority_beta_start
-        next_log = start_step + cfg.log_interval
-        last_target_update = self.global_step
-        if exact:
-            assert resume is not None
-            learn_from = resume["learn_from"]
-            updates_at_start = resume["updates_at_start"]
-            beta = resume["beta"]
-            next_log = resume["next_log"]
-            last_target_update = resume["last_target_update"]
-            self._saw_episode_info = resume["saw_episode_info"]
-            # after the envs are made and reset, whatever that drew from the global generators
-            set_rng_state(resume["rng"])
-            self.rng.bit_generator.state = resume["agent_rng"]
-        main = self.is_main
-        logger = RunLogger(
-            cfg.run_dir if main else None,  # rank 0 alone logs and checkpoints
-            horizon,
-            use_tensorboard=cfg.tensorboard and main,
-            progress=cfg.progress and main,
-            resume_step=None if reset_num_timesteps else start_step,
-        )
-        self.logger = logger
-        logger.log(
-            start_step,
-            {"charts/learning_rate": self.learning_rate, "charts/lr_scale": self.lr_scale},
-        )
-        recent_losses: list[dict[str, float]] = []
-        finished: list[tuple[float, float]] = []
-        start_time = time.perf_counter()
-        obs = self._obs
-        restart_points = cfg.run_dir is not None and cfg.checkpoint_period > 0
-        restart_due = False
+        from vecaccel.trainers.runner import SyncRunner
 
-        def loop_state() -> dict[str, Any]:
-            return {
-                "horizon": horizon,
-                "learn_from": learn_from,
-                "updates_at_start": updates_at_start,
-                "beta": beta,
-                "next_log": next_log,
-                "last_target_update": last_target_update,
-                "saw_episode_info": self._saw_episode_info,
-            }
-
-        guard = SignalCheckpoint().__enter__()
-        vector_steps = 0
-        save_on_exit = False
-        try:
-            while self.global_step < horizon:
-                epsilon = self.epsilon(self.global_step, horizon)
-                actions = self._act(obs, epsilon)
-                next_obs, reward, terminated, truncated, infos = envs.step(actions)
-                done = terminated | truncated
-                self.buffer.add(obs, actions, reward, terminated, truncated, infos.get("final_obs"))
-                obs = next_obs
-                self.global_step += steps_per_vector_step
-                vector_steps += 1
-                for episode_return, length in self._record_episodes(reward, done, infos):
-                    self.episode_log.append((self.global_step, episode_return, length))
-                    finished.append((episode_return, length))
-
-                # enforce the replay ratio: updates × batch ≤ ratio × steps since learning began
-                if self.global_step > learn_from:
-                    due = int(cfg.replay_ratio * (self.global_step - learn_from) // effective_batch)
-                    while self.num_updates - updates_at_start < due:
-                        beta, batch = self.sample_batch(self.global_step / horizon)
-                        recent_losses.append(self.train_step(batch))
-                        self.num_updates += 1
-                        if cfg.checkpoint_period and self.num_updates % cfg.checkpoint_period == 0:
-                            restart_due = restart_points
-                    self._measured_replay_ratio = (
-                        (self.num_updates - updates_at_start)
-                        * effective_batch
-                        / (self.global_step - learn_from)
-                    )
-                if self.global_step - last_target_update >= cfg.target_update_period:
-                    last_target_update = self.global_step
-                    if self.num_updates > 0:
-                        self._update_target()
-
-                if self.global_step >= next_log or self.global_step >= horizon:
-                    next_log += cfg.log_interval
-                    elapsed = time.perf_counter() - start_time
-                    learned_steps = self.global_step - learn_from
-                    metrics: dict[str, float | None] = {
-                        "charts/SPS": (self.global_step - start_step) / max(elapsed, 1e-9),
-                        "charts/epsilon": epsilon,
-                        "charts/updates": self.num_updates,
-                        "charts/replay_ratio": self.replay_ratio if learned_steps > 0 else None,
-                        "charts/learning_rate": self.learning_rate,
-                    }
-                    if finished:
-                        metrics["charts/episodic_return"] = float(np.mean([r for r, _ in finished]))
-                        metrics["charts/episodic_length"] = float(np.mean([n for _, n in finished]))
-                        metrics["charts/episodes"] = len(finished)
-                    if recent_losses:
-                        for key in recent_losses[0]:
-                            metrics[key] = float(np.mean([m[key] for m in recent_losses]))
-                    if cfg.prioritized and self.num_updates:
-                        metrics["charts/beta"] = beta
-                    if world > 1:  # every rank reaches this step: reduce over ranks
-                        metrics = self._reduce_metrics(metrics, len(finished))
-                    logger.log(self.global_step, metrics)
-                    finished, recent_losses = [], []
-                if callback is not None and callback(self) is False:
-                    break
-                stop = guard.requested
-                if world > 1 and vector_steps % 64 == 0:  # agree at the same step on all ranks
-                    stop = distributed.all_reduce_any(stop, device=self.device)
-                elif world > 1:
-                    stop = False
-                if stop:
-                    raise TrainingInterrupted(guard.signal_name or "SIGTERM", self.global_step)
-                if restart_due:
-                    restart_due = False
-                    if self.global_step < horizon:
-                        obs = self._restart_point(obs, loop_state())
-            save_on_exit = True
-        except TrainingInterrupted:
-            save_on_exit = True
-            if cfg.run_dir is not None and main:
-                logger.write(
-                    f"{guard.signal_name}: checkpoint saved to "
-                    f"{Path(cfg.run_dir) / 'checkpoint.pt'} at step {self.global_step}"
-                )
-            raise
-        finally:
-            guard.__exit__(None, None, None)
-            self._obs = obs
-            self._loop_state = loop_state()
-            # an error leaves the last checkpoint in place: it is a restart point to resume from
-            if save_on_exit and cfg.run_dir is not None:
-                self._checkpoint(replay=cfg.checkpoint_replay)
-            logger.close()
+        SyncRunner(self).run(total_steps, callback, reset_num_timesteps)
         return self
-
-    def _restart_seed(self) -> int:
-        return split_seed(self.config.seed, self.num_updates)
-
-    def _restart_point(self, obs: np.ndarray, loop_state: dict[str, Any]) -> np.ndarray:
-        """Reset the envs at a seed a resumed run can reproduce, then write the checkpoint."""
-        cfg = self.config
-        if cfg.reset_envs_at_checkpoint:
-            self.buffer.end_episodes()
-            obs, _ = self.envs.reset(seed=self._restart_seed())
-            self._episode_return[:] = 0.0
-            self._episode_length[:] = 0
-        self._obs = obs
-        self._loop_state = loop_state
-        self._checkpoint(replay=cfg.checkpoint_replay)
-        return obs
-
-    def _reduce_metrics(self, metrics: dict[str, Any], episodes: int) -> dict[str, Any]:
-        keys = (
-            "charts/episodic_return",
-            "charts/episodic_length",
-            "charts/episodes",
-            "losses/td_loss",
-            "losses/q_values",
-            "losses/grad_norm",
-        )
-        full = {key: metrics.get(key) for key in keys} | metrics
-        reduced = distributed.reduce_metrics(
-            full,
-            weights={"charts/episodic_return": episodes, "charts/episodic_length": episodes},
-            sums=("charts/episodes",),
-            device=self.device,
-        )
-        reduced["charts/world_size"] = float(self.world_size)
-        return reduced
-
-    @property
-    def replay_ratio(self) -> float | None:
-        """The replay ratio measured over the last :meth:`learn` call (None before learning)."""
-        return self._measured_replay_ratio
 
     # -- saving and loading -------------------------------------------------------------------
 
-    def _checkpoint(self, replay: bool = False) -> None:
-        """Write ``run_dir/checkpoint.pt``; on several ranks every rank must call this.
+    def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
+        """Write ``run_dir/checkpoint.pt`` on rank 0 (other ranks may pass ``None``); on
+        several ranks every rank must call this.
 
         With ``replay`` on several ranks, every rank writes its own replay buffer (each holds
         different experience) and rank 0 names them all in the checkpoint, with each rank's
         random generators, once they are written.
         """
-        path = Path(self.config.run_dir) / "checkpoint.pt"
-        ranks = None
-        if replay and self.world_size > 1 and self.buffer is not None:
-            from vecaccel.trainers import distributed
-
-            token = f"{self.global_step}-r{distributed.rank()}-{secrets.token_hex(4)}"
-            ranks = distributed.all_gather_object(
-                self._replay_entry(_write_replay(self.buffer, path, token), token)
-            )
-        if not self.is_main:
-            return
-        if ranks is not None:
-            self.save(path, rank_replays=ranks)
-        else:
-            self.save(path, replay=replay)
-
-    def _replay_entry(self, file: Path, token: str) -> dict[str, Any]:
-        return {
-            "file": file.name,
-            "token": token,
-            "buffer": type(self.buffer).__name__,
-            "n_step": self.buffer.n_step,
-            # a prioritized tree holds priority ** alpha (see PrioritizedReplayBuffer.restored)
-            "alpha": getattr(self.buffer, "alpha", None),
-            "rng": self.buffer.rng.bit_generator.state,
-            "agent_rng": self.rng.bit_generator.state,
-            "global_rng": get_rng_state(),  # this rank's torch, NumPy and Python states
-        }
+        return write_run_checkpoint(self, run_dir, replay)
 
     def save(
         self,
@@ -1076,54 +624,7 @@ class DQN:
         Returns:
             The checkpoint's path.
         """
-        space = self.observation_space
-        if not isinstance(space, gym.spaces.Box):
-            raise TypeError(f"saving supports Box observation spaces, got {space}")
-        path = Path(path)
-        state = {
-            "algorithm": type(self).__name__,
-            "env_id": self.env_id,
-            "config": {
-                k: list(v) if isinstance(v, tuple) else v
-                for k, v in dataclasses.asdict(self.config).items()
-            },
-            "observation": {
-                "shape": list(space.shape),
-                "dtype": str(np.dtype(space.dtype)),
-                "low": torch.as_tensor(np.asarray(space.low, dtype=np.float64)),
-                "high": torch.as_tensor(np.asarray(space.high, dtype=np.float64)),
-            },
-            "num_actions": int(self.action_space.n),
-            "action_start": int(self.action_space.start),
-            "q_network": self.q_network.state_dict(),
-            "target_network": self.target_network.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "global_step": self.global_step,
-            "num_updates": self.num_updates,
-            "rng": get_rng_state(),
-            "agent_rng": self.rng.bit_generator.state,
-            "async": bool(self.async_run),
-            "async_options": dict(self.async_options),
-        }
-        if self._loop_state is not None:
-            state["loop"] = dict(self._loop_state)
-        keep: set[str] = set()
-        if rank_replays is not None:
-            state["replay"] = dict(rank_replays[0])  # what a single process loads
-            state["rank_replays"] = [dict(entry) for entry in rank_replays]
-            keep = {entry["file"] for entry in rank_replays}
-        elif replay and self.buffer is not None:
-            token = f"{self.global_step}-{secrets.token_hex(4)}"
-            state["replay"] = self._replay_entry(_write_replay(self.buffer, path, token), token)
-            keep = {state["replay"]["file"]}
-        written = save_checkpoint(path, state)
-        # older replay files, and the partial one of a save that was killed, are of no use now
-        stem = glob.escape(path.stem)
-        for pattern in (f"{stem}.replay-*.npz", f".{stem}.replay-*.npz.*.tmp"):
-            for stale in path.parent.glob(pattern):
-                if stale.name not in keep:
-                    stale.unlink(missing_ok=True)
-        return written
+        return save_dqn(self, Path(path), replay, rank_replays)
 
     @classmethod
     def load(
@@ -1135,7 +636,7 @@ class DQN:
     ) -> DQN:
         """Rebuild an agent saved by :meth:`save`.
 
-        A checkpoint written with its replay buffer by :meth:`learn` (``checkpoint_replay``)
+        A checkpoint written with its replay buffer during :meth:`learn` (``checkpoint_replay``)
         is a restart point: ``learn()`` without ``total_steps`` (or ``learn(remaining,
         reset_num_timesteps=False)``) then continues its run exactly.
 
@@ -1150,208 +651,19 @@ class DQN:
             CheckpointError: the file is corrupt or truncated, or (with ``env``) the replay file
                 it names is missing, corrupt or from another checkpoint.
         """
-        path = Path(path)
-        if path.is_dir():
-            path = path / "checkpoint.pt"
-        state = load_checkpoint(path)
-        algorithm = state.get("algorithm")
-        if algorithm is None or (cls is not DQN and algorithm != cls.__name__):
-            raise CheckpointError(
-                f"{path} holds a {algorithm or state.get('algo')!r} checkpoint, not "
-                f"{cls.__name__!r}"
-            )
-        values = {**state["config"], **overrides}
-        if "device" not in overrides and "device" in values:
-            values["device"] = usable_device(values["device"])
-        config = config_from_dict(DQNConfig, values)
-        agent = cls.__new__(cls)
-        DQN.__init__(agent, env=None, config=config)
-        observation = state["observation"]
-        dtype = np.dtype(observation["dtype"])
-        agent.observation_space = gym.spaces.Box(
-            observation["low"].numpy().astype(dtype),
-            observation["high"].numpy().astype(dtype),
-            tuple(observation["shape"]),
-            dtype,
-        )
-        # older checkpoints have no start: they could only have trained with 0
-        agent.action_space = gym.spaces.Discrete(
-            state["num_actions"], start=int(state.get("action_start", 0))
-        )
-        agent.env_id = state.get("env_id")
-        agent._build_networks()
-        agent.q_network.load_state_dict(state["q_network"])
-        agent.target_network.load_state_dict(state["target_network"])
-        agent.optimizer.load_state_dict(state["optimizer"])
-        # load_state_dict brings back the saved param_groups, hyperparameters included; the
-        # config in force (overrides, or a batch size that rescales the rate) decides them, and
-        # the Adam moments alone carry over. DQN has no lr schedule, so the rate is constant.
-        for group in agent.optimizer.param_groups:
-            group["lr"] = agent.learning_rate
-            group["eps"] = config.adam_eps
-        agent.global_step = int(state["global_step"])
-        agent.num_updates = int(state["num_updates"])
-        agent.async_run = bool(state.get("async", False))
-        agent.async_options = dict(state.get("async_options", {}))
-        # every rank's global states where the checkpoint has them (rank replays), else rank
-        # 0's: rank 0 restores them, a rank r > 0 re-seeds from (its seed, r, the checkpoint's
-        # counters) so that the ranks keep distinct streams, as in a fresh run
-        resume_point = (agent.global_step, agent.num_updates)
-        ranks = state.get("rank_replays")
-        rank_states = None
-        if ranks is not None and all("global_rng" in entry for entry in ranks):
-            rank_states = [entry["global_rng"] for entry in ranks]
-        rng_state = restore_rank_rng_state(
-            state["rng"], agent.config.seed, *resume_point, rank_states=rank_states
-        )
-        agent.rng.bit_generator.state = state["agent_rng"]
-        replay = state.get("replay") if load_replay else None
-        rank = distributed.rank()
-        if ranks is not None and len(ranks) == agent.world_size:
-            # each rank of a run on as many ranks goes on with its own experience
-            entry = ranks[rank]
-            agent.rng.bit_generator.state = entry["agent_rng"]
-            state["agent_rng"] = entry["agent_rng"]
-            if replay is not None:
-                replay = entry
-        elif rank > 0:
-            # rank 0's exploration and replay-sampling generators (the checkpoint has none of
-            # this rank's): re-seeded like the global ones, or this rank would explore and
-            # draw its batches exactly as rank 0 does
-            agent.rng = np.random.default_rng(
-                split_seed(agent.config.seed, 0xE5, rank, *resume_point)
-            )
-            state["agent_rng"] = agent.rng.bit_generator.state
-            if replay is not None:
-                sampling = np.random.default_rng(
-                    split_seed(agent.config.seed, 0xB5, rank, *resume_point)
-                )
-                replay = {**replay, "rng": sampling.bit_generator.state}
-        if replay is not None:
-            # older checkpoints do not name the buffer's n_step or alpha; they were the config's
-            saved = state["config"]
-            replay = {"n_step": saved.get("n_step"), "alpha": saved.get("priority_alpha"), **replay}
-            agent._pending_replay = (path, replay)
-        if "loop" in state:  # older checkpoints have no loop state: learn() starts afresh
-            agent._loop_state = dict(state["loop"])
-            agent._resume = {
-                **state["loop"],
-                "rng": rng_state,
-                "agent_rng": state["agent_rng"],
-                "exact": replay is not None,
-            }
-        if env is not None:
-            agent._attach_env(env)
-            if replay is not None:  # read now, so that a bad replay file fails here
-                agent.buffer = agent._make_buffer()
-                agent._read_replay(path, replay)
-                agent._pending_replay = None
-        return agent
+        return load_dqn(cls, Path(path), env, load_replay, overrides)
 
-    def _read_replay(self, checkpoint: Path, replay: dict[str, Any]) -> None:
-        self._read_replay_into(self.buffer, checkpoint, replay)
-
-    @staticmethod
-    def _read_replay_into(buffer: ReplayBuffer, checkpoint: Path, replay: dict[str, Any]) -> None:
-        """Fill ``buffer`` (the async runner's shared one, or this agent's) from a checkpoint."""
-        file = checkpoint.parent / replay["file"]
-        if type(buffer).__name__ != replay["buffer"]:
-            raise CheckpointError(
-                f"checkpoint {checkpoint} holds a {replay['buffer']}, but this agent's config "
-                f"makes a {type(buffer).__name__}"
-            )
-        _read_replay(buffer, file, replay["token"], checkpoint)
-        buffer.rng.bit_generator.state = replay["rng"]
-        # n_step may be overridden on load, which changes which slots can be sampled, and
-        # priority_alpha, which changes the priorities a prioritized tree holds
-        buffer.restored(replay.get("n_step"), replay.get("alpha"))
-
-    def close(self) -> None:
-        """Close the envs this agent created."""
-        if self._owns_envs and self.envs is not None:
-            self.envs.close()
-
-
-# -- replay files ----------------------------------------------------------------------------
-
-_REPLAY_TOKEN = "__checkpoint_token__"
-
-
-def _write_replay(buffer: ReplayBuffer, checkpoint: Path, token: str) -> Path:
-    """Write every array of ``buffer`` to an uncompressed ``.npz`` beside ``checkpoint``, atomically.
-
-    The arrays are streamed into the archive in chunks (no copy of a GB-sized buffer); zip's
-    CRC-32 of every member lets :func:`_read_replay` detect corruption.
-    """
-    checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    path = checkpoint.parent / f"{checkpoint.stem}.replay-{token}.npz"
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as file:
-            np.savez(file, **{_REPLAY_TOKEN: np.array(token)}, **buffer.arrays)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _read_replay(buffer: ReplayBuffer, path: Path, token: str, checkpoint: Path) -> None:
-    """Read a file written by :func:`_write_replay` straight into ``buffer``'s arrays.
-
-    Raises:
-        CheckpointError: the file is missing, truncated or corrupt, was written for another
-            checkpoint, or does not fit the buffer.
-    """
-    import zipfile
-
-    hint = "; load with load_replay=False to continue with an empty replay buffer"
-    if not path.is_file():
-        raise CheckpointError(
-            f"checkpoint {checkpoint} needs its replay file {path}, which is missing{hint}"
-        )
-    try:
-        with zipfile.ZipFile(path) as archive:
-            with archive.open(f"{_REPLAY_TOKEN}.npy") as member:
-                saved_token = str(np.load(member, allow_pickle=False))
-            if saved_token != token:
-                raise CheckpointError(
-                    f"replay file {path} belongs to another checkpoint than {checkpoint} "
-                    f"(id {saved_token}, expected {token}){hint}"
-                )
-            for name, array in buffer.arrays.items():
-                with archive.open(f"{name}.npy") as member:
-                    version = np.lib.format.read_magic(member)
-                    read_header = (
-                        np.lib.format.read_array_header_1_0
-                        if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0
-                    )
-                    shape, fortran_order, dtype = read_header(member)
-                    if shape != array.shape or dtype != array.dtype or fortran_order:
-                        raise CheckpointError(
-                            f"replay file {path}: {name} is {dtype}{list(shape)}, the buffer's is "
-                            f"{array.dtype}{list(array.shape)} (was the config changed?){hint}"
-                        )
-                    target = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
-                    done = 0
-                    while done < len(target):  # reading to the end checks the member's CRC-32
-                        count = member.readinto(target[done : done + (64 << 20)])
-                        if not count:
-                            raise EOFError(f"{name} ends after {done} of {len(target)} bytes")
-                        done += count
-                    member.read()
-                    if not array.flags.c_contiguous:
-                        array[...] = np.frombuffer(target, dtype).reshape(shape)
-    except CheckpointError:
-        raise
-    except (zipfile.BadZipFile, KeyError, OSError, EOFError, ValueError) as exc:
-        raise CheckpointError(
-            f"replay file {path} of checkpoint {checkpoint} is truncated or corrupt: "
-            f"{type(exc).__name__}: {exc}{hint}"
-        ) from exc
+    def set_resume_point(
+        self,
+        checkpoint: Path,
+        replay: dict[str, Any] | None,
+        resume: dict[str, Any] | None,
+    ) -> None:
+        """Remember what a loaded checkpoint holds for the next run: the replay file it names
+        (read into the next buffer made) and its exact-resume state (loop counters, RNG states).
+        """
+        self._pending_replay = None if replay is None else (checkpoint, replay)
+        self._resume = resume
 
 
 class C51(DQN):
@@ -1362,6 +674,7 @@ class C51(DQN):
         True
     """
 
+    algo_name = "c51"
     defaults = dict(categorical=True, adam_eps=0.01 / 32)
 
 
@@ -1374,6 +687,7 @@ class Rainbow(DQN):
         (True, True, 3, True, True)
     """
 
+    algo_name = "rainbow"
     defaults = dict(
         double=True,
         dueling=True,

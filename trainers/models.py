@@ -46,11 +46,9 @@ def bf16_autocast_helps(device: str | torch.device = "cpu") -> bool:
     """Whether bfloat16 autocast is likely to speed up convolutions on ``device``.
 
     On CPUs it pays with native bf16 matrix units (AMX, or AVX512-BF16); on CUDA with
-    compute capability 8.0 or newer. Measured on the project's 2-core AMD EPYC, which has
-    AVX512-BF16 but no AMX: PPO on Pong (Nature CNN, channels_last) trained 1.6x faster end to
-    end than in float32 channels_last, 2.0x than float32 NCHW
-    (``benchmarks/ppo_pong_vs_sb3.py``), and its updates stayed within
-    rounding of float32's (``tests/test_bf16.py``, ``benchmarks/pong_learning.py drift``).
+    compute capability 8.0 or newer. With AVX512-BF16 alone, PPO on Pong (Nature CNN,
+    channels_last) trains about 1.6x faster end to end than in float32 (see the benchmark
+    pages), and its updates stay within rounding of float32's (``tests/test_bf16.py``).
     """
     device = torch.device(device)
     if device.type == "cuda":
@@ -124,8 +122,8 @@ class NatureCNN(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         # One conversion pass straight to the convolutions' dtype and memory format, then an
         # in-place division, instead of float32 conversion, division, re-layout and autocast's
-        # cast to bfloat16 (a quarter of a bf16 training step in torch.profiler; 3-9% less CPU
-        # time per step measured). Bit for bit the same result (tests/test_bf16.py): 0..255 are
+        # cast to bfloat16 (a quarter of a bf16 training step in torch.profiler). Bit for bit
+        # the same result (tests/test_bf16.py): 0..255 are
         # exact in bfloat16, and bfloat16 division rounds the float32 quotient once, as
         # autocast's cast of it does.
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format

@@ -2,14 +2,14 @@
 
 Reads top to bottom like CleanRL's ``ppo_atari.py``: the config, then the update (GAE with
 truncation bootstrapping, clipped surrogate, clipped value loss, entropy bonus, gradient
-clipping). Collecting, logging and checkpoints are the shared runner of
-:class:`vecaccel.trainers.common.OnPolicyAlgorithm`.
+clipping). Collecting, logging and checkpoints are the runner's
+(:class:`vecaccel.trainers.runner.SyncRunner`).
 
 Example:
     >>> from vecaccel.trainers import PPO
     >>> agent = PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=8, seed=0)
     >>> _ = agent.learn(total_steps=32)
-    >>> actions, _ = agent.predict(agent.env.reset(seed=0)[0], deterministic=True)
+    >>> actions, _ = agent.predict(agent.envs.reset(seed=0)[0], deterministic=True)
     >>> actions.shape
     (2,)
     >>> agent.close()
@@ -23,101 +23,33 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.common import (
-    OnPolicyAlgorithm,
-    check_on_policy_config,
-    compute_gae,
-    explained_variance,
-)
+from vecaccel.trainers.advantages import compute_gae, explained_variance
 from vecaccel.trainers.distributed import all_reduce_mean
+from vecaccel.trainers.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.optim import FlatAdam
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
 
 
 @dataclass
-class PPOConfig:
-    """Every PPO setting; each field's docstring is its ``--help`` text."""
+class PPOConfig(OnPolicyConfig):
+    """Every PPO setting; each field's docstring is its ``--help`` text (the shared ones are
+    :class:`~vecaccel.trainers.on_policy.OnPolicyConfig`'s)."""
 
-    env_id: str = "CartPole-v1"
-    """Gymnasium environment id (ALE ids get the standard Atari set-up)."""
-    num_envs: int = 8
-    """Parallel environments (B)."""
-    backend: str = "shm"
-    """vecaccel backend that runs the environments."""
-    num_workers: int = 0
-    """Worker processes for process backends (0: the backend's default)."""
-    alternating: bool = False
-    """action_server backend: two alternating halves of envs, so simulation overlaps the policy."""
-    seed: int = 1
-    """Seed of the run (torch, NumPy, Python, and the environments)."""
-    device: str = "cpu"
-    """Torch device for the model and the batches."""
-    torch_threads: int = 0
-    """torch.set_num_threads for this process (0: automatic, the cores the env workers leave
-    free, at least 1)."""
-    atari: bool | None = None
-    """Force the Atari set-up on or off (default: detect from env_id)."""
-    autoreset_mode: str = "SameStep"
-    """Gymnasium autoreset mode of the envs; SameStep wastes no step on resets."""
-
-    num_steps: int = 128
-    """Steps per environment per rollout (T); the batch is num_envs * num_steps."""
-    learning_rate: float = 2.5e-4
-    """Adam learning rate at base_batch_size (before lr scaling)."""
-    lr_scaling: str = "none"
-    """Scale the learning rate with the batch: none, linear or sqrt in batch/base_batch_size."""
-    base_batch_size: int = 1024
-    """Batch size at which learning_rate was tuned (the reference of lr_scaling)."""
-    anneal_lr: bool = True
-    """Anneal the learning rate linearly to 0 over the run."""
     adam_eps: float = 1e-5
     """Adam epsilon."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
     num_minibatches: int = 4
     """Minibatches per epoch."""
     update_epochs: int = 4
     """Passes over each batch."""
-    norm_adv: bool = True
-    """Normalise advantages per minibatch."""
     clip_coef: float = 0.1
     """Surrogate clipping coefficient (epsilon)."""
     anneal_clip: bool = False
     """Anneal clip_coef linearly to 0 with the learning rate (SB3's lin_ schedules)."""
     clip_vloss: bool = True
     """Clip the value loss around the old values, with clip_coef."""
-    ent_coef: float = 0.01
-    """Entropy bonus coefficient."""
-    vf_coef: float = 0.5
-    """Value loss coefficient (the value loss is the mean squared error, as in SB3)."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
     target_kl: float | None = None
     """Stop the epochs early when the approximate KL exceeds this (None: never)."""
-
-    network: str = "auto"
-    """Policy network: auto (Nature-CNN for images, MLP otherwise), cnn or mlp."""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """MLP hidden layer widths (separate actor and critic MLPs)."""
-    activation: str = "tanh"
-    """MLP activation: tanh or relu."""
-    channels_last: bool = True
-    """NHWC memory format for the CNN (faster convolutions on CPUs)."""
-    bf16: str = "off"
-    """bfloat16 autocast in the CNN torso: off, on, or auto (on where the hardware has bf16 units)."""
-
-    checkpoint_every: int = 50
-    """Write run_dir/checkpoint.pt every this many updates (0: only at the end)."""
-    reset_envs_at_checkpoint: bool = True
-    """Re-seed the envs at each checkpoint so that a resumed run is bit-identical on CPU."""
-    log_every: int = 1
-    """Log metrics every this many updates (and whenever an episode ended)."""
-
-    def __post_init__(self) -> None:
-        check_on_policy_config(self)
 
 
 #: Named settings for ``PPO(**PRESETS[name])`` and ``vecaccel train ppo --preset NAME``.
@@ -154,8 +86,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         # (SB3's convention), so their weight on it is 0.25
         vf_coef=0.25,
         base_batch_size=1024,
-        # bf16 autocast where the CPU/GPU has bf16 units: ~1.6x per update on Pong here, and the
-        # update changes by rounding only (tests/test_bf16.py, benchmarks/pong_learning.py drift)
+        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
+        # update changes by rounding only (tests/test_bf16.py)
         bf16="auto",
     ),
     # the seed paper's large-batch regime: many more envs per update, learning rate scaled
@@ -182,10 +114,8 @@ class PPO(OnPolicyAlgorithm):
 
     Args:
         env: a Gymnasium id, a vector env, or ``None``; see ``OnPolicyAlgorithm``.
-        run_dir: where logs and checkpoints go (``None``: nowhere).
-        progress: show a progress bar while learning.
-        tensorboard: write TensorBoard event files.
-        **config: :class:`PPOConfig` fields.
+        **config: :class:`PPOConfig` fields (``run_dir``, ``progress`` and ``tensorboard``
+            among them).
     """
 
     algo_name = "ppo"
@@ -200,7 +130,8 @@ class PPO(OnPolicyAlgorithm):
             self.model.parameters(), lr=learning_rate, eps=self.config.adam_eps, fused=True
         )
 
-    def update(self, batch: Any, progress_remaining: float) -> dict[str, float]:
+    def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:
+        """One PPO update: ``update_epochs`` passes of minibatch steps over ``batch``."""
         cfg, model = self.config, self.model
         clip_coef = cfg.clip_coef * (progress_remaining if cfg.anneal_clip else 1.0)
 

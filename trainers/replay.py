@@ -1,4 +1,6 @@
-"""Preallocated replay buffers for the DQN family: uniform and prioritized, n-step, frame-once.
+"""Preallocated replay buffers for the DQN family: uniform sampling, n-step, frame-once.
+
+Prioritized replay builds on this buffer in ``prioritized_replay``.
 
 Layout. Storage is time-major ``[T, B, ...]``: column ``b`` is a ring of ``T`` slots written only by
 env ``b``, each column with its own cursor. A slot holds the observation an action was taken from,
@@ -47,15 +49,15 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from vecaccel.trainers.sumtree import ArrayFactory, SumTree
+from vecaccel.trainers.sumtree import ArrayFactory
 
 __all__ = [
     "ArrayFactory",
-    "PrioritizedReplayBuffer",
     "ReplayBuffer",
     "ReplayMemoryError",
     "ReplaySample",
     "available_memory",
+    "replay_buffer_kwargs",
 ]
 
 
@@ -600,135 +602,28 @@ class ReplayBuffer:
         return self.get(self.rng.choice(valid, size=batch_size))
 
 
-class PrioritizedReplayBuffer(ReplayBuffer):
-    """Proportional prioritized replay (Schaul et al. 2016) on a :class:`SumTree`.
+def replay_buffer_kwargs(
+    config: Any, observation_space: spaces.Space, num_envs: int
+) -> dict[str, Any]:
+    """The buffer arguments a DQN-family config asks for, for ``num_envs`` envs.
 
-    A transition is drawn with probability ``p_i ** alpha / sum_j p_j ** alpha``. New transitions
-    get the largest priority seen so far; :meth:`update_priorities` sets ``p_i = |error_i| + eps``.
-    Importance weights ``(N P(i)) ** -beta``, normalised by their maximum, correct the bias; the
-    caller anneals ``beta`` towards 1 and passes it to :meth:`sample`. Slots that cannot be sampled
-    (see :meth:`ReplayBuffer._valid`) hold priority zero.
-
-    Args:
-        *args: as :class:`ReplayBuffer`.
-        alpha: prioritization exponent (0 is uniform).
-        eps: added to every priority so that no transition starves.
-        stratified: draw one value per equal segment of the total priority.
-        **kwargs: as :class:`ReplayBuffer`.
-
-    Example:
-        >>> import numpy as np
-        >>> from gymnasium.spaces import Box, Discrete
-        >>> buffer = PrioritizedReplayBuffer(Box(-1, 1, (1,)), Discrete(2), capacity=32, seed=0)
-        >>> for step in range(10):
-        ...     buffer.add(np.full((1, 1), step, np.float32), [0], [0.0], [False], [False])
-        >>> batch = buffer.sample(4, beta=0.4)
-        >>> buffer.update_priorities(batch.indices, np.array([0.0, 1.0, 2.0, 3.0]))
+    ``frame_stack=0`` in the config detects the stack: ``F`` for uint8 ``[F, H, W]``
+    observations (images stacked by the Atari set-up), else 1. The capacity holds at least a few
+    n-step windows per env, whatever ``buffer_size`` says.
     """
-
-    def __init__(
-        self,
-        *args: Any,
-        alpha: float = 0.6,
-        eps: float = 1e-6,
-        stratified: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.alpha = float(alpha)
-        self.eps = float(eps)
-        self.stratified = stratified
-        self.tree = SumTree(self.capacity, self._factory)
-        # the largest priority (before the alpha exponent) seen so far, shared like the rest
-        self.max_priority = self._factory((1,), np.dtype(np.float64))
-        self.max_priority[0] = 1.0
-
-    def _extra_nbytes(self) -> int:
-        return SumTree.estimate_nbytes(self.T * self.num_envs) + 8
-
-    @property
-    def arrays(self) -> dict[str, np.ndarray]:
-        arrays = super().arrays
-        arrays.update(
-            tree_sum=self.tree._sum, tree_min=self.tree._min, max_priority=self.max_priority
-        )
-        return arrays
-
-    def _on_write(self, env_ids: np.ndarray, slots: np.ndarray) -> None:
-        T, B = self.T, self.num_envs
-        # the slot just written (and, once the ring wraps, the oldest slot whose stack lost a
-        # frame) may have been valid before; the slot n_step back has just become valid
-        stale = np.concatenate([slots, (slots + self.frame_stack - 1) % T])
-        stale_envs = np.concatenate([env_ids, env_ids])
-        keep = self._valid(stale, stale_envs)
-        stale_flat = stale * B + stale_envs
-        self.tree.update(stale_flat[~keep], 0.0)
-        fresh = (slots - self.n_step) % T
-        fresh_valid = self._valid(fresh, env_ids)
-        priority = self.max_priority[0] ** self.alpha
-        self.tree.update(fresh * B + env_ids, np.where(fresh_valid, priority, 0.0))
-
-    def _on_invalidate(self, env_ids: np.ndarray, slots: np.ndarray) -> None:
-        self.tree.update(slots * self.num_envs + env_ids, 0.0)
-
-    def restored(self, saved_n_step: int | None = None, saved_alpha: float | None = None) -> None:
-        """Make the priorities read from a checkpoint fit this buffer's ``n_step`` and ``alpha``.
-
-        The tree holds ``p ** alpha``. Saved under another ``alpha``, every leaf becomes
-        ``leaf ** (alpha / saved_alpha)``, the same priorities under the new exponent; saved
-        under ``alpha = 0`` (uniform, every leaf 1) the priorities themselves are lost, and the
-        valid slots start over at the largest priority seen, as new transitions do.
-
-        They were kept for the saved buffer's valid slots. Under a larger ``n_step`` the newest
-        slots of each column have no complete window yet: drawn, their targets would read
-        rewards and bootstrap observations from slots not written for them, so they drop to
-        zero. Under a smaller one, slots whose windows just became complete hold zero and would
-        never be drawn: they get the largest priority seen, as a newly added transition does.
-        With the same ``n_step`` nothing changes (a resumed run stays exact).
-        """
-        leaves = self.tree.priorities()
-        if saved_alpha is not None and float(saved_alpha) != self.alpha:
-            held = np.flatnonzero(leaves > 0)
-            if float(saved_alpha) > 0:
-                self.tree.update(held, leaves[held] ** (self.alpha / float(saved_alpha)))
-            else:
-                self.tree.update(held, self.max_priority[0] ** self.alpha)
-        valid = self._valid_mask().reshape(-1)
-        stale = ~valid & (leaves > 0)
-        fresh = valid & (leaves == 0)
-        if saved_n_step is not None:
-            # only slots too young to have been valid before; others hold zero deliberately
-            # (eps=0 and a zero error)
-            slots = np.arange(self.T)[:, None]
-            age = ((self.cursor[None, :] - 1 - slots) % self.T).reshape(-1)
-            fresh &= age < saved_n_step
-        self.tree.update(np.flatnonzero(stale), 0.0)
-        self.tree.update(np.flatnonzero(fresh), self.max_priority[0] ** self.alpha)
-
-    def sample(self, batch_size: int, beta: float = 0.4) -> ReplaySample:
-        """Draw ``batch_size`` transitions by priority, with importance weights for ``beta``.
-
-        Raises:
-            ValueError: no transition can be sampled yet.
-        """
-        if not self.tree.total() > 0:
-            raise self._no_data_error()
-        indices = self.tree.sample(batch_size, self.rng, stratified=self.stratified)
-        sample = self.get(indices)
-        # (N P(i))^-beta / max_j (N P(j))^-beta = (p_i / p_min)^-beta
-        weights = (self.tree[indices] / self.tree.min()) ** (-beta)
-        return sample._replace(weights=weights.astype(np.float32))
-
-    def update_priorities(self, indices: np.ndarray, priorities: np.ndarray) -> None:
-        """Set new priorities (typically absolute TD errors) for sampled ``indices``.
-
-        Transitions that can no longer be sampled (overwritten meanwhile) keep priority zero.
-        """
-        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-        raw = np.abs(np.asarray(priorities, dtype=np.float64).reshape(-1)) + self.eps
-        if not np.all(np.isfinite(raw)):
-            raise ValueError("priorities must be finite")
-        self.max_priority[0] = max(self.max_priority[0], float(raw.max(initial=0.0)))
-        slots, env_ids = np.divmod(indices, self.num_envs)
-        valid = self._valid(slots, env_ids)
-        self.tree.update(indices, np.where(valid, raw**self.alpha, 0.0))
+    frame_stack = config.frame_stack
+    if frame_stack <= 0:
+        space = observation_space
+        image = isinstance(space, spaces.Box) and space.dtype == np.uint8
+        frame_stack = int(space.shape[0]) if image and len(space.shape) == 3 else 1
+    kwargs: dict[str, Any] = dict(
+        capacity=max(config.buffer_size, num_envs * (config.n_step + frame_stack + 8)),
+        num_envs=num_envs,
+        n_step=config.n_step,
+        gamma=config.gamma,
+        frame_stack=frame_stack,
+        seed=config.seed,
+    )
+    if config.prioritized:
+        kwargs.update(alpha=config.priority_alpha, eps=config.priority_eps)
+    return kwargs

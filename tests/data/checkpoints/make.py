@@ -1,0 +1,93 @@
+"""Regenerate the checkpoint fixtures that ``tests/test_checkpoint_compat.py`` loads.
+
+Each algorithm trains a few hundred CartPole-v1 steps on the serial backend, on the CPU, and is
+saved to ``<algo>/checkpoint.pt``; ``<algo>/expected.json`` records a fixed batch of observations,
+the actions ``predict(obs, deterministic=True)`` returned for them, and the saved counters. The
+fixtures pin the checkpoint format: a change that stops them loading, or that changes what they
+predict, breaks checkpoints users already have.
+
+Run from the repository root: ``python tests/data/checkpoints/make.py``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+STEPS = 256
+OBSERVATION_SEED = 7
+NUM_OBSERVATIONS = 16
+
+
+def fixed_observations() -> np.ndarray:
+    """A fixed batch of CartPole observations (the state space's plausible range)."""
+    rng = np.random.default_rng(OBSERVATION_SEED)
+    scale = np.array([2.0, 2.0, 0.2, 2.0], dtype=np.float32)
+    return (rng.uniform(-1.0, 1.0, size=(NUM_OBSERVATIONS, 4)) * scale).astype(np.float32)
+
+
+def build(algo: str) -> Any:
+    """A tiny agent of ``algo``, trained ``STEPS`` env steps."""
+    from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
+
+    common = dict(backend="serial", seed=3, device="cpu", torch_threads=1)
+    if algo == "ppo":
+        agent = PPO("CartPole-v1", num_envs=2, num_steps=32, hidden_sizes=(16, 16), **common)
+    elif algo == "a2c":
+        agent = A2C("CartPole-v1", num_envs=2, num_steps=8, hidden_sizes=(16, 16), **common)
+    else:
+        cls = {"dqn": DQN, "c51": C51, "rainbow": Rainbow}[algo]
+        agent = cls(
+            "CartPole-v1",
+            num_envs=2,
+            hidden_sizes=(16, 16),
+            num_atoms=11 if algo != "dqn" else 51,
+            v_min=0.0,
+            v_max=50.0,
+            batch_size=16,
+            buffer_size=512,
+            learning_starts=64,
+            replay_ratio=4.0,
+            target_update_period=64,
+            progress=False,
+            tensorboard=False,
+            **common,
+        )
+    agent.learn(total_steps=STEPS)
+    return agent
+
+
+def counters(agent: Any) -> dict[str, int]:
+    """The counters a checkpoint records, under the names the agent exposes."""
+    names = ("global_step", "update_index", "num_updates")
+    return {name: int(getattr(agent, name)) for name in names if hasattr(agent, name)}
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    obs = fixed_observations()
+    for algo in ("ppo", "a2c", "dqn", "c51", "rainbow"):
+        agent = build(algo)
+        folder = HERE / algo
+        folder.mkdir(exist_ok=True)
+        agent.save(folder / "checkpoint.pt")
+        actions, _ = agent.predict(obs, deterministic=True)
+        expected = {
+            "algo": algo,
+            "observations": obs.tolist(),
+            "actions": np.asarray(actions).astype(int).tolist(),
+            "counters": counters(agent),
+        }
+        (folder / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+        agent.close()
+        size = (folder / "checkpoint.pt").stat().st_size
+        print(f"{algo}: {size} bytes, counters {expected['counters']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""The one synchronous runner, and the public interface it drives every algorithm through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow, runner
+from vecaccel.trainers.algorithm import Algorithm
+from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, load_checkpoint
+
+ON_POLICY = dict(num_envs=2, num_steps=8, hidden_sizes=(8,))
+OFF_POLICY = dict(
+    num_envs=2,
+    hidden_sizes=(8,),
+    batch_size=8,
+    buffer_size=256,
+    learning_starts=32,
+    num_atoms=11,
+    v_min=0.0,
+    v_max=20.0,
+)
+COMMON = dict(backend="serial", seed=0, device="cpu", torch_threads=1, tensorboard=False)
+ALGORITHMS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
+
+
+def make(algo: str, **extra: Any) -> Algorithm:
+    cls = ALGORITHMS[algo]
+    settings = ON_POLICY if cls.family == "on_policy" else OFF_POLICY
+    if algo == "dqn":
+        settings = {k: v for k, v in settings.items() if k not in ("num_atoms", "v_min", "v_max")}
+    return cls("CartPole-v1", **settings, **COMMON, **extra)
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_every_algorithm_learns_through_the_sync_runner(algo, monkeypatch):
+    runs: list[Algorithm] = []
+    loggers: list[Any] = []
+    run, open_logger = runner.SyncRunner.run, runner.open_run_logger
+
+    def spy_run(self, *args, **kwargs):
+        runs.append(self.agent)
+        return run(self, *args, **kwargs)
+
+    def spy_logger(*args, **kwargs):
+        loggers.append(open_logger(*args, **kwargs))
+        return loggers[-1]
+
+    monkeypatch.setattr(runner.SyncRunner, "run", spy_run)
+    monkeypatch.setattr(runner, "open_run_logger", spy_logger)
+    agent = make(algo)
+    try:
+        assert agent.learn(64) is agent
+        assert runs == [agent]
+        assert len(loggers) == 1 and agent.logger is loggers[0]
+        assert agent.global_step >= 64 and agent.target_steps == agent.global_step
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_the_runner_checkpoints_every_algorithm_at_the_end(algo, tmp_path):
+    agent = make(algo, run_dir=tmp_path)
+    try:
+        agent.learn(64)
+    finally:
+        agent.close()
+    state = load_checkpoint(tmp_path / CHECKPOINT_NAME)
+    assert state["global_step"] == agent.global_step
+    assert (tmp_path / "metrics.csv").exists()
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_callbacks_get_the_agent_and_the_metrics_and_can_stop(algo):
+    seen: list[tuple[Algorithm, dict[str, Any]]] = []
+
+    def callback(agent: Algorithm, metrics: dict[str, Any]) -> bool:
+        seen.append((agent, metrics))
+        return len(seen) < 3
+
+    agent = make(algo)
+    try:
+        agent.learn(10_000, callback=callback)
+        assert len(seen) == 3 and all(entry[0] is agent for entry in seen)
+        assert all(isinstance(metrics, dict) for _, metrics in seen)
+        if agent.family == "on_policy":  # every update's metrics
+            assert all("charts/SPS" in metrics for _, metrics in seen)
+        assert agent.global_step < 10_000
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_one_parameter_callbacks_still_work(algo):
+    calls: list[int] = []
+
+    def callback(agent: Algorithm) -> bool:
+        calls.append(agent.global_step)
+        return len(calls) < 2
+
+    agent = make(algo)
+    try:
+        agent.learn(10_000, callback=callback)
+        assert len(calls) == 2
+    finally:
+        agent.close()
+
+
+SHARED = (
+    "algo_name",
+    "family",
+    "config_cls",
+    "learn",
+    "update",
+    "write_checkpoint",
+    "save",
+    "load",
+    "predict",
+    "close",
+    "set_budget",
+    "set_target_steps",
+    "restart_seed",
+    "make_envs",
+)
+ON_POLICY_METHODS = (
+    "attach_env",
+    "to_model_actions",
+    "sampler_policy",
+    "make_sampler",
+    "reset_envs",
+    "acting",
+    "progress_remaining",
+    "apply_learning_rate",
+)
+OFF_POLICY_METHODS = (
+    "attach_env",
+    "attach_spaces",
+    "build_networks",
+    "act",
+    "epsilon",
+    "buffer_kwargs",
+    "make_buffer",
+    "sample_batch",
+    "update_target",
+    "restore_replay",
+    "take_resume_state",
+    "set_resume_point",
+)
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_every_algorithm_has_the_public_interface_of_its_family(algo):
+    cls = ALGORITHMS[algo]
+    assert issubclass(cls, Algorithm) and cls.algo_name == algo
+    assert cls.family in ("on_policy", "off_policy")
+    family = ON_POLICY_METHODS if cls.family == "on_policy" else OFF_POLICY_METHODS
+    missing = [name for name in SHARED + family if not hasattr(cls, name)]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_the_attributes_a_runner_reads_are_there_after_construction(algo):
+    agent = make(algo)
+    try:
+        for name in (
+            "config",
+            "device",
+            "world_size",
+            "is_main",
+            "run_dir",
+            "progress",
+            "tensorboard",
+            "envs",
+            "observation_space",
+            "action_space",
+            "action_start",
+            "global_step",
+            "num_updates",
+            "target_steps",
+            "learning_rate",
+            "lr_scale",
+            "logger",
+            "elapsed_before",
+            "async_run",
+            "async_options",
+            "env_id",
+        ):
+            getattr(agent, name)
+        assert agent.envs is not None and agent.num_updates == 0 and agent.global_step == 0
+        assert agent.run_dir is None and agent.env_id == "CartPole-v1"
+        assert isinstance(agent.restart_seed(), int)
+    finally:
+        agent.close()
+
+
+def test_a_dqn_without_envs_refuses_to_learn():
+    agent = DQN(env=None, device="cpu")
+    with pytest.raises(RuntimeError, match="no env"):
+        agent.learn(10)

@@ -1,0 +1,238 @@
+"""The base every algorithm shares: its config, device, counters and the envs it trains on.
+
+An algorithm holds its config, its networks and optimizer, its loss and ``update``, and its
+state for checkpoints; it has no loop over env steps. A runner (:class:`SyncRunner
+<vecaccel.trainers.runner.SyncRunner>`, or the asynchronous one) owns the loop and calls the
+public methods documented here. The two families differ only in what a runner asks for:
+on-policy algorithms (``family = "on_policy"``) update from a rollout batch, off-policy ones
+(``family = "off_policy"``) from replay samples.
+
+Example:
+    >>> from vecaccel.trainers import PPO, DQN
+    >>> PPO.family, DQN.family
+    ('on_policy', 'off_policy')
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import inspect
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+
+from vecaccel.trainers import distributed
+from vecaccel.trainers.config import RunConfig, resolve_aliases, resolve_device
+from vecaccel.trainers.envs import action_start, make_env_for_training
+from vecaccel.trainers.seeding import configure_torch_threads, seed_everything, split_seed
+
+__all__ = ["Algorithm", "Callback", "call_callback"]
+
+#: ``callback(agent, metrics)``, called by the runner after every iteration of its loop;
+#: returning ``False`` stops training. One-parameter callables ``callback(agent)`` work too.
+Callback = Callable[..., "bool | None"]
+
+
+class Algorithm(abc.ABC):
+    """What every algorithm holds, and the interface a runner drives it through.
+
+    Attributes:
+        config: the settings in force (a :class:`~vecaccel.trainers.config.RunConfig` subclass).
+        device: the torch device of the networks.
+        world_size: ranks of a ``torchrun`` job (1 otherwise); ``is_main`` is rank 0.
+        envs: the vector env trained on, or ``None`` (a loaded agent used to predict, or one
+            whose envs live in an asynchronous sampler process).
+        global_step: env steps collected so far, over all ranks.
+        num_updates: gradient updates done so far.
+        target_steps: the step total of the run in progress, or ``None`` before one.
+        logger: the :class:`~vecaccel.trainers.logger.RunLogger` of the last run, if any.
+        elapsed_before: seconds of training before this process took over (a resumed run).
+        async_run: whether the asynchronous runner trained this agent last; with
+            ``async_options`` it is saved in checkpoints, so that a resumed run goes on alike.
+    """
+
+    algo_name: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    config_cls: ClassVar[type] = RunConfig
+    #: config values this class uses by default, before a preset and the keywords given
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def _setup(self, values: dict[str, Any]) -> None:
+        """Build the config from ``values`` (old setting names accepted) and everything that
+        depends only on it: the process group under ``torchrun``, threads, seeds, device."""
+        values = resolve_aliases(self.config_cls, values)
+        try:
+            self.config = self.config_cls(**values)
+        except TypeError as exc:
+            names = ", ".join(field.name for field in dataclasses.fields(self.config_cls))
+            raise TypeError(f"{exc}; {self.config_cls.__name__} fields are: {names}") from None
+        cfg = self.config
+        device = resolve_device(cfg.device)
+        # under torchrun: join the process group; each rank gets its own seed (envs, sampling)
+        if distributed.init_from_env(device):
+            cfg.device = device = distributed.local_device(device)
+            cfg.seed = distributed.rank_seed(cfg.seed)
+        self.world_size = distributed.world_size()
+        self.is_main = distributed.is_main_process()
+        configure_torch_threads(cfg.torch_threads, cfg.backend, cfg.num_envs, cfg.num_workers)
+        seed_everything(cfg.seed)
+        import torch
+
+        self.device = torch.device(device)
+        self.envs: Any = None
+        self.owns_envs = False
+        self.observation_space: gym.Space | None = None
+        self.action_space: gym.Space | None = None
+        self.global_step = 0
+        self.num_updates = 0
+        self.target_steps: int | None = None
+        self.logger: Any = None
+        self.elapsed_before = 0.0
+        self.async_run = False
+        self.async_options: dict[str, Any] = {}
+
+    # -- the run's settings, read from the config ----------------------------------------------
+
+    @property
+    def run_dir(self) -> Path | None:
+        """Where metrics, TensorBoard events, the curve and checkpoints go (``None``: nowhere)."""
+        return None if self.config.run_dir is None else Path(self.config.run_dir)
+
+    @run_dir.setter
+    def run_dir(self, value: str | os.PathLike[str] | None) -> None:
+        self.config.run_dir = None if value is None else os.fspath(value)
+
+    @property
+    def progress(self) -> bool:
+        """Whether ``learn`` shows a progress bar."""
+        return bool(self.config.progress)
+
+    @progress.setter
+    def progress(self, value: bool) -> None:
+        self.config.progress = bool(value)
+
+    @property
+    def tensorboard(self) -> bool:
+        """Whether ``learn`` writes TensorBoard event files (with a ``run_dir``)."""
+        return bool(self.config.tensorboard)
+
+    @tensorboard.setter
+    def tensorboard(self, value: bool) -> None:
+        self.config.tensorboard = bool(value)
+
+    @property
+    def env_id(self) -> str | None:
+        """The id of the env trained on (``None`` for a vector env without a spec)."""
+        return self.config.env_id
+
+    @env_id.setter
+    def env_id(self, value: str | None) -> None:
+        self.config.env_id = value
+
+    @property
+    def action_start(self) -> int:
+        """``start`` of a ``Discrete`` action space: the env numbers its actions from it, the
+        networks' outputs from 0."""
+        return action_start(self.action_space)
+
+    # -- envs ----------------------------------------------------------------------------------
+
+    def make_envs(self, env_id: str, **options: Any) -> gym.vector.VectorEnv:
+        """The training envs of ``env_id`` on the config's backend, with ``SameStep`` autoreset
+        unless the config says otherwise; ``options`` go to the backend."""
+        cfg = self.config
+        if cfg.num_workers > 0 and cfg.backend != "serial":  # serial has no workers
+            options.setdefault("num_workers", cfg.num_workers)
+        return make_env_for_training(
+            env_id,
+            cfg.num_envs,
+            backend=cfg.backend,
+            seed=cfg.seed,
+            atari=getattr(cfg, "atari", None),
+            autoreset_mode=getattr(cfg, "autoreset_mode", "SameStep"),
+            **options,
+        )
+
+    def restart_seed(self) -> int:
+        """The seed a restart point resets the envs with: a function of the run's seed and
+        the update count, so that a run resumed there resets them alike."""
+        return split_seed(self.config.seed, self.num_updates)
+
+    # -- what a runner calls ---------------------------------------------------------------------
+
+    def set_budget(self, total_steps: int | None) -> None:
+        """Train ``total_steps`` more env steps from here; ``None`` keeps the budget of the run
+        this agent was loaded from.
+
+        Raises:
+            ValueError: ``total_steps`` is ``None`` and there is no unfinished run to continue.
+        """
+        if total_steps is None:
+            if self.target_steps is None or self.global_step >= self.target_steps:
+                raise ValueError(
+                    "learn() needs total_steps unless it continues the unfinished run of a "
+                    "loaded checkpoint"
+                )
+            return
+        self.target_steps = self.global_step + int(total_steps)
+
+    def set_target_steps(self, total_steps: int) -> None:
+        """Make ``total_steps`` the run's total (a resumed run's new budget); an unchanged total
+        continues the loaded run exactly."""
+        self.target_steps = int(total_steps)
+
+    @abc.abstractmethod
+    def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:
+        """One update from ``batch``; returns ``losses/...`` metrics.
+
+        Args:
+            batch: on-policy, a sampler batch in the networks' action numbering; off-policy, a
+                :class:`~vecaccel.trainers.replay.ReplaySample`.
+            progress_remaining: 1 at the start of the run's schedule, 0 at its end.
+        """
+
+    @abc.abstractmethod
+    def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
+        """Write ``run_dir/checkpoint.pt``; on several ranks every rank calls this at the same
+        point (``run_dir`` is ``None`` off rank 0). Returns the path written, if any."""
+
+    @abc.abstractmethod
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save a checkpoint (atomically) that ``load`` restores."""
+
+    @abc.abstractmethod
+    def predict(self, observation: Any, *args: Any, **kwargs: Any) -> tuple[Any, None]:
+        """Actions for an observation or a batch, SB3 style: ``(actions, None)``."""
+
+    def close(self) -> None:
+        """Close the envs this agent built."""
+        if self.envs is not None and self.owns_envs:
+            self.envs.close()
+        self.envs = None
+
+
+def call_callback(callback: Callback, agent: Algorithm, metrics: dict[str, Any]) -> bool:
+    """Call ``callback(agent, metrics)`` (or ``callback(agent)`` for a one-parameter callable);
+    whether training goes on."""
+    if _takes_one_argument(callback):
+        return callback(agent) is not False
+    return callback(agent, metrics) is not False
+
+
+def _takes_one_argument(callback: Callback) -> bool:
+    try:
+        parameters = list(inspect.signature(callback).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return False
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    return len(positional) == 1

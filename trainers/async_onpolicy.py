@@ -1,0 +1,233 @@
+"""The on-policy feed of the asynchronous loop: whole ``[T, B]`` rollouts from a double buffer.
+
+A rollout process (:func:`~vecaccel.trainers.async_samplers.rollout_loop`) collects batches
+with the weights it last received into two shared slots, in turn, while the optimiser updates on
+the other slot. Each batch remembers which update's weights collected it: the **policy lag**
+(updates between those weights and the ones being trained) is logged as ``charts/policy_lag``.
+With a fixed lag batch ``n`` is always collected with the weights of update ``n - 1``: the
+rollout process waits for them, and the optimiser publishes no newer ones before they are taken.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import queue
+from typing import Any
+
+from vecaccel.trainers.async_loop import Meeting, Waits
+from vecaccel.trainers.async_process import SamplerHandle, SamplerOptions, drain
+from vecaccel.trainers.async_samplers import rollout_loop
+from vecaccel.trainers.async_shared import (
+    PULLS,
+    SAMPLER_WAIT,
+    SLOT_K,
+    SLOT_STATE,
+    SLOT_VERSION,
+    SLOTS_TAKEN,
+)
+
+__all__ = ["RolloutFeed"]
+
+# what the rollout process reads of the run's config
+_ROLLOUT_CONFIG = (
+    "env_id",
+    "num_envs",
+    "backend",
+    "num_workers",
+    "seed",
+    "atari",
+    "autoreset_mode",
+    "num_steps",
+)
+
+
+class RolloutFeed:
+    """Rollouts for A2C and PPO: one update per batch, the ranks meeting after every update.
+
+    Args:
+        agent: an on-policy algorithm without envs (the rollout process has them).
+        num_batches: batches to collect and train on.
+        weight_sync_period: updates between weight copies to the rollout process.
+        fixed_lag: collect batch ``n`` with the weights of update ``n - 1`` exactly.
+        options: how the sampler process runs.
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        num_batches: int,
+        *,
+        weight_sync_period: int,
+        fixed_lag: bool,
+        options: SamplerOptions,
+    ) -> None:
+        self.agent = agent
+        self.num_batches = num_batches
+        self.weight_sync_period = weight_sync_period
+        self.fixed_lag = fixed_lag
+        self.sampler = SamplerHandle(options, "rollout", agent.model, self._finished)
+        self.counters, self.timers = self.sampler.counters, self.sampler.timers
+        self.slots_queue, self.episodes = self.sampler.ctx.Queue(), self.sampler.ctx.Queue()
+        cfg = agent.config
+        self.spec = dict(
+            self.sampler.spec(),
+            config={key: getattr(cfg, key) for key in _ROLLOUT_CONFIG},
+            **_acting_copy(agent),
+            slots=self.slots_queue,
+            episodes=self.episodes,
+            num_batches=num_batches,
+            fixed_lag=bool(fixed_lag),
+        )
+        self.slots: list[dict[str, Any]] | None = None
+        self.slot = 0
+        self.complete = agent.global_step >= agent.target_steps
+        self.start_step = int(agent.global_step)
+        self.updates_done = 0
+        self.lag_sum = 0.0
+        self.replay_ratio = 1.0  # each batch is used once
+        self.in_update = False  # between an update's first optimizer step and its counters
+        self.log_every_steps = int(cfg.log_every_steps)
+        self.next_log = _next_log(self.start_step, self.log_every_steps)
+        # what the last turn's update gave: its metrics, episodes, learning rate and lag
+        self._last: tuple[dict[str, Any], list[float], list[int], float, int] = ({}, [], [], 0.0, 0)
+
+    def _finished(self, exitcode: int | None) -> bool:
+        """Whether the rollout process's exit is the run's normal end."""
+        if exitcode != 0:
+            return False
+        if self.counters[SLOT_STATE] or self.counters[SLOT_STATE + 1]:
+            return True  # its last batches are still to train on
+        return self.agent.global_step >= self.agent.target_steps
+
+    def start(self) -> None:
+        self.sampler.publish(self.agent.num_updates)
+        self.sampler.start(rollout_loop, self.spec)
+
+    def ready(self) -> bool:
+        try:
+            self.slots = self.slots_queue.get(timeout=0.2)
+        except queue.Empty:
+            return False
+        self.counters[SLOTS_TAKEN] = 1
+        return True
+
+    def turn(self, waits: Waits, requested: bool) -> bool:
+        from vecaccel.sampler import SampleBatch
+
+        agent, counters, slot = self.agent, self.counters, self.slot
+        waits.until(lambda: bool(counters[SLOT_STATE + slot]))
+        assert self.slots is not None
+        shared = self.slots[slot]
+        k = int(counters[SLOT_K + slot])
+        device = agent.device
+        batch = SampleBatch(
+            obs=shared["obs"].to(device),
+            actions=shared["actions"].to(device),
+            rewards=shared["rewards"].to(device),
+            terminated=shared["terminated"].to(device),
+            truncated=shared["truncated"].to(device),
+            valid=shared["valid"].to(device),
+            extras={key: value.to(device) for key, value in shared["extras"].items()},
+            next_obs=shared["next_obs"].to(device),
+            final_obs=shared["final_obs"][:k].to(device),
+            final_index=shared["final_index"][:k].to(device),
+        )
+        batch = agent.to_model_actions(batch)
+        lag = agent.num_updates - int(counters[SLOT_VERSION + slot])
+        progress_remaining = agent.progress_remaining()
+        lr_now = agent.apply_learning_rate(progress_remaining)
+        agent.model.train()
+        self.in_update = True
+        metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
+        counters[SLOT_STATE + slot] = 0  # the slot may be refilled now
+        agent.num_updates += 1
+        agent.global_step += agent.batch_size
+        self.in_update = False
+        self.updates_done += 1
+        if self.fixed_lag:  # not before batch m has taken update m - 1's weights
+            pulled = min(self.updates_done + 1, self.num_batches)
+            waits.until(lambda: counters[PULLS] >= pulled)
+        if agent.num_updates % self.weight_sync_period == 0:
+            self.sampler.publish(agent.num_updates)
+        self.lag_sum += lag
+        self.slot ^= 1
+        self.complete = agent.global_step >= agent.target_steps
+        returns: list[float] = []
+        lengths: list[int] = []
+        for batch_returns, batch_lengths in drain(self.episodes):
+            returns.extend(batch_returns)
+            lengths.extend(batch_lengths)
+        self._last = (metrics, returns, lengths, lr_now, lag)
+        return True  # every rank meets after every update (a collective cannot be skipped)
+
+    def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
+        from vecaccel.trainers.logger import mean_or_none
+
+        metrics, returns, lengths, lr_now, lag = self._last
+        metrics.update(
+            {
+                "charts/episodic_return": mean_or_none(returns),
+                "charts/episodic_length": mean_or_none(lengths),
+                "charts/SPS": (self.agent.global_step - self.start_step) / elapsed,
+                "charts/learning_rate": lr_now,
+                "charts/lr_scale": self.agent.lr_scale,
+                "charts/updates": self.agent.num_updates,
+                "charts/policy_lag": float(lag),
+                "charts/optimizer_wait_fraction": optimizer_wait / elapsed,
+                "charts/sampler_wait_fraction": float(self.timers[SAMPLER_WAIT]) / elapsed,
+            }
+        )
+        return Meeting(metrics, len(returns))
+
+    def log_step(self, metrics: dict[str, float | None]) -> int | None:
+        step = int(self.agent.global_step)
+        if step >= self.next_log or metrics.get("charts/episodic_return") is not None:
+            self.next_log = _next_log(step, self.log_every_steps)
+            return step
+        return step if self.complete else None
+
+    def stop(self) -> None:
+        self.sampler.stop(self.slots_queue, self.episodes)
+
+    def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
+        # after an error on several ranks rank 0 may be part-way through an update the others
+        # never finished (a collective that failed): the last checkpoint stays, as the replay
+        # feed's; so it does after an error before any update (a resume whose rollout process
+        # could not start must not record its options in the run's checkpoint), and after an
+        # error inside an update (a FloatingPointError after some minibatches stepped: weights
+        # part-way through an update that the counters do not count)
+        agent = self.agent
+        progressed = agent.global_step > self.start_step
+        single = agent.world_size == 1
+        if every_rank_here or (single and progressed and not self.in_update):  # a collective
+            agent.write_checkpoint(agent.run_dir if agent.is_main else None)
+
+
+def _acting_copy(agent: Any) -> dict[str, Any]:
+    """CPU copies of the agent's model and of its sampler policy around that same copy (the
+    rollout process pulls weights into the model and acts through the policy)."""
+    memo: dict[int, Any] = {}
+    model = copy.deepcopy(agent.model, memo)
+    policy = copy.deepcopy(agent.sampler_policy(), memo)
+    return {"model": model.cpu(), "policy": policy}
+
+
+def _next_log(step: int, every: int) -> int:
+    """The first step after ``step`` at which a row is due (every step when ``every`` is 0)."""
+    if every <= 0:
+        return step
+    return (step // every + 1) * every
+
+
+def num_batches_for(agent: Any, total_steps: int | None) -> int:
+    """Set the on-policy ``agent``'s budget for ``total_steps`` more env steps (rounded up to
+    whole batches; ``None``: what its run has left) and return the number of batches."""
+    if total_steps is None:  # the rest of a loaded run, on its own schedule
+        agent.set_budget(None)
+        num_batches = max(1, math.ceil((agent.target_steps - agent.global_step) / agent.batch_size))
+    else:
+        num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
+        agent.set_budget(num_batches * agent.batch_size)
+    agent.target_steps = agent.global_step + num_batches * agent.batch_size
+    return num_batches

@@ -1,0 +1,315 @@
+"""The two ends of an asynchronous run's sampler process, and the waits between them.
+
+:class:`SamplerHandle` is the optimiser's end: it allocates the shared counters and weights,
+starts the process, publishes weights, checks that the process lives and stops it.
+:class:`ChildLink` is the process's end: it reads the same counters, waits (counted as waiting
+time), pulls weights and notices when the optimiser's process is gone. A sampler process's loop
+(``async_samplers``) is started through :func:`child_main`, which reports what it raises.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from vecaccel.trainers.async_shared import (
+    NUM_COUNTERS,
+    NUM_TIMERS,
+    SAMPLER_VERSION,
+    SAMPLER_WAIT,
+    STEPS,
+    STOP,
+    VERSION,
+    GuardedLock,
+)
+
+__all__ = [
+    "ChildLink",
+    "OptimiserGone",
+    "SamplerError",
+    "SamplerHandle",
+    "SamplerOptions",
+    "child_main",
+    "drain",
+    "leave_cores_to_sampler",
+    "poll_until",
+]
+
+
+class SamplerError(RuntimeError):
+    """The asynchronous sampler process died or raised.
+
+    Attributes:
+        exitcode: the process's exit code (negative: killed by that signal), if it has exited.
+        remote_traceback: the traceback the sampler sent before dying, if any.
+    """
+
+    def __init__(self, message: str, exitcode: int | None, remote_traceback: str = "") -> None:
+        super().__init__(message + (f"\n{remote_traceback}" if remote_traceback else ""))
+        self.exitcode = exitcode
+        self.remote_traceback = remote_traceback
+
+
+@dataclass(frozen=True)
+class SamplerOptions:
+    """How a sampler process runs.
+
+    Attributes:
+        context: multiprocessing start method of the process.
+        poll_interval: seconds between checks while one side waits for the other.
+        threads: torch threads of the process.
+        affinity: CPUs to pin the process to (``None``: those of the optimiser's process).
+    """
+
+    context: str = "spawn"
+    poll_interval: float = 0.0005
+    threads: int = 1
+    affinity: set[int] | None = None
+
+
+class OptimiserGone(Exception):
+    """Raised in a sampler process whose optimiser's process has exited."""
+
+
+def child_main(loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
+    """Entry point of a sampler process: run ``loop(spec)``, reporting what it raises."""
+    try:
+        loop(spec)
+    except OptimiserGone:
+        return
+    except BaseException as exc:  # report everything, KeyboardInterrupt included
+        try:
+            spec["errors"].put(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+        except Exception:
+            pass
+        raise
+
+
+class ChildLink:
+    """The sampler process's end: set-up, shared counters, liveness of the optimiser, waits and
+    weight pulls.
+
+    The counters and timers are NumPy views of the shared tensors (a scalar read or write costs
+    far less than on the torch tensors).
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        # the optimiser handles SIGINT and SIGTERM and stops this process through STOP;
+        # torchrun sends SIGTERM to each rank's whole process group, this process included
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
+        if spec["affinity"]:
+            os.sched_setaffinity(0, spec["affinity"])
+        torch.set_num_threads(int(spec["torch_threads"]))
+        self.counters: np.ndarray = spec["counters"].numpy()
+        self.timers: np.ndarray = spec["timers"].numpy()
+        self.version = -1
+        self._parent = spec["parent_pid"]
+        self._poll = spec["poll_interval"]
+        self._shared_weights: list[torch.Tensor] = spec["weights"]
+        self._weights_lock = GuardedLock(spec["weights_lock"], self.check_optimiser)
+
+    def check_optimiser(self) -> None:
+        """Raise :class:`OptimiserGone` if the optimiser's process has exited (this process was
+        re-parented), perhaps holding a lock."""
+        if os.getppid() != self._parent:
+            raise OptimiserGone
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the optimiser asked this process to stop."""
+        return bool(self.counters[STOP])
+
+    def wait_while(self, blocked: Callable[[], bool]) -> None:
+        """Sleep while ``blocked()`` holds (and no stop is asked), counted as waiting time."""
+        if not blocked():
+            return
+        started = time.perf_counter()
+        while blocked() and not self.counters[STOP]:
+            self.check_optimiser()
+            time.sleep(self._poll)
+        self.timers[SAMPLER_WAIT] += time.perf_counter() - started
+
+    def pull_weights(self, params: Sequence[torch.Tensor], wait: bool = True) -> int:
+        """Copy the published weights into ``params`` if they are newer; returns their version.
+
+        With ``wait=False`` weights being published right now are left for the next call (the
+        current ones are at most an update older) rather than waited for.
+        """
+        if int(self.counters[VERSION]) == self.version:
+            return self.version
+        if wait:
+            self._weights_lock.__enter__()
+        elif not self._weights_lock.try_acquire():
+            return self.version
+        try:
+            self.version = int(self.counters[VERSION])
+            for mine, shared in zip(params, self._shared_weights):
+                mine.copy_(shared)
+        finally:
+            self._weights_lock.release()
+        self.counters[SAMPLER_VERSION] = self.version
+        return self.version
+
+
+class SamplerHandle:
+    """The optimiser's end of a sampler process: shared counters and weights, start, publish,
+    liveness check, stop.
+
+    Args:
+        options: how the process runs (its context makes the locks and queues too).
+        role: ``sampler`` or ``rollout`` (in messages and the process's name).
+        model: the module whose weights are published (its ``state_dict`` tensors share storage
+            with the parameters, so the list taken here stays current).
+        finished: given the process's exit code, whether its exit is the run's normal end.
+    """
+
+    def __init__(
+        self,
+        options: SamplerOptions,
+        role: str,
+        model: torch.nn.Module,
+        finished: Callable[[int | None], bool],
+    ) -> None:
+        import torch.multiprocessing as mp
+
+        self.role = role
+        self.options = options
+        self.ctx = ctx = mp.get_context(options.context)
+        self.shared_counters = torch.zeros(NUM_COUNTERS, dtype=torch.int64).share_memory_()
+        self.shared_timers = torch.zeros(NUM_TIMERS, dtype=torch.float64).share_memory_()
+        self.counters: np.ndarray = self.shared_counters.numpy()
+        self.timers: np.ndarray = self.shared_timers.numpy()
+        self._state = list(model.state_dict().values())
+        self._shared_weights = [t.detach().cpu().clone().share_memory_() for t in self._state]
+        self.weights_lock = ctx.Lock()
+        self._weights_lock = GuardedLock(self.weights_lock, self.check)
+        self.errors = ctx.Queue()
+        self.process: Any = None
+        self._finished = finished
+
+    def spec(self) -> dict[str, Any]:
+        """The entries of the process's spec that :class:`ChildLink` reads."""
+        options = self.options
+        return dict(
+            counters=self.shared_counters,
+            timers=self.shared_timers,
+            weights=self._shared_weights,
+            weights_lock=self.weights_lock,
+            errors=self.errors,
+            parent_pid=os.getpid(),
+            poll_interval=options.poll_interval,
+            torch_threads=options.threads,
+            affinity=set(options.affinity) if options.affinity else None,
+        )
+
+    @property
+    def sampler_wait(self) -> float:
+        """Seconds the process has waited for the optimiser so far."""
+        return float(self.timers[SAMPLER_WAIT])
+
+    def publish(self, version: int) -> None:
+        """Copy the model's weights to shared memory as ``version``."""
+        with self._weights_lock:
+            for shared, tensor in zip(self._shared_weights, self._state):
+                shared.copy_(tensor)
+            self.counters[VERSION] = version
+
+    def start(self, loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
+        self.process = self.ctx.Process(
+            target=child_main, args=(loop, spec), name=f"vecaccel-async-{self.role}"
+        )
+        self.process.start()
+
+    def check(self) -> None:
+        """Raise :class:`SamplerError` if the process died before the run's normal end."""
+        process = self.process
+        if process is None or process.is_alive():
+            return
+        process.join(timeout=1.0)
+        if self.counters[STOP] or self._finished(process.exitcode):
+            return
+        remote = ""
+        try:
+            remote = self.errors.get(timeout=0.2)
+        except (queue.Empty, OSError, EOFError):
+            pass
+        from vecaccel.trainers import distributed
+
+        where = f" of rank {distributed.rank()}" if distributed.is_distributed() else ""
+        raise SamplerError(
+            f"the asynchronous {self.role} process{where} (pid {process.pid}) died with exit "
+            f"code {process.exitcode} after {int(self.counters[STEPS])} env steps",
+            process.exitcode,
+            remote,
+        )
+
+    def finish(self, drain: Callable[[], None], timeout: float = 10.0) -> None:
+        """Wait for the process to end by itself (its budget done), calling ``drain`` meanwhile.
+
+        What it queued last is certain to have arrived only once it has exited: a queue's feeder
+        thread sends it, and the process joins that thread on exit, which needs the pipe read.
+        """
+        process = self.process
+        deadline = time.monotonic() + timeout
+        while process is not None and process.is_alive() and time.monotonic() < deadline:
+            drain()
+            process.join(0.02)
+        drain()
+
+    def stop(self, *channels: Any) -> None:
+        """Ask the process to stop, wait for it (killing it if it does not), close ``channels``."""
+        self.counters[STOP] = 1
+        process = self.process
+        if process is not None:
+            process.join(timeout=10.0)
+            if process.is_alive():  # it ignores SIGTERM: end it with SIGKILL
+                process.kill()
+                process.join(timeout=5.0)
+        for channel in (self.errors, *channels):
+            channel.close()
+            channel.cancel_join_thread()
+
+
+def drain(channel: Any) -> list[Any]:
+    """Everything waiting in the queue ``channel``, without blocking."""
+    items = []
+    while True:
+        try:
+            items.append(channel.get_nowait())
+        except queue.Empty:
+            return items
+
+
+def leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:
+    """With automatic torch threads (``torch_threads=0``), leave the sampler process (and its
+    env workers) their cores: torch's default of one thread per core would make the optimiser's
+    OpenMP threads spin on them. Ranks on one machine share its cores."""
+    if getattr(cfg, "torch_threads", 0) > 0:
+        return
+    from vecaccel.worker import usable_cpus
+
+    cpus = usable_cpus() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    workers = 0
+    if cfg.backend != "serial":
+        workers = getattr(cfg, "num_workers", 0) or min(cfg.num_envs, cpus)
+    torch.set_num_threads(max(1, cpus - sampler_threads - workers))
+
+
+def poll_until(ready: Callable[[], bool], check: Callable[[], None], interval: float) -> float:
+    """Poll every ``interval`` seconds until ``ready()``, calling ``check()`` (which raises if the
+    other side died or a stop was asked) in between; the seconds waited (the optimiser's wait)."""
+    waited = time.perf_counter()
+    while not ready():
+        check()
+        time.sleep(interval)
+    return time.perf_counter() - waited

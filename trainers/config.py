@@ -1,0 +1,293 @@
+"""The shared run config, one vocabulary of settings, and the checks every config runs.
+
+Every algorithm's config dataclass subclasses :class:`RunConfig`, which holds what a run needs
+whatever it trains: the env, the backend, seed and device, where and how often it logs and
+checkpoints. Settings renamed to that vocabulary keep their old spelling as an alias
+(:data:`RunConfig.ALIASES`), accepted as keyword arguments and in the config dicts of older
+checkpoints; when both spellings are given, the new one wins.
+
+Example:
+    >>> resolve_aliases(RunConfig, {"checkpoint_period": 5})
+    {'checkpoint_every': 5}
+    >>> lr_scale(2048, 256, "sqrt")
+    2.8284271247461903
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "LR_SCALE_MODES",
+    "RunConfig",
+    "check_dqn_config",
+    "check_on_policy_config",
+    "config_from_dict",
+    "config_help",
+    "lr_scale",
+    "resolve_aliases",
+    "resolve_device",
+]
+
+LR_SCALE_MODES = ("none", "linear", "sqrt")
+
+
+@dataclass
+class RunConfig:
+    """The settings of a run that every algorithm shares; each docstring is its ``--help``."""
+
+    ALIASES: ClassVar[dict[str, str]] = {
+        "checkpoint_period": "checkpoint_every",
+        "log_interval": "log_every_steps",
+    }
+    """Old setting name -> the name it goes by now."""
+
+    env_id: str = "CartPole-v1"
+    """Gymnasium environment id (ALE ids get the standard Atari set-up)."""
+    num_envs: int = 8
+    """Parallel environments (B); every env step counts towards the step budget."""
+    backend: str = "shm"
+    """vecaccel backend that runs the environments (serial, shm, ...)."""
+    num_workers: int = 0
+    """Worker processes for process backends (0: the backend's default)."""
+    seed: int = 1
+    """Seed of the run (torch, NumPy, Python, and the environments)."""
+    device: str = "auto"
+    """Torch device for the networks and batches: auto (CUDA when available), cpu, cuda:0..."""
+    torch_threads: int = 0
+    """torch.set_num_threads for this process (0: automatic, the cores the env workers leave
+    free, at least 1)."""
+    run_dir: str | None = None
+    """Directory for metrics, TensorBoard events, the learning curve and checkpoints (None:
+    nothing is written)."""
+    checkpoint_every: int = 0
+    """Updates between checkpoints written to run_dir/checkpoint.pt (0: only at the end)."""
+    reset_envs_at_checkpoint: bool = True
+    """Reset the envs with a derived seed at each periodic checkpoint, so that a run resumed from
+    it is bit-identical on CPU to one never interrupted (the running episodes are cut short)."""
+    log_every_steps: int = 0
+    """Env steps between metric rows (0: every update); a row is also written when an episode
+    ended and at the end."""
+    progress: bool = False
+    """Show a live progress bar."""
+    tensorboard: bool = True
+    """Write TensorBoard event files under run_dir."""
+
+    def __post_init__(self) -> None:
+        if self.run_dir is not None:  # a Path would not pass the checkpoint's weights-only load
+            self.run_dir = os.fspath(self.run_dir)
+        for name, least, meaning in (
+            ("num_envs", 1, ""),
+            ("num_workers", 0, " (0: the backend's default)"),
+            ("torch_threads", 0, " (0: automatic)"),
+            ("checkpoint_every", 0, " (0: only at the end)"),
+            ("log_every_steps", 0, " (0: every update)"),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < least:
+                expected = "a positive integer" if least == 1 else f"an integer >= {least}{meaning}"
+                raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+def resolve_aliases(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every old setting name of ``config_cls`` replaced by its current one.
+
+    Args:
+        config_cls: a :class:`RunConfig` subclass (its ``ALIASES`` name the old spellings).
+        values: keyword arguments or a checkpoint's config dict.
+
+    Returns:
+        A new dict; where both an old and a new name are given, the new name's value is kept.
+    """
+    aliases: dict[str, str] = getattr(config_cls, "ALIASES", {})
+    resolved = {key: value for key, value in values.items() if key not in aliases}
+    for old, new in aliases.items():
+        if old in values and new not in values:
+            resolved[new] = values[old]
+    return resolved
+
+
+def resolve_device(device: str) -> str:
+    """``"auto"`` becomes ``"cuda"`` where CUDA is available, else ``"cpu"``; others pass.
+
+    Example:
+        >>> resolve_device("cpu")
+        'cpu'
+    """
+    if str(device) != "auto":
+        return str(device)
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def lr_scale(batch_size: int, base_batch_size: int, mode: str = "none") -> float:
+    """Factor to multiply a learning rate tuned at ``base_batch_size`` by, at ``batch_size``.
+
+    Args:
+        batch_size: the batch actually used (A2C/PPO: ``num_envs * num_steps``).
+        base_batch_size: the batch the base learning rate was tuned for.
+        mode: ``"none"`` (1), ``"linear"`` (``batch/base``) or ``"sqrt"`` (``sqrt(batch/base)``).
+
+    Returns:
+        The scale factor.
+
+    Raises:
+        ValueError: for an unknown mode or a non-positive batch size.
+
+    Example:
+        >>> lr_scale(512, 32, "linear"), lr_scale(512, 32, "none")
+        (16.0, 1.0)
+    """
+    if mode not in LR_SCALE_MODES:
+        raise ValueError(f"unknown lr scaling mode {mode!r}; choose one of {LR_SCALE_MODES}")
+    if batch_size <= 0 or base_batch_size <= 0:
+        raise ValueError(
+            f"batch sizes must be positive, got batch_size={batch_size}, "
+            f"base_batch_size={base_batch_size}"
+        )
+    ratio = batch_size / base_batch_size
+    if mode == "linear":
+        return float(ratio)
+    if mode == "sqrt":
+        return math.sqrt(ratio)
+    return 1.0
+
+
+def check_on_policy_config(cfg: Any) -> None:
+    """Raise ``ValueError`` naming the field for an A2C/PPO config that cannot train (the
+    shared fields are checked by :class:`RunConfig`)."""
+    positive = ["num_steps", "base_batch_size"]
+    positive += [name for name in ("num_minibatches", "update_epochs") if hasattr(cfg, name)]
+    for name in positive:
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if hasattr(cfg, "num_minibatches") and cfg.num_minibatches > cfg.num_envs * cfg.num_steps:
+        raise ValueError(
+            f"num_minibatches={cfg.num_minibatches} is more than the batch of num_envs x "
+            f"num_steps = {cfg.num_envs * cfg.num_steps} transitions"
+        )
+    if not 0.0 <= cfg.gamma <= 1.0 or not 0.0 <= cfg.gae_lambda <= 1.0:
+        raise ValueError(
+            f"gamma and gae_lambda must lie in [0, 1], got {cfg.gamma}, {cfg.gae_lambda}"
+        )
+    _check_real(cfg, "learning_rate", lambda x: x > 0, "a positive finite number")
+    _check_real(cfg, "ent_coef", lambda x: x >= 0, "a finite number >= 0")
+    _check_real(cfg, "vf_coef", lambda x: x >= 0, "a finite number >= 0")
+    # inf is a clip that never bites; 0 would zero every gradient (there is no "off" value)
+    _check_real(
+        cfg, "max_grad_norm", lambda x: x > 0, "a positive number (inf: no clipping)", finite=False
+    )
+    if hasattr(cfg, "clip_coef"):
+        _check_real(cfg, "clip_coef", lambda x: x >= 0, "a finite number >= 0")
+    if getattr(cfg, "target_kl", None) is not None:
+        # 0 is valid: stop after the first epoch that moved the policy at all
+        _check_real(cfg, "target_kl", lambda x: x >= 0, "None or a finite number >= 0")
+    if hasattr(cfg, "adam_eps"):
+        _check_real(cfg, "adam_eps", lambda x: x > 0, "a positive finite number")
+    if hasattr(cfg, "rms_alpha"):
+        _check_real(cfg, "rms_alpha", lambda x: 0 < x < 1, "in (0, 1)")
+    if hasattr(cfg, "rms_eps"):
+        _check_real(cfg, "rms_eps", lambda x: x > 0, "a positive finite number")
+    if cfg.bf16 not in ("off", "on", "auto"):
+        raise ValueError(f"bf16 must be 'off', 'on' or 'auto', got {cfg.bf16!r}")
+    if cfg.activation not in ("tanh", "relu"):
+        raise ValueError(f"activation must be 'tanh' or 'relu', got {cfg.activation!r}")
+    if cfg.network not in ("auto", "cnn", "mlp"):
+        raise ValueError(f"network must be 'auto', 'cnn' or 'mlp', got {cfg.network!r}")
+    lr_scale(cfg.num_envs * cfg.num_steps, cfg.base_batch_size, cfg.lr_scaling)  # the mode
+
+
+def _check_real(
+    cfg: Any, name: str, valid: Callable[[float], bool], expected: str, finite: bool = True
+) -> None:
+    """Raise ``ValueError`` naming ``name`` unless the field is a real number (finite, unless
+    ``finite`` is false; never NaN) for which ``valid`` holds."""
+    value = getattr(cfg, name)
+    real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not real or math.isnan(value) or (finite and not math.isfinite(value)) or not valid(value):
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+def config_help(config_cls: type) -> dict[str, str]:
+    """Read the attribute docstrings of a dataclass (the string right after each field).
+
+    Args:
+        config_cls: a ``@dataclass`` whose fields are each followed by a string literal.
+
+    Returns:
+        ``{field_name: docstring}`` for every documented field.
+    """
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(config_cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+        for node, following in zip(body, body[1:]):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
+    """Build ``config_cls`` from a dict, ignoring keys it does not have (older checkpoints)."""
+    names = {field.name for field in dataclasses.fields(config_cls)}
+    return config_cls(**{key: value for key, value in values.items() if key in names})
+
+
+def check_dqn_config(cfg: Any) -> None:
+    """Raise ``ValueError`` naming the field for a DQN-family config that cannot train (the
+    shared fields are checked by :class:`RunConfig`)."""
+    if cfg.batch_size < 1 or cfg.base_batch_size < 1:
+        raise ValueError("batch_size and base_batch_size must be positive")
+    if cfg.replay_ratio <= 0:
+        raise ValueError(f"replay_ratio must be positive, got {cfg.replay_ratio}")
+    if cfg.loss not in ("huber", "mse"):
+        raise ValueError(f"loss must be 'huber' or 'mse', got {cfg.loss!r}")
+    if cfg.categorical and (cfg.num_atoms < 2 or not cfg.v_min < cfg.v_max):
+        raise ValueError("categorical needs num_atoms >= 2 and v_min < v_max")
+    if cfg.target_update_period < 1:
+        raise ValueError("target_update_period must be at least 1 env step")
+    # each of these is accepted by the maths but fails later, or silently: gamma > 1 makes
+    # the targets diverge, tau <= 0 never moves the target network (or pushes it away), a
+    # negative alpha or beta inverts prioritization or its correction, and a negative eps
+    # makes a zero TD error a negative priority that the sum tree rejects mid-run
+    if not 0.0 <= cfg.gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {cfg.gamma!r}")
+    if not 0.0 < cfg.tau <= 1.0:
+        raise ValueError(f"tau must be in (0, 1], got {cfg.tau!r}")
+    if not cfg.priority_alpha >= 0.0:
+        raise ValueError(f"priority_alpha must be non-negative, got {cfg.priority_alpha!r}")
+    if not 0.0 <= cfg.priority_beta_start <= 1.0:
+        raise ValueError(f"priority_beta_start must be in [0, 1], got {cfg.priority_beta_start!r}")
+    if not cfg.priority_eps >= 0.0:
+        raise ValueError(f"priority_eps must be non-negative, got {cfg.priority_eps!r}")
+    if cfg.async_weight_sync_period < 1:
+        raise ValueError(
+            f"async_weight_sync_period must be at least 1, got {cfg.async_weight_sync_period!r}"
+        )
+    if cfg.async_max_lead < 0:
+        raise ValueError(f"async_max_lead must be non-negative, got {cfg.async_max_lead!r}")
+    lr_scale(cfg.batch_size, cfg.base_batch_size, cfg.lr_scaling)  # validates the mode

@@ -1,0 +1,204 @@
+"""The envs trainers sample from: the standard Atari set-up and classic-control envs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = [
+    "AtariEnvFactory",
+    "ClassicEnvFactory",
+    "EpisodicLifeEnv",
+    "action_start",
+    "is_atari_id",
+    "make_env_fn",
+    "make_env_for_training",
+]
+
+
+def is_atari_id(env_id: str) -> bool:
+    """Whether ``env_id`` names an ALE game (``ALE/Pong-v5``, ``PongNoFrameskip-v4``...).
+
+    Example:
+        >>> is_atari_id("PongNoFrameskip-v4"), is_atari_id("CartPole-v1")
+        (True, False)
+    """
+    if env_id.startswith("ALE/"):
+        return True
+    try:
+        from vecaccel.manager import register_envs
+
+        register_envs()
+        spec = gym.spec(env_id)
+    except Exception:
+        return False
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    return entry.startswith("ale_py") or "AtariEnv" in entry
+
+
+class EpisodicLifeEnv(gym.Wrapper):
+    """End the episode (``terminated=True``) when a life is lost, without resetting the game.
+
+    Gymnasium's ``AtariPreprocessing(terminal_on_life_loss=True)`` restarts the whole game at
+    the next ``reset`` after a life is lost, so the agent would never play past its first life.
+    DeepMind's (and SB3's) ``EpisodicLifeEnv`` instead only *signals* the end for value
+    bootstrapping and continues the same game with a no-op step. Gymnasium does not ship that
+    wrapper, so this is the one piece of Atari set-up vecaccel adds; use it for training only.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = bool(terminated or truncated)
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self.game_over or seed is not None:
+            obs, info = self.env.reset(seed=seed, options=options)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(seed=seed, options=options)
+        self.game_over = False
+        self.lives = self.env.unwrapped.ale.lives()
+        return obs, info
+
+
+class AtariEnvFactory:
+    """A picklable env function building the standard Atari set-up from Gymnasium's wrappers.
+
+    ``RecordEpisodeStatistics`` (innermost, so ``info["episode"]`` holds real, unclipped game
+    scores) → ``AtariPreprocessing`` (no-op reset, frame skip 4 with max-pooling, 84x84 gray)
+    → in training: :class:`EpisodicLifeEnv` and ``ClipReward(-1, 1)`` → ``FrameStackObservation(4)``.
+
+    Args:
+        env_id: an ALE id; ``ALE/*-v5`` ids are made with ``frameskip=1`` because
+            ``AtariPreprocessing`` does the skipping (their sticky actions stay on).
+        training: add the training-only wrappers (life-loss terminal, reward clipping).
+        frame_stack: frames stacked along the first axis.
+        render_mode: passed to ``gymnasium.make`` (``"rgb_array"`` for videos).
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        training: bool = True,
+        frame_stack: int = 4,
+        render_mode: str | None = None,
+    ) -> None:
+        self.env_id = env_id
+        self.training = training
+        self.frame_stack = frame_stack
+        self.render_mode = render_mode
+
+    def __call__(self) -> gym.Env:
+        from vecaccel.manager import register_envs
+
+        register_envs()
+        kwargs: dict[str, Any] = {}
+        if self.render_mode is not None:
+            kwargs["render_mode"] = self.render_mode
+        if gym.spec(self.env_id).kwargs.get("frameskip", 1) != 1:
+            kwargs["frameskip"] = 1
+        env = gym.make(self.env_id, **kwargs)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.AtariPreprocessing(
+            env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True
+        )
+        if self.training:
+            env = EpisodicLifeEnv(env)
+            env = gym.wrappers.ClipReward(env, -1.0, 1.0)
+        env = gym.wrappers.FrameStackObservation(env, self.frame_stack)
+        return env
+
+    def __repr__(self) -> str:
+        return f"AtariEnvFactory({self.env_id!r}, training={self.training})"
+
+
+class ClassicEnvFactory:
+    """A picklable env function: ``gymnasium.make(env_id)`` with ``RecordEpisodeStatistics``."""
+
+    def __init__(self, env_id: str, render_mode: str | None = None, **kwargs: Any) -> None:
+        self.env_id = env_id
+        self.render_mode = render_mode
+        self.kwargs = kwargs
+
+    def __call__(self) -> gym.Env:
+        from vecaccel.manager import register_envs
+
+        register_envs()
+        kwargs = dict(self.kwargs)
+        if self.render_mode is not None:
+            kwargs["render_mode"] = self.render_mode
+        return gym.wrappers.RecordEpisodeStatistics(gym.make(self.env_id, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"ClassicEnvFactory({self.env_id!r})"
+
+
+def make_env_fn(
+    env_id: str, atari: bool | None = None, training: bool = True, render_mode: str | None = None
+) -> Callable[[], gym.Env]:
+    """The picklable single-env function :func:`make_env_for_training` vectorizes."""
+    if atari is None:
+        atari = is_atari_id(env_id)
+    if atari:
+        return AtariEnvFactory(env_id, training=training, render_mode=render_mode)
+    return ClassicEnvFactory(env_id, render_mode=render_mode)
+
+
+def make_env_for_training(
+    env_id: str,
+    num_envs: int,
+    backend: str = "shm",
+    seed: int | None = None,
+    atari: bool | None = None,
+    autoreset_mode: str = "SameStep",
+    training: bool = True,
+    **backend_options: Any,
+) -> gym.vector.VectorEnv:
+    """Build the vectorized env a trainer samples from.
+
+    Every env records episode statistics (``info["episode"]``, real scores for Atari); Atari
+    envs get the standard set-up of :class:`AtariEnvFactory`.
+
+    Args:
+        env_id: a Gymnasium id.
+        num_envs: number of sub-environments.
+        backend: a registered vecaccel backend.
+        seed: seeds the batched action space; the sampler's first ``reset(seed=...)`` seeds the
+            envs themselves.
+        atari: force the Atari set-up on or off (``None``: detect from ``env_id``).
+        autoreset_mode: Gymnasium autoreset mode; trainers use ``SameStep`` so that no step is
+            wasted on a reset and ``info["final_obs"]`` gives the truncation bootstrap.
+        training: include the training-only Atari wrappers (life-loss terminal, clipped reward).
+        **backend_options: passed to the backend (``num_workers``, ``context``, ...).
+
+    Returns:
+        A ``gymnasium.vector.VectorEnv``.
+    """
+    import vecaccel
+
+    env_fn = make_env_fn(env_id, atari, training)
+    envs = vecaccel.make_vec(
+        [env_fn] * num_envs, backend=backend, autoreset_mode=autoreset_mode, **backend_options
+    )
+    if seed is not None:
+        envs.action_space.seed(seed)
+    return envs
+
+
+def action_start(space: Any) -> int:
+    """``start`` of a ``Discrete`` space (0 for any other space, or none): the env's actions are
+    ``start..start+n-1``, a network's outputs ``0..n-1``."""
+    return int(space.start) if isinstance(space, gym.spaces.Discrete) else 0

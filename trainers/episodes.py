@@ -1,0 +1,58 @@
+"""Returns and lengths of the episodes a vector env finishes, step by step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["EpisodeStats"]
+
+
+class EpisodeStats:
+    """Each env's running episode return and length, and the episodes that end.
+
+    ``info["episode"]`` of ``RecordEpisodeStatistics`` (real game scores for Atari, across
+    lives) is preferred; envs without it are measured from the rewards seen.
+
+    Example:
+        >>> stats = EpisodeStats()
+        >>> stats.reset(2)
+        >>> done = np.array([False, True])
+        >>> stats.record(np.array([1.0, 2.0]), done, {})
+        [(2.0, 1.0)]
+
+    Attributes:
+        saw_info: whether the envs report ``info["episode"]`` (then only that is counted).
+    """
+
+    def __init__(self) -> None:
+        self.saw_info = False
+        self._return = np.zeros(0)
+        self._length = np.zeros(0, dtype=np.int64)
+
+    def reset(self, num_envs: int) -> None:
+        """Start every env's episode from zero."""
+        self._return = np.zeros(num_envs)
+        self._length = np.zeros(num_envs, dtype=np.int64)
+
+    def record(
+        self, reward: np.ndarray, done: np.ndarray, infos: dict[str, Any]
+    ) -> list[tuple[float, float]]:
+        """Add one vector step; the ``(return, length)`` of the episodes that ended in it."""
+        self._return += reward
+        self._length += 1
+        finished: list[tuple[float, float]] = []
+        final_info = infos.get("final_info", {})
+        stats = final_info.get("episode") if isinstance(final_info, dict) else None
+        if stats is not None:
+            self.saw_info = True
+            mask = final_info.get("_episode", np.ones(len(done), dtype=bool))
+            for i in np.flatnonzero(mask):
+                finished.append((float(stats["r"][i]), float(stats["l"][i])))
+        elif not self.saw_info:
+            for i in np.flatnonzero(done):
+                finished.append((float(self._return[i]), float(self._length[i])))
+        self._return[done] = 0.0
+        self._length[done] = 0
+        return finished

@@ -1,0 +1,133 @@
+"""``vecaccel eval``: play a saved agent's episodes, without the training-only wrappers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from vecaccel.trainers.checkpoint import checkpoint_file
+from vecaccel.trainers.cli_errors import read_checkpoint, setup_errors, usage_error
+from vecaccel.trainers.cli_flags import ALGORITHMS, algorithm_class
+
+__all__ = ["eval_command", "evaluate_agent"]
+
+
+def eval_command(args: argparse.Namespace) -> int:
+    """Handle ``vecaccel eval CHECKPOINT``; returns the exit code."""
+    path = checkpoint_file(args.checkpoint)
+    state = read_checkpoint(path)
+    if state is None:
+        return 2
+    algo = state.get("algo") or str(state.get("algorithm", "")).lower()
+    if algo not in ALGORITHMS:
+        print(f"error: {path} holds no known algorithm (algo={algo!r})", file=sys.stderr)
+        return 2
+    cls = algorithm_class(algo)
+    try:
+        agent = cls.load(path, device=args.device)
+    except setup_errors() as exc:
+        return usage_error(exc)
+    config = state.get("config", {})
+    env_id = args.env or config.get("env_id") or state.get("env_id")
+    if env_id is None:
+        print("error: the checkpoint names no env; pass --env", file=sys.stderr)
+        return 2
+    from vecaccel.trainers.checkpoint import check_env_matches
+    from vecaccel.trainers.envs import make_env_fn
+
+    try:
+        env = make_env_fn(env_id, config.get("atari"), training=False)()
+        try:
+            check_env_matches(
+                env_id,
+                env.observation_space,
+                env.action_space,
+                agent.observation_space,
+                agent.action_space,
+            )
+        finally:
+            env.close()
+    except setup_errors() as exc:
+        return usage_error(exc)
+    try:
+        returns, lengths = evaluate_agent(
+            agent,
+            env_id,
+            episodes=args.episodes,
+            seed=args.seed,
+            deterministic=not args.stochastic,
+            atari=config.get("atari"),
+            video=args.video,
+        )
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    import numpy as np
+
+    print(
+        f"{algo} on {env_id}: {len(returns)} episodes, return {np.mean(returns):.2f} "
+        f"+- {np.std(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), "
+        f"mean length {np.mean(lengths):.1f}"
+    )
+    if args.video is not None:
+        print(f"video: {args.video}")
+    return 0
+
+
+def evaluate_agent(
+    agent: Any,
+    env_id: str,
+    episodes: int = 10,
+    seed: int = 0,
+    deterministic: bool = True,
+    atari: bool | None = None,
+    video: Path | None = None,
+) -> tuple[list[float], list[int]]:
+    """Play ``episodes`` full episodes with ``agent.predict``; returns (returns, lengths).
+
+    The env is built without the training-only wrappers, so the returns are real scores.
+    """
+    import numpy as np
+
+    from vecaccel.trainers.envs import make_env_fn
+
+    env = make_env_fn(env_id, atari, training=False, render_mode="rgb_array" if video else None)()
+    if video is not None:
+        try:
+            env.reset(seed=seed)
+            env.render()
+        except Exception as exc:  # e.g. pygame missing for the classic-control renderers
+            env.close()
+            raise RuntimeError(f"cannot record a video of {env_id}: {exc}") from exc
+    frames: list[np.ndarray] = []
+    returns: list[float] = []
+    lengths: list[int] = []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            total, length, done = 0.0, 0, False
+            while not done:
+                if video is not None and episode == 0:
+                    frames.append(env.render())
+                action, _ = agent.predict(np.asarray(obs), deterministic=deterministic)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                length += 1
+                done = bool(terminated or truncated)
+            returns.append(total)
+            lengths.append(length)
+        if video is not None and frames:
+            _write_video(frames, video, fps=int(env.metadata.get("render_fps", 30) or 30))
+    finally:
+        env.close()
+    return returns, lengths
+
+
+def _write_video(frames: list[Any], path: Path, fps: int) -> None:
+    from moviepy import ImageSequenceClip
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clip = ImageSequenceClip(list(frames), fps=max(1, min(fps, 60)))
+    clip.write_videofile(str(path), logger=None, audio=False)

@@ -1,0 +1,263 @@
+"""The run logger: metrics to a CSV, TensorBoard and a progress bar, and the learning curve."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import time
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "RunLogger",
+    "mean_or_none",
+    "plot_learning_curve",
+]
+
+
+class RunLogger:
+    """Metrics to TensorBoard, a ``metrics.csv`` and a live progress bar; a PNG curve at the end.
+
+    Every :meth:`log` call writes one CSV row (a ``step`` and ``time`` column plus the metrics;
+    a new metric key rewrites the header) and one scalar per metric to TensorBoard. The tqdm bar
+    shows steps, steps/s, the recent episodic return and the ETA.
+
+    Args:
+        run_dir: directory for ``metrics.csv``, ``tb/`` and ``learning_curve.png``; ``None``
+            keeps metrics in memory only (:attr:`history`) and writes no files.
+        total_steps: the step budget, for the bar and the ETA.
+        use_tensorboard: write TensorBoard event files under ``run_dir/tb``.
+        progress: show a tqdm progress bar (on stderr).
+        resume_step: when resuming, keep only the CSV rows up to this step (rows a crashed run
+            wrote after its last checkpoint are dropped, and TensorBoard purges them too).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as run_dir:
+        ...     logger = RunLogger(run_dir, 100, use_tensorboard=False, progress=False)
+        ...     logger.log(50, {"charts/episodic_return": 10.0})
+        ...     _ = logger.close()
+        ...     sorted(p.name for p in Path(run_dir).iterdir())
+        ['learning_curve.png', 'metrics.csv']
+    """
+
+    RETURN_KEY = "charts/episodic_return"
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str] | None,
+        total_steps: int,
+        use_tensorboard: bool = True,
+        progress: bool = True,
+        resume_step: int | None = None,
+    ) -> None:
+        self.run_dir = None if run_dir is None else Path(run_dir)
+        self.total_steps = int(total_steps)
+        self.csv_path: Path | None = None
+        self.curve_path: Path | None = None
+        if self.run_dir is not None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.csv_path = self.run_dir / "metrics.csv"
+            self.curve_path = self.run_dir / "learning_curve.png"
+        self._rows: list[dict[str, Any]] = []
+        self._keys: list[str] = ["step", "time"]
+        self._time_offset = 0.0
+        self._start_step = 0
+        if resume_step is not None and self.csv_path is not None and self.csv_path.exists():
+            self._load_rows(resume_step)
+        self._recent_returns: deque[float] = deque(maxlen=20)
+        self._last_step = self._start_step
+        self._closed = False
+        self._csv_file = None
+        self._csv_writer: csv.DictWriter | None = None
+        self._rewrite_csv()
+        self._writer = None
+        if use_tensorboard and self.run_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
+        # wall-clock starts after the slow TensorBoard import
+        self._start_time = time.perf_counter()
+        self._bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(
+                total=self.total_steps,
+                initial=min(self._start_step, self.total_steps),
+                unit="step",
+                unit_scale=True,
+                dynamic_ncols=True,
+                smoothing=0.05,
+            )
+
+    def _load_rows(self, resume_step: int) -> None:
+        with open(self.csv_path, newline="") as file:
+            reader = csv.DictReader(file)
+            for name in reader.fieldnames or []:
+                if name not in self._keys:
+                    self._keys.append(name)
+            for row in reader:
+                try:
+                    step = int(float(row["step"]))
+                except (KeyError, TypeError, ValueError):
+                    continue
+                if step > resume_step:
+                    continue
+                self._rows.append({k: v for k, v in row.items() if v not in ("", None)})
+                self._time_offset = float(row.get("time") or self._time_offset)
+                self._start_step = step
+
+    def _rewrite_csv(self) -> None:
+        if self.csv_path is None:
+            return
+        if self._csv_file is not None:
+            self._csv_file.close()
+        self._csv_file = open(self.csv_path, "w", newline="")
+        self._csv_writer = csv.DictWriter(self._csv_file, fieldnames=self._keys)
+        self._csv_writer.writeheader()
+        self._csv_writer.writerows(self._rows)
+        self._csv_file.flush()
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Every row logged so far (and kept from before a resume), oldest first."""
+        return self._rows
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds of training so far, including the time before a resume."""
+        return self._time_offset + time.perf_counter() - self._start_time
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Record ``metrics`` at environment step ``step``.
+
+        Args:
+            step: the global environment-step count.
+            metrics: metric name to number (``charts/...``, ``losses/...``); ``None`` values
+                and NaNs are skipped.
+        """
+        clean = {}
+        for key, value in metrics.items():
+            if value is None:
+                continue
+            value = float(value)
+            if math.isnan(value):
+                continue
+            clean[key] = value
+        row: dict[str, Any] = {"step": int(step), "time": round(self.elapsed, 3), **clean}
+        self._rows.append(row)
+        if any(key not in self._keys for key in clean):
+            self._keys.extend(key for key in clean if key not in self._keys)
+            self._rewrite_csv()
+        elif self._csv_writer is not None and self._csv_file is not None:
+            self._csv_writer.writerow(row)
+            self._csv_file.flush()
+        if self._writer is not None:
+            for key, value in clean.items():
+                self._writer.add_scalar(key, value, int(step))
+        if self.RETURN_KEY in clean:
+            self._recent_returns.append(clean[self.RETURN_KEY])
+        if self._bar is not None:
+            self._bar.update(max(0, min(int(step), self.total_steps) - self._bar.n))
+            postfix = {}
+            if "charts/SPS" in clean:
+                postfix["SPS"] = f"{clean['charts/SPS']:.0f}"
+            if self._recent_returns:
+                postfix["return"] = f"{np.mean(self._recent_returns):.1f}"
+            self._bar.set_postfix(postfix, refresh=False)
+        self._last_step = int(step)
+
+    def write(self, message: str) -> None:
+        """Print a line without breaking the progress bar."""
+        if self._bar is not None:
+            self._bar.write(message)
+        else:
+            print(message)
+
+    def close(self) -> Path | None:
+        """Flush everything, close the bar, and draw ``learning_curve.png`` from the CSV.
+
+        Returns:
+            The path of the PNG, or ``None`` if no episodic return was logged.
+        """
+        if self._closed:
+            return self.curve_path if self.curve_path and self.curve_path.exists() else None
+        self._closed = True
+        if self._bar is not None:
+            self._bar.close()
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+        if self._csv_file is not None:
+            self._csv_file.close()
+        if self.csv_path is None or self.curve_path is None:
+            return None
+        return plot_learning_curve(self.csv_path, self.curve_path)
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+
+def plot_learning_curve(
+    csv_path: str | os.PathLike[str],
+    png_path: str | os.PathLike[str],
+    key: str = RunLogger.RETURN_KEY,
+    title: str | None = None,
+) -> Path | None:
+    """Draw ``key`` against environment steps and against wall-clock time from a metrics CSV.
+
+    Returns:
+        ``png_path``, or ``None`` (and no file) if the CSV holds no value for ``key``.
+    """
+    steps, times, values = [], [], []
+    with open(csv_path, newline="") as file:
+        for row in csv.DictReader(file):
+            if row.get(key) not in (None, ""):
+                steps.append(float(row["step"]))
+                times.append(float(row.get("time") or 0.0))
+                values.append(float(row[key]))
+    if not values:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    smooth = _moving_average(values, max(1, len(values) // 50))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
+    for axis, xs, label in ((axes[0], steps, "environment steps"), (axes[1], times, "seconds")):
+        axis.plot(xs, values, alpha=0.3, linewidth=0.8, color="tab:blue")
+        axis.plot(xs, smooth, linewidth=1.6, color="tab:blue")
+        axis.set_xlabel(label)
+        axis.set_ylabel(key.split("/")[-1].replace("_", " "))
+        axis.grid(alpha=0.3)
+    fig.suptitle(title or Path(csv_path).parent.name)
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return Path(png_path)
+
+
+def _moving_average(values: list[float], window: int) -> list[float]:
+    out, total, queue = [], 0.0, deque()
+    for value in values:
+        queue.append(value)
+        total += value
+        if len(queue) > window:
+            total -= queue.popleft()
+        out.append(total / len(queue))
+    return out
+
+
+def mean_or_none(values: Iterable[float]) -> float | None:
+    """Mean of ``values``, or ``None`` when there are none."""
+    values = list(values)
+    return float(np.mean(values)) if values else None

@@ -1,0 +1,631 @@
+"""The on-policy side of A2C and PPO: their shared config, model, optimizer step and state.
+
+:class:`OnPolicyAlgorithm` holds an actor-critic model and its optimizer, builds the sampler that
+collects ``[T, B]`` rollout batches, and saves, loads and predicts. The loop that collects a batch,
+anneals the learning rate, updates, logs and checkpoints is the runner's
+(:class:`~vecaccel.trainers.runner.SyncRunner`); ``learn`` hands the agent to it.
+
+Resume. Env state cannot be saved across processes, so a resumable run makes its own deterministic
+restart points: at every checkpoint (``checkpoint_every`` updates) the runner resets every env with
+a seed derived from ``(seed, updates)``, dropping running episodes (their transitions were already
+trained on, bootstrapped as usual at the batch end), and the checkpoint saves the model, optimizer,
+counters and the torch/NumPy/Python RNG states. A resumed run loads all of that and resets its envs
+with the same derived seed, so on CPU (same thread count) it produces bit-identical parameters to
+the run that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import InitVar, dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vecaccel.trainers import distributed
+from vecaccel.trainers.algorithm import Algorithm, Callback
+from vecaccel.trainers.checkpoint import (
+    CHECKPOINT_NAME,
+    CheckpointError,
+    check_env_matches,
+    checkpoint_file,
+    load_checkpoint,
+    save_checkpoint,
+    space_from_dict,
+    space_to_dict,
+    usable_device,
+)
+from vecaccel.trainers.config import (
+    RunConfig,
+    check_on_policy_config,
+    lr_scale,
+    resolve_aliases,
+    resolve_device,
+)
+from vecaccel.trainers.envs import make_env_fn
+from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state
+
+__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
+
+
+@dataclass
+class OnPolicyConfig(RunConfig):
+    """The settings A2C and PPO share; each field's docstring is its ``--help`` text."""
+
+    checkpoint_every: int = 50
+    """Updates between checkpoints written to run_dir/checkpoint.pt (0: only at the end)."""
+    alternating: bool = False
+    """action_server backend: two alternating halves of envs, so simulation overlaps the policy."""
+    atari: bool | None = None
+    """Force the Atari set-up on or off (default: detect from env_id)."""
+    autoreset_mode: str = "SameStep"
+    """Gymnasium autoreset mode of the envs; SameStep wastes no step on resets."""
+
+    num_steps: int = 128
+    """Steps per environment per rollout (T); the batch is num_envs * num_steps."""
+    learning_rate: float = 2.5e-4
+    """Learning rate at base_batch_size (before lr scaling)."""
+    lr_scaling: str = "none"
+    """Scale the learning rate with the batch: none, linear or sqrt in batch/base_batch_size."""
+    base_batch_size: int = 1024
+    """Batch size at which learning_rate was tuned (the reference of lr_scaling)."""
+    anneal_lr: bool = True
+    """Anneal the learning rate linearly to 0 over the run."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda (1: plain n-step returns)."""
+    norm_adv: bool = True
+    """Normalise advantages (per minibatch)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient (the value loss is the mean squared error, as in SB3)."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip."""
+
+    network: str = "auto"
+    """Policy network: auto (Nature-CNN for images, MLP otherwise), cnn or mlp."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """MLP hidden layer widths (separate actor and critic MLPs)."""
+    activation: str = "tanh"
+    """MLP activation: tanh or relu."""
+    channels_last: bool = True
+    """NHWC memory format for the CNN (faster convolutions on CPUs)."""
+    bf16: str = "off"
+    """bfloat16 autocast in the CNN torso: off, on, or auto (on where the hardware has bf16 units)."""
+
+    log_every: InitVar[int | None] = None
+    """Updates between metric rows: the earlier spelling of the log period, converted to
+    log_every_steps with this rank's batch (num_envs * num_steps)."""
+
+    def __post_init__(self, log_every: int | None = None) -> None:
+        super().__post_init__()
+        if log_every is not None:
+            if not isinstance(log_every, (int, np.integer)) or log_every < 1:
+                raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
+            self.log_every_steps = int(log_every) * self.num_envs * self.num_steps
+        check_on_policy_config(self)
+
+
+class OnPolicyAlgorithm(Algorithm):
+    """Model, optimizer, sampler and checkpoints of A2C and PPO; the loop is the runner's.
+
+    Args:
+        env: a Gymnasium id (built on ``config.backend``), a ready vector env, or ``None``
+            (only to ``predict``; ``learn`` then builds ``config.env_id``).
+        observation_space: the single-env observation space when ``env`` is ``None`` (else
+            one env of ``config.env_id`` is made to read it).
+        action_space: likewise, the single-env action space.
+        **config: fields of the algorithm's config dataclass (``run_dir``, ``progress``,
+            ``tensorboard`` among them); ``log_every`` (updates) is accepted for
+            ``log_every_steps``.
+    """
+
+    family = "on_policy"
+    config_cls: type = OnPolicyConfig
+    config: Any
+
+    def __init__(
+        self,
+        env: str | gym.vector.VectorEnv | None = None,
+        *,
+        observation_space: gym.Space | None = None,
+        action_space: gym.Space | None = None,
+        **config: Any,
+    ) -> None:
+        from vecaccel.trainers.models import ActorCritic, check_observation_space
+
+        config = {**self.defaults, **config}
+        if isinstance(env, str):
+            config["env_id"] = env
+        if "log_every_steps" in config:  # the current name wins over the earlier one
+            config.pop("log_every", None)
+        log_every = config.get("log_every")
+        self._setup(config)
+        cfg = self.config
+        self.sampler: Any = None
+        self.schedule_start_update = 0
+        self.schedule_updates = 1
+        self.last_episodes: Any = None
+        self.signal_checkpoint = True
+        if env is not None:
+            self.attach_env(env)
+            observation_space = self.envs.single_observation_space
+            action_space = self.envs.single_action_space
+        elif observation_space is None or action_space is None:
+            observation_space, action_space = self._spaces_from_env_id(cfg.env_id)
+        self.observation_space = observation_space
+        self.action_space = action_space
+        # a space the model refuses (or any failure setting up) must not leave the envs it
+        # built running
+        try:
+            check_observation_space(observation_space)
+            bf16 = cfg.bf16 == "on" or (
+                cfg.bf16 == "auto"
+                and _bf16_helps(str(self.device))
+                and len(observation_space.shape) == 3
+            )
+            self.model = ActorCritic(
+                observation_space,
+                action_space,
+                network=cfg.network,
+                hidden_sizes=tuple(cfg.hidden_sizes),
+                activation=cfg.activation,
+                channels_last=cfg.channels_last,
+                bf16=bf16,
+            ).to(self.device)
+            # the effective batch of an update is the sum of every rank's batch
+            self.local_batch_size = cfg.num_envs * cfg.num_steps
+            self.batch_size = self.local_batch_size * self.world_size
+            if log_every is not None:  # counted over every rank's steps
+                cfg.log_every_steps = int(log_every) * self.batch_size
+            self.lr_scale = lr_scale(
+                self.batch_size, cfg.base_batch_size or self.batch_size, cfg.lr_scaling
+            )
+            self.learning_rate = cfg.learning_rate * self.lr_scale
+            self.optimizer = self.make_optimizer(self.learning_rate)
+            #: the model's parameters as a list, for gradient clipping without a generator per step
+            self.model_parameters = list(self.model.parameters())
+            # eval() and train() walk every submodule twice per update; skip them for a model
+            # whose layers all act the same in both modes
+            self._switch_modes = _has_mode_dependent_layers(self.model)
+            # the losses go through DistributedDataParallel when there are several ranks
+            self.train_model = distributed.wrap_model(self.model, self.device)
+            if self.envs is not None:
+                self.make_sampler()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- names users of earlier releases read ----------------------------------------------------
+
+    @property
+    def env(self) -> Any:
+        """The vector env (``envs``)."""
+        return self.envs
+
+    @property
+    def update_index(self) -> int:
+        """Updates done (``num_updates``)."""
+        return self.num_updates
+
+    @update_index.setter
+    def update_index(self, value: int) -> None:
+        self.num_updates = int(value)
+
+    # -- what each algorithm provides -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def make_optimizer(self, learning_rate: float) -> Any:
+        """Return the optimizer over ``self.model.parameters()``."""
+
+    def _flat_optimizer_fits(self) -> bool:
+        """Whether to keep the parameters in one flat buffer (``trainers/optim.py``): for models
+        without convolutions (MLPs), on one device with one dtype. Convolution weights keep
+        their own layout (channels_last) and ``torch.optim``, whatever the run's options, so a
+        checkpoint's optimizer state loads into any run of the same network."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return all(
+            p.dim() < 4
+            and p.is_contiguous()
+            and p.device == params[0].device
+            and p.dtype == params[0].dtype
+            for p in params
+        )
+
+    def backward_step(self, loss: Any, max_grad_norm: float) -> None:
+        """Zero the gradients, backpropagate ``loss``, clip to ``max_grad_norm``, step.
+
+        Raises:
+            FloatingPointError: the gradient is not finite (a NaN or infinite loss), before the
+                step would make every parameter NaN.
+        """
+        import torch
+
+        from vecaccel.trainers.optim import FlatOptimizer
+
+        optimizer = self.optimizer
+        if isinstance(optimizer, FlatOptimizer):
+            optimizer.zero_grad()
+            loss.backward()
+            norm = optimizer.clip_grad_norm_(max_grad_norm)
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.model_parameters, max_grad_norm, foreach=True
+            )
+        # One sync per step, on the norm clipping computed anyway: a NaN or infinite loss makes
+        # it non-finite, and Adam/RMSprop would then turn every parameter NaN and training would
+        # go on silently. The norm is of the all-reduced gradients, so on several ranks every
+        # rank decides alike.
+        if not bool(torch.isfinite(norm)):
+            raise FloatingPointError(
+                f"{self.algo_name.upper()} update {self.num_updates} (global step "
+                f"{self.global_step}): non-finite loss {float(loss.detach()):g} (gradient norm "
+                f"{float(norm):g}); this optimizer step was not taken. A NaN or infinite "
+                "reward or observation from the env is the usual cause."
+            )
+        optimizer.step()
+
+    # -- env and sampler ------------------------------------------------------------------------
+
+    def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space, gym.Space]:
+        env = make_env_fn(env_id, self.config.atari)()
+        try:
+            return env.observation_space, env.action_space
+        finally:
+            env.close()
+
+    def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
+        """Train on ``env``: an id (built on the config's backend) or a ready vector env."""
+        cfg = self.config
+        if isinstance(env, str):
+            options: dict[str, Any] = {}
+            if cfg.backend == "action_server":
+                options.update(device=str(self.device), alternating=cfg.alternating)
+            elif cfg.alternating:
+                raise ValueError("alternating=True needs backend='action_server'")
+            env = self.make_envs(cfg.env_id, **options)
+            self.owns_envs = True
+            self._episode_stats = "infos"
+        else:
+            if env.num_envs != cfg.num_envs:
+                cfg.num_envs = int(env.num_envs)
+            self._episode_stats = "auto"
+        self.envs = env
+
+    def to_model_actions(self, batch: Any) -> Any:
+        """``batch`` with the model's actions: it holds the env's, which a ``Discrete(n, start)``
+        space numbers from ``start``, while the losses index the model's outputs from 0."""
+        start = self.action_start
+        return batch._replace(actions=batch.actions - start) if start else batch
+
+    def sampler_policy(self) -> Any:
+        """The policy a sampler calls: the model, its actions moved to the env's numbering."""
+        start = self.action_start
+        return self.model if start == 0 else _ShiftedDiscretePolicy(self.model, start)
+
+    def make_sampler(self) -> None:
+        """Build the sampler collecting ``num_steps``-long batches from ``envs``."""
+        import vecaccel
+
+        self.sampler = vecaccel.Sampler(
+            self.envs,
+            self.sampler_policy(),
+            horizon=self.config.num_steps,
+            device=self.device,
+            seed=self.config.seed,
+            episode_stats=self._episode_stats,
+        )
+
+    def reset_envs(self, seed: int | None = None) -> None:
+        """Reset every env through the sampler (``None``: at :meth:`restart_seed`)."""
+        self.sampler.reset(seed=self.restart_seed() if seed is None else seed)
+
+    @contextlib.contextmanager
+    def acting(self) -> Iterator[None]:
+        """Within ``with``, the model is in eval mode (if any layer of it cares)."""
+        if not self._switch_modes:
+            yield
+            return
+        self.model.eval()
+        try:
+            yield
+        finally:
+            self.model.train()
+
+    # -- schedules ------------------------------------------------------------------------------
+
+    def progress_remaining(self) -> float:
+        """1 at the start of the learning-rate schedule, 0 at its end."""
+        done = self.num_updates - self.schedule_start_update
+        return max(0.0, 1.0 - done / self.schedule_updates)
+
+    def apply_learning_rate(self, progress_remaining: float) -> float:
+        """Set the optimizer's learning rate for this point of the schedule; returns it."""
+        lr_now = self.learning_rate * (progress_remaining if self.config.anneal_lr else 1.0)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_now
+        return lr_now
+
+    def set_target_steps(self, total_steps: int) -> None:
+        """Make ``total_steps`` the run's total (a resumed run's new budget).
+
+        The learning-rate schedule stretches to the new total; an unchanged total keeps the
+        resumed run bit-identical to an uninterrupted one.
+        """
+        if total_steps == self.target_steps:
+            return
+        start_step = self.schedule_start_update * self.batch_size
+        super().set_target_steps(total_steps)
+        self.schedule_updates = max(
+            1, math.ceil((self.target_steps - start_step) / self.batch_size)
+        )
+
+    def set_budget(self, total_steps: int | None) -> None:
+        """Train ``total_steps`` more env steps from here, the learning rate annealing over them;
+        ``None`` keeps the budget and schedule of the run this agent was loaded from."""
+        super().set_budget(total_steps)
+        if total_steps is not None:
+            self.schedule_start_update = self.num_updates
+            self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
+
+    def learn(
+        self, total_steps: int | None = None, callback: Callback | None = None
+    ) -> OnPolicyAlgorithm:
+        """Train for ``total_steps`` more env steps (``None``: finish a resumed run's budget).
+
+        Args:
+            total_steps: environment steps to add; the learning rate anneals over them.
+            callback: ``callback(agent, metrics)`` after every update (the episodes that ended
+                in it are in ``agent.last_episodes``); returning ``False`` stops training.
+
+        Returns:
+            ``self``.
+        """
+        from vecaccel.trainers.runner import SyncRunner
+
+        SyncRunner(self).run(total_steps, callback)
+        return self
+
+    # -- save, load, predict ---------------------------------------------------------------------
+
+    def state_dict(self, rank_rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Everything a checkpoint holds (plain data; ``weights_only`` loadable).
+
+        Args:
+            rank_rng: every rank's RNG states (see :meth:`write_checkpoint`), kept beside rank
+                0's.
+        """
+        extra = {} if rank_rng is None else {"rank_rng": rank_rng}
+        return {
+            "format": "vecaccel-trainer",
+            "version": 1,
+            "algo": self.algo_name,
+            "config": _plain(dataclasses.asdict(self.config)),
+            "observation_space": space_to_dict(self.observation_space),
+            "action_space": space_to_dict(self.action_space),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "global_step": self.global_step,
+            "update_index": self.num_updates,
+            "target_steps": self.target_steps,
+            "schedule_start_update": self.schedule_start_update,
+            "schedule_updates": self.schedule_updates,
+            "elapsed": self.logger.elapsed if self.logger is not None else self.elapsed_before,
+            "rng": get_rng_state(),
+            "async": bool(self.async_run),
+            "async_options": dict(self.async_options),
+            **extra,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save a checkpoint (atomically) that :meth:`load` restores and training resumes from."""
+        return save_checkpoint(path, self.state_dict())
+
+    def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
+        """Write ``run_dir/checkpoint.pt`` on rank 0 (other ranks may pass ``None``).
+
+        On several ranks every rank must call this at the same point: the ranks' RNG states are
+        gathered into the checkpoint, so that a run resumed on as many ranks continues each
+        rank's streams exactly. ``replay`` is for the replay-based family; it has no effect here.
+        """
+        if self.run_dir is None:  # no rank writes checkpoints: nothing to gather either
+            return None
+        rank_rng = None
+        if self.world_size > 1:
+            rank_rng = distributed.all_gather_object(get_rng_state())
+        if run_dir is None or not self.is_main:
+            return None
+        return save_checkpoint(Path(run_dir) / CHECKPOINT_NAME, self.state_dict(rank_rng))
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        env: str | gym.vector.VectorEnv | None = None,
+        *,
+        run_dir: str | os.PathLike[str] | None = None,
+        restore_rng: bool = True,
+        **overrides: Any,
+    ) -> OnPolicyAlgorithm:
+        """Load a checkpoint written by :meth:`save` (a file, or a run directory).
+
+        Args:
+            path: the checkpoint file or the run directory holding ``checkpoint.pt``.
+            env: an env to continue training on (``None``: built from the config on ``learn``).
+            run_dir: where a continued run logs and checkpoints (``None``: nowhere).
+            restore_rng: restore the RNG states saved with the checkpoint (for exact resume).
+            **overrides: config fields to change (e.g. ``device``, ``backend``, ``num_workers``).
+
+        Returns:
+            The restored trainer.
+
+        Raises:
+            CheckpointError: if the file is corrupt or holds another algorithm.
+        """
+        path = checkpoint_file(path)
+        overrides = resolve_aliases(cls.config_cls, overrides)
+        state = load_checkpoint(path, map_location=resolve_device(overrides.get("device", "cpu")))
+        if state.get("algo") != cls.algo_name:
+            raise CheckpointError(
+                f"{path} holds a {state.get('algo')!r} checkpoint, not {cls.algo_name!r}"
+            )
+        config = {**resolve_aliases(cls.config_cls, state["config"]), **overrides}
+        if "device" not in overrides and "device" in config:
+            config["device"] = usable_device(config["device"])
+        names = {f.name for f in dataclasses.fields(cls.config_cls)} | {"log_every"}
+        config = {k: v for k, v in config.items() if k in names}
+        config["run_dir"] = None if run_dir is None else os.fspath(run_dir)
+        agent = cls.__new__(cls)
+        agent._restore(state, config, env, restore_rng)
+        return agent
+
+    def _restore(
+        self, state: dict[str, Any], config: dict[str, Any], env: Any, restore_rng: bool
+    ) -> None:
+        observation_space = space_from_dict(state["observation_space"])
+        action_space = space_from_dict(state["action_space"])
+        # build without an env, then attach it once the counters say where the run stands
+        OnPolicyAlgorithm.__init__(
+            self, None, observation_space=observation_space, action_space=action_space, **config
+        )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.global_step = int(state["global_step"])
+        self.num_updates = int(state["update_index"])
+        self.target_steps = state["target_steps"]
+        self.schedule_start_update = int(state["schedule_start_update"])
+        self.schedule_updates = int(state["schedule_updates"])
+        self.elapsed_before = float(state.get("elapsed", 0.0))
+        self.async_run = bool(state.get("async", False))
+        self.async_options = dict(state.get("async_options", {}))
+        if restore_rng:  # each rank's states, or rank 0's and the others re-seed (see there)
+            restore_rank_rng_state(
+                state["rng"], self.config.seed, self.global_step, rank_states=state.get("rank_rng")
+            )
+        if env is not None:
+            if isinstance(env, str):
+                self.config.env_id = env  # the id given, not the one recorded
+            self.attach_env(env)
+            try:
+                check_env_matches(
+                    self.config.env_id,
+                    self.envs.single_observation_space,
+                    self.envs.single_action_space,
+                    observation_space,
+                    action_space,
+                )
+            except ValueError:
+                if self.owns_envs:
+                    self.envs.close()
+                raise
+            self.make_sampler()
+            if self.num_updates > 0:
+                self.reset_envs()
+
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, None]:
+        """Actions for one observation or a batch, SB3 style: ``(actions, None)``.
+
+        Args:
+            observation: one observation, or a batch with a leading env axis.
+            state: unused (no recurrent policies); kept for SB3 compatibility.
+            episode_start: unused; kept for SB3 compatibility.
+            deterministic: take the most likely action instead of sampling.
+
+        Returns:
+            ``(actions, None)`` with actions as a NumPy array.
+        """
+        import torch
+
+        obs = np.asarray(observation)
+        single = obs.shape == tuple(self.observation_space.shape)
+        tensor = torch.as_tensor(obs[None] if single else obs, device=self.device)
+        self.model.eval()
+        actions = self.model.act(tensor, deterministic=deterministic).cpu().numpy()
+        if self.action_start:
+            actions = actions + self.action_start
+        space = self.action_space
+        if isinstance(space, gym.spaces.Box):  # as SB3: the env gets actions within bounds
+            actions = np.clip(actions, space.low, space.high).astype(actions.dtype, copy=False)
+        return (actions[0] if single else actions), None
+
+    def close(self) -> None:
+        """Close the env this trainer built."""
+        super().close()
+        self.sampler = None
+
+
+class _ShiftedDiscretePolicy:
+    """The sampler's policy for a ``Discrete(n, start)`` env with ``start != 0``: the model's
+    actions ``0..n-1`` moved to the env's ``start..start+n-1``.
+
+    The sampler sends the policy's actions to the env as they are and keeps them in the batch,
+    so the shift happens here, and :meth:`OnPolicyAlgorithm.to_model_actions` undoes it on the
+    batch before the losses index the model's outputs with it.
+    """
+
+    def __init__(self, model: Any, start: int) -> None:
+        self.model = model
+        self.start = int(start)
+
+    def __call__(self, obs: Any) -> tuple[Any, Any]:
+        actions, extras = self.model(obs)
+        return actions + self.start, extras
+
+
+def _has_mode_dependent_layers(model: Any) -> bool:
+    """Whether a layer of ``model`` may act differently in train and eval mode.
+
+    Only layer types known to ignore ``Module.training`` are exempt, so any other (dropout,
+    batch norm, a new layer type) counts as mode-dependent.
+    """
+    from torch import nn
+
+    from vecaccel.trainers import models
+
+    mode_free = (
+        nn.Linear,
+        nn.Conv2d,
+        nn.ReLU,
+        nn.Tanh,
+        nn.Flatten,
+        nn.Identity,
+        nn.Sequential,
+        nn.ModuleList,
+        nn.ParameterList,
+        models.ActorCritic,
+        models.TwinMLP,
+        models.MLP,
+        models.NatureCNN,
+    )
+    return any(type(module) not in mode_free for module in model.modules())
+
+
+def _bf16_helps(device: str) -> bool:
+    from vecaccel.trainers.models import bf16_autocast_helps
+
+    return bf16_autocast_helps(device)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    return value

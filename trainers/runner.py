@@ -1,0 +1,453 @@
+"""The synchronous runner: the one training loop of every algorithm.
+
+:class:`SyncRunner` owns everything around the updates: the budget and the schedules, the run
+logger (CSV, TensorBoard, progress bar, learning curve), periodic checkpoints and restart points,
+SIGINT/SIGTERM, the distributed reduce of each log row, and the callback. What it asks of the
+algorithm depends on its family, through public methods only:
+
+- on-policy (A2C, PPO): one iteration collects a rollout batch with the sampler and makes one
+  update from it;
+- off-policy (the DQN family): one iteration steps the envs once, stores the transitions in the
+  replay buffer and makes as many updates from replay samples as the replay ratio allows.
+
+The helpers below :class:`SyncRunner` (:func:`open_run_logger`, :func:`announce_interrupt`,
+:func:`announce_run_dir`) are what the asynchronous runner shares with it.
+
+Example:
+    >>> from vecaccel.trainers import A2C
+    >>> agent = A2C("CartPole-v1", backend="serial", num_envs=2, num_steps=5, seed=0)
+    >>> _ = SyncRunner(agent).run(total_steps=20)
+    >>> agent.global_step, agent.num_updates
+    (20, 2)
+    >>> agent.close()
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vecaccel.trainers import distributed
+from vecaccel.trainers.algorithm import Algorithm, Callback, call_callback
+from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
+from vecaccel.trainers.logger import RunLogger, mean_or_none
+from vecaccel.trainers.seeding import set_rng_state
+from vecaccel.trainers.signals import SignalCheckpoint, TrainingInterrupted
+
+__all__ = ["SyncRunner", "announce_interrupt", "announce_run_dir", "open_run_logger"]
+
+#: off-policy runs on several ranks agree on a stop request every this many vector steps
+STOP_AGREEMENT_PERIOD = 64
+
+
+def open_run_logger(agent: Algorithm, horizon: int, resume_step: int | None) -> RunLogger:
+    """The run logger of ``agent``'s run to ``horizon`` env steps (rank 0 alone writes files);
+    set as ``agent.logger``.
+
+    Args:
+        agent: the algorithm being trained.
+        horizon: the step total, for the bar and the ETA.
+        resume_step: the step a resumed run continues from (later CSV rows are dropped), or
+            ``None`` for a fresh run.
+    """
+    main = agent.is_main
+    logger = RunLogger(
+        agent.run_dir if main else None,
+        horizon,
+        use_tensorboard=agent.tensorboard and main,
+        progress=agent.progress and main,
+        resume_step=resume_step,
+    )
+    agent.logger = logger
+    return logger
+
+
+def announce_interrupt(logger: RunLogger, agent: Algorithm, signal_name: str) -> None:
+    """Say where the checkpoint written on a signal is, and how to continue from it."""
+    run_dir = agent.run_dir
+    if run_dir is not None and agent.is_main:
+        logger.write(
+            f"{signal_name}: checkpoint saved to {run_dir / CHECKPOINT_NAME} at step "
+            f"{agent.global_step}; continue with --resume {run_dir}"
+        )
+
+
+def announce_run_dir(logger: RunLogger, agent: Algorithm, curve: Path | None) -> None:
+    """The line a run with a progress bar ends with: where its files are."""
+    run_dir = agent.run_dir
+    if run_dir is not None and agent.is_main and agent.progress:
+        logger.write(
+            f"run directory: {run_dir}  checkpoint: {run_dir / CHECKPOINT_NAME}"
+            + (f"  learning curve: {curve}" if curve else "")
+        )
+
+
+class _LogPeriod:
+    """Whether a metric row is due: every ``period`` env steps (0: every iteration)."""
+
+    def __init__(self, period: int, next_step: int) -> None:
+        self.period = int(period)
+        self.next_step = int(next_step)
+
+    def due(self, step: int) -> bool:
+        if self.period <= 0:
+            return True
+        if step < self.next_step:
+            return False
+        self.next_step += self.period
+        return True
+
+
+class SyncRunner:
+    """Trains an algorithm in this process: collect, update, log, checkpoint, repeat.
+
+    Args:
+        agent: an on-policy or off-policy :class:`~vecaccel.trainers.algorithm.Algorithm`.
+    """
+
+    def __init__(self, agent: Algorithm) -> None:
+        self.agent = agent
+
+    def run(
+        self,
+        total_steps: int | None = None,
+        callback: Callback | None = None,
+        reset_num_timesteps: bool = True,
+    ) -> Algorithm:
+        """Train ``total_steps`` more env steps (``None``: finish a loaded run's budget).
+
+        Checkpoints go to ``run_dir`` every ``checkpoint_every`` updates (each a restart point,
+        see ``reset_envs_at_checkpoint``), when the run ends and when SIGINT or SIGTERM stops
+        it; an error raised inside the loop writes none, leaving the last restart point.
+
+        Args:
+            total_steps: env steps to collect.
+            callback: ``callback(agent, metrics)`` after every iteration (on-policy: every
+                update, with its metrics; off-policy: every vector step, with the row logged
+                there or ``{}``); returning ``False`` stops training.
+            reset_num_timesteps: off-policy only: count steps (and the schedules) from zero,
+                as SB3 does; ``False`` continues them.
+
+        Returns:
+            The agent.
+
+        Raises:
+            TrainingInterrupted: SIGINT or SIGTERM arrived (after the checkpoint was written).
+        """
+        agent = self.agent
+        loop: _OnPolicyLoop | _OffPolicyLoop
+        if agent.family == "on_policy":
+            loop = _OnPolicyLoop(agent, total_steps)
+        else:
+            loop = _OffPolicyLoop(agent, total_steps, reset_num_timesteps)
+        logger = open_run_logger(agent, loop.horizon, loop.resume_step)
+        loop.start(logger)
+        guard = SignalCheckpoint()
+        try:
+            with guard:
+                while agent.global_step < loop.horizon:
+                    metrics, log, stop = loop.iterate(guard.requested)
+                    if log:
+                        logger.log(agent.global_step, metrics)
+                    if stop:
+                        loop.write_checkpoint()
+                        announce_interrupt(logger, agent, guard.signal_name or "SIGTERM")
+                        raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
+                    if callback is not None and not call_callback(callback, agent, metrics):
+                        break
+                    if loop.restart_due():
+                        loop.restart_point()
+                        loop.write_checkpoint()
+                loop.write_checkpoint()
+        finally:
+            loop.end()
+            agent.elapsed_before = logger.elapsed
+            announce_run_dir(logger, agent, logger.close())
+        return agent
+
+
+class _OnPolicyLoop:
+    """One update per iteration, from a rollout batch the sampler collects."""
+
+    def __init__(self, agent: Any, total_steps: int | None) -> None:
+        self.agent = agent
+        cfg = agent.config
+        agent.set_budget(total_steps)
+        agent.async_run, agent.async_options = False, {}
+        if agent.envs is None:
+            agent.attach_env(cfg.env_id)
+            agent.make_sampler()
+            if agent.num_updates > 0:
+                agent.reset_envs()
+        self.horizon = int(agent.target_steps)
+        self.resume_step = agent.global_step if agent.global_step > 0 else None
+        self.log_period = _LogPeriod(cfg.log_every_steps, agent.global_step + cfg.log_every_steps)
+
+    def start(self, logger: RunLogger) -> None:
+        self.start_step, self.start_time = self.agent.global_step, time.perf_counter()
+
+    def iterate(self, stop_requested: bool) -> tuple[dict[str, Any], bool, bool]:
+        agent = self.agent
+        progress_remaining = agent.progress_remaining()
+        lr_now = agent.apply_learning_rate(progress_remaining)
+        with agent.acting():
+            batch = agent.sampler.collect()
+        batch = agent.to_model_actions(batch)
+        agent.global_step += agent.batch_size
+        metrics = agent.update(batch, progress_remaining)
+        agent.num_updates += 1
+
+        episodes = agent.sampler.pop_episodes()
+        agent.last_episodes = episodes
+        elapsed = time.perf_counter() - self.start_time
+        metrics.update(
+            {
+                "charts/episodic_return": mean_or_none(episodes.returns),
+                "charts/episodic_length": mean_or_none(episodes.lengths),
+                "charts/SPS": (agent.global_step - self.start_step) / max(elapsed, 1e-9),
+                "charts/learning_rate": lr_now,
+                "charts/lr_scale": agent.lr_scale,
+                "charts/updates": agent.num_updates,
+            }
+        )
+        stop = stop_requested
+        if agent.world_size > 1:
+            # every rank reduces every update (a collective cannot be skipped), which is where
+            # the ranks agree on a stop too
+            count = float(len(episodes.returns))
+            metrics["charts/episodes"] = count
+            metrics["_stop"] = 1.0 if stop else 0.0
+            metrics = distributed.reduce_log_row(
+                metrics, count, sums=("_stop",), device=agent.device
+            )
+            stop = bool(metrics.pop("_stop") or 0.0)
+        log = (
+            self.log_period.due(agent.global_step)
+            or metrics.get("charts/episodic_return") is not None
+            or agent.global_step >= self.horizon
+        )
+        return metrics, log, stop
+
+    def restart_due(self) -> bool:
+        agent = self.agent
+        every = agent.config.checkpoint_every
+        return (
+            agent.run_dir is not None
+            and every > 0
+            and agent.num_updates % every == 0
+            and agent.global_step < self.horizon
+        )
+
+    def restart_point(self) -> None:
+        if self.agent.config.reset_envs_at_checkpoint:
+            self.agent.reset_envs()
+
+    def write_checkpoint(self) -> None:
+        self.agent.write_checkpoint(self.agent.run_dir)
+
+    def end(self) -> None:
+        pass
+
+
+class _OffPolicyLoop:
+    """One vector step per iteration, then the updates from replay samples that the replay
+    ratio allows, target-network updates, and ε and β annealed over the run.
+
+    The counters this loop keeps (``horizon``, ``learn_from``, ``updates_at_start``, ``beta``,
+    ``next_log``, ``last_target_update``) are saved with each checkpoint as
+    ``agent.loop_state``; a loaded agent that continues its run with the same budget restores
+    them, so that on CPU it ends bit-identical to a run never interrupted.
+    """
+
+    def __init__(self, agent: Any, total_steps: int | None, reset_num_timesteps: bool) -> None:
+        self.agent = agent
+        cfg = agent.config
+        if agent.envs is None:
+            raise RuntimeError("this agent has no env: pass env= when creating or loading it")
+        resume = agent.take_resume_state()
+        agent.async_run, agent.async_options = False, {}
+        if total_steps is None:
+            agent.set_budget(None)  # raises unless a loaded run has steps left
+            total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
+        exact = (
+            resume is not None
+            and resume["exact"]
+            and not reset_num_timesteps
+            and agent.global_step + int(total_steps) == resume["horizon"]
+        )
+        num_envs = agent.envs.num_envs
+        self.world = agent.world_size
+        # steps and batches are counted over all ranks; each rank adds num_envs per vector step
+        self.steps_per_vector_step = num_envs * self.world
+        self.effective_batch = cfg.batch_size * self.world
+        if reset_num_timesteps:
+            agent.global_step = 0
+            agent.num_updates = 0
+        new_buffer = agent.buffer is None
+        if new_buffer:
+            agent.buffer = agent.make_buffer(num_envs)
+            new_buffer = not agent.restore_replay(agent.buffer)
+        if reset_num_timesteps or agent.last_obs is None:
+            # a second learn() keeps the buffer (as SB3 does), so it closes the open episodes
+            agent.buffer.end_episodes()
+            if agent.last_obs is not None:
+                seed = None
+            elif agent.global_step == 0:
+                seed = cfg.seed
+            else:  # a loaded agent restarts where the checkpoint's run restarted its envs
+                seed = agent.restart_seed()
+            agent.last_obs, _ = agent.envs.reset(seed=seed)
+            agent.episode_stats.reset(agent.envs.num_envs)
+        self.start_step = agent.global_step
+        self.horizon = self.start_step + int(total_steps)
+        agent.target_steps = self.horizon
+        # updates start once the buffer holds learning_starts steps (and enough to sample)
+        warmup = cfg.learning_starts if (reset_num_timesteps or new_buffer) else 0
+        warmup = max(
+            warmup, self.steps_per_vector_step * (cfg.n_step + agent.buffer.frame_stack + 1)
+        )
+        self.learn_from = self.start_step + warmup
+        self.updates_at_start = agent.num_updates
+        self.beta = cfg.priority_beta_start
+        next_log = self.start_step + cfg.log_every_steps
+        self.last_target_update = agent.global_step
+        if exact:
+            assert resume is not None
+            self.learn_from = resume["learn_from"]
+            self.updates_at_start = resume["updates_at_start"]
+            self.beta = resume["beta"]
+            next_log = resume["next_log"]
+            self.last_target_update = resume["last_target_update"]
+            agent.episode_stats.saw_info = resume["saw_episode_info"]
+            # after the envs are made and reset, whatever that drew from the global generators
+            set_rng_state(resume["rng"])
+            agent.rng.bit_generator.state = resume["agent_rng"]
+        self.log_period = _LogPeriod(cfg.log_every_steps, next_log)
+        self.resume_step = None if reset_num_timesteps else self.start_step
+        self.restart_points = agent.run_dir is not None and cfg.checkpoint_every > 0
+        self.restart_pending = False
+        self.vector_steps = 0
+        self.recent_losses: list[dict[str, float]] = []
+        self.finished: list[tuple[float, float]] = []
+
+    def start(self, logger: RunLogger) -> None:
+        agent = self.agent
+        logger.log(
+            self.start_step,
+            {"charts/learning_rate": agent.learning_rate, "charts/lr_scale": agent.lr_scale},
+        )
+        self.start_time = time.perf_counter()
+
+    def loop_state(self) -> dict[str, Any]:
+        return {
+            "horizon": self.horizon,
+            "learn_from": self.learn_from,
+            "updates_at_start": self.updates_at_start,
+            "beta": self.beta,
+            "next_log": self.log_period.next_step,
+            "last_target_update": self.last_target_update,
+            "saw_episode_info": self.agent.episode_stats.saw_info,
+        }
+
+    def iterate(self, stop_requested: bool) -> tuple[dict[str, Any], bool, bool]:
+        agent, cfg = self.agent, self.agent.config
+        obs = agent.last_obs
+        epsilon = agent.epsilon(agent.global_step, self.horizon)
+        actions = agent.act(obs, epsilon)
+        next_obs, reward, terminated, truncated, infos = agent.envs.step(actions)
+        done = terminated | truncated
+        agent.buffer.add(obs, actions, reward, terminated, truncated, infos.get("final_obs"))
+        agent.last_obs = next_obs
+        agent.global_step += self.steps_per_vector_step
+        self.vector_steps += 1
+        for episode_return, length in agent.episode_stats.record(reward, done, infos):
+            agent.episode_log.append((agent.global_step, episode_return, length))
+            self.finished.append((episode_return, length))
+
+        # enforce the replay ratio: updates × batch ≤ ratio × steps since learning began
+        if agent.global_step > self.learn_from:
+            learned = agent.global_step - self.learn_from
+            due = int(cfg.replay_ratio * learned // self.effective_batch)
+            while agent.num_updates - self.updates_at_start < due:
+                self.beta, batch = agent.sample_batch(agent.global_step / self.horizon)
+                self.recent_losses.append(agent.update(batch))
+                agent.num_updates += 1
+                if cfg.checkpoint_every and agent.num_updates % cfg.checkpoint_every == 0:
+                    self.restart_pending = self.restart_points
+            agent.measured_replay_ratio = (
+                (agent.num_updates - self.updates_at_start) * self.effective_batch / learned
+            )
+        if agent.global_step - self.last_target_update >= cfg.target_update_period:
+            self.last_target_update = agent.global_step
+            if agent.num_updates > 0:
+                agent.update_target()
+
+        metrics: dict[str, Any] = {}
+        log = self.log_period.due(agent.global_step) or agent.global_step >= self.horizon
+        if log:
+            metrics = self._row(epsilon)
+        stop = stop_requested
+        if self.world > 1:  # agree at the same step on all ranks
+            stop = self.vector_steps % STOP_AGREEMENT_PERIOD == 0 and distributed.all_reduce_any(
+                stop, device=agent.device
+            )
+        return metrics, log, stop
+
+    def _row(self, epsilon: float) -> dict[str, Any]:
+        agent = self.agent
+        elapsed = time.perf_counter() - self.start_time
+        learned_steps = agent.global_step - self.learn_from
+        metrics: dict[str, Any] = {
+            "charts/SPS": (agent.global_step - self.start_step) / max(elapsed, 1e-9),
+            "charts/epsilon": epsilon,
+            "charts/updates": agent.num_updates,
+            "charts/replay_ratio": agent.replay_ratio if learned_steps > 0 else None,
+            "charts/learning_rate": agent.learning_rate,
+        }
+        finished, losses = self.finished, self.recent_losses
+        if finished:
+            metrics["charts/episodic_return"] = float(np.mean([r for r, _ in finished]))
+            metrics["charts/episodic_length"] = float(np.mean([n for _, n in finished]))
+            metrics["charts/episodes"] = len(finished)
+        if losses:
+            for key in losses[0]:
+                metrics[key] = float(np.mean([m[key] for m in losses]))
+        if agent.config.prioritized and agent.num_updates:
+            metrics["charts/beta"] = self.beta
+        if self.world > 1:  # every rank reaches this step: reduce over ranks
+            metrics = distributed.reduce_log_row(
+                metrics,
+                len(finished),
+                keys=(
+                    "charts/episodic_return",
+                    "charts/episodic_length",
+                    "charts/episodes",
+                    *agent.loss_keys,
+                ),
+                device=agent.device,
+            )
+        self.finished, self.recent_losses = [], []
+        return metrics
+
+    def restart_due(self) -> bool:
+        due, self.restart_pending = self.restart_pending, False
+        return due and self.agent.global_step < self.horizon
+
+    def restart_point(self) -> None:
+        """Reset the envs at a seed a resumed run can reproduce."""
+        agent = self.agent
+        if agent.config.reset_envs_at_checkpoint:
+            agent.buffer.end_episodes()
+            agent.last_obs, _ = agent.envs.reset(seed=agent.restart_seed())
+            agent.episode_stats.reset(agent.envs.num_envs)
+
+    def write_checkpoint(self) -> None:
+        agent = self.agent
+        agent.loop_state = self.loop_state()
+        agent.write_checkpoint(agent.run_dir, replay=agent.config.checkpoint_replay)
+
+    def end(self) -> None:
+        self.agent.loop_state = self.loop_state()
