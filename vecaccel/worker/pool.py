@@ -1,0 +1,646 @@
+"""The parent's side of the worker processes: start, send, wait, kill, restart, close.
+
+A :class:`WorkerPool` owns the worker processes of one vector env, their channels and the shared
+buffer. It waits with ``poll`` on the ``done`` pipes *and* the process sentinels, so a worker
+that dies is noticed at once, never as a bare ``EOFError`` and never as a hang.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import select
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from vecaccel.errors import WorkerError
+from vecaccel.options import WorkerOptions
+from vecaccel.spaces import read_item
+from vecaccel.worker.commands import ControlCommands
+from vecaccel.worker.cpus import current_cpu, usable_cpus
+from vecaccel.worker.env_slice import derived_seed, restarted_info
+from vecaccel.worker.handle import WorkerHandle, describe_exit, get_context
+from vecaccel.worker.process import worker_main
+from vecaccel.worker.protocol import Command, ErrorReport, SharedLayout, Status, send_startup
+
+__all__ = ["WorkerPool"]
+
+
+#: Every open pool of this process, so that a child made by a plain ``os.fork()`` can drop them.
+_POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+def _forget_pools_in_child() -> None:
+    """After ``os.fork()`` in the user's process: the child must leave the parent's workers
+    alone. multiprocessing's exit handler terminates every daemon child it knows of, and the
+    child inherited that list; a pool's ``close()`` in the child must not stop them either."""
+    children = getattr(mp.process, "_children", None)
+    for pool in list(_POOLS):
+        for worker in pool.workers:
+            if children is not None:
+                children.discard(worker.process)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pools_in_child)
+
+
+class WorkerPool(ControlCommands):
+    """Worker processes, the shared buffer, and the parent's side of the protocol.
+
+    The ``shm``, ``async`` and ``action_server`` backends all drive one of these.
+
+    With ``on_worker_failure="restart"`` an env that raises is rebuilt inside its worker, and a
+    worker that dies (or exceeds ``step_timeout_s`` and is killed) is started again; the envs
+    concerned are reseeded from derived seeds and their interrupted episodes end as truncated
+    with ``info["worker_restarted"]``. Past ``max_restarts`` failures the failure is raised.
+
+    With ``inline_envs=k`` the workers hold envs ``k..num_envs-1`` only; the shared buffer
+    still covers every env, and the caller steps the first ``k`` itself (``hybrid`` backend).
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable],
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        autoreset_mode: AutoresetMode,
+        options: WorkerOptions | None = None,
+        *,
+        inline_envs: int = 0,
+    ) -> None:
+        """Start the workers and wait until each has built its envs.
+
+        Args:
+            env_fns: one env function per env of the vector env.
+            observation_space: every env's observation space.
+            action_space: every env's action space.
+            autoreset_mode: Gymnasium's autoreset mode.
+            options: the worker options (default: every default).
+            inline_envs: how many envs (the first ones) the caller steps itself.
+
+        Raises:
+            ValueError: if ``inline_envs`` leaves no env for the workers.
+            WorkerError: if an env function raises, or a worker dies or does not report ready
+                within ``options.start_timeout_s``.
+        """
+        options = WorkerOptions() if options is None else options
+        num_envs = len(env_fns)
+        if not isinstance(inline_envs, (int, np.integer)) or not 0 <= inline_envs < num_envs:
+            raise ValueError(
+                f"inline_envs must be an integer in 0..{num_envs - 1} (at least one env runs "
+                f"in a worker), got {inline_envs!r}"
+            )
+        num_workers = options.num_workers
+        if num_workers is None:
+            num_workers = min(num_envs - inline_envs, usable_cpus())
+        num_workers = min(int(num_workers), num_envs - inline_envs)
+        self.options = options
+        self.num_envs = num_envs
+        self.inline_envs = int(inline_envs)  # envs 0..inline_envs-1 are stepped by the caller
+        self.num_workers = num_workers
+        self.autoreset_mode = autoreset_mode
+        self.ctx = get_context(options.context)
+        self.restart = options.on_worker_failure == "restart"
+        self.max_restarts = options.max_restarts
+        self.step_timeout_s = options.step_timeout_s
+        self.start_timeout_s = options.start_timeout_s
+        self.worker_threads = options.worker_threads
+        self.worker_spin_seconds = float(options.worker_spin_us or 0.0) / 1e6
+        # Blocking by default: measured on 2 cores (benchmarks/spin_vs_block.py), spinning before
+        # blocking gained nothing within noise with a free core, and cost up to 12% without one.
+        self.spin_seconds = float(options.spin_us or 0.0) / 1e6
+        self.failures = 0
+        self.failures_per_env = np.zeros(num_envs, dtype=np.int64)
+        self.last_seeds: list[int | None] = [None] * num_envs
+        self.layout = SharedLayout(observation_space, action_space, num_envs, num_workers)
+        self._layout_args = (observation_space, action_space, num_envs, num_workers)
+        self._buffer = self.ctx.RawArray("b", self.layout.nbytes)
+        self.views = self.layout.views(self._buffer)
+        self.workers: list[WorkerHandle] = []
+        self._owner_pid = os.getpid()  # a forked child of the user's process does not own them
+        self._control_in_flight = False  # a reset/call/set_attr sent and not fully answered
+        self.broken: str | None = None
+        self._broken_envs: tuple[int, ...] = ()
+        self._poller = select.poll()
+        self._fd_to_worker: dict[int, WorkerHandle] = {}
+        self._sentinel_to_worker: dict[int, WorkerHandle] = {}
+        self._env_fns = list(env_fns)
+        pin_cpus = options.pin_cpus
+        if isinstance(pin_cpus, bool):
+            use_cpus = pin_cpus and hasattr(os, "sched_getaffinity")
+            self._cpus = sorted(os.sched_getaffinity(0)) if use_cpus else None
+        else:
+            self._cpus = list(pin_cpus)
+        # the CPUs unpinned workers may run on, for send_all's nudges (None: no affinity API)
+        self._allowed = None
+        if self._cpus is None and hasattr(os, "sched_setaffinity"):
+            self._allowed = sorted(os.sched_getaffinity(0))
+        bounds = np.linspace(inline_envs, num_envs, num_workers + 1).round().astype(int)
+        _POOLS.add(self)
+        self._startup_writers: list[threading.Thread | None] = []
+        try:
+            for k in range(num_workers):
+                self._start_worker(k, int(bounds[k]), int(bounds[k + 1]))
+            self._await_ready(list(self.workers))
+        except BaseException:
+            self.close(terminate=True)
+            raise
+
+    # -- process management -------------------------------------------------------------------
+
+    def _start_worker(self, k: int, start: int, stop: int) -> WorkerHandle:
+        self.views.payload_len[k] = -1  # nothing in its slab (a dead predecessor's is stale)
+        self.views.last_cpu[k] = -1
+        cmd_recv, cmd_send = self.ctx.Pipe(duplex=False)
+        done_recv, done_send = self.ctx.Pipe(duplex=False)
+        data_parent, data_child = self.ctx.Pipe(duplex=True)
+        cpu = self._cpus[k % len(self._cpus)] if self._cpus else None
+        process = self.ctx.Process(
+            target=worker_main,
+            name=f"vecaccel-worker-{k}",
+            args=(
+                k,
+                start,
+                self._buffer,
+                self.autoreset_mode,
+                cmd_recv,
+                done_send,
+                data_child,
+                os.getpid(),
+                cpu,
+                self.restart,
+                threading.current_thread() is threading.main_thread(),
+                self.worker_threads,
+                self.worker_spin_seconds,
+            ),
+            daemon=True,
+        )
+        # cloudpickle, as under fork the spaces were inherited, never pickled: a custom space
+        # holding a lambda must go on working there
+        startup = cloudpickle.dumps((self._pickle_env_fns(k, start, stop), self._layout_args))
+        try:
+            process.start()
+        finally:
+            for conn in (cmd_recv, done_send, data_child):
+                conn.close()
+        self._startup_writers.append(send_startup(data_parent, startup))
+        worker = WorkerHandle(k, start, stop, process, cmd_send, done_recv, data_parent)
+        if k < len(self.workers):
+            self.workers[k] = worker
+        else:
+            self.workers.append(worker)
+        self._poller.register(worker.done_fd, select.POLLIN)
+        self._poller.register(process.sentinel, select.POLLIN)
+        self._fd_to_worker[worker.done_fd] = worker
+        self._sentinel_to_worker[process.sentinel] = worker
+        return worker
+
+    def _pickle_env_fns(self, k: int, start: int, stop: int) -> bytes:
+        try:
+            return cloudpickle.dumps(self._env_fns[start:stop])
+        except Exception:  # noqa: BLE001 - find the env function to name
+            for i in range(start, stop):
+                try:
+                    cloudpickle.dumps(self._env_fns[i])
+                except Exception as exc:  # noqa: BLE001
+                    raise WorkerError(
+                        f"env function {i} cannot be pickled for worker {k}: "
+                        f"{type(exc).__name__}: {exc}",
+                        env_indices=[i],
+                        original_type=type(exc).__name__,
+                    ) from exc
+            raise
+
+    def _forget(self, worker: WorkerHandle) -> None:
+        tables = (
+            (worker.done_fd, self._fd_to_worker),
+            (worker.process.sentinel, self._sentinel_to_worker),
+        )
+        for fd, table in tables:
+            if fd in table:
+                try:
+                    self._poller.unregister(fd)
+                except (KeyError, ValueError):
+                    pass
+                del table[fd]
+
+    def _await_ready(self, workers: list[WorkerHandle]) -> None:
+        writers, self._startup_writers = self._startup_writers, []
+        statuses = self.wait(workers, self.start_timeout_s, what="start", restartable=False)
+        # every worker answered, so each read its startup message (or died, failing the
+        # write): the writers are done or about to close their duplicate sockets. (After an
+        # error the workers are killed, which ends the writers too.)
+        for writer in writers:
+            if writer is not None:
+                writer.join(1.0)
+        errors = []
+        for worker in workers:
+            if statuses[worker.index][0] == Status.ERROR:
+                errors.extend(self.recv_payload(worker))
+        if errors:
+            raise self.error_from_reports(errors)
+
+    def _dispose(self, worker: WorkerHandle) -> None:
+        """Make sure a worker process is gone and its channels are closed."""
+        self._forget(worker)
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join(2.0)
+        for conn in (worker.cmd, worker.done, worker.data):
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def respawn(self, worker: WorkerHandle) -> dict[int, dict]:
+        """Start a dead worker again, reset its envs from derived seeds, mark them truncated.
+
+        Returns ``{env index: info}`` for the restarted envs.
+        """
+        # reap it first: a worker seen dead by its closed pipe may not have been reaped yet,
+        # and its exit code (the signal that ended it) belongs in the reason
+        worker.process.join(0.5)
+        reason = (
+            worker.killed_for or f"worker {worker.index} {describe_exit(worker.process.exitcode)}"
+        )
+        self._dispose(worker)
+        envs = list(worker.env_indices)
+        self.count_failures(envs, reason)
+        try:
+            fresh = self._start_worker(worker.index, worker.start, worker.stop)
+            self._await_ready([fresh])
+            seeds = []
+            for i in envs:
+                seeds.append(derived_seed(self.last_seeds[i], i, int(self.failures_per_env[i])))
+            needs_reset = self.autoreset_mode is not AutoresetMode.SAME_STEP
+            self.send(fresh, Command.RESET, (seeds, None, None, needs_reset))
+            status = self.wait([fresh], self.start_timeout_s, what="restart", restartable=False)
+            payload = self.recv_payload(fresh)
+            if status[fresh.index][0] == Status.ERROR:
+                raise self.error_from_reports(payload)
+        except BaseException as exc:
+            if self.broken is None:  # the restart itself failed: nothing more can be done
+                self.broken = (
+                    f"worker {worker.index} (envs {envs}) could not be restarted "
+                    f"({type(exc).__name__}: {exc}); this vector env cannot continue: close() it"
+                )
+                self._broken_envs = tuple(envs)
+            raise
+        views = self.views
+        infos = {}
+        for i, _ in payload:
+            views.rewards[i] = 0.0
+            views.terminations[i] = False
+            views.truncations[i] = True
+            infos[i] = restarted_info(self.autoreset_mode, read_item(views.obs, i), reason)
+        return infos
+
+    def count_failures(self, env_indices: Sequence[int], reason: str) -> None:
+        """Count restarts; raise :class:`WorkerError` once ``max_restarts`` is exceeded."""
+        for i in env_indices:
+            self.failures_per_env[i] += 1
+        self.failures += 1
+        if self.failures > self.max_restarts:
+            envs = list(env_indices)
+            message = (
+                f"envs {envs} failed ({reason}); {self.failures} failures exceed "
+                f"max_restarts={self.max_restarts}"
+            )
+            self.broken = message
+            self._broken_envs = tuple(envs)
+            raise WorkerError(message, env_indices=envs)
+
+    def note_restarts(self, pairs: Sequence[tuple[int, dict]]) -> None:
+        """Count the envs a worker rebuilt in place (their infos say ``worker_restarted``)."""
+        for i, info in pairs:
+            if info.get("worker_restarted"):
+                self.count_failures([i], str(info.get("restart_reason", "env failed")))
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def check_usable(self) -> None:
+        if self.broken is not None:
+            raise WorkerError(self.broken, env_indices=self._broken_envs)
+
+    def send(self, worker: WorkerHandle, command: int, payload: Any = None) -> None:
+        """Send one command byte (and its payload, if any) to ``worker``.
+
+        The payload is pickled first: one that cannot be pickled raises here, before the command
+        byte goes out, so the worker is never left waiting for a payload that will not come.
+        cloudpickle lets ``call`` take lambdas and local functions under every start method.
+        """
+        if payload is not None:
+            self.send_many([(worker, command, payload)])
+            return
+        try:  # the hot path: one byte
+            os.write(worker.cmd.fileno(), bytes((command,)))
+        except OSError:
+            pass  # a dead worker: its sentinel reports it in the wait that follows
+
+    def send_all(self, workers: Sequence[WorkerHandle], command: int, spread: bool = False) -> None:
+        """Send one payload-free ``command`` to each of ``workers``, so that they start at once,
+        on different CPUs where there are CPUs enough.
+
+        Each command byte wakes a worker, and when no CPU is idle at that moment the kernel may
+        queue the woken worker behind another one. Measured on 2 cores (Pong, two workers, SB3's
+        loop), both workers ended up on one CPU in 12-17% of steps, and such a step took the
+        time of two; both measures below together brought that to 2-6%:
+
+        * workers that last ran on the caller's CPU are signalled last: the ones signalled first
+          find their own CPUs idle, and these start as soon as the caller waits (signalled
+          first, one could preempt the caller before it had signalled the others);
+        * with ``spread`` (lock-step commands to every worker), unpinned workers that last ran
+          on the same CPU are first spread: each extra one may run only on a CPU that no worker
+          ran on (the caller's first) for this command, and gets its whole affinity back before
+          the next one. The kernel then keeps it where it ran.
+        """
+        here = current_cpu()  # -1 where unknown: no CPU matches, the order stays as given
+        if spread and here >= 0 and len(workers) > 1 and self._allowed is not None:
+            self._spread(workers, here)
+        last_cpu = self.views.last_cpu
+        for worker in sorted(workers, key=lambda w: last_cpu[w.index] == here):
+            self.send(worker, command)
+
+    def _spread(self, workers: Sequence[WorkerHandle], here: int) -> None:
+        last_cpu, allowed = self.views.last_cpu, self._allowed
+        for worker in workers:
+            if worker.nudged:  # back to every CPU; it stays where it ran last
+                worker.nudged = False
+                self._set_affinity(worker, allowed)
+        taken: set[int] = set()
+        crowded: list[WorkerHandle] = []  # workers that last ran on a CPU another one ran on too
+        for worker in workers:
+            cpu = int(last_cpu[worker.index])
+            if cpu in taken:
+                crowded.append(worker)
+            elif cpu >= 0:
+                taken.add(cpu)
+        if not crowded:
+            return
+        free = [cpu for cpu in allowed if cpu not in taken]
+        if here in free:  # the caller's CPU frees up first: it is about to wait
+            free.remove(here)
+            free.insert(0, here)
+        for worker, cpu in zip(crowded, free):
+            if self._set_affinity(worker, [cpu]):
+                worker.nudged = True
+                last_cpu[worker.index] = cpu
+
+    @staticmethod
+    def _set_affinity(worker: WorkerHandle, cpus: Sequence[int]) -> bool:
+        try:
+            os.sched_setaffinity(worker.process.pid, cpus)
+        except (OSError, TypeError):  # the worker died (its sentinel reports it) or has no pid
+            return False
+        return True
+
+    def send_many(self, messages: Sequence[tuple[WorkerHandle, int, Any]]) -> None:
+        """Send ``(worker, command, payload)`` messages; every payload is pickled before any
+        message goes out, so a failure leaves no worker with a reply that nobody reads."""
+        pickled = [(w, c, None if p is None else cloudpickle.dumps(p)) for w, c, p in messages]
+        for worker, command, data in pickled:
+            try:
+                os.write(worker.cmd.fileno(), bytes((command,)))
+                if data is not None:
+                    worker.data.send_bytes(data)
+            except OSError:
+                pass  # a dead worker: its sentinel reports it in the wait that follows
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def _spin(self, workers: list[WorkerHandle], seqs: dict[int, int]) -> None:
+        deadline = time.perf_counter() + self.spin_seconds
+        done_seq = self.views.done_seq
+        while time.perf_counter() < deadline:
+            if all(done_seq[w.index] != seqs[w.index] for w in workers):
+                return
+
+    def kill_stuck(self, workers: Sequence[WorkerHandle], what: str = "step") -> None:
+        for worker in workers:
+            if worker.process.is_alive() and worker.killed_for is None:
+                worker.killed_for = (
+                    f"worker {worker.index} (envs {list(worker.env_indices)}) exceeded "
+                    f"step_timeout_s={self.step_timeout_s} s in {what} and was killed"
+                )
+                worker.process.kill()
+
+    def wait(
+        self,
+        workers: list[WorkerHandle],
+        timeout: float | None,
+        what: str = "step",
+        seqs: dict[int, int] | None = None,
+        restartable: bool = True,
+        timed: bool | None = None,
+    ) -> dict[int, tuple[int, ...]]:
+        """Wait for one status byte from each of ``workers``.
+
+        Returns ``{worker index: (status,)}``; a worker that died and was started again (under
+        the restart policy) answers ``(Status.RESTARTED, infos)``. Raises :class:`WorkerError`
+        if a worker dies otherwise, :class:`TimeoutError` (with ``.pending``, the workers still
+        running, and ``.results``) once ``timeout`` passes.
+        """
+        pending = {w.done_fd: w for w in workers}
+        results: dict[int, tuple[Any, ...]] = {}
+        if self.spin_seconds and seqs is not None:
+            self._spin(workers, seqs)
+        now = time.monotonic()
+        deadline = None if timeout is None else now + timeout
+        kill_at = None
+        # step_timeout_s kills a worker stuck in a step, or (timed) in a reset or call
+        if self.step_timeout_s is not None and (what == "step" if timed is None else timed):
+            kill_at = now + self.step_timeout_s
+        try:
+            self._wait_loop(pending, results, deadline, kill_at, timeout, what, restartable)
+        except KeyboardInterrupt as interrupt:
+            # what the caller needs to finish the step later: the replies already taken
+            interrupt.pending = list(pending.values())  # type: ignore[attr-defined]
+            interrupt.results = results  # type: ignore[attr-defined]
+            raise
+        return results
+
+    def _wait_loop(self, pending, results, deadline, kill_at, timeout, what, restartable):
+        while pending:
+            ends = [t for t in (deadline, kill_at) if t is not None]
+            wait_ms = None if not ends else max(0.0, (min(ends) - time.monotonic()) * 1000)
+            events = self._poller.poll(wait_ms)
+            dead: list[WorkerHandle] = []
+            for fd, _ in events:
+                worker = pending.get(fd)
+                if worker is not None:
+                    byte = os.read(fd, 1)
+                    if byte:
+                        results[worker.index] = (byte[0],)
+                        del pending[fd]
+                    elif worker not in dead:
+                        dead.append(worker)
+                elif fd in self._sentinel_to_worker:
+                    candidate = self._sentinel_to_worker[fd]
+                    if candidate.done_fd in pending and candidate not in dead:
+                        dead.append(candidate)
+            for worker in dead:
+                # a worker may exit right after replying; take a reply that is already there
+                if worker.done.poll(0):
+                    byte = os.read(worker.done_fd, 1)
+                    if byte:
+                        results[worker.index] = (byte[0],)
+                        del pending[worker.done_fd]
+                        continue
+                del pending[worker.done_fd]
+                if self.restart and restartable:
+                    results[worker.index] = (Status.RESTARTED, self.respawn(worker))
+                else:
+                    self._declare_dead(worker)
+            now = time.monotonic()
+            if pending and kill_at is not None and now >= kill_at:
+                self.kill_stuck(list(pending.values()), what)
+                kill_at = None  # their sentinels report them on the next poll
+            if pending and deadline is not None and now >= deadline:
+                error = TimeoutError(
+                    f"{what} did not finish within {timeout} s; envs still running: "
+                    f"{sorted(i for w in pending.values() for i in w.env_indices)}"
+                )
+                error.pending = list(pending.values())  # type: ignore[attr-defined]
+                error.results = results  # type: ignore[attr-defined]
+                raise error
+
+    def wait_bytes(
+        self, timeout: float | None
+    ) -> tuple[list[tuple[WorkerHandle, bytes]], list[WorkerHandle]]:
+        """Wait until any worker has written to its ``done`` pipe or died.
+
+        Used by the per-env (``STEP_MASKED``) protocol, where each byte names one env that
+        finished. Returns ``(arrived, dead)``: what each worker wrote, and the workers that died
+        (after taking whatever they wrote before dying). Both are empty on timeout.
+        """
+        arrived: list[tuple[WorkerHandle, bytes]] = []
+        events = self._poller.poll(None if timeout is None else max(0.0, timeout * 1000))
+        dead: list[WorkerHandle] = []
+        for fd, _ in events:
+            worker = self._fd_to_worker.get(fd)
+            if worker is not None:
+                data = os.read(fd, 4096)
+                if data:
+                    arrived.append((worker, data))
+                elif worker not in dead:
+                    dead.append(worker)
+            elif fd in self._sentinel_to_worker:
+                worker = self._sentinel_to_worker[fd]
+                if worker not in dead:
+                    dead.append(worker)
+        for worker in dead:
+            if worker.done.poll(0):
+                data = os.read(worker.done_fd, 4096)
+                if data:
+                    arrived.append((worker, data))
+        return arrived, dead
+
+    def recv_payload(self, worker: WorkerHandle, timeout: float = 60.0) -> Any:
+        """Receive the payload that follows a status byte, noticing a worker that dies."""
+        length = int(self.views.payload_len[worker.index])
+        if length >= 0:  # in shared memory, complete before the status byte was written
+            self.views.payload_len[worker.index] = -1
+            return worker.loads(self.views.payload_slab[worker.index, :length].tobytes())
+        deadline = time.monotonic() + timeout
+        while not worker.data.poll(0.05):
+            if not worker.process.is_alive() and not worker.data.poll(0):
+                self._declare_dead(worker)
+            if time.monotonic() > deadline:
+                raise WorkerError(
+                    f"worker {worker.index} (envs {list(worker.env_indices)}) sent no payload "
+                    f"within {timeout} s",
+                    env_indices=worker.env_indices,
+                )
+        try:
+            return worker.data.recv()
+        except (EOFError, OSError):
+            self._declare_dead(worker)
+
+    def declare_dead(self, worker: WorkerHandle) -> None:
+        """Raise the :class:`WorkerError` for a worker that died (and mark the pool broken)."""
+        self._declare_dead(worker)
+
+    def _declare_dead(self, worker: WorkerHandle) -> None:
+        worker.process.join(0.5)
+        exitcode = worker.process.exitcode
+        self._forget(worker)
+        envs = list(worker.env_indices)
+        message = worker.killed_for or (
+            f"worker {worker.index} (pid {worker.process.pid}, envs {envs}) "
+            f"{describe_exit(exitcode)}"
+        )
+        self.broken = f"{message}; this vector env cannot continue: close() it"
+        self._broken_envs = tuple(envs)
+        raise WorkerError(message, env_indices=envs, exitcode=exitcode)
+
+    def error_from_reports(self, reports: Sequence[ErrorReport]) -> WorkerError:
+        """One :class:`WorkerError` for the error reports of one or more envs."""
+        reports = sorted(reports)
+        index, type_name, text, _, what = reports[0]
+        more = f" (and {len(reports) - 1} more envs failed)" if len(reports) > 1 else ""
+        return WorkerError(
+            f"env {index} raised {type_name} in {what}: {text}{more}",
+            env_indices=[r[0] for r in reports],
+            remote_traceback="\n".join(r[3] for r in reports),
+            original_type=type_name,
+        )
+
+    def worker_of(self, env_index: int) -> WorkerHandle:
+        for worker in self.workers:
+            if worker.start <= env_index < worker.stop:
+                return worker
+        raise IndexError(env_index)
+
+    # -- shutdown -----------------------------------------------------------------------------
+
+    def close(self, terminate: bool = False, timeout: float = 5.0) -> None:
+        """Stop every worker (politely unless ``terminate``) and release the channels."""
+        _POOLS.discard(self)
+        if os.getpid() != self._owner_pid:
+            # a child made by os.fork(): the workers are the parent's; drop our copies of the
+            # channels only (the parent's stay open)
+            for worker in self.workers:
+                for conn in (worker.cmd, worker.done, worker.data):
+                    try:
+                        conn.close()
+                    except OSError:
+                        pass
+            self.workers = []
+            self.views = None  # type: ignore[assignment]
+            self._buffer = None
+            return
+        if self._control_in_flight:
+            terminate = True  # an interrupted command: its reply would only delay the close
+        workers = [w for w in self.workers if w.process.is_alive()]
+        if not terminate:
+            for worker in workers:
+                try:
+                    os.write(worker.cmd.fileno(), bytes((Command.CLOSE,)))
+                except OSError:
+                    pass
+        deadline = time.monotonic() + (0.0 if terminate else timeout)
+        for worker in workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        for worker in self.workers:
+            if worker.process.is_alive():
+                worker.process.terminate()
+                worker.process.join(1.0)
+            self._dispose(worker)
+            try:
+                worker.process.close()
+            except ValueError:
+                pass
+        self.workers = []
+        self._fd_to_worker.clear()
+        self._sentinel_to_worker.clear()
+        self.views = None  # type: ignore[assignment]
+        self._buffer = None
