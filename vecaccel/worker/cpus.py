@@ -90,8 +90,8 @@ def warn_if_torch_oversubscribes(num_workers: int, stacklevel: int = 2) -> None:
     """Warn when torch's threads and the env workers together want more cores than there are.
 
     torch's OpenMP threads spin between the policy's forward passes; on cores that the env
-    workers need, that made SB3 PPO on CartPole with ``shm`` about 30x slower here (2 cores,
-    torch's default 2 threads, 2 workers), and the CPU action server on Pong 2.6x slower. One
+    workers need, that made SB3 PPO on CartPole with ``shm`` about 30x slower on 2 cores
+    (torch's default 2 threads, 2 workers), and the CPU action server on Pong 2.6x slower. One
     torch thread per free core avoids it. Nothing is said where torch is not imported.
     """
     torch = sys.modules.get("torch")
