@@ -371,7 +371,13 @@ def make_hybrid(
     ``worker_spin_us`` microseconds before it sleeps (default: ``HYBRID_WORKER_SPIN_US`` when
     the workers and the caller have a core each, else 0), so a step that follows soon (after a
     small policy's forward pass) starts without a wake-up. Built on :class:`ShmVecEnv`; see
-    ``inline_envs`` there for what inline envs give up.
+    :attr:`vecaccel.options.ShmOptions.inline_envs` for what inline envs give up.
+
+    Args:
+        env_fns: one zero-argument env function per sub-environment (at least 2).
+        autoreset_mode: Gymnasium's autoreset mode.
+        options: see :class:`vecaccel.options.HybridOptions` (``None`` fields get the defaults
+            above); a direct call may pass them as keywords instead.
 
     Example:
         >>> import vecaccel, numpy as np

@@ -328,6 +328,7 @@ class WorkerPool(ControlCommands):
     # -- sending ------------------------------------------------------------------------------
 
     def check_usable(self) -> None:
+        """Raise the :class:`WorkerError` that broke the pool, if one did."""
         if self.broken is not None:
             raise WorkerError(self.broken, env_indices=self._broken_envs)
 
@@ -595,6 +596,7 @@ class WorkerPool(ControlCommands):
         )
 
     def worker_of(self, env_index: int) -> WorkerHandle:
+        """The worker whose slice holds env ``env_index``."""
         for worker in self.workers:
             if worker.start <= env_index < worker.stop:
                 return worker
