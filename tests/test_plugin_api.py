@@ -98,3 +98,21 @@ def test_every_builtin_backend_lives_in_one_module_with_its_hookimpl():
         assert backends[name]["plugin"] == module
         assert get_backend(name).factory.__module__ == module
         assert hasattr(importlib.import_module(module), class_name)
+
+
+def test_import_vecaccel_loads_no_backend_and_no_torch():
+    """``import vecaccel`` stays light; building the plugin manager (as every spawned worker
+    does) imports the built-in backends but still not torch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, vecaccel\n"
+        "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith('vecaccel.plugins.'))\n"
+        "assert not loaded, loaded\n"
+        "vecaccel.list_backends()\n"
+        "assert 'vecaccel.plugins.action_server' in sys.modules\n"
+        "assert 'torch' not in sys.modules, 'the plugin manager imported torch'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
