@@ -6,9 +6,9 @@ The machinery every backend on worker processes shares, in small modules:
   error reports and the startup message;
 * :mod:`~vecaccel.worker.env_slice`: the envs of one worker, stepped, reset and rebuilt in place;
 * :mod:`~vecaccel.worker.process`: the worker process's loop;
-* :mod:`~vecaccel.worker.pool`: the parent's side: start, send, wait, kill, restart, close
-  (with the control commands in :mod:`~vecaccel.worker.commands` and the per-worker handle in
-  :mod:`~vecaccel.worker.handle`);
+* :mod:`~vecaccel.worker.pool`: the parent's side: start, send, kill, restart, close; waiting
+  for replies is in :mod:`~vecaccel.worker.replies`, the control commands in
+  :mod:`~vecaccel.worker.commands`, the per-worker handle in :mod:`~vecaccel.worker.handle`;
 * :mod:`~vecaccel.worker.cpus`: CPU and thread helpers;
 * :mod:`~vecaccel.worker.vec_env`: :class:`ProcessVecEnv`, the ``VecEnv`` base of such backends.
 
