@@ -102,7 +102,8 @@ class BackendRegistry(Mapping[str, BackendInfo]):
 
         Raises:
             ValueError: if ``name`` is taken by another plugin or is not a non-empty string.
-            TypeError: if ``factory`` is not callable.
+            TypeError: if ``factory`` is not callable, or ``options`` not a ``BackendOptions``
+                subclass.
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"backend name must be a non-empty string, got {name!r}")
