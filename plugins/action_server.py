@@ -109,9 +109,7 @@ class ActionServerVecEnv(AsyncVecEnv):
             # 1,410 steps/s with 2 workers, 1,840 with 1)
             free = usable_cpus() - torch.get_num_threads()
             options = dataclasses.replace(options, num_workers=max(1, min(num_envs, free)))
-        super().__init__(
-            env_fns, autoreset_mode=autoreset_mode, options=options, batch_size=batch
-        )
+        super().__init__(env_fns, autoreset_mode=autoreset_mode, options=options, batch_size=batch)
         try:  # the workers run now: an error here (no CUDA for pinned memory) must stop them
             if self.device.type == "cpu":  # the policy's threads share the cores with the workers
                 warn_if_torch_oversubscribes(self.num_workers, stacklevel=4)

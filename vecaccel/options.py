@@ -138,10 +138,7 @@ class BackendOptions:
         candidates.update(aliases)  # a near-miss of an old spelling suggests the new one
         close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
         hint = f"; did you mean {candidates[close[0]]!r}?" if close else ""
-        return (
-            f"backend {backend!r} has no option {key!r}{hint} "
-            f"(its options: {', '.join(names)})"
-        )
+        return f"backend {backend!r} has no option {key!r}{hint} (its options: {', '.join(names)})"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -192,9 +189,7 @@ class WorkerOptions(BackendOptions):
 
     def __post_init__(self) -> None:
         num_workers = self.num_workers
-        if num_workers is not None and (
-            not _is_integer(num_workers) or num_workers < 1
-        ):
+        if num_workers is not None and (not _is_integer(num_workers) or num_workers < 1):
             raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
         if self.on_worker_failure not in FAILURE_POLICIES:
             raise ValueError(

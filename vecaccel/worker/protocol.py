@@ -64,7 +64,6 @@ class Status:
     RESTARTED = 4  # (parent side only) the worker died and was started again
 
 
-
 #: Set in a per-env ``done`` byte when a payload (the env's info or error) follows; the low
 #: seven bits are the env's slot in its worker's slice, so a worker holds at most 127 envs under
 #: per-env stepping.
