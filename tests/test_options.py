@@ -140,6 +140,13 @@ def test_values_out_of_range_are_a_value_error(field, value, message):
         ShmOptions(**{field: value})
 
 
+def test_limits_that_mean_no_limit_are_accepted():
+    import math
+
+    options = ShmOptions(max_restarts=math.inf, start_timeout_s=None, spin_us=5_000_000)
+    assert options.max_restarts == math.inf and options.start_timeout_s is None
+
+
 # -- aliases: one test per family -----------------------------------------------------------------
 
 

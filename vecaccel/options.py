@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
@@ -171,13 +172,14 @@ class WorkerOptions(BackendOptions):
     """``"raise"``, or ``"restart"``: rebuild failed envs and dead workers, reseed them from
     derived seeds, and report the interrupted episodes as truncated with
     ``info["worker_restarted"]``."""
-    max_restarts: int = 100
-    """Failures tolerated under ``"restart"`` before the failure is raised."""
+    max_restarts: float = 100
+    """Failures tolerated under ``"restart"`` before the failure is raised (``math.inf``: no
+    limit)."""
     step_timeout_s: float | None = None
     """Seconds after which a worker still stepping (or resetting, or running a
     ``call``/``set_attr``) is killed and handled by ``on_worker_failure``; ``None``: never."""
-    start_timeout_s: float = 120.0
-    """Seconds the workers have to build their envs and report ready."""
+    start_timeout_s: float | None = 120.0
+    """Seconds the workers have to build their envs and report ready (``None``: no limit)."""
     worker_threads: int | None = 1
     """Threads each worker lets OpenMP, BLAS, OpenCV and torch use (1: a worker keeps one core
     busy); ``None`` leaves the libraries' defaults."""
@@ -196,18 +198,25 @@ class WorkerOptions(BackendOptions):
                 f"on_worker_failure must be one of {FAILURE_POLICIES}, "
                 f"got {self.on_worker_failure!r}"
             )
-        _check_microseconds("spin_us", self.spin_us)
-        _check_microseconds("worker_spin_us", self.worker_spin_us)
+        if self.spin_us is not None and not (_is_real(self.spin_us) and self.spin_us >= 0):
+            raise ValueError(f"spin_us must be microseconds >= 0, got {self.spin_us!r}")
+        # a worker that spins a second or more between commands would hold its core for good
+        if self.worker_spin_us is not None and not (
+            _is_real(self.worker_spin_us) and 0 <= self.worker_spin_us < 1e6
+        ):
+            raise ValueError(
+                f"worker_spin_us must be microseconds in [0, 1e6), got {self.worker_spin_us!r}"
+            )
         if self.step_timeout_s is not None and not _positive(self.step_timeout_s):
             raise ValueError(
                 f"step_timeout_s must be positive seconds, got {self.step_timeout_s!r}"
             )
-        if not _positive(self.start_timeout_s):
+        if self.start_timeout_s is not None and not _positive(self.start_timeout_s):
             raise ValueError(
                 f"start_timeout_s must be positive seconds, got {self.start_timeout_s!r}"
             )
-        if not _is_integer(self.max_restarts) or self.max_restarts < 0:
-            raise ValueError(f"max_restarts must be an integer >= 0, got {self.max_restarts!r}")
+        if not _is_real(self.max_restarts) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be a number >= 0, got {self.max_restarts!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,17 +268,12 @@ class ActionServerOptions(WorkerOptions):
 
 
 def _is_integer(value: Any) -> bool:
-    import numbers
-
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def _check_microseconds(name: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e6:
-        raise ValueError(f"{name} must be microseconds in [0, 1e6), got {value!r}")
+    return _is_real(value) and value > 0
