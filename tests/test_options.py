@@ -229,6 +229,11 @@ def test_an_option_of_another_backend_is_a_type_error(no_workers):
         vecaccel.make_vec("CartPole-v1", 2, backend="serial", num_workers=2)
 
 
+def test_an_option_a_backend_refuses_on_purpose_says_why(no_workers):
+    with pytest.raises(TypeError, match="sets its batch itself"):
+        vecaccel.make_vec("CartPole-v1", 2, backend="action_server", batch_size=1)
+
+
 def test_an_option_with_no_close_match_lists_the_valid_ones(no_workers):
     with pytest.raises(TypeError) as info:
         vecaccel.make_vec("CartPole-v1", 2, backend="async", zzz=1)

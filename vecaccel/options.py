@@ -58,6 +58,8 @@ class BackendOptions:
     on the backends that can hand out views)."""
 
     ALIASES: ClassVar[Mapping[str, str]] = {}
+    #: Names a user may expect from other backends that this one refuses, with the reason.
+    REFUSED: ClassVar[Mapping[str, str]] = {}
 
     @classmethod
     def aliases(cls) -> dict[str, str]:
@@ -91,6 +93,8 @@ class BackendOptions:
         spelled: dict[str, str] = {}
         for key, value in kwargs.items():
             name = aliases.get(key, key)
+            if key in cls.REFUSED:
+                raise TypeError(f"backend {backend!r} has no option {key!r}: {cls.REFUSED[key]}")
             if name not in names:
                 raise TypeError(cls._unknown(backend, key, names, aliases))
             if name in resolved:
@@ -265,6 +269,9 @@ class ActionServerOptions(WorkerOptions):
     """Seconds a later ``step_async`` waits for a step that was given up before it raises."""
 
     ALIASES: ClassVar[Mapping[str, str]] = {"drain_timeout": "drain_timeout_s"}
+    REFUSED: ClassVar[Mapping[str, str]] = {
+        "batch_size": "action_server sets its batch itself: all envs, or half with alternating"
+    }
 
 
 def _is_integer(value: Any) -> bool:
