@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import vecaccel  # noqa: E402
-from tests.async_envs import HeavyTailEnv  # noqa: E402
+from tests.toy_envs import HeavyTailEnv  # noqa: E402
 from vecaccel.bench import write_json  # noqa: E402
 
 

@@ -43,15 +43,15 @@ TESTS = os.path.join(os.path.dirname(HERE), "tests")
 sys.path.insert(0, TESTS)  # the test envs (module level, so spawn can pickle them)
 
 import numpy as np  # noqa: E402
-from helpers_envs import (  # noqa: E402
+from helpers import (  # noqa: E402
     child_pids,
-    counter_fns,
     open_fds,
     process_gone,
     shm_entries,
     wait_until,
     worker_pid,
 )
+from toy_envs import counter_fns  # noqa: E402
 
 import vecaccel  # noqa: E402
 
@@ -204,7 +204,8 @@ PARENT_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[2])
     import numpy as np
     import vecaccel
-    from helpers_envs import counter_fns, worker_pid
+    from helpers import worker_pid
+    from toy_envs import counter_fns
 
     def main():
         busy = sys.argv[4] == "busy"

@@ -41,8 +41,8 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
 import vecaccel  # noqa: E402
-from tests.fault_envs import fault_env_fns, leaked_shm  # noqa: E402
-from tests.helpers_envs import child_pids, shm_entries, wait_until  # noqa: E402
+from tests.helpers import child_pids, leaked_shm, shm_entries, wait_until  # noqa: E402
+from tests.toy_envs import fault_env_fns  # noqa: E402
 
 BACKENDS = ("serial", "shm", "async", "action_server")
 KINDS = ("raise", "kill", "segfault", "exit", "hang")

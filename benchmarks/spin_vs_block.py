@@ -24,7 +24,7 @@ from vecaccel.bench import write_json
 from vecaccel.worker import usable_cpus
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from tests.async_envs import HeavyTailEnv  # noqa: E402
+from tests.toy_envs import HeavyTailEnv  # noqa: E402
 
 
 def _rate(env, n: int, workers: int, spin_us: float, seconds: float) -> float:

@@ -1,18 +1,22 @@
-"""Fixtures of the core test suite: the backends under contract, and leak checks."""
+"""Fixtures shared by the test suite: the backends under contract, leak checks, the plugin manager."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import vecaccel
+from vecaccel import get_plugin_manager
+from vecaccel.manager import _reset_plugin_manager
 
-sys.path.insert(0, os.path.dirname(__file__))  # `import helpers_envs`, also in spawned workers
+sys.path.insert(0, os.path.dirname(__file__))  # `import toy_envs`, also in spawned workers
 
-from helpers_envs import child_pids, shm_entries, wait_until  # noqa: E402
+from helpers import child_pids, shm_entries, wait_until  # noqa: E402
 
 #: Extra options each backend needs (or wants) in the contract tests. A backend not named here
 #: runs with no options, so a newly registered one is tested at once.
@@ -91,7 +95,7 @@ class LeakCheck:
         wait_until(lambda: not self.new_children(), timeout)
         leftover = self.new_children()
         assert not leftover, f"child processes left behind: {sorted(leftover)}"
-        from fault_envs import leaked_shm  # ignores entries that other jobs on the machine hold
+        from helpers import leaked_shm  # ignores entries that other jobs on the machine hold
 
         new_shm = leaked_shm(self.shm)
         assert not new_shm, f"/dev/shm entries left behind: {sorted(new_shm)}"
@@ -117,3 +121,63 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def fresh_plugin_manager() -> Iterator[None]:
+    """Build the plugin manager anew for the test, and again for whatever runs next."""
+    _reset_plugin_manager()
+    yield
+    _reset_plugin_manager()
+
+
+@pytest.fixture
+def trainers_plugin() -> Iterator[None]:
+    """Register the trainers' commands unless ``DEFAULT_PLUGINS`` already does."""
+    from vecaccel.trainers import cli as trainers_cli
+
+    pm = get_plugin_manager()
+    registered_here = not pm.is_registered(trainers_cli)
+    if registered_here:
+        pm.register(trainers_cli, name="vecaccel.trainers.cli")
+    yield
+    if registered_here:
+        pm.unregister(trainers_cli)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> Path:
+    """Untrained checkpoints (a run directory each) of PPO on CartPole, PPO on Pendulum and DQN
+    on CartPole, written through the Python API."""
+    import gymnasium as gym
+    import numpy as np
+
+    from vecaccel.trainers import DQN, PPO
+
+    root = tmp_path_factory.mktemp("checkpoints")
+    ppo = PPO(
+        None,
+        env_id="CartPole-v1",
+        observation_space=gym.spaces.Box(-np.inf, np.inf, (4,), np.float32),
+        action_space=gym.spaces.Discrete(2),
+        backend="serial",
+        num_envs=2,
+        num_steps=4,
+        torch_threads=1,
+    )
+    ppo.save(root / "ppo" / "checkpoint.pt")
+    pendulum = PPO(
+        None,
+        env_id="Pendulum-v1",
+        observation_space=gym.spaces.Box(-8.0, 8.0, (3,), np.float32),
+        action_space=gym.spaces.Box(-2.0, 2.0, (1,), np.float32),
+        backend="serial",
+        num_envs=2,
+        num_steps=4,
+        torch_threads=1,
+    )
+    pendulum.save(root / "pendulum" / "checkpoint.pt")
+    dqn = DQN("CartPole-v1", device="cpu", progress=False, tensorboard=False, torch_threads=1)
+    dqn.save(root / "dqn" / "checkpoint.pt")
+    dqn.close()
+    return root

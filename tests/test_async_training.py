@@ -1,18 +1,24 @@
-"""Asynchronous DQN: a sampler process and the optimiser share a replay buffer in shared memory."""
+"""Asynchronous training: a sampler process and the optimiser share a replay buffer (DQN family)
+or rollouts (PPO, A2C) in shared memory.
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
+from vecaccel.cli import main
 from vecaccel.trainers.async_runner import SamplerError, learn_async, make_async_agent
 from vecaccel.trainers.dqn import DQN
 
@@ -519,8 +525,8 @@ class _EpisodeLoggingCartPole:
 def test_async_dqn_logs_the_episodes_of_its_last_steps(seed: int, tmp_path) -> None:
     """The throttled sampler counts a step before its queue's feeder thread has sent the
     episodes it ended; the optimiser, seeing the budget done, drained the queue at once and
-    could miss them (4 of 9 runs of these three seeds did, with no update to slow the end).
-    It now waits for the sampler to exit, draining meanwhile."""
+    could miss them if it drained the queue as soon as it saw the budget done. It waits for
+    the sampler to exit, draining meanwhile."""
     import gymnasium as gym
 
     log = tmp_path / "episodes.txt"
@@ -568,8 +574,8 @@ def test_async_resume_that_cannot_start_leaves_the_checkpoint_as_it_was(tmp_path
 
 @pytest.mark.parametrize("period", [0, -1])
 def test_weight_sync_period_below_one_is_refused(tmp_path, capsys, period) -> None:
-    """A period of 0 or less used to train as 1 without a word (the CLI, the on-policy runner
-    and the DQN config each took ``max(1, period)``)."""
+    """A period of 0 or less is refused, by the CLI, the on-policy runner and the DQN config,
+    rather than trained as 1 without a word."""
     from vecaccel.cli import main
     from vecaccel.trainers import PPO
     from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
@@ -623,3 +629,190 @@ def test_single_rank_async_ppo_error_inside_an_update_keeps_the_last_checkpoint(
         learn_async_on_policy(agent, 96, poll_interval=0.001)
     assert len(calls) == 2
     assert checkpoint.read_bytes() == before, "no checkpoint of a half-done update"
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+QUIET_TINY_PPO = [
+    "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
+    "--no-progress", "--no-tensorboard", "--torch-threads", "1",
+]  # fmt: skip
+
+
+def run_main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's usage errors and --help
+        return int(exc.code or 0)
+
+
+def run_cli(argv: list[str], cwd: Path, extra_env: dict[str, str] | None = None, timeout=120):
+    env = dict(os.environ)
+    extra = dict(extra_env or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), extra.pop("PYTHONPATH", "")]))
+    env.update(extra)
+    return subprocess.run(
+        [sys.executable, "-m", "vecaccel", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def test_failed_async_resume_leaves_the_run_resumable(tmp_path, capsys):
+    """``vecaccel train ppo --resume DIR --async --backend nosuch`` (a typo): the rollout process
+    dies before its first step, and the run's checkpoint must not record backend 'nosuch' and
+    async=True, or every later plain ``--resume DIR`` would fail the same way."""
+    run_dir = tmp_path / "run"
+    assert run_main(["train", "ppo", *QUIET_TINY_PPO, "--total-steps", "32", "--run-dir",
+                     str(run_dir)]) == 0  # fmt: skip
+    capsys.readouterr()
+    checkpoint = run_dir / "checkpoint.pt"
+    before = checkpoint.read_bytes()
+    done = run_cli(
+        ["train", "ppo", "--resume", str(run_dir), "--async", "--backend", "nosuch",
+         "--total-steps", "64", "--no-progress", "--no-tensorboard"],
+        tmp_path,
+    )  # fmt: skip
+    rewritten = checkpoint.read_bytes() != before
+    after = run_cli(
+        ["train", "ppo", "--resume", str(run_dir), "--total-steps", "64", "--no-progress",
+         "--no-tensorboard"],
+        tmp_path,
+    ).returncode if rewritten else 0  # fmt: skip
+    assert not rewritten and done.returncode == 2, (
+        "expected the unknown backend to be refused with exit 2 before anything runs, and the "
+        f"checkpoint left as it was; got exit {done.returncode} "
+        f"(stderr tail {done.stderr[-200:]!r}), checkpoint rewritten: {rewritten}, and a plain "
+        f"--resume afterwards exits {after}"
+    )
+
+
+# -- fixed data --------------------------------------------------------------------------------
+
+OBS_DIM = 4
+
+
+# -- the async runner: no process left behind ------------------------------------------------
+
+
+def _async_children() -> list[Any]:
+    return [
+        p
+        for p in multiprocessing.active_children()
+        if p.name in ("vecaccel-async-sampler", "vecaccel-async-rollout")
+    ]
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+def test_async_runner_leaves_no_sampler_when_the_run_directory_is_unusable(
+    algo: str, tmp_path: Path
+) -> None:
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.async_runner import learn_async, learn_async_on_policy, make_async_agent
+    from vecaccel.trainers.dqn import DQN
+
+    # fork: the sampler process is running at once (with spawn it is still unpickling its spec
+    # when the error comes, and dies of the locks the optimiser has freed meanwhile)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    bad_run_dir = str(blocker / "run")  # cannot be created
+    before = {p.pid for p in _async_children()}
+    try:
+        with pytest.raises(OSError):
+            if algo == "dqn":
+                agent = make_async_agent(
+                    DQN, "CartPole-v1", batch_size=16, buffer_size=500, learning_starts=64,
+                    hidden_sizes=(16,), torch_threads=1, progress=False, tensorboard=False,
+                    run_dir=bad_run_dir,
+                )  # fmt: skip
+                learn_async(agent, "CartPole-v1", 2_000, context="fork")
+            else:
+                agent = PPO(
+                    None, env_id="CartPole-v1", num_envs=2, num_steps=8, torch_threads=1,
+                    tensorboard=False, run_dir=bad_run_dir,
+                )  # fmt: skip
+                learn_async_on_policy(agent, 64, context="fork")
+        deadline = time.monotonic() + 5.0
+        left = [p for p in _async_children() if p.pid not in before]
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = [p for p in _async_children() if p.pid not in before and p.is_alive()]
+        assert not left, f"{[p.name for p in left]} still running after learn_async raised"
+    finally:
+        for proc in _async_children():
+            if proc.pid not in before:
+                proc.kill()
+                proc.join(timeout=5)
+
+
+# -- the async runners act in a Discrete(n, start) space ---------------------------------------
+
+
+class _ShiftedCartPole:
+    """Factory of CartPole with ``Discrete(2, start=1)`` (actions 1 and 2) that appends every
+    action it is sent to ``log`` (the env lives in the sampler process)."""
+
+    def __init__(self, log: str) -> None:
+        self.log = log
+
+    def __call__(self, **kwargs: Any) -> Any:
+        import gymnasium as gym
+
+        log = self.log
+
+        class ShiftedActions(gym.ActionWrapper):
+            def __init__(self, env: Any) -> None:
+                super().__init__(env)
+                self.action_space = gym.spaces.Discrete(2, start=1)
+
+            def action(self, action: Any) -> int:
+                with open(log, "a") as file:
+                    file.write(f"{int(action)}\n")
+                return int(action) - 1
+
+        return ShiftedActions(gym.make("CartPole-v1", **kwargs))
+
+
+@pytest.mark.parametrize(("algo", "fixed_lag"), [("dqn", False), ("dqn", True), ("ppo", False)])
+def test_async_runner_acts_in_a_discrete_space_with_a_start(
+    algo: str, fixed_lag: bool, tmp_path: Path
+) -> None:
+    """The async DQN sampler and the on-policy rollout process act in ``start..start+n-1``: a
+    ``Discrete(2, start=1)`` env gets actions 1..2, never 0 (and the losses index the
+    network's outputs with 0..1)."""
+    import gymnasium as gym
+
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.async_runner import learn_async, learn_async_on_policy, make_async_agent
+    from vecaccel.trainers.dqn import DQN
+
+    log = tmp_path / "actions.txt"
+    env_id = f"VecaccelScaleOutShiftedCartPole-{algo}-{int(fixed_lag)}-v0"
+    # fork: the sampler process inherits this registration
+    gym.register(id=env_id, entry_point=_ShiftedCartPole(str(log)))
+    try:
+        if algo == "dqn":
+            agent = make_async_agent(
+                DQN, env_id, batch_size=16, buffer_size=500, learning_starts=64,
+                hidden_sizes=(16,), torch_threads=1, progress=False, tensorboard=False,
+                backend="serial", num_envs=2, async_max_lead=32,
+            )  # fmt: skip
+            assert agent.action_space.start == 1
+            learn_async(agent, env_id, 400, fixed_lag=fixed_lag, context="fork")
+            assert agent.num_updates > 0
+        else:
+            agent = PPO(
+                None, env_id=env_id, num_envs=2, num_steps=16, backend="serial",
+                torch_threads=1, tensorboard=False,
+            )  # fmt: skip
+            learn_async_on_policy(agent, 128, context="fork")
+            assert agent.update_index > 0
+            actions, _ = agent.predict(np.zeros((8, OBS_DIM), np.float32))
+            assert set(actions.tolist()) <= {1, 2}
+    finally:
+        gym.registry.pop(env_id, None)
+    sent = [int(line) for line in log.read_text().split()]
+    assert sent and set(sent) <= {1, 2}, sorted(set(sent))

@@ -1,16 +1,21 @@
-"""The C51 projection against a plain loop over atoms (Algorithm 1 of Bellemare et al., 2017)."""
+"""C51: the projection against a plain loop over atoms (Algorithm 1 of Bellemare et al., 2017),
+the update by hand, and its defaults across save and load.
+"""
 
 from __future__ import annotations
 
 import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from vecaccel.trainers import C51
 from vecaccel.trainers.dqn import categorical_projection
+from vecaccel.trainers.replay import ReplaySample
 
 torch.set_num_threads(1)
 
@@ -101,3 +106,76 @@ def test_projection_float32_and_exact_cases() -> None:
         ),
         atol=1e-5,
     )
+
+
+CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+
+# -- the update, by hand -----------------------------------------------------------------------
+
+
+class _RecordingBuffer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def update_priorities(self, indices, priorities) -> None:
+        self.calls.append((np.asarray(indices), np.asarray(priorities)))
+
+
+class _LinearDistributions(torch.nn.Module):
+    """Logits ``[N, actions, atoms]`` linear in the observation."""
+
+    def __init__(self, actions: int, atoms: int) -> None:
+        super().__init__()
+        self.actions, self.atoms = actions, atoms
+        self.linear = torch.nn.Linear(4, actions * atoms, bias=False)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.linear(obs).view(-1, self.actions, self.atoms)
+
+
+def test_c51_update_targets_by_hand():
+    """C51's train step on 5 atoms over [-2, 2]: a terminal transition puts all the target mass
+    on the reward's atom; a uniform next distribution with r = 0.5 and discount 0.5 projects to
+    [0, .1, .4, .4, .1]. The loss (and the priorities) are the cross-entropies to these."""
+    agent = C51(None, v_min=-2.0, v_max=2.0, num_atoms=5, prioritized=True, device="cpu",
+                torch_threads=1, max_grad_norm=0.0)  # fmt: skip
+    online, target = _LinearDistributions(2, 5), _LinearDistributions(2, 5)
+    with torch.no_grad():
+        online.linear.weight.copy_(torch.randn(10, 4, generator=torch.Generator().manual_seed(0)))
+        target.linear.weight.zero_()  # uniform next distributions
+    agent.q_network = agent.train_network = online
+    agent.target_network = target
+    agent.optimizer = torch.optim.SGD(online.parameters(), lr=0.0)
+    agent.support = torch.linspace(-2.0, 2.0, 5)
+    agent.buffer = _RecordingBuffer()
+    eye = np.eye(4, dtype=np.float32)
+    batch = ReplaySample(
+        obs=eye[[0, 1]],
+        action=np.array([1, 0]),
+        reward=np.array([1.0, 0.5], np.float32),
+        next_obs=eye[[2, 3]],
+        discount=np.array([0.0, 0.5], np.float32),
+        indices=np.array([3, 4]),
+        weights=np.ones(2, np.float32),
+    )
+    metrics = agent.train_step(batch)
+    targets = torch.tensor([[0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 0.1, 0.4, 0.4, 0.1]])
+    with torch.no_grad():
+        log_probs = torch.log_softmax(online(torch.as_tensor(eye[[0, 1]])), -1)
+    cross_entropy = -(targets * log_probs[[0, 1], [1, 0]]).sum(-1)
+    assert metrics["losses/td_loss"] == pytest.approx(float(cross_entropy.mean()), rel=1e-5)
+    (indices, priorities), = agent.buffer.calls  # fmt: skip
+    np.testing.assert_allclose(priorities, cross_entropy.numpy(), rtol=1e-5)
+
+
+def test_c51_class_defaults_survive_load(tmp_path):
+    """A C51 agent saved and loaded stays categorical, with its support."""
+    agent = C51(None, v_min=-5.0, v_max=5.0, num_atoms=11, device="cpu")
+    agent.observation_space, agent.action_space = CARTPOLE_OBS, gym.spaces.Discrete(2)
+    agent._build_networks()
+    agent.save(tmp_path / "c51.pt")
+    loaded = C51.load(tmp_path / "c51.pt")
+    assert loaded.config.categorical and loaded.support.shape == (11,)
+    obs = np.zeros((3, 4), np.float32)
+    np.testing.assert_array_equal(loaded.predict(obs)[0], agent.predict(obs)[0])

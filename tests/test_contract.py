@@ -3,28 +3,39 @@
 Each backend runs in lockstep with Gymnasium's ``SyncVectorEnv`` and with vecaccel's ``serial``
 reference: the same seeds and actions must give identical observations, rewards, flags and
 infos (``final_obs``/``final_info`` and the ``_key`` masks included) through autoresets, in all
-three autoreset modes.
+three autoreset modes. Beside it, the behaviours a user of ``SyncVectorEnv``/``AsyncVectorEnv``
+relies on: per-env RNGs, sub-envs of other spaces refused, a pending step, a closed env, reset
+masks, metadata and rendering, bad actions.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
-import sys
-import textwrap
+import functools
+from collections.abc import Iterator
 from functools import partial
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from helpers_envs import assert_same, env_value, make_cartpole, make_dict_tuple
+from helpers import assert_same
+from toy_envs import (
+    CounterEnv,
+    ShapeEnv,
+    TextActionEnv,
+    TextObsEnv,
+    counter_fns,
+    env_value,
+    make_cartpole,
+    make_dict_tuple,
+)
 
 import vecaccel
 
 NUM_ENVS = 3
+
 STEPS = 24
 
 ENV_FNS = {
@@ -294,52 +305,203 @@ def test_torch_actions_accepted(backend, backend_options):
         env.step(torch.tensor([0, 1]))
 
 
+#: (backend, options) per test id: the serial reference, shm under both start methods, hybrid
+#: (inline envs on top of shm) and async (per-env stepping; batch_size = num_envs here).
+BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "serial": ("serial", {}),
+    "shm-fork": ("shm", {"num_workers": 2, "context": "fork"}),
+    "shm-spawn": ("shm", {"num_workers": 2, "context": "spawn"}),
+    "hybrid": ("hybrid", {"num_workers": 1, "inline_envs": 1, "context": "fork"}),
+    "async": ("async", {"num_workers": 2, "context": "fork"}),
+}
+
+LOCKSTEP = ["serial", "shm-fork", "shm-spawn"]  # backends stepping every env, in index order
+
+
+def make(env_fns, backend_id: str, **extra: Any) -> gym.vector.VectorEnv:
+    backend, options = BACKENDS[backend_id]
+    return vecaccel.make_vec(list(env_fns), backend=backend, **options, **extra)
+
+
+@contextlib.contextmanager
+def opened(env_fns, backend_id: str, **extra: Any) -> Iterator[gym.vector.VectorEnv]:
+    envs = make(env_fns, backend_id, **extra)
+    try:
+        yield envs
+    finally:
+        envs.close()
+
+
 # ---------------------------------------------------------------------------------------------
-# Atari ids without gym.register_envs(ale_py), in a fresh interpreter
+# beside SyncVectorEnv and AsyncVectorEnv: what their users rely on
 
-ALE_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    import gymnasium as gym
-    import numpy as np
-    import vecaccel
 
-    def main():
-        env_id, context = sys.argv[1], sys.argv[2]
-        before = env_id in gym.registry
-        envs = vecaccel.make_vec(env_id, 2, num_workers=2, context=context)
-        try:
-            obs, _ = envs.reset(seed=0)
-            for _ in range(3):
-                obs, rew, term, trunc, _ = envs.step(np.zeros(2, dtype=np.int64))
-        finally:
+@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "async"])
+def test_np_random_and_np_random_seed_are_per_env_tuples(backend_id):
+    """``SyncVectorEnv``/``AsyncVectorEnv`` report the sub-envs' seeds and generators, as tuples."""
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 2
+    sync = SyncVectorEnv(fns)
+    with contextlib.closing(sync), opened(fns, backend_id) as envs:
+        sync.reset(seed=3)
+        envs.reset(seed=3)
+        assert sync.np_random_seed == (3, 4)
+        assert envs.np_random_seed == sync.np_random_seed
+        generators = envs.np_random
+        assert isinstance(generators, tuple) and len(generators) == 2
+        expected = [g.random() for g in sync.np_random]
+        assert [g.random() for g in generators] == expected
+
+
+@pytest.mark.parametrize("kind", ["observation", "action"])
+@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "async"])
+def test_sub_envs_with_different_spaces_are_refused(backend_id, kind):
+    """``SyncVectorEnv`` raises at construction when the sub-envs' spaces differ; batching an
+    observation of shape (1,) into a slot of shape (3,) must not silently broadcast it, and env
+    1's actions must not be checked against env 0's ``Discrete(2)``."""
+    if kind == "observation":
+        fns = [functools.partial(ShapeEnv, 3), functools.partial(ShapeEnv, 1)]
+    else:
+        fns = [functools.partial(ShapeEnv, 3, 2), functools.partial(ShapeEnv, 3, 3)]
+    with pytest.raises(RuntimeError):
+        SyncVectorEnv(fns)
+    envs = None
+    try:
+        with pytest.raises((RuntimeError, ValueError), match="(?i)space"):
+            envs = make(fns, backend_id)
+    finally:
+        if envs is not None:
             envs.close()
-        print(json.dumps({"registered_before": before, "shape": list(obs.shape),
-                          "dtype": str(obs.dtype)}))
-
-    if __name__ == "__main__":
-        main()
-    """
-)
 
 
-@pytest.mark.parametrize(
-    "env_id, context", [("ALE/Pong-v5", "spawn"), ("PongNoFrameskip-v4", "fork")]
-)
-def test_atari_ids_without_register_envs(env_id, context, tmp_path):
-    pytest.importorskip("ale_py")
-    script = tmp_path / "ale_check.py"
-    script.write_text(ALE_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k != "VECACCEL_DISABLE_PLUGINS"}
-    result = subprocess.run(
-        [sys.executable, str(script), env_id, context],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["registered_before"] is False  # the check means something
-    assert report["shape"] == [2, 210, 160, 3]
-    assert report["dtype"] == "uint8"
+@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "hybrid", "async"])
+def test_step_async_twice_is_refused_and_the_envs_step_once(backend_id):
+    """A second ``step_async`` before ``step_wait`` is an error (``AsyncVectorEnv`` raises
+    ``AlreadyPendingCallError``); it must neither step the envs a second time nor drop the
+    first step's results."""
+    with opened(counter_fns(2), backend_id) as envs:
+        envs.reset(seed=0)
+        actions = np.zeros(2, dtype=np.int64)
+        envs.step_async(actions)
+        with pytest.raises((RuntimeError, ValueError, gym.error.AlreadyPendingCallError)):
+            envs.step_async(actions)
+        obs, rewards, *_ = envs.step_wait()
+        assert obs.ravel().tolist() == [1, 1]  # CounterEnv observes its number of steps
+        assert rewards.tolist() == [1.0, 1.0]
+        assert envs.get_attr("steps") == (1, 1)
+
+
+@pytest.mark.parametrize("operation", ["get_attr", "set_attr", "call"])
+@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "hybrid", "async"])
+def test_control_call_during_pending_step_keeps_the_step(backend_id, operation):
+    """``get_attr``/``set_attr``/``call`` between ``step_async`` and ``step_wait``: either refused
+    (``AsyncVectorEnv``: ``AlreadyPendingCallError``) or done, but the step in flight must
+    still be returned by ``step_wait`` (serial and async do; shm must not discard it)."""
+    with opened(counter_fns(2), backend_id) as envs:
+        envs.reset(seed=0)
+        envs.step_async(np.zeros(2, dtype=np.int64))
+        with contextlib.suppress(RuntimeError, gym.error.AlreadyPendingCallError):
+            if operation == "get_attr":
+                envs.get_attr("steps")
+            elif operation == "set_attr":
+                envs.set_attr("tag", 5)
+            else:
+                envs.call("_obs")
+        obs, rewards, *_ = envs.step_wait()
+        assert obs.ravel().tolist() == [1, 1]  # CounterEnv observes its number of steps
+        assert rewards.tolist() == [1.0, 1.0]
+        assert envs.get_attr("steps") == (1, 1)
+
+
+@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "async"])
+def test_closed_env_raises_gymnasium_closed_environment_error(backend_id):
+    """``AsyncVectorEnv`` raises ``gymnasium.error.ClosedEnvironmentError`` after ``close()``;
+    code catching it must catch vecaccel's error too (still a ``vecaccel.ClosedEnvError``)."""
+    envs = make(counter_fns(2), backend_id)
+    envs.reset(seed=0)
+    envs.close()
+    envs.close()
+    for call in (
+        lambda: envs.step(np.zeros(2, dtype=np.int64)),
+        lambda: envs.reset(seed=0),
+        lambda: envs.get_attr("steps"),
+    ):
+        with pytest.raises(gym.error.ClosedEnvironmentError) as info:
+            call()
+        assert isinstance(info.value, vecaccel.ClosedEnvError)
+
+
+@pytest.mark.parametrize("env_fn", [TextObsEnv, TextActionEnv], ids=["text_obs", "text_action"])
+def test_serial_reference_handles_spaces_sync_vector_env_handles(env_fn):
+    """``serial`` is the in-process reference, and shm's error for a space it cannot lay out in
+    shared memory says "use backend='serial' otherwise": it must run what ``SyncVectorEnv`` runs."""
+    fns = [env_fn] * 2
+    sync = SyncVectorEnv(fns)
+    with contextlib.closing(sync), opened(fns, "serial") as envs:
+        assert envs.single_observation_space == sync.single_observation_space
+        assert envs.single_action_space == sync.single_action_space
+        assert_same(envs.reset(seed=1), sync.reset(seed=1), "reset")
+        actions = ("ab", "abcd") if env_fn is TextActionEnv else np.array([0, 1])
+        for t in range(4):
+            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+
+
+@pytest.mark.parametrize("backend_id", LOCKSTEP)
+def test_reset_mask_validation_matches_sync_vector_env(backend_id):
+    fns = [CounterEnv] * 2
+    sync = SyncVectorEnv(fns)
+    bad_masks = [
+        ([True, False], TypeError),  # not an array
+        (np.array([True]), ValueError),  # wrong shape
+        (np.array([1, 0]), TypeError),  # not bool
+        (np.array([False, False]), ValueError),  # nothing to reset
+    ]
+    with contextlib.closing(sync), opened(fns, backend_id) as envs:
+        sync.reset(seed=0)
+        envs.reset(seed=0)
+        for mask, error in bad_masks:
+            with pytest.raises(error):
+                sync.reset(options={"reset_mask": mask})
+            with pytest.raises(error):
+                envs.reset(options={"reset_mask": mask})
+        with pytest.raises(ValueError):
+            envs.reset(seed=[1, 2, 3])  # one seed per env, as SyncVectorEnv
+        # still usable, and a valid mask resets only the masked env
+        envs.step(np.zeros(2, dtype=np.int64))
+        obs, _ = envs.reset(options={"reset_mask": np.array([False, True])})
+        assert obs.ravel().tolist() == [1, 1]  # CounterEnv counts steps across resets
+        assert envs.get_attr("resets") == (1, 2)
+
+
+@pytest.mark.parametrize("backend_id", LOCKSTEP)
+def test_metadata_render_mode_and_render_match_sync_vector_env(backend_id):
+    fns = [functools.partial(ShapeEnv, render_mode="rgb_array")] * 2
+    sync = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    with (
+        contextlib.closing(sync),
+        opened(fns, backend_id, autoreset_mode=AutoresetMode.SAME_STEP) as envs,
+    ):
+        assert envs.metadata == sync.metadata
+        assert envs.render_mode == sync.render_mode == "rgb_array"
+        assert envs.unwrapped is envs
+        assert envs.autoreset_mode is AutoresetMode.SAME_STEP
+        sync.reset(seed=0)
+        envs.reset(seed=0)
+        assert_same(envs.render(), sync.render(), "render")
+        assert isinstance(envs.render(), tuple)
+        assert_same(envs.call("render"), envs.render(), "call('render')")
+
+
+@pytest.mark.parametrize("backend_id", ["serial", "shm-fork", "async"])
+def test_bad_actions_fail_in_the_caller_naming_env_and_space(backend_id):
+    """The check happens before any env steps: no env saw the bad batch."""
+    with opened(counter_fns(3), backend_id) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=r"env 2 .*Discrete\(2\)"):
+            envs.step(np.array([0, 1, 2]))
+        with pytest.raises(ValueError, match=r"Discrete\(2\)"):
+            envs.step(np.array([0.0, 1.0, 1.0]))  # floats for a Discrete space
+        with pytest.raises(ValueError, match=r"Discrete\(2\).*shape"):
+            envs.step(np.zeros((3, 1), dtype=np.int64))
+        assert envs.get_attr("steps") == (0, 0, 0)
+        obs, *_ = envs.step(np.array([1, 0, 1], dtype=np.int32))  # another integer dtype
+        assert sorted(obs.ravel().tolist()) == [1, 1, 1]

@@ -8,9 +8,9 @@ import functools
 
 import numpy as np
 import pytest
+from toy_envs import tagged_counter
 
 import vecaccel
-from tests.async_envs import counter
 
 NUM_ENVS = 4
 INLINE = 2  # envs 0 and 1 in this process, 2 and 3 in one worker
@@ -18,7 +18,7 @@ INLINE = 2  # envs 0 and 1 in this process, 2 and 3 in one worker
 
 def _make(context: str = "fork", faults: dict[int, dict] | None = None):
     faults = faults or {}
-    fns = [functools.partial(counter, tag, **faults.get(tag, {})) for tag in range(NUM_ENVS)]
+    fns = [functools.partial(tagged_counter, tag, **faults.get(tag, {})) for tag in range(NUM_ENVS)]
     return vecaccel.make_vec(
         fns, backend="hybrid", inline_envs=INLINE, num_workers=1, context=context
     )
@@ -139,7 +139,7 @@ def test_spinning_workers_step_fail_and_close_cleanly(context, leak_check):
     import signal
     import time
 
-    from helpers_envs import process_gone, wait_until, worker_pid
+    from helpers import process_gone, wait_until, worker_pid
 
     options = dict(num_workers=2, context=context, autoreset_mode="SameStep")
     spinning = vecaccel.make_vec("CartPole-v1", 4, backend="shm", worker_spin_us=500_000, **options)

@@ -1,4 +1,5 @@
-"""Interruption (issue 7, section 3): SIGINT or SIGTERM to the parent leaves nothing behind.
+"""Interruption: SIGINT or SIGTERM to the parent leaves nothing behind, and a caught
+``KeyboardInterrupt`` in a step or call leaves the env usable or closable.
 
 A child process makes a vector env and either steps it in a loop or blocks in ``step_wait``
 on envs that hang; the test signals it and checks that every process it started is gone (workers,
@@ -9,6 +10,7 @@ else).
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -20,14 +22,15 @@ import time
 
 import numpy as np
 import pytest
-from fault_envs import LeakBaseline, env_pid, fault_env_fns, leaked_shm
-from helpers_envs import process_gone, shm_entries, wait_until
+from helpers import LeakBaseline, leaked_shm, process_gone, shm_entries, wait_until
+from toy_envs import counter_fns, env_pid, fault_env_fns
 
 import vecaccel
 
 #: Bounds for things that must happen "at once"; generous, as the machine is shared. They catch
 #: hangs and orphans (a worker stuck in a 300 s step), not slowness.
 START_TIMEOUT = 120.0
+
 EXIT_TIMEOUT = 30.0
 
 CHILD_SCRIPT = textwrap.dedent(
@@ -39,7 +42,8 @@ CHILD_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import numpy as np
     import vecaccel
-    from fault_envs import env_pid, fault_env_fns, leaked_shm
+    from toy_envs import env_pid, fault_env_fns
+    from helpers import leaked_shm
 
     def make(backend, context):
         options = {"device": "cpu"} if backend == "action_server" else {}
@@ -320,3 +324,214 @@ def test_workers_started_from_a_thread_outlive_the_thread(no_leaks):
         envs.step(np.zeros(2, dtype=np.int64))
     finally:
         envs.close()
+
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+#: Generous bound for "returns at once": it catches hangs, not slowness.
+LONG_PROMPT = 10.0
+
+
+#: How long a child interpreter may run before the test calls it stuck.
+CHILD_TIMEOUT = 90.0
+
+NUM_ENVS = 4  # two workers: envs [0, 1] and [2, 3]
+
+OPTIONS = {
+    "shm": {},
+    "async": {"batch_size": NUM_ENVS},
+    "action_server": {"device": "cpu"},
+}
+
+
+def make_backend(backend: str, env_fns, context: str = "fork", **options):
+    return vecaccel.make_vec(
+        env_fns,
+        backend=backend,
+        num_workers=2,
+        context=context,
+        **{**OPTIONS.get(backend, {}), **options},
+    )
+
+
+def zeros(envs, n: int = NUM_ENVS):
+    actions = np.zeros(n, dtype=np.int64)
+    if getattr(envs, "device", None) is not None:  # action_server takes torch tensors
+        import torch
+
+        return torch.as_tensor(actions)
+    return actions
+
+
+def as_numpy(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def close_promptly(envs) -> None:
+    started = time.monotonic()
+    envs.close()
+    envs.close()
+    assert envs.closed
+    assert time.monotonic() - started < LONG_PROMPT
+
+
+def run_child(script: str, *args: str) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh interpreter (tests dir first on its path); a hang fails."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", script, TESTS_DIR, *args],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired as exc:  # workers follow their parent out
+        raise AssertionError(f"the child hung: {exc.stdout!r} {exc.stderr!r}") from None
+
+
+def last_json(completed: subprocess.CompletedProcess) -> dict:
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result (rc {completed.returncode}): {completed.stderr}"
+    return json.loads(lines[-1])
+
+
+INTERRUPTED_CALL_SCRIPT = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    import vecaccel
+    from toy_envs import fault_env_fns
+
+    def nap(env, seconds):
+        time.sleep(seconds)
+        return "napped"
+
+    def slow_env_id(env, seconds):
+        time.sleep(seconds)
+        return env.unwrapped.env_id
+
+    def attempt(fn):
+        try:
+            return list(fn())
+        except Exception as exc:
+            return {"type": type(exc).__name__, "message": str(exc)}
+
+    def main():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C
+        envs = vecaccel.make_vec(fault_env_fns(4), backend=sys.argv[2], num_workers=2,
+                                 context="fork", **({"batch_size": 4} if sys.argv[2] == "async"
+                                                   else {}))
+        envs.reset(seed=0, options={})
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            envs.call_indices(nap, [3], 0.8)
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        time.sleep(1.0)  # the interrupted call has finished in its worker by now
+        first = attempt(lambda: envs.call_indices(slow_env_id, [3], 0.3))
+        second = attempt(lambda: envs.call_indices(slow_env_id, [2, 3], 0.3))
+        envs.close()
+        print(json.dumps({"interrupted": interrupted, "first": first, "second": second}))
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["shm", "async"])
+def test_call_after_an_interrupted_call_gets_its_own_result(backend):
+    """Ctrl-C during ``call`` (then carrying on, as in a notebook): the interrupted call's late
+    reply must never be returned as the result of a later call. Either the later calls return
+    their own results, or they raise a clear error (``WorkerError``/``RuntimeError``)."""
+    result = last_json(run_child(INTERRUPTED_CALL_SCRIPT, backend))
+    assert result["interrupted"]
+    for key, expected in (("first", [3]), ("second", [2, 3])):
+        outcome = result[key]
+        if isinstance(outcome, dict):
+            assert outcome["type"] in ("WorkerError", "RuntimeError"), (key, outcome)
+        else:
+            assert outcome == expected, (key, result)
+
+
+INTERRUPTED_STEP_SCRIPT = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    import vecaccel
+    from toy_envs import env_pid, fault_env_fns
+    from helpers import process_gone, wait_until
+
+    def main():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C
+        backend, context = sys.argv[2], sys.argv[3]
+        options = {"device": "cpu"} if backend == "action_server" else {"batch_size": 4}
+        envs = vecaccel.make_vec(fault_env_fns(4, hang_seconds=300.0), backend=backend,
+                                 num_workers=2, context=context, **options)
+        envs.reset(seed=0, options={})
+        pids = sorted(set(envs.call(env_pid)))
+        actions = np.zeros(4, dtype=np.int64)
+        if backend == "action_server":
+            import torch
+            actions = torch.as_tensor(actions)
+        envs.set_attr("inject", "hang")  # every env sleeps 300 s in its next step
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            envs.step(actions)
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        envs.close()
+        gone = wait_until(lambda: all(process_gone(pid) for pid in pids), 10.0)
+        print(json.dumps({"interrupted": interrupted, "gone": gone, "closed": envs.closed}))
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+@pytest.mark.parametrize("backend, context", [("async", "fork"), ("action_server", "spawn")])
+def test_keyboard_interrupt_during_a_step_then_close(backend, context):
+    shm_before = shm_entries()
+    completed = run_child(INTERRUPTED_STEP_SCRIPT, backend, context)
+    result = last_json(completed)
+    assert result == {"interrupted": True, "gone": True, "closed": True}, completed.stderr
+    assert completed.returncode == 0
+    assert "Traceback" not in completed.stderr, completed.stderr
+    assert leaked_shm(shm_before) == set()
+
+
+@pytest.mark.parametrize("then", ["step", "step_wait", "get_attr"])
+def test_keyboard_interrupt_in_a_step_then_going_on(then, leak_check):
+    """Ctrl-C while ``step`` waits for the workers (caught, as in a notebook): the step in flight
+    is never returned by a later ``step``; ``step_wait`` can still take it; nothing hangs."""
+    fns = counter_fns(NUM_ENVS, {3: {"sleep_step": 2, "sleep_seconds": 0.5}})
+    envs = make_backend("shm", fns)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        envs.reset(seed=0)
+        envs.step(zeros(envs))
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(zeros(envs))  # env 3 sleeps through its second step
+        if then == "step":  # the interrupted step is finished and dropped: this is step 3
+            obs, *_ = envs.step(zeros(envs))
+            assert as_numpy(obs)[:, 0].tolist() == [3, 3, 3, 3]
+        elif then == "step_wait":  # it is still the step in flight
+            obs, *_ = envs.step_wait()
+            assert as_numpy(obs)[:, 0].tolist() == [2, 2, 2, 2]
+        else:
+            assert envs.get_attr("steps") == (2, 2, 2, 2)
+            obs, *_ = envs.step(zeros(envs))
+            assert as_numpy(obs)[:, 0].tolist() == [3, 3, 3, 3]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        close_promptly(envs)

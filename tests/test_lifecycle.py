@@ -1,27 +1,40 @@
 """Creating and closing process backends leaves nothing behind: fds, /dev/shm, children.
 
-(``benchmarks/lifecycle.py`` runs the same check over 1,000 cycles.)
+(``benchmarks/lifecycle.py`` runs the same check over 1,000 cycles.) Risky cases (``os.fork()``
+in a child) run in a child interpreter with a timeout, so a hang fails the test and does not
+stall the suite.
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
-from helpers_envs import (
-    WideSpacesEnv,
+import torch
+from helpers import (
     child_pids,
-    counter_fns,
+    leaked_shm,
     open_fds,
     process_gone,
     shm_entries,
     wait_until,
     worker_pid,
 )
+from toy_envs import WideSpacesEnv, counter_fns
 
 import vecaccel
+from vecaccel.worker import process as worker_process
+
+torch.set_num_threads(1)
 
 PROMPT = 5.0
 
@@ -157,3 +170,272 @@ def test_startup_larger_than_the_socket_buffer(context, leak_check):
         assert not [t for t in threading.enumerate() if t.name == "vecaccel-startup"]
     finally:
         envs.close()
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _startup_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "vecaccel-startup"]
+
+
+def test_worker_dying_mid_startup_raises_and_leaves_no_thread_or_fd(monkeypatch, leak_check):
+    """A worker that dies half-way through reading its (large) startup message: the pool
+    raises WorkerError at once, and the writer thread and its duplicate socket are gone."""
+    warm = vecaccel.make_vec([WideSpacesEnv] * 2, backend="shm", num_workers=2, context="fork")
+    warm.close()  # multiprocessing's own lazily made fds exist from here on
+    before = _fds()
+
+    def dying(fd):
+        os.read(fd, 1000)
+        os._exit(3)
+
+    monkeypatch.setattr(worker_process, "read_startup", dying)  # inherited by forked workers
+    for _ in range(2):
+        with pytest.raises(vecaccel.WorkerError, match="exited with code 3"):
+            vecaccel.make_vec(
+                [WideSpacesEnv] * 2, backend="shm", num_workers=2, context="fork",
+                start_timeout=60,
+            )  # fmt: skip
+    monkeypatch.undo()
+    for thread in _startup_threads():
+        thread.join(5.0)
+    assert not _startup_threads()
+    assert _fds() <= before
+
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+#: Generous bound for "returns at once": it catches hangs, not slowness.
+LONG_PROMPT = 10.0
+
+
+#: How long a child interpreter may run before the test calls it stuck.
+CHILD_TIMEOUT = 90.0
+
+NUM_ENVS = 4  # two workers: envs [0, 1] and [2, 3]
+
+OPTIONS = {
+    "shm": {},
+    "async": {"batch_size": NUM_ENVS},
+    "action_server": {"device": "cpu"},
+}
+
+
+def make_backend(backend: str, env_fns, context: str = "fork", **options):
+    return vecaccel.make_vec(
+        env_fns,
+        backend=backend,
+        num_workers=2,
+        context=context,
+        **{**OPTIONS.get(backend, {}), **options},
+    )
+
+
+def zeros(envs, n: int = NUM_ENVS):
+    actions = np.zeros(n, dtype=np.int64)
+    if getattr(envs, "device", None) is not None:  # action_server takes torch tensors
+        import torch
+
+        return torch.as_tensor(actions)
+    return actions
+
+
+def close_promptly(envs) -> None:
+    started = time.monotonic()
+    envs.close()
+    envs.close()
+    assert envs.closed
+    assert time.monotonic() - started < LONG_PROMPT
+
+
+def run_child(script: str, *args: str) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh interpreter (tests dir first on its path); a hang fails."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", script, TESTS_DIR, *args],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired as exc:  # workers follow their parent out
+        raise AssertionError(f"the child hung: {exc.stdout!r} {exc.stderr!r}") from None
+
+
+def last_json(completed: subprocess.CompletedProcess) -> dict:
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result (rc {completed.returncode}): {completed.stderr}"
+    return json.loads(lines[-1])
+
+
+FORK_CHILD_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, sys.argv[1])
+    import numpy as np
+    import vecaccel
+    from toy_envs import counter_fns
+    from helpers import process_gone, wait_until, worker_pid
+
+    def main():
+        context, backend = sys.argv[2], sys.argv[3]
+        options = {"batch_size": 4} if backend == "async" else {}
+        envs = vecaccel.make_vec(counter_fns(4), backend=backend, num_workers=2,
+                                 context=context, **options)
+        envs.reset(seed=0)
+        pids = sorted(set(envs.call(worker_pid)))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = os.fork()
+        if child == 0:
+            sys.exit(0)  # a plain exit: atexit handlers and finalizers run in the child
+        _, status = os.waitpid(child, 0)
+        wait_until(lambda: any(process_gone(pid) for pid in pids), 0.5)
+        alive = [pid for pid in pids if not process_gone(pid)]
+        try:
+            obs = envs.step(np.zeros(4, dtype=np.int64))[0]
+            step = np.asarray(obs)[:, 0].tolist()
+        except Exception as exc:
+            step = f"{type(exc).__name__}: {exc}"
+        envs.close()
+        print(json.dumps({"status": status, "workers": pids, "alive": alive, "step": step}))
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "context, backend",
+    [("fork", "shm"), ("spawn", "shm"), ("forkserver", "shm"), ("fork", "async")],
+)
+def test_forked_child_exit_leaves_the_parents_workers_alone(context, backend):
+    """A user process that calls ``os.fork()`` after making a vector env: the child's normal
+    exit must not end the parent's workers (nor print a traceback); the parent steps on."""
+    completed = run_child(FORK_CHILD_SCRIPT, context, backend)
+    result = last_json(completed)
+    assert result["status"] == 0
+    assert result["alive"] == result["workers"], result
+    assert result["step"] == [1, 1, 1, 1], result
+    assert "Traceback" not in completed.stderr, completed.stderr
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return True  # no torch: no action_server either; skip
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(_cuda_available(), reason="needs a machine without CUDA")
+def test_failed_action_server_construction_stops_its_workers_at_once(leak_check):
+    """``action_server`` starts its workers, then fails (``device="cuda"`` without a GPU):
+    the workers must be stopped before the error is raised, not when the error (whose
+    traceback holds the half-built env) is garbage collected."""
+    before = child_pids()
+    info = None
+    try:
+        with pytest.raises(RuntimeError) as info:
+            vecaccel.make_vec(
+                "CartPole-v1", 2, backend="action_server", device="cuda", num_workers=2
+            )
+        assert info.value.__traceback__ is not None  # the error is still held, as in a notebook
+        left = lambda: child_pids() - before  # noqa: E731
+        assert wait_until(lambda: not left(), 3.0), f"workers still running: {sorted(left())}"
+    finally:
+        info = None  # drop the error (and the half-built env its traceback holds)
+        gc.collect()
+
+
+@pytest.mark.parametrize(
+    "backend, context", [("async", "fork"), ("action_server", "fork"), ("shm", "forkserver")]
+)
+def test_env_constructor_error_in_a_worker_names_the_env(backend, context, leak_check):
+    with pytest.raises(vecaccel.WorkerError) as info:
+        make_backend(backend, counter_fns(NUM_ENVS, {2: {"fault_init": True}}), context=context)
+    assert info.value.env_indices == (2,)
+    assert "boom in init" in str(info.value) and "boom in init" in info.value.remote_traceback
+
+
+@pytest.mark.parametrize(
+    "backend, context",
+    [("shm", "fork"), ("shm", "spawn"), ("async", "fork"), ("action_server", "fork")],
+)
+def test_close_with_a_step_in_flight(backend, context, leak_check):
+    """``step_async`` (or ``send``) and then ``close()`` without waiting, while an env sleeps
+    30 s in that step: close returns at once and leaves nothing behind."""
+    envs = make_backend(
+        backend, counter_fns(NUM_ENVS, {3: {"sleep_step": 1, "sleep_seconds": 30.0}})
+    )
+    envs.reset(seed=0)
+    envs.step_async(zeros(envs))
+    pids = [w.process.pid for w in envs.pool.workers]
+    close_promptly(envs)
+    assert all(process_gone(pid) for pid in pids)
+
+
+def test_async_partial_batches_then_close(leak_check):
+    envs = make_backend("async", counter_fns(NUM_ENVS), batch_size=2)
+    envs.reset(seed=0)
+    envs.step(np.zeros(2, dtype=np.int64))
+    envs.send(np.zeros(2, dtype=np.int64), envs._last_ids)  # two envs stepping, none received
+    close_promptly(envs)
+
+
+def _abandon(backend, context, in_flight):
+    envs = make_backend(backend, counter_fns(NUM_ENVS), context=context)
+    envs.reset(seed=0)
+    pids = [w.process.pid for w in envs.pool.workers]
+    if in_flight:
+        envs.step_async(zeros(envs))
+    return pids  # no close()
+
+
+@pytest.mark.parametrize(
+    "backend, context, in_flight",
+    [
+        ("async", "fork", True),
+        ("action_server", "fork", False),
+        ("shm", "spawn", True),
+        ("shm", "forkserver", False),
+    ],
+)
+def test_garbage_collection_without_close_cleans_up(backend, context, in_flight, leak_check):
+    pids = _abandon(backend, context, in_flight)
+    gc.collect()
+    assert wait_until(lambda: all(process_gone(pid) for pid in pids), LONG_PROMPT)
+
+
+@pytest.mark.parametrize("backend", ["async", "action_server"])
+def test_create_close_cycles_with_failures_leave_no_trace(backend):
+    def cycle(kind: str) -> None:
+        if kind == "init":
+            with pytest.raises(vecaccel.WorkerError):
+                make_backend(backend, counter_fns(NUM_ENVS, {3: {"fault_init": True}}))
+            return
+        envs = make_backend(backend, counter_fns(NUM_ENVS))
+        envs.reset(seed=0)
+        if kind == "kill":
+            os.kill(envs.pool.workers[1].process.pid, signal.SIGKILL)
+            with pytest.raises(vecaccel.WorkerError):
+                for _ in range(100):
+                    envs.step(zeros(envs))
+        else:
+            envs.step(zeros(envs))
+        envs.close()
+
+    for kind in ("ok", "init", "kill"):  # warm-up: allocator arenas, lazy imports
+        cycle(kind)
+    gc.collect()
+    fds, shm, children = open_fds(), shm_entries(), child_pids()
+    for _ in range(3):
+        for kind in ("ok", "init", "kill"):
+            cycle(kind)
+    gc.collect()
+    assert wait_until(lambda: child_pids() == children, LONG_PROMPT), child_pids() - children
+    assert leaked_shm(shm) == set()
+    assert len(open_fds()) == len(fds), (sorted(open_fds() - fds), sorted(fds - open_fds()))

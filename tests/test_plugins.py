@@ -1,9 +1,13 @@
 """The plugin system: built-in backends as plugins, run-time plugins, the block-list, errors, and
-the example third-party package installed for real and found through its entry point."""
+the example third-party package installed for real and found through its entry point.
+"""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -15,20 +19,16 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from helpers_envs import broken_plugin_site
+import torch
+from helpers import broken_plugin_site
+from toy_envs import FailingEnv, SlowEnv
 
 import vecaccel
 from vecaccel.manager import DEFAULT_PLUGINS, DISABLE_ENV_VAR, _reset_plugin_manager
 
+torch.set_num_threads(1)
+
 EXAMPLE_PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "vecaccel-example-plugin"
-
-
-@pytest.fixture
-def fresh_plugin_manager() -> Iterator[None]:
-    """Build the plugin manager anew for the test, and again for whatever runs next."""
-    _reset_plugin_manager()
-    yield
-    _reset_plugin_manager()
 
 
 def _serial_backend():
@@ -303,21 +303,6 @@ def example_module(monkeypatch: pytest.MonkeyPatch):
     return threads
 
 
-class _FailingEnv(gym.Wrapper):
-    def step(self, action):
-        if self.get_wrapper_attr("fail_now"):
-            raise ValueError("boom")
-        return super().step(action)
-
-
-class _SlowEnv(gym.Wrapper):
-    def step(self, action):
-        import time
-
-        time.sleep(0.3)
-        return super().step(action)
-
-
 def _cartpole(wrapper=None):
     def make() -> gym.Env:
         env = gym.make("CartPole-v1")
@@ -330,7 +315,7 @@ def _cartpole(wrapper=None):
 
 
 def test_example_backend_reports_env_errors(example_module) -> None:
-    envs = example_module.ThreadVecEnv([_cartpole(), _cartpole(_FailingEnv)], num_threads=2)
+    envs = example_module.ThreadVecEnv([_cartpole(), _cartpole(FailingEnv)], num_threads=2)
     try:
         envs.reset(seed=0)
         envs.set_attr("fail_now", [False, True])
@@ -349,7 +334,7 @@ def test_example_backend_reports_env_errors(example_module) -> None:
 
 
 def test_example_backend_step_wait_timeout_is_never_stale(example_module) -> None:
-    envs = example_module.ThreadVecEnv([_cartpole(_SlowEnv)] * 2, num_threads=2)
+    envs = example_module.ThreadVecEnv([_cartpole(SlowEnv)] * 2, num_threads=2)
     try:
         envs.reset(seed=0)
         envs.step_async(np.array([1, 1]))
@@ -382,3 +367,248 @@ def test_plugin_failing_at_import_is_left_out_with_a_warning(tmp_path: Path) -> 
         "plugin 'broken' (dist broken-plugin) failed to import: RuntimeError: boom at import; "
         f"set {DISABLE_ENV_VAR}=broken to skip it"
     ) in done.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# plugin manager
+
+
+class NoArgumentPlugin:
+    """A valid pluggy plugin: a hookimpl may take any subset of the spec's arguments."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @vecaccel.hookimpl
+    def vecaccel_register_backends(self) -> None:
+        self.calls += 1
+
+
+def test_register_backends_hookimpl_taking_no_arguments_is_called_as_pluggy_calls_it(
+    fresh_plugin_manager: None,
+):
+    pm = vecaccel.get_plugin_manager()
+    plugin = NoArgumentPlugin()
+    assert pm.register(plugin, name="toy-no-arguments") == "toy-no-arguments"
+    pm.hook.vecaccel_register_backends(registry=vecaccel.BackendRegistry())  # pluggy: fine
+    assert plugin.calls == 1
+    try:
+        # vecaccel called impl.function(registry=registry): TypeError
+        backends = vecaccel.list_backends()
+    finally:
+        pm.unregister(plugin)
+    assert "serial" in backends and plugin.calls == 2
+
+
+class FailingFactoryPlugin:
+    @staticmethod
+    def factory(env_fns, **options):
+        raise LookupError(f"cannot build {len(env_fns)} envs with {sorted(options)}")
+
+    @vecaccel.hookimpl
+    def vecaccel_register_backends(self, registry) -> None:
+        registry.add("toy-failing", self.factory, "always fails")
+
+
+def test_a_failing_backend_factory_reaches_the_caller_and_leaves_the_others_usable(
+    fresh_plugin_manager: None,
+):
+    pm = vecaccel.get_plugin_manager()
+    plugin = FailingFactoryPlugin()
+    pm.register(plugin, name="toy-failing-plugin")
+    try:
+        assert vecaccel.list_backends()["toy-failing"]["plugin"] == "toy-failing-plugin"
+        with pytest.raises(LookupError, match=r"cannot build 2 envs with \['autoreset_mode'"):
+            vecaccel.make_vec("CartPole-v1", 2, backend="toy-failing")
+        with pytest.raises(ValueError, match="toy-failing") as info:
+            vecaccel.make_vec("CartPole-v1", 2, backend="toy-missing")
+        assert "serial" in str(info.value)
+        with vecaccel.make_vec("CartPole-v1", 2, backend="serial") as envs:
+            assert envs.reset(seed=0)[0].shape == (2, 4)
+    finally:
+        pm.unregister(plugin)
+    assert "toy-failing" not in vecaccel.list_backends()
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(argv: list[str], cwd: Path, extra_env: dict[str, str] | None = None, timeout=120):
+    env = dict(os.environ)
+    extra = dict(extra_env or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), extra.pop("PYTHONPATH", "")]))
+    env.update(extra)
+    return subprocess.run(
+        [sys.executable, "-m", "vecaccel", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# plugins that collide or fail at import
+
+
+class ClaimsShm:
+    @vecaccel.hookimpl
+    def vecaccel_register_backends(self, registry):
+        registry.add("shm", lambda env_fns, **options: None, "a third-party shm")
+
+
+def test_duplicate_backend_error_blames_the_plugin_that_came_second(fresh_plugin_manager):
+    """A third-party plugin registered after the built-ins that reuses the name 'shm': the
+    error's note names the newcomer, not the built-in ``vecaccel.plugins.shm``, although the
+    hook implementations are collected newest first (``reversed(get_hookimpls())``)."""
+    pm = vecaccel.get_plugin_manager()
+    pm.register(ClaimsShm(), name="toy-claims-shm")
+    with pytest.raises(ValueError, match="'shm' is registered twice") as info:
+        vecaccel.list_backends()
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "in plugin 'toy-claims-shm'" in notes, (
+        f"expected the note to name the newcomer 'toy-claims-shm', got {notes!r} "
+        f"(message: {info.value})"
+    )
+
+
+def _broken_plugin_dir(root: Path) -> Path:
+    return broken_plugin_site(root, "toy-broken", "toy-broken", "toy_broken_mod")
+
+
+def test_plugin_failing_at_import_is_reported_clearly(tmp_path):
+    """An installed package whose ``vecaccel`` entry point raises at import does not take the
+    library down with a raw traceback: ``vecaccel backends`` lists the built-ins (the broken
+    plugin skipped with a warning), or fails with one error line naming the entry point and
+    VECACCEL_DISABLE_PLUGINS."""
+    site = _broken_plugin_dir(tmp_path)
+    done = run_cli(["backends"], tmp_path, {"PYTHONPATH": str(site)})
+    listed_builtins = done.returncode == 0 and "serial" in done.stdout
+    clear_error = (
+        done.returncode != 0
+        and "Traceback" not in done.stderr
+        and "toy-broken" in done.stderr
+        and DISABLE_ENV_VAR in done.stderr
+    )
+    assert listed_builtins or clear_error, (
+        "expected the built-ins listed (the broken plugin skipped with a warning) or one error "
+        "line naming entry point 'toy-broken' and VECACCEL_DISABLE_PLUGINS; got exit "
+        f"{done.returncode}, stderr tail: {done.stderr[-400:]!r}"
+    )
+
+
+def test_disable_env_var_skips_a_plugin_that_fails_at_import(tmp_path):
+    """Naming the entry point in VECACCEL_DISABLE_PLUGINS is the way out."""
+    site = _broken_plugin_dir(tmp_path)
+    done = run_cli(
+        ["backends", "--json"],
+        tmp_path,
+        {"PYTHONPATH": str(site), DISABLE_ENV_VAR: "toy-broken"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert {"serial", "shm"} <= set(json.loads(done.stdout))
+
+
+# ---------------------------------------------------------------------------------------------
+# backends build on the core's public names only: whatever a built-in needs from the core, a
+# third-party backend may need too (no leading underscore, listed in the module's __all__)
+
+
+BUILTIN_PLUGINS = sorted((REPO / "plugins").glob("*.py"))
+EXAMPLE_PLUGIN_MODULES = sorted((EXAMPLE_PLUGIN / "vecaccel_example_plugin").glob("*.py"))
+
+
+def _core_imports(path: Path) -> list[tuple[str, str]]:
+    """``(module, name)`` for every name the file imports from the ``vecaccel`` package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            root = node.module.split(".")[0]
+            if root == "vecaccel":
+                found.extend((node.module, alias.name) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "vecaccel":
+                    found.append((alias.name, ""))
+    return found
+
+
+def _private_uses(path: Path) -> list[str]:
+    problems = []
+    for module, name in _core_imports(path):
+        if any(part.startswith("_") for part in module.split(".")):
+            problems.append(f"{module} (a private module)")
+        if not name:
+            continue
+        if name.startswith("_"):
+            problems.append(f"{module}.{name} (a private name)")
+            continue
+        public = getattr(importlib.import_module(module), "__all__", None)
+        if public is not None and name not in public:
+            problems.append(f"{module}.{name} (not in {module}.__all__)")
+    return problems
+
+
+def test_the_files_are_found():
+    names = {path.stem for path in BUILTIN_PLUGINS}
+    assert {"serial", "shm", "asynchronous", "action_server", "envs"} <= names
+    assert {"__init__", "threads"} <= {path.stem for path in EXAMPLE_PLUGIN_MODULES}
+
+
+@pytest.mark.parametrize("path", BUILTIN_PLUGINS, ids=lambda path: path.name)
+def test_builtin_plugins_import_only_public_core_names(path):
+    assert _private_uses(path) == []
+
+
+@pytest.mark.parametrize("path", EXAMPLE_PLUGIN_MODULES, ids=lambda path: path.name)
+def test_example_plugin_imports_only_public_core_names(path):
+    assert _private_uses(path) == []
+
+
+def test_the_check_catches_a_private_import(tmp_path):
+    bad = tmp_path / "bad_plugin.py"
+    bad.write_text(
+        "from vecaccel.vector import VecEnv, _ResetMaskOnly\n"
+        "from vecaccel.spaces import _align\n"
+        "from vecaccel.worker import usable_cpus\n"
+        "from vecaccel.make import EnvFactory, _env_fns\n"
+    )
+    assert _private_uses(bad) == [
+        "vecaccel.vector._ResetMaskOnly (a private name)",
+        "vecaccel.spaces._align (a private name)",
+        "vecaccel.make._env_fns (a private name)",
+    ]
+
+
+def test_every_builtin_backend_lives_in_one_module_with_its_hookimpl():
+    """Each backend name is registered by the module that defines its vector env class."""
+    from vecaccel.manager import get_backend
+
+    expected = {
+        "serial": ("vecaccel.plugins.serial", "SerialVecEnv"),
+        "shm": ("vecaccel.plugins.shm", "ShmVecEnv"),
+        "hybrid": ("vecaccel.plugins.shm", "ShmVecEnv"),
+        "async": ("vecaccel.plugins.asynchronous", "AsyncVecEnv"),
+        "action_server": ("vecaccel.plugins.action_server", "ActionServerVecEnv"),
+    }
+    backends = vecaccel.list_backends()
+    for name, (module, class_name) in expected.items():
+        assert backends[name]["plugin"] == module
+        assert get_backend(name).factory.__module__ == module
+        assert hasattr(importlib.import_module(module), class_name)
+
+
+def test_import_vecaccel_loads_no_backend_and_no_torch():
+    """``import vecaccel`` stays light; building the plugin manager (as every spawned worker
+    does) imports the built-in backends but still not torch."""
+    code = (
+        "import sys, vecaccel\n"
+        "loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith('vecaccel.plugins.'))\n"
+        "assert not loaded, loaded\n"
+        "vecaccel.list_backends()\n"
+        "assert 'vecaccel.plugins.action_server' in sys.modules\n"
+        "assert 'torch' not in sys.modules, 'the plugin manager imported torch'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

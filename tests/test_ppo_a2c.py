@@ -1,36 +1,38 @@
-"""A2C and PPO: smoke runs on every backend, GAE against a plain loop, learning, exact resume."""
+"""A2C and PPO: smoke runs on every backend, the update against CleanRL, SB3 and hand
+computations, learning, exact resume, save/load/predict.
+"""
 
 from __future__ import annotations
 
+import copy
 import csv
-import dataclasses
+import math
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from toy_envs import (
+    BOUNDED_ACTIONS_SEEN,
+    BoundedActionEnv,
+    BoundedMatrixActionEnv,
+    MatrixActionEnv,
+    NanRewardEnv,
+    ShiftedActions,
+    WideBoxEnv,
+)
 
 import vecaccel
+import vecaccel.trainers.common as common
+from vecaccel.sampler import SampleBatch
 from vecaccel.trainers import A2C, PPO
-from vecaccel.trainers.a2c import A2CConfig
-from vecaccel.trainers.common import (
-    CheckpointError,
-    EpisodicLifeEnv,
-    RunLogger,
-    compute_gae,
-    config_help,
-    load_checkpoint,
-    lr_scale,
-    make_env_for_training,
-    save_checkpoint,
-)
-from vecaccel.trainers.ppo import PPOConfig
+from vecaccel.trainers.common import compute_gae, load_checkpoint, lr_scale
+from vecaccel.trainers.optim import FlatAdam
 
 torch.set_num_threads(1)
 
 ALGORITHMS = [PPO, A2C]
+
 TINY = dict(num_envs=2, num_steps=8, num_workers=2, seed=0, torch_threads=1)
 
 
@@ -110,75 +112,6 @@ def test_atari_cnn_smoke():
     assert state is None and np.asarray(actions).shape == ()
 
 
-# -- GAE --------------------------------------------------------------------------------------
-
-
-def reference_gae(rewards, values, next_value, terminated, truncated, finals, gamma, lam):
-    """Forward definition: A_t = sum_l (gamma*lam)^l delta_{t+l}, up to the episode's end."""
-    T, B = rewards.shape
-    advantages = np.zeros((T, B))
-    for b in range(B):
-        deltas = []
-        for t in range(T):
-            if terminated[t, b]:
-                bootstrap = 0.0
-            elif truncated[t, b]:
-                bootstrap = finals[(t, b)]
-            else:
-                bootstrap = values[t + 1, b] if t + 1 < T else next_value[b]
-            deltas.append(rewards[t, b] + gamma * bootstrap - values[t, b])
-        for t in range(T):
-            total, weight = 0.0, 1.0
-            for k in range(t, T):
-                total += weight * deltas[k]
-                if terminated[k, b] or truncated[k, b]:
-                    break
-                weight *= gamma * lam
-            advantages[t, b] = total
-    return advantages
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    T=st.integers(1, 7),
-    B=st.integers(1, 3),
-    gamma=st.floats(0.5, 1.0),
-    lam=st.floats(0.0, 1.0),
-    data=st.data(),
-)
-def test_gae_matches_reference_loop(T, B, gamma, lam, data):
-    floats = st.floats(-10, 10, allow_nan=False, width=32)
-    rewards = np.array(data.draw(st.lists(floats, min_size=T * B, max_size=T * B))).reshape(T, B)
-    values = np.array(data.draw(st.lists(floats, min_size=T * B, max_size=T * B))).reshape(T, B)
-    next_value = np.array(data.draw(st.lists(floats, min_size=B, max_size=B)))
-    flags = st.lists(st.sampled_from([0, 0, 0, 1, 2, 3]), min_size=T * B, max_size=T * B)
-    kinds = np.array(data.draw(flags)).reshape(T, B)  # 1 terminated, 2 truncated, 3 both
-    terminated = (kinds == 1) | (kinds == 3)
-    truncated = (kinds == 2) | (kinds == 3)
-    final_index = [
-        (t, b) for t in range(T) for b in range(B) if truncated[t, b] and not terminated[t, b]
-    ]
-    final_values = np.array(
-        data.draw(st.lists(floats, min_size=len(final_index), max_size=len(final_index)))
-    )
-    finals = dict(zip(final_index, final_values))
-
-    advantages, returns = compute_gae(
-        torch.tensor(rewards, dtype=torch.float64),
-        torch.tensor(values, dtype=torch.float64),
-        torch.tensor(next_value, dtype=torch.float64),
-        torch.tensor(terminated),
-        torch.tensor(truncated),
-        torch.tensor(final_values, dtype=torch.float64),
-        torch.tensor(final_index, dtype=torch.int64).reshape(-1, 2),
-        gamma,
-        lam,
-    )
-    expected = reference_gae(rewards, values, next_value, terminated, truncated, finals, gamma, lam)
-    np.testing.assert_allclose(advantages.numpy(), expected, rtol=1e-4, atol=1e-3)
-    np.testing.assert_allclose(returns.numpy(), expected + values, rtol=1e-4, atol=1e-3)
-
-
 # -- the same algorithm as SB3 -------------------------------------------------------------------
 
 
@@ -189,9 +122,9 @@ def short_cartpole() -> gym.Env:
 def sb3_parameter_pairs(model, policy):
     """``(SB3 parameter, the same parameter of vecaccel's ActorCritic)`` for the MLP policy."""
     twins = (policy.mlp_extractor.policy_net, policy.mlp_extractor.value_net)
-    for copy, net in enumerate(twins):  # the TwinMLP's copy 0 is the actor, 1 the critic
+    for twin, net in enumerate(twins):  # the TwinMLP's copy 0 is the actor, 1 the critic
         for layer, index in enumerate((0, 2)):  # Linear, Tanh, Linear, Tanh
-            weight, bias = model.encoder.weights[layer][copy], model.encoder.biases[layer][copy]
+            weight, bias = model.encoder.weights[layer][twin], model.encoder.biases[layer][twin]
             yield net[index].weight, weight.T
             yield net[index].bias, bias[0]
     for theirs_layer, our_layer in (
@@ -467,63 +400,7 @@ def test_save_load_predict(algo, tmp_path):
     assert loaded.config == agent.config
 
 
-def test_load_refuses_another_algorithm(tmp_path):
-    agent = A2C("CartPole-v1", backend="serial", num_envs=2, num_steps=4)
-    agent.save(tmp_path / "a2c.pt")
-    agent.close()
-    with pytest.raises(CheckpointError, match="a2c"):
-        PPO.load(tmp_path / "a2c.pt")
-
-
-def test_corrupt_checkpoints_raise_clear_errors(tmp_path):
-    path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, {"weights": torch.arange(1000.0), "step": 3})
-    assert load_checkpoint(path)["step"] == 3
-    data = path.read_bytes()
-
-    path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="truncated"):
-        load_checkpoint(path)
-
-    flipped = bytearray(data)
-    flipped[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(flipped))
-    with pytest.raises(CheckpointError, match="corrupt"):
-        load_checkpoint(path)
-
-    path.write_bytes(b"")
-    with pytest.raises(CheckpointError):
-        load_checkpoint(path)
-
-    path.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(CheckpointError):
-        load_checkpoint(path)
-
-    torch.save([1, 2, 3], path)  # a plain torch file that is not a dict
-    with pytest.raises(CheckpointError, match="not a dict"):
-        load_checkpoint(path)
-
-    with pytest.raises(FileNotFoundError):
-        load_checkpoint(tmp_path / "missing.pt")
-    assert issubclass(CheckpointError, ValueError)
-
-
-def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
-    path = tmp_path / "ckpt.pt"
-    save_checkpoint(path, {"version": 1})
-
-    def failing_replace(src, dst):
-        raise OSError("disk full")
-
-    monkeypatch.setattr("os.replace", failing_replace)
-    with pytest.raises(OSError):
-        save_checkpoint(path, {"version": 2})
-    monkeypatch.undo()
-    assert load_checkpoint(path)["version"] == 1
-    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary file left
-
-
-# -- learning-rate scaling, configs, logging, Atari set-up ---------------------------------------
+# -- learning-rate scaling ---------------------------------------------------------------------
 
 
 def test_lr_scale_modes():
@@ -555,146 +432,13 @@ def test_lr_scaling_is_applied_and_logged():
     assert row["charts/learning_rate"] == pytest.approx(4e-4)
 
 
-@pytest.mark.parametrize("config_cls", [PPOConfig, A2CConfig])
-def test_every_config_field_is_documented(config_cls):
-    docs = config_help(config_cls)
-    missing = [f.name for f in dataclasses.fields(config_cls) if not docs.get(f.name)]
-    assert not missing
-
-
-def test_run_logger_files_and_resume(tmp_path):
-    logger = RunLogger(tmp_path, 300, progress=False)
-    for step in (100, 200, 300):
-        logger.log(step, {"charts/episodic_return": step / 10, "losses/value_loss": 1.0})
-    assert logger.close() == tmp_path / "learning_curve.png"
-    assert (tmp_path / "learning_curve.png").stat().st_size > 0
-    assert any((tmp_path / "tb").iterdir())
-
-    resumed = RunLogger(tmp_path, 400, use_tensorboard=False, progress=False, resume_step=200)
-    resumed.log(300, {"charts/SPS": 5.0})  # a new column rewrites the header
-    resumed.close()
-    rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
-    assert [int(r["step"]) for r in rows] == [100, 200, 300]
-    assert rows[-1]["charts/SPS"] == "5.0" and rows[-1]["charts/episodic_return"] == ""
-
-
-def test_atari_setup_uses_gymnasium_wrappers():
-    pytest.importorskip("ale_py")
-    envs = make_env_for_training("BreakoutNoFrameskip-v4", 1, backend="serial", seed=0)
-    try:
-        obs, _ = envs.reset(seed=0)
-        assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
-        env = envs.envs[0]
-        names = []
-        while hasattr(env, "env"):
-            names.append(type(env).__name__)
-            env = env.env
-        for wrapper in ("FrameStackObservation", "ClipReward", "EpisodicLifeEnv",
-                        "AtariPreprocessing", "RecordEpisodeStatistics"):  # fmt: skip
-            assert wrapper in names
-    finally:
-        envs.close()
-    evaluation = make_env_for_training(
-        "BreakoutNoFrameskip-v4", 1, backend="serial", training=False
-    )
-    try:
-        env = evaluation.envs[0]
-        wrappers = set()
-        while hasattr(env, "env"):
-            wrappers.add(type(env).__name__)
-            env = env.env
-        assert not wrappers & {"ClipReward", "EpisodicLifeEnv"}
-    finally:
-        evaluation.close()
-
-
-def test_life_loss_ends_the_episode_but_not_the_game():
-    pytest.importorskip("ale_py")
-    from vecaccel.manager import register_envs
-
-    register_envs()
-    env = EpisodicLifeEnv(
-        gym.wrappers.AtariPreprocessing(gym.make("BreakoutNoFrameskip-v4"), noop_max=0)
-    )
-    env.reset(seed=0)
-    lives = env.unwrapped.ale.lives()
-    for _ in range(2000):
-        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-        if terminated:
-            break
-    assert terminated and not env.game_over
-    assert env.unwrapped.ale.lives() == lives - 1
-    env.reset()
-    assert env.unwrapped.ale.lives() == lives - 1  # the same game goes on
-    env.close()
-
-
-# -- config values, multi-axis Box actions, non-finite losses ----------------------------------
-
-
-@pytest.mark.parametrize(
-    "config_cls, field, value",
-    [
-        (PPOConfig, "ent_coef", -0.01),
-        (PPOConfig, "vf_coef", -0.5),
-        (PPOConfig, "adam_eps", 0.0),
-        (A2CConfig, "rms_eps", -1e-5),
-        (A2CConfig, "rms_alpha", 0.0),
-        (PPOConfig, "max_grad_norm", 0.0),
-        (PPOConfig, "max_grad_norm", float("nan")),
-        (PPOConfig, "learning_rate", float("inf")),
-        (PPOConfig, "learning_rate", "3e-4"),
-        (PPOConfig, "checkpoint_every", -1),
-        (A2CConfig, "log_every", 0),
-        (A2CConfig, "torch_threads", -2),
-    ],
-)
-def test_more_bad_config_values_name_the_field(config_cls, field, value):
-    with pytest.raises(ValueError, match=field):
-        config_cls(**{field: value})
-
-
-@pytest.mark.parametrize(
-    "config_cls, values",
-    [
-        (PPOConfig, dict(target_kl=0.0, clip_coef=0.0, ent_coef=0.0, vf_coef=0.0)),
-        (PPOConfig, dict(max_grad_norm=float("inf"), checkpoint_every=0, torch_threads=0)),
-        (PPOConfig, dict(bf16="auto", target_kl=None)),
-        (A2CConfig, dict(rms_alpha=0.5, checkpoint_every=0, bf16="on")),
-    ],
-)
-def test_documented_special_values_stay_valid(config_cls, values):
-    config_cls(**values)
-
-
-def test_empty_hidden_sizes_name_the_field():
-    with pytest.raises(ValueError, match="hidden_sizes"):
-        PPO(None, hidden_sizes=(), backend="serial", torch_threads=1)
-
-
-class _MatrixActionEnv(gym.Env):
-    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    action_space = gym.spaces.Box(
-        np.array([[-1, -2], [-3, -4]], np.float32), np.array([[1, 2], [3, 4]], np.float32)
-    )
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(3, np.float32), {}
-
-    def step(self, action):
-        assert self.action_space.contains(np.asarray(action, np.float32)), action
-        self.t += 1
-        reward = -float(np.abs(action).sum())
-        return np.full(3, 0.1 * self.t, np.float32), reward, False, self.t >= 5, {}
-
-
 @pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda c: c.__name__)
 def test_multi_axis_box_actions_batch_clip_save_load_predict(algo, tmp_path):
     """Box(2, 2) actions: [T, B, 2, 2] in the batch, clipped per element to low/high (which
     differ by element) before the env, and predict, save and load keep the shape."""
-    envs = vecaccel.make_vec([_MatrixActionEnv] * 3, backend="serial", autoreset_mode="SameStep")
+    envs = vecaccel.make_vec(
+        [BoundedMatrixActionEnv] * 3, backend="serial", autoreset_mode="SameStep"
+    )
     try:
         agent = algo(envs, num_envs=3, num_steps=4, torch_threads=1, seed=0)
         with torch.no_grad():
@@ -714,7 +458,7 @@ def test_multi_axis_box_actions_batch_clip_save_load_predict(algo, tmp_path):
         one, _ = agent.predict(np.zeros(3, np.float32), deterministic=True)
         several, _ = agent.predict(np.zeros((5, 3), np.float32))
         assert one.shape == (2, 2) and several.shape == (5, 2, 2)
-        space = _MatrixActionEnv.action_space
+        space = BoundedMatrixActionEnv.action_space
         assert ((several >= space.low) & (several <= space.high)).all()
         loaded = algo.load(agent.save(tmp_path / "agent.pt"))
         np.testing.assert_array_equal(
@@ -724,31 +468,11 @@ def test_multi_axis_box_actions_batch_clip_save_load_predict(algo, tmp_path):
         envs.close()
 
 
-class _NanRewardEnv(gym.Env):
-    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def __init__(self, nan_at: int = 20) -> None:
-        self.nan_at = nan_at
-        self.steps = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(2, np.float32), {}
-
-    def step(self, action):
-        self.t += 1
-        self.steps += 1
-        reward = float("nan") if self.steps == self.nan_at else 1.0
-        return np.zeros(2, np.float32), reward, False, self.t >= 10, {}
-
-
 @pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda c: c.__name__)
 def test_nan_loss_stops_before_the_step_and_writes_no_checkpoint(algo, tmp_path):
     """A NaN reward in the third rollout: the error names the update and the step, the
     parameters are those of the last good step (finite), and no checkpoint is written after it."""
-    envs = vecaccel.make_vec([_NanRewardEnv] * 2, backend="serial", autoreset_mode="SameStep")
+    envs = vecaccel.make_vec([NanRewardEnv] * 2, backend="serial", autoreset_mode="SameStep")
     agent = algo(envs, run_dir=tmp_path, tensorboard=False, num_envs=2, num_steps=8,
                  torch_threads=1, seed=0, checkpoint_every=1)  # fmt: skip
     before: list[torch.Tensor] = []
@@ -767,3 +491,412 @@ def test_nan_loss_stops_before_the_step_and_writes_no_checkpoint(algo, tmp_path)
         assert load_checkpoint(checkpoint)["update_index"] == 2, "update 1's, not after the error"
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize("algorithm", ["PPO", "A2C"])
+def test_on_policy_discrete_action_space_with_offset_start(algorithm) -> None:
+    """PPO and A2C act in ``start..start+n-1``, in learn() and in predict(), so an env whose
+    actions are 1..n steps (their losses index the categorical head with 0..n-1)."""
+    from vecaccel.trainers.a2c import A2C
+    from vecaccel.trainers.ppo import PPO
+
+    cls = {"PPO": PPO, "A2C": A2C}[algorithm]
+    envs = vecaccel.make_vec(
+        [lambda: ShiftedActions(gym.make("CartPole-v1"))] * 2,
+        backend="serial",
+        autoreset_mode=vecaccel.AutoresetMode.SAME_STEP,
+    )
+    try:
+        agent = cls(envs, num_envs=2, num_steps=16, seed=0, torch_threads=1, tensorboard=False)
+        sent: list[int] = []
+        step = envs.step
+        envs.step = lambda actions: (sent.extend(np.asarray(actions).tolist()), step(actions))[1]
+        agent.learn(64)
+        assert sent and set(sent) <= {1, 2}
+        for deterministic in (False, True):
+            actions, _ = agent.predict(np.zeros((8, 4), np.float32), deterministic=deterministic)
+            assert set(actions.tolist()) <= {1, 2}
+    finally:
+        envs.close()
+
+
+OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+
+
+# -- PPO with several minibatches against a CleanRL-style reference ------------------------------
+
+
+def _reference_gae(rewards, values, next_value, terminated, truncated, finals, gamma, lam):
+    T, B = rewards.shape
+    adv = torch.zeros(T, B, dtype=torch.float64)
+    for b in range(B):
+        last = 0.0
+        for t in reversed(range(T)):
+            if terminated[t, b]:
+                nv = 0.0
+            elif truncated[t, b]:
+                nv = finals[(t, b)]
+            else:
+                nv = values[t + 1, b] if t + 1 < T else next_value[b]
+            delta = rewards[t, b] + gamma * nv - values[t, b]
+            done = bool(terminated[t, b] or truncated[t, b])
+            last = delta + (0.0 if done else gamma * lam * last)
+            adv[t, b] = last
+    return adv
+
+
+def _synthetic_batch(agent, T=6, B=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(T, B, 3, generator=g)
+    actions = torch.randint(0, 2, (T, B), generator=g)
+    with torch.no_grad():
+        logp, _, value = agent.model.evaluate(obs.reshape(-1, 3), actions.reshape(-1))
+    # behaviour policy and values differ from the current ones, so clipping bites
+    old_logp = (logp + 0.3 * torch.randn(T * B, generator=g)).reshape(T, B)
+    old_value = (value + 0.5 * torch.randn(T * B, generator=g)).reshape(T, B)
+    terminated = torch.zeros(T, B, dtype=torch.bool)
+    truncated = torch.zeros(T, B, dtype=torch.bool)
+    terminated[2, 0] = terminated[4, 3] = True
+    truncated[1, 1] = truncated[5, 2] = True
+    final_index = torch.tensor([[1, 1], [5, 2]])
+    final_obs = torch.randn(2, 3, generator=g)
+    return SampleBatch(
+        obs=obs,
+        actions=actions,
+        rewards=torch.randn(T, B, generator=g),
+        terminated=terminated,
+        truncated=truncated,
+        valid=torch.ones(T, B, dtype=torch.bool),
+        extras={"log_prob": old_logp, "value": old_value},
+        next_obs=torch.randn(B, 3, generator=g),
+        final_obs=final_obs,
+        final_index=final_index,
+    )
+
+
+@pytest.mark.parametrize("target_kl", [None, 0.0], ids=["no-kl-stop", "kl-stop"])
+def test_ppo_minibatch_update_matches_cleanrl_reference(target_kl, monkeypatch):
+    """3 epochs x 4 minibatches of 6 from a 24-sample batch with terminations and
+    truncations: per-minibatch advantage normalisation, clipped surrogate, clipped value loss
+    (MSE, SB3's scale), entropy bonus, global grad-norm clip, Adam(eps=1e-5), each sample once
+    per epoch, CleanRL's target_kl break after the epoch. Same minibatch permutations."""
+    cfg = dict(gamma=0.97, gae_lambda=0.9, update_epochs=3, num_minibatches=4, clip_coef=0.2,
+               clip_vloss=True, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+               learning_rate=3e-3, target_kl=target_kl)  # fmt: skip
+    agent = PPO(None, env_id="CartPole-v1", observation_space=OBS,
+                action_space=gym.spaces.Discrete(2), backend="serial", num_envs=4, num_steps=6,
+                torch_threads=1, seed=0, **cfg)  # fmt: skip
+    assert isinstance(agent.optimizer, FlatAdam)
+    ref = copy.deepcopy(agent.model)
+    batch = _synthetic_batch(agent)
+
+    perms: list[torch.Tensor] = []
+    randperm = torch.randperm
+
+    def recording_randperm(*args, **kwargs):
+        perm = randperm(*args, **kwargs)
+        perms.append(perm.clone())
+        return perm
+
+    monkeypatch.setattr(torch, "randperm", recording_randperm)
+    agent.update(batch, progress_remaining=1.0)
+    monkeypatch.undo()
+
+    # -- the reference, written from CleanRL's ppo.py --
+    T, B = 6, 4
+    n, mbs = T * B, 6
+    for perm in perms:
+        assert sorted(perm.tolist()) == list(range(n)), "each sample once per epoch"
+    with torch.no_grad():
+        finals_v = ref.value(batch.final_obs).double()
+        next_v = ref.value(batch.next_obs).double()
+    finals = {(1, 1): float(finals_v[0]), (5, 2): float(finals_v[1])}
+    values = batch.extras["value"].double()
+    adv = _reference_gae(batch.rewards.double(), values, next_v, batch.terminated,
+                         batch.truncated, finals, cfg["gamma"], cfg["gae_lambda"])  # fmt: skip
+    b_adv = adv.reshape(-1).float()
+    b_ret = (adv + values).reshape(-1).float()
+    b_obs, b_act = batch.obs.reshape(-1, 3), batch.actions.reshape(-1)
+    b_logp, b_val = batch.extras["log_prob"].reshape(-1), batch.extras["value"].reshape(-1)
+    opt = torch.optim.Adam(ref.parameters(), lr=cfg["learning_rate"], eps=1e-5)
+    clip = cfg["clip_coef"]
+    steps = 0
+    for epoch in range(cfg["update_epochs"]):
+        perm = perms[epoch]
+        for start in range(0, n, mbs):
+            mb = perm[start : start + mbs]
+            newlogp, entropy, newv = ref.evaluate(b_obs[mb], b_act[mb])
+            logratio = newlogp - b_logp[mb]
+            ratio = logratio.exp()
+            approx_kl = ((ratio - 1) - logratio).mean()
+            a = b_adv[mb]
+            a = (a - a.mean()) / (a.std() + 1e-8)
+            pg = torch.max(-a * ratio, -a * ratio.clamp(1 - clip, 1 + clip)).mean()
+            v_unclipped = (newv - b_ret[mb]) ** 2
+            v_clipped = b_val[mb] + (newv - b_val[mb]).clamp(-clip, clip)
+            v = torch.max(v_unclipped, (v_clipped - b_ret[mb]) ** 2).mean()
+            loss = pg - cfg["ent_coef"] * entropy.mean() + cfg["vf_coef"] * v
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), cfg["max_grad_norm"])
+            opt.step()
+            steps += 1
+        if target_kl is not None and approx_kl > target_kl:
+            break
+
+    assert agent.optimizer.steps == steps, (
+        f"expected {steps} optimizer steps (CleanRL's loop), vecaccel took {agent.optimizer.steps}"
+    )
+    for ours, theirs in zip(agent.model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=2e-6)
+
+
+# -- learning-rate annealing and A2C's single RMSprop step ---------------------------------------
+
+
+@pytest.mark.parametrize("algo", [PPO, A2C], ids=["ppo", "a2c"])
+def test_lr_anneals_linearly_per_update_as_cleanrl_and_a2c_steps_once(algo):
+    """CleanRL: lr_i = lr * (1 - i / num_iterations), i = 0..N-1, set before the rollout."""
+    seen = []
+    agent = algo("CartPole-v1", backend="serial", num_envs=2, num_steps=4, torch_threads=1,
+                 seed=0, learning_rate=1e-3, anneal_lr=True,
+                 **({"update_epochs": 1, "num_minibatches": 1} if algo is PPO else {}))  # fmt: skip
+    try:
+        agent.learn(
+            40,  # 5 updates of 8
+            callback=lambda a, m: seen.append(
+                (m["charts/learning_rate"], a.optimizer.param_groups[0]["lr"], a.optimizer.steps)
+            ),
+        )
+    finally:
+        agent.close()
+    expected = [1e-3 * (1 - i / 5) for i in range(5)]
+    assert [s[0] for s in seen] == pytest.approx(expected)
+    assert [s[1] for s in seen] == pytest.approx(expected)
+    assert [s[2] for s in seen] == [1, 2, 3, 4, 5], "one optimizer step per rollout"
+    if algo is A2C:
+        group = agent.optimizer.param_groups[0]
+        assert (group["alpha"], group["eps"]) == (0.99, 1e-5)  # SB3's A2C RMSprop
+
+
+def test_box_batch_keeps_unclipped_actions_with_their_gaussian_log_prob():
+    """The stored action is the raw sample (outside [-0.5, 0.5] here) and the stored log-prob
+    is log N(a; mu, sigma) of that raw sample, by hand from the network's mean and log_std."""
+    envs = vecaccel.make_vec([WideBoxEnv] * 2, backend="serial", autoreset_mode="SameStep")
+    agent = PPO(envs, num_envs=2, num_steps=8, torch_threads=1, seed=0)
+    try:
+        with torch.no_grad():
+            agent.model.log_std.fill_(0.5)
+        batch = agent.sampler.collect()
+        actions = batch.actions.reshape(-1, 2)
+        assert (actions.abs() > 0.5).any(), "the test needs samples outside the bounds"
+        with torch.no_grad():
+            mean = agent.model.actor_head(agent.model._features(batch.obs.reshape(-1, 3))[0])
+        var = math.exp(0.5) ** 2
+        by_hand = (-((actions - mean) ** 2) / (2 * var) - 0.5 - 0.5 * math.log(2 * math.pi)).sum(-1)
+        torch.testing.assert_close(batch.extras["log_prob"].reshape(-1), by_hand, rtol=1e-5,
+                                   atol=1e-5)  # fmt: skip
+    finally:
+        envs.close()
+
+
+def test_multi_axis_box_actions_have_the_space_shape():
+    """SB3 reshapes the Gaussian's flat sample to ``action_space.shape``; vecaccel's
+    ActorCritic returns ``[N, prod(shape)]`` and never reshapes, so the sampler's clip to
+    ``low``/``high`` (shape (2, 2)) and ``predict`` fail to broadcast."""
+    envs = vecaccel.make_vec([MatrixActionEnv] * 2, backend="serial", autoreset_mode="SameStep")
+    try:
+        agent = PPO(envs, num_envs=2, num_steps=4, update_epochs=1, torch_threads=1, seed=0)
+        try:
+            action, _ = agent.predict(np.zeros(3, np.float32), deterministic=True)
+        except ValueError as exc:
+            pytest.fail(f"predict on a Box(2, 2) action space should give a (2, 2) action, "
+                        f"raised ValueError: {exc}")  # fmt: skip
+        assert np.shape(action) == (2, 2), f"expected a (2, 2) action, got {np.shape(action)}"
+        try:
+            agent.learn(8)
+        except ValueError as exc:
+            pytest.fail(f"PPO on a Box(2, 2) action space should train, raised: {exc}")
+    finally:
+        envs.close()
+
+
+# -- unsupported action spaces must not leak the env ---------------------------------------------
+
+
+def test_refused_action_space_closes_the_env_it_built(monkeypatch):
+    """A MultiDiscrete action space is refused (TypeError) after the trainer has built its
+    envs (worker processes for shm); the observation-space refusal closes them, this one
+    does not."""
+    closed: list[bool] = []
+    make = common.make_env_for_training
+
+    def make_and_spy(*args, **kwargs):
+        env = make(*args, **kwargs)
+        env.single_action_space = gym.spaces.MultiDiscrete([2, 3])
+        close = env.close
+
+        def spy_close(*a, **k):
+            closed.append(True)
+            return close(*a, **k)
+
+        env.close = spy_close
+        return env
+
+    monkeypatch.setattr(common, "make_env_for_training", make_and_spy)
+    with pytest.raises(TypeError, match="MultiDiscrete"):
+        PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=4, torch_threads=1)
+    assert closed, "the trainer raised for its action space but left the envs it built open"
+
+
+# -- the atari preset against CleanRL's ppo_atari.py -----------------------------------------------
+
+
+def test_atari_preset_loss_is_cleanrl_ppo_atari_loss(monkeypatch):
+    """PRESETS["atari"] is documented as "the standard Atari PPO (baselines, CleanRL
+    ppo_atari.py)". Both write ``v_loss = 0.5 * mean(max(...))`` and ``vf_coef=0.5``, so the
+    value term weighs 0.25 x MSE. vecaccel's value loss is the plain MSE (SB3's convention), so
+    the preset's ``vf_coef`` is 0.25: with 0.5 it would put twice CleanRL's weight on the value
+    term of a shared torso (and reach the 0.5 grad-norm clip sooner).
+
+    The reference below is CleanRL's loss with CleanRL's own ``vf_coef=0.5``, not the preset's
+    (which would ask for 0.125 x MSE: half CleanRL's weight)."""
+    from vecaccel.trainers.ppo import PRESETS
+
+    preset = PRESETS["atari"]
+    settings = {k: preset[k] for k in ("clip_coef", "ent_coef", "vf_coef", "learning_rate")}
+    agent = PPO(None, env_id="CartPole-v1", observation_space=OBS,
+                action_space=gym.spaces.Discrete(2), backend="serial", num_envs=4, num_steps=6,
+                update_epochs=1, num_minibatches=1, torch_threads=1, seed=0,
+                **settings)  # fmt: skip
+    batch = _synthetic_batch(agent)
+    ref = copy.deepcopy(agent.model)
+    losses = []
+    monkeypatch.setattr(
+        agent, "backward_step", lambda loss, clip: losses.append(float(loss.detach()))
+    )
+    agent.update(batch, progress_remaining=1.0)
+
+    with torch.no_grad():
+        next_v = ref.value(batch.next_obs)
+        finals = ref.value(batch.final_obs)
+        adv, ret = compute_gae(batch.rewards, batch.extras["value"], next_v, batch.terminated,
+                               batch.truncated, finals, batch.final_index, 0.99, 0.95)  # fmt: skip
+        newlogp, entropy, newv = ref.evaluate(batch.obs.reshape(-1, 3), batch.actions.reshape(-1))
+        a, ret = adv.reshape(-1), ret.reshape(-1)
+        a = (a - a.mean()) / (a.std() + 1e-8)
+        old_v = batch.extras["value"].reshape(-1)
+        ratio = (newlogp - batch.extras["log_prob"].reshape(-1)).exp()
+        c = settings["clip_coef"]
+        pg = torch.max(-a * ratio, -a * ratio.clamp(1 - c, 1 + c)).mean()
+        v_clipped = old_v + (newv - old_v).clamp(-c, c)
+        v_loss = 0.5 * torch.max((newv - ret) ** 2, (v_clipped - ret) ** 2).mean()  # CleanRL
+        cleanrl_vf_coef = 0.5  # ppo_atari.py's default
+        cleanrl = pg - settings["ent_coef"] * entropy.mean() + cleanrl_vf_coef * v_loss
+    assert losses[0] == pytest.approx(float(cleanrl), rel=1e-5), (
+        f"the atari preset's loss should be CleanRL ppo_atari's ({float(cleanrl):.6f}); got "
+        f"{losses[0]:.6f}, whose value term is {settings['vf_coef']} x MSE instead of "
+        f"{cleanrl_vf_coef} x 0.5 x MSE"
+    )
+
+
+CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
+
+PENDULUM_OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+
+PENDULUM_ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+
+# -- continuous actions -----------------------------------------------------------------------
+
+
+def _pendulum_agent(mean: float, log_std: float) -> PPO:
+    agent = PPO(None, env_id="Pendulum-v1", observation_space=PENDULUM_OBS,
+                action_space=PENDULUM_ACT, backend="serial", torch_threads=1)  # fmt: skip
+    with torch.no_grad():
+        agent.model.actor_head.weight.zero_()
+        agent.model.actor_head.bias.fill_(mean)
+        agent.model.log_std.fill_(log_std)
+    return agent
+
+
+def test_predict_clips_box_actions_to_the_action_space():
+    """SB3's ``predict`` clips Box actions to the action space; vecaccel's returns the raw
+    Gaussian mean (here 10 for Pendulum's [-2, 2]) and raw samples."""
+    agent = _pendulum_agent(mean=10.0, log_std=2.0)
+    obs = np.zeros((64, 3), dtype=np.float32)
+    for deterministic in (True, False):
+        actions, _ = agent.predict(obs, deterministic=deterministic)
+        assert actions.shape == (64, 1)
+        assert np.all(actions >= -2.0) and np.all(actions <= 2.0), (deterministic, actions.max())
+
+
+def test_sampled_box_actions_reach_the_env_clipped_to_its_bounds():
+    """CleanRL (``ClipAction``) and SB3 (``np.clip`` before ``env.step``) hand the env actions
+    within its Box, while the buffer keeps the unclipped sample for the log-probability.
+    vecaccel does the same: with std e^1 most raw Gaussian samples are outside [-1, 1], and an
+    env that does not clip (or charges a control cost on the action) must not see them."""
+    BOUNDED_ACTIONS_SEEN.clear()
+    envs = vecaccel.make_vec([BoundedActionEnv] * 2, backend="serial", autoreset_mode="SameStep")
+    agent = PPO(envs, backend="serial", num_envs=2, num_steps=8, update_epochs=1,
+                torch_threads=1, seed=0)  # fmt: skip
+    with torch.no_grad():
+        agent.model.log_std.fill_(1.0)
+    try:
+        agent.learn(16)
+    finally:
+        envs.close()
+    seen = np.concatenate(BOUNDED_ACTIONS_SEEN)
+    assert len(seen) == 16
+    assert np.all(seen >= -1.0) and np.all(seen <= 1.0), seen.max()
+
+
+# -- PPO: clipped surrogate and clipped value loss (hand-computed) ----------------------------
+
+
+def test_ppo_clipped_surrogate_and_value_loss_by_hand():
+    """One epoch, one minibatch, every step terminal (so returns = rewards): the policy and
+    value losses equal CleanRL's formulas evaluated on the same numbers."""
+    clip = 0.2
+    agent = PPO(None, env_id="CartPole-v1", observation_space=CARTPOLE_OBS,
+                action_space=gym.spaces.Discrete(2), update_epochs=1, num_minibatches=1,
+                clip_coef=clip, clip_vloss=True, ent_coef=0.0, torch_threads=1,
+                backend="serial", seed=0)  # fmt: skip
+    B = 6
+    generator = torch.Generator().manual_seed(0)
+    obs = torch.randn(1, B, 4, generator=generator)
+    actions = torch.tensor([[0, 1, 0, 1, 1, 0]])
+    with torch.no_grad():
+        new_logprob, _, new_value = agent.model.evaluate(obs[0], actions[0])
+    # behaviour log-probs: ratios e^0.5, e^-0.5, 1, e^0.1, e^-0.3, e^0.25
+    shifts = torch.tensor([-0.5, 0.5, 0.0, -0.1, 0.3, -0.25])
+    old_logprob = (new_logprob - shifts)[None]
+    # old values: some far from the current ones, so the value clip bites
+    old_value = (new_value + torch.tensor([1.0, -1.0, 0.05, 0.0, 0.5, -0.3]))[None]
+    rewards = torch.tensor([[1.0, -2.0, 0.5, 3.0, 0.0, -1.0]])
+    batch = SampleBatch(
+        obs=obs,
+        actions=actions,
+        rewards=rewards,
+        terminated=torch.ones(1, B, dtype=torch.bool),
+        truncated=torch.zeros(1, B, dtype=torch.bool),
+        valid=torch.ones(1, B, dtype=torch.bool),
+        extras={"log_prob": old_logprob, "value": old_value},
+        next_obs=torch.zeros(B, 4),
+        final_obs=torch.zeros(0, 4),
+        final_index=torch.zeros(0, 2, dtype=torch.int64),
+    )
+    metrics = agent.update(batch, progress_remaining=1.0)
+
+    returns = rewards[0].double()
+    advantages = returns - old_value[0].double()
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    ratio = shifts.double().exp()
+    pg = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
+    v_new, v_old = new_value.double(), old_value[0].double()
+    v_clipped = v_old + (v_new - v_old).clamp(-clip, clip)
+    v_loss = torch.max((v_new - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    assert metrics["losses/policy_loss"] == pytest.approx(float(pg), rel=1e-5, abs=1e-6)
+    assert metrics["losses/value_loss"] == pytest.approx(float(v_loss), rel=1e-5)
+    clipped = ((ratio - 1).abs() > clip).double().mean()
+    assert metrics["losses/clipfrac"] == pytest.approx(float(clipped))

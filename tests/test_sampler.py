@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+from toy_envs import tagged_counter
 
 import vecaccel
 from vecaccel.sampler import SampleBatch, Sampler
@@ -12,9 +18,13 @@ from vecaccel.sampler import SampleBatch, Sampler
 torch.set_num_threads(1)
 
 BACKENDS = [b for b in ("serial", "shm") if b in vecaccel.list_backends()]
+
 MODES = ["SameStep", "NextStep", "Disabled"]
+
 HORIZON = 40
+
 NUM_ENVS = 4
+
 MAX_STEPS = 12  # short episodes: both truncations (time limit) and terminations happen
 
 
@@ -333,3 +343,188 @@ def test_reset_drops_running_episodes_and_reseeds():
         assert torch.equal(first, sampler.last_obs)
     finally:
         envs.close()
+
+
+def capped_cartpole(max_episode_steps: int = 6) -> gym.Env:
+    return gym.make("CartPole-v1", max_episode_steps=max_episode_steps)
+
+
+class SeededPolicy:
+    """Random actions from its own generator; extras that depend on the observation."""
+
+    def __init__(self, seed: int = 0, high: int = 2) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.high = high
+
+    def __call__(self, obs: torch.Tensor):
+        actions = torch.randint(0, self.high, (obs.shape[0],), generator=self.generator)
+        return actions, {"value": obs.float().sum(-1)}
+
+
+def observation_policy(obs: torch.Tensor):
+    """Acts on the observation alone, so the order envs are served in does not matter."""
+    return (obs[:, 2] > 0).long(), {"value": obs.sum(-1)}
+
+
+def numpy_policy(obs: torch.Tensor):
+    """A policy written with NumPy: actions and extras are arrays, not tensors."""
+    array = np.asarray(obs)
+    return (array[:, 2] > 0).astype(np.int64), {"value": array.sum(-1)}
+
+
+def assert_same_batches(expected: list[dict], got: list[dict]) -> None:
+    for index, (a, b) in enumerate(zip(expected, got, strict=True)):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), (index, key)
+
+
+# ---------------------------------------------------------------------------------------------
+# against Gymnasium's loop and wrappers, and on the async and action-server backends
+
+
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "views"])
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_sampler_matches_a_sync_vector_env_loop(mode, copy):
+    """Step by step against Gymnasium's ``SyncVectorEnv`` on the same seeds and actions: obs,
+    rewards, flags, validity, and the final observation of every truncated episode.
+
+    With ``copy=False`` (views, valid until the next step, as README documents) the Sampler
+    copies the final observation: a view would be overwritten by the next step (NEXT_STEP) or
+    by its own masked reset (DISABLED).
+    """
+    B, T, seed = 3, 14, 4
+    envs = vecaccel.make_vec(
+        [capped_cartpole] * B, backend="serial", autoreset_mode=mode, copy=copy
+    )
+    try:
+        sampler = Sampler(envs, SeededPolicy(1), horizon=T, seed=seed, episode_stats="rewards")
+        batches = [snapshot(sampler.collect()) for _ in range(2)]
+    finally:
+        envs.close()
+
+    reference = gym.vector.SyncVectorEnv([capped_cartpole] * B, autoreset_mode=AutoresetMode(mode))
+    try:
+        obs, _ = reference.reset(seed=seed)
+        pending = np.zeros(B, dtype=bool)
+        truncations = 0
+        for batch in batches:
+            finals = []
+            for t in range(T):
+                np.testing.assert_array_equal(batch["obs"][t].numpy(), obs, err_msg=f"t={t}")
+                obs, rew, term, trunc, infos = reference.step(batch["actions"][t].numpy())
+                np.testing.assert_array_equal(batch["rewards"][t].numpy(), rew.astype(np.float32))
+                np.testing.assert_array_equal(batch["terminated"][t].numpy(), term)
+                np.testing.assert_array_equal(batch["truncated"][t].numpy(), trunc)
+                valid = ~pending if mode == "NextStep" else np.ones(B, dtype=bool)
+                np.testing.assert_array_equal(batch["valid"][t].numpy(), valid)
+                for b in np.flatnonzero(trunc & ~term & valid):
+                    final = infos["final_obs"][b] if mode == "SameStep" else obs[b]
+                    finals.append(((t, int(b)), np.array(final)))
+                done = (term | trunc) & valid
+                if mode == "NextStep":
+                    pending = done
+                if mode == "Disabled" and done.any():
+                    obs, _ = reference.reset(options={"reset_mask": done})
+            np.testing.assert_array_equal(batch["next_obs"].numpy(), obs)
+            finals.sort(key=lambda item: item[0])
+            assert batch["final_index"].tolist() == [list(index) for index, _ in finals]
+            for k, (index, final) in enumerate(finals):
+                np.testing.assert_array_equal(batch["final_obs"][k].numpy(), final, str(index))
+            truncations += len(finals)
+        assert truncations >= 3
+    finally:
+        reference.close()
+
+
+@pytest.mark.parametrize("episode_stats", ["infos", "auto"])
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_sampler_episode_stats_from_gymnasiums_vector_record_episode_statistics(
+    mode, episode_stats
+):
+    """``RecordEpisodeStatistics`` as a vector wrapper (Gymnasium's for vector envs) puts
+    ``info["episode"]`` at the top level in every mode, with ``info["_episode"]`` the wrapper's
+    own ``prev_dones`` array. The Sampler finds it there in every mode (not only in
+    ``final_info`` under SAME_STEP), and under DISABLED reads the mask before its masked reset
+    clears that very array."""
+    results = {}
+    for source in ("rewards", episode_stats):
+        envs = RecordEpisodeStatistics(
+            vecaccel.make_vec(
+                [functools.partial(capped_cartpole, 12)] * 3, backend="serial", autoreset_mode=mode
+            )
+        )
+        try:
+            sampler = Sampler(envs, observation_policy, horizon=30, seed=0, episode_stats=source)
+            sampler.collect()
+            results[source] = sampler.pop_episodes()
+        finally:
+            envs.close()
+    assert len(results["rewards"].returns) >= 6
+    assert results[episode_stats] == results["rewards"]
+
+
+def test_sampler_on_async_keeps_each_env_in_its_own_column():
+    """``async`` with ``batch_size == num_envs`` (its default) returns all envs, in the order
+    they finished (``info["env_id"]``). The Sampler places rows by env id (or refuses the env),
+    so that no column mixes several envs' trajectories, as writing rows by position would."""
+    fns = [functools.partial(tagged_counter, 0, sleep_on={1: 0.2})] + [
+        functools.partial(tagged_counter, tag) for tag in range(1, 4)
+    ]
+    envs = vecaccel.make_vec(fns, backend="async", num_workers=2)
+    try:
+        try:
+            sampler = Sampler(envs, SeededPolicy(0, high=3), horizon=4, seed=0)
+        except ValueError:
+            return  # refusing an env that returns envs out of order is a correct answer
+        batch = sampler.collect()
+    finally:
+        envs.close()
+    tags = batch.obs[..., 0]  # CounterEnv observes [its tag, its step count]
+    expected = torch.arange(4, dtype=tags.dtype).expand_as(tags)
+    assert torch.equal(tags, expected), tags
+    assert torch.equal(batch.next_obs[:, 0], torch.arange(4, dtype=tags.dtype))
+
+
+def test_sampler_accepts_a_numpy_policy_on_the_alternating_action_server():
+    """NumPy actions and extras work on every backend (``_store_policy_output`` converts them),
+    the alternating action server included, whose stash must not call ``actions.clone()``."""
+    results = {}
+    for backend, options in (
+        ("serial", {}),
+        ("action_server", {"device": "cpu", "alternating": True, "num_workers": 2}),
+    ):
+        envs = vecaccel.make_vec([capped_cartpole] * 4, backend=backend, **options)
+        try:
+            sampler = Sampler(envs, numpy_policy, horizon=3, seed=2)
+            results[backend] = [snapshot(sampler.collect()) for _ in range(2)]
+        finally:
+            envs.close()
+    assert_same_batches(results["serial"], results["action_server"])
+
+
+@pytest.mark.parametrize("horizon", [1, 3])
+@pytest.mark.parametrize("mode", ["SameStep", "NextStep"])
+def test_sampler_short_horizons_on_the_alternating_action_server_equal_serial(mode, horizon):
+    """Horizon 1 and an odd horizon: the half that finishes first acts once more and that
+    action becomes its row 0 of the next batch; every batch still equals serial's."""
+    results = {}
+    for backend, options in (
+        ("serial", {}),
+        ("action_server", {"device": "cpu", "alternating": True, "num_workers": 2}),
+    ):
+        envs = vecaccel.make_vec(
+            [functools.partial(capped_cartpole, 4)] * 4,
+            backend=backend,
+            autoreset_mode=mode,
+            **options,
+        )
+        try:
+            sampler = Sampler(envs, observation_policy, horizon=horizon, seed=1)
+            batches = [snapshot(sampler.collect()) for _ in range(8 // horizon + 1)]
+            results[backend] = (batches, sampler.pop_episodes())
+        finally:
+            envs.close()
+    assert_same_batches(results["serial"][0], results["action_server"][0])
+    assert sorted(results["serial"][1].returns) == sorted(results["action_server"][1].returns)
+    assert results["serial"][1].returns  # episodes of 4 steps did end

@@ -1,4 +1,4 @@
-"""The CI cut of the soak benchmark (issue 7, section 5): every backend, about 25 s in all.
+"""The CI cut of the soak benchmark: every backend, about 25 s in all.
 
 ``benchmarks/soak.py`` runs in a child process (it owns ``SIGALRM`` for its watchdog); the test
 checks its JSON: no hang, no leaked process, ``/dev/shm`` entry or descriptor, no unexpected
@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from helpers_envs import process_gone
+from helpers import process_gone
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 #: How long the whole soak may take before the test calls it stuck (it steps for 24 s).

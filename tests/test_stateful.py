@@ -1,6 +1,6 @@
-"""Stateful fuzzing of every backend (issue 7, section 4).
+"""Stateful fuzzing of every backend.
 
-A ``hypothesis`` state machine drives one vector env of :class:`fault_envs.FaultEnv` through
+A ``hypothesis`` state machine drives one vector env of :class:`toy_envs.FaultEnv` through
 random interleavings of ``reset`` (seeded or not, masked), ``step``, ``step_async`` +
 ``step_wait(timeout)``, waiting on a step that timed out, ``call``, ``set_attr``, bad actions,
 armed faults (an exception, ``os._exit``, SIGKILL, a segfault, a slow step) and ``close``
@@ -33,9 +33,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fault_envs import HARD_FAULTS, FaultEnv, LeakBaseline, env_state, fault_env_fns, leaked_shm
 from gymnasium.vector import AutoresetMode
-from helpers_envs import child_pids, open_fds, shm_entries, wait_until
+from helpers import LeakBaseline, child_pids, leaked_shm, open_fds, shm_entries, wait_until
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -44,6 +43,7 @@ from hypothesis.stateful import (
     invariant,
     rule,
 )
+from toy_envs import HARD_FAULTS, FaultEnv, env_state, fault_env_fns
 
 import vecaccel
 from vecaccel.vector import EnvRunner
@@ -628,7 +628,7 @@ def no_leaks():
 
 
 # ---------------------------------------------------------------------------------------------
-# what the fuzzing and the soak found, pinned down (each bounded: a regression fails, not hangs)
+# single fault paths, each bounded: a failure fails the test, it does not hang it
 
 
 class deadline:  # noqa: N801 - used as a context manager
@@ -695,10 +695,10 @@ def test_reset_after_a_worker_died_during_a_timed_out_step_raises(backend, no_le
 
 @pytest.mark.parametrize("backend", ("shm", *POOLED))
 def test_reset_waits_for_every_stepping_env_before_raising(backend, no_leaks):
-    """An env error that arrived while a pooled reset drained a timed-out step was raised (and
-    swallowed) while another env still stepped: the reset took that env's step byte for its
-    reply, and the env stayed "still stepping" for good. ``shm`` raised that error from the
-    reset instead of starting the env over, unlike the pooled backends."""
+    """An env error that arrives while a reset drains a timed-out step is raised only once every
+    other env has finished its step: raising it earlier would let the reset take a stepping env's
+    step byte for its reply and leave that env "still stepping" for good. Every backend starts
+    the env over on reset, ``shm`` as the pooled backends do."""
     envs = _make(backend)
     try:
         with deadline():
@@ -727,9 +727,9 @@ def test_reset_waits_for_every_stepping_env_before_raising(backend, no_leaks):
 
 
 def test_async_stuck_env_is_killed_while_other_envs_fill_the_batches(no_leaks):
-    """step_timeout counted from the start of each wait: with batch_size < num_envs the other
-    worker's envs filled every batch, no wait ever lasted step_timeout, and the stuck worker
-    (with every env it holds) was never noticed."""
+    """step_timeout counts from the step's start, not from the start of each wait: with
+    batch_size < num_envs the other worker's envs fill every batch and no wait lasts
+    step_timeout, yet the stuck worker (with every env it holds) is killed."""
     envs = _make("async", 8, batch_size=4, on_worker_failure="restart", step_timeout=0.5)
     try:
         with deadline():
@@ -749,8 +749,9 @@ def test_async_stuck_env_is_killed_while_other_envs_fill_the_batches(no_leaks):
 
 @pytest.mark.parametrize("backend", POOLED)
 def test_replacement_worker_steps_only_the_envs_it_is_sent(backend, no_leaks):
-    """A worker that died mid-step left the step-mask bits of the envs it had not reached; its
-    replacement stepped them at its first command, and they entered the ready queue twice."""
+    """A worker that dies mid-step leaves the step-mask bits of the envs it had not reached;
+    its replacement must not step them at its first command (they would enter the ready queue
+    twice)."""
     options = {"batch_size": 4} if backend == "async" else {"alternating": True}
     envs = _make(backend, 8, on_worker_failure="restart", **options)
     try:
@@ -777,7 +778,8 @@ def test_replacement_worker_steps_only_the_envs_it_is_sent(backend, no_leaks):
 @pytest.mark.parametrize("kind, signal_name", [("kill", "SIGKILL"), ("segfault", "SIGSEGV")])
 @pytest.mark.parametrize("backend", ["shm", "async"])
 def test_restart_reason_names_the_signal(backend, kind, signal_name, no_leaks):
-    """The reason was read before the dead worker was reaped, and often said "unresponsive"."""
+    """The restart reason is read after the dead worker is reaped, so it names the signal
+    rather than "unresponsive"."""
     envs = _make(backend, on_worker_failure="restart")
     try:
         with deadline():

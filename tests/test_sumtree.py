@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vecaccel.trainers.sumtree import SumTree
+
+torch.set_num_threads(1)
 
 priorities = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)
 
@@ -136,3 +139,18 @@ def test_array_factory_is_used() -> None:
     tree.update(np.array([1]), np.array([3.0]))
     assert len(made) == 2 and made[0][1] == 3.0
     assert tree.nbytes == SumTree.estimate_nbytes(4)
+
+
+def test_sumtree_single_leaf_and_stratified_coverage() -> None:
+    tree = SumTree(1)
+    tree.update(np.array([0]), np.array([2.5]))
+    assert tree.total() == 2.5 and tree.min() == 2.5
+    assert tree.sample(5, np.random.default_rng(0)).tolist() == [0] * 5
+    tree = SumTree(7)
+    tree.update(np.arange(7), np.ones(7))
+    # stratified: one draw per equal segment, so 7 draws over 7 equal leaves hit every leaf once
+    drawn = tree.sample(7, np.random.default_rng(1), stratified=True)
+    assert sorted(drawn.tolist()) == list(range(7))
+    tree.update(np.array([3]), np.array([0.0]))
+    assert tree.min() == 1.0 and tree.total() == 6.0
+    assert 3 not in tree.sample(1000, np.random.default_rng(2)).tolist()

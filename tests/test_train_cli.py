@@ -1,4 +1,6 @@
-"""``vecaccel train`` and ``vecaccel eval``, contributed by the trainers' plugin module."""
+"""``vecaccel train`` and ``vecaccel eval``, contributed by the trainers' plugin module: flags,
+presets, resume, evaluation, and usage errors.
+"""
 
 from __future__ import annotations
 
@@ -8,28 +10,19 @@ import os
 import subprocess
 import sys
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
+from toy_envs import SHIFTED_ID
 
-import vecaccel.trainers.cli as trainers_cli
-from vecaccel import get_plugin_manager
 from vecaccel.cli import build_parser, main
+from vecaccel.trainers import DQN
+from vecaccel.trainers.common import load_checkpoint
 
 torch.set_num_threads(1)
 
-PLUGIN_NAME = "vecaccel.trainers.cli"
-
-
-@pytest.fixture(autouse=True)
-def trainers_plugin():
-    """Register the trainers' commands unless DEFAULT_PLUGINS already does."""
-    pm = get_plugin_manager()
-    registered_here = not pm.is_registered(trainers_cli)
-    if registered_here:
-        pm.register(trainers_cli, name=PLUGIN_NAME)
-    yield
-    if registered_here:
-        pm.unregister(trainers_cli)
+pytestmark = pytest.mark.usefixtures("trainers_plugin")
 
 
 def train(*argv: str) -> int:
@@ -182,3 +175,209 @@ def test_resume_without_its_replay_file_says_to_pass_no_replay(tmp_path, capsys)
     assert main([*resume, "--no-replay"]) == 0
     assert main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "8", "--no-replay"]) == 2
     assert "--no-replay only applies with --resume" in capsys.readouterr().err
+
+
+QUIET_TINY_PPO = [
+    "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
+    "--no-progress", "--no-tensorboard", "--torch-threads", "1",
+]  # fmt: skip
+
+
+def run_main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's usage errors and --help
+        return int(exc.code or 0)
+
+
+def test_resume_from_a_missing_or_corrupt_run_is_a_usage_error(tmp_path, capsys):
+    """Exit 2 with one error line for a missing dir and a garbage checkpoint."""
+    (tmp_path / "corrupt").mkdir()
+    (tmp_path / "corrupt" / "checkpoint.pt").write_bytes(b"garbage")
+    for target in ("missing", "corrupt"):
+        code = run_main(["train", "ppo", "--resume", str(tmp_path / target), "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 2 and "error: cannot resume" in err, (target, code, err)
+        assert run_main(["eval", str(tmp_path / target)]) == 2
+        capsys.readouterr()
+
+
+def test_train_nproc_must_be_positive(tmp_path, capsys):
+    """``--nproc 0`` (or -2) is a usage error rather than a silent run on one process, as every
+    other count flag (--num-envs, --total-steps, --episodes) refuses values below 1."""
+    run_dir = tmp_path / "run"
+    code = run_main(
+        ["train", "ppo", *QUIET_TINY_PPO, "--total-steps", "32", "--nproc", "0", "--run-dir",
+         str(run_dir)]
+    )  # fmt: skip
+    capsys.readouterr()
+    assert code == 2, (
+        f"expected `--nproc 0` to be a usage error (exit 2); got exit {code} and a run in "
+        f"{run_dir} (checkpoint written: {(run_dir / 'checkpoint.pt').exists()})"
+    )
+
+
+def test_dqn_and_ppo_with_discrete_start_save_load_predict_and_eval_cli(tmp_path):
+    """Discrete(2, start=3): learn, save, load with overrides reaching Adam, predict and
+    ``vecaccel eval`` all act in 3..4 (the env raises otherwise)."""
+    from vecaccel.cli import main as cli_main
+    from vecaccel.trainers.dqn import DQN
+    from vecaccel.trainers.ppo import PPO
+
+    agent = DQN(
+        SHIFTED_ID, learning_starts=32, batch_size=8, buffer_size=300, hidden_sizes=(16,),
+        progress=False, tensorboard=False, device="cpu", num_envs=2, run_dir=str(tmp_path / "dqn"),
+    )  # fmt: skip
+    try:
+        agent.learn(96)
+        path = agent.save(tmp_path / "dqn.pt")
+    finally:
+        agent.close()
+    loaded = DQN.load(path, learning_rate=1e-2, adam_eps=1e-3)
+    assert loaded.action_space == gym.spaces.Discrete(2, start=3)
+    assert [(g["lr"], g["eps"]) for g in loaded.optimizer.param_groups] == [(1e-2, 1e-3)]
+    actions, _ = loaded.predict(np.zeros((6, 4), np.float32), deterministic=False)
+    assert set(actions.tolist()) <= {3, 4}
+    assert cli_main(["eval", str(path), "--episodes", "1"]) == 0
+
+    ppo = PPO(
+        SHIFTED_ID, backend="serial", num_envs=2, num_steps=8, seed=0, torch_threads=1,
+        tensorboard=False, run_dir=str(tmp_path / "ppo"),
+    )  # fmt: skip
+    try:
+        ppo.learn(32)
+        ppo_path = ppo.save(tmp_path / "ppo.pt")
+    finally:
+        ppo.close()
+    for deterministic in (True, False):
+        actions, _ = PPO.load(ppo_path).predict(np.zeros((6, 4), np.float32), deterministic)
+        assert set(actions.tolist()) <= {3, 4}
+    assert cli_main(["eval", str(ppo_path), "--episodes", "1", "--stochastic"]) == 0
+
+
+QUIET = ["--no-progress", "--no-tensorboard"]
+
+
+def run_cli(argv: list[str]) -> int:
+    """The exit code of ``vecaccel ARGV``; an exception escaping ``main`` fails the test."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    except Exception as exc:  # noqa: BLE001 - the point is that none should escape
+        pytest.fail(f"`vecaccel {' '.join(argv)}` raised {type(exc).__name__}: {exc}")
+
+
+# -- command line: usage errors ---------------------------------------------------------------
+
+TINY_PPO_4_STEPS = [
+    "--env",
+    "CartPole-v1",
+    "--backend",
+    "serial",
+    "--num-envs",
+    "2",
+    "--num-steps",
+    "4",
+]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ppo", *TINY_PPO_4_STEPS, "--lr-scaling", "bogus", "--total-steps", "8"],
+        ["ppo", *TINY_PPO_4_STEPS, "--activation", "bogus", "--total-steps", "8"],
+        ["ppo", "--env", "CartPole-v1", "--backend", "nosuch", "--total-steps", "8"],
+        [
+            "ppo",
+            "--env",
+            "CartPole-v1",
+            "--backend",
+            "serial",
+            "--num-envs",
+            "0",
+            "--total-steps",
+            "8",
+        ],
+        ["ppo", *TINY_PPO_4_STEPS, "--num-minibatches", "0", "--total-steps", "8"],
+        ["ppo", *TINY_PPO_4_STEPS, "--total-steps", "-5"],
+        ["ppo", "--env", "NoSuchEnv-v9", "--backend", "serial", "--total-steps", "8"],
+        ["dqn", "--env", "Pendulum-v1", "--total-steps", "8"],
+        ["dqn", "--env", "CartPole-v1", "--loss", "bogus", "--total-steps", "8"],
+    ],  # fmt: skip
+    ids=[
+        "lr-scaling",
+        "activation",
+        "backend",
+        "num-envs-0",
+        "num-minibatches-0",
+        "negative-total-steps",
+        "unknown-env",
+        "dqn-on-box-actions",
+        "dqn-loss",
+    ],
+)
+def test_cli_bad_arguments_are_usage_errors(argv, tmp_path, capsys):
+    """A bad value on the command line is a usage error: exit code 2 and a one-line message on
+    stderr, not a Python traceback (exit 1) -- or, for a negative budget, a silent success."""
+    code = run_cli(["train", *argv, "--run-dir", str(tmp_path / "run"), *QUIET,
+                    "--torch-threads", "1"])  # fmt: skip
+    assert code == 2
+    assert "error" in capsys.readouterr().err.lower()
+
+
+@pytest.mark.parametrize(
+    "algo, source",
+    [("a2c", "ppo"), ("dqn", "ppo"), ("ppo", "dqn"), ("c51", "dqn")],
+    ids=["a2c-resumes-ppo", "dqn-resumes-ppo", "ppo-resumes-dqn", "c51-resumes-dqn"],
+)
+def test_cli_resume_of_another_algorithms_run_is_a_usage_error(
+    algo, source, checkpoints, tmp_path, capsys
+):
+    """``vecaccel train ALGO --resume DIR`` where DIR holds another algorithm's run must say so
+    (exit 2), not raise (CheckpointError, KeyError) or go on training the other algorithm under
+    this one's name (C51 resuming a plain DQN run trains plain DQN)."""
+    code = run_cli(["train", algo, "--resume", str(checkpoints / source), "--total-steps", "8",
+                    "--run-dir", str(tmp_path / "run"), *QUIET])  # fmt: skip
+    assert code == 2
+    assert "error" in capsys.readouterr().err.lower()
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_cli_resume_on_an_env_with_other_spaces_is_a_usage_error(
+    algo, checkpoints, tmp_path, capsys
+):
+    """``--resume DIR --env Acrobot-v1`` for a CartPole run: the network cannot act in Acrobot
+    (6 observations, 3 actions), so both families exit 2 with a message, neither ignoring
+    ``--env`` nor ending in a traceback."""
+    code = run_cli(["train", algo, "--resume", str(checkpoints / algo), "--env", "Acrobot-v1",
+                    "--total-steps", "8", "--run-dir", str(tmp_path / "run"), *QUIET])  # fmt: skip
+    assert code == 2
+    assert "error" in capsys.readouterr().err.lower()
+
+
+@pytest.mark.parametrize(
+    "extra", [["--env", "CartPole-v1"], ["--episodes", "0"]], ids=["other-env", "zero-episodes"]
+)
+def test_cli_eval_bad_arguments_are_usage_errors(extra, checkpoints, capsys):
+    """``vecaccel eval`` of a Pendulum agent with ``--env CartPole-v1`` raises an IndexError from
+    the network, and ``--episodes 0`` a ValueError from ``np.min``; both should be exit 2."""
+    code = run_cli(["eval", str(checkpoints / "pendulum"), *extra])
+    assert code == 2
+    assert "error" in capsys.readouterr().err.lower()
+
+
+def test_cli_resume_of_an_unfinished_dqn_run_finishes_its_budget(tmp_path, capsys):
+    """``--total-steps`` says: "with --resume: ... default there: the budget the run was started
+    with". The DQN family does so as PPO/A2C do: its checkpoint records the run's budget
+    (``loop["horizon"]``) and ``learn()`` finishes it."""
+    run_dir = tmp_path / "dqn"
+    agent = DQN("CartPole-v1", learning_starts=32, batch_size=8, buffer_size=300,
+                replay_ratio=1.0, run_dir=str(run_dir), progress=False, tensorboard=False,
+                torch_threads=1, device="cpu", seed=0)  # fmt: skip
+    agent.learn(160, callback=lambda a: a.global_step < 80)  # stopped half way: a checkpoint
+    agent.close()
+    assert load_checkpoint(run_dir / "checkpoint.pt")["global_step"] == 80
+    code = run_cli(["train", "dqn", "--resume", str(run_dir), *QUIET])
+    assert code == 0, capsys.readouterr().err
+    assert load_checkpoint(run_dir / "checkpoint.pt")["global_step"] == 160

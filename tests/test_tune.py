@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
+import pytest
+import torch
+from toy_envs import BrokenStepEnv
+
 from vecaccel.cli import main
 from vecaccel.tune import autotune, candidate_configs
+
+torch.set_num_threads(1)
 
 
 def test_candidates_cover_backends_workers_batches_and_alternation():
@@ -37,3 +44,84 @@ def test_autotune_refuses_an_empty_budget_or_a_negative_latency():
     for kwargs in ({"seconds": 0.0}, {"seconds": 0.1, "policy_ms": -1.0}):
         with pytest.raises(ValueError, match="seconds must be positive"):
             autotune("CartPole-v1", [2], backends=["serial"], **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# usage errors and failed configurations
+
+
+def _run_cli(argv: list[str]) -> int:
+    from vecaccel.cli import main
+
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        return int(exc.code or 0)
+
+
+def test_tune_with_no_configuration_to_try_is_an_error_not_a_crash(capsys):
+    # hybrid needs fewer workers than envs: with one env there is nothing to try
+    code = _run_cli(
+        ["tune", "CartPole-v1", "--num-envs", "1", "--backends", "hybrid", "--seconds", "0.01"]
+    )  # raised IndexError (trials[0] of an empty list)
+    assert code in (1, 2)
+    assert "best:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["tune", "NoSuchToyEnv-v0", "--num-envs", "2", "--backends", "serial"],
+        ["tune", "CartPole-v1", "--num-envs", "2", "--backends", "no-such-backend"],
+        ["tune", "CartPole-v1", "--num-envs", "0", "--backends", "serial"],
+    ],
+    ids=["unknown-env", "unknown-backend", "zero-envs"],
+)
+def test_tune_usage_errors_exit_2_like_bench(argv, capsys):
+    """``vecaccel bench`` turns bad arguments into exit code 2 and a one-line message; so does
+    ``tune``, with no traceback (unknown env or backend) and no failed run reported as the best
+    one (``--num-envs 0``: "best: serial with 0 envs", exit 0)."""
+    code = _run_cli([*argv, "--seconds", "0.01"])
+    assert code == 2
+    assert "best:" not in capsys.readouterr().out
+
+
+def test_tune_never_reports_a_failed_configuration_as_the_best(capsys):
+    env_id = "VecaccelBrokenStep-v0"
+    gym.register(env_id, entry_point=BrokenStepEnv)
+    try:
+        code = _run_cli(
+            ["tune", env_id, "--num-envs", "2", "--backends", "serial", "--seconds", "0.01"]
+        )
+    finally:
+        del gym.registry[env_id]
+    out = capsys.readouterr().out
+    assert "failed: " in out  # the trial's own line
+    assert "best:" not in out and "reproduce with" not in out
+    assert code != 0
+
+
+def run_main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's usage errors and --help
+        return int(exc.code or 0)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--seconds", "0"], ["--seconds", "-1"], ["--policy-ms", "-1"]],
+    ids=["seconds-0", "seconds-negative", "policy-ms-negative"],
+)
+def test_tune_rejects_nonpositive_budgets_like_bench(extra, capsys):
+    """``bench --seconds 0`` is a usage error (exit 2), and so are ``tune --seconds 0`` (which
+    would measure nothing and announce "best: serial ... 0 steps/s") and ``--policy-ms -1``
+    (which would fail every trial, time.sleep of a negative, with "no configuration ran")."""
+    code = run_main(
+        ["tune", "CartPole-v1", "--num-envs", "2", "--backends", "serial", "--seconds", "0.02",
+         *extra]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 2 and "best:" not in out, (
+        f"expected exit 2 and an error naming {extra[0]}; got exit {code} with output {out!r}"
+    )

@@ -1,0 +1,211 @@
+"""Checks shared by the test suite: process trees, /dev/shm entries, descriptors, waits.
+
+Everything here is module level so that it can be imported by the test modules, by the child
+interpreters some tests start, and by the benchmark scripts.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+# ---------------------------------------------------------------------------------------------
+# checks
+
+
+def assert_same(a: Any, b: Any, path: str = "") -> None:
+    """Assert two results are identical: same tree, keys, types, dtypes, shapes and values.
+
+    Object arrays (``final_obs``, infos of unknown types) are compared element by element.
+    """
+    where = path or "<root>"
+    if isinstance(a, dict) or isinstance(b, dict):
+        assert isinstance(a, dict) and isinstance(b, dict), f"{where}: {type(a)} vs {type(b)}"
+        assert sorted(a) == sorted(b), f"{where}: keys {sorted(a)} vs {sorted(b)}"
+        for key in a:
+            assert_same(a[key], b[key], f"{path}[{key!r}]")
+    elif isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+        assert type(a) is type(b), f"{where}: {type(a)} vs {type(b)}"
+        assert len(a) == len(b), f"{where}: length {len(a)} vs {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        assert isinstance(a, np.ndarray) and isinstance(b, np.ndarray), (
+            f"{where}: {type(a)} vs {type(b)}"
+        )
+        assert a.dtype == b.dtype, f"{where}: dtype {a.dtype} vs {b.dtype}"
+        assert a.shape == b.shape, f"{where}: shape {a.shape} vs {b.shape}"
+        if a.dtype == object:
+            for index in np.ndindex(a.shape):
+                assert_same(a[index], b[index], f"{path}[{index}]")
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=where, strict=True)
+    else:
+        assert type(a) is type(b), f"{where}: {type(a)} vs {type(b)} ({a!r} vs {b!r})"
+        assert a == b, f"{where}: {a!r} vs {b!r}"
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            text = file.read()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])  # state, ppid
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+#: Long-lived helper processes multiprocessing starts once per interpreter; not leaks.
+_MP_HELPERS = ("resource_tracker", "forkserver")
+
+
+def child_pids(pid: int | None = None) -> set[int]:
+    """Children of ``pid`` (default: this process), zombies included, multiprocessing's own
+    resource tracker and fork server left out."""
+    pid = os.getpid() if pid is None else pid
+    out = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _proc_stat(int(name))
+        if stat is not None and stat[1] == pid:
+            if not any(helper in _cmdline(int(name)) for helper in _MP_HELPERS):
+                out.add(int(name))
+    return out
+
+
+def process_gone(pid: int) -> bool:
+    """``True`` once ``pid`` no longer runs (absent, or a zombie waiting for its reaper)."""
+    stat = _proc_stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+def open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() > deadline:
+            return bool(predicate())
+        time.sleep(interval)
+
+
+def worker_pid(env: gym.Env) -> int:
+    """A function for ``call(fn)``: the pid of the process the env lives in."""
+    return os.getpid()
+
+
+def exit_worker(env: gym.Env, code: int = 4) -> None:
+    """A function for ``call(fn)`` that ends the worker process at once."""
+    os._exit(code)
+
+
+def broken_plugin_site(root, dist: str, entry_point: str, module: str):
+    """A folder to put on ``PYTHONPATH``: an installed distribution ``dist`` whose ``vecaccel``
+    entry point ``entry_point`` names ``module``, which raises at import."""
+    site = root / "site"
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[vecaccel]\n{entry_point} = {module}\n")
+    (site / f"{module}.py").write_text('raise RuntimeError("boom at import")\n')
+    return site
+
+
+# ---------------------------------------------------------------------------------------------
+# leak checks on a machine shared with other jobs
+
+
+def _shm_holders(names: set[str]) -> dict[str, set[int]]:
+    """The processes that map or hold open each ``/dev/shm`` entry in ``names``."""
+    paths = {f"/dev/shm/{name}": name for name in names}
+    holders: dict[str, set[int]] = {name: set() for name in names}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/maps") as file:
+                maps = file.read()
+            targets = set()
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    targets.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except OSError:
+                    pass
+        except OSError:
+            continue
+        for path, name in paths.items():
+            if path in maps or path in targets:
+                holders[name].add(pid)
+    return holders
+
+
+def leaked_shm(before: set[str], ours: set[int] | None = None, settle: float = 10.0) -> set[str]:
+    """``/dev/shm`` entries that appeared since ``before`` and that no other job holds.
+
+    Another job on the machine may create entries (``sem.mp-*`` semaphores...) while a test
+    runs: an entry that a process outside ``ours`` (default: this process) maps or holds open is
+    theirs, and one that nobody holds may be on its way out (a job that just ended, whose
+    resource tracker removes it), so the check is repeated for up to ``settle`` seconds. What is
+    left is a leak, ours most likely.
+    """
+    ours = {os.getpid()} if ours is None else ours
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            new = set(os.listdir("/dev/shm")) - before
+        except FileNotFoundError:
+            return set()
+        if new:
+            holders = _shm_holders(new)
+            new = {name for name in new if not holders[name] - ours}
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.2)
+
+
+class LeakBaseline:
+    """What this process holds now (children, ``/dev/shm`` entries); ``check()`` fails on what
+    is new since, once children have had ``timeout`` seconds to exit."""
+
+    def __init__(self) -> None:
+        self.children = child_pids()
+        self.shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+    def check(self, timeout: float = 10.0) -> None:
+        def new_children() -> set[int]:
+            active = {p.pid for p in multiprocessing.active_children()}  # reaps finished ones
+            return (child_pids() | active) - self.children
+
+        deadline = time.monotonic() + timeout
+        while new_children() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not new_children(), f"child processes left behind: {sorted(new_children())}"
+        leaked = leaked_shm(self.shm)
+        assert not leaked, f"/dev/shm entries left behind: {sorted(leaked)}"

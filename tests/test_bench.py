@@ -1,0 +1,218 @@
+"""``vecaccel bench``: the table, JSON and plot it writes, its workloads, and its usage errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import statistics
+
+import pytest
+import torch
+
+import vecaccel
+from vecaccel import bench
+from vecaccel.cli import main
+
+torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize(
+    "backend,options",
+    [
+        ("async", {"batch_size": 2, "num_workers": 1}),
+        ("action_server", {"alternating": True, "num_workers": 1}),
+    ],
+    ids=["async-batch_size-2", "action_server-alternating"],
+)
+def test_bench_measures_backends_that_return_part_of_the_envs(backend, options):
+    """``vecaccel bench`` samples actions for the envs a step returns, not ``num_envs`` whatever
+    the backend, so a configuration returning fewer envs per step (``-o async.batch_size=2``)
+    runs, and its rate counts the batch returned per call, not ``num_envs`` steps."""
+    from vecaccel.bench import run_benchmark
+
+    results = run_benchmark(
+        "CartPole-v1",
+        [4],
+        backends=[backend],
+        peers=[],
+        seconds=0.05,
+        warmup=0.0,
+        backend_options={backend: options},
+    )
+    (entry,) = results
+    assert entry["status"] == "ok", entry["reason"]
+    assert entry["steps_per_s"] > 0
+
+
+def test_bench_writes_table_json_and_plot(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    peers = "raw,gym-sync,gym-async,sb3-dummy,envpool"
+    code = main(
+        [
+            "bench",
+            "--env", "CartPole-v1",
+            "--num-envs", "1,2",
+            "--seconds", "0.02",
+            "--warmup", "0",
+            "--backends", "serial",
+            "--peers", peers,
+            "-o", "serial.copy=False",
+            "--json", str(out_json),
+            "--plot", str(out_png),
+            "-q",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "| CartPole-v1 | 2 | vecaccel-serial |" in table
+
+    payload = json.loads(out_json.read_text())
+    assert payload["meta"]["command"].startswith("vecaccel bench --env CartPole-v1")
+    assert payload["meta"]["options"]["backend_options"] == {"serial": {"copy": False}}
+    results = payload["results"]
+    by_key = {(r["impl"], r["num_envs"]): r for r in results}
+    assert by_key[("raw", 1)]["status"] == "ok"
+    for n in (1, 2):
+        for impl in ("vecaccel-serial", "gym-sync", "gym-async"):
+            entry = by_key[(impl, n)]
+            assert entry["status"] == "ok", entry
+            assert entry["steps_per_s"] > 0
+        serial = by_key[("vecaccel-serial", n)]
+        assert serial["vs_raw"] == pytest.approx(
+            serial["steps_per_s"] / by_key[("raw", 1)]["steps_per_s"]
+        )
+        assert serial["vs_gym_sync"] > 0 and serial["vs_gym_async"] > 0
+    for impl in ("sb3-dummy", "envpool"):  # optional peers: measured when installed
+        assert {by_key[(impl, n)]["status"] for n in (1, 2)} <= {"ok", "skipped"}
+    assert all(r["status"] != "error" for r in results), results
+
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--backends", "no-such-backend", "--seconds", "0.01", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-backend" in err and "serial" in err
+    assert main(["bench", "-o", "num_workers=2", "-q"]) == 2
+    assert main(["bench", "--peers", "raw,nope", "-q"]) == 2
+    assert main(["bench", "--env", "CartPole-v1,NoSuchEnv-v0", "-q"]) == 2
+    assert main(["bench", "--seconds", "0", "-q"]) == 2
+
+
+def test_run_benchmark_repeats_and_reports_skips() -> None:
+    results = bench.run_benchmark(
+        "CartPole-v1",
+        [2],
+        backends=["serial"],
+        peers=["raw", "gym-sync"],
+        seconds=0.01,
+        warmup=0.0,
+        repeat=2,
+    )
+    assert [(r["impl"], r["status"]) for r in results] == [
+        ("raw", "ok"),
+        ("vecaccel-serial", "ok"),
+        ("gym-sync", "ok"),
+    ]
+    for entry in results:
+        assert len(entry["samples"]) == 2
+        assert entry["steps_per_s"] == pytest.approx(statistics.median(entry["samples"]))
+
+    table = bench.format_table(
+        [*results, {**results[0], "impl": "envpool", "status": "skipped", "reason": "absent"}]
+    )
+    assert "envpool num_envs=1: skipped (absent)" in table
+
+
+def test_default_backends_are_the_registered_ones() -> None:
+    registered = vecaccel.list_backends()
+    assert bench.default_backends() == [b for b in bench.DEFAULT_BACKENDS if b in registered]
+
+
+def test_pong_env_function_pickles_by_reference() -> None:
+    target = bench.resolve_env("PONG")
+    assert pickle.loads(pickle.dumps(target.env_fn)) is bench.make_pong_env
+    assert target.envpool_kwargs["frame_skip"] == 4
+    assert target.envpool_kwargs["repeat_action_probability"] == 0.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ale_py") is None, reason="ale-py not installed")
+def test_pong_preset_steps() -> None:
+    env = bench.make_pong_env()
+    try:
+        assert env.observation_space.shape == (84, 84)
+        assert env.action_space.n == 6
+    finally:
+        env.close()
+    results = bench.run_benchmark(
+        "pong", [1], backends=["serial"], peers=["raw"], seconds=0.01, warmup=0.0
+    )
+    assert [r["status"] for r in results] == ["ok", "ok"]
+
+
+def test_bench_refuses_an_output_path_that_is_a_folder(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["bench", "--env", "CartPole-v1", "--num-envs", "2", "--backends", "serial",
+                 "--peers", "none", "--seconds", "0.02", "--json", str(tmp_path), "-q"])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 2 and str(tmp_path) in captured.err and "folder" in captured.err
+    assert "steps/s" not in captured.out  # refused before measuring
+
+
+def run_main(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's usage errors and --help
+        return int(exc.code or 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# output paths and ratios
+
+
+BENCH_TINY = [
+    "bench", "--env", "CartPole-v1", "--num-envs", "2", "--backends", "serial",
+    "--peers", "none", "--seconds", "0.02", "--warmup", "0", "-q",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("flag", ["--json", "--plot"])
+def test_bench_output_to_a_missing_directory_is_a_clear_error(flag, tmp_path, capsys):
+    """``vecaccel bench --json OUT`` into a folder that does not exist (a typo) is a usage error
+    before anything runs, not a FileNotFoundError traceback (exit 1) after the whole benchmark
+    that loses its results."""
+    out = tmp_path / "no-such-dir" / ("out.json" if flag == "--json" else "out.png")
+    try:
+        code = run_main([*BENCH_TINY, flag, str(out)])
+    except OSError as exc:
+        pytest.fail(
+            f"expected `vecaccel bench {flag} {out}` to exit 2 with an 'error' line naming the "
+            f"path (checked before measuring), got a traceback: {type(exc).__name__}: {exc}"
+        )
+    err = capsys.readouterr().err
+    assert code == 2 and str(out) in err, (code, err)
+
+
+def test_bench_json_ratios_use_the_same_num_envs_baseline(tmp_path, capsys):
+    """Ratios are against gym-sync at the same num_envs and the single raw env."""
+    out = tmp_path / "bench.json"
+    code = run_main(
+        [
+            "bench", "--env", "CartPole-v1", "--num-envs", "2,3", "--backends", "serial",
+            "--peers", "raw,gym-sync", "--seconds", "0.02", "--warmup", "0", "-q",
+            "--json", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    payload = json.loads(out.read_text())
+    assert payload["meta"]["command"].startswith("vecaccel bench")
+    rows = {(r["impl"], r["num_envs"]): r for r in payload["results"]}
+    raw = rows[("raw", 1)]["steps_per_s"]
+    for n in (2, 3):
+        mine, sync = rows[("vecaccel-serial", n)], rows[("gym-sync", n)]
+        assert mine["vs_gym_sync"] == pytest.approx(mine["steps_per_s"] / sync["steps_per_s"])
+        assert mine["vs_raw"] == pytest.approx(mine["steps_per_s"] / raw)
+        assert sync["vs_gym_sync"] == pytest.approx(1.0) and mine["vs_gym_async"] is None

@@ -1,0 +1,1318 @@
+"""The toy environments of the test suite, in one place.
+
+Everything here is module level so that env functions (``functools.partial`` of these classes
+and functions) pickle by reference under the ``spawn`` and ``forkserver`` start methods.
+"""
+
+from __future__ import annotations
+
+import copy
+import ctypes
+import faulthandler
+import functools
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+# -- CounterEnv: counts its steps, and fails on the step, reset or construction asked for ----
+
+#: Fault kinds that end the process; they never run in the process named by ``safe_pid``.
+COUNTER_HARD_FAULTS = ("exit", "sigkill", "segfault")
+
+
+def _fault(kind: str, where: str, exit_code: int, safe_pid: int | None) -> None:
+    if kind in COUNTER_HARD_FAULTS and safe_pid is not None and os.getpid() == safe_pid:
+        # the env runs in the test process itself (the parent's probe, or the serial backend)
+        raise RuntimeError(f"refusing to {kind} the test process ({where})")
+    if kind == "raise":
+        raise ValueError(f"boom in {where}")
+    if kind == "sys_exit":
+        raise SystemExit(exit_code)
+    if kind == "exit":
+        os._exit(exit_code)
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(10)
+    if kind == "segfault":
+        faulthandler.disable()  # a forked worker inherits pytest's handler; keep the log quiet
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    raise AssertionError(f"unknown fault {kind!r}")
+
+
+class CounterEnv(gym.Env):
+    """An env whose observation is the number of ``step`` calls it has seen (never reset).
+
+    That makes stale results visible: the ``k``-th step must return ``k``.
+
+    Args:
+        fault: what goes wrong: ``"raise"`` (a ``ValueError``), ``"sys_exit"``
+            (``SystemExit``, as ``sys.exit`` raises), ``"exit"`` (``os._exit``),
+            ``"sigkill"`` or ``"segfault"``.
+        fault_step: the step call (1-based) at which ``fault`` happens, or ``None``.
+        fault_reset: the reset call (1-based) at which ``fault`` happens, or ``None``.
+        fault_init: ``fault`` happens in the constructor.
+        exit_code: the code for ``fault="exit"``.
+        sleep_step: the step call (1-based) that sleeps ``sleep_seconds``; ``0`` for every step.
+        sleep_seconds: how long that step sleeps.
+        safe_pid: a pid in which process-ending faults are refused (the test process).
+        stamp_path: a file the env writes ``time.monotonic()`` into just before a fault.
+        lock_info_step: the step call (1-based) whose info holds a lock (cannot be pickled).
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        fault: str = "raise",
+        fault_step: int | None = None,
+        fault_reset: int | None = None,
+        fault_init: bool = False,
+        exit_code: int = 3,
+        sleep_step: int | None = None,
+        sleep_seconds: float = 0.0,
+        safe_pid: int | None = None,
+        stamp_path: str | None = None,
+        lock_info_step: int | None = None,
+    ) -> None:
+        self.fault = fault
+        self.fault_step = fault_step
+        self.fault_reset = fault_reset
+        self.exit_code = exit_code
+        self.sleep_step = sleep_step
+        self.sleep_seconds = sleep_seconds
+        self.safe_pid = safe_pid
+        self.stamp_path = stamp_path
+        self.lock_info_step = lock_info_step
+        self.observation_space = spaces.Box(0, 2**31, shape=(1,), dtype=np.int64)
+        self.action_space = spaces.Discrete(2)
+        self.steps = 0
+        self.resets = 0
+        if fault_init:
+            self._do_fault("init")
+
+    def _do_fault(self, where: str) -> None:
+        if self.stamp_path is not None:
+            with open(self.stamp_path, "w") as file:
+                file.write(repr(time.monotonic()))
+        _fault(self.fault, where, self.exit_code, self.safe_pid)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.steps], dtype=np.int64)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        if self.fault_reset is not None and self.resets == self.fault_reset:
+            self._do_fault(f"reset {self.resets}")
+        return self._obs(), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.sleep_step is not None and self.sleep_step in (0, self.steps):
+            time.sleep(self.sleep_seconds)
+        if self.fault_step is not None and self.steps == self.fault_step:
+            self._do_fault(f"step {self.steps}")
+        info = {"lock": threading.Lock()} if self.steps == self.lock_info_step else {}
+        return self._obs(), 1.0, False, False, info
+
+
+class WideSpacesEnv(gym.Env):
+    """Spaces whose pickles (~1.4 MB of bounds) are larger than a worker's socket buffer, so a
+    worker's startup message needs the pool's writer thread."""
+
+    observation_space = gym.spaces.Box(0, 255, (480, 480, 3), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.full(self.observation_space.shape, 7, np.uint8), {}
+
+    def step(self, action):
+        return np.full(self.observation_space.shape, int(action), np.uint8), 0.0, False, False, {}
+
+
+def counter_fns(num_envs: int, faulty: dict[int, dict[str, Any]] | None = None) -> list:
+    """One ``CounterEnv`` function per env; ``faulty`` maps env index to its fault kwargs."""
+    faulty = faulty or {}
+    safe = {"safe_pid": os.getpid()}
+    return [partial(CounterEnv, **safe, **faulty.get(i, {})) for i in range(num_envs)]
+
+
+class DictTupleEnv(gym.Env):
+    """A seeded env with nested Dict/Tuple spaces, irregular infos and an ``rgb_array`` render.
+
+    Episodes end at random (terminated) and, through ``make_dict_tuple``, at a time limit.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+        self.observation_space = spaces.Dict(
+            {
+                "position": spaces.Box(-100.0, 100.0, shape=(2,), dtype=np.float32),
+                "mode": spaces.Discrete(4, start=-1),
+                "flags": spaces.MultiBinary(3),
+                "pair": spaces.Tuple(
+                    (
+                        spaces.MultiDiscrete([3, 5]),
+                        spaces.Box(0, 255, shape=(2, 2), dtype=np.uint8),
+                    )
+                ),
+            }
+        )
+        self.action_space = spaces.Tuple(
+            (
+                spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+                spaces.Dict({"choice": spaces.Discrete(3), "bits": spaces.MultiBinary(2)}),
+            )
+        )
+        self.value = 0  # read and written by get_attr/set_attr tests
+        self.t = 0
+        self.position = np.zeros(2, dtype=np.float32)
+
+    def add(self, x: int) -> int:
+        return self.value + x
+
+    def _obs(self) -> dict:
+        rng = self.np_random
+        return {
+            "position": self.position.copy(),
+            "mode": np.int64(self.t % 4 - 1),
+            "flags": rng.integers(0, 2, size=3, dtype=np.int8),
+            "pair": (
+                np.array([self.t % 3, int(rng.integers(0, 5))], dtype=np.int64),
+                rng.integers(0, 256, size=(2, 2), dtype=np.uint8),
+            ),
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.position = self.np_random.uniform(-1, 1, size=2).astype(np.float32)
+        info: dict[str, Any] = {"start": self.position.copy()}
+        if options and "tag" in options:
+            info["tag"] = options["tag"]
+        return self._obs(), info
+
+    def step(self, action):
+        move, discrete = action
+        self.t += 1
+        self.position = np.clip(self.position + move, -100, 100).astype(np.float32)
+        reward = float(discrete["choice"]) - float(np.sum(discrete["bits"])) * 0.5
+        terminated = bool(self.np_random.random() < 0.15)
+        info: dict[str, Any] = {"t": self.t}
+        if self.t % 2 == 0:
+            info["even"] = np.array([self.t, -self.t], dtype=np.int32)
+        if self.t % 3 == 0:
+            info["nested"] = {"third": float(self.t) / 3, "label": f"t{self.t}"}
+        return self._obs(), reward, terminated, False, info
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        frame = np.zeros((6, 4, 3), dtype=np.uint8)
+        frame[..., 0] = self.t % 256
+        frame[0, 0] = (np.abs(self.position[0]) * 10) % 256
+        return frame
+
+
+def make_dict_tuple(max_episode_steps: int = 7, render_mode: str | None = None) -> gym.Env:
+    env = DictTupleEnv(render_mode=render_mode)
+    return gym.wrappers.TimeLimit(env, max_episode_steps=max_episode_steps)
+
+
+class InfoWrapper(gym.Wrapper):
+    """Adds irregular infos of several types to an env (ints, floats, arrays, objects)."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = self.env.reset(seed=seed, options=options)
+        self.count = 0
+        return obs, {**info, "reset_count": np.int32(7)}
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.count += 1
+        info = dict(info)
+        info["count"] = self.count
+        if self.count % 2:
+            info["odd"] = np.float32(self.count) / 2
+            info["label"] = f"step-{self.count}"
+        return obs, reward, terminated, truncated, info
+
+
+def make_cartpole(max_episode_steps: int = 10, infos: bool = True) -> gym.Env:
+    env = gym.make("CartPole-v1", max_episode_steps=max_episode_steps)
+    return InfoWrapper(env) if infos else env
+
+
+class EchoEnv(gym.Env):
+    """Observation and action spaces are one space; each step observes the action it was given."""
+
+    def __init__(self, space: spaces.Space) -> None:
+        self.observation_space = space
+        self.action_space = space
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(0 if seed is None else seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return action, 0.0, False, False, {}
+
+
+def env_value(env: gym.Env, offset: int = 0) -> int:
+    """A function for ``call_indices(fn, ...)``: reads ``value`` through the wrappers."""
+    return env.get_wrapper_attr("value") + offset
+
+
+# -- envs of the async and action-server tests: tagged counters, heavy-tailed step times ----
+
+
+class TaggedCounterEnv(gym.Env):
+    """Observation is ``[env tag, step count]``; the count restarts at reset, and an episode is
+    truncated after 50 steps. Sleeps on the steps ``sleep_on`` names, and raises on step
+    ``fail_on``."""
+
+    def __init__(self, tag: int = 0, sleep_on: dict[int, float] | None = None, fail_on: int = -1):
+        self.tag = tag
+        self.sleep_on = dict(sleep_on or {})
+        self.fail_on = fail_on
+        self.observation_space = spaces.Box(-1e9, 1e9, (2,), np.float64)
+        self.action_space = spaces.Discrete(3)
+        self.count = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.count = 0
+        return np.array([self.tag, 0.0]), {}
+
+    def step(self, action):
+        self.count += 1
+        if self.count == self.fail_on:
+            raise ValueError(f"boom at step {self.count} in env {self.tag}")
+        delay = self.sleep_on.get(self.count)
+        if delay:
+            time.sleep(delay)
+        return np.array([self.tag, float(self.count)]), float(action), False, self.count >= 50, {}
+
+
+class HeavyTailEnv(gym.Env):
+    """Costs ``cpu_s`` of CPU per step; a fraction ``p_slow`` of steps also sleeps ``sleep_s``."""
+
+    def __init__(self, cpu_s: float = 0.0002, p_slow: float = 0.02, sleep_s: float = 0.02):
+        self.cpu_s, self.p_slow, self.sleep_s = cpu_s, p_slow, sleep_s
+        self.observation_space = spaces.Box(-1.0, 1.0, (4,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        end = time.perf_counter() + self.cpu_s
+        while time.perf_counter() < end:
+            pass
+        if self.np_random.random() < self.p_slow:
+            time.sleep(self.sleep_s)
+        self.t += 1
+        return np.zeros(4, np.float32), 1.0, False, self.t >= 200, {}
+
+
+def tagged_counter(tag: int = 0, **kwargs) -> TaggedCounterEnv:
+    return TaggedCounterEnv(tag, **kwargs)
+
+
+# -- FaultEnv: fails on demand, the fault-injection tool of the reliability tests -------------
+#
+# FaultEnv observes ``[value, t, last action]``, where ``value`` follows a recurrence driven
+# only by the env's seed and the actions it was given, so a twin stepped in the test process
+# with the same seeds and actions must observe exactly the same thing (episodes end, and are
+# reset, along the way).
+#
+# A fault is armed on one env and fires at that env's next *advance*: its next ``step()``, or
+# the ``reset()`` a vector env's autoreset makes (called with neither seed nor options;
+# explicit resets in the tests always pass ``options``). Arm it either way:
+#
+# * ``envs.set_attr("inject", "kill", indices=[i])`` (``set_attr_indices`` on vecaccel envs):
+#   goes through the vector env itself, between steps;
+# * ``arm`` writes a control file ``<control_dir>/<env_id>`` that the env claims (by an atomic
+#   rename) at its next advance: it reaches the env without any command from the parent, e.g.
+#   while a step is in flight, or from another process.
+#
+# Either way the fault fires once; an env rebuilt by the restart policy starts unarmed.
+
+#: What ``inject`` accepts. ``slow`` and ``hang`` only sleep (``slow_seconds``, ``hang_seconds``)
+#: and then step normally; the others end the step (``raise``) or the worker process.
+FAULTS = ("raise", "exit", "kill", "segfault", "slow", "hang")
+
+
+#: Faults that end the process the env runs in.
+HARD_FAULTS = ("exit", "kill", "segfault")
+
+
+class InjectedFault(RuntimeError):
+    """The exception a ``raise`` fault raises inside the env."""
+
+
+class FaultEnv(gym.Env):
+    """A deterministic env whose observation depends only on its seed and its actions.
+
+    Args:
+        env_id: the env's index in its vector env (names its control file, shows in errors).
+        horizon: steps after which an episode is truncated (episodes also terminate at random).
+        safe_pid: a pid in which process-ending faults are refused (raised as
+            :class:`InjectedFault` instead): the test process, where the serial backend and
+            the parent's probe env run.
+        control_dir: a directory watched for control files (see :func:`arm`), or ``None``.
+        slow_seconds: how long a ``slow`` fault sleeps.
+        hang_seconds: how long a ``hang`` fault sleeps (meant to exceed ``step_timeout``).
+
+    Attributes set with ``set_attr``: ``inject`` (a fault of :data:`FAULTS`, or ``None``),
+    ``reward_scale`` (multiplies rewards), ``slow_seconds``, ``hang_seconds``.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        env_id: int = 0,
+        horizon: int = 9,
+        safe_pid: int | None = None,
+        control_dir: str | None = None,
+        slow_seconds: float = 0.3,
+        hang_seconds: float = 60.0,
+    ) -> None:
+        self.env_id = env_id
+        self.horizon = horizon
+        self.safe_pid = safe_pid
+        self.control_dir = control_dir
+        self.slow_seconds = slow_seconds
+        self.hang_seconds = hang_seconds
+        self.inject: str | None = None
+        self.reward_scale = 1.0
+        self.observation_space = spaces.Box(-1.0, 1e6, shape=(3,), dtype=np.float64)
+        self.action_space = spaces.Discrete(3)
+        self.value = 0
+        self.t = 0
+        self.last_action = -1
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def _claim_control_file(self) -> str | None:
+        path = os.path.join(self.control_dir, str(self.env_id))
+        if not os.path.exists(path):
+            return None
+        claimed = f"{path}.{os.getpid()}.claimed"
+        try:
+            os.rename(path, claimed)  # atomic: one advance claims it
+        except OSError:
+            return None
+        with open(claimed) as file:
+            kind = file.read().strip()
+        os.unlink(claimed)
+        return kind or None
+
+    def _advance(self, where: str) -> None:
+        """Fire the armed fault, if any (once)."""
+        kind, self.inject = self.inject, None
+        if kind is None and self.control_dir is not None:
+            kind = self._claim_control_file()
+        if kind is None:
+            return
+        if kind not in FAULTS:
+            raise ValueError(f"unknown fault {kind!r}; choose from {FAULTS}")
+        if kind == "slow":
+            time.sleep(self.slow_seconds)
+            return
+        if kind == "hang":
+            time.sleep(self.hang_seconds)
+            return
+        if kind == "raise" or (kind in HARD_FAULTS and os.getpid() == self.safe_pid):
+            raise InjectedFault(f"injected {kind} in env {self.env_id} ({where})")
+        if kind == "exit":
+            os._exit(3)
+        if kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(10)  # SIGKILL is delivered before this returns
+        if kind == "segfault":
+            faulthandler.disable()  # a forked worker inherits pytest's handler; keep logs quiet
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+    # -- the Env API ------------------------------------------------------------------------
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.value, self.t, self.last_action], dtype=np.float64)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is None and options is None:  # an autoreset (explicit resets pass options)
+            self._advance("autoreset")
+        super().reset(seed=seed)
+        self.value = int(self.np_random.integers(0, 1000))
+        self.t = 0
+        self.last_action = -1
+        return self._obs(), {}
+
+    def step(self, action):
+        self._advance("step")
+        action = int(action)
+        noise = int(self.np_random.integers(0, 7))
+        self.t += 1
+        self.value = (self.value * 31 + action * 5 + noise) % 10007
+        self.last_action = action
+        reward = self.reward_scale * (action - 1 + noise / 8)
+        terminated = self.value % 11 == 0
+        truncated = self.t >= self.horizon
+        return self._obs(), float(reward), terminated, truncated, {}
+
+    # -- helpers for call() -----------------------------------------------------------------
+
+    def get_state(self) -> tuple:
+        """Everything the next observations depend on (compared with the twin's)."""
+        return (
+            self.value,
+            self.t,
+            self.last_action,
+            self.reward_scale,
+            self.np_random.bit_generator.state["state"]["state"],
+        )
+
+
+def fault_env_fns(num_envs: int, *, safe: bool = True, **kwargs) -> list[Callable[[], FaultEnv]]:
+    """One env function per env; ``safe`` refuses hard faults in this (the calling) process."""
+    if safe:
+        kwargs.setdefault("safe_pid", os.getpid())
+    return [functools.partial(FaultEnv, env_id=i, **kwargs) for i in range(num_envs)]
+
+
+def arm(control_dir: str, env_id: int, kind: str) -> None:
+    """Arm ``kind`` on env ``env_id`` through its control file (fires at its next advance)."""
+    if kind not in FAULTS:
+        raise ValueError(f"unknown fault {kind!r}; choose from {FAULTS}")
+    path = os.path.join(control_dir, str(env_id))
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as file:
+        file.write(kind)
+    os.replace(temporary, path)  # the env never sees a half-written file
+
+
+def env_state(env: gym.Env) -> tuple:
+    """A function for ``call(fn)``: the env's :meth:`FaultEnv.get_state`."""
+    return env.unwrapped.get_state()
+
+
+def env_pid(env: gym.Env) -> int:
+    """A function for ``call(fn)``: the pid of the process the env lives in."""
+    return os.getpid()
+
+
+# -- wrappers that slow down or fail a step ----------------------------------------------------
+
+
+class SlowStep(gym.Wrapper):
+    """CartPole whose ``sleep_at``-th step sleeps ``seconds`` (to time out / interrupt a step)."""
+
+    def __init__(self, env: gym.Env, sleep_at: int | None, seconds: float) -> None:
+        super().__init__(env)
+        self.sleep_at, self.seconds, self.count = sleep_at, seconds, 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count == self.sleep_at:
+            time.sleep(self.seconds)
+        return self.env.step(action)
+
+
+class RaiseAt(gym.Wrapper):
+    def __init__(self, env: gym.Env, at: int) -> None:
+        super().__init__(env)
+        self.at, self.count = at, 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count == self.at:
+            raise ArithmeticError(f"broken at step {self.count}")
+        return self.env.step(action)
+
+
+# -- envs for the Gymnasium API parity checks -------------------------------------------------
+
+
+class ShapeEnv(gym.Env):
+    """A constant env whose observation length and number of actions are parameters."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 7}
+
+    def __init__(self, obs_size: int = 3, num_actions: int = 2, render_mode: str | None = None):
+        self.observation_space = spaces.Box(-1.0, 1.0, (obs_size,), np.float32)
+        self.action_space = spaces.Discrete(num_actions)
+        self.render_mode = render_mode
+        self.obs_size = obs_size
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.full(self.obs_size, 0.5, np.float32), {}
+
+    def step(self, action):
+        return np.full(self.obs_size, 0.25, np.float32), float(action), False, False, {}
+
+    def render(self):
+        return np.full((2, 2, 3), 9, np.uint8)
+
+
+class TextObsEnv(gym.Env):
+    """Observations in a ``Text`` space (``SyncVectorEnv`` batches them as a tuple of str)."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Text(max_length=6)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return f"r{self.np_random.integers(1000)}", {}
+
+    def step(self, action):
+        self.t += 1
+        return f"a{int(action)}t{self.t}", 1.0, self.t >= 3, False, {}
+
+
+class TextActionEnv(gym.Env):
+    """Actions in a ``Text`` space; the observation is the length of the last action."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0, 10, (1,), np.int64)
+        self.action_space = spaces.Text(max_length=5)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.int64), {}
+
+    def step(self, action):
+        return np.array([len(action)], np.int64), 0.0, False, False, {}
+
+
+class FrameEnv(gym.Env):
+    """Renders a frame that says which env it is and how many steps it took."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, index: int, render_mode: str | None = "rgb_array") -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.render_mode = render_mode
+        self.index = index
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(2, np.float32), 0.0, False, self.t >= 4, {}
+
+    def render(self):
+        frame = np.zeros((3, 5, 3), np.uint8)
+        frame[..., 0] = 40 * self.index + 1
+        frame[..., 1] = self.t
+        return frame
+
+
+class DictObsEnv(gym.Env):
+    """Seeded Dict observations of Box parts, episodes of random length (for SB3's wrappers)."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict(
+            {
+                "pos": spaces.Box(-5.0, 5.0, (2,), np.float32),
+                "img": spaces.Box(0.0, 1.0, (3, 2), np.float32),
+            }
+        )
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def _obs(self) -> dict:
+        rng = self.np_random
+        return {
+            "pos": rng.uniform(-5, 5, 2).astype(np.float32),
+            "img": rng.uniform(0, 1, (3, 2)).astype(np.float32),
+        }
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {"reset_t": self.t}
+
+    def step(self, action):
+        self.t += 1
+        terminated = bool(self.np_random.random() < 0.2)
+        truncated = self.t >= 5
+        return self._obs(), float(action) + self.t, terminated, truncated, {"t": self.t}
+
+
+class BrokenStepEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        raise RuntimeError("this env cannot step")
+
+
+class ShiftedActions(gym.ActionWrapper):
+    """CartPole with Discrete(2, start=1): actions 1 and 2."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.action_space = gym.spaces.Discrete(2, start=1)
+
+    def action(self, action):
+        return int(action) - 1
+
+
+class TinyImageEnv(gym.Env):
+    """A 36x36 uint8 image whose bright column is where the agent stands; reward for moving right."""
+
+    observation_space = gym.spaces.Box(0, 255, (36, 36), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.position = int(self.np_random.integers(0, 36))
+        return self._obs(), {}
+
+    def _obs(self):
+        obs = np.zeros((36, 36), np.uint8)
+        obs[:, self.position] = 255
+        return obs
+
+    def step(self, action):
+        self.position = min(35, max(0, self.position + (1 if action == 1 else -1)))
+        reward = float(action == 1)
+        return self._obs(), reward, self.position == 35, False, {}
+
+
+# -- Box actions ----------------------------------------------------------------------------------
+
+
+class WideBoxEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-0.5, 0.5, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(3, 0.1 * self.t, np.float32), 0.0, False, self.t >= 4, {}
+
+
+class MatrixActionEnv(gym.Env):
+    """A Box action space with two axes (as SB3's ``Box(shape=(2, 2))`` envs)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        assert np.shape(action) == (2, 2), f"env got an action of shape {np.shape(action)}"
+        self.t += 1
+        return np.zeros(3, np.float32), 1.0, False, self.t >= 5, {}
+
+
+class BoundedMatrixActionEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(
+        np.array([[-1, -2], [-3, -4]], np.float32), np.array([[1, 2], [3, 4]], np.float32)
+    )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, np.float32)), action
+        self.t += 1
+        reward = -float(np.abs(action).sum())
+        return np.full(3, 0.1 * self.t, np.float32), reward, False, self.t >= 5, {}
+
+
+class NanRewardEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, nan_at: int = 20) -> None:
+        self.nan_at = nan_at
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.steps += 1
+        reward = float("nan") if self.steps == self.nan_at else 1.0
+        return np.zeros(2, np.float32), reward, False, self.t >= 10, {}
+
+
+# -- envs for the SB3 adapter -----------------------------------------------------------------
+
+
+class CustomGymEnv(gym.Env):
+    """SB3's test env, seeded through Gymnasium's RNG so that runs are reproducible."""
+
+    def __init__(self, space: spaces.Space, render_mode: str | None = "rgb_array", ep_length=4):
+        # each env samples from its own copy, so that no two envs share a random generator
+        self.action_space = copy.deepcopy(space)
+        self.observation_space = copy.deepcopy(space)
+        self.current_step = 0
+        self.ep_length = ep_length
+        self.render_mode = render_mode
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self.current_step = 0
+        self._choose_next_state()
+        return self.state, {}
+
+    def step(self, action):
+        reward = float(self.np_random.random())
+        self._choose_next_state()
+        self.current_step += 1
+        terminated = truncated = self.current_step >= self.ep_length
+        return self.state, reward, terminated, truncated, {}
+
+    def _choose_next_state(self) -> None:
+        self.state = self.observation_space.sample()
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return np.zeros((4, 4, 3))
+        return None
+
+    @staticmethod
+    def custom_method(dim_0: int = 1, dim_1: int = 1) -> np.ndarray:
+        return np.ones((dim_0, dim_1))
+
+
+class ShuffledDictEnv(CustomGymEnv):
+    """Returns its Dict observations with the keys in reverse order."""
+
+    def _choose_next_state(self) -> None:
+        sample = self.observation_space.sample()
+        self.state = {key: sample[key] for key in reversed(list(sample))}
+
+
+class StepEnv(gym.Env):
+    """Observation = the step count: checks that ``terminal_observation`` is the right one."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.action_space = spaces.Discrete(2)
+        self.observation_space = spaces.Box(np.array([0]), np.array([999]), dtype=np.int64)
+        self.max_steps = max_steps
+        self.current_step = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.current_step = 0
+        return np.array([self.current_step], dtype=np.int64), {}
+
+    def step(self, action):
+        prev_step = self.current_step
+        self.current_step += 1
+        terminated = truncated = self.current_step >= self.max_steps
+        return np.array([prev_step], dtype=np.int64), 0.0, terminated, truncated, {}
+
+
+class InfoEnv(gym.Env):
+    """Random episode ends (terminated, truncated or both) and infos of many kinds.
+
+    Infos carry ints, floats, bools, arrays, strings present only on some steps and nested
+    dicts; reset infos echo the options, so every conversion of the adapter is exercised.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, max_steps: int = 6, render_mode: str | None = None) -> None:
+        self.observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.action_space = spaces.Discrete(3)
+        self.max_steps = max_steps
+        self.render_mode = render_mode
+        self.resets = 0
+        self.steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.resets += 1
+        self.steps = 0
+        start = float((options or {}).get("start", 0.0))
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        obs[0] = start
+        info: dict[str, Any] = {"resets": self.resets, "seeded": seed is not None}
+        if options:
+            info["options"] = dict(options)
+        return obs, info
+
+    def step(self, action):
+        self.steps += 1
+        obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        reward = float(self.np_random.normal()) + int(action)
+        terminated = bool(self.np_random.random() < 0.15)
+        truncated = self.steps >= self.max_steps
+        info: dict[str, Any] = {
+            "steps": self.steps,
+            "value": float(obs[0]),
+            "flag": bool(obs[1] > 0),
+            "vector": obs * 2,
+            "nested": {"action": int(action), "deep": {"half": self.steps / 2}},
+        }
+        if obs[2] > 0.5:
+            info["note"] = f"high {self.steps}"
+        return obs, reward, terminated, truncated, info
+
+    def render(self):
+        return np.full((8, 6, 3), self.steps * 10, dtype=np.uint8)
+
+
+class ImageEnv(CustomGymEnv):
+    """An image env (uint8) that renders frames a video encoder accepts."""
+
+    def __init__(self, shape=(12, 8, 3), render_mode: str | None = "rgb_array") -> None:
+        space = spaces.Box(0, 255, shape, np.uint8)
+        super().__init__(space, render_mode=render_mode, ep_length=5)
+        self.action_space = spaces.Discrete(2)
+
+    def render(self):
+        return np.full((16, 16, 3), 10 * self.current_step, dtype=np.uint8)
+
+
+class CrashEnv(InfoEnv):
+    """Raises inside ``step`` after a few steps."""
+
+    def __init__(self, crash_at: int | None) -> None:
+        super().__init__(max_steps=100)
+        self.crash_at = crash_at
+        self.total_steps = 0
+
+    def step(self, action):
+        self.total_steps += 1
+        if self.total_steps == self.crash_at:
+            raise RuntimeError("boom from the env")
+        return super().step(action)
+
+
+class OptionsSeenEnv(StepEnv):
+    """Reports in its reset info whether it was given options (``None`` or a dict)."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"options_is_none": options is None}
+
+
+class StatefulInfoEnv(gym.Env):
+    """Reports its state in ``info`` through objects it keeps and updates in place.
+
+    A common pattern (``info = self._info``; ``info["pos"] = self.pos`` with ``self.pos += v``).
+    ``DummyVecEnv`` deep-copies the infos it returns, so each step's infos stay what they were.
+    """
+
+    def __init__(self, ep_length: int = 50) -> None:
+        self.observation_space = spaces.Box(-1e6, 1e6, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.ep_length = ep_length
+        self.t = 0
+        self.pos = np.zeros(2)
+        self._info: dict[str, Any] = {"t": 0, "pos": self.pos}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.pos[:] = 0.0
+        return np.zeros(2, np.float32), {"options_is_none": options is None}
+
+    def step(self, action):
+        self.t += 1
+        self.pos += 1.0  # in place: info["pos"] is this very array
+        self._info["t"] = self.t
+        truncated = self.t >= self.ep_length
+        return self.pos.astype(np.float32), 1.0, False, truncated, self._info
+
+
+class OptionsEnv(gym.Env):
+    """Reads ``options["start"]`` whenever options are given (``options is not None``)."""
+
+    def __init__(self, ep_length: int = 2) -> None:
+        self.observation_space = spaces.Box(-10, 10, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.ep_length = ep_length
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        start = 0.0 if options is None else float(options["start"])
+        return np.array([start], np.float32), {"options": options}
+
+    def step(self, action):
+        self.t += 1
+        return np.zeros(1, np.float32), 0.0, False, self.t >= self.ep_length, {}
+
+
+class SampledSpaceEnv(gym.Env):
+    """Samples observations of ``space``; episodes of ``ep_length`` steps."""
+
+    def __init__(self, space: spaces.Space, ep_length: int = 2) -> None:
+        self.observation_space = copy.deepcopy(space)
+        self.action_space = spaces.Discrete(2)
+        self.ep_length = ep_length
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        done = self.t >= self.ep_length
+        return self.observation_space.sample(), 0.5, done, False, {}
+
+
+class CurrentStepEnv(gym.Env):
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1, 1, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.current_step = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def double(self, x: int) -> int:
+        return 2 * x
+
+
+def _relayout(tree: Any, how: str) -> Any:
+    """The same values in another memory layout (and Dict keys in reverse order)."""
+    if isinstance(tree, dict):
+        return {key: _relayout(tree[key], how) for key in reversed(list(tree))}
+    if isinstance(tree, tuple):
+        return tuple(_relayout(value, how) for value in tree)
+    if isinstance(tree, np.ndarray) and tree.ndim:
+        if how == "F":
+            return np.asfortranarray(tree)
+        if how == "strided":
+            return np.repeat(tree[..., None], 2, axis=-1)[..., 1]  # a non-contiguous view
+    return tree
+
+
+# -- envs over any space, beside SyncVectorEnv ----------------------------------------------
+
+
+class SpaceEnv(gym.Env):
+    """Emits seeded random observations of its space (in a chosen memory layout, Dict keys
+    reversed), rich infos, and the flattened action it received; episodes end at random."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, obs_space, act_space, layout: str = "C", p_end: float = 0.3):
+        self.observation_space = obs_space
+        self.action_space = act_space
+        self._sampler = copy.deepcopy(obs_space)
+        self.layout = layout
+        self.p_end = p_end
+        self.t = 0
+
+    def _obs(self):
+        return _relayout(self._sampler.sample(), self.layout)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._sampler.seed(int(self.np_random.integers(2**31)))
+        self.t = 0
+        info: dict[str, Any] = {"start": np.int16(self.np_random.integers(100))}
+        if options:
+            info["options"] = dict(options)
+        return self._obs(), info
+
+    def step(self, action):
+        assert self.action_space.contains(action), (action, self.action_space)
+        self.t += 1
+        rng = self.np_random
+        info: dict[str, Any] = {"act": spaces.flatten(self.action_space, action).astype(np.float64)}
+        kind = int(rng.integers(6))
+        if kind == 0:
+            info["f32"] = np.float32(rng.random())
+        elif kind == 1:
+            info["nested"] = {"s": "x" * int(rng.integers(3)), "n": None, "deep": {"v": self.t}}
+        elif kind == 2:
+            info["arr"] = rng.random(2)
+        elif kind == 3:
+            info["flag"] = bool(rng.integers(2))
+            info["none"] = None
+        elif kind == 4:
+            info["f32"] = np.float32(-1.0)
+            info["label"] = f"t{self.t}"
+        terminated = bool(rng.random() < self.p_end)
+        truncated = self.t % 4 == 0
+        return self._obs(), float(self.t) + 0.25, terminated, truncated, info
+
+
+class ConstObsEnv(gym.Env):
+    """Returns the given observation on reset and on every step."""
+
+    def __init__(self, space, value):
+        self.observation_space = space
+        self.action_space = spaces.Discrete(2)
+        self.value = value
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return copy.deepcopy(self.value), {}
+
+    def step(self, action):
+        return copy.deepcopy(self.value), 0.0, False, False, {}
+
+
+class ShortTupleEnv(gym.Env):
+    """A ``Tuple(Box, Box)`` observation, except that step ``short_at`` returns only its first part."""
+
+    def __init__(self, short_at: int = 2):
+        box = spaces.Box(0, 100, (1,), np.float32)
+        self.observation_space = spaces.Tuple((box, box))
+        self.action_space = spaces.Discrete(2)
+        self.short_at = short_at
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return (np.zeros(1, np.float32), np.zeros(1, np.float32)), {}
+
+    def step(self, action):
+        self.t += 1
+        first = np.full(1, self.t, np.float32)
+        if self.t == self.short_at:
+            return (first,), 0.0, False, False, {}
+        return (first, np.full(1, 10 * self.t, np.float32)), 0.0, False, False, {}
+
+
+class PreviousActionEnv(gym.Env):
+    """Observes the action of the *previous* step, kept as the env received it (a common
+    pattern: action-rate penalties, last-action features)."""
+
+    def __init__(self):
+        self.observation_space = spaces.Dict(
+            {
+                "box": spaces.Box(-10, 10, (2,), np.float32),
+                "md": spaces.MultiDiscrete([5, 5]),
+            }
+        )
+        self.action_space = self.observation_space
+        self.prev = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.prev = {"box": np.zeros(2, np.float32), "md": np.zeros(2, np.int64)}
+        return {k: np.array(v) for k, v in self.prev.items()}, {}
+
+    def step(self, action):
+        obs = {k: np.array(v) for k, v in self.prev.items()}
+        self.prev = action  # kept by reference, as envs commonly do
+        return obs, 0.0, False, False, {}
+
+
+class ReusedInfoEnv(gym.Env):
+    """Returns one info dict object, updated in place by ``step`` and ``reset``."""
+
+    def __init__(self, length: int = 2):
+        self.observation_space = spaces.Box(0, 100, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.length = length
+        self.info: dict[str, Any] = {}
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.info.clear()
+        self.info["episode_steps"] = 0
+        return np.zeros(1, np.float32), self.info
+
+    def step(self, action):
+        self.t += 1
+        self.info["episode_steps"] = self.t
+        obs = np.full(1, self.t, np.float32)
+        return obs, 1.0, self.t == self.length, False, self.info
+
+
+class FreeSpaceEnv(gym.Env):
+    """Seeded samples of any space (Text, Sequence, Graph...), for the serial backend."""
+
+    def __init__(self, obs_space, act_space):
+        self.observation_space = obs_space
+        self.action_space = act_space
+        self._sampler = copy.deepcopy(obs_space)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._sampler.seed(int(self.np_random.integers(2**31)))
+        self.t = 0
+        return self._sampler.sample(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.t += 1
+        return self._sampler.sample(), 1.0, self.t % 3 == 0, False, {"action": action}
+
+
+# -- Discrete(start) and bounded Box actions ---------------------------------------------------
+
+
+class ShiftedCartPole(gym.ActionWrapper):
+    """CartPole with ``Discrete(2, start=3)``: any action outside 3..4 is an error."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.action_space = gym.spaces.Discrete(2, start=3)
+
+    def action(self, action):
+        action = int(action)
+        if action not in (3, 4):
+            raise ValueError(f"action {action} outside Discrete(2, start=3)")
+        return action - 3
+
+
+def make_shifted_cartpole(**kwargs) -> gym.Env:
+    return ShiftedCartPole(gym.make("CartPole-v1", **kwargs))
+
+
+SHIFTED_ID = "VecaccelShiftedCartPole-v0"
+
+
+if SHIFTED_ID not in gym.registry:
+    gym.register(SHIFTED_ID, entry_point=make_shifted_cartpole)
+
+
+#: Every action a ``BoundedActionEnv`` stepped with, in this process.
+BOUNDED_ACTIONS_SEEN: list[np.ndarray] = []
+
+
+class BoundedActionEnv(gym.Env):
+    """Actions in [-1, 1]; records every action it is given (a physics env that does not clip)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self) -> None:
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        BOUNDED_ACTIONS_SEEN.append(np.array(action, dtype=np.float64))
+        self.t += 1
+        return np.zeros(2, np.float32), -float(np.square(action).sum()), False, self.t >= 5, {}
+
+
+# -- envs that fail inside the process backends (used under fork) ---------------------------
+
+
+class WrongShapeEnv(gym.Env):
+    """Observes ``Box(0, 10, (3,))``; with ``kind`` set, its steps return a wrong shape."""
+
+    WRONG = {
+        "scalar": lambda: np.float32(5.0),
+        "short": lambda: np.ones(1, dtype=np.float32),
+        "long": lambda: np.ones(4, dtype=np.float32),
+    }
+
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
+        self.observation_space = spaces.Box(0.0, 10.0, shape=(3,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, dtype=np.float32), {}
+
+    def step(self, action):
+        obs = self.WRONG[self.kind]() if self.kind else np.zeros(3, dtype=np.float32)
+        return obs, 0.0, False, False, {}
+
+
+class RebuildFailsEnv(CounterEnv):
+    """A ``CounterEnv`` whose constructor raises once ``flag`` exists: a rebuild fails."""
+
+    def __init__(self, flag: str) -> None:
+        if os.path.exists(flag):
+            raise ValueError("cannot rebuild: the flag is set")
+        super().__init__()
+
+
+class ResetHangEnv(CounterEnv):
+    """A ``CounterEnv`` whose reset hangs once a flag file appears (the file is taken first,
+    so the env rebuilt after its worker was killed resets normally)."""
+
+    def __init__(self, flag: str) -> None:
+        super().__init__()
+        self.flag = flag
+
+    def reset(self, *, seed=None, options=None):
+        try:
+            os.remove(self.flag)
+        except FileNotFoundError:
+            pass
+        else:
+            time.sleep(60)
+        return super().reset(seed=seed, options=options)
+
+
+class FailingEnv(gym.Wrapper):
+    def step(self, action):
+        if self.get_wrapper_attr("fail_now"):
+            raise ValueError("boom")
+        return super().step(action)
+
+
+class SlowEnv(gym.Wrapper):
+    def step(self, action):
+        time.sleep(0.3)
+        return super().step(action)
