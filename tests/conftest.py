@@ -16,7 +16,7 @@ from vecaccel.manager import _reset_plugin_manager
 
 sys.path.insert(0, os.path.dirname(__file__))  # `import toy_envs`, also in spawned workers
 
-from helpers import child_pids, shm_entries, wait_until  # noqa: E402
+from helpers import LeakBaseline, child_pids, shm_entries, wait_until  # noqa: E402
 
 #: Extra options each backend needs (or wants) in the contract tests. A backend not named here
 #: runs with no options, so a newly registered one is tested at once.
@@ -107,6 +107,15 @@ def leak_check():
     checker = LeakCheck()
     yield checker
     checker.check()
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[LeakBaseline]:
+    """Fails the test if it leaves a child process or a ``/dev/shm`` entry behind (entries
+    other jobs on the machine hold are theirs)."""
+    baseline = LeakBaseline()
+    yield baseline
+    baseline.check()
 
 
 @pytest.fixture(autouse=True, scope="session")

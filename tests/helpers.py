@@ -8,11 +8,52 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+#: The repository root, put on ``PYTHONPATH`` of the interpreters ``run_vecaccel`` starts.
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+
+
+def run_main(argv: list[str]) -> int:
+    """The exit code of ``vecaccel ARGV`` run in this process (argparse's usage errors and
+    ``--help`` end in ``SystemExit``)."""
+    from vecaccel.cli import main
+
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def run_vecaccel(
+    argv: list[str], cwd: Path, extra_env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m vecaccel ARGV`` in a fresh interpreter, the repository first on
+    ``PYTHONPATH`` (``extra_env["PYTHONPATH"]`` after it)."""
+    env = dict(os.environ)
+    extra = dict(extra_env or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), extra.pop("PYTHONPATH", "")]))
+    env.update(extra)
+    return subprocess.run(
+        [sys.executable, "-m", "vecaccel", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
 
 # ---------------------------------------------------------------------------------------------
 # checks
@@ -85,6 +126,29 @@ def child_pids(pid: int | None = None) -> set[int]:
             if not any(helper in _cmdline(int(name)) for helper in _MP_HELPERS):
                 out.add(int(name))
     return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, grandchildren...)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for child, parent in parents.items():
+            if parent == current and child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
 
 
 def process_gone(pid: int) -> bool:

@@ -18,7 +18,7 @@ torch.set_num_threads(1)
 
 class _NotCpu(torch.Tensor):
     """A CPU tensor that reports another device, to run compute_gae's torch (accelerator)
-    recursion on this machine; the CPU path is NumPy's."""
+    recursion without an accelerator; the CPU path is NumPy's."""
 
     @property
     def device(self):

@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 import torch
+from helpers import run_main
 
 import vecaccel
 from vecaccel import bench
@@ -160,13 +161,6 @@ def test_bench_refuses_an_output_path_that_is_a_folder(
     captured = capsys.readouterr()
     assert code == 2 and str(tmp_path) in captured.err and "folder" in captured.err
     assert "steps/s" not in captured.out  # refused before measuring
-
-
-def run_main(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:  # argparse's usage errors and --help
-        return int(exc.code or 0)
 
 
 # ---------------------------------------------------------------------------------------------

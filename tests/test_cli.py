@@ -7,9 +7,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO, run_main
 
 import vecaccel
 from vecaccel.cli import build_parser, main
@@ -82,16 +82,6 @@ def test_plugin_command_clash_warns_naming_the_plugin(
     from vecaccel import tune
 
     assert parser.parse_args(["tune", "CartPole-v1"]).handler is tune.main  # the built-in kept
-
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def run_main(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:  # argparse's usage errors and --help
-        return int(exc.code or 0)
 
 
 class AddsBench:

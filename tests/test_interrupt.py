@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import LeakBaseline, leaked_shm, process_gone, shm_entries, wait_until
+from helpers import descendants, leaked_shm, process_gone, shm_entries, wait_until
 from toy_envs import counter_fns, env_pid, fault_env_fns
 
 import vecaccel
@@ -91,29 +91,6 @@ CHILD_SCRIPT = textwrap.dedent(
         main()
     """
 )
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (children, grandchildren...)."""
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as file:
-                fields = file.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(name)] = int(fields[1])
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        current = frontier.pop()
-        for child, parent in parents.items():
-            if parent == current and child not in found:
-                found.add(child)
-                frontier.append(child)
-    return found
 
 
 class LineReader:
@@ -212,15 +189,6 @@ def interrupt(
             if not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)
         child.stderr.close()
-
-
-@pytest.fixture
-def no_leaks():
-    """Fails the test if it leaves a child process or a ``/dev/shm`` entry behind (entries
-    other jobs on the machine hold are theirs)."""
-    baseline = LeakBaseline()
-    yield baseline
-    baseline.check()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import broken_plugin_site
+from helpers import broken_plugin_site, run_vecaccel
 from toy_envs import FailingEnv, SlowEnv
 
 import vecaccel
@@ -430,24 +430,6 @@ def test_a_failing_backend_factory_reaches_the_caller_and_leaves_the_others_usab
     assert "toy-failing" not in vecaccel.list_backends()
 
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def run_cli(argv: list[str], cwd: Path, extra_env: dict[str, str] | None = None, timeout=120):
-    env = dict(os.environ)
-    extra = dict(extra_env or {})
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), extra.pop("PYTHONPATH", "")]))
-    env.update(extra)
-    return subprocess.run(
-        [sys.executable, "-m", "vecaccel", *argv],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
 # ---------------------------------------------------------------------------------------------
 # plugins that collide or fail at import
 
@@ -483,7 +465,7 @@ def test_plugin_failing_at_import_is_reported_clearly(tmp_path):
     plugin skipped with a warning), or fails with one error line naming the entry point and
     VECACCEL_DISABLE_PLUGINS."""
     site = _broken_plugin_dir(tmp_path)
-    done = run_cli(["backends"], tmp_path, {"PYTHONPATH": str(site)})
+    done = run_vecaccel(["backends"], tmp_path, {"PYTHONPATH": str(site)})
     listed_builtins = done.returncode == 0 and "serial" in done.stdout
     clear_error = (
         done.returncode != 0
@@ -501,7 +483,7 @@ def test_plugin_failing_at_import_is_reported_clearly(tmp_path):
 def test_disable_env_var_skips_a_plugin_that_fails_at_import(tmp_path):
     """Naming the entry point in VECACCEL_DISABLE_PLUGINS is the way out."""
     site = _broken_plugin_dir(tmp_path)
-    done = run_cli(
+    done = run_vecaccel(
         ["backends", "--json"],
         tmp_path,
         {"PYTHONPATH": str(site), DISABLE_ENV_VAR: "toy-broken"},

@@ -12,29 +12,11 @@ import os
 import subprocess
 import sys
 
-from helpers import process_gone
+from helpers import descendants, process_gone
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 #: How long the whole soak may take before the test calls it stuck (it steps for 24 s).
 TIMEOUT = 600
-
-
-def descendants(pid: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as file:
-                    parent = int(file.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(name))
-    found, frontier = set(), [pid]
-    while frontier:
-        for child in children.get(frontier.pop(), []):
-            found.add(child)
-            frontier.append(child)
-    return found
 
 
 def test_soak_one_minute_cut(tmp_path):

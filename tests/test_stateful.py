@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
-from helpers import LeakBaseline, child_pids, leaked_shm, open_fds, shm_entries, wait_until
+from helpers import child_pids, leaked_shm, open_fds, shm_entries, wait_until
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -616,15 +616,6 @@ TestActionServer = ActionServerMachine.TestCase
 for _case in (TestSerial, TestShm, TestAsync, TestActionServer):
     _case.settings = SETTINGS
 del _case
-
-
-@pytest.fixture
-def no_leaks():
-    """Fails the test if it leaves a child process or a ``/dev/shm`` entry behind (entries
-    other jobs on the machine hold are theirs)."""
-    baseline = LeakBaseline()
-    yield baseline
-    baseline.check()
 
 
 # ---------------------------------------------------------------------------------------------

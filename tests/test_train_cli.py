@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import run_main
 from toy_envs import SHIFTED_ID
 
 from vecaccel.cli import build_parser, main
@@ -181,13 +182,6 @@ QUIET_TINY_PPO = [
     "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
     "--no-progress", "--no-tensorboard", "--torch-threads", "1",
 ]  # fmt: skip
-
-
-def run_main(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:  # argparse's usage errors and --help
-        return int(exc.code or 0)
 
 
 def test_resume_from_a_missing_or_corrupt_run_is_a_usage_error(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 import torch
+from helpers import run_main
 from toy_envs import BrokenStepEnv
 
 from vecaccel.cli import main
@@ -50,18 +51,9 @@ def test_autotune_refuses_an_empty_budget_or_a_negative_latency():
 # usage errors and failed configurations
 
 
-def _run_cli(argv: list[str]) -> int:
-    from vecaccel.cli import main
-
-    try:
-        return main(argv)
-    except SystemExit as exc:  # argparse's usage errors
-        return int(exc.code or 0)
-
-
 def test_tune_with_no_configuration_to_try_is_an_error_not_a_crash(capsys):
     # hybrid needs fewer workers than envs: with one env there is nothing to try
-    code = _run_cli(
+    code = run_main(
         ["tune", "CartPole-v1", "--num-envs", "1", "--backends", "hybrid", "--seconds", "0.01"]
     )  # raised IndexError (trials[0] of an empty list)
     assert code in (1, 2)
@@ -81,7 +73,7 @@ def test_tune_usage_errors_exit_2_like_bench(argv, capsys):
     """``vecaccel bench`` turns bad arguments into exit code 2 and a one-line message; so does
     ``tune``, with no traceback (unknown env or backend) and no failed run reported as the best
     one (``--num-envs 0``: "best: serial with 0 envs", exit 0)."""
-    code = _run_cli([*argv, "--seconds", "0.01"])
+    code = run_main([*argv, "--seconds", "0.01"])
     assert code == 2
     assert "best:" not in capsys.readouterr().out
 
@@ -90,7 +82,7 @@ def test_tune_never_reports_a_failed_configuration_as_the_best(capsys):
     env_id = "VecaccelBrokenStep-v0"
     gym.register(env_id, entry_point=BrokenStepEnv)
     try:
-        code = _run_cli(
+        code = run_main(
             ["tune", env_id, "--num-envs", "2", "--backends", "serial", "--seconds", "0.01"]
         )
     finally:
@@ -99,13 +91,6 @@ def test_tune_never_reports_a_failed_configuration_as_the_best(capsys):
     assert "failed: " in out  # the trial's own line
     assert "best:" not in out and "reproduce with" not in out
     assert code != 0
-
-
-def run_main(argv: list[str]) -> int:
-    try:
-        return main(argv)
-    except SystemExit as exc:  # argparse's usage errors and --help
-        return int(exc.code or 0)
 
 
 @pytest.mark.parametrize(
