@@ -11,8 +11,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from vecaccel import hookimpl
+from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import env_error
+from vecaccel.options import SerialOptions
 from vecaccel.spaces import (
     copy_tree,
     has_fixed_layout,
@@ -26,10 +27,10 @@ from vecaccel.vector import (
     AsyncState,
     EnvRunner,
     VecEnv,
-    _snapshot,
     check_env_spaces,
     make_env,
     normalize_seeds,
+    snapshot,
     split_reset_mask,
 )
 
@@ -40,6 +41,11 @@ class SerialVecEnv(VecEnv):
     """All sub-environments stepped one after another in this process.
 
     Errors inside an env are raised as :class:`vecaccel.WorkerError`, like every other backend.
+
+    Args:
+        env_fns: one zero-argument env function per sub-environment.
+        autoreset_mode: Gymnasium's autoreset mode.
+        options: see :class:`vecaccel.options.SerialOptions`.
 
     Example:
         >>> import gymnasium as gym
@@ -58,11 +64,14 @@ class SerialVecEnv(VecEnv):
         env_fns: Sequence[Callable[[], gym.Env]],
         *,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
+        options: SerialOptions | None = None,
     ) -> None:
+        options = SerialOptions() if options is None else options
         envs = [make_env(fn, i) for i, fn in enumerate(env_fns)]
         try:
-            super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, probe_env=envs[0])
+            super().__init__(
+                env_fns, autoreset_mode=autoreset_mode, copy=options.copy, probe_env=envs[0]
+            )
             for i, env in enumerate(envs[1:], start=1):
                 check_env_spaces(env, i, self.single_observation_space, self.single_action_space)
         except BaseException:
@@ -100,7 +109,7 @@ class SerialVecEnv(VecEnv):
         reset_mask, options = split_reset_mask(options, self.num_envs)
         # batching copies the infos; per_env_infos hands them over as they are, so copy them
         # here: the envs may change their info dicts and arrays in place later
-        keep = _snapshot if self.per_env_infos else _as_is
+        keep = snapshot if self.per_env_infos else _as_is
         pairs = []
         for i, runner in enumerate(self.runners):
             if reset_mask is not None and not reset_mask[i]:
@@ -136,7 +145,7 @@ class SerialVecEnv(VecEnv):
         self._state = AsyncState.DEFAULT
         read_action, write_obs = item_reader(self._actions), self._write_obs
         rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
-        keep = _snapshot if self.per_env_infos else _as_is  # as in reset()
+        keep = snapshot if self.per_env_infos else _as_is  # as in reset()
         pairs = []
         for i, runner in enumerate(self.runners):
             try:
@@ -187,10 +196,24 @@ def _as_is(info: dict) -> dict:
     return info
 
 
-def make_serial(env_fns, **options) -> SerialVecEnv:
-    return SerialVecEnv(env_fns, **options)
+def make_serial(
+    env_fns: Sequence[Callable[[], gym.Env]],
+    *,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    options: SerialOptions | None = None,
+    **kwargs: Any,
+) -> SerialVecEnv:
+    """The ``serial`` backend's factory: ``make_vec`` passes checked ``options``; a direct call
+    may pass the options as keywords instead."""
+    options = SerialOptions.resolve("serial", options, kwargs)
+    return SerialVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
 
 
 @hookimpl
-def vecaccel_register_backends(registry) -> None:
-    registry.add("serial", make_serial, "all envs in the caller's process (the reference)")
+def vecaccel_register_backends(registry: BackendRegistry) -> None:
+    registry.add(
+        "serial",
+        make_serial,
+        "all envs in the caller's process (the reference)",
+        options=SerialOptions,
+    )

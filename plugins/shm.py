@@ -3,6 +3,7 @@ memory; under ``hybrid`` the calling process steps a share of the envs itself me
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -10,14 +11,21 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from vecaccel import hookimpl
+from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import WorkerError
-from vecaccel.pooled import ProcessVecEnv
+from vecaccel.options import HybridOptions, ShmOptions
 from vecaccel.spaces import assign_tree, copy_tree
-from vecaccel.vector import AsyncState, _snapshot, normalize_seeds, split_reset_mask
-from vecaccel.worker import Command, Status, _error_report, _MakeError, _Slice, usable_cpus
+from vecaccel.vector import AsyncState, normalize_seeds, snapshot, split_reset_mask
+from vecaccel.worker import (
+    Command,
+    EnvMakeError,
+    EnvSlice,
+    ProcessVecEnv,
+    Status,
+    usable_cpus,
+)
 
-__all__ = ["ShmVecEnv", "make_hybrid"]
+__all__ = ["HYBRID_SPIN_US", "HYBRID_WORKER_SPIN_US", "ShmVecEnv", "make_hybrid", "make_shm"]
 
 
 class ShmVecEnv(ProcessVecEnv):
@@ -26,17 +34,11 @@ class ShmVecEnv(ProcessVecEnv):
     Args:
         env_fns: one zero-argument env function per sub-environment.
         autoreset_mode: Gymnasium's autoreset mode.
-        copy: return copies of the observations, rewards and flags (``False``: views into
-            shared memory, valid until the next ``step``/``reset``).
-        drain_timeout: seconds a later call waits for a step that timed out before giving up.
-        inline_envs: how many envs (the first ones) this process steps itself, while the
-            workers step the rest, instead of only waiting for them (the ``hybrid`` backend).
-            Inline envs share this process's fate: a crash in one is a crash here, and
-            ``step_timeout`` and worker restarts do not apply to them (an env that raises is
-            still rebuilt under ``on_worker_failure="restart"``).
-        **pool_options: ``num_workers``, ``context``, ``pin_cpus``, ``spin_us``,
-            ``worker_spin_us``, ``on_worker_failure``, ``max_restarts``, ``step_timeout``
-            (see :class:`vecaccel.pooled.ProcessVecEnv`).
+        options: see :class:`vecaccel.options.ShmOptions`. With ``copy=False`` the
+            observations, rewards and flags are views into shared memory, valid until the next
+            ``step``/``reset``. With ``inline_envs`` this process steps the first envs itself
+            while the workers step the rest, instead of only waiting for them (the ``hybrid``
+            backend); inline envs share this process's fate: a crash in one is a crash here.
 
     Example:
         >>> import vecaccel, numpy as np
@@ -55,19 +57,16 @@ class ShmVecEnv(ProcessVecEnv):
         env_fns: Sequence[Callable[[], gym.Env]],
         *,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        drain_timeout: float = 30.0,
-        inline_envs: int = 0,
-        **pool_options: Any,
+        options: ShmOptions | None = None,
     ) -> None:
+        options = ShmOptions() if options is None else options
         super().__init__(
             env_fns,
             autoreset_mode=autoreset_mode,
-            copy=copy,
-            inline_envs=inline_envs,
-            **pool_options,
+            options=options,
+            inline_envs=options.inline_envs or 0,
         )
-        self.drain_timeout = drain_timeout
+        self.drain_timeout_s = options.drain_timeout_s
         self._pending: list = []
         self._results: dict[int, tuple] = {}
         self._timed_out = False  # the step in flight outlived a step_wait(timeout)
@@ -76,12 +75,12 @@ class ShmVecEnv(ProcessVecEnv):
         self._failed_envs: set[int] = set()
         self._seqs: dict[int, int] = {}
         self.inline_envs = self.pool.inline_envs
-        self._inline: _Slice | None = None
+        self._inline: EnvSlice | None = None
         self._inline_pending = False  # a step sent whose inline envs have not stepped yet
         self._inline_result: tuple[list, list] | None = None  # stepped, not yet collected
         if self.inline_envs:
             try:
-                self._inline = _Slice(
+                self._inline = EnvSlice(
                     0,
                     self.env_fns[: self.inline_envs],
                     self.autoreset_mode,
@@ -90,10 +89,9 @@ class ShmVecEnv(ProcessVecEnv):
                     self.single_action_space,
                     self.pool.restart,
                 )
-            except _MakeError as failed:
+            except EnvMakeError as failed:
                 self.close(terminate=True)
-                report = _error_report(failed.index, failed.error, "make")
-                raise self.pool.error_from_reports([report]) from failed.error
+                raise self.pool.error_from_reports([failed.report()]) from failed.error
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -115,7 +113,7 @@ class ShmVecEnv(ProcessVecEnv):
             inline_pairs, errors = self._inline_result
             self._inline_result = None
             if self.per_env_infos:  # the inline envs' own dicts (the workers' come unpickled)
-                inline_pairs = [(i, _snapshot(info)) for i, info in inline_pairs]
+                inline_pairs = [(i, snapshot(info)) for i, info in inline_pairs]
             pairs.extend(inline_pairs)
             self.pool.note_restarts(inline_pairs)
         for worker in self.pool.workers:
@@ -162,13 +160,13 @@ class ShmVecEnv(ProcessVecEnv):
 
     def _prepare_control(self) -> None:
         if self._state is not AsyncState.WAITING_STEP or self._timed_out:
-            self._drain(self.drain_timeout)
+            self._drain(self.drain_timeout_s)
         elif self._finished is None:
             # a step sent by step_async() that step_wait() has not been asked for yet: the
             # workers must finish it before they take another command; its result (or error)
             # is kept for step_wait(), as Gymnasium's other backends keep it
             try:
-                self._finished = self._finish_step(self.drain_timeout)
+                self._finished = self._finish_step(self.drain_timeout_s)
             except TimeoutError:
                 raise self._still_running(
                     "the step sent by step_async(); call step_wait() for it first"
@@ -189,7 +187,7 @@ class ShmVecEnv(ProcessVecEnv):
         """Reset every env (or those in ``options["reset_mask"]``).
 
         A step that timed out is finished first; an env error it reports is not raised, as on
-        the pooled backends: the envs it names start over here (outside a ``reset_mask`` they
+        ``async`` and ``action_server``: the envs it names start over here (outside a ``reset_mask`` they
         stay failed until a reset includes them).
         """
         self._check_open()
@@ -226,7 +224,7 @@ class ShmVecEnv(ProcessVecEnv):
         if errors:
             raise self.pool.error_from_reports(errors)
         if self.per_env_infos:  # as in _collect
-            pairs = [(i, _snapshot(info)) for i, info in pairs]
+            pairs = [(i, snapshot(info)) for i, info in pairs]
         return pairs
 
     def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
@@ -275,7 +273,7 @@ class ShmVecEnv(ProcessVecEnv):
         self.pool.check_usable()
         if self._state is AsyncState.WAITING_STEP and not self._timed_out:
             raise RuntimeError("step_async() called twice without step_wait() in between")
-        self._drain(self.drain_timeout)  # a step that timed out is finished and discarded
+        self._drain(self.drain_timeout_s)  # a step that timed out is finished and discarded
         if self._failed_envs:
             raise WorkerError(
                 f"envs {sorted(self._failed_envs)} failed in an earlier call and are in an "
@@ -344,18 +342,25 @@ class ShmVecEnv(ProcessVecEnv):
         return self._observations(), rewards, terms, truncs, infos
 
 
-def make_shm(env_fns, **options) -> ShmVecEnv:
-    return ShmVecEnv(env_fns, **options)
+def make_shm(
+    env_fns: Sequence[Callable[[], gym.Env]],
+    *,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    options: ShmOptions | None = None,
+    **kwargs: Any,
+) -> ShmVecEnv:
+    """The ``shm`` backend's factory: ``make_vec`` passes checked ``options``; a direct call
+    may pass the options as keywords instead."""
+    options = ShmOptions.resolve("shm", options, kwargs)
+    return ShmVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
 
 
 def make_hybrid(
-    env_fns,
+    env_fns: Sequence[Callable[[], gym.Env]],
     *,
-    inline_envs: int | None = None,
-    num_workers: int | None = None,
-    spin_us: float | None = None,
-    worker_spin_us: float | None = None,
-    **options,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    options: HybridOptions | None = None,
+    **kwargs: Any,
 ) -> ShmVecEnv:
     """``shm`` whose calling process steps an equal share of the envs itself.
 
@@ -366,7 +371,13 @@ def make_hybrid(
     ``worker_spin_us`` microseconds before it sleeps (default: ``HYBRID_WORKER_SPIN_US`` when
     the workers and the caller have a core each, else 0), so a step that follows soon (after a
     small policy's forward pass) starts without a wake-up. Built on :class:`ShmVecEnv`; see
-    ``inline_envs`` there for what inline envs give up.
+    :attr:`vecaccel.options.ShmOptions.inline_envs` for what inline envs give up.
+
+    Args:
+        env_fns: one zero-argument env function per sub-environment (at least 2).
+        autoreset_mode: Gymnasium's autoreset mode.
+        options: see :class:`vecaccel.options.HybridOptions` (``None`` fields get the defaults
+            above); a direct call may pass them as keywords instead.
 
     Example:
         >>> import vecaccel, numpy as np
@@ -383,22 +394,25 @@ def make_hybrid(
         raise ValueError(
             f"hybrid needs at least 2 envs (one inline, one in a worker), got {num_envs}"
         )
+    options = HybridOptions.resolve("hybrid", options, kwargs)
+    num_workers = options.num_workers
     if num_workers is None:
         num_workers = max(1, min(num_envs - 1, usable_cpus() - 1))
+    inline_envs = options.inline_envs
     if inline_envs is None:
         inline_envs = max(1, min(num_envs - 1, num_envs // (int(num_workers) + 1)))
-    if spin_us is None:
-        spin_us = HYBRID_SPIN_US
+    spin_us = HYBRID_SPIN_US if options.spin_us is None else options.spin_us
+    worker_spin_us = options.worker_spin_us
     if worker_spin_us is None:  # spin only where every worker has a core of its own
         worker_spin_us = HYBRID_WORKER_SPIN_US if num_workers < usable_cpus() else 0.0
-    return ShmVecEnv(
-        env_fns,
+    resolved = dataclasses.replace(
+        options,
         inline_envs=inline_envs,
         num_workers=num_workers,
         spin_us=spin_us,
         worker_spin_us=worker_spin_us,
-        **options,
     )
+    return ShmVecEnv(env_fns, autoreset_mode=autoreset_mode, options=resolved)
 
 
 #: The caller finishes its inline envs about when the workers finish theirs, so a short spin
@@ -411,14 +425,16 @@ HYBRID_WORKER_SPIN_US = 1000.0
 
 
 @hookimpl
-def vecaccel_register_backends(registry) -> None:
+def vecaccel_register_backends(registry: BackendRegistry) -> None:
     registry.add(
         "shm",
         make_shm,
         "worker processes stepping slices of envs; all per-step data in shared memory",
+        options=ShmOptions,
     )
     registry.add(
         "hybrid",
         make_hybrid,
         "shm, with the calling process stepping a share of the envs meanwhile (cheap envs)",
+        options=HybridOptions,
     )

@@ -32,7 +32,7 @@ from helpers import (
 from toy_envs import WideSpacesEnv, counter_fns
 
 import vecaccel
-from vecaccel import worker as worker_module
+from vecaccel.worker import process as worker_process
 
 torch.set_num_threads(1)
 
@@ -191,7 +191,7 @@ def test_worker_dying_mid_startup_raises_and_leaves_no_thread_or_fd(monkeypatch,
         os.read(fd, 1000)
         os._exit(3)
 
-    monkeypatch.setattr(worker_module, "_read_startup", dying)  # inherited by forked workers
+    monkeypatch.setattr(worker_process, "read_startup", dying)  # inherited by forked workers
     for _ in range(2):
         with pytest.raises(vecaccel.WorkerError, match="exited with code 3"):
             vecaccel.make_vec(

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import vecaccel
-import vecaccel.worker as worker_module
+import vecaccel.worker.pool as pool_module
 from vecaccel.worker import Command, current_cpu
 
 linux_affinity = pytest.mark.skipif(
@@ -78,7 +78,7 @@ def test_workers_on_the_callers_cpu_are_signalled_last(monkeypatch, leak_check):
         envs.reset(seed=0)
         pool = envs.pool
         here = 5  # pretend: the caller runs on CPU 5, worker 0 last ran there too
-        monkeypatch.setattr(worker_module, "current_cpu", lambda: here)
+        monkeypatch.setattr(pool_module, "current_cpu", lambda: here)
         pool.views.last_cpu[:] = [here, 0, 1]
         order: list[int] = []
         real_send = pool.send

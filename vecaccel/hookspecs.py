@@ -28,10 +28,13 @@ def vecaccel_register_backends(registry: BackendRegistry) -> None:
     the plugin in a note, and a name registered before is a ``ValueError`` naming both plugins.
 
     Args:
-        registry: call ``registry.add(name, factory, description="")`` for each backend. The
-            ``factory`` is called as ``factory(env_fns, **options)`` with ``env_fns`` a list of
-            zero-argument callables that each return a ``gymnasium.Env``, and returns a
-            ``gymnasium.vector.VectorEnv``.
+        registry: call ``registry.add(name, factory, description="", options=None)`` for each
+            backend. ``env_fns`` is a list of zero-argument callables that each return a
+            ``gymnasium.Env``, and the factory returns a ``gymnasium.vector.VectorEnv``. A
+            backend that declares its options (a :class:`vecaccel.options.BackendOptions`
+            subclass) has them checked by ``make_vec`` and is called as
+            ``factory(env_fns, autoreset_mode=mode, options=checked)``; one that declares none
+            is called as ``factory(env_fns, autoreset_mode=mode, **options)``.
 
     Returns:
         Nothing; every plugin's implementation is called (not ``firstresult``).

@@ -100,16 +100,20 @@ def make_vec(
         backend: the registered backend to use; see ``vecaccel.list_backends()``.
         autoreset_mode: Gymnasium's ``AutoresetMode`` (or its string value).
         env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id.
-        **options: backend options, e.g. ``num_workers``, ``context``, ``copy``.
+        **options: backend options, e.g. ``num_workers``, ``context``, ``copy``,
+            ``step_timeout_s``; each backend's are one dataclass of
+            :mod:`vecaccel.options` (``ShmOptions`` for ``shm``...). Older spellings such as
+            ``step_timeout`` are aliases.
 
     Returns:
         A ``gymnasium.vector.VectorEnv``.
 
     Raises:
-        TypeError: if ``env`` is not one of the above (an env instance, say) or ``num_envs`` is
-            not an integer.
+        TypeError: if ``env`` is not one of the above (an env instance, say), ``num_envs`` is
+            not an integer, or an option is not one of the backend's (the message names the
+            closest one); raised before any worker starts.
         ValueError: if ``num_envs`` is below 1, the list of env functions is empty, the id or
-            the backend is unknown.
+            the backend is unknown, or an option's value is out of range.
 
     Example:
         >>> import vecaccel
@@ -127,5 +131,8 @@ def make_vec(
         if num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
     env_fns = _env_fns(env, num_envs, env_kwargs)
-    factory = get_backend(backend).factory
-    return factory(env_fns, autoreset_mode=autoreset_mode, **options)
+    info = get_backend(backend)
+    if info.options is None:  # a backend that declares no options gets them as given
+        return info.factory(env_fns, autoreset_mode=autoreset_mode, **options)
+    checked = info.options.from_kwargs(backend, options)
+    return info.factory(env_fns, autoreset_mode=autoreset_mode, options=checked)

@@ -18,6 +18,7 @@ from typing import Any
 import pluggy
 
 from vecaccel import hookspecs
+from vecaccel.options import BackendOptions
 
 __all__ = [
     "DEFAULT_PLUGINS",
@@ -34,7 +35,7 @@ __all__ = [
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "vecaccel.plugins.serial",
     "vecaccel.plugins.shm",
-    "vecaccel.plugins.async_pool",
+    "vecaccel.plugins.asynchronous",
     "vecaccel.plugins.action_server",
     "vecaccel.plugins.envs",
     "vecaccel.trainers.cli",
@@ -60,6 +61,8 @@ class BackendInfo:
     factory: BackendFactory
     description: str
     plugin: str
+    options: type[BackendOptions] | None = None
+    """The backend's options, checked by ``make_vec``; ``None``: passed on unchecked."""
 
 
 class BackendRegistry(Mapping[str, BackendInfo]):
@@ -76,24 +79,51 @@ class BackendRegistry(Mapping[str, BackendInfo]):
         self._backends: dict[str, BackendInfo] = {}
         self._current_plugin = "<unknown>"
 
-    def add(self, name: str, factory: BackendFactory, description: str = "") -> None:
+    def add(
+        self,
+        name: str,
+        factory: BackendFactory,
+        description: str = "",
+        *,
+        options: type[BackendOptions] | None = None,
+    ) -> None:
         """Register ``factory`` under ``name``.
+
+        Args:
+            name: the name users pass as ``make_vec(..., backend=name)``.
+            factory: builds the vector env. With ``options``, it is called as
+                ``factory(env_fns, autoreset_mode=mode, options=checked)``, ``checked`` an
+                instance of ``options``; without, as ``factory(env_fns, autoreset_mode=mode,
+                **kwargs)`` with the keyword arguments as given.
+            description: one line for ``vecaccel backends``.
+            options: a :class:`vecaccel.options.BackendOptions` subclass declaring the
+                backend's options, so that ``make_vec`` checks them (aliases, misspellings,
+                values) before the backend starts anything.
 
         Raises:
             ValueError: if ``name`` is taken by another plugin or is not a non-empty string.
-            TypeError: if ``factory`` is not callable.
+            TypeError: if ``factory`` is not callable, or ``options`` not a ``BackendOptions``
+                subclass.
         """
         if not isinstance(name, str) or not name:
             raise ValueError(f"backend name must be a non-empty string, got {name!r}")
         if not callable(factory):
             raise TypeError(f"backend {name!r}: factory must be callable, got {factory!r}")
+        if options is not None and not (
+            isinstance(options, type) and issubclass(options, BackendOptions)
+        ):
+            raise TypeError(
+                f"backend {name!r}: options must be a BackendOptions subclass, got {options!r}"
+            )
         if name in self._backends:
             other = self._backends[name].plugin
             raise ValueError(
                 f"backend {name!r} is registered twice (by {other!r} and {self._current_plugin!r}"
                 f"); set {DISABLE_ENV_VAR}={self._current_plugin} to leave the second one out"
             )
-        self._backends[name] = BackendInfo(name, factory, description, self._current_plugin)
+        self._backends[name] = BackendInfo(
+            name, factory, description, self._current_plugin, options
+        )
 
     def __getitem__(self, name: str) -> BackendInfo:
         return self._backends[name]

@@ -25,6 +25,9 @@ __all__ = [
     "check_actions",
     "assign_tree",
     "has_fixed_layout",
+    "item_reader",
+    "item_writer",
+    "nbytes_of",
     "ItemList",
 ]
 

@@ -29,6 +29,8 @@ __all__ = [
     "make_env",
     "normalize_seeds",
     "reset_mask_only",
+    "snapshot",
+    "split_reset_mask",
 ]
 
 
@@ -86,15 +88,26 @@ def check_env_spaces(
             )
 
 
-def _snapshot(value: Any) -> Any:
+def snapshot(value: Any) -> Any:
     """A copy of ``value``'s arrays, dicts and tuples, down to their leaves (other objects are
-    shared, as Gymnasium's info batching shares them)."""
+    shared, as Gymnasium's info batching shares them).
+
+    A backend that hands an env's info dict to the caller as it is (``per_env_infos``) keeps a
+    snapshot: the env may change its dicts and arrays in place later.
+
+    Example:
+        >>> info = {"pos": np.zeros(2)}
+        >>> copy = snapshot(info)
+        >>> info["pos"][0] = 1.0
+        >>> copy["pos"].tolist()
+        [0.0, 0.0]
+    """
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, dict):
-        return {key: _snapshot(item) for key, item in value.items()}
+        return {key: snapshot(item) for key, item in value.items()}
     if isinstance(value, tuple):
-        items = [_snapshot(item) for item in value]
+        items = [snapshot(item) for item in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)  # NamedTuple
     return value
 
@@ -132,7 +145,7 @@ class EnvRunner:
             obs, reward, terminated, truncated, info = self.env.step(action)
             if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
                 # the env may update its obs array or info dict in place when it resets
-                final = {"final_obs": _snapshot(obs), "final_info": _snapshot(info)}
+                final = {"final_obs": snapshot(obs), "final_info": snapshot(info)}
                 obs, reset_info = self.env.reset()
                 info = {**final, **reset_info}
         self.needs_reset = bool(terminated or truncated)

@@ -20,9 +20,9 @@ Example:
 from __future__ import annotations
 
 from vecaccel import BackendRegistry, hookimpl
-from vecaccel_example_plugin.threads import ThreadVecEnv, make_thread_vec_env
+from vecaccel_example_plugin.threads import ThreadOptions, ThreadVecEnv, make_thread_vec_env
 
-__all__ = ["ThreadVecEnv", "make_thread_vec_env", "vecaccel_register_backends"]
+__all__ = ["ThreadOptions", "ThreadVecEnv", "make_thread_vec_env", "vecaccel_register_backends"]
 __version__ = "0.1.0"
 
 
@@ -33,4 +33,5 @@ def vecaccel_register_backends(registry: BackendRegistry) -> None:
         "example-threads",
         make_thread_vec_env,
         "example plugin: envs stepped by a thread pool in the caller's process",
+        options=ThreadOptions,
     )

@@ -12,9 +12,9 @@ wait on I/O); for pure-Python envs they are a correct but not a faster backend.
 from __future__ import annotations
 
 import os
-import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -22,7 +22,9 @@ import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 
-from vecaccel import VecEnv, WorkerError
+from vecaccel import VecEnv
+from vecaccel.errors import env_error
+from vecaccel.options import BackendOptions
 from vecaccel.spaces import (
     copy_tree,
     leaf_specs,
@@ -33,19 +35,25 @@ from vecaccel.spaces import (
 )
 from vecaccel.vector import AsyncState, EnvRunner, normalize_seeds, split_reset_mask
 
-__all__ = ["ThreadVecEnv", "make_thread_vec_env"]
+__all__ = ["ThreadOptions", "ThreadVecEnv", "make_thread_vec_env"]
 
 InfoPairs = list[tuple[int, dict]]
 
 
-def _env_error(exc: BaseException, index: int, what: str) -> WorkerError:
-    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return WorkerError(
-        f"env {index} raised {type(exc).__name__} in {what}: {exc}",
-        env_indices=[index],
-        remote_traceback=text,
-        original_type=type(exc).__name__,
-    )
+@dataclass(frozen=True, kw_only=True)
+class ThreadOptions(BackendOptions):
+    """The options of the ``example-threads`` backend; ``copy`` comes from ``BackendOptions``.
+
+    Registered with the backend, so ``make_vec`` checks them: a misspelled option is a
+    ``TypeError`` that names the closest one, raised before any env is built.
+    """
+
+    num_threads: int | None = None
+    """Threads in the pool (default: the CPU count, at most one per env)."""
+
+    def __post_init__(self) -> None:
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be at least 1, got {self.num_threads}")
 
 
 class ThreadVecEnv(VecEnv):
@@ -117,7 +125,7 @@ class ThreadVecEnv(VecEnv):
             try:
                 obs, info = self.runners[i].reset(seed=seeds[i], options=options)
             except Exception as exc:
-                raise _env_error(exc, i, "reset") from exc
+                raise env_error(exc, i, "reset") from exc
             write_item(self.single_observation_space, self._obs, i, obs)
             self._terminations[i] = self._truncations[i] = False
             pairs.append((i, info))
@@ -129,7 +137,7 @@ class ThreadVecEnv(VecEnv):
             try:
                 obs, rew, term, trunc, info = self.runners[i].step(read_item(actions, i))
             except Exception as exc:
-                raise _env_error(exc, i, "step") from exc
+                raise env_error(exc, i, "step") from exc
             write_item(self.single_observation_space, self._obs, i, obs)
             self._rewards[i], self._terminations[i], self._truncations[i] = rew, term, trunc
             pairs.append((i, info))
@@ -220,7 +228,7 @@ class ThreadVecEnv(VecEnv):
             try:
                 results.append(runner.call(name, args, kwargs))
             except Exception as exc:
-                raise _env_error(exc, i, f"call({name!r})") from exc
+                raise env_error(exc, i, f"call({name!r})") from exc
         return tuple(results)
 
     def set_attr(self, name: str, values: Any) -> None:
@@ -246,8 +254,16 @@ class ThreadVecEnv(VecEnv):
             env.close()
 
 
-def make_thread_vec_env(env_fns: Sequence[Callable[[], gym.Env]], **options: Any) -> ThreadVecEnv:
-    """The backend factory: ``factory(env_fns, **options)`` as vecaccel's registry expects.
+def make_thread_vec_env(
+    env_fns: Sequence[Callable[[], gym.Env]],
+    *,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    options: ThreadOptions | None = None,
+    **kwargs: Any,
+) -> ThreadVecEnv:
+    """The backend factory. ``make_vec`` calls it as
+    ``factory(env_fns, autoreset_mode=..., options=ThreadOptions(...))``, having checked the
+    options; called directly, it takes them as keywords.
 
     Example:
         >>> import gymnasium as gym
@@ -256,4 +272,10 @@ def make_thread_vec_env(env_fns: Sequence[Callable[[], gym.Env]], **options: Any
         1
         >>> envs.close()
     """
-    return ThreadVecEnv(env_fns, **options)
+    options = ThreadOptions.resolve("example-threads", options, kwargs)
+    return ThreadVecEnv(
+        env_fns,
+        autoreset_mode=autoreset_mode,
+        copy=options.copy,
+        num_threads=options.num_threads,
+    )

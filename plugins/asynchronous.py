@@ -1,13 +1,15 @@
-"""Per-env stepping on the shared-memory workers: the machinery of ``async`` and ``action_server``.
+"""Backend ``async``: return whichever ``batch_size`` envs are ready, as EnvPool and PufferLib do.
 
-Where ``shm`` steps every env in lock-step, a :class:`PooledVecEnv` sends actions to any subset
-of envs and receives envs as each one finishes: every finished env is one byte on its worker's
-``done`` pipe (the env's slot in the worker's slice). Observations, rewards and flags are still
-read from the shared buffer; only infos, when non-empty, take the side channel.
+Where ``shm`` steps every env in lock-step, :class:`AsyncVecEnv` sends actions to any subset of
+envs and receives envs as each one finishes: every finished env is one byte on its worker's
+``done`` pipe (the env's slot in the worker's slice, see :data:`vecaccel.worker.ENV_PAYLOAD_FLAG`).
+Observations, rewards and flags are still read from the shared buffer; only infos, when
+non-empty, take the side channel. The ``action_server`` backend is built on this class.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -18,100 +20,48 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import WorkerError
+from vecaccel.options import AsyncOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
-from vecaccel.vector import AsyncState, VecEnv, normalize_seeds, split_reset_mask
-from vecaccel.worker import Command, Status, WorkerPool, usable_cpus
+from vecaccel.vector import AsyncState, normalize_seeds, split_reset_mask
+from vecaccel.worker import (
+    ENV_PAYLOAD_FLAG,
+    Command,
+    ErrorReport,
+    ProcessVecEnv,
+    Status,
+    WorkerHandle,
+    usable_cpus,
+)
 
-__all__ = ["ProcessVecEnv", "PooledVecEnv"]
-
-_PAYLOAD_FLAG = 128
-
-
-class ProcessVecEnv(VecEnv):
-    """What the backends on :class:`~vecaccel.worker.WorkerPool` share: the pool, control calls,
-    failure counts and shutdown.
-
-    Pool options (all backends on worker processes):
-        num_workers: worker processes, each stepping a contiguous slice of the envs (default:
-            the usable CPUs, at most one per env).
-        context: start method: ``"fork"``, ``"spawn"``, ``"forkserver"``, or ``"multiprocess"``
-            (the ``multiprocess`` package's spawn, for closures that only dill can pickle).
-        pin_cpus: ``True`` to pin worker ``k`` to the ``k``-th usable CPU, or a list of CPUs.
-        spin_us: microseconds the parent spins on shared flags before blocking (default 0:
-            block at once, which measured at least as fast on 2 cores).
-        worker_spin_us: microseconds a worker keeps looking for its next command before it
-            sleeps (default 0). Waking a sleeping process costs tens of microseconds on a VM;
-            a worker that spins through the gap between steps (the policy's forward pass)
-            starts at once, at the cost of keeping its core busy for that long.
-        on_worker_failure: ``"raise"`` (default) or ``"restart"``: rebuild failed envs and dead
-            workers, reseed them from derived seeds, and report the interrupted episodes as
-            truncated with ``info["worker_restarted"]``.
-        max_restarts: failures tolerated under ``"restart"`` before the failure is raised.
-        step_timeout: seconds after which a worker still stepping (or resetting, or running a
-            ``call``/``set_attr``) is killed and handled by the failure policy.
-        worker_threads: threads each worker lets OpenMP, BLAS, OpenCV and torch use (default
-            1: a worker keeps one core busy); ``None`` leaves the libraries' defaults.
-    """
-
-    def __init__(
-        self,
-        env_fns: Sequence[Callable[[], gym.Env]],
-        *,
-        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        **pool_options: Any,
-    ) -> None:
-        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy)
-        self.pool = WorkerPool(
-            self.env_fns,
-            self.single_observation_space,
-            self.single_action_space,
-            self.autoreset_mode,
-            **pool_options,
-        )
-        self.num_workers = self.pool.num_workers
-
-    @property
-    def failures(self) -> int:
-        """How many env or worker failures were recovered from (``on_worker_failure="restart"``)."""
-        return self.pool.failures if getattr(self, "pool", None) is not None else 0
-
-    @property
-    def failures_per_env(self) -> np.ndarray:
-        """Failures recovered from, per env."""
-        return self.pool.failures_per_env
-
-    def _prepare_control(self) -> None:
-        """Bring the envs to a quiet state before a control command (reset, call, set_attr)."""
-
-    def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        self._check_open()
-        self.pool.check_usable()
-        self._prepare_control()
-        return tuple(self.pool.call(name, self._normalize_indices(indices), args, kwargs))
-
-    def set_attr_indices(self, name: str, values: Any, indices) -> None:
-        self._check_open()
-        self.pool.check_usable()
-        self._prepare_control()
-        indices = self._normalize_indices(indices)
-        self.pool.set_attr(name, indices, self._values_for(values, len(indices)))
-
-    def _busy(self) -> bool:
-        return False
-
-    def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            pool.close(terminate=terminate or self._busy() or pool.broken is not None)
+__all__ = ["AsyncVecEnv", "make_async"]
 
 
-class PooledVecEnv(ProcessVecEnv):
-    """Sub-environments in worker processes, stepped and received env by env.
+class AsyncVecEnv(ProcessVecEnv):
+    """Asynchronous stepping: ``batch_size < num_envs`` so a slow env never stalls the batch.
 
-    ``num_envs`` is the number of sub-environments; each ``recv`` returns ``batch_size`` of
-    them, and ``observation_space``/``action_space`` are batched over ``batch_size``.
+    ``send(actions, env_ids)`` starts envs; ``recv()`` returns the first ``batch_size`` envs
+    that are ready with ``info["env_id"]``; ``step(actions)`` sends ``actions`` to the envs
+    the last ``recv`` returned and receives the next batch. It runs on the same worker
+    processes and shared memory as ``shm``. ``num_envs`` is the number of sub-environments;
+    ``observation_space``/``action_space`` are batched over ``batch_size``.
+
+    Args:
+        env_fns: one zero-argument env function per sub-environment.
+        autoreset_mode: Gymnasium's autoreset mode.
+        options: see :class:`vecaccel.options.AsyncOptions`; subclasses pass their own
+            :class:`vecaccel.options.WorkerOptions` and ``batch_size``.
+        batch_size: envs per ``recv``, for subclasses whose options have no ``batch_size``.
+
+    Example:
+        >>> import vecaccel, numpy as np
+        >>> envs = vecaccel.make_vec("CartPole-v1", 4, backend="async", batch_size=2, num_workers=2)
+        >>> obs, infos = envs.reset(seed=0)
+        >>> obs.shape, len(infos["env_id"])
+        ((2, 4), 2)
+        >>> obs, rew, term, trunc, infos = envs.step(np.zeros(2, dtype=np.int64))
+        >>> envs.close()
     """
 
     #: ``step`` returns envs in the order they finish (``info["env_id"]``), not by index
@@ -121,37 +71,41 @@ class PooledVecEnv(ProcessVecEnv):
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
         *,
-        batch_size: int | None = None,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        **pool_options: Any,
+        options: WorkerOptions | None = None,
+        batch_size: int | None = None,
     ) -> None:
+        options = AsyncOptions() if options is None else options
         num_envs = len(env_fns)
+        if batch_size is None:
+            batch_size = getattr(options, "batch_size", None)
         if batch_size is None:
             batch_size = num_envs
         if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= num_envs:
             raise ValueError(
                 f"batch_size must be an integer in 1..num_envs={num_envs}, got {batch_size!r}"
             )
-        if pool_options.get("num_workers") is None:
+        if options.num_workers is None:
             # one byte names an env in the per-env protocol: at most 127 envs per worker
-            pool_options["num_workers"] = max(min(num_envs, usable_cpus()), -(-num_envs // 127))
-        super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=copy, **pool_options)
+            most = ENV_PAYLOAD_FLAG - 1
+            num_workers = max(min(num_envs, usable_cpus()), -(-num_envs // most))
+            options = dataclasses.replace(options, num_workers=num_workers)
+        super().__init__(env_fns, autoreset_mode=autoreset_mode, options=options)
         self.batch_size = int(batch_size)
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         self.action_space = batch_space(self.single_action_space, self.batch_size)
         widest = max(w.stop - w.start for w in self.pool.workers)
-        if widest >= _PAYLOAD_FLAG:
+        if widest >= ENV_PAYLOAD_FLAG:
             self.close(terminate=True)
             raise ValueError(
                 f"{widest} envs on one worker; per-env stepping allows at most "
-                f"{_PAYLOAD_FLAG - 1}: raise num_workers"
+                f"{ENV_PAYLOAD_FLAG - 1}: raise num_workers"
             )
         self._ready: deque[int] = deque()
         self._in_flight = np.zeros(self.num_envs, dtype=np.bool_)
-        self._sent_at = np.zeros(self.num_envs, dtype=np.float64)  # for step_timeout
+        self._sent_at = np.zeros(self.num_envs, dtype=np.float64)  # for step_timeout_s
         self._infos: dict[int, dict] = {}
-        self._errors: list[tuple] = []
+        self._errors: list[ErrorReport] = []
         self._failed_envs: set[int] = set()
         self._last_ids: np.ndarray | None = None
         self._restart_pending = np.zeros(self.num_envs, dtype=np.bool_)
@@ -217,8 +171,8 @@ class PooledVecEnv(ProcessVecEnv):
         arrived, dead = self.pool.wait_bytes(timeout)
         for worker, data in arrived:
             for byte in data:
-                index = worker.start + (byte & (_PAYLOAD_FLAG - 1))
-                if byte & _PAYLOAD_FLAG:
+                index = worker.start + (byte & (ENV_PAYLOAD_FLAG - 1))
+                if byte & ENV_PAYLOAD_FLAG:
                     status, payload = self.pool.recv_payload(worker)
                     if status == Status.ERROR:
                         self._errors.extend(payload)
@@ -233,7 +187,7 @@ class PooledVecEnv(ProcessVecEnv):
             self._on_worker_death(worker)
         return bool(arrived or dead)
 
-    def _on_worker_death(self, worker) -> None:
+    def _on_worker_death(self, worker: WorkerHandle) -> None:
         if not self.pool.restart:
             self.pool.declare_dead(worker)
         # the steps the dead worker never took are reported as restarts below; its replacement
@@ -279,19 +233,18 @@ class PooledVecEnv(ProcessVecEnv):
         self._raise_errors()
 
     def _kill_overdue(self) -> float | None:
-        """Kill the workers of envs stepping for more than ``step_timeout`` since they were sent
-        (the failure policy then handles them); return when the next env would be overdue."""
-        if self.pool.step_timeout is None or not self._in_flight.any():
+        """Kill the workers of envs stepping for more than ``step_timeout_s`` since they were
+        sent (the failure policy then handles them); return when the next env would be overdue."""
+        if self.pool.step_timeout_s is None or not self._in_flight.any():
             return None
         now = time.monotonic()
         running = np.flatnonzero(self._in_flight)
-        due = self._sent_at[running] + self.pool.step_timeout
+        due = self._sent_at[running] + self.pool.step_timeout_s
         overdue = running[due <= now]
         if overdue.size:
             stuck = {int(self._env_to_worker[i]) for i in overdue}
-            self.pool._kill_stuck(
-                [self.pool.workers[k] for k in stuck]
-            )  # their sentinels report them
+            # their sentinels report them
+            self.pool.kill_stuck([self.pool.workers[k] for k in stuck])
         later = due[due > now]
         return float(later.min()) if later.size else None
 
@@ -437,3 +390,26 @@ class PooledVecEnv(ProcessVecEnv):
 
     def step_wait(self, timeout: float | None = None):
         return self.recv(timeout)
+
+
+def make_async(
+    env_fns: Sequence[Callable[[], gym.Env]],
+    *,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    options: AsyncOptions | None = None,
+    **kwargs: Any,
+) -> AsyncVecEnv:
+    """The ``async`` backend's factory: ``make_vec`` passes checked ``options``; a direct call
+    may pass the options as keywords instead."""
+    options = AsyncOptions.resolve("async", options, kwargs)
+    return AsyncVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
+
+
+@hookimpl
+def vecaccel_register_backends(registry: BackendRegistry) -> None:
+    registry.add(
+        "async",
+        make_async,
+        "shared-memory workers; recv() returns the first batch_size envs that are ready",
+        options=AsyncOptions,
+    )

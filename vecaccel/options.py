@@ -1,0 +1,286 @@
+"""The typed options of the backends, checked by ``make_vec`` before any worker starts.
+
+Each backend declares one dataclass of options when it registers
+(``registry.add(name, factory, description, options=ShmOptions)``). ``make_vec`` turns the
+keyword arguments it was given into that dataclass with :meth:`BackendOptions.from_kwargs`:
+older spellings are accepted as aliases (``step_timeout`` for ``step_timeout_s``), and a name
+that is neither an option nor an alias is a ``TypeError`` naming the backend, the option and
+the closest valid name. Durations carry their unit in the name: ``_s`` for seconds, ``_us``
+for microseconds.
+
+Example:
+    >>> options = ShmOptions.from_kwargs("shm", {"num_workers": 2, "step_timeout": 5})
+    >>> options.num_workers, options.step_timeout_s
+    (2, 5)
+    >>> ShmOptions.from_kwargs("shm", {"num_wrokers": 2})
+    Traceback (most recent call last):
+    ...
+    TypeError: backend 'shm' has no option 'num_wrokers'; did you mean 'num_workers'? ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+__all__ = [
+    "FAILURE_POLICIES",
+    "ActionServerOptions",
+    "AsyncOptions",
+    "BackendOptions",
+    "HybridOptions",
+    "SerialOptions",
+    "ShmOptions",
+    "WorkerOptions",
+]
+
+#: What a worker pool does when an env raises or a worker dies (``on_worker_failure``).
+FAILURE_POLICIES = ("raise", "restart")
+
+OptionsT = TypeVar("OptionsT", bound="BackendOptions")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendOptions:
+    """What every backend takes. Subclass it to declare a backend's own options.
+
+    A subclass adds fields (with defaults: every option is optional) and may add spellings
+    that keep working in ``ALIASES`` (``{old name: field name}``); aliases of the base classes
+    apply too.
+    """
+
+    copy: bool = True
+    """Return copies of observations, rewards and flags (``False``: views the next call rewrites,
+    on the backends that can hand out views)."""
+
+    ALIASES: ClassVar[Mapping[str, str]] = {}
+    #: Names a user may expect from other backends that this one refuses, with the reason.
+    REFUSED: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def aliases(cls) -> dict[str, str]:
+        """Every alias of this class and its bases, ``{alias: field name}``."""
+        merged: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(getattr(klass, "ALIASES", {}))
+        return merged
+
+    @classmethod
+    def option_names(cls) -> list[str]:
+        """The field names, in declaration order."""
+        return [field.name for field in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_kwargs(cls: type[OptionsT], backend: str, kwargs: Mapping[str, Any]) -> OptionsT:
+        """Build the options from keyword arguments, resolving aliases.
+
+        Args:
+            backend: the backend's name, for the error message.
+            kwargs: the options as given to ``make_vec``.
+
+        Raises:
+            TypeError: for a name that is neither an option nor an alias (naming the backend, the
+                option and the closest valid name), or an option given under two spellings.
+            ValueError: for a value out of range (checked by the dataclass).
+        """
+        names = cls.option_names()
+        aliases = cls.aliases()
+        resolved: dict[str, Any] = {}
+        spelled: dict[str, str] = {}
+        for key, value in kwargs.items():
+            name = aliases.get(key, key)
+            if key in cls.REFUSED:
+                raise TypeError(f"backend {backend!r} has no option {key!r}: {cls.REFUSED[key]}")
+            if name not in names:
+                raise TypeError(cls._unknown(backend, key, names, aliases))
+            if name in resolved:
+                raise TypeError(
+                    f"backend {backend!r} got option {name!r} twice, as {spelled[name]!r} and "
+                    f"{key!r}; give it once, as {name!r}"
+                )
+            resolved[name] = value
+            spelled[name] = key
+        return cls(**resolved)
+
+    @classmethod
+    def resolve(
+        cls: type[OptionsT],
+        backend: str,
+        options: BackendOptions | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> OptionsT:
+        """The options a backend factory was given: ``options`` as checked by ``make_vec``, or
+        keyword arguments from a direct call (checked here as ``make_vec`` checks them).
+
+        Example:
+            >>> SerialOptions.resolve("serial", None, {"copy": False}).copy
+            False
+
+        Raises:
+            TypeError: if both are given, ``options`` is not an instance of this class, or a
+                keyword is not an option (see :meth:`from_kwargs`).
+        """
+        if options is None:
+            return cls.from_kwargs(backend, kwargs or {})
+        if kwargs:
+            raise TypeError(
+                f"backend {backend!r} got options={options!r} and keyword options "
+                f"{sorted(kwargs)}; give one or the other"
+            )
+        if not isinstance(options, cls):
+            raise TypeError(
+                f"backend {backend!r} takes {cls.__name__}, got {type(options).__name__}"
+            )
+        return options
+
+    @staticmethod
+    def _unknown(backend: str, key: str, names: list[str], aliases: dict[str, str]) -> str:
+        candidates = {name: name for name in names}
+        candidates.update(aliases)  # a near-miss of an old spelling suggests the new one
+        close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+        hint = f"; did you mean {candidates[close[0]]!r}?" if close else ""
+        return f"backend {backend!r} has no option {key!r}{hint} (its options: {', '.join(names)})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SerialOptions(BackendOptions):
+    """The options of the ``serial`` backend (every env in the caller's process)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions(BackendOptions):
+    """What every backend on worker processes takes (``shm``, ``hybrid``, ``async``,
+    ``action_server``)."""
+
+    num_workers: int | None = None
+    """Worker processes, each stepping a contiguous slice of the envs (default: the usable CPUs,
+    at most one per env)."""
+    context: str | None = None
+    """Start method: ``"fork"``, ``"spawn"``, ``"forkserver"``, or ``"multiprocess"`` (the
+    ``multiprocess`` package's spawn, for closures that only dill can pickle). Default: the
+    interpreter's."""
+    pin_cpus: bool | Sequence[int] = False
+    """``True`` pins worker ``k`` to the ``k``-th usable CPU; a list names the CPUs."""
+    spin_us: float | None = None
+    """Microseconds the caller spins on shared flags before blocking for the workers' replies
+    (default: 0, blocking at once, except on ``hybrid``)."""
+    worker_spin_us: float | None = None
+    """Microseconds a worker keeps looking for its next command before it sleeps (default: 0,
+    except on ``hybrid``). A worker that spins through the gap between steps starts the next
+    one without a wake-up, at the cost of keeping its core busy that long."""
+    on_worker_failure: str = "raise"
+    """``"raise"``, or ``"restart"``: rebuild failed envs and dead workers, reseed them from
+    derived seeds, and report the interrupted episodes as truncated with
+    ``info["worker_restarted"]``."""
+    max_restarts: float = 100
+    """Failures tolerated under ``"restart"`` before the failure is raised (``math.inf``: no
+    limit)."""
+    step_timeout_s: float | None = None
+    """Seconds after which a worker still stepping (or resetting, or running a
+    ``call``/``set_attr``) is killed and handled by ``on_worker_failure``; ``None``: never."""
+    start_timeout_s: float | None = 120.0
+    """Seconds the workers have to build their envs and report ready (``None``: no limit)."""
+    worker_threads: int | None = 1
+    """Threads each worker lets OpenMP, BLAS, OpenCV and torch use (1: a worker keeps one core
+    busy); ``None`` leaves the libraries' defaults."""
+
+    ALIASES: ClassVar[Mapping[str, str]] = {
+        "step_timeout": "step_timeout_s",
+        "start_timeout": "start_timeout_s",
+    }
+
+    def __post_init__(self) -> None:
+        num_workers = self.num_workers
+        if num_workers is not None and (not _is_integer(num_workers) or num_workers < 1):
+            raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")
+        if self.on_worker_failure not in FAILURE_POLICIES:
+            raise ValueError(
+                f"on_worker_failure must be one of {FAILURE_POLICIES}, "
+                f"got {self.on_worker_failure!r}"
+            )
+        if self.spin_us is not None and not (_is_real(self.spin_us) and self.spin_us >= 0):
+            raise ValueError(f"spin_us must be microseconds >= 0, got {self.spin_us!r}")
+        # a worker that spins a second or more between commands would hold its core for good
+        if self.worker_spin_us is not None and not (
+            _is_real(self.worker_spin_us) and 0 <= self.worker_spin_us < 1e6
+        ):
+            raise ValueError(
+                f"worker_spin_us must be microseconds in [0, 1e6), got {self.worker_spin_us!r}"
+            )
+        if self.step_timeout_s is not None and not _positive(self.step_timeout_s):
+            raise ValueError(
+                f"step_timeout_s must be positive seconds, got {self.step_timeout_s!r}"
+            )
+        if self.start_timeout_s is not None and not _positive(self.start_timeout_s):
+            raise ValueError(
+                f"start_timeout_s must be positive seconds, got {self.start_timeout_s!r}"
+            )
+        if not _is_real(self.max_restarts) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be a number >= 0, got {self.max_restarts!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShmOptions(WorkerOptions):
+    """The options of the ``shm`` backend (lock-step workers, per-step data in shared memory)."""
+
+    drain_timeout_s: float = 30.0
+    """Seconds a later call waits for a step that timed out (or was interrupted) to finish
+    before it gives up."""
+    inline_envs: int = 0
+    """How many envs (the first ones) the calling process steps itself while the workers step
+    the rest. Inline envs share the caller's fate: ``step_timeout_s`` and worker restarts do
+    not apply to them (an env that raises is still rebuilt under ``"restart"``)."""
+
+    ALIASES: ClassVar[Mapping[str, str]] = {"drain_timeout": "drain_timeout_s"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class HybridOptions(ShmOptions):
+    """The options of the ``hybrid`` backend: ``shm`` with the caller stepping a share of the
+    envs. ``None`` picks the defaults described on ``vecaccel.plugins.shm.make_hybrid``."""
+
+    inline_envs: int | None = None
+    """Envs the caller steps (default: an equal share, ``num_envs // (num_workers + 1)``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncOptions(WorkerOptions):
+    """The options of the ``async`` backend (``recv`` returns whichever envs are ready)."""
+
+    batch_size: int | None = None
+    """Envs each ``recv`` returns (default: all of them)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActionServerOptions(WorkerOptions):
+    """The options of the ``action_server`` backend (torch tensors in and out on ``device``)."""
+
+    device: Any = "cpu"
+    """Where observations, rewards and flags are returned (``"cpu"``, ``"cuda"``, a
+    ``torch.device``...)."""
+    alternating: bool = False
+    """Split the envs into two fixed halves (even and odd indices) and serve one half per
+    ``step`` while the other simulates."""
+    drain_timeout_s: float = 30.0
+    """Seconds a later ``step_async`` waits for a step that was given up before it raises."""
+
+    ALIASES: ClassVar[Mapping[str, str]] = {"drain_timeout": "drain_timeout_s"}
+    REFUSED: ClassVar[Mapping[str, str]] = {
+        "batch_size": "action_server sets its batch itself: all envs, or half with alternating"
+    }
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _positive(value: Any) -> bool:
+    return _is_real(value) and value > 0

@@ -1,0 +1,94 @@
+"""The parent's handle on a worker process, and the start methods workers run under."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import sys
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+__all__ = ["WorkerHandle", "describe_exit", "get_context"]
+
+
+def get_context(context: str | None) -> Any:
+    """The ``multiprocessing`` context for start method ``context`` (``None``: the default).
+
+    ``"multiprocess"`` is the ``multiprocess`` package's spawn context, whose pickler (dill)
+    handles closures the standard library's cannot.
+
+    Raises:
+        ValueError: for a start method this platform does not have.
+    """
+    if context == "multiprocess":
+        import multiprocess
+
+        return multiprocess.get_context("spawn")
+    if context is None:
+        return mp.get_context()
+    if context not in mp.get_all_start_methods():
+        raise ValueError(
+            f"unknown start method context={context!r}; choose from "
+            f"{mp.get_all_start_methods() + ['multiprocess']}"
+        )
+    return mp.get_context(context)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """How a worker ended, for an error message."""
+    if exitcode is None:
+        return "is unresponsive"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"was killed by {name}"
+    return f"exited with code {exitcode}"
+
+
+class WorkerHandle:
+    """The parent's handle on one worker process: its slice of envs and its channels.
+
+    Attributes:
+        index: the worker's index in the pool.
+        start: the first env of its slice.
+        stop: one past the last env of its slice.
+        process: the ``multiprocessing`` process.
+        cmd: the write end of its ``cmd`` pipe.
+        done: the read end of its ``done`` pipe.
+        data: the parent's end of its ``data`` channel.
+        killed_for: why the pool killed it (a ``step_timeout_s`` overrun), or ``None``.
+    """
+
+    __slots__ = (
+        "index",
+        "start",
+        "stop",
+        "process",
+        "cmd",
+        "done",
+        "data",
+        "done_fd",
+        "killed_for",
+        "loads",
+        "nudged",
+    )
+
+    def __init__(
+        self, index: int, start: int, stop: int, process: Any, cmd: Any, done: Any, data: Any
+    ) -> None:
+        self.index, self.start, self.stop = index, start, stop
+        self.process, self.cmd, self.done, self.data = process, cmd, done, data
+        self.done_fd = done.fileno()
+        self.killed_for: str | None = None
+        self.nudged = False  # its CPU affinity was narrowed for one step (WorkerPool.send_all)
+        # the unpickler of payloads in shared memory: the one the data pipe's own recv()
+        # uses (the standard library's, or multiprocess's dill), as the worker pickles with it
+        module = sys.modules.get(type(data).__module__)
+        self.loads = getattr(module, "_ForkingPickler", ForkingPickler).loads
+
+    @property
+    def env_indices(self) -> range:
+        """The indices of its envs in the vector env."""
+        return range(self.start, self.stop)

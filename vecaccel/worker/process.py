@@ -1,0 +1,293 @@
+"""The worker process: its loop over commands, and how it ends with the process that started it.
+
+The loop reads one command byte at a time from ``cmd`` and answers on ``done`` (see
+:mod:`vecaccel.worker.protocol`). An env's own error never ends the loop: it is reported to the
+parent, naming the env. The worker ends when the parent sends ``CLOSE``, closes the pipe, or
+dies.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from vecaccel.worker.cpus import current_cpu, limit_threads_after_envs, limit_threads_before_envs
+from vecaccel.worker.env_slice import EnvMakeError, EnvSlice
+from vecaccel.worker.protocol import (
+    ENV_PAYLOAD_FLAG,
+    PARENT_CHECK_INTERVAL,
+    PAYLOAD_SLAB_BYTES,
+    Command,
+    SharedLayout,
+    Status,
+    error_report,
+    read_startup,
+)
+
+__all__ = ["worker_main"]
+
+
+def _pickled(dumps: Callable, payload: Any, index: int, what: str) -> tuple[bool, Any]:
+    """Pickle ``payload`` for the data channel; if it cannot be pickled (an info holding a lock,
+    say), pickle an error report naming the env at fault instead: it must not kill the worker."""
+    try:
+        return True, dumps(payload)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
+        if isinstance(payload, list):  # (env index, info) pairs: find the env at fault
+            for item in payload:
+                try:
+                    dumps(item)
+                except Exception:  # noqa: BLE001
+                    if isinstance(item, tuple) and item and isinstance(item[0], int):
+                        index = item[0]
+                    break
+        return False, dumps([error_report(index, exc, what)])
+
+
+def _die_with_parent(parent_pid: int, launcher_pid: int, main_thread: bool) -> None:
+    """Make sure this worker ends as soon as the vector env's process exits.
+
+    A parent killed by SIGTERM or SIGKILL runs no clean-up; without this, a worker busy in a long
+    (or stuck) step would outlive it until the step returns (the idle check of
+    :func:`_parent_alive` covers the rest, and other platforms).
+
+    Linux's ``PR_SET_PDEATHSIG`` fires when the *thread* that started the worker exits, so it
+    serves only workers the parent's main thread started; otherwise (another thread, or the fork
+    server, which outlives the parent while any of its children runs) a thread waits on a pidfd
+    of the parent.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    if main_thread and launcher_pid == parent_pid:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+            return
+        except (OSError, AttributeError):
+            pass
+    try:
+        pidfd = os.pidfd_open(parent_pid)
+    except (AttributeError, OSError):
+        return
+
+    def watch() -> None:
+        select.select([pidfd], [], [])  # readable once the process has exited
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="vecaccel-parent-watch", daemon=True).start()
+
+
+def _parent_alive(parent_pid: int, launcher_pid: int) -> bool:
+    """Whether the vector env's process (``parent_pid``) still runs.
+
+    ``launcher_pid`` was this worker's parent when it started: the vector env's process under
+    fork and spawn, but the fork server under forkserver, so comparing ``os.getppid()`` with
+    ``parent_pid`` alone would end every forkserver worker at its first idle second.
+    """
+    if os.getppid() != launcher_pid:
+        return False
+    if launcher_pid == parent_pid:
+        return True
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def worker_main(
+    worker_index: int,
+    start: int,
+    buffer: Any,
+    autoreset_mode: AutoresetMode,
+    cmd_conn: Any,
+    done_conn: Any,
+    data_conn: Any,
+    parent_pid: int,
+    cpu: int | None,
+    restart_on_error: bool = False,
+    started_by_main_thread: bool = False,
+    worker_threads: int | None = 1,
+    spin_seconds: float = 0.0,
+) -> None:
+    """The worker process's entry point: build the slice of envs, then serve commands.
+
+    Args:
+        worker_index: the worker's index in the pool (its row of the per-worker arrays).
+        start: the index of the slice's first env in the vector env.
+        buffer: the shared buffer (a ``RawArray``), laid out by :class:`SharedLayout`.
+        autoreset_mode: Gymnasium's autoreset mode.
+        cmd_conn: the read end of the ``cmd`` pipe.
+        done_conn: the write end of the ``done`` pipe.
+        data_conn: the worker's end of the ``data`` channel; the startup message comes first.
+        parent_pid: the vector env's process, which the worker must not outlive.
+        cpu: the CPU to pin the worker to, or ``None``.
+        restart_on_error: rebuild an env that raises in a step instead of reporting it.
+        started_by_main_thread: whether the parent's main thread started this worker.
+        worker_threads: the cap on native thread pools (``None``: no cap).
+        spin_seconds: how long to look for the next command before sleeping.
+    """
+    # Ctrl-C belongs to the parent, which shuts workers down cleanly (no tracebacks). SIGTERM
+    # keeps its default: multiprocessing's exit handler terminates daemonic workers with it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A process group of its own: a signal to the parent's group (torchrun stops a rank with
+    # killpg(SIGTERM)) is the parent's to handle, e.g. by writing a checkpoint while its envs
+    # still run; the worker goes when the parent closes it or dies (_die_with_parent).
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    launcher_pid = os.getppid()  # the parent, or the fork server that forked this worker
+    _die_with_parent(parent_pid, launcher_pid, started_by_main_thread)
+    if not _parent_alive(parent_pid, launcher_pid):
+        return  # the parent died while this worker started
+    try:
+        pickled_env_fns, layout_args = pickle.loads(read_startup(data_conn.fileno()))
+    except EOFError:
+        return  # the parent gave up on this worker (or died) before handing it its envs
+    if cpu is not None and hasattr(os, "sched_setaffinity"):
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError:
+            pass
+    cmd_fd, done_fd = cmd_conn.fileno(), done_conn.fileno()
+    layout = SharedLayout(*layout_args)
+    views = layout.views(buffer)
+    seq = views.done_seq
+    payload_len, slab = views.payload_len, views.payload_slab[worker_index]
+    last_cpu = views.last_cpu
+
+    # the pickler data_conn.send uses (the standard library's, or multiprocess's dill)
+    connection_module = sys.modules.get(type(data_conn).__module__)
+    dumps = getattr(connection_module, "_ForkingPickler", ForkingPickler).dumps
+
+    def reply(status: int, payload: Any = None, what: str = "sending its result") -> None:
+        data = None
+        if status in (Status.OK_DATA, Status.ERROR):
+            ok, data = _pickled(dumps, payload, start, what)
+            status = status if ok else Status.ERROR
+            if len(data) <= PAYLOAD_SLAB_BYTES:  # read by the parent once the status is there
+                slab[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+                payload_len[worker_index] = len(data)
+                data = None
+        last_cpu[worker_index] = current_cpu()
+        seq[worker_index] += 1
+        os.write(done_fd, bytes((status,)))
+        if data is not None:
+            data_conn.send_bytes(data)
+
+    limit_threads_before_envs(worker_threads)
+    try:
+        env_fns: list[Callable] = cloudpickle.loads(pickled_env_fns)
+        envs = EnvSlice(
+            start,
+            env_fns,
+            autoreset_mode,
+            views,
+            layout.observation_space,
+            layout.action_space,
+            restart_on_error,
+        )
+    except EnvMakeError as failed:  # the report names the env whose function raised
+        reply(Status.ERROR, [error_report(failed.index, failed.error, "make")])
+        return
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        reply(Status.ERROR, [error_report(start, exc, "make")])
+        return
+    limit_threads_after_envs(worker_threads)
+    reply(Status.READY)
+
+    poller = select.poll()
+    poller.register(cmd_fd, select.POLLIN)
+    count = len(env_fns)
+    try:
+        while True:
+            if spin_seconds:  # look for the next command without sleeping for a while first
+                deadline = time.perf_counter() + spin_seconds
+                while not poller.poll(0) and time.perf_counter() < deadline:
+                    pass
+            if not poller.poll(PARENT_CHECK_INTERVAL * 1000):
+                if not _parent_alive(parent_pid, launcher_pid):
+                    break  # the parent died: leave quietly
+                continue
+            raw = os.read(cmd_fd, 1)
+            if not raw:
+                break  # the parent closed the pipe
+            command = raw[0]
+            if command == Command.STEP:
+                infos, errors = envs.step_all()
+                if errors:
+                    reply(Status.ERROR, errors)
+                elif infos:
+                    reply(Status.OK_DATA, infos, "step (sending its info)")
+                else:
+                    reply(Status.OK)
+            elif command == Command.STEP_MASKED:
+                mask = views.step_mask
+                for j in range(count):
+                    if not mask[start + j]:
+                        continue
+                    mask[start + j] = 0
+                    info, error = envs.step(j)
+                    seq[worker_index] += 1
+                    if error is None and not info:
+                        os.write(done_fd, bytes((j,)))
+                        continue
+                    if error is not None:
+                        data = dumps((Status.ERROR, [error]))
+                    else:
+                        try:
+                            data = dumps((Status.OK_DATA, info))
+                        except Exception as exc:  # noqa: BLE001 - an unpicklable info
+                            report = error_report(start + j, exc, "step (sending its info)")
+                            data = dumps((Status.ERROR, [report]))
+                    os.write(done_fd, bytes((ENV_PAYLOAD_FLAG + j,)))
+                    data_conn.send_bytes(data)
+                last_cpu[worker_index] = current_cpu()
+            elif command == Command.RESET:
+                seeds, options, mask, needs_reset = data_conn.recv()
+                infos, errors = envs.reset_all(seeds, options, mask, needs_reset)
+                if errors:
+                    reply(Status.ERROR, errors)
+                else:
+                    reply(Status.OK_DATA, infos, "reset (sending its info)")
+            elif command == Command.CALL:
+                name, local_indices, args, kwargs = data_conn.recv()
+                results, errors = envs.call_all(name, local_indices, args, kwargs)
+                if errors:
+                    reply(Status.ERROR, errors)
+                else:
+                    try:
+                        payload = cloudpickle.dumps(results)
+                    except Exception as exc:  # noqa: BLE001 - an unpicklable result
+                        reply(Status.ERROR, [error_report(start, exc, f"call({name!r})")])
+                    else:
+                        reply(Status.OK_DATA, payload)
+            elif command == Command.SET_ATTR:
+                name, pairs = data_conn.recv()
+                errors = envs.set_attrs(name, pairs)
+                reply(Status.ERROR, errors) if errors else reply(Status.OK)
+            elif command == Command.CLOSE:
+                envs.close()
+                reply(Status.OK)
+                break
+    except (BrokenPipeError, EOFError, OSError):
+        pass  # the parent went away mid-command
+    finally:
+        envs.close()
