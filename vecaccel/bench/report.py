@@ -67,8 +67,24 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def _cpu_model() -> str | None:
+    """The CPU's model name from ``/proc/cpuinfo``, or ``None`` where there is none (not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
 def machine_info() -> dict[str, Any]:
-    """Describe where the numbers were measured (Python, CPUs, package versions).
+    """Describe where the numbers were measured (Python, CPU model and count, package versions).
+
+    The benchmark pages quote the hardware from these fields, so a result file is enough to
+    tell which machine produced it.
 
     Example:
         >>> machine_info()["usable_cpus"] >= 1
@@ -86,6 +102,7 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "usable_cpus": usable,
         "load_average": load,
