@@ -344,7 +344,7 @@ BENCHMARK_LINES = [
 
 
 def test_benchmark_lines_found():
-    assert BENCHMARK_LINES, "the docs' benchmark command lines were not found"
+    assert len(BENCHMARK_LINES) >= 5, "the docs' benchmark command lines were not found"
 
 
 @pytest.mark.parametrize("argv", BENCHMARK_LINES)
@@ -372,3 +372,49 @@ def test_make_targets_exist():
         env={**os.environ, "MAKEFLAGS": ""},
     )
     assert proc.returncode == 0, proc.stderr
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    anchors, in_code = set(), False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code and (match := re.match(r"#{1,6} (.+)", line)):
+            anchors.add(_anchor(match.group(1)))
+    return anchors
+
+
+def _relative_links() -> list[tuple[str, str]]:
+    """(doc, target) for each link of the prose that points into the repository."""
+    links = []
+    for doc in DOC_FILES:
+        prose, in_code = [], False
+        for line in (ROOT / doc).read_text().splitlines():
+            if line.lstrip().startswith("```"):
+                in_code = not in_code
+            elif not in_code:
+                prose.append(line)
+        # joined, so that a link whose text wraps onto the next line is found too
+        targets = LINK.findall("\n".join(prose))
+        links += [(doc, t) for t in targets if not re.match(r"\w+:", t)]
+    return links
+
+
+@pytest.mark.parametrize("doc, target", _relative_links())
+def test_relative_link_resolves(doc, target):
+    path, _, anchor = target.partition("#")
+    page = (ROOT / doc).parent / path if path else ROOT / doc
+    assert page.exists(), f"{doc} links to {target}, but {page.relative_to(ROOT)} does not exist"
+    if anchor:
+        assert anchor in _anchors(page), (
+            f"{doc} links to {target}, but {path or doc} has no heading with that anchor"
+        )
