@@ -226,7 +226,7 @@ NOT_RUN = [
     ),
     (
         "examples/vecaccel-example-plugin/README.md",
-        'registry.add("example-threads"',
+        "def vecaccel_register_backends(registry):",
         "an excerpt of the package's module, which tests/test_plugins.py imports",
     ),
 ]
