@@ -11,8 +11,9 @@ Every variant collects steps with the same policy network, torch on one thread i
 It also measures the parts alone (a forward over all observations, one lock-step env step)
 and prints the ideal speed-up of perfect overlap over a serial loop with no overhead.
 
-Run:
-    .venv/bin/python benchmarks/action_server_pong.py --seconds 20 --json benchmarks/results/action_server_pong.json
+Run (writes ``benchmarks/results/action_server_pong.json``)::
+
+    python benchmarks/action_server_pong.py --seconds 10
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import vecaccel
 from vecaccel.bench import write_json
 from vecaccel.trainers.envs import AtariEnvFactory
 from vecaccel.trainers.models import NatureCNN
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 class Policy(nn.Module):
@@ -107,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--json",
+        default=os.path.join(RESULTS, "action_server_pong.json"),
+        help="where the results go (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     factory = AtariEnvFactory(args.env, training=False)

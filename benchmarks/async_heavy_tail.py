@@ -1,11 +1,12 @@
-"""Async pooling against lock-step on an env with heavy-tailed step times (issue 4's figure).
+"""Async pooling against lock-step on an env with heavy-tailed step times.
 
 Each step costs ``--cpu-ms`` of CPU; a fraction ``--p-slow`` of steps also sleeps ``--sleep-ms``
 (as a remote simulator or a renderer does). ``shm`` steps all envs in lock-step, so every step
 waits for the slowest env; ``async`` returns the first ``batch_size`` envs that are ready.
 
-Run:
-    .venv/bin/python benchmarks/async_heavy_tail.py --seconds 10 --json benchmarks/results/async_heavy_tail.json
+Run (writes ``benchmarks/results/async_heavy_tail.json``)::
+
+    python benchmarks/async_heavy_tail.py --seconds 8
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import vecaccel  # noqa: E402
 from tests.toy_envs import HeavyTailEnv  # noqa: E402
 from vecaccel.bench import write_json  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 class Factory:
@@ -58,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p-slow", type=float, default=0.02)
     parser.add_argument("--sleep-ms", type=float, default=20.0)
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--json",
+        default=os.path.join(RESULTS, "async_heavy_tail.json"),
+        help="where the results go (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     factory = Factory(args.cpu_ms / 1e3, args.p_slow, args.sleep_ms / 1e3)
     common = {"num_workers": args.num_workers}

@@ -7,8 +7,9 @@ would step faster. This measures one process, pinned to one CPU, stepping 8 Pong
 ``AtariWrapper``) after each kind of wait. The kinds rotate batch by batch, so that drifts in the
 machine's speed reach all of them alike.
 
-Run:
-    .venv/bin/python benchmarks/idle_vcpu.py --json benchmarks/results/idle_vcpu.json
+Run (writes ``benchmarks/results/idle_vcpu.json``)::
+
+    python benchmarks/idle_vcpu.py
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Callable
 import numpy as np
 
 from vecaccel.bench import write_json
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def _spin(seconds: float) -> None:
@@ -85,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gap-ms", type=float, default=6.0, help="the wait before each batch")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--cpu", type=int, default=None, help="pin to this CPU (default: none)")
-    parser.add_argument("--json", default=None, help="write the records to this JSON file")
+    parser.add_argument(
+        "--json",
+        default=os.path.join(RESULTS, "idle_vcpu.json"),
+        help="where the results go (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if args.gap_ms <= 1.0:
         parser.error("--gap-ms must exceed the longest spin (1 ms)")

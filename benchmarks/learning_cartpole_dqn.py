@@ -23,7 +23,7 @@ wall-clock and CPU seconds to reach it (wall-clock from building the env and age
 imports), with medians over the seeds. The learning curves (return against env steps and
 against wall-clock) go to the PNG. Results are rewritten after every run.
 
-Run (24 minutes for the recorded results, niced on 2 CPU cores shared at a load of 5 to 7)::
+Run (about 25 minutes on 2 CPU cores)::
 
     nice -n 10 python benchmarks/learning_cartpole_dqn.py --seeds 1 2 3
 

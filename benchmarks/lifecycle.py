@@ -19,8 +19,8 @@ Usage::
     python benchmarks/lifecycle.py                      # 1,000 fork cycles, all latencies
     python benchmarks/lifecycle.py --context spawn --cycles 50 --json lifecycle-spawn.json
 
-The issue's figures: a dead worker is reported within 1 s, and 1,000 cycles leave ``/dev/shm``,
-the fds and the process table as they were.
+What it checks: a dead worker is reported within 1 s, and 1,000 cycles leave ``/dev/shm``, the
+fds and the process table as they were.
 """
 
 from __future__ import annotations

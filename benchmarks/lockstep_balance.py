@@ -16,8 +16,9 @@ run by the caller, on one of the CPUs, as in SB3's loop). For every batch it rec
 * ``penalty``: their ratio, the share of a lock-step step lost to imbalance;
 * ``lag1_corr``: how much one batch's difference between the CPUs predicts the next one's.
 
-Run:
-    .venv/bin/python benchmarks/lockstep_balance.py --json benchmarks/results/lockstep_balance.json
+Run (writes ``benchmarks/results/lockstep_balance.json``)::
+
+    python benchmarks/lockstep_balance.py
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ import numpy as np
 
 from vecaccel.bench import write_json
 from vecaccel.worker import usable_cpus
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 PAUSES = ("sleep", "forward")
 
@@ -176,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-envs", type=int, default=8, help="envs per worker")
     parser.add_argument("--workers", type=int, default=None, help="default: the usable CPUs")
     parser.add_argument("--context", default=None, help="multiprocessing start method")
-    parser.add_argument("--json", default=None, help="write the record to this JSON file")
+    parser.add_argument(
+        "--json",
+        default=os.path.join(RESULTS, "lockstep_balance.json"),
+        help="where the results go (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     if args.batches < 1 or args.num_envs < 1:
         parser.error("--batches and --num-envs must be at least 1")

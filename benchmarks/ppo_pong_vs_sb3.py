@@ -1,6 +1,6 @@
 """End-to-end PPO training speed on Pong: vecaccel's PPO against Stable-Baselines3's, side by side.
 
-The issue's workload: ``PongNoFrameskip-v4`` with the standard Atari set-up, 16 envs, horizon
+The workload: ``PongNoFrameskip-v4`` with the standard Atari set-up, 16 envs, horizon
 128, 4 epochs over minibatches of 256 (SB3 ``batch_size=256``; vecaccel ``num_minibatches=8``
 of the 2,048-sample batch), the Nature CNN shared by policy and value (SB3 ``CnnPolicy``,
 vecaccel ``ActorCritic``), Adam at 2.5e-4, clip 0.1, entropy 0.01, value 0.5.
@@ -30,8 +30,8 @@ same drift in the machine's load. ``x sb3-...`` divides by SB3's rate measured i
 Usage::
 
     python benchmarks/ppo_pong_vs_sb3.py                    # 1 warm-up + 3 timed updates each
-    python benchmarks/ppo_pong_vs_sb3.py --configs sb3-dummy,bf16-cl --updates 2 --repeat 2 \
-        --json benchmarks/results/ppo_pong_vs_sb3.json
+    python benchmarks/ppo_pong_vs_sb3.py --configs sb3-dummy,bf16-cl --updates 2 --repeat 2 \\
+        --json trial.json
 
 Torch threads (``--torch-threads``, default 0): 0 applies vecaccel's automatic rule to *both*
 libraries, one thread per core the env workers leave free and at least one (1 on 2 cores);
@@ -49,6 +49,8 @@ import subprocess
 import sys
 import time
 from typing import Any
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 ENV_ID = "PongNoFrameskip-v4"
 SB3_CONFIGS = ("sb3-subproc", "sb3-dummy")
@@ -144,7 +146,7 @@ def measure_sb3(name: str, args: argparse.Namespace) -> dict[str, Any]:
             return True
 
     vec_env_cls = SubprocVecEnv if name == "sb3-subproc" else DummyVecEnv
-    # fork, as in benchmarks/README.md: forkserver workers would each import torch afresh
+    # fork, as `vecaccel bench` does: forkserver workers would each import torch afresh
     kwargs = {"start_method": "fork"} if vec_env_cls is SubprocVecEnv else {}
     venv = VecFrameStack(
         make_atari_env(
@@ -324,7 +326,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--minibatch-size", type=int, default=256)
     parser.add_argument("--torch-threads", type=int, default=0, help="0: vecaccel's rule, both")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="write the records to this JSON file")
+    parser.add_argument(
+        "--json",
+        default=os.path.join(RESULTS, "ppo_pong_vs_sb3.json"),
+        help="where the results go (default: %(default)s)",
+    )
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.updates < 1 or args.warmup_updates < 1:

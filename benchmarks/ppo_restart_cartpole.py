@@ -1,12 +1,13 @@
 """PPO on CartPole with ``on_worker_failure="restart"`` while a worker is SIGKILLed every 2,000 steps.
 
-Issue 7's figure: training must still solve CartPole. The killed worker's envs are rebuilt and
+Training must still solve CartPole. The killed worker's envs are rebuilt and
 reseeded, their interrupted episodes end as truncated (so PPO bootstraps them), and the episode
 statistics only count episodes that really ended (``RecordEpisodeStatistics`` lives inside the
 rebuilt env, so a cut-off episode never reports a return).
 
-Run:
-    .venv/bin/python benchmarks/ppo_restart_cartpole.py --json benchmarks/results/ppo_restart_cartpole.json
+Run (writes ``benchmarks/results/ppo_restart_cartpole.json``)::
+
+    python benchmarks/ppo_restart_cartpole.py
 """
 
 from __future__ import annotations
@@ -23,13 +24,19 @@ from vecaccel.bench import write_json
 from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.ppo import PPO, PRESETS
 
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--total-steps", type=int, default=100_000)
     parser.add_argument("--kill-every", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--json",
+        default=os.path.join(RESULTS, "ppo_restart_cartpole.json"),
+        help="where the results go (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
 
     preset = dict(PRESETS["cartpole"])

@@ -5,7 +5,7 @@ The vec env only matters while SB3 collects a rollout, so a callback times the r
 and the run also reports end-to-end ``learn`` steps per second, where the gradient updates
 dominate and bound what any vec env can gain.
 
-Workloads (the issue's):
+Workloads:
 
 * ``pong``: ``make_atari_env("PongNoFrameskip-v4")`` + ``VecFrameStack(4)``, ``CnnPolicy``,
   16 envs, ``n_steps=128``, 4 epochs, minibatches of 256.
@@ -43,6 +43,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 
 from vecaccel.bench import machine_info, write_json
 from vecaccel.sb3 import VecAccelEnv
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 try:  # SubprocVecEnv's forkserver/spawn workers import this module: register ALE ids there too
     import ale_py
@@ -339,7 +341,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="write the records to this JSON file")
+    parser.add_argument(
+        "--json",
+        default=None,
+        help="write every record to this JSON file (default: each workload's records to "
+        "benchmarks/results/sb3_rollout_WORKLOAD.json)",
+    )
     args = parser.parse_args(argv)
     if args.updates < 1:
         parser.error("--updates must be at least 1")
@@ -389,15 +396,24 @@ def main(argv: list[str] | None = None) -> int:
     if paired:
         print("median paired rollout ratio against subproc: " + ", ".join(paired))
     if args.json:
-        command = " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv])
+        outputs = {args.json: records}
+    else:
+        outputs = {
+            os.path.join(RESULTS, f"sb3_rollout_{workload}.json"): [
+                r for r in records if r["workload"] == workload
+            ]
+            for workload in args.workloads.split(",")
+        }
+    command = " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv])
+    for path, written in outputs.items():
         write_json(
-            args.json,
-            records,
+            path,
+            written,
             command=command,
             torch_threads=torch.get_num_threads(),
             options={k: v for k, v in vars(args).items() if k != "json"},
         )
-        print(f"wrote {os.path.abspath(args.json)}")
+        print(f"wrote {os.path.abspath(path)}")
     return 0
 
 

@@ -10,9 +10,9 @@ so that each chain stays on one CPU. Before each step the caller runs SB3's CNN 
 16 frames, as in SB3's loop. The configurations are built at once and measured in turn, the
 order alternating from round to round, so that drifts in the machine's speed reach all alike.
 
-Run:
-    .venv/bin/python benchmarks/self_scheduling.py --units 2,4,8,16 \\
-        --json benchmarks/results/self_scheduling.json
+Run (writes ``benchmarks/results/self_scheduling.json``)::
+
+    python benchmarks/self_scheduling.py --units 2,4,8,16
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ from lockstep_balance import forward_pass  # noqa: E402 - the caller's work, as 
 
 from vecaccel.bench import write_json  # noqa: E402
 from vecaccel.worker import usable_cpus  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 GO, STOP, END, READY = b"g", b"q", b"e", b"r"
 
@@ -212,7 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40, help="steps per round (2 untimed)")
     parser.add_argument("--pin", choices=("no", "yes", "both"), default="both")
     parser.add_argument("--context", default=None, help="multiprocessing start method")
-    parser.add_argument("--json", default=None, help="write the records to this JSON file")
+    parser.add_argument(
+        "--json",
+        default=os.path.join(RESULTS, "self_scheduling.json"),
+        help="where the results go (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     try:
         units = [int(u) for u in args.units.split(",")]

@@ -1,4 +1,4 @@
-"""Soak: every backend stepped for a set time under random injected faults (issue 7, section 5).
+"""Soak: every backend stepped for a set time under random injected faults.
 
 Each backend steps 8 :class:`FaultEnv` envs on 2 workers with ``on_worker_failure="restart"``
 and ``step_timeout``; every few thousand env steps (never more than 1.5 x ``--fault-every``
@@ -17,8 +17,10 @@ restarts nobody asked for, hangs, the slowest call, and the child processes, ``/
 entries and file descriptors left after ``close()``. It prints a table, writes JSON, and exits
 with 1 unless there were no hangs, no leaks, no stray errors, and every fault was accounted for.
 
-Run (``--minutes`` is the whole run, shared equally by the backends):
-    .venv/bin/python benchmarks/soak.py --minutes 30 --out benchmarks/results/soak.json
+Run (``--minutes`` is the whole run, shared equally by the backends; writes
+``benchmarks/results/soak.json``)::
+
+    python benchmarks/soak.py --minutes 30
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ The parent can spin on the workers' shared "done" counters for ``spin_us`` befor
 a worker it takes a core the workers need. This measures both on CartPole (cheap steps) and on an
 env whose steps cost ~1 ms of CPU, with as many workers as cores and with fewer.
 
-Run:
-    .venv/bin/python benchmarks/spin_vs_block.py --json benchmarks/results/spin_vs_block.json
+Run (writes ``benchmarks/results/spin_vs_block.json``)::
+
+    python benchmarks/spin_vs_block.py --seconds 3
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from vecaccel.worker import usable_cpus
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from tests.toy_envs import HeavyTailEnv  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def _rate(env, n: int, workers: int, spin_us: float, seconds: float) -> float:
@@ -46,7 +49,11 @@ def _rate(env, n: int, workers: int, spin_us: float, seconds: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--json",
+        default=os.path.join(RESULTS, "spin_vs_block.json"),
+        help="where the results go (default: %(default)s)",
+    )
     args = parser.parse_args(argv)
     cpus = usable_cpus()
     slow = functools.partial(HeavyTailEnv, 0.001, 0.0, 0.0)

@@ -2,9 +2,9 @@
 
 The switch from SB3's ``SubprocVecEnv`` is one argument of ``make_atari_env``::
 
-    # before
+    # SB3's own worker processes
     env = make_atari_env("PongNoFrameskip-v4", n_envs=8, vec_env_cls=SubprocVecEnv)
-    # after
+    # vecaccel's
     env = make_atari_env(
         "PongNoFrameskip-v4", n_envs=8,
         vec_env_cls=vecaccel.sb3.VecAccelEnv, vec_env_kwargs={"backend": "shm"},
@@ -57,6 +57,7 @@ def make_env(kind: str, n_envs: int, seed: int, backend: str) -> VecEnv:
 
 
 def main() -> None:
+    """Parses the command line, trains PPO and prints the end-to-end steps/s."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--vec-env", choices=["vecaccel", "subproc", "dummy"], default="vecaccel")
     parser.add_argument("--backend", default="shm", help="vecaccel backend (vecaccel only)")

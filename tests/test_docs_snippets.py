@@ -1,4 +1,7 @@
-"""The code users copy from README.md and docs/*.md, run as they would run it.
+"""The code users copy from the README and the docs pages, run as they would run it.
+
+Every Markdown page users read is covered: ``README.md``, every page under ``docs/``, and the
+README of each folder under ``benchmarks/`` and ``examples/``.
 
 Each Python block is found by a marker (a line it contains, in exactly one block), written to a
 file in a temporary directory and run there with ``python snippet.py`` in a fresh process, as a
@@ -12,7 +15,9 @@ The ``vecaccel ...`` command lines of the bash blocks are parsed by the real com
 (nothing is run), and the flags of the ``python benchmarks/*.py`` lines are checked against each
 script's ``--help``: a renamed flag, or a line that cannot be pasted as written, fails.
 
-Only cheap snippets are run; learning runs and benchmarks of minutes are not.
+Every Python block of every page is either run here or named in ``NOT_RUN`` with the reason, so
+a new snippet cannot go untested by accident. Only cheap snippets are run: learning runs and
+benchmarks of minutes are cut to a few steps or not run.
 """
 
 from __future__ import annotations
@@ -30,12 +35,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC_FILES = ("README.md", "docs/sb3.md", "docs/scale_out.md", "docs/soak.md")
-FENCE = re.compile(r"^```(\w*)\s*$")
+
+
+def _doc_files() -> tuple[str, ...]:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    for folder in ("benchmarks", "examples"):
+        pages += sorted((ROOT / folder).glob("**/README.md"))
+    return tuple(str(page.relative_to(ROOT)) for page in pages if page.is_file())
+
+
+DOC_FILES = _doc_files()
+FENCE = re.compile(r"^( *)```(\w*)\s*$")
 
 
 def _blocks() -> list[tuple[str, int, str, str]]:
-    """Every fenced block: (file, line of its first body line, language, body)."""
+    """Every fenced block: (file, line of its first body line, language, body).
+
+    A block indented under a list item has that indentation removed from its body.
+    """
     found = []
     for name in DOC_FILES:
         lines = (ROOT / name).read_text().splitlines()
@@ -45,10 +62,14 @@ def _blocks() -> list[tuple[str, int, str, str]]:
             if not match:
                 i += 1
                 continue
+            indent = len(match.group(1))
             j = i + 1
-            while j < len(lines) and not lines[j].startswith("```"):
+            while j < len(lines) and not lines[j].lstrip().startswith("```"):
                 j += 1
-            found.append((name, i + 2, match.group(1), "\n".join(lines[i + 1 : j]) + "\n"))
+            body = [
+                line[indent:] if not line[:indent].strip() else line for line in lines[i + 1 : j]
+            ]
+            found.append((name, i + 2, match.group(2), "\n".join(body) + "\n"))
             i = j + 1
     return found
 
@@ -104,6 +125,16 @@ PYTHON_SNIPPETS = [
         90,
     ),
     (
+        "readme-action-server",
+        "README.md",
+        'backend="action_server", device="cuda", alternating=True',
+        {'device="cuda"': 'device="cpu"', "range(1000)": "range(10)"},
+        # the prose's placeholder: a torch callable obs -> actions (Pong has 6 actions)
+        "import torch\npolicy = lambda obs: torch.randint(0, 6, (obs.shape[0],))\n",
+        "",
+        120,
+    ),
+    (
         "readme-sb3",
         "README.md",
         "vec_env_cls=vecaccel.sb3.VecAccelEnv",
@@ -135,6 +166,37 @@ PYTHON_SNIPPETS = [
         60,
     ),
     (
+        "backends-async-send-recv",
+        "docs/backends.md",
+        "envs.send(envs.action_space.sample()[:4], env_ids)",
+        {},
+        "",
+        "",
+        60,
+    ),
+    (
+        "backends-sampler",
+        "docs/backends.md",
+        "vecaccel.Sampler(envs, policy, horizon=16, seed=0)",
+        {},
+        "",
+        "",
+        90,
+    ),
+    (
+        "sb3-atari",
+        "docs/sb3.md",
+        "vec_env_cls=vecaccel.sb3.VecAccelEnv,   # instead of SubprocVecEnv",
+        {
+            "n_envs=8,": "n_envs=2,",
+            "n_steps=128, n_epochs=4, batch_size=256": "n_steps=16, n_epochs=1, batch_size=32",
+            "model.learn(total_timesteps=1_000_000)": "model.learn(total_timesteps=32)",
+        },
+        "",
+        "",
+        120,
+    ),
+    (
         "sb3-to-sb3",
         "docs/sb3.md",
         "from vecaccel.sb3 import to_sb3",
@@ -153,6 +215,36 @@ PYTHON_SNIPPETS = [
         90,
     ),
 ]
+
+
+# (doc, marker, why the block is not run here)
+NOT_RUN = [
+    (
+        "examples/vecaccel-example-plugin/README.md",
+        'backend="example-threads"',
+        "needs the example package installed; tests/test_plugins.py installs it and runs this",
+    ),
+    (
+        "examples/vecaccel-example-plugin/README.md",
+        "def vecaccel_register_backends(registry):",
+        "an excerpt of the package's module, which tests/test_plugins.py imports",
+    ),
+]
+
+
+def test_every_python_block_is_run_or_named():
+    markers = [(s[1], s[2]) for s in PYTHON_SNIPPETS] + [(doc, m) for doc, m, _ in NOT_RUN]
+    for doc, marker in markers:  # each marker names exactly one block
+        _block(doc, marker)
+    unaccounted = [
+        f"{doc}:{line}"
+        for doc, line, lang, body in BLOCKS
+        if lang == "python" and not any(d == doc and m in body for d, m in markers)
+    ]
+    assert not unaccounted, (
+        f"Python blocks neither run nor named in NOT_RUN: {unaccounted}; add each to "
+        "PYTHON_SNIPPETS (cut long budgets with substitutions) or, with the reason, to NOT_RUN"
+    )
 
 
 @pytest.mark.parametrize(
@@ -280,3 +372,49 @@ def test_make_targets_exist():
         env={**os.environ, "MAKEFLAGS": ""},
     )
     assert proc.returncode == 0, proc.stderr
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    anchors, in_code = set(), False
+    for line in page.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+        elif not in_code and (match := re.match(r"#{1,6} (.+)", line)):
+            anchors.add(_anchor(match.group(1)))
+    return anchors
+
+
+def _relative_links() -> list[tuple[str, str]]:
+    """(doc, target) for each link of the prose that points into the repository."""
+    links = []
+    for doc in DOC_FILES:
+        prose, in_code = [], False
+        for line in (ROOT / doc).read_text().splitlines():
+            if line.lstrip().startswith("```"):
+                in_code = not in_code
+            elif not in_code:
+                prose.append(line)
+        # joined, so that a link whose text wraps onto the next line is found too
+        targets = LINK.findall("\n".join(prose))
+        links += [(doc, t) for t in targets if not re.match(r"\w+:", t)]
+    return links
+
+
+@pytest.mark.parametrize("doc, target", _relative_links())
+def test_relative_link_resolves(doc, target):
+    path, _, anchor = target.partition("#")
+    page = (ROOT / doc).parent / path if path else ROOT / doc
+    assert page.exists(), f"{doc} links to {target}, but {page.relative_to(ROOT)} does not exist"
+    if anchor:
+        assert anchor in _anchors(page), (
+            f"{doc} links to {target}, but {path or doc} has no heading with that anchor"
+        )

@@ -1,0 +1,50 @@
+"""``vecaccel bench``: environment-steps per second of vecaccel backends beside their peers.
+
+One run measures, for every ``num_envs`` of a sweep, each vecaccel backend beside Gymnasium's
+``SyncVectorEnv`` and ``AsyncVectorEnv``, Stable-Baselines3's ``SubprocVecEnv`` and
+``DummyVecEnv`` (when installed) and EnvPool (when installed and the env has an EnvPool twin),
+plus the raw rate of one plain env stepped in a loop. Actions are random and sampled before the
+clock starts, so only stepping is timed. The optional peers and matplotlib are imported lazily:
+this package imports with only vecaccel's own dependencies installed.
+
+The package's modules hold one part each: :mod:`~vecaccel.bench.workloads` (what is measured),
+:mod:`~vecaccel.bench.peers` (what vecaccel is compared with), :mod:`~vecaccel.bench.timing` (the
+clock), :mod:`~vecaccel.bench.sweep` (one run over backends, peers and ``num_envs``),
+:mod:`~vecaccel.bench.report` (table, JSON, plot) and :mod:`~vecaccel.bench.command` (the CLI).
+
+Example:
+    >>> from vecaccel.bench import format_table, run_benchmark
+    >>> results = run_benchmark(
+    ...     "CartPole-v1", [2], backends=["serial"], peers=["raw"], seconds=0.01, warmup=0.0
+    ... )
+    >>> [(r["impl"], r["num_envs"], r["status"]) for r in results]
+    [('raw', 1, 'ok'), ('vecaccel-serial', 2, 'ok')]
+    >>> print(format_table(results).splitlines()[0])
+    | env | num_envs | implementation | steps/s | x raw | x gym-sync | x gym-async |
+"""
+
+from __future__ import annotations
+
+from vecaccel.bench.command import bench_command, parse_backend_options
+from vecaccel.bench.peers import PEERS
+from vecaccel.bench.report import format_table, machine_info, plot_results, write_json
+from vecaccel.bench.sweep import DEFAULT_BACKENDS, DEFAULT_NUM_ENVS, default_backends, run_benchmark
+from vecaccel.bench.workloads import BenchEnv, make_gym_env, make_pong_env, resolve_env
+
+__all__ = [
+    "DEFAULT_BACKENDS",
+    "DEFAULT_NUM_ENVS",
+    "PEERS",
+    "BenchEnv",
+    "bench_command",
+    "default_backends",
+    "format_table",
+    "machine_info",
+    "make_gym_env",
+    "make_pong_env",
+    "parse_backend_options",
+    "plot_results",
+    "resolve_env",
+    "run_benchmark",
+    "write_json",
+]

@@ -1,0 +1,139 @@
+"""``vecaccel bench``: the command's handler and the parsing of its options."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from vecaccel.bench.report import format_table, machine_info, plot_results, write_json
+from vecaccel.bench.sweep import parse_list, run_benchmark
+from vecaccel.bench.workloads import resolve_env
+
+__all__ = ["bench_command", "parse_backend_options"]
+
+
+def parse_backend_options(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Parse ``BACKEND.KEY=VALUE`` items (``-o shm.num_workers=2``) into per-backend options.
+
+    Values are Python literals when they parse as one, else strings.
+
+    Example:
+        >>> parse_backend_options(["shm.num_workers=2", "shm.context=spawn"])
+        {'shm': {'num_workers': 2, 'context': 'spawn'}}
+    """
+    options: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        backend, dot, name = key.partition(".")
+        if not sep or not dot or not backend or not name:
+            raise ValueError(f"backend option {item!r} is not of the form BACKEND.KEY=VALUE")
+        try:
+            value: Any = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            value = raw
+        options.setdefault(backend, {})[name] = value
+    return options
+
+
+def _output_path_problem(flag: str, path: str) -> str | None:
+    """Why ``path`` cannot be written, or None; checked before measuring so that a typo in the
+    folder does not throw away a whole benchmark's results."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        return f"{flag} {path}: is a folder, not a file"
+    if not os.path.isdir(folder):
+        return f"{flag} {path}: folder {folder} does not exist"
+    if not os.access(folder, os.W_OK):
+        return f"{flag} {path}: folder {folder} is not writable"
+    return None
+
+
+def bench_command(args: Any) -> int:
+    """Handler of ``vecaccel bench`` (see ``vecaccel bench --help``)."""
+    try:
+        num_envs_list = [int(part) for part in parse_list(args.num_envs) or []]
+        backend_options = parse_backend_options(args.option or [])
+    except ValueError as exc:
+        print(f"vecaccel bench: {exc}", file=sys.stderr)
+        return 2
+    for flag, path in (("--json", args.json), ("--plot", args.plot)):
+        problem = path and _output_path_problem(flag, path)
+        if problem:
+            print(f"vecaccel bench: error: {problem}", file=sys.stderr)
+            return 2
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print(
+            "vecaccel bench: error: --plot needs matplotlib (pip install vecaccel[bench])",
+            file=sys.stderr,
+        )
+        return 2
+    peers = parse_list(args.peers)
+    if peers is not None and peers in (["none"], ["-"]):
+        peers = []
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(line, file=sys.stderr, flush=True)
+
+    results: list[dict[str, Any]] = []
+    try:
+        targets = [resolve_env(env) for env in parse_list(args.env) or []]
+        for target in targets:
+            results += run_benchmark(
+                target,
+                num_envs_list,
+                backends=parse_list(args.backends),
+                peers=peers,
+                seconds=args.seconds,
+                warmup=args.warmup,
+                repeat=args.repeat,
+                seed=args.seed,
+                backend_options=backend_options,
+                progress=progress,
+            )
+    except ValueError as exc:
+        print(f"vecaccel bench: {exc}", file=sys.stderr)
+        return 2
+    info = machine_info()
+    print(
+        f"\n{info['usable_cpus']} usable CPUs (load average {info['load_average']}), "
+        f"Python {info['python']}, {args.seconds} s per measurement, median of {args.repeat}"
+    )
+    print(format_table(results))
+    if args.json:
+        try:
+            write_json(
+                args.json,
+                results,
+                command=shlex.join(["vecaccel", *getattr(args, "argv", sys.argv[1:])]),
+                options={
+                    "seconds": args.seconds,
+                    "warmup": args.warmup,
+                    "repeat": args.repeat,
+                    "seed": args.seed,
+                    "backend_options": backend_options,
+                },
+            )
+        except OSError as exc:  # the table above still holds the results
+            print(f"vecaccel bench: error: cannot write --json {args.json}: {exc}", file=sys.stderr)
+            return 1
+        print(f"wrote {args.json}")
+    if args.plot:
+        try:
+            plot_results(results, args.plot)
+        except ImportError:
+            print(
+                "vecaccel bench: error: --plot needs matplotlib (pip install vecaccel[bench])",
+                file=sys.stderr,
+            )
+            return 1
+        except OSError as exc:
+            print(f"vecaccel bench: error: cannot write --plot {args.plot}: {exc}", file=sys.stderr)
+            return 1
+        print(f"wrote {args.plot}")
+    return 1 if any(r["status"] == "error" for r in results) else 0
