@@ -33,8 +33,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+LINT_PATHS := vecaccel plugins trainers tests examples benchmarks
+
 lint: $(STAMP)
-	$(BIN)/ruff check vecaccel plugins trainers tests examples benchmarks
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 
 bench: $(STAMP)
 	-$(BIN)/python -m pip install -q envpool

@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import vecaccel  # noqa: E402
-from tests.toy_envs import HeavyTailEnv  # noqa: E402
-from vecaccel.bench import write_json  # noqa: E402
+import vecaccel
+from tests.toy_envs import HeavyTailEnv
+from vecaccel.bench import write_json
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -61,7 +61,9 @@ def run_vecaccel(algo: str, seed: int, threshold: float, window: int, max_steps:
     solved_at: dict[str, float] = {}
 
     start_wall, start_cpu = time.perf_counter(), time.process_time()
-    agent = cls(env_id, backend="serial", seed=seed, torch_threads=1, log_every_steps=10**9, **config)
+    agent = cls(
+        env_id, backend="serial", seed=seed, torch_threads=1, log_every_steps=10**9, **config
+    )
 
     def stop_when_solved(agent: Any, metrics: dict) -> bool:
         recent.extend(agent.last_episodes.returns)

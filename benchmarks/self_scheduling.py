@@ -30,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from lockstep_balance import forward_pass  # noqa: E402 - the caller's work, as measured there
+from lockstep_balance import forward_pass
 
-from vecaccel.bench import write_json  # noqa: E402
-from vecaccel.worker import usable_cpus  # noqa: E402
+from vecaccel.bench import write_json
+from vecaccel.worker import usable_cpus
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -25,7 +25,7 @@ from vecaccel.bench import write_json
 from vecaccel.worker import usable_cpus
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from tests.toy_envs import HeavyTailEnv  # noqa: E402
+from tests.toy_envs import HeavyTailEnv
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

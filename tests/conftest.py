@@ -16,7 +16,7 @@ from vecaccel.manager import _reset_plugin_manager
 
 sys.path.insert(0, os.path.dirname(__file__))  # `import toy_envs`, also in spawned workers
 
-from helpers import LeakBaseline, child_pids, shm_entries, wait_until  # noqa: E402
+from helpers import LeakBaseline, child_pids, shm_entries, wait_until
 
 #: Extra options each backend needs (or wants) in the contract tests. A backend not named here
 #: runs with no options, so a newly registered one is tested at once.
@@ -45,7 +45,7 @@ CONTEXTS = ("fork", "spawn")
 def contract_backend_params() -> list:
     try:
         names = sorted(vecaccel.list_backends())
-    except Exception as exc:  # fail the contract tests, not the collection of every test file
+    except Exception as exc:  # noqa: BLE001 - fail the contract tests, not the collection of every test file
         return [pytest.param(exc, id="list_backends-failed")]
     params = []
     for name in names:

@@ -18,8 +18,8 @@ import torch
 
 pytest.importorskip("ale_py")
 
-from vecaccel.trainers import PPO  # noqa: E402
-from vecaccel.trainers.models import ActorCritic, NatureCNN, bf16_autocast_helps  # noqa: E402
+from vecaccel.trainers import PPO
+from vecaccel.trainers.models import ActorCritic, NatureCNN, bf16_autocast_helps
 
 ENV_ID = "PongNoFrameskip-v4"
 

@@ -102,7 +102,7 @@ def test_plugin_command_with_a_taken_name_does_not_break_the_whole_cli(
     try:
         with pytest.warns(PluginWarning, match="'toy-adds-bench'.*VECACCEL_DISABLE_PLUGINS"):
             code = run_main(["backends"])
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any error fails the test with a message
         pytest.fail(
             "expected `vecaccel backends` to work (the clashing command skipped with a warning "
             f"naming 'toy-adds-bench'), got {type(exc).__name__}: {exc}"

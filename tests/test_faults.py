@@ -500,7 +500,7 @@ def test_unpicklable_env_function_error_names_the_env(context, leak_check):
 
     env_fns = counter_fns(NUM_ENVS)
     env_fns[3] = holds_a_lock
-    with pytest.raises(Exception) as info:  # noqa: B017 - the type is not the point
+    with pytest.raises(Exception) as info:
         make_backend("shm", env_fns, context=context)
     message = str(info.value)
     assert "pickle" in message, message

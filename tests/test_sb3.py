@@ -22,10 +22,10 @@ from gymnasium.vector import AutoresetMode
 
 pytest.importorskip("stable_baselines3")
 
-from helpers import assert_same  # noqa: E402
-from stable_baselines3.common.env_util import make_atari_env, make_vec_env  # noqa: E402
-from stable_baselines3.common.monitor import Monitor  # noqa: E402
-from stable_baselines3.common.vec_env import (  # noqa: E402
+from helpers import assert_same
+from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import (
     DummyVecEnv,
     VecEnv,
     VecFrameStack,
@@ -34,7 +34,7 @@ from stable_baselines3.common.vec_env import (  # noqa: E402
     VecTransposeImage,
     VecVideoRecorder,
 )
-from toy_envs import (  # noqa: E402
+from toy_envs import (
     CounterEnv,
     CrashEnv,
     CurrentStepEnv,
@@ -52,8 +52,8 @@ from toy_envs import (  # noqa: E402
     counter_fns,
 )
 
-import vecaccel  # noqa: E402
-from vecaccel.sb3 import SB3VecEnv, VecAccelEnv, to_sb3  # noqa: E402
+import vecaccel
+from vecaccel.sb3 import SB3VecEnv, VecAccelEnv, to_sb3
 
 N_ENVS = 3
 

@@ -15,15 +15,15 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-import torch  # noqa: E402
-from stable_baselines3 import A2C, DQN, PPO, SAC  # noqa: E402
-from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
-from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
-from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
-from stable_baselines3.common.monitor import Monitor  # noqa: E402
-from stable_baselines3.common.utils import LinearSchedule  # noqa: E402
+import torch
+from stable_baselines3 import A2C, DQN, PPO, SAC
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.utils import LinearSchedule
 
-from vecaccel.sb3 import VecAccelEnv  # noqa: E402
+from vecaccel.sb3 import VecAccelEnv
 
 BACKENDS = ["serial", "shm"]
 BACKEND_OPTIONS: dict[str, dict[str, Any]] = {"serial": {}, "shm": {"num_workers": 2}}

@@ -125,7 +125,7 @@ def expect(
         fn(*args)
     except errors as error:
         return error
-    except Exception as error:  # noqa: BLE001 - the wrong error is the failure
+    except Exception as error:
         raise AssertionError(f"expected {errors}, got {error!r}") from error
     raise AssertionError(f"expected {errors}, nothing was raised")
 
@@ -622,7 +622,7 @@ del _case
 # single fault paths, each bounded: a failure fails the test, it does not hang it
 
 
-class deadline:  # noqa: N801 - used as a context manager
+class deadline:  # lower case: read as a statement, `with deadline(...)`
     """Fail with :class:`Hang` if the block runs past ``seconds``."""
 
     def __init__(self, seconds: float = 60.0) -> None:

@@ -89,7 +89,7 @@ def child_main(loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> 
     except BaseException as exc:  # report everything, KeyboardInterrupt included
         try:
             spec["errors"].put(f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-        except Exception:
+        except Exception:  # noqa: BLE001 - the report is best effort; the error is re-raised
             pass
         raise
 

@@ -32,7 +32,7 @@ def is_atari_id(env_id: str) -> bool:
 
         register_envs()
         spec = gym.spec(env_id)
-    except Exception:
+    except Exception:  # noqa: BLE001 - an id Gymnasium cannot resolve is not an Atari id
         return False
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
     return entry.startswith("ale_py") or "AtariEnv" in entry

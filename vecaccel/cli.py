@@ -163,7 +163,7 @@ def _add_plugin_commands(pm: pluggy.PluginManager, subparsers: argparse._SubPars
         }
         try:
             impl.function(**arguments)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is left out with a warning
             name = pm.get_name(impl.plugin) or impl.plugin_name
             warnings.warn(
                 f"plugin {name!r} could not add its commands: {exc}; set "

@@ -199,7 +199,7 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         where = f"plugin {name!r} ({source})"
         try:
             plugin = entry_point.load()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a broken plugin is left out with a warning
             _warn_plugin(f"{where} failed to import: {type(exc).__name__}: {exc}", name)
             continue
         try:

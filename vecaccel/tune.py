@@ -153,7 +153,7 @@ def autotune(
     for trial in trials:
         try:
             trial.steps_per_s = measure(env_fns, trial, seconds, policy_ms / 1e3)
-        except Exception as exc:  # a configuration that cannot run is reported, not fatal
+        except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
             trial.error = f"{type(exc).__name__}: {exc}"
         if report is not None:
             report(trial)

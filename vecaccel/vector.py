@@ -385,7 +385,7 @@ class VecEnv(VectorEnv):
         if not getattr(self, "closed", True):
             try:
                 self.close(terminate=True)
-            except Exception:
+            except Exception:  # noqa: BLE001 - close at interpreter exit must not raise
                 pass
 
     def __repr__(self) -> str:

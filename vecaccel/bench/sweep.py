@@ -165,7 +165,7 @@ def run_benchmark(
         say(f"{target.label}: {impl} num_envs={n}")
         try:
             rate, setup = measure(impl, build, n, seconds, warmup, seed)
-        except Exception as exc:  # one failing implementation must not end the whole run
+        except Exception as exc:  # noqa: BLE001 - one failing implementation must not end the whole run
             entry["status"], entry["reason"] = "error", f"{type(exc).__name__}: {exc}"
             say(f"  error: {entry['reason']}")
             return
@@ -183,7 +183,7 @@ def run_benchmark(
                 say(f"{target.label}: raw single env")
                 try:
                     entry["samples"].append(measure_raw(target, seconds, warmup, seed))
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - reported in the result, as above
                     entry["status"], entry["reason"] = "error", f"{type(exc).__name__}: {exc}"
                     say(f"  error: {entry['reason']}")
         for n in num_envs_list:

@@ -128,7 +128,7 @@ class EnvSlice:
         try:
             obs, rew, term, trunc, info = self.runners[j].step(self.read_action(i))
             self.write_obs(i, obs)
-        except ENV_ERRORS as exc:  # noqa: BLE001 - reported to the parent
+        except ENV_ERRORS as exc:
             return self._failed(j, exc)
         views.rewards[i] = rew
         views.terminations[i] = term
@@ -151,7 +151,7 @@ class EnvSlice:
             try:
                 obs, rewards[j], terms[j], truncs[j], info = runner.step(read_action(i))
                 write_obs(i, obs)
-            except ENV_ERRORS as exc:  # noqa: BLE001 - reported to the parent
+            except ENV_ERRORS as exc:
                 info, error = self._failed(j, exc)
                 if error is not None:
                     errors.append(error)
@@ -184,7 +184,7 @@ class EnvSlice:
             check_env_spaces(runner.env, i, self.obs_space, self.action_space)
             obs, _ = runner.reset(seed=derived_seed(self.last_seeds[j], i, self.restarts[j]))
             self.write_obs(i, obs)
-        except ENV_ERRORS as exc:  # noqa: BLE001
+        except ENV_ERRORS as exc:
             return None, error_report(i, exc, "restart")
         # the interrupted episode ends as truncated; NEXT_STEP/DISABLED reset on the next step
         runner.needs_reset = self.autoreset_mode is not AutoresetMode.SAME_STEP
@@ -221,7 +221,7 @@ class EnvSlice:
                 continue
             try:
                 infos.append((self.start + j, self.reset(j, seeds[j], options, needs_reset)))
-            except ENV_ERRORS as exc:  # noqa: BLE001 - reported to the caller
+            except ENV_ERRORS as exc:
                 errors.append(error_report(self.start + j, exc, "reset"))
         return infos, errors
 
@@ -238,7 +238,7 @@ class EnvSlice:
         for j in local_indices:
             try:
                 results.append(self.runners[j].call(name, args, kwargs))
-            except ENV_ERRORS as exc:  # noqa: BLE001 - reported to the caller
+            except ENV_ERRORS as exc:
                 errors.append(error_report(self.start + j, exc, f"call({name!r})"))
         return results, errors
 
@@ -248,7 +248,7 @@ class EnvSlice:
         for j, value in pairs:
             try:
                 self.runners[j].set_attr(name, value)
-            except ENV_ERRORS as exc:  # noqa: BLE001 - reported to the caller
+            except ENV_ERRORS as exc:
                 errors.append(error_report(self.start + j, exc, f"set_attr({name!r})"))
         return errors
 

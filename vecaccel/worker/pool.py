@@ -209,11 +209,11 @@ class WorkerPool(Replies, ControlCommands):
     def _pickle_env_fns(self, k: int, start: int, stop: int) -> bytes:
         try:
             return cloudpickle.dumps(self._env_fns[start:stop])
-        except Exception:  # noqa: BLE001 - find the env function to name
+        except Exception:
             for i in range(start, stop):
                 try:
                     cloudpickle.dumps(self._env_fns[i])
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     raise WorkerError(
                         f"env function {i} cannot be pickled for worker {k}: "
                         f"{type(exc).__name__}: {exc}",
