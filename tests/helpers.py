@@ -273,3 +273,55 @@ class LeakBaseline:
         assert not new_children(), f"child processes left behind: {sorted(new_children())}"
         leaked = leaked_shm(self.shm)
         assert not leaked, f"/dev/shm entries left behind: {sorted(leaked)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# process backends of two workers, as the fault, lifecycle, restart and interrupt tests build them
+
+#: Generous bound for "returns at once": it catches hangs, not slowness.
+LONG_PROMPT = 10.0
+
+NUM_ENVS = 4  # two workers: envs [0, 1] and [2, 3]
+
+#: What each process backend needs besides the env functions to step all ``NUM_ENVS`` at once.
+OPTIONS = {
+    "shm": {},
+    "async": {"batch_size": NUM_ENVS},
+    "action_server": {"device": "cpu"},
+}
+
+
+def make_backend(backend: str, env_fns, context: str = "fork", **options):
+    """``backend`` over ``env_fns`` on two workers."""
+    import vecaccel
+
+    return vecaccel.make_vec(
+        env_fns,
+        backend=backend,
+        num_workers=2,
+        context=context,
+        **{**OPTIONS.get(backend, {}), **options},
+    )
+
+
+def zeros(envs, n: int = NUM_ENVS):
+    """Action 0 for ``n`` envs, as a tensor for the action server."""
+    actions = np.zeros(n, dtype=np.int64)
+    if getattr(envs, "device", None) is not None:  # action_server takes torch tensors
+        import torch
+
+        return torch.as_tensor(actions)
+    return actions
+
+
+def as_numpy(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def close_promptly(envs) -> None:
+    """``close()`` twice returns at once and leaves the env closed."""
+    started = time.monotonic()
+    envs.close()
+    envs.close()
+    assert envs.closed
+    assert time.monotonic() - started < LONG_PROMPT

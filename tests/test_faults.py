@@ -17,7 +17,21 @@ import time
 
 import numpy as np
 import pytest
-from helpers import exit_worker, leaked_shm, process_gone, shm_entries, wait_until, worker_pid
+from helpers import (
+    LONG_PROMPT,
+    NUM_ENVS,
+    OPTIONS,
+    as_numpy,
+    close_promptly,
+    exit_worker,
+    leaked_shm,
+    make_backend,
+    process_gone,
+    shm_entries,
+    wait_until,
+    worker_pid,
+    zeros,
+)
 from toy_envs import CounterEnv, ResetHangEnv, WrongShapeEnv, counter_fns
 
 import vecaccel
@@ -29,7 +43,6 @@ pytestmark = pytest.mark.usefixtures("leak_check")
 #: benchmarks/lifecycle.py, not asserted here).
 PROMPT = 5.0
 
-NUM_ENVS = 4  # two workers: envs [0, 1] and [2, 3]
 
 ACTIONS = np.zeros(NUM_ENVS, dtype=np.int64)
 
@@ -446,47 +459,6 @@ def test_workers_exit_when_parent_is_killed(process_backend, context, tmp_path):
             parent.wait()
         parent.stdout.close()
         parent.stderr.close()
-
-
-#: Generous bound for "returns at once": it catches hangs, not slowness.
-LONG_PROMPT = 10.0
-
-OPTIONS = {
-    "shm": {},
-    "async": {"batch_size": NUM_ENVS},
-    "action_server": {"device": "cpu"},
-}
-
-
-def make_backend(backend: str, env_fns, context: str = "fork", **options):
-    return vecaccel.make_vec(
-        env_fns,
-        backend=backend,
-        num_workers=2,
-        context=context,
-        **{**OPTIONS.get(backend, {}), **options},
-    )
-
-
-def zeros(envs, n: int = NUM_ENVS):
-    actions = np.zeros(n, dtype=np.int64)
-    if getattr(envs, "device", None) is not None:  # action_server takes torch tensors
-        import torch
-
-        return torch.as_tensor(actions)
-    return actions
-
-
-def as_numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-
-
-def close_promptly(envs) -> None:
-    started = time.monotonic()
-    envs.close()
-    envs.close()
-    assert envs.closed
-    assert time.monotonic() - started < LONG_PROMPT
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])

@@ -22,7 +22,18 @@ import time
 
 import numpy as np
 import pytest
-from helpers import descendants, leaked_shm, process_gone, shm_entries, wait_until
+from helpers import (
+    NUM_ENVS,
+    as_numpy,
+    close_promptly,
+    descendants,
+    leaked_shm,
+    make_backend,
+    process_gone,
+    shm_entries,
+    wait_until,
+    zeros,
+)
 from toy_envs import counter_fns, env_pid, fault_env_fns
 
 import vecaccel
@@ -297,51 +308,8 @@ def test_workers_started_from_a_thread_outlive_the_thread(no_leaks):
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-#: Generous bound for "returns at once": it catches hangs, not slowness.
-LONG_PROMPT = 10.0
-
-
 #: How long a child interpreter may run before the test calls it stuck.
 CHILD_TIMEOUT = 90.0
-
-NUM_ENVS = 4  # two workers: envs [0, 1] and [2, 3]
-
-OPTIONS = {
-    "shm": {},
-    "async": {"batch_size": NUM_ENVS},
-    "action_server": {"device": "cpu"},
-}
-
-
-def make_backend(backend: str, env_fns, context: str = "fork", **options):
-    return vecaccel.make_vec(
-        env_fns,
-        backend=backend,
-        num_workers=2,
-        context=context,
-        **{**OPTIONS.get(backend, {}), **options},
-    )
-
-
-def zeros(envs, n: int = NUM_ENVS):
-    actions = np.zeros(n, dtype=np.int64)
-    if getattr(envs, "device", None) is not None:  # action_server takes torch tensors
-        import torch
-
-        return torch.as_tensor(actions)
-    return actions
-
-
-def as_numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-
-
-def close_promptly(envs) -> None:
-    started = time.monotonic()
-    envs.close()
-    envs.close()
-    assert envs.closed
-    assert time.monotonic() - started < LONG_PROMPT
 
 
 def run_child(script: str, *args: str) -> subprocess.CompletedProcess:

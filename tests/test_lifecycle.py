@@ -15,19 +15,23 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
 import torch
 from helpers import (
+    LONG_PROMPT,
+    NUM_ENVS,
     child_pids,
+    close_promptly,
     leaked_shm,
+    make_backend,
     open_fds,
     process_gone,
     shm_entries,
     wait_until,
     worker_pid,
+    zeros,
 )
 from toy_envs import WideSpacesEnv, counter_fns
 
@@ -208,47 +212,8 @@ def test_worker_dying_mid_startup_raises_and_leaves_no_thread_or_fd(monkeypatch,
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-#: Generous bound for "returns at once": it catches hangs, not slowness.
-LONG_PROMPT = 10.0
-
-
 #: How long a child interpreter may run before the test calls it stuck.
 CHILD_TIMEOUT = 90.0
-
-NUM_ENVS = 4  # two workers: envs [0, 1] and [2, 3]
-
-OPTIONS = {
-    "shm": {},
-    "async": {"batch_size": NUM_ENVS},
-    "action_server": {"device": "cpu"},
-}
-
-
-def make_backend(backend: str, env_fns, context: str = "fork", **options):
-    return vecaccel.make_vec(
-        env_fns,
-        backend=backend,
-        num_workers=2,
-        context=context,
-        **{**OPTIONS.get(backend, {}), **options},
-    )
-
-
-def zeros(envs, n: int = NUM_ENVS):
-    actions = np.zeros(n, dtype=np.int64)
-    if getattr(envs, "device", None) is not None:  # action_server takes torch tensors
-        import torch
-
-        return torch.as_tensor(actions)
-    return actions
-
-
-def close_promptly(envs) -> None:
-    started = time.monotonic()
-    envs.close()
-    envs.close()
-    assert envs.closed
-    assert time.monotonic() - started < LONG_PROMPT
 
 
 def run_child(script: str, *args: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,17 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import process_gone, wait_until, worker_pid
+from helpers import (
+    LONG_PROMPT,
+    NUM_ENVS,
+    as_numpy,
+    close_promptly,
+    make_backend,
+    process_gone,
+    wait_until,
+    worker_pid,
+    zeros,
+)
 from toy_envs import RebuildFailsEnv, WideSpacesEnv, counter_fns, tagged_counter
 
 import vecaccel
@@ -169,49 +179,6 @@ def test_restarted_worker_gets_a_large_startup_and_steps(context, leak_check):
         assert not _startup_threads()
     finally:
         envs.close()
-
-
-#: Generous bound for "returns at once": it catches hangs, not slowness.
-LONG_PROMPT = 10.0
-
-NUM_ENVS = 4  # two workers: envs [0, 1] and [2, 3]
-
-OPTIONS = {
-    "shm": {},
-    "async": {"batch_size": NUM_ENVS},
-    "action_server": {"device": "cpu"},
-}
-
-
-def make_backend(backend: str, env_fns, context: str = "fork", **options):
-    return vecaccel.make_vec(
-        env_fns,
-        backend=backend,
-        num_workers=2,
-        context=context,
-        **{**OPTIONS.get(backend, {}), **options},
-    )
-
-
-def zeros(envs, n: int = NUM_ENVS):
-    actions = np.zeros(n, dtype=np.int64)
-    if getattr(envs, "device", None) is not None:  # action_server takes torch tensors
-        import torch
-
-        return torch.as_tensor(actions)
-    return actions
-
-
-def as_numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
-
-
-def close_promptly(envs) -> None:
-    started = time.monotonic()
-    envs.close()
-    envs.close()
-    assert envs.closed
-    assert time.monotonic() - started < LONG_PROMPT
 
 
 @pytest.mark.parametrize("operation", ["reset", "get_attr"])
