@@ -6,6 +6,7 @@ interpreters some tests start, and by the benchmark scripts.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import subprocess
@@ -325,3 +326,33 @@ def close_promptly(envs) -> None:
     envs.close()
     assert envs.closed
     assert time.monotonic() - started < LONG_PROMPT
+
+
+# ---------------------------------------------------------------------------------------------
+# child interpreters
+
+#: The tests folder, put first on the path of the interpreters ``run_child`` starts.
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+
+#: How long a child interpreter may run before the test calls it stuck.
+CHILD_TIMEOUT = 90.0
+
+
+def run_child(script: str, *args: str) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh interpreter (tests dir first on its path); a hang fails."""
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", script, TESTS_DIR, *args],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT,
+        )
+    except subprocess.TimeoutExpired as exc:  # workers follow their parent out
+        raise AssertionError(f"the child hung: {exc.stdout!r} {exc.stderr!r}") from None
+
+
+def last_json(completed: subprocess.CompletedProcess) -> dict:
+    """The last JSON line a child printed."""
+    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no result (rc {completed.returncode}): {completed.stderr}"
+    return json.loads(lines[-1])

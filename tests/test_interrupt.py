@@ -10,7 +10,6 @@ else).
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
@@ -27,9 +26,11 @@ from helpers import (
     as_numpy,
     close_promptly,
     descendants,
+    last_json,
     leaked_shm,
     make_backend,
     process_gone,
+    run_child,
     shm_entries,
     wait_until,
     zeros,
@@ -303,32 +304,6 @@ def test_workers_started_from_a_thread_outlive_the_thread(no_leaks):
         envs.step(np.zeros(2, dtype=np.int64))
     finally:
         envs.close()
-
-
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-#: How long a child interpreter may run before the test calls it stuck.
-CHILD_TIMEOUT = 90.0
-
-
-def run_child(script: str, *args: str) -> subprocess.CompletedProcess:
-    """Run ``script`` in a fresh interpreter (tests dir first on its path); a hang fails."""
-    try:
-        return subprocess.run(
-            [sys.executable, "-c", script, TESTS_DIR, *args],
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired as exc:  # workers follow their parent out
-        raise AssertionError(f"the child hung: {exc.stdout!r} {exc.stderr!r}") from None
-
-
-def last_json(completed: subprocess.CompletedProcess) -> dict:
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"no result (rc {completed.returncode}): {completed.stderr}"
-    return json.loads(lines[-1])
 
 
 INTERRUPTED_CALL_SCRIPT = textwrap.dedent(

@@ -8,7 +8,6 @@ stall the suite.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import subprocess
@@ -24,10 +23,12 @@ from helpers import (
     NUM_ENVS,
     child_pids,
     close_promptly,
+    last_json,
     leaked_shm,
     make_backend,
     open_fds,
     process_gone,
+    run_child,
     shm_entries,
     wait_until,
     worker_pid,
@@ -144,8 +145,6 @@ def test_spawn_script_without_main_guard_fails_instead_of_hanging(tmp_path):
     """Under spawn, a worker re-runs a script that lacks the ``__main__`` guard and dies making
     its own vec env. Pong's spaces made the worker's arguments larger than a pipe buffer, and
     multiprocessing's spawn launch then waited forever to write them to the dead child."""
-    import subprocess
-    import sys
 
     script = tmp_path / "no_guard.py"
     script.write_text(
@@ -207,32 +206,6 @@ def test_worker_dying_mid_startup_raises_and_leaves_no_thread_or_fd(monkeypatch,
         thread.join(5.0)
     assert not _startup_threads()
     assert _fds() <= before
-
-
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-#: How long a child interpreter may run before the test calls it stuck.
-CHILD_TIMEOUT = 90.0
-
-
-def run_child(script: str, *args: str) -> subprocess.CompletedProcess:
-    """Run ``script`` in a fresh interpreter (tests dir first on its path); a hang fails."""
-    try:
-        return subprocess.run(
-            [sys.executable, "-c", script, TESTS_DIR, *args],
-            capture_output=True,
-            text=True,
-            timeout=CHILD_TIMEOUT,
-        )
-    except subprocess.TimeoutExpired as exc:  # workers follow their parent out
-        raise AssertionError(f"the child hung: {exc.stdout!r} {exc.stderr!r}") from None
-
-
-def last_json(completed: subprocess.CompletedProcess) -> dict:
-    lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
-    assert lines, f"no result (rc {completed.returncode}): {completed.stderr}"
-    return json.loads(lines[-1])
 
 
 FORK_CHILD_SCRIPT = textwrap.dedent(
