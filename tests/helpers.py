@@ -356,3 +356,45 @@ def last_json(completed: subprocess.CompletedProcess) -> dict:
     lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
     assert lines, f"no result (rc {completed.returncode}): {completed.stderr}"
     return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# small trainers (torch is imported only by the helpers that need it)
+
+PENDULUM_OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
+
+PENDULUM_ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+
+def pendulum_agent(mean: float, log_std: float):
+    """A Pendulum PPO agent whose Gaussian has mean ``mean`` and log-std ``log_std`` for every
+    observation."""
+    import torch
+
+    from vecaccel.trainers import PPO
+
+    agent = PPO(None, env_id="Pendulum-v1", observation_space=PENDULUM_OBS,
+                action_space=PENDULUM_ACT, backend="serial", torch_threads=1)  # fmt: skip
+    with torch.no_grad():
+        agent.model.actor_head.weight.zero_()
+        agent.model.actor_head.bias.fill_(mean)
+        agent.model.log_std.fill_(log_std)
+    return agent
+
+
+#: A small DQN config that only collects, unless a test says otherwise.
+SMALL_DQN = dict(
+    learning_starts=10**9,
+    batch_size=16,
+    buffer_size=256,
+    hidden_sizes=(16,),
+    progress=False,
+    tensorboard=False,
+)
+
+
+def serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
+    """CartPole as the trainers build it, on the serial backend."""
+    from vecaccel.trainers.envs import make_env_for_training
+
+    return make_env_for_training("CartPole-v1", num_envs, backend="serial", seed=0)

@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import SMALL_DQN, serial_cartpole
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toy_envs import ShiftedActions, TinyImageEnv
@@ -372,20 +373,6 @@ def test_atari_preset_smoke() -> None:
     assert agent.num_updates > 0
 
 
-SMALL = dict(
-    learning_starts=10**9,  # collect only, unless a test says otherwise
-    batch_size=16,
-    buffer_size=256,
-    hidden_sizes=(16,),
-    progress=False,
-    tensorboard=False,
-)
-
-
-def _serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
-    return make_env_for_training("CartPole-v1", num_envs, backend="serial", seed=0)
-
-
 # -- the training loop writes the transitions the envs produced --------------------------------
 
 
@@ -452,7 +439,7 @@ def test_loop_stores_the_env_transitions_with_n_step_targets(prioritized) -> Non
     try:
         agent = DQN(
             env=envs,
-            **{**SMALL, "buffer_size": 40},
+            **{**SMALL_DQN, "buffer_size": 40},
             n_step=n,
             gamma=gamma,
             prioritized=prioritized,
@@ -497,9 +484,9 @@ CONFIGS = [
 def test_train_step_matches_reference(overrides) -> None:
     """Loss (Double/Dueling/Huber/MSE/C51, importance-weighted) recomputed from copies of the
     networks; prioritized replay then holds (|error| + eps) ** alpha at the sampled indices."""
-    envs = _serial_cartpole()
+    envs = serial_cartpole()
     try:
-        agent = DQN(env=envs, **SMALL, n_step=2, gamma=0.9, max_grad_norm=0, **overrides)
+        agent = DQN(env=envs, **SMALL_DQN, n_step=2, gamma=0.9, max_grad_norm=0, **overrides)
         agent.learn(100)
     finally:
         envs.close()
@@ -555,9 +542,9 @@ def test_train_step_matches_reference(overrides) -> None:
 
 
 def test_polyak_target_update() -> None:
-    envs = _serial_cartpole(1)
+    envs = serial_cartpole(1)
     try:
-        agent = DQN(env=envs, **SMALL, tau=0.25)
+        agent = DQN(env=envs, **SMALL_DQN, tau=0.25)
         with torch.no_grad():
             for p in agent.q_network.parameters():
                 p.add_(1.0)
@@ -572,12 +559,12 @@ def test_polyak_target_update() -> None:
 
 
 def test_target_network_updates_every_period(monkeypatch) -> None:
-    envs = _serial_cartpole(2)
+    envs = serial_cartpole(2)
     calls: list[int] = []
     try:
         agent = DQN(
             env=envs,
-            **{**SMALL, "learning_starts": 40},
+            **{**SMALL_DQN, "learning_starts": 40},
             target_update_period=30,
             replay_ratio=4.0,
         )
@@ -625,9 +612,9 @@ def test_epsilon_and_beta_schedules() -> None:
     fixed = DQN(env=None, exploration_steps=100, start_epsilon=1.0, end_epsilon=0.0)
     assert fixed.epsilon(50, 10**6) == pytest.approx(0.5)
 
-    envs = _serial_cartpole(1)
+    envs = serial_cartpole(1)
     try:
-        per = DQN(env=envs, **{**SMALL, "learning_starts": 32}, prioritized=True)
+        per = DQN(env=envs, **{**SMALL_DQN, "learning_starts": 32}, prioritized=True)
         per.learn(40)
         betas = [per.sample_batch(p)[0] for p in (0.0, 0.5, 1.0, 2.0)]
     finally:
@@ -661,12 +648,12 @@ def test_config_rejects_settings_that_cannot_train(setting) -> None:
 def test_negative_priority_eps_crashes_mid_training() -> None:
     """The user-visible consequence of accepting priority_eps < 0: construction and the first
     steps succeed, then an update raises from inside the sum tree."""
-    envs = _serial_cartpole(1)
+    envs = serial_cartpole(1)
     try:
         try:
             agent = DQN(
                 env=envs,
-                **{**SMALL, "learning_starts": 32},
+                **{**SMALL_DQN, "learning_starts": 32},
                 prioritized=True,
                 priority_eps=-10.0,
             )
@@ -681,9 +668,9 @@ def test_load_overrides_reach_the_optimizer(tmp_path) -> None:
     """DQN.load(path, learning_rate=...) (documented: overrides change config fields) reports the
     new rate in agent.learning_rate and charts/learning_rate, but the optimizer keeps the saved
     one because optimizer.load_state_dict restores the saved param_groups."""
-    envs = _serial_cartpole(1)
+    envs = serial_cartpole(1)
     try:
-        agent = DQN(env=envs, **{**SMALL, "learning_starts": 32}, learning_rate=1e-3)
+        agent = DQN(env=envs, **{**SMALL_DQN, "learning_starts": 32}, learning_rate=1e-3)
         agent.learn(60)
         path = agent.save(tmp_path / "agent.pt")
     finally:
@@ -710,7 +697,7 @@ def test_discrete_action_space_with_offset_start() -> None:
     )
     try:
         try:
-            agent = DQN(env=envs, **{**SMALL, "learning_starts": 32})
+            agent = DQN(env=envs, **{**SMALL_DQN, "learning_starts": 32})
         except (TypeError, ValueError):
             return  # refused up front: acceptable
         agent.learn(64)

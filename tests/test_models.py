@@ -4,37 +4,21 @@ from __future__ import annotations
 
 import math
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
+from helpers import pendulum_agent
 
 from vecaccel.trainers import DQN, PPO
 from vecaccel.trainers.models import NatureCNN
 
 torch.set_num_threads(1)
 
-PENDULUM_OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
-
-PENDULUM_ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
-
-
 # -- continuous actions -----------------------------------------------------------------------
-
-
-def _pendulum_agent(mean: float, log_std: float) -> PPO:
-    agent = PPO(None, env_id="Pendulum-v1", observation_space=PENDULUM_OBS,
-                action_space=PENDULUM_ACT, backend="serial", torch_threads=1)  # fmt: skip
-    with torch.no_grad():
-        agent.model.actor_head.weight.zero_()
-        agent.model.actor_head.bias.fill_(mean)
-        agent.model.log_std.fill_(log_std)
-    return agent
 
 
 def test_gaussian_log_prob_and_entropy_match_torch_normal():
     """The hand-written diagonal Gaussian equals ``torch.distributions.Normal``."""
-    agent = _pendulum_agent(mean=0.3, log_std=-0.4)
+    agent = pendulum_agent(mean=0.3, log_std=-0.4)
     obs = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
     actions = torch.tensor([[-3.0], [-1.0], [0.0], [0.5], [2.5]])
     log_prob, entropy, _ = agent.model.evaluate(obs, actions)

@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from helpers import pendulum_agent
 from toy_envs import (
     BOUNDED_ACTIONS_SEEN,
     BoundedActionEnv,
@@ -804,28 +805,13 @@ def test_atari_preset_loss_is_cleanrl_ppo_atari_loss(monkeypatch):
 
 CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 
-PENDULUM_OBS = gym.spaces.Box(-8.0, 8.0, (3,), np.float32)
-
-PENDULUM_ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
-
-
 # -- continuous actions -----------------------------------------------------------------------
-
-
-def _pendulum_agent(mean: float, log_std: float) -> PPO:
-    agent = PPO(None, env_id="Pendulum-v1", observation_space=PENDULUM_OBS,
-                action_space=PENDULUM_ACT, backend="serial", torch_threads=1)  # fmt: skip
-    with torch.no_grad():
-        agent.model.actor_head.weight.zero_()
-        agent.model.actor_head.bias.fill_(mean)
-        agent.model.log_std.fill_(log_std)
-    return agent
 
 
 def test_predict_clips_box_actions_to_the_action_space():
     """SB3's ``predict`` clips Box actions to the action space; vecaccel's returns the raw
     Gaussian mean (here 10 for Pendulum's [-2, 2]) and raw samples."""
-    agent = _pendulum_agent(mean=10.0, log_std=2.0)
+    agent = pendulum_agent(mean=10.0, log_std=2.0)
     obs = np.zeros((64, 3), dtype=np.float32)
     for deterministic in (True, False):
         actions, _ = agent.predict(obs, deterministic=deterministic)

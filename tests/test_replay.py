@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.spaces import Box, Discrete
+from helpers import SMALL_DQN, serial_cartpole
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vecaccel
 from vecaccel.trainers.dqn import Rainbow
-from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
 from vecaccel.trainers.replay import ReplayBuffer, ReplayMemoryError, available_memory
 
@@ -323,20 +323,6 @@ def test_state_dict_round_trip() -> None:
         np.testing.assert_array_equal(x, y)
 
 
-SMALL = dict(
-    learning_starts=10**9,  # collect only, unless a test says otherwise
-    batch_size=16,
-    buffer_size=256,
-    hidden_sizes=(16,),
-    progress=False,
-    tensorboard=False,
-)
-
-
-def _serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
-    return make_env_for_training("CartPole-v1", num_envs, backend="serial", seed=0)
-
-
 def test_hand_computed_n_step_targets() -> None:
     """rewards 1, 2, 4, 8 ...; a truncation and a termination, by hand (gamma 0.5, n 3)."""
     buffer = ReplayBuffer(Box(-100, 100, (1,)), Discrete(2), capacity=32, n_step=3, gamma=0.5)
@@ -521,14 +507,14 @@ def test_loaded_replay_with_other_n_step_samples_only_complete_windows(tmp_path)
     """A prioritized replay file read into a buffer whose n_step was overridden on load samples
     only slots whose n-step window is complete under the new n_step: the saved priorities of the
     others must not let returns and bootstrap observations be read from unwritten slots."""
-    envs = _serial_cartpole(1)
+    envs = serial_cartpole(1)
     try:
-        agent = Rainbow(env=envs, **{**SMALL, "learning_starts": 32}, n_step=1)
+        agent = Rainbow(env=envs, **{**SMALL_DQN, "learning_starts": 32}, n_step=1)
         agent.learn(100)
         path = agent.save(tmp_path / "agent.pt", replay=True)
     finally:
         envs.close()
-    envs = _serial_cartpole(1)
+    envs = serial_cartpole(1)
     try:
         loaded = Rainbow.load(path, env=envs, n_step=3)
         buffer = loaded.buffer
@@ -543,15 +529,15 @@ def test_loaded_replay_with_other_n_step_samples_only_complete_windows(tmp_path)
 def test_loaded_replay_with_other_priority_alpha_holds_the_new_exponent(tmp_path, new_alpha):
     """The tree holds priority ** alpha: loaded under another priority_alpha, every leaf must be
     the saved priority under the new exponent (0: uniform), not the old exponent's value."""
-    envs = _serial_cartpole(1)
+    envs = serial_cartpole(1)
     try:
-        agent = Rainbow(env=envs, **{**SMALL, "learning_starts": 32}, priority_alpha=0.5)
+        agent = Rainbow(env=envs, **{**SMALL_DQN, "learning_starts": 32}, priority_alpha=0.5)
         agent.learn(100)
         saved = agent.buffer.tree.priorities().copy()
         path = agent.save(tmp_path / "agent.pt", replay=True)
     finally:
         envs.close()
-    envs = _serial_cartpole(1)
+    envs = serial_cartpole(1)
     try:
         loaded = Rainbow.load(path, env=envs, priority_alpha=new_alpha)
         assert loaded.buffer.alpha == new_alpha
