@@ -1327,16 +1327,23 @@ def wait_in_constructor(seconds: float = 600.0) -> gym.Env:
     return CounterEnv()
 
 
-class WaitInStepEnv(CounterEnv):
-    """A ``CounterEnv`` whose step blocks for ``seconds``."""
+class WaitingEnv(CounterEnv):
+    """A ``CounterEnv`` whose ``step`` (or ``reset``, as ``wait_in`` says) blocks for
+    ``seconds``."""
 
-    def __init__(self, seconds: float = 600.0) -> None:
+    def __init__(self, wait_in: str = "step", seconds: float = 600.0) -> None:
         super().__init__()
-        self.seconds = seconds
+        self.wait_in, self.seconds = wait_in, seconds
 
     def step(self, action):
-        threading.Event().wait(self.seconds)
+        if self.wait_in == "step":
+            threading.Event().wait(self.seconds)
         return super().step(action)
+
+    def reset(self, *, seed=None, options=None):
+        if self.wait_in == "reset":
+            threading.Event().wait(self.seconds)
+        return super().reset(seed=seed, options=options)
 
 
 class Cv2ImportingEnv(CounterEnv):

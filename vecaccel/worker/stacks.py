@@ -63,14 +63,16 @@ def _read_available(worker: WorkerHandle) -> bytes:
     """What the worker's stack pipe holds now, noting the armed byte."""
     chunks = []
     fd = worker.stack_fd
-    while fd is not None and select.select([fd], [], [], 0)[0]:
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except OSError:
-            break
-        if not chunk:
-            break  # the worker is gone
-        chunks.append(chunk)
+    if fd is None:
+        return b""
+    os.set_blocking(fd, False)
+    try:
+        while chunk := os.read(fd, 1 << 16):  # b"": the worker is gone
+            chunks.append(chunk)
+    except OSError:  # BlockingIOError: nothing more for now
+        pass
+    finally:
+        os.set_blocking(fd, True)
     data = b"".join(chunks)
     if _ARMED in data:
         worker.stack_armed = True
@@ -89,10 +91,13 @@ def request_stacks(workers: Sequence[WorkerHandle], timeout: float = STACK_WAIT_
     for worker in workers:
         _read_available(worker)  # an older dump (someone else's signal) is stale
         worker.stack = None
+        if worker.stack_fd is None:
+            continue  # a handle made without a stack pipe
         if not worker.stack_armed:
             worker.stack = (
                 "(no stack: the worker had not reached vecaccel's worker code yet; it was still "
-                "starting its interpreter or unpickling its arguments)"
+                "starting its interpreter, importing the main module (spawn) or unpickling its "
+                "arguments)"
             )
             continue
         try:
@@ -104,20 +109,26 @@ def request_stacks(workers: Sequence[WorkerHandle], timeout: float = STACK_WAIT_
     by_fd = dict(asked)
     received = {fd: b"" for fd in asked}
     last_data = dict.fromkeys(asked, 0.0)
+    poller = select.poll()  # not select(): a pool of many workers has descriptors past 1024
+    for fd in asked:
+        poller.register(fd, select.POLLIN)
     deadline = time.monotonic() + timeout
     while asked:
         now = time.monotonic()
         for fd in [fd for fd in asked if received[fd] and now - last_data[fd] >= _QUIET_S]:
+            poller.unregister(fd)
             del asked[fd]
         if not asked or now >= deadline:
             break
-        ready, _, _ = select.select(list(asked), [], [], min(_QUIET_S, deadline - now))
-        for fd in ready:
+        for fd, _ in poller.poll(min(_QUIET_S, deadline - now) * 1000):
+            if fd not in asked:
+                continue
             data = _read_available(asked[fd])
             if data:
                 received[fd] += data
                 last_data[fd] = time.monotonic()
-            elif not asked[fd].process.is_alive():
+            else:  # the pipe's end: the worker is gone
+                poller.unregister(fd)
                 del asked[fd]
     for fd, data in received.items():
         worker = by_fd[fd]
