@@ -1316,3 +1316,55 @@ class SlowEnv(gym.Wrapper):
     def step(self, action):
         time.sleep(0.3)
         return super().step(action)
+
+
+# -- envs that get stuck, for the errors that show a stuck worker's stack ---------------------
+
+
+def wait_in_constructor(seconds: float = 600.0) -> gym.Env:
+    """An env function whose construction blocks, as one waiting on a lock that never frees."""
+    threading.Event().wait(seconds)
+    return CounterEnv()
+
+
+class WaitingEnv(CounterEnv):
+    """A ``CounterEnv`` whose ``step`` (or ``reset``, as ``wait_in`` says) blocks for
+    ``seconds``."""
+
+    def __init__(self, wait_in: str = "step", seconds: float = 600.0) -> None:
+        super().__init__()
+        self.wait_in, self.seconds = wait_in, seconds
+
+    def step(self, action):
+        if self.wait_in == "step":
+            threading.Event().wait(self.seconds)
+        return super().step(action)
+
+    def reset(self, *, seed=None, options=None):
+        if self.wait_in == "reset":
+            threading.Event().wait(self.seconds)
+        return super().reset(seed=seed, options=options)
+
+
+class Cv2ImportingEnv(CounterEnv):
+    """A ``CounterEnv`` whose constructor imports OpenCV, as ``AtariPreprocessing`` does."""
+
+    def __init__(self) -> None:
+        import cv2  # noqa: F401 - loaded by the worker itself
+
+        super().__init__()
+
+
+def cv2_threads(env: gym.Env) -> int:
+    """A function for ``call(fn)``: the threads OpenCV uses in the env's process (importing it
+    there if nothing did)."""
+    import cv2
+
+    return cv2.getNumThreads()
+
+
+def torch_threads(env: gym.Env) -> int:
+    """A function for ``call(fn)``: torch's intra-op threads in the env's process."""
+    import torch
+
+    return torch.get_num_threads()

@@ -16,7 +16,7 @@ from typing import Any
 import pluggy
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.errors import ClosedEnvError, WorkerError
+from vecaccel.errors import ClosedEnvError, WorkerError, WorkerTimeoutError
 from vecaccel.make import make_vec
 from vecaccel.manager import BackendRegistry, get_plugin_manager, list_backends
 from vecaccel.vector import VecEnv
@@ -32,6 +32,7 @@ __all__ = [
     "ClosedEnvError",
     "VecEnv",
     "WorkerError",
+    "WorkerTimeoutError",
     "get_plugin_manager",
     "hookimpl",
     "list_backends",

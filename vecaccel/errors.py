@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from gymnasium.error import ClosedEnvironmentError
 
-__all__ = ["WorkerError", "ClosedEnvError", "env_error"]
+__all__ = ["WorkerError", "WorkerTimeoutError", "ClosedEnvError", "env_error"]
 
 
 class WorkerError(RuntimeError):
@@ -73,6 +73,38 @@ def _rebuild_worker_error(message, env_indices, remote_traceback, exitcode, orig
         remote_traceback=remote_traceback,
         exitcode=exitcode,
         original_type=original_type,
+    )
+
+
+class WorkerTimeoutError(WorkerError, TimeoutError):
+    """Worker processes were still starting when ``start_timeout_s`` ran out.
+
+    Both a :class:`WorkerError` and a ``TimeoutError``. The message names each stuck worker and
+    its envs and shows its Python stack at that moment (every thread, most recent call first),
+    so the line an env constructor blocks on is in the error; ``remote_traceback`` holds the
+    stacks alone. The workers are killed.
+
+    Attributes:
+        worker_indices: the workers that were still starting.
+    """
+
+    def __init__(self, message: str, *, worker_indices: Sequence[int] = (), **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.worker_indices: tuple[int, ...] = tuple(int(i) for i in worker_indices)
+
+    def __reduce__(self):
+        return (
+            _rebuild_timeout_error,
+            (str(self), self.worker_indices, self.env_indices, self.remote_traceback),
+        )
+
+
+def _rebuild_timeout_error(message, worker_indices, env_indices, remote_traceback):
+    return WorkerTimeoutError(
+        message,
+        worker_indices=worker_indices,
+        env_indices=env_indices,
+        remote_traceback=remote_traceback,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 __all__ = [
     "THREAD_ENV_VARS",
@@ -17,38 +17,47 @@ __all__ = [
     "warn_if_torch_oversubscribes",
 ]
 
-#: The variables that size OpenMP's and the BLAS libraries' thread pools when they load.
+#: The variables that size OpenMP's, the BLAS libraries' and OpenCV's thread pools when they
+#: start. OpenCV reads ``OPENCV_FOR_THREADS_NUM`` when it first builds its pool, not at import:
+#: it also caps a ``cv2`` that a forked worker inherited, as long as nothing had used that pool.
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "NUMEXPR_NUM_THREADS",
+    "OPENCV_FOR_THREADS_NUM",
 )
 
 
 def limit_threads_before_envs(threads: int | None) -> None:
-    """Cap native thread pools that load after this point (spawned workers load them afresh)."""
+    """Cap native thread pools that start after this point, through their variables."""
     if threads is None:
         return
     for name in THREAD_ENV_VARS:
         os.environ[name] = str(threads)
 
 
-def limit_threads_after_envs(threads: int | None) -> None:
-    """Cap the thread pools of libraries the envs loaded (or that fork brought along).
+def limit_threads_after_envs(threads: int | None, inherited: Collection[str] = ()) -> None:
+    """Cap the thread pools of OpenCV and torch, where the worker loaded them itself.
 
     A worker is meant to keep one core busy. OpenCV (which Gymnasium's ``AtariPreprocessing``
     uses to resize frames) and torch default to a thread per core, and their threads then
     fight the other workers: one worker stepping Pong ran 24% slower than the same envs in the
     parent until OpenCV was limited to one thread.
+
+    ``inherited`` names the modules a forked worker came with. Their pools may have run in the
+    parent, and a pool's threads do not survive a fork: resizing such a pool waits for threads
+    that are not there (``cv2.setNumThreads`` in a worker forked after the parent had resized
+    images hung the worker for good). Those are left alone; the variables of
+    :func:`limit_threads_before_envs` still cap an inherited ``cv2`` whose pool never ran.
     """
     if threads is None:
         return
     cv2 = sys.modules.get("cv2")
-    if cv2 is not None and hasattr(cv2, "setNumThreads"):
+    if cv2 is not None and "cv2" not in inherited and hasattr(cv2, "setNumThreads"):
         cv2.setNumThreads(threads)
     torch = sys.modules.get("torch")
-    if torch is not None:
+    if torch is not None and "torch" not in inherited:
         try:
             torch.set_num_threads(threads)
         except RuntimeError:

@@ -59,6 +59,8 @@ class WorkerHandle:
         done: the read end of its ``done`` pipe.
         data: the parent's end of its ``data`` channel.
         killed_for: why the pool killed it (a ``step_timeout_s`` overrun), or ``None``.
+        stack_conn: the read end of its stack pipe (:mod:`vecaccel.worker.stacks`), or ``None``.
+        stack: its Python stack when the pool last asked for it, or ``None``.
     """
 
     __slots__ = (
@@ -73,15 +75,31 @@ class WorkerHandle:
         "killed_for",
         "loads",
         "nudged",
+        "stack_conn",
+        "stack_fd",
+        "stack_armed",
+        "stack",
     )
 
     def __init__(
-        self, index: int, start: int, stop: int, process: Any, cmd: Any, done: Any, data: Any
+        self,
+        index: int,
+        start: int,
+        stop: int,
+        process: Any,
+        cmd: Any,
+        done: Any,
+        data: Any,
+        stack_conn: Any = None,
     ) -> None:
         self.index, self.start, self.stop = index, start, stop
         self.process, self.cmd, self.done, self.data = process, cmd, done, data
         self.done_fd = done.fileno()
         self.killed_for: str | None = None
+        self.stack_conn = stack_conn
+        self.stack_fd: int | None = None if stack_conn is None else stack_conn.fileno()
+        self.stack_armed = False  # its faulthandler answers STACK_SIGNAL (it said so)
+        self.stack: str | None = None
         self.nudged = False  # its CPU affinity was narrowed for one step (WorkerPool.send_all)
         # the unpickler of payloads in shared memory: the one the data pipe's own recv()
         # uses (the standard library's, or multiprocess's dill), as the worker pickles with it

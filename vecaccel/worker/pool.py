@@ -22,7 +22,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.errors import WorkerError
+from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.options import WorkerOptions
 from vecaccel.spaces import read_item
 from vecaccel.worker.commands import ControlCommands
@@ -32,6 +32,7 @@ from vecaccel.worker.handle import WorkerHandle, describe_exit, get_context
 from vecaccel.worker.process import worker_main
 from vecaccel.worker.protocol import Command, SharedLayout, Status, send_startup
 from vecaccel.worker.replies import Replies
+from vecaccel.worker.stacks import STACK_WAIT_S, describe_stacks, request_stacks
 
 __all__ = ["WorkerPool"]
 
@@ -165,6 +166,7 @@ class WorkerPool(Replies, ControlCommands):
         cmd_recv, cmd_send = self.ctx.Pipe(duplex=False)
         done_recv, done_send = self.ctx.Pipe(duplex=False)
         data_parent, data_child = self.ctx.Pipe(duplex=True)
+        stack_recv, stack_send = self.ctx.Pipe(duplex=False)
         cpu = self._cpus[k % len(self._cpus)] if self._cpus else None
         process = self.ctx.Process(
             target=worker_main,
@@ -183,6 +185,8 @@ class WorkerPool(Replies, ControlCommands):
                 threading.current_thread() is threading.main_thread(),
                 self.worker_threads,
                 self.worker_spin_seconds,
+                self.ctx.get_start_method() != "spawn",
+                stack_send,
             ),
             daemon=True,
         )
@@ -192,10 +196,10 @@ class WorkerPool(Replies, ControlCommands):
         try:
             process.start()
         finally:
-            for conn in (cmd_recv, done_send, data_child):
+            for conn in (cmd_recv, done_send, data_child, stack_send):
                 conn.close()
         self._startup_writers.append(send_startup(data_parent, startup))
-        worker = WorkerHandle(k, start, stop, process, cmd_send, done_recv, data_parent)
+        worker = WorkerHandle(k, start, stop, process, cmd_send, done_recv, data_parent, stack_recv)
         if k < len(self.workers):
             self.workers[k] = worker
         else:
@@ -237,7 +241,7 @@ class WorkerPool(Replies, ControlCommands):
 
     def _await_ready(self, workers: list[WorkerHandle]) -> None:
         writers, self._startup_writers = self._startup_writers, []
-        statuses = self.wait(workers, self.start_timeout_s, what="start", restartable=False)
+        statuses = self._wait_for_start(workers)
         # every worker answered, so each read its startup message (or died, failing the
         # write): the writers are done or about to close their duplicate sockets. (After an
         # error the workers are killed, which ends the writers too.)
@@ -251,13 +255,48 @@ class WorkerPool(Replies, ControlCommands):
         if errors:
             raise self.error_from_reports(errors)
 
+    def _wait_for_start(self, workers: list[WorkerHandle]) -> dict[int, tuple[int, ...]]:
+        """Wait for ``workers`` to report ready.
+
+        Raises:
+            WorkerTimeoutError: with the stacks of the workers still starting once
+                ``start_timeout_s`` is up. The stacks are asked for a little before that, so
+                that the error comes on time; a worker may still get ready meanwhile.
+        """
+        timeout = self.start_timeout_s
+        if timeout is None:
+            return self.wait(workers, None, what="start", restartable=False)
+        ends_at = time.monotonic() + timeout
+        stack_wait = min(STACK_WAIT_S, timeout / 4)
+        try:
+            return self.wait(workers, timeout - stack_wait, what="start", restartable=False)
+        except TimeoutError as early:
+            statuses, stuck = early.results, early.pending  # type: ignore[attr-defined]
+        request_stacks(stuck, stack_wait)
+        try:
+            left = max(0.0, ends_at - time.monotonic())
+            statuses.update(self.wait(stuck, left, what="start", restartable=False))
+        except TimeoutError as late:
+            still = sorted(late.pending, key=lambda w: w.index)  # type: ignore[attr-defined]
+            envs = [i for w in still for i in w.env_indices]
+            names = ", ".join(str(w.index) for w in still)
+            raise WorkerTimeoutError(
+                f"worker{'s' if len(still) > 1 else ''} {names} (envs {envs}) did not start "
+                f"within start_timeout_s={timeout} s; where it was stuck:\n\n"
+                f"{describe_stacks(still)}",
+                worker_indices=[w.index for w in still],
+                env_indices=envs,
+                remote_traceback=describe_stacks(still),
+            ) from None
+        return statuses
+
     def _dispose(self, worker: WorkerHandle) -> None:
         """Make sure a worker process is gone and its channels are closed."""
         self._forget(worker)
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(2.0)
-        for conn in (worker.cmd, worker.done, worker.data):
+        for conn in (worker.cmd, worker.done, worker.data, worker.stack_conn):
             try:
                 conn.close()
             except OSError:
@@ -434,7 +473,7 @@ class WorkerPool(Replies, ControlCommands):
             # a child made by os.fork(): the workers are the parent's; drop our copies of the
             # channels only (the parent's stay open)
             for worker in self.workers:
-                for conn in (worker.cmd, worker.done, worker.data):
+                for conn in (worker.cmd, worker.done, worker.data, worker.stack_conn):
                     try:
                         conn.close()
                     except OSError:

@@ -35,6 +35,7 @@ from vecaccel.worker.protocol import (
     error_report,
     read_startup,
 )
+from vecaccel.worker.stacks import arm_stack_dump
 
 __all__ = ["worker_main"]
 
@@ -125,6 +126,8 @@ def worker_main(
     started_by_main_thread: bool = False,
     worker_threads: int | None = 1,
     spin_seconds: float = 0.0,
+    forked: bool = True,
+    stack_conn: Any = None,
 ) -> None:
     """The worker process's entry point: build the slice of envs, then serve commands.
 
@@ -142,7 +145,12 @@ def worker_main(
         started_by_main_thread: whether the parent's main thread started this worker.
         worker_threads: the cap on native thread pools (``None``: no cap).
         spin_seconds: how long to look for the next command before sleeping.
+        forked: whether the worker was forked (fork, forkserver), not a fresh interpreter.
+        stack_conn: the write end of its stack pipe (:mod:`vecaccel.worker.stacks`).
     """
+    # what a forked worker came with: their thread pools may have run in the parent
+    inherited = frozenset(sys.modules) if forked else frozenset()
+    arm_stack_dump(stack_conn)
     # Ctrl-C belongs to the parent, which shuts workers down cleanly (no tracebacks). SIGTERM
     # keeps its default: multiprocessing's exit handler terminates daemonic workers with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -210,7 +218,7 @@ def worker_main(
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         reply(Status.ERROR, [error_report(start, exc, "make")])
         return
-    limit_threads_after_envs(worker_threads)
+    limit_threads_after_envs(worker_threads, inherited)
     reply(Status.READY)
 
     poller = select.poll()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from vecaccel.errors import WorkerError
 from vecaccel.worker.handle import describe_exit
 from vecaccel.worker.protocol import ErrorReport, SharedViews, Status
+from vecaccel.worker.stacks import describe_stacks, request_stacks
 
 if TYPE_CHECKING:
     from vecaccel.worker.handle import WorkerHandle
@@ -53,7 +54,10 @@ class Replies:
 
     def kill_stuck(self, workers: Sequence[WorkerHandle], what: str = "step") -> None:
         """Kill ``workers`` for overrunning ``step_timeout_s`` in ``what``; their sentinels then
-        report them, and the failure policy handles them."""
+        report them, and the failure policy handles them. Their stacks are taken first, for
+        the error."""
+        workers = [w for w in workers if w.process.is_alive() and w.killed_for is None]
+        request_stacks(workers)
         for worker in workers:
             if worker.process.is_alive() and worker.killed_for is None:
                 worker.killed_for = (
@@ -209,7 +213,12 @@ class Replies:
         )
         self.broken = f"{message}; this vector env cannot continue: close() it"
         self._broken_envs = tuple(envs)
-        raise WorkerError(message, env_indices=envs, exitcode=exitcode)
+        stack = describe_stacks([worker]) if worker.killed_for else ""
+        if stack:
+            message = f"{message}; where it was stuck:\n\n{stack}"
+        raise WorkerError(
+            message, env_indices=envs, exitcode=exitcode, remote_traceback=stack or None
+        )
 
     def error_from_reports(self, reports: Sequence[ErrorReport]) -> WorkerError:
         """One :class:`WorkerError` for the error reports of one or more envs."""
