@@ -268,3 +268,26 @@ def test_tune_and_auto_share_the_probe(monkeypatch, no_leaks):
     assert trial.auto and trial.error is None and trial.steps_per_s > 0
     assert (trial.backend, trial.options) == ("shm", {"num_workers": min(4, usable_cpus())})
     assert calls == ["CartPole-v1", "CartPole-v1"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the defaults that use it
+
+
+def test_the_sb3_adapter_and_the_trainers_default_to_auto(no_leaks):
+    import inspect
+
+    from vecaccel.sb3 import VecAccelEnv
+    from vecaccel.trainers.config import RunConfig
+    from vecaccel.trainers.envs import make_env_for_training
+
+    assert RunConfig().backend == "auto"
+    venv = VecAccelEnv([lambda: gym.make("CartPole-v1")] * 2)
+    try:
+        assert venv.vec_env.metadata["backend"]["name"] in RANK
+        assert venv.reset().shape == (2, 4)
+    finally:
+        venv.close()
+    assert inspect.signature(make_env_for_training).parameters["backend"].default == "auto"
+    with make_env_for_training("CartPole-v1", 2, step_cost_s=COSTLY_S) as envs:
+        assert envs.metadata["backend"]["name"] == expected_for(COSTLY_S, 2)
