@@ -9,7 +9,7 @@ vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` li
 Options given to ``auto`` are kept: they go to the chosen backend, and a backend that does not
 take one is not chosen (``num_workers`` or ``context`` rule out ``serial``).
 ``on_worker_failure="restart"`` and ``step_timeout_s`` keep every env in a worker process: the
-choice is then ``shm``.
+choice is then ``shm``, and no env is stepped in the caller, not even for the probe.
 """
 
 from __future__ import annotations
@@ -69,9 +69,14 @@ class AutoOptions(ShmOptions):
         }
 
 
-def _choose(num_envs: int, step_s: float, options: AutoOptions) -> Choice:
+def _isolated(options: AutoOptions) -> bool:
+    """Whether every env must run in a worker: restart and the step timeout apply only there."""
+    return options.on_worker_failure == "restart" or options.step_timeout_s is not None
+
+
+def _choose(num_envs: int, step_s: float | None, options: AutoOptions) -> Choice:
     given = options.given()
-    isolate = options.on_worker_failure == "restart" or options.step_timeout_s is not None
+    isolate = _isolated(options)
     workers = any(name not in AutoOptions.ANYWHERE for name in given)
     choice = vecaccel.probe.choose_backend(
         step_s,
@@ -122,7 +127,9 @@ def make_auto(
     options = AutoOptions.resolve("auto", options, kwargs)
     num_envs = len(env_fns)
     step_s = options.step_cost_s
-    if step_s is None:
+    # an env that may hang or crash (why a timeout or restarts were asked for) is not stepped
+    # in the caller even for the probe: the choice does not depend on its cost then
+    if step_s is None and not _isolated(options):
         try:
             step_s = vecaccel.probe.probe_step_cost(env_fns[0]).step_s
         except Exception as exc:
@@ -140,7 +147,7 @@ def make_auto(
         "name": choice.backend,
         "options": chosen,
         "step_cost_s": step_s,
-        "probed": options.step_cost_s is None,
+        "probed": options.step_cost_s is None and step_s is not None,
         "reason": choice.reason,
     }
     envs.metadata = {**envs.metadata, "backend": record}

@@ -156,20 +156,22 @@ def test_auto_over_cartpole_matches_sync_vector_env(step_cost_s, no_leaks):
 @pytest.mark.parametrize(
     "isolating", [{"on_worker_failure": "restart"}, {"step_timeout_s": 30.0}, {"step_timeout": 30}]
 )
-def test_restart_or_a_step_timeout_keeps_every_env_in_a_worker(isolating, no_leaks):
-    # a step this cheap would be stepped in the caller otherwise
-    envs = vecaccel.make_vec(
-        "CartPole-v1", 8, backend="auto", step_cost_s=CHEAP_S / 100, **isolating
-    )
-    try:
-        record = envs.metadata["backend"]
-        assert record["name"] == "shm" and envs.inline_envs == 0
-        assert "inline_envs" not in record["options"]
-        assert envs.num_workers == min(8, usable_cpus())
-        envs.reset(seed=0)
-        envs.step(envs.action_space.sample())
-    finally:
-        envs.close()
+def test_restart_or_a_step_timeout_keeps_every_env_in_a_worker(isolating, monkeypatch, no_leaks):
+    def fail(*args, **kwargs):
+        raise AssertionError("an env was stepped in the caller")
+
+    monkeypatch.setattr(probe, "probe_step_cost", fail)  # not even the probe runs here
+    for extra in ({}, {"step_cost_s": CHEAP_S / 100}):  # cheap enough for the caller otherwise
+        with vecaccel.make_vec("CartPole-v1", 8, backend="auto", **isolating, **extra) as envs:
+            record = envs.metadata["backend"]
+            assert record["name"] == "shm" and envs.inline_envs == 0
+            assert "inline_envs" not in record["options"] and record["probed"] is False
+            assert envs.num_workers == min(8, usable_cpus())
+            envs.reset(seed=0)
+            envs.step(envs.action_space.sample())
+    assert choose_backend(None, 8, 2, isolate=True).backend == "shm"
+    with pytest.raises(ValueError, match="step_s"):
+        choose_backend(None, 8, 2)
 
 
 def test_metadata_and_one_log_line_say_what_was_chosen_and_why(caplog, no_leaks):

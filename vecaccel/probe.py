@@ -10,7 +10,8 @@ The rule, for ``num_envs`` envs whose step costs ``step_s`` on a machine with ``
 CPUs:
 
 1. The envs must stay in worker processes (``on_worker_failure="restart"`` or a
-   ``step_timeout_s``): ``shm``, one worker per CPU (at most one per env).
+   ``step_timeout_s``): ``shm``, one worker per CPU (at most one per env). No env is probed in
+   the caller then, since the cost would not change the choice.
 2. Spreading the batch over the CPUs would save less than one worker round trip
    (``num_envs * step_s * (1 - 1/cpus) <= ROUND_TRIP_S``), or there is one env or one CPU:
    ``serial``.
@@ -171,7 +172,7 @@ def _check_count(name: str, value: Any) -> int:
 
 
 def choose_backend(
-    step_s: float,
+    step_s: float | None,
     num_envs: int,
     cpus: int,
     *,
@@ -183,7 +184,8 @@ def choose_backend(
     rule).
 
     Args:
-        step_s: seconds per step of one env (:attr:`StepCost.step_s`).
+        step_s: seconds per step of one env (:attr:`StepCost.step_s`); ``None`` (not
+            measured) only with ``isolate``, which needs no cost.
         num_envs: the number of envs.
         cpus: usable CPUs.
         isolate: every env must run in a worker process (restart or step timeout), so neither
@@ -197,7 +199,8 @@ def choose_backend(
         ``inline_envs`` for ``hybrid``, nothing for ``serial``.
 
     Raises:
-        ValueError: if ``step_s`` is negative or not a number, or a count is not positive.
+        ValueError: if ``step_s`` is negative or not a number (or ``None`` without
+            ``isolate``), or a count is not positive.
 
     Example:
         >>> choose_backend(13e-6, 64, 2, isolate=True).backend
@@ -205,20 +208,25 @@ def choose_backend(
         >>> choose_backend(13e-6, 4, 2, workers=True).backend
         'hybrid'
     """
-    if isinstance(step_s, bool) or not (isinstance(step_s, numbers.Real) and step_s >= 0):
+    if not (step_s is None and isolate) and (
+        isinstance(step_s, bool) or not (isinstance(step_s, numbers.Real) and step_s >= 0)
+    ):
         raise ValueError(f"step_s must be seconds >= 0, got {step_s!r}")
     num_envs = _check_count("num_envs", num_envs)
     cpus = _check_count("cpus", cpus)
     if num_workers is not None:
         num_workers = _check_count("num_workers", num_workers)
-    cost = f"one step costs {_us(step_s)}"
     per_worker = num_workers or min(num_envs, cpus)
     if isolate:
+        cost = "not measured" if step_s is None else _us(step_s)
         return Choice(
             "shm",
             {"num_workers": per_worker},
-            f"the envs must stay in worker processes (restart or step timeout); {cost}",
+            "the envs must stay in worker processes (restart or step timeout), whatever a "
+            f"step costs ({cost})",
         )
+    assert step_s is not None  # checked above
+    cost = f"one step costs {_us(step_s)}"
     saved = num_envs * step_s * (1 - 1 / cpus)
     if not workers and (num_envs == 1 or cpus == 1 or saved <= ROUND_TRIP_S):
         why = (
