@@ -49,7 +49,7 @@ def test_bench_measures_backends_that_return_part_of_the_envs(backend, options):
 def test_bench_writes_table_json_and_plot(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    peers = "raw,gym-sync,gym-async,sb3-dummy,envpool"
+    peers = "raw,ceiling,gym-sync,gym-async,sb3-dummy,envpool"
     code = main(
         [
             "bench",
@@ -210,3 +210,77 @@ def test_bench_json_ratios_use_the_same_num_envs_baseline(tmp_path, capsys):
         assert mine["vs_gym_sync"] == pytest.approx(mine["steps_per_s"] / sync["steps_per_s"])
         assert mine["vs_raw"] == pytest.approx(mine["steps_per_s"] / raw)
         assert sync["vs_gym_sync"] == pytest.approx(1.0) and mine["vs_gym_async"] is None
+
+
+# ---------------------------------------------------------------------------------------------
+# the ceiling: one process per usable CPU, each stepping its own raw env
+
+
+def _row(impl: str, kind: str, num_envs: int, rate: float | None, status: str = "ok") -> dict:
+    return {"env": "e", "impl": impl, "kind": kind, "num_envs": num_envs, "status": status,
+            "reason": "", "steps_per_s": rate, "vs_raw": None, "vs_gym_sync": None,
+            "vs_gym_async": None}  # fmt: skip
+
+
+def test_the_table_shows_the_ceiling_and_shares_computed_from_the_rates():
+    rows = [
+        _row("raw", "raw", 1, 1000.0),
+        _row("ceiling", "ceiling", 2, 1940.0),
+        _row("vecaccel-shm", "vecaccel", 8, 1455.0),
+        _row("vecaccel-hybrid", "vecaccel", 8, 1843.0),
+        _row("gym-async", "peer", 8, None, status="error"),
+    ]
+    lines = bench.format_table(rows).splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert header[3:6] == ["steps/s", "ceiling", "share of ceiling"]
+    cells = {line.split("|")[3].strip(): line.split("|") for line in lines[2:6]}
+    assert cells["vecaccel-shm"][5].strip() == "1,940" and cells["vecaccel-shm"][6] == " 0.75 "
+    assert cells["vecaccel-hybrid"][6].strip() == f"{1843 / 1940:.2f}"
+    assert cells["ceiling"][6].strip() == "1.00" and cells["raw"][6].strip() == "0.52"
+    assert "gym-async num_envs=8: error" in lines[-1]
+    shares = bench.shares_of_ceiling(rows)
+    assert shares[("e", "vecaccel-shm", 8)] == pytest.approx(1455 / 1940)
+    # without a measured ceiling the columns stay empty rather than guessing one
+    no_ceiling = bench.format_table([rows[0], rows[2]]).splitlines()[3].split("|")
+    assert no_ceiling[5].strip() == "" and no_ceiling[6].strip() == ""
+
+
+def test_run_benchmark_measures_the_ceiling_in_the_same_run_and_each_share():
+    from vecaccel.worker import usable_cpus
+
+    results = bench.run_benchmark(
+        "CartPole-v1",
+        [2],
+        backends=["serial"],
+        peers=["raw", "ceiling"],
+        seconds=0.02,
+        warmup=0.0,
+        repeat=2,
+    )
+    rows = {r["impl"]: r for r in results}
+    ceiling = rows["ceiling"]
+    assert ceiling["status"] == "ok" and ceiling["kind"] == "ceiling", ceiling
+    assert ceiling["num_envs"] == usable_cpus() and len(ceiling["samples"]) == 2
+    for entry in results:
+        assert entry["ceiling_steps_per_s"] == ceiling["steps_per_s"]
+        assert entry["share_of_ceiling"] == pytest.approx(
+            entry["steps_per_s"] / ceiling["steps_per_s"]
+        )
+    assert rows["ceiling"]["vs_raw"] == pytest.approx(
+        ceiling["steps_per_s"] / rows["raw"]["steps_per_s"]
+    )
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_ceiling_processes_report_their_steps_or_their_error(context):
+    from toy_envs import BrokenStepEnv
+
+    from vecaccel.bench.workloads import BenchEnv
+
+    rate, processes = bench.measure_ceiling(
+        bench.resolve_env("CartPole-v1"), 0.01, 0.0, seed=0, processes=2, context=context
+    )
+    assert rate > 0 and processes == 2
+    broken = BenchEnv("broken", BrokenStepEnv, BrokenStepEnv)
+    with pytest.raises(RuntimeError, match="this env cannot step"):
+        bench.measure_ceiling(broken, 0.01, 0.0, seed=0, processes=2, context=context)

@@ -119,7 +119,7 @@ def test_every_config_holds_the_shared_run_settings(config_cls):
 @pytest.mark.parametrize("config_cls", [PPOConfig, A2CConfig, DQNConfig])
 def test_one_default_device_backend_and_progress(config_cls):
     config = config_cls()
-    assert (config.device, config.backend, config.progress) == ("auto", "shm", False)
+    assert (config.device, config.backend, config.progress) == ("auto", "auto", False)
 
 
 def test_resolve_aliases_renames_and_the_new_name_wins():

@@ -175,6 +175,15 @@ PYTHON_SNIPPETS = [
         60,
     ),
     (
+        "backends-auto",
+        "docs/backends.md",
+        'make_vec("CartPole-v1", 64, backend="auto")',
+        {},
+        "",
+        "",
+        60,
+    ),
+    (
         "backends-sampler",
         "docs/backends.md",
         "vecaccel.Sampler(envs, policy, horizon=16, seed=0)",

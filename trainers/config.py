@@ -53,8 +53,9 @@ class RunConfig:
     """Gymnasium environment id (ALE ids get the standard Atari set-up)."""
     num_envs: int = 8
     """Parallel environments (B); every env step counts towards the step budget."""
-    backend: str = "shm"
-    """vecaccel backend that runs the environments (serial, shm, ...)."""
+    backend: str = "auto"
+    """vecaccel backend that runs the environments (auto: chosen from one env's step cost;
+    serial, shm, ...)."""
     num_workers: int = 0
     """Worker processes for process backends (0: the backend's default)."""
     seed: int = 1

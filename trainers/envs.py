@@ -160,7 +160,7 @@ def make_env_fn(
 def make_env_for_training(
     env_id: str,
     num_envs: int,
-    backend: str = "shm",
+    backend: str = "auto",
     seed: int | None = None,
     atari: bool | None = None,
     autoreset_mode: str = "SameStep",
@@ -175,7 +175,7 @@ def make_env_for_training(
     Args:
         env_id: a Gymnasium id.
         num_envs: number of sub-environments.
-        backend: a registered vecaccel backend.
+        backend: a registered vecaccel backend (``auto``: chosen from one env's step cost).
         seed: seeds the batched action space; the sampler's first ``reset(seed=...)`` seeds the
             envs themselves.
         atari: force the Atari set-up on or off (``None``: detect from ``env_id``).

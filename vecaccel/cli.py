@@ -59,7 +59,9 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
             "Measure environment steps per second with random actions (sampled before timing) "
             "for vecaccel backends beside Gymnasium SyncVectorEnv/AsyncVectorEnv, SB3 "
             "SubprocVecEnv/DummyVecEnv and EnvPool (when installed), plus one plain env "
-            "stepped in a loop ('raw'). Prints a Markdown table of steps/s and ratios."
+            "stepped in a loop ('raw') and the ceiling: one such process per usable CPU, "
+            "summed ('ceiling'). Prints a Markdown table of steps/s, each one's share of the "
+            "ceiling, and ratios."
         ),
     )
     parser.add_argument(

@@ -37,6 +37,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "vecaccel.plugins.shm",
     "vecaccel.plugins.asynchronous",
     "vecaccel.plugins.action_server",
+    "vecaccel.plugins.auto",
     "vecaccel.plugins.envs",
     "vecaccel.trainers.cli",
 )

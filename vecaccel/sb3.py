@@ -561,7 +561,8 @@ class VecAccelEnv(SB3VecEnv):
 
     Args:
         env_fns: one zero-argument function per env, each returning a new ``gymnasium.Env``.
-        backend: the vecaccel backend (see :func:`vecaccel.list_backends`).
+        backend: the vecaccel backend (see :func:`vecaccel.list_backends`); ``auto`` chooses
+            ``serial``, ``hybrid`` or ``shm`` from one env's step cost.
         autoreset_mode: ``SAME_STEP`` (default) or ``DISABLED``; ``NEXT_STEP`` is refused.
         start_method: ``SubprocVecEnv``'s name for the backend option ``context`` (``"fork"``,
             ``"spawn"``, ``"forkserver"``), so that ``vec_env_kwargs`` written for
@@ -585,7 +586,7 @@ class VecAccelEnv(SB3VecEnv):
     def __init__(
         self,
         env_fns: Iterable[Callable[[], gym.Env]],
-        backend: str = "shm",
+        backend: str = "auto",
         autoreset_mode: str | AutoresetMode = AutoresetMode.SAME_STEP,
         start_method: str | None = None,
         **options: Any,

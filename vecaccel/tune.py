@@ -2,6 +2,9 @@
 
 PufferLib's autotuner varies workers and batch sizes; this one also chooses among backends
 (``serial``, ``shm``, ``hybrid``, ``async``, ``action_server`` with and without alternation).
+It also measures what ``backend="auto"`` would build: the same probe of one env's step cost
+(:func:`vecaccel.probe.probe_step_cost`) and the same rule (:func:`vecaccel.probe.choose_backend`),
+so its line shows how close the automatic choice comes to the best one.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import vecaccel
+from vecaccel import probe
 from vecaccel.make import _env_fns
 from vecaccel.worker import usable_cpus
 
@@ -31,6 +35,14 @@ class Trial:
     options: dict[str, Any] = field(default_factory=dict)
     steps_per_s: float = 0.0
     error: str | None = None
+    auto: bool = False
+    """Whether this is the configuration ``backend="auto"`` chooses (``reason`` says why)."""
+    reason: str = ""
+
+    @property
+    def label(self) -> str:
+        """The backend's name, as ``auto->shm`` for the automatic choice."""
+        return f"auto->{self.backend}" if self.auto else self.backend
 
     def call(self, env: str) -> str:
         return format_call(env, self.num_envs, self.backend, self.options)
@@ -51,13 +63,27 @@ def candidate_configs(
     num_envs_options: Sequence[int],
     backends: Iterable[str],
     cpus: int | None = None,
+    step_s: float | None = None,
 ) -> list[Trial]:
-    """The configurations to try: workers, envs per worker, batch sizes and alternation."""
+    """The configurations to try: workers, envs per worker, batch sizes and alternation.
+
+    ``"auto"`` stands for the configuration :func:`vecaccel.probe.choose_backend` picks for
+    one env's step cost ``step_s`` (which it then requires).
+
+    Example:
+        >>> [t.label for t in candidate_configs([64], ["auto", "shm"], cpus=2, step_s=1e-3)]
+        ['auto->shm', 'shm', 'shm', 'shm']
+    """
     cpus = cpus or usable_cpus()
     workers = sorted({1, max(1, cpus // 2), cpus, 2 * cpus})
     trials: list[Trial] = []
     for backend, n in itertools.product(backends, num_envs_options):
-        if backend == "serial":
+        if backend == "auto":
+            if step_s is None:
+                raise ValueError("the auto candidate needs the step cost (step_s)")
+            choice = probe.choose_backend(step_s, n, cpus)
+            trials.append(Trial(choice.backend, n, choice.options, auto=True, reason=choice.reason))
+        elif backend == "serial":
             trials.append(Trial("serial", n))
         elif backend == "shm":
             trials.extend(Trial("shm", n, {"num_workers": w}) for w in workers if w <= n)
@@ -138,7 +164,7 @@ def autotune(
         )
     registered = vecaccel.list_backends()
     if backends is None:
-        defaults = ("serial", "shm", "hybrid", "async", "action_server")
+        defaults = ("auto", "serial", "shm", "hybrid", "async", "action_server")
         backends = [b for b in defaults if b in registered]
     backends = list(backends)
     unknown = [b for b in backends if b not in registered]
@@ -149,7 +175,9 @@ def autotune(
         if not callable(env)
         else [env] * max(num_envs_options)
     )
-    trials = candidate_configs(num_envs_options, backends)
+    # the probe backend="auto" runs, once for every env count
+    step_s = probe.probe_step_cost(env_fns[0]).step_s if "auto" in backends else None
+    trials = candidate_configs(num_envs_options, backends, step_s=step_s)
     for trial in trials:
         try:
             trial.steps_per_s = measure(env_fns, trial, seconds, policy_ms / 1e3)
@@ -186,7 +214,7 @@ def main(args: Any) -> int:
         result = (
             f"{trial.steps_per_s:>10.0f}" if trial.error is None else f"  failed: {trial.error}"
         )
-        print(f"{trial.backend:<14} n={trial.num_envs:<4} {options:<34} {result}", flush=True)
+        print(f"{trial.label:<14} n={trial.num_envs:<4} {options:<34} {result}", flush=True)
 
     try:
         trials = autotune(args.env, num_envs, backends, args.seconds, args.policy_ms, report)
@@ -203,6 +231,13 @@ def main(args: Any) -> int:
         return 1
     best = ran[0]
     print()
+    for choice in (trial for trial in ran if trial.auto):
+        others = [t for t in ran if t.num_envs == choice.num_envs and not t.auto]
+        share = f", {choice.steps_per_s / others[0].steps_per_s:.2f} of the best" if others else ""
+        print(
+            f"auto with {choice.num_envs} envs: {choice.backend} {choice.options}, "
+            f"{choice.steps_per_s:.0f} steps/s{share} ({choice.reason})"
+        )
     print(
         f"best: {best.backend} with {best.num_envs} envs {best.options}: "
         f"{best.steps_per_s:.0f} steps/s"

@@ -3,13 +3,16 @@
 One run measures, for every ``num_envs`` of a sweep, each vecaccel backend beside Gymnasium's
 ``SyncVectorEnv`` and ``AsyncVectorEnv``, Stable-Baselines3's ``SubprocVecEnv`` and
 ``DummyVecEnv`` (when installed) and EnvPool (when installed and the env has an EnvPool twin),
-plus the raw rate of one plain env stepped in a loop. Actions are random and sampled before the
-clock starts, so only stepping is timed. The optional peers and matplotlib are imported lazily:
-this package imports with only vecaccel's own dependencies installed.
+plus the raw rate of one plain env stepped in a loop and the ceiling: one process per usable
+CPU, each stepping its own raw env, summed. Every rate is also reported as its share of the
+ceiling. Actions are random and sampled before the clock starts, so only stepping is timed. The
+optional peers and matplotlib are imported lazily: this package imports with only vecaccel's
+own dependencies installed.
 
 The package's modules hold one part each: :mod:`~vecaccel.bench.workloads` (what is measured),
 :mod:`~vecaccel.bench.peers` (what vecaccel is compared with), :mod:`~vecaccel.bench.timing` (the
-clock), :mod:`~vecaccel.bench.sweep` (one run over backends, peers and ``num_envs``),
+clock), :mod:`~vecaccel.bench.ceiling` (the processes that measure the ceiling),
+:mod:`~vecaccel.bench.sweep` (one run over backends, peers and ``num_envs``),
 :mod:`~vecaccel.bench.report` (table, JSON, plot) and :mod:`~vecaccel.bench.command` (the CLI).
 
 Example:
@@ -20,14 +23,21 @@ Example:
     >>> [(r["impl"], r["num_envs"], r["status"]) for r in results]
     [('raw', 1, 'ok'), ('vecaccel-serial', 2, 'ok')]
     >>> print(format_table(results).splitlines()[0])
-    | env | num_envs | implementation | steps/s | x raw | x gym-sync | x gym-async |
+    | env | num_envs | implementation | steps/s | ceiling | share of ceiling | x raw | x gym-sync | x gym-async |
 """
 
 from __future__ import annotations
 
+from vecaccel.bench.ceiling import measure_ceiling
 from vecaccel.bench.command import bench_command, parse_backend_options
 from vecaccel.bench.peers import PEERS
-from vecaccel.bench.report import format_table, machine_info, plot_results, write_json
+from vecaccel.bench.report import (
+    format_table,
+    machine_info,
+    plot_results,
+    shares_of_ceiling,
+    write_json,
+)
 from vecaccel.bench.sweep import DEFAULT_BACKENDS, DEFAULT_NUM_ENVS, default_backends, run_benchmark
 from vecaccel.bench.workloads import BenchEnv, make_gym_env, make_pong_env, resolve_env
 
@@ -42,9 +52,11 @@ __all__ = [
     "machine_info",
     "make_gym_env",
     "make_pong_env",
+    "measure_ceiling",
     "parse_backend_options",
     "plot_results",
     "resolve_env",
     "run_benchmark",
+    "shares_of_ceiling",
     "write_json",
 ]

@@ -102,7 +102,8 @@ def bench_command(args: Any) -> int:
     info = machine_info()
     print(
         f"\n{info['usable_cpus']} usable CPUs (load average {info['load_average']}), "
-        f"Python {info['python']}, {args.seconds} s per measurement, median of {args.repeat}"
+        f"Python {info['python']}, {args.seconds} s per measurement, median of {args.repeat}; "
+        "ceiling: one process per usable CPU, each stepping its own raw env, summed"
     )
     print(format_table(results))
     if args.json:

@@ -11,8 +11,17 @@ from vecaccel.bench.workloads import BenchEnv
 
 __all__ = ["PEERS", "build_peer", "installed", "reset_envs", "unavailable_reason"]
 
-#: The implementations vecaccel is compared with, in the order they are measured.
-PEERS: tuple[str, ...] = ("raw", "gym-sync", "gym-async", "sb3-subproc", "sb3-dummy", "envpool")
+#: The implementations vecaccel is compared with, in the order they are measured. ``raw`` is
+#: one plain env in a loop; ``ceiling`` one such process per usable CPU, summed.
+PEERS: tuple[str, ...] = (
+    "raw",
+    "ceiling",
+    "gym-sync",
+    "gym-async",
+    "sb3-subproc",
+    "sb3-dummy",
+    "envpool",
+)
 
 
 def installed(module: str) -> bool:
@@ -47,7 +56,7 @@ def build_peer(peer: str, target: BenchEnv, num_envs: int, seed: int) -> Any:
     """Build the vector env of a peer implementation.
 
     Args:
-        peer: a name from :data:`PEERS` other than ``"raw"``.
+        peer: a name from :data:`PEERS` other than ``"raw"`` and ``"ceiling"``.
         target: the env to vectorize.
         num_envs: how many copies.
         seed: EnvPool's seed (the others are seeded at reset).

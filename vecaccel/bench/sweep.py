@@ -1,4 +1,5 @@
-"""One benchmark run: every vecaccel backend and peer over a ``num_envs`` sweep, with ratios."""
+"""One benchmark run: every vecaccel backend and peer over a ``num_envs`` sweep, with ratios and
+each one's share of the machine's ceiling."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from vecaccel.bench.ceiling import measure_ceiling
 from vecaccel.bench.peers import PEERS, build_peer, unavailable_reason
 from vecaccel.bench.timing import measure, measure_raw
 from vecaccel.bench.workloads import BenchEnv, resolve_env
+from vecaccel.worker import usable_cpus
 
 __all__ = [
     "DEFAULT_BACKENDS",
@@ -20,7 +23,7 @@ __all__ = [
 ]
 
 #: vecaccel backends measured when ``--backends`` is not given (each only when registered).
-DEFAULT_BACKENDS: tuple[str, ...] = ("serial", "shm", "hybrid", "async")
+DEFAULT_BACKENDS: tuple[str, ...] = ("serial", "shm", "hybrid", "async", "auto")
 
 #: The ``--num-envs`` sweep when none is given.
 DEFAULT_NUM_ENVS: tuple[int, ...] = (8, 16, 64, 256)
@@ -71,9 +74,11 @@ def run_benchmark(
     """Measure steps/s of vecaccel backends and their peers on one env over a num_envs sweep.
 
     Each measurement builds the vector env, resets it, steps it with random pre-sampled actions
-    for ``warmup`` seconds untimed and then ``seconds`` timed, and closes it. With ``repeat``
-    above one the whole sweep runs again, so that every implementation sees the same drift of
-    the machine's load, and the median is reported.
+    for ``warmup`` seconds untimed and then ``seconds`` timed, and closes it. The ``ceiling``
+    peer is one process per usable CPU each stepping its own raw env, summed
+    (:func:`~vecaccel.bench.ceiling.measure_ceiling`); every rate is also given as its share of
+    it. With ``repeat`` above one the whole sweep runs again, so that every implementation sees
+    the same drift of the machine's load, and the median is reported.
 
     Args:
         env: ``"pong"``, a Gymnasium id, or a :class:`BenchEnv`.
@@ -91,10 +96,11 @@ def run_benchmark(
 
     Returns:
         One dict per (implementation, num_envs): ``env``, ``impl``, ``kind`` (``vecaccel``,
-        ``raw`` or ``peer``), ``num_envs`` (1 for raw), ``status`` (``ok``, ``skipped`` or
-        ``error``), ``reason``, ``steps_per_s`` (median, ``None`` unless ok), ``samples``,
-        ``setup_s``, ``seconds``, and the ratios ``vs_raw``, ``vs_gym_sync``, ``vs_gym_async``
-        (``None`` where the baseline was not measured).
+        ``raw``, ``ceiling`` or ``peer``), ``num_envs`` (1 for raw, the processes for the
+        ceiling), ``status`` (``ok``, ``skipped`` or ``error``), ``reason``, ``steps_per_s``
+        (median, ``None`` unless ok), ``samples``, ``setup_s``, ``seconds``, the ratios
+        ``vs_raw``, ``vs_gym_sync``, ``vs_gym_async``, and ``ceiling_steps_per_s`` with
+        ``share_of_ceiling`` (``None`` where the baseline was not measured).
 
     Raises:
         ValueError: for an unknown backend, peer or env, or a bad num_envs.
@@ -176,16 +182,30 @@ def run_benchmark(
         entry = record(impl, kind, n)
         entry["status"], entry["reason"] = "skipped", reason
 
+    def run_baseline(impl: str, n: int, label: str, rate: Callable[[], float]) -> None:
+        entry = record(impl, impl, n)
+        if entry["status"] != "ok":
+            return
+        say(f"{target.label}: {label}")
+        try:
+            entry["samples"].append(rate())
+        except Exception as exc:  # noqa: BLE001 - reported in the result, as above
+            entry["status"], entry["reason"] = "error", f"{type(exc).__name__}: {exc}"
+            say(f"  error: {entry['reason']}")
+
+    processes = usable_cpus()
     for _ in range(repeat):
         if "raw" in peers:
-            entry = record("raw", "raw", 1)
-            if entry["status"] == "ok":
-                say(f"{target.label}: raw single env")
-                try:
-                    entry["samples"].append(measure_raw(target, seconds, warmup, seed))
-                except Exception as exc:  # noqa: BLE001 - reported in the result, as above
-                    entry["status"], entry["reason"] = "error", f"{type(exc).__name__}: {exc}"
-                    say(f"  error: {entry['reason']}")
+            run_baseline(
+                "raw", 1, "raw single env", lambda: measure_raw(target, seconds, warmup, seed)
+            )
+        if "ceiling" in peers:
+            run_baseline(
+                "ceiling",
+                processes,
+                f"ceiling, {processes} processes each stepping a raw env",
+                lambda: measure_ceiling(target, seconds, warmup, seed, processes)[0],
+            )
         for n in num_envs_list:
             for name in backends:
                 options = dict(backend_options.get(name, {}))
@@ -196,7 +216,7 @@ def run_benchmark(
                     functools.partial(make_vec, target.make_vec_arg, n, backend=name, **options),
                 )
             for peer in peers:
-                if peer == "raw":
+                if peer in ("raw", "ceiling"):
                     continue
                 reason = unavailable_reason(peer, target)
                 if reason is not None:
@@ -222,12 +242,15 @@ def _add_ratios(results: list[dict[str, Any]]) -> None:
                 return entry["steps_per_s"]
         return None
 
-    raw = rate("raw")
+    raw, ceiling = rate("raw"), rate("ceiling")
     for entry in results:
         value, n = entry["steps_per_s"], entry["num_envs"]
+        entry["ceiling_steps_per_s"] = ceiling
+        single = entry["kind"] in ("raw", "ceiling")
         for key, base in (
+            ("share_of_ceiling", ceiling),
             ("vs_raw", raw),
-            ("vs_gym_sync", rate("gym-sync", n) if entry["kind"] != "raw" else None),
-            ("vs_gym_async", rate("gym-async", n) if entry["kind"] != "raw" else None),
+            ("vs_gym_sync", rate("gym-sync", n) if not single else None),
+            ("vs_gym_async", rate("gym-async", n) if not single else None),
         ):
             entry[key] = value / base if value and base else None

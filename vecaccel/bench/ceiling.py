@@ -1,0 +1,120 @@
+"""The ceiling of a throughput benchmark: one process per usable CPU, each stepping its own raw
+env, no vecaccel in between, their rates summed.
+
+No vector env can step a CPU-bound env faster on the machine than that, so each backend's rate
+is reported as a share of it. The processes build and reset their envs first, wait for each
+other at a barrier, then step for the warm-up and the timed seconds together, so that the timed
+windows overlap; each limits native thread pools (OpenCV in ``AtariPreprocessing``) to one
+thread, as vecaccel's workers do, so that one process keeps one core busy.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from typing import Any
+
+from vecaccel.bench.timing import ACTION_BATCHES, _sample_actions, _time_raw
+from vecaccel.bench.workloads import BenchEnv
+from vecaccel.worker import usable_cpus
+from vecaccel.worker.cpus import limit_threads_after_envs, limit_threads_before_envs
+
+__all__ = ["measure_ceiling"]
+
+#: Seconds the processes have to build their envs and reach the barrier.
+START_TIMEOUT_S = 120.0
+
+
+def _step_raw_env(
+    target: BenchEnv, seconds: float, warmup: float, seed: int, barrier: Any, conn: Any
+) -> None:
+    """One ceiling process: build, reset, wait for the others, time, report (steps, seconds)."""
+    try:
+        limit_threads_before_envs(1)
+        env = target.env_fn()
+        limit_threads_after_envs(1)
+        try:
+            env.reset(seed=seed)
+            actions = _sample_actions(env.action_space, ACTION_BATCHES, seed)
+            barrier.wait(START_TIMEOUT_S)
+            conn.send(("ok", _time_raw(env, actions, seconds, warmup)))
+        finally:
+            env.close()
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        barrier.abort()
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
+
+
+def measure_ceiling(
+    target: BenchEnv,
+    seconds: float,
+    warmup: float,
+    seed: int,
+    processes: int | None = None,
+    context: str | None = None,
+) -> tuple[float, int]:
+    """Summed steps/s of ``processes`` processes each stepping one raw env of ``target``.
+
+    Args:
+        target: the env to step.
+        seconds: timed seconds.
+        warmup: untimed seconds each process steps first.
+        seed: process ``k`` resets with ``seed + k`` and samples its actions from it.
+        processes: how many (default: the usable CPUs).
+        context: the multiprocessing start method (default: the interpreter's).
+
+    Returns:
+        ``(steps per second summed over the processes, processes)``.
+
+    Raises:
+        RuntimeError: if a process fails (its error is in the message) or does not report.
+
+    Example:
+        >>> from vecaccel.bench.workloads import resolve_env
+        >>> rate, processes = measure_ceiling(resolve_env("CartPole-v1"), 0.01, 0.0, 0, 2)
+        >>> rate > 0, processes
+        (True, 2)
+    """
+    processes = processes or usable_cpus()
+    ctx = multiprocessing.get_context(context)
+    barrier = ctx.Barrier(processes)
+    pipes, procs = [], []
+    try:
+        for k in range(processes):
+            receiver, sender = ctx.Pipe(duplex=False)
+            proc = ctx.Process(
+                target=_step_raw_env,
+                args=(target, seconds, warmup, seed + k, barrier, sender),
+                name=f"vecaccel-bench-ceiling-{k}",
+                daemon=True,
+            )
+            proc.start()
+            sender.close()
+            pipes.append(receiver)
+            procs.append(proc)
+        total, errors = 0.0, []
+        for k, receiver in enumerate(pipes):
+            if not receiver.poll(START_TIMEOUT_S + warmup + seconds + 30):
+                raise RuntimeError(f"ceiling process {k} did not report")
+            try:
+                status, value = receiver.recv()
+            except EOFError:  # it died before it could say why
+                procs[k].join(5)
+                status, value = "error", f"exited with code {procs[k].exitcode}"
+            if status == "ok":
+                steps, elapsed = value
+                total += steps / elapsed
+            else:
+                errors.append(f"process {k}: {value}")
+        if errors:
+            raise RuntimeError("ceiling measurement failed: " + "; ".join(errors))
+        return total, processes
+    finally:
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for receiver in pipes:
+            receiver.close()
