@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 from helpers import assert_same, reorder_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from space_strategies import payload_leaves, space_trees
-from toy_envs import PayloadSpaceEnv, TokenSpace
+from toy_envs import PayloadSpaceEnv, TokenSpace, raising_payload_env
 
 import vecaccel
 from vecaccel.payload_spaces import (
@@ -31,7 +32,8 @@ from vecaccel.payload_spaces import (
 from vecaccel.payload_spaces import (
     payload_leaves as leaves_of,
 )
-from vecaccel.spaces import PayloadLeaf, leaf_specs
+from vecaccel.spaces import PayloadLeaf, check_actions, item_reader, leaf_specs
+from vecaccel.worker import derived_seed
 
 NUM_ENVS = 3
 STEPS = 8
@@ -193,6 +195,24 @@ def test_random_trees_with_payload_leaves_match_sync(obs_space, act_space, backe
     run_beside_sync(obs_space, act_space, backend, mode, seed=seed, steps=6)
 
 
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    space=space_trees(
+        st.one_of(payload_leaves(st.just(TokenSpace())), st.just(spaces.Discrete(3)))
+    ),
+    n=st.integers(1, 4),
+    seed=st.integers(0, 2**20),
+)
+def test_check_actions_splits_payload_leaves_as_gymnasium_iterates(space, n, seed):
+    batched = batch_space(space, n)
+    batched.seed(seed)
+    actions = batched.sample()
+    read = item_reader(check_actions(space, actions, n))
+    for i, expected in enumerate(iterate(batched, actions)):
+        assert_same(read(i), expected, f"env {i}")
+        assert space.contains(read(i))
+
+
 def test_shm_without_copy_shares_nothing_stale():
     """``copy=False``: arrays are views, items a tuple of this step's items."""
     space = nested(KINDS["text"])
@@ -211,6 +231,46 @@ def test_items_larger_than_the_payload_slab(backend):
     """Items past the worker's shared-memory slab take its pipe, whole."""
     space = spaces.Sequence(spaces.Box(0, 1, (4096,), np.float64), stack=True)  # 32 KiB an item
     run_beside_sync(space, space, backend, AutoresetMode.NEXT_STEP, seed=4, steps=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# restarts: a rebuilt env's (or a restarted worker's) first observation items reach the caller
+
+
+def _fresh_obs(space, seed):
+    env = PayloadSpaceEnv(space, spaces.Discrete(2))
+    return env.reset(seed=seed)[0]
+
+
+@pytest.mark.parametrize("how", ["env_raises", "worker_dies"])
+def test_restarted_envs_return_their_new_observation_items(how):
+    space = nested(KINDS["graph"])
+    at = 3 if how == "env_raises" else 10**6
+    fns = [partial(raising_payload_env, space, spaces.Discrete(2), at)] * 4
+    env = vecaccel.make_vec(
+        fns, backend="shm", num_workers=2, context="fork", on_worker_failure="restart"
+    )
+    with contextlib.closing(env):
+        env.reset(seed=10)
+        actions = np.zeros(4, dtype=np.int64)
+        env.step(actions)
+        if how == "worker_dies":
+            env.pool.workers[0].process.kill()
+            env.pool.workers[0].process.join(5)
+        else:
+            env.step(actions)
+        obs, _, _, trunc, infos = env.step(actions)
+        restarted = [0, 1] if how == "worker_dies" else [0, 1, 2, 3]
+        assert infos["worker_restarted"][restarted].all() and trunc[restarted].all()
+        for i in restarted:
+            expected = _fresh_obs(space, derived_seed(10 + i, i, 1))
+            got = reorder_batch(space, obs, np.array([i]))
+            assert_same(got, reorder_batch(space, _batch_of_one(space, expected), [0]), f"env {i}")
+        env.step(actions)  # and they step on
+
+
+def _batch_of_one(space, item):
+    return concatenate(space, [item], create_empty_array(space, 1))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1389,3 +1389,8 @@ class PayloadSpaceEnv(gym.Env):
             info["odd"] = self.t
         terminated = bool(self.np_random.random() < self.p_end)
         return self._sampler.sample(), float(self.t), terminated, self.t % 5 == 0, info
+
+
+def raising_payload_env(obs_space, act_space, at: int) -> gym.Env:
+    """A :class:`PayloadSpaceEnv` whose ``at``-th step raises (each rebuilt one's too)."""
+    return RaiseAt(PayloadSpaceEnv(obs_space, act_space, p_end=0.0), at)
