@@ -24,6 +24,7 @@ from gymnasium.vector.utils import batch_space
 from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import WorkerError
 from vecaccel.options import ActionServerOptions
+from vecaccel.payload_spaces import require_fixed_layout
 from vecaccel.plugins.asynchronous import AsyncVecEnv
 from vecaccel.worker import usable_cpus, warn_if_torch_oversubscribes
 
@@ -125,6 +126,11 @@ class ActionServerVecEnv(AsyncVecEnv):
         except BaseException:
             self.close(terminate=True)
             raise
+
+    def _check_spaces(self) -> None:
+        what = "backend='action_server'"
+        require_fixed_layout(self.single_observation_space, what, "observation")
+        require_fixed_layout(self.single_action_space, what, "action")
 
     def _make_staging(self) -> Any:
         import torch

@@ -153,9 +153,11 @@ class AsyncVecEnv(ProcessVecEnv):
         self._in_flight[ids] = True
         self._sent_at[ids] = time.monotonic()
         workers = self.pool.workers
-        self.pool.send_all(
-            [workers[k] for k in np.unique(self._env_to_worker[ids]).tolist()], Command.STEP_MASKED
-        )
+        targets = [workers[k] for k in np.unique(self._env_to_worker[ids]).tolist()]
+        if self.pool.action_columns:  # leaves with no fixed size: their items go with it
+            self.pool.send_action_items(targets, Command.STEP_MASKED, ids.tolist())
+        else:
+            self.pool.send_all(targets, Command.STEP_MASKED)
         self._state = AsyncState.WAITING_STEP
 
     def _checked_ids(self, env_ids: Any) -> np.ndarray:

@@ -14,6 +14,7 @@ from gymnasium.vector import AutoresetMode
 from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import WorkerError
 from vecaccel.options import HybridOptions, ShmOptions
+from vecaccel.payload_spaces import batch_view
 from vecaccel.spaces import assign_tree, copy_tree
 from vecaccel.vector import AsyncState, normalize_seeds, snapshot, split_reset_mask
 from vecaccel.worker import (
@@ -75,6 +76,9 @@ class ShmVecEnv(ProcessVecEnv):
         self._failed_envs: set[int] = set()
         self._seqs: dict[int, int] = {}
         self.inline_envs = self.pool.inline_envs
+        # leaves with no fixed size: their items travel pickled with replies and commands
+        self._obs_items = bool(self.pool.obs_columns)
+        self._action_items = bool(self.pool.action_columns)
         self._inline: EnvSlice | None = None
         self._inline_pending = False  # a step sent whose inline envs have not stepped yet
         self._inline_result: tuple[list, list] | None = None  # stepped, not yet collected
@@ -97,7 +101,9 @@ class ShmVecEnv(ProcessVecEnv):
 
     def _observations(self) -> Any:
         views = self.pool.views.obs
-        return copy_tree(views) if self.copy else views
+        if self.copy:
+            return copy_tree(views)
+        return batch_view(views) if self._obs_items else views
 
     def _step_inline(self) -> None:
         """Step the inline envs of the step in flight (while the workers step theirs)."""
@@ -285,7 +291,10 @@ class ShmVecEnv(ProcessVecEnv):
         assign_tree(pool.views.actions, slice(None), checked)
         if pool.spin_seconds:
             self._seqs = {w.index: int(pool.views.done_seq[w.index]) for w in pool.workers}
-        pool.send_all(pool.workers, Command.STEP, spread=True)
+        if self._action_items:
+            pool.send_action_items(pool.workers, Command.STEP)
+        else:
+            pool.send_all(pool.workers, Command.STEP, spread=True)
         self._pending = list(pool.workers)
         self._inline_pending = self._inline is not None
         self._results = {}

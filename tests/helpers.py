@@ -92,6 +92,20 @@ def assert_same(a: Any, b: Any, path: str = "") -> None:
         assert a == b, f"{where}: {a!r} vs {b!r}"
 
 
+def reorder_batch(space: gym.Space, batch: Any, order: np.ndarray) -> Any:
+    """Put a batch of single space ``space`` (batched as ``SyncVectorEnv`` batches it: arrays,
+    and a tuple of items for a leaf with no fixed size) into the order ``order``."""
+    from vecaccel.payload_spaces import is_fixed_leaf
+
+    if isinstance(space, gym.spaces.Dict):
+        return {key: reorder_batch(sub, batch[key], order) for key, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(reorder_batch(sub, part, order) for sub, part in zip(space.spaces, batch))
+    if is_fixed_leaf(space):
+        return batch[order]
+    return tuple(batch[i] for i in order)
+
+
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     try:
         with open(f"/proc/{pid}/stat") as file:

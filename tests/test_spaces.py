@@ -15,7 +15,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
-from helpers import assert_same
+from helpers import assert_same, reorder_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from space_strategies import boxes
@@ -721,7 +721,8 @@ def test_bfloat16_torch_actions_are_accepted_like_float16():
 
 
 # ---------------------------------------------------------------------------------------------
-# 8. spaces without a fixed layout: serial matches Sync, shm refuses them clearly
+# 8. spaces without a fixed layout: every backend matches Sync (tests/test_payload_spaces.py
+#    covers each kind, nested, in every autoreset mode and start method)
 
 
 FREE_SPACES = [
@@ -736,20 +737,27 @@ FREE_SPACES = [
 ]
 
 
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=str)
 @pytest.mark.parametrize("obs_space, act_space", FREE_SPACES, ids=lambda s: type(s).__name__)
-def test_spaces_without_layout_on_serial_match_sync(obs_space, act_space, mode):
+def test_spaces_without_layout_match_sync(obs_space, act_space, mode, backend):
     fns = [partial(FreeSpaceEnv, obs_space, act_space)] * NUM_ENVS
-    with side_by_side(fns, "serial", mode) as (sync, env):
-        assert_same(env.reset(seed=3), sync.reset(seed=3), "reset")
+    with side_by_side(fns, backend, mode) as (sync, env):
+        obs, infos = env.reset(seed=3)
+        if backend == "async":
+            order = np.argsort(infos.pop("env_id"))
+            obs, infos = reorder_batch(env.single_observation_space, obs, order), infos
+            infos = _reorder(infos, order)
+        assert_same((obs, infos), sync.reset(seed=3), "reset")
         sync.action_space.seed(3)
         for t in range(5):
             actions = sync.action_space.sample()
-            assert_same(env.step(actions), sync.step(actions), f"step {t}")
+            assert_same(vstep(env, backend, actions), sync.step(actions), f"step {t}")
 
 
-def test_spaces_without_layout_are_refused_by_shm_naming_the_space():
-    fns = [partial(FreeSpaceEnv, spaces.Dict({"t": spaces.Text(3)}), spaces.Discrete(2))] * 2
+def test_layout_of_spaces_without_layout_is_refused_by_leaf_specs_naming_the_space():
+    """``leaf_specs`` lays out fixed spaces only (what plugins with their own buffers use);
+    ``vecaccel.payload_spaces.layout_specs`` lays out any space."""
     with pytest.raises(TypeError, match=r"Text\(") as info:
-        vecaccel.make_vec(fns, backend="shm", num_workers=1)
-    assert "serial" in str(info.value)
+        leaf_specs(spaces.Dict({"t": spaces.Text(3)}), 2)
+    assert "layout_specs" in str(info.value)

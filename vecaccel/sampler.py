@@ -46,6 +46,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.payload_spaces import require_fixed_layout
+
 __all__ = ["EpisodeStats", "SampleBatch", "Sampler"]
 
 Policy = Callable[[torch.Tensor], tuple[torch.Tensor, Mapping[str, torch.Tensor]]]
@@ -128,7 +130,9 @@ class Sampler:
 
     Raises:
         ValueError: for a non-positive horizon or an unknown ``episode_stats``.
-        TypeError: if observations are not arrays (dict/tuple spaces are not supported).
+        TypeError: if observations are not arrays (dict/tuple spaces are not supported), or
+            (before the env is reset) a space has a leaf with no fixed size (``Text``,
+            ``Graph``...; see :func:`vecaccel.payload_spaces.require_fixed_layout`).
     """
 
     def __init__(
@@ -147,6 +151,10 @@ class Sampler:
             raise ValueError(
                 f"episode_stats must be 'auto', 'infos' or 'rewards', got {episode_stats!r}"
             )
+        for kind in ("observation", "action"):
+            space = getattr(env, f"single_{kind}_space", None)
+            if space is not None:
+                require_fixed_layout(space, "the Sampler", kind)
         self.env = env
         self.policy = policy
         self.horizon = int(horizon)

@@ -2,13 +2,19 @@
 
 Every function dispatches on the *single* (per-env) space with :func:`functools.singledispatch`,
 the way ``gymnasium.vector.utils`` does, so new space types can be registered by plugins.
+
+A tree of views may hold :class:`ItemList` columns where its space has a leaf with no fixed size
+(``Text``, ``Graph``, ``Sequence``, ``OneOf``, a space subclass vecaccel does not know): one
+Python object per env, batched as Gymnasium batches them (a tuple). The tree functions below
+take them; :mod:`vecaccel.payload_spaces` lays such spaces out.
 """
 
 from __future__ import annotations
 
+import copy as copy_module
 from collections.abc import Callable, Mapping, Sequence
 from functools import singledispatch
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
@@ -29,6 +35,7 @@ __all__ = [
     "item_writer",
     "nbytes_of",
     "ItemList",
+    "PayloadLeaf",
 ]
 
 #: Byte alignment of every array carved out of a shared buffer (one cache line).
@@ -48,7 +55,8 @@ def leaf_specs(space: spaces.Space, n: int) -> Any:
     """Describe the arrays that hold ``n`` items of ``space``: a tree of ``(shape, dtype)``."""
     raise TypeError(
         f"space {space!r} cannot be laid out in shared memory; supported: Box, Discrete, "
-        "MultiDiscrete, MultiBinary and nested Dict/Tuple of them (use backend='serial' otherwise)"
+        "MultiDiscrete, MultiBinary and nested Dict/Tuple of them (vecaccel.payload_spaces."
+        "layout_specs lays out any space, leaving such leaves to the payload path)"
     )
 
 
@@ -83,8 +91,17 @@ def _is_leaf(spec: Any) -> bool:
     return isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[1], np.dtype)
 
 
+class PayloadLeaf(NamedTuple):
+    """The spec of a leaf with no fixed size: no bytes in the buffer, an :class:`ItemList` of
+    ``count`` items among the views."""
+
+    count: int
+
+
 def nbytes_of(spec: Any, offset: int = 0) -> int:
     """Return the end offset after laying out ``spec`` from ``offset`` (aligned)."""
+    if isinstance(spec, PayloadLeaf):
+        return offset
     if _is_leaf(spec):
         shape, dtype = spec
         return _align(offset) + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -97,8 +114,11 @@ def nbytes_of(spec: Any, offset: int = 0) -> int:
 def views_from_buffer(spec: Any, buffer: Any, offset: int = 0) -> tuple[Any, int]:
     """Carve numpy views for ``spec`` out of ``buffer`` starting at ``offset``.
 
-    Returns the tree of views and the offset just past them.
+    Returns the tree of views and the offset just past them. A :class:`PayloadLeaf` becomes an
+    :class:`ItemList` of ``None`` (its items live in the process, not in ``buffer``).
     """
+    if isinstance(spec, PayloadLeaf):
+        return ItemList([None] * spec.count), offset
     if _is_leaf(spec):
         shape, dtype = spec
         start = _align(offset)
@@ -162,24 +182,33 @@ def read_item(views: Any, index: int) -> Any:
         return views[index]
     if isinstance(views, dict):
         return {key: read_item(view, index) for key, view in views.items()}
+    if isinstance(views, ItemList):
+        return views[index]
     return tuple(read_item(view, index) for view in views)
 
 
 def copy_tree(views: Any) -> Any:
-    """Deep-copy a tree of arrays."""
+    """Deep-copy a tree of arrays; an :class:`ItemList` becomes a tuple of copies of its items
+    (what ``SyncVectorEnv`` returns for such a leaf)."""
     if isinstance(views, np.ndarray):
         return views.copy()
     if isinstance(views, dict):
         return {key: copy_tree(view) for key, view in views.items()}
+    if isinstance(views, ItemList):
+        return copy_module.deepcopy(tuple(views))
     return tuple(copy_tree(view) for view in views)
 
 
 def index_tree(views: Any, indices: Any) -> Any:
-    """Select ``indices`` along the batch axis of every leaf (a copy when fancy-indexed)."""
+    """Select ``indices`` along the batch axis of every leaf (a copy when fancy-indexed); an
+    :class:`ItemList` gives a tuple of copies of the items selected."""
     if isinstance(views, np.ndarray):
         return views[indices]
     if isinstance(views, dict):
         return {key: index_tree(view, indices) for key, view in views.items()}
+    if isinstance(views, ItemList):
+        chosen = np.arange(len(views))[indices].tolist()
+        return copy_module.deepcopy(tuple(views[i] for i in chosen))
     return tuple(index_tree(view, indices) for view in views)
 
 
@@ -190,6 +219,9 @@ def assign_tree(target: Any, indices: Any, values: Any) -> None:
     elif isinstance(target, dict):
         for key, view in target.items():
             assign_tree(view, indices, values[key])
+    elif isinstance(target, ItemList):
+        for i, value in zip(np.arange(len(target))[indices].tolist(), values):
+            target[i] = value
     else:
         for view, value in zip(target, values):
             assign_tree(view, indices, value)
@@ -205,8 +237,12 @@ def check_actions(space: spaces.Space, actions: Any, num_envs: int, env_ids: Any
     Returns the actions as numpy arrays of the space's dtype (a tree for Dict/Tuple spaces).
 
     Raises:
-        ValueError: naming the space and the env index, for a wrong shape, a dtype that cannot
-            be cast, or a value out of a Discrete/MultiDiscrete/MultiBinary range.
+        TypeError: naming the space and the shape expected, for an action that is not a batch:
+            a scalar, one env's action, or not a dict/tuple where the space is one (Gymnasium's
+            vector envs raise ``TypeError`` there too).
+        ValueError: naming the space and the env index, for a wrong number of actions or shape,
+            a dtype that cannot be cast, or a value out of a Discrete/MultiDiscrete/MultiBinary
+            range (Gymnasium does not check ranges; vecaccel does, before any env sees them).
 
     Example:
         >>> import numpy as np
@@ -222,14 +258,16 @@ def _env_label(env_ids: Any, position: int) -> int:
 
 
 class ItemList(list):
-    """Actions of a space without a fixed array layout (``Text``, ``Sequence``, ``Graph``...):
-    one item per env, read by :func:`item_reader` by index."""
+    """Items of a space without a fixed array layout (``Text``, ``Sequence``, ``Graph``...),
+    one per env: a batch of such actions, or such a leaf's column among a tree of views."""
 
 
 @singledispatch
 def _check(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any) -> Any:
     # no fixed layout (only the serial backend runs such spaces): split the batch as
     # SyncVectorEnv does, then check each env's item against the space
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise _unbatched_error(space, value, n, where, f"a tuple of {n} items")
     try:
         items = ItemList(iterate(batch_space(space, n), value))
     except Exception as exc:  # noqa: BLE001 - Gymnasium raises many types here
@@ -257,6 +295,8 @@ def _as_array(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{where} for {space} cannot be made into an array: {exc}") from None
     expected = (n, *space.shape)
+    if array.shape != expected and array.shape == tuple(space.shape or ()):
+        raise _unbatched_error(space, value, n, where, f"shape {expected}")
     if array.shape != expected:
         raise ValueError(
             f"{where} for {space} must have shape {expected} ({n} envs x {space.shape}), "
@@ -283,6 +323,18 @@ def _as_array(space: spaces.Space, value: Any, n: int, where: str, env_ids: Any)
                 space, array, bad, where, env_ids, f"{limits.min}..{limits.max} for {target}"
             )
     return array.astype(target, copy=False)
+
+
+def _unbatched_error(space: spaces.Space, value: Any, n: int, where: str, expected: str):
+    """A single env's item (or a scalar) where a batch was due: ``TypeError``, as Gymnasium's
+    vector envs raise when they try to iterate over it."""
+    shape = getattr(value, "shape", None)
+    got = f"shape {tuple(shape)}" if shape is not None else type(value).__name__
+    return TypeError(
+        f"{where} for {space} must be batched, one per env: {expected} for {n} envs; got "
+        f"{got}, which is not a batch (one env's {where}? vector envs take a batch, e.g. "
+        f"np.array([...]) with {n} entries)"
+    )
 
 
 def _range_error(space, array, bad, where, env_ids, valid):
@@ -355,7 +407,10 @@ def _check_multi_binary(space: spaces.MultiBinary, value: Any, n: int, where, en
 @_check.register(spaces.Tuple)
 def _check_tuple(space: spaces.Tuple, value: Any, n: int, where: str, env_ids: Any) -> tuple:
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes, np.ndarray)):
-        raise ValueError(f"{where} for {space} must be a tuple of {len(space.spaces)} batches")
+        raise TypeError(
+            f"{where} for {space} must be a tuple of {len(space.spaces)} batches, got "
+            f"{type(value).__name__}"
+        )
     if len(value) != len(space.spaces):
         raise ValueError(
             f"{where} for {space} must have {len(space.spaces)} parts, got {len(value)}"
@@ -369,7 +424,7 @@ def _check_tuple(space: spaces.Tuple, value: Any, n: int, where: str, env_ids: A
 @_check.register(spaces.Dict)
 def _check_dict(space: spaces.Dict, value: Any, n: int, where: str, env_ids: Any) -> dict:
     if not isinstance(value, Mapping):
-        raise ValueError(f"{where} for {space} must be a dict, got {type(value).__name__}")
+        raise TypeError(f"{where} for {space} must be a dict, got {type(value).__name__}")
     missing = [key for key in space.spaces if key not in value]
     extra = [key for key in value if key not in space.spaces]
     if missing or extra:
@@ -419,6 +474,8 @@ def item_writer(space: spaces.Space, views: Any) -> Any:
             setitem(index, value)
 
         return write_array
+    if isinstance(views, ItemList):  # a leaf with no fixed size: the item itself is kept
+        return views.__setitem__
     if isinstance(space, spaces.Dict):
         writers = [(key, item_writer(sub, views[key])) for key, sub in space.spaces.items()]
 

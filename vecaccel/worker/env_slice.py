@@ -15,6 +15,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.payload_spaces import item_columns, store_items, take_items
 from vecaccel.spaces import item_reader, item_writer
 from vecaccel.vector import EnvRunner, check_env_spaces
 from vecaccel.worker.protocol import ErrorReport, SharedViews, error_report
@@ -103,6 +104,9 @@ class EnvSlice:
         self.runners: list[EnvRunner] = []
         self.write_obs = item_writer(obs_space, views.obs)
         self.read_action = item_reader(views.actions, copy=True)
+        # the item columns of leaves with no fixed size (none for a space fixed throughout)
+        self.obs_columns = item_columns(views.obs)
+        self.action_columns = item_columns(views.actions)
         self.last_seeds: list[int | None] = [None] * len(env_fns)
         self.restarts = [0] * len(env_fns)
         self._rewards: list[Any] = [0.0] * len(env_fns)
@@ -120,6 +124,15 @@ class EnvSlice:
             except RuntimeError as exc:
                 self.close()
                 raise EnvMakeError(start + j, exc) from exc
+
+    def obs_items(self, env_indices: Sequence[int]) -> list:
+        """The observation items (leaves with no fixed size) of envs ``env_indices``, for a
+        reply; see :func:`vecaccel.payload_spaces.take_items`."""
+        return take_items(self.obs_columns, env_indices)
+
+    def take_action_items(self, items: list) -> list[int]:
+        """Store the action items a command carried; return the slots ``j`` of their envs."""
+        return [i - self.start for i in store_items(self.action_columns, items)]
 
     def step(self, j: int) -> tuple[dict | None, ErrorReport | None]:
         """Step env ``j`` of the slice; return ``(info, error_report)``."""

@@ -24,6 +24,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.options import WorkerOptions
+from vecaccel.payload_spaces import item_columns, take_items
 from vecaccel.spaces import read_item
 from vecaccel.worker.commands import ControlCommands
 from vecaccel.worker.cpus import current_cpu, usable_cpus
@@ -128,6 +129,9 @@ class WorkerPool(Replies, ControlCommands):
         self._layout_args = (observation_space, action_space, num_envs, num_workers)
         self._buffer = self.ctx.RawArray("b", self.layout.nbytes)
         self.views = self.layout.views(self._buffer)
+        # item columns of leaves with no fixed size; empty lists for spaces fixed throughout
+        self.obs_columns = item_columns(self.views.obs)
+        self.action_columns = item_columns(self.views.actions)
         self.workers: list[WorkerHandle] = []
         self._owner_pid = os.getpid()  # a forked child of the user's process does not own them
         self._control_in_flight = False  # a reset/call/set_attr sent and not fully answered
@@ -456,6 +460,22 @@ class WorkerPool(Replies, ControlCommands):
                     worker.data.send_bytes(data)
             except OSError:
                 pass  # a dead worker: its sentinel reports it in the wait that follows
+
+    def send_action_items(
+        self, workers: Sequence[WorkerHandle], command: int, env_ids: Sequence[int] | None = None
+    ) -> None:
+        """Send a step ``command`` to each of ``workers`` with the action items (leaves with no
+        fixed size, from :attr:`views`' item columns) of its envs among ``env_ids`` (default:
+        all its envs). Only for an action space with such leaves: the worker reads them after
+        the command byte."""
+        messages = []
+        for worker in workers:
+            if env_ids is None:
+                ids: Sequence[int] = worker.env_indices
+            else:
+                ids = [i for i in env_ids if worker.start <= i < worker.stop]
+            messages.append((worker, command, take_items(self.action_columns, ids)))
+        self.send_many(messages)
 
     def worker_of(self, env_index: int) -> WorkerHandle:
         """The worker whose slice holds env ``env_index``."""

@@ -30,6 +30,7 @@ from vecaccel.worker.protocol import (
     PARENT_CHECK_INTERVAL,
     PAYLOAD_SLAB_BYTES,
     Command,
+    ObsItems,
     SharedLayout,
     Status,
     error_report,
@@ -224,6 +225,11 @@ def worker_main(
     poller = select.poll()
     poller.register(cmd_fd, select.POLLIN)
     count = len(env_fns)
+    # leaves with no fixed size: observation items go with each reply, action items come
+    # after each step command; both are off (and cost nothing) for spaces fixed throughout
+    obs_items = envs.obs_items if envs.obs_columns else None
+    action_items = bool(envs.action_columns)
+    every_env, every_slot = range(start, start + count), range(count)
     try:
         while True:
             if spin_seconds:  # look for the next command without sleeping for a while first
@@ -239,29 +245,40 @@ def worker_main(
                 break  # the parent closed the pipe
             command = raw[0]
             if command == Command.STEP:
+                if action_items:
+                    envs.take_action_items(data_conn.recv())
                 infos, errors = envs.step_all()
                 if errors:
                     reply(Status.ERROR, errors)
+                elif obs_items is not None:
+                    items = ObsItems(infos, obs_items(every_env))
+                    reply(Status.OK_DATA, items, "step (sending its observation and info)")
                 elif infos:
                     reply(Status.OK_DATA, infos, "step (sending its info)")
                 else:
                     reply(Status.OK)
             elif command == Command.STEP_MASKED:
                 mask = views.step_mask
-                for j in range(count):
+                # with action items, exactly the envs this command's items name: the mask may
+                # already hold envs of a later command whose items are not read yet
+                slots = envs.take_action_items(data_conn.recv()) if action_items else every_slot
+                for j in slots:
                     if not mask[start + j]:
                         continue
                     mask[start + j] = 0
                     info, error = envs.step(j)
                     seq[worker_index] += 1
-                    if error is None and not info:
+                    if error is None and not info and obs_items is None:
                         os.write(done_fd, bytes((j,)))
                         continue
                     if error is not None:
                         data = dumps((Status.ERROR, [error]))
                     else:
+                        payload = (Status.OK_DATA, info)
+                        if obs_items is not None:
+                            payload = ObsItems(payload, obs_items((start + j,)))
                         try:
-                            data = dumps((Status.OK_DATA, info))
+                            data = dumps(payload)
                         except Exception as exc:  # noqa: BLE001 - an unpicklable info
                             report = error_report(start + j, exc, "step (sending its info)")
                             data = dumps((Status.ERROR, [report]))
@@ -273,6 +290,9 @@ def worker_main(
                 infos, errors = envs.reset_all(seeds, options, mask, needs_reset)
                 if errors:
                     reply(Status.ERROR, errors)
+                elif obs_items is not None:
+                    items = ObsItems(infos, obs_items([i for i, _ in infos]))
+                    reply(Status.OK_DATA, items, "reset (sending its observation and info)")
                 else:
                     reply(Status.OK_DATA, infos, "reset (sending its info)")
             elif command == Command.CALL:

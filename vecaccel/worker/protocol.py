@@ -11,7 +11,11 @@ Each worker owns a contiguous slice ``[start, stop)`` of the envs and three chan
   fits in :data:`PAYLOAD_SLAB_BYTES` travels in the worker's slab of shared memory instead.
 
 Observations, actions, rewards and flags live in one shared buffer laid out from the spaces
-(:class:`SharedLayout`), computed the same way in the parent and in every worker.
+(:class:`SharedLayout`), computed the same way in the parent and in every worker. A leaf with
+no fixed size (``Text``, ``Graph``...) has no bytes there but an item column in each process's
+views: a worker sends its envs' observation items with its reply (an :class:`ObsItems`
+payload), and the parent sends a worker its envs' action items on ``data`` after the step's
+command byte. A space without such leaves sends neither.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from vecaccel.spaces import leaf_specs, nbytes_of, views_from_buffer
+from vecaccel.payload_spaces import layout_specs
+from vecaccel.spaces import nbytes_of, views_from_buffer
 
 __all__ = [
     "ENV_PAYLOAD_FLAG",
@@ -34,6 +39,7 @@ __all__ = [
     "PAYLOAD_SLAB_BYTES",
     "Command",
     "ErrorReport",
+    "ObsItems",
     "SharedLayout",
     "SharedViews",
     "Status",
@@ -73,6 +79,18 @@ ENV_PAYLOAD_FLAG = 128
 PARENT_CHECK_INTERVAL = 1.0
 
 
+class ObsItems(NamedTuple):
+    """A reply's payload together with the observation items of the envs it concerns.
+
+    Sent only where the observation space has leaves with no fixed size; the parent stores
+    ``items`` (see :func:`vecaccel.payload_spaces.take_items`) in its views' item columns and
+    handles ``payload`` as it would have been sent alone.
+    """
+
+    payload: Any
+    items: list
+
+
 @dataclass
 class SharedViews:
     obs: Any
@@ -109,8 +127,8 @@ class SharedLayout:
         self.num_workers = num_workers
         f64, boolean = np.dtype(np.float64), np.dtype(np.bool_)
         self.specs = (
-            leaf_specs(observation_space, num_envs),
-            leaf_specs(action_space, num_envs),
+            layout_specs(observation_space, num_envs),
+            layout_specs(action_space, num_envs),
             ((num_envs,), f64),
             ((num_envs,), boolean),
             ((num_envs,), boolean),

@@ -14,8 +14,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vecaccel.errors import WorkerError
+from vecaccel.payload_spaces import store_items
+from vecaccel.spaces import ItemList
 from vecaccel.worker.handle import describe_exit
-from vecaccel.worker.protocol import ErrorReport, SharedViews, Status
+from vecaccel.worker.protocol import ErrorReport, ObsItems, SharedViews, Status
 from vecaccel.worker.stacks import describe_stacks, request_stacks
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ class Replies:
     """
 
     views: SharedViews
+    obs_columns: list[ItemList]
     spin_seconds: float
     step_timeout_s: float | None
     restart: bool
@@ -178,11 +181,23 @@ class Replies:
         return arrived, dead
 
     def recv_payload(self, worker: WorkerHandle, timeout: float = 60.0) -> Any:
-        """Receive the payload that follows a status byte, noticing a worker that dies."""
+        """Receive the payload that follows a status byte, noticing a worker that dies.
+
+        Observation items that came with it (:class:`~vecaccel.worker.protocol.ObsItems`) are
+        stored in the views' item columns, and the payload is returned without them.
+        """
         length = int(self.views.payload_len[worker.index])
         if length >= 0:  # in shared memory, complete before the status byte was written
             self.views.payload_len[worker.index] = -1
-            return worker.loads(self.views.payload_slab[worker.index, :length].tobytes())
+            payload = worker.loads(self.views.payload_slab[worker.index, :length].tobytes())
+        else:
+            payload = self._recv_from_pipe(worker, timeout)
+        if type(payload) is ObsItems:
+            store_items(self.obs_columns, payload.items)
+            return payload.payload
+        return payload
+
+    def _recv_from_pipe(self, worker: WorkerHandle, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
         while not worker.data.poll(0.05):
             if not worker.process.is_alive() and not worker.data.poll(0):

@@ -43,6 +43,7 @@ class ProcessVecEnv(VecEnv):
         options = WorkerOptions() if options is None else options
         super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=options.copy)
         self.options = options
+        self._check_spaces()
         self.pool = WorkerPool(
             self.env_fns,
             self.single_observation_space,
@@ -62,6 +63,13 @@ class ProcessVecEnv(VecEnv):
     def failures_per_env(self) -> np.ndarray:
         """Failures recovered from, per env."""
         return self.pool.failures_per_env
+
+    def _check_spaces(self) -> None:
+        """Refuse spaces this backend cannot serve (raise), before any worker starts.
+
+        Every space is served by default; a backend that needs tensors refuses leaves with no
+        fixed size here (:func:`vecaccel.payload_spaces.require_fixed_layout`).
+        """
 
     def _prepare_control(self) -> None:
         """Bring the envs to a quiet state before a control command (reset, call, set_attr)."""
