@@ -11,9 +11,9 @@ from helpers import run_main, serial_cartpole
 
 pytest.importorskip("torch")
 
-from vecaccel.trainers import A2C, C51, DQN, PPO, DQNConfig, Rainbow  # noqa: E402
-from vecaccel.trainers.checkpoint import load_checkpoint  # noqa: E402
-from vecaccel.trainers.presets import (  # noqa: E402
+from vecaccel.trainers import A2C, C51, DQN, PPO, DQNConfig, Rainbow
+from vecaccel.trainers.checkpoint import load_checkpoint
+from vecaccel.trainers.presets import (
     ATARI,
     ENV_PRESETS,
     preset_for_env,
