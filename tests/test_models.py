@@ -52,6 +52,47 @@ def test_discrete_observation_space_is_supported_or_refused_clearly(algo):
         agent.close()
 
 
+def _vector(env_cls: type, same_step: bool):
+    import gymnasium as gym
+
+    mode = gym.vector.AutoresetMode.SAME_STEP if same_step else gym.vector.AutoresetMode.NEXT_STEP
+    return gym.vector.SyncVectorEnv([env_cls, env_cls], autoreset_mode=mode)
+
+
+@pytest.mark.parametrize("cls", [PPO, DQN])
+@pytest.mark.parametrize("env_name", ["TextObsEnv", "TextActionEnv"])
+def test_a_space_with_no_fixed_size_is_refused_naming_it_and_the_backends(cls, env_name):
+    """Every backend steps Text, Graph, Sequence and OneOf spaces; the trainers need tensors,
+    and say so when they get the env, before any training step."""
+    import toy_envs
+
+    envs = _vector(getattr(toy_envs, env_name), same_step=cls is DQN)
+    try:
+        with pytest.raises(TypeError) as caught:
+            cls(envs, device="cpu")
+    finally:
+        envs.close()
+    message = str(caught.value)
+    role = "observation" if env_name == "TextObsEnv" else "action"
+    assert f"{cls.__name__} needs fixed-size tensors, but the {role} space Text(" in message
+    assert "Any vecaccel backend" in message and "backend='shm'" in message
+
+
+@pytest.mark.parametrize("cls", [PPO, DQN])
+def test_a_nested_part_with_no_fixed_size_is_named(cls):
+    import gymnasium as gym
+
+    sequence = gym.spaces.Sequence(gym.spaces.Box(0, 1, (2,)))
+    observation_space = gym.spaces.Dict(
+        pos=gym.spaces.Box(0, 1, (3,)), history=gym.spaces.Tuple((gym.spaces.Discrete(2), sequence))
+    )
+    with pytest.raises(TypeError, match=r"has a part with no fixed size: Sequence\(Box"):
+        if cls is DQN:  # the asynchronous runner's way in: spaces without envs
+            DQN(env=None, device="cpu").attach_spaces(observation_space, gym.spaces.Discrete(2))
+        else:
+            PPO(None, observation_space=observation_space, action_space=gym.spaces.Discrete(2))
+
+
 def test_cnn_scales_only_uint8_images():
     """``models.py`` says uint8 images are scaled by 1/255 in the network; NatureCNN divides
     every input by 255, so a float image already in [0, 1] (``network="cnn"`` on a float Box)

@@ -770,7 +770,7 @@ def test_atari_preset_loss_is_cleanrl_ppo_atari_loss(monkeypatch):
     settings = {k: preset[k] for k in ("clip_coef", "ent_coef", "vf_coef", "learning_rate")}
     agent = PPO(None, env_id="CartPole-v1", observation_space=OBS,
                 action_space=gym.spaces.Discrete(2), backend="serial", num_envs=4, num_steps=6,
-                update_epochs=1, num_minibatches=1, torch_threads=1, seed=0,
+                update_epochs=1, num_minibatches=1, torch_threads=1, seed=0, preset=None,
                 **settings)  # fmt: skip
     batch = _synthetic_batch(agent)
     ref = copy.deepcopy(agent.model)

@@ -56,7 +56,8 @@ class A2CConfig(OnPolicyConfig):
     """RMSprop epsilon."""
 
 
-#: Named settings for ``A2C(**PRESETS[name])`` and ``vecaccel train a2c --preset NAME``.
+#: Named settings: ``A2C(env, preset=NAME)`` and ``vecaccel train a2c --preset NAME``; a run on
+#: an env id one is made for starts from it unless told otherwise (``trainers/presets.py``).
 PRESETS: dict[str, dict[str, Any]] = {
     # rl-baselines3-zoo's hyperparams/a2c.yml for CartPole-v1: n_envs 8, ent_coef 0, the rest
     # SB3's A2C defaults (n_steps 5, lr 7e-4 constant, gamma 0.99, gae_lambda 1)
@@ -107,6 +108,7 @@ class A2C(OnPolicyAlgorithm):
 
     algo_name = "a2c"
     config_cls = A2CConfig
+    presets = PRESETS
     config: A2CConfig
 
     def make_optimizer(self, learning_rate: float) -> Any:

@@ -60,6 +60,38 @@ class Algorithm(abc.ABC):
     config_cls: ClassVar[type] = RunConfig
     #: config values this class uses by default, before a preset and the keywords given
     defaults: ClassVar[dict[str, Any]] = {}
+    #: the named settings ``preset=NAME`` applies (which env ids each suits: trainers/presets.py)
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @classmethod
+    def preset_values(
+        cls,
+        env: Any,
+        preset: str | None,
+        explicit: dict[str, Any],
+        base: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The config values of a new agent: ``base`` (default: the class defaults), then the
+        preset's, then the ``explicit`` keywords, with the preset's name under ``"preset"``.
+
+        ``preset="auto"`` takes the preset made for the env id trained on, when the caller names
+        one (``env`` as a string, or ``env_id`` with ``env=None``), and none over a full config
+        (``base``); a ready vector env gets none, its wrappers and size being the caller's.
+        ``None`` or ``"none"``: the plain defaults.
+        """
+        from vecaccel.trainers.presets import AUTO, apply_preset
+
+        explicit = resolve_aliases(cls.config_cls, explicit)
+        if base is not None and preset == AUTO:  # a whole config is explicit
+            return {**base, **explicit}
+        if isinstance(env, str):
+            env_id = env
+        elif env is None:
+            env_id = explicit.get("env_id")
+        else:
+            env_id = None
+        defaults = cls.defaults if base is None else base
+        return apply_preset(cls.algo_name, cls.presets, defaults, preset, env_id, explicit)
 
     def _setup(self, values: dict[str, Any]) -> None:
         """Build the config from ``values`` (old setting names accepted) and everything that

@@ -80,7 +80,7 @@ def make_async_agent(cls: type, env_id: str, **config: Any) -> Any:
     """
     from vecaccel.trainers.envs import make_env_fn
 
-    agent = cls(env=None, **config)
+    agent = cls(env=None, **{**config, "env_id": env_id})  # the env id picks the preset
     env = make_env_fn(env_id)()
     try:
         agent.attach_spaces(env.observation_space, env.action_space, env_id=env_id)

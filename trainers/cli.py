@@ -260,8 +260,7 @@ def _train(args: argparse.Namespace) -> int:
     if getattr(args, "no_replay", False):
         print("error: --no-replay only applies with --resume", file=sys.stderr)
         return 2
-    preset_name = getattr(args, "preset", None)
-    config = {**(presets(args.algo)[preset_name] if preset_name else {}), **explicit}
+    config = _with_preset(args, cls, explicit)
     env_id = _env_id(args, cls.config_cls, config)
     config.pop("env_id", None)
     if env_id is None:
@@ -321,6 +320,13 @@ def _resume(
     """``vecaccel train ALGO --resume DIR``: continue the run of DIR's checkpoint."""
     from vecaccel.trainers.checkpoint import CheckpointError
 
+    if getattr(args, "preset", None) is not None:
+        print(
+            "error: --preset applies to a new run; a resumed run keeps the settings its "
+            "checkpoint records (pass flags to change some)",
+            file=sys.stderr,
+        )
+        return 2
     run_dir = args.run_dir or (args.resume if args.resume.is_dir() else args.resume.parent)
     checkpoint = checkpoint_file(args.resume)
     state = read_checkpoint(checkpoint, "cannot resume: ")
@@ -382,6 +388,33 @@ def _resume(
     finally:
         agent.close()
     return 0
+
+
+def _with_preset(args: argparse.Namespace, cls: type, explicit: dict[str, Any]) -> dict[str, Any]:
+    """The config of a new run: its preset's values (``--preset``, or else the one made for the
+    env trained on), then the flags given; the preset's name under ``"preset"``.
+
+    A preset taken without ``--preset`` is announced in one line, on the first rank only.
+    """
+    import os
+
+    from vecaccel.trainers.presets import ATARI, AUTO, resolve_preset, suited_env_ids
+
+    named = presets(args.algo)
+    chosen = getattr(args, "preset", None)
+    env_id = _env_id(args, cls.config_cls, explicit) if chosen is None else None
+    name = resolve_preset(args.algo, named, AUTO if chosen is None else chosen, env_id)
+    config = {**(named[name] if name is not None else {}), **explicit, "preset": name}
+    if chosen is None and name is not None and os.environ.get("RANK", "0") == "0":
+        suits = ", ".join(
+            "Atari games" if env == ATARI else env for env in suited_env_ids(args.algo, name)
+        )
+        print(
+            f"preset: {name}, made for {suits} (flags given override it; --preset none for the "
+            "plain defaults)",
+            file=sys.stderr,
+        )
+    return config
 
 
 def _default_run_dir(algo: str, env_id: str, config: dict[str, Any], config_cls: type) -> Path:

@@ -6,7 +6,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_checkpoint", "setup_errors", "usage_error"]
+__all__ = ["missing_dependency", "read_checkpoint", "setup_errors", "usage_error"]
+
+
+def missing_dependency(command: str, exc: ImportError) -> str:
+    """The one line saying that ``command`` cannot run without the module ``exc`` names, and
+    the extra that installs it.
+
+    Example:
+        >>> missing_dependency("vecaccel train ppo", ModuleNotFoundError(name="torch"))
+        "error: vecaccel train ppo needs torch, which is not installed: pip install 'vecaccel[train]' (torch with TensorBoard, matplotlib and tqdm) or pip install 'vecaccel[torch]'"
+    """
+    module = (exc.name or "").split(".")[0]
+    if module in ("", "torch"):
+        return (
+            f"error: {command} needs torch, which is not installed: pip install "
+            "'vecaccel[train]' (torch with TensorBoard, matplotlib and tqdm) or pip install "
+            "'vecaccel[torch]'"
+        )
+    return (
+        f"error: {command} needs {module}, which cannot be imported ({exc}): pip install "
+        "'vecaccel[train]'"
+    )
 
 
 def read_checkpoint(path: Path, doing: str = "") -> dict[str, Any] | None:

@@ -27,7 +27,7 @@ ALGORITHMS: dict[str, tuple[str, str]] = {
 }
 
 #: config fields that have a common flag of their own
-_COMMON_FIELDS = {"env_id", "num_envs", "backend", "seed", "device"}
+_COMMON_FIELDS = {"env_id", "num_envs", "backend", "seed", "device", "preset"}
 
 
 # -- resolving an algorithm lazily ------------------------------------------------------------
@@ -145,6 +145,8 @@ class AlgorithmParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.algo = algo
         self._populated = False
+        #: why the algorithm cannot be imported (torch not installed, say), if it cannot
+        self.import_error: ImportError | None = None
 
     def _populate(self) -> None:
         if self._populated or not self.algo:
@@ -153,7 +155,10 @@ class AlgorithmParser(argparse.ArgumentParser):
         try:
             config_cls = _config_class(self.algo)
         except ImportError as exc:
-            self.epilog = f"(the {self.algo} trainer cannot be imported: {exc})"
+            from vecaccel.trainers.cli_errors import missing_dependency
+
+            self.import_error = exc
+            self.epilog = missing_dependency(f"vecaccel train {self.algo}", exc)
             return
         docs = _field_docs(config_cls)
         hints = typing.get_type_hints(config_cls)
@@ -161,8 +166,9 @@ class AlgorithmParser(argparse.ArgumentParser):
         if named:
             self.add_argument(
                 "--preset",
-                choices=sorted(named),
-                help="start from a named configuration (explicit flags override it)",
+                choices=[*sorted(named), "none"],
+                help="start from a named configuration (explicit flags override it); default: "
+                "the one made for --env, if there is one; none: the plain defaults",
             )
         group = self.add_argument_group(f"{self.algo} configuration")
         class_defaults = algorithm_class(self.algo).defaults
@@ -225,6 +231,10 @@ class AlgorithmParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         self._populate()
+        wants_help = any(arg in ("-h", "--help") for arg in args or ())
+        if self.import_error is not None and not wants_help:
+            # one line and exit code 2, before the flags only the trainer knows are refused
+            self.exit(2, f"{self.epilog}\n")
         return super().parse_known_args(args, namespace)
 
     def format_help(self) -> str:

@@ -80,6 +80,9 @@ class RunConfig:
     """Show a live progress bar."""
     tensorboard: bool = True
     """Write TensorBoard event files under run_dir."""
+    preset: str | None = None
+    """The preset the settings started from (None: the plain defaults). A record, kept in
+    checkpoints: the algorithm's ``preset`` argument (``--preset``) is what applies one."""
 
     def __post_init__(self) -> None:
         if self.run_dir is not None:  # a Path would not pass the checkpoint's weights-only load

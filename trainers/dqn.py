@@ -46,19 +46,14 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel.trainers import distributed
 from vecaccel.trainers.algorithm import Algorithm, Callback
-from vecaccel.trainers.checkpoint import (
-    check_env_matches,
-)
-from vecaccel.trainers.config import (
-    RunConfig,
-    check_dqn_config,
-    lr_scale,
-    resolve_aliases,
-)
+from vecaccel.trainers.checkpoint import check_env_matches
+from vecaccel.trainers.config import RunConfig, check_dqn_config, lr_scale
 from vecaccel.trainers.dqn_checkpoint import load_dqn, save_dqn, write_run_checkpoint
 from vecaccel.trainers.dqn_presets import PRESETS
+from vecaccel.trainers.envs import check_tensor_spaces
 from vecaccel.trainers.episodes import EpisodeStats
 from vecaccel.trainers.models import QNetwork, check_observation_space
+from vecaccel.trainers.presets import AUTO
 from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
 from vecaccel.trainers.replay import ReplayBuffer, ReplaySample, replay_buffer_kwargs
 from vecaccel.trainers.replay_files import restore_replay
@@ -228,7 +223,8 @@ class DQN(Algorithm):
             ``gymnasium.vector.VectorEnv`` created with ``autoreset_mode=AutoresetMode.SAME_STEP``;
             ``None`` only for a loaded agent used to predict.
         config: a full :class:`DQNConfig`; keyword arguments override its fields.
-        preset: a name in :data:`PRESETS` applied before ``**overrides``.
+        preset: a name in :data:`PRESETS` applied before ``**overrides`` (and over ``config``);
+            ``"auto"``, ``None`` and ``"none"`` as in :meth:`Algorithm.preset_values`.
         **overrides: :class:`DQNConfig` fields (``checkpoint_period`` and ``log_interval`` are
             accepted for ``checkpoint_every`` and ``log_every_steps``).
 
@@ -246,6 +242,7 @@ class DQN(Algorithm):
     family = "off_policy"
     config_cls = DQNConfig
     config: DQNConfig
+    presets = PRESETS
     #: the losses every update reports, reduced over ranks even on a rank that has none yet
     loss_keys = ("losses/td_loss", "losses/q_values", "losses/grad_norm")
 
@@ -253,15 +250,11 @@ class DQN(Algorithm):
         self,
         env: str | gym.vector.VectorEnv | None = None,
         config: DQNConfig | None = None,
-        preset: str | None = None,
+        preset: str | None = AUTO,
         **overrides: Any,
     ) -> None:
-        values = dataclasses.asdict(config) if config is not None else dict(self.defaults)
-        if preset is not None:
-            if preset not in PRESETS:
-                raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
-            values.update(PRESETS[preset])
-        values.update(resolve_aliases(DQNConfig, overrides))
+        base = None if config is None else dataclasses.asdict(config)
+        values = self.preset_values(env, preset, overrides, base=base)
         unknown = set(values) - {f.name for f in dataclasses.fields(DQNConfig)}
         if unknown:
             raise TypeError(f"unknown {type(self).__name__} settings: {sorted(unknown)}")
@@ -304,6 +297,7 @@ class DQN(Algorithm):
             self.envs = env
         space = self.envs.single_action_space
         try:
+            check_tensor_spaces(type(self).__name__, self.envs.single_observation_space, space)
             if not isinstance(space, gym.spaces.Discrete):
                 raise TypeError(f"{type(self).__name__} needs a Discrete action space, got {space}")
             check_observation_space(self.envs.single_observation_space)
@@ -326,6 +320,7 @@ class DQN(Algorithm):
     ) -> None:
         """Build the networks for these single-env spaces, without envs (they may live in
         another process, as the asynchronous runner's sampler)."""
+        check_tensor_spaces(type(self).__name__, observation_space, action_space)
         self.observation_space, self.action_space = observation_space, action_space
         if env_id is not None:
             self.env_id = env_id

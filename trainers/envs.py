@@ -12,6 +12,7 @@ __all__ = [
     "ClassicEnvFactory",
     "EpisodicLifeEnv",
     "action_start",
+    "check_tensor_spaces",
     "is_atari_id",
     "make_env_fn",
     "make_env_for_training",
@@ -36,6 +37,42 @@ def is_atari_id(env_id: str) -> bool:
         return False
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
     return entry.startswith("ale_py") or "AtariEnv" in entry
+
+
+def check_tensor_spaces(
+    trainer: str, observation_space: gym.Space | None, action_space: gym.Space | None
+) -> None:
+    """Raise ``TypeError`` if either space has a part with no fixed size (``Text``, ``Graph``,
+    ``Sequence``, ``OneOf``, a ``Space`` subclass vecaccel does not know), naming it.
+
+    Every vecaccel backend steps such envs, batched as Gymnasium's ``SyncVectorEnv`` batches
+    them; the trainers' networks and buffers need fixed-shape tensors.
+
+    Example:
+        >>> check_tensor_spaces("PPO", gym.spaces.Box(0, 1, (3,)), gym.spaces.Discrete(2))
+        >>> sequence = gym.spaces.Sequence(gym.spaces.Discrete(3))
+        >>> try:
+        ...     check_tensor_spaces("PPO", gym.spaces.Tuple((sequence,)), gym.spaces.Discrete(2))
+        ... except TypeError as exc:
+        ...     print(str(exc).split(": ")[-1].split(".")[0])
+        Sequence(Discrete(3), stack=False)
+    """
+    from vecaccel.spaces import has_fixed_layout
+
+    for role, space in (("observation", observation_space), ("action", action_space)):
+        if space is None or has_fixed_layout(space):
+            continue
+        part = space
+        while isinstance(part, (gym.spaces.Dict, gym.spaces.Tuple)):
+            children = part.spaces.values() if isinstance(part, gym.spaces.Dict) else part.spaces
+            part = next(child for child in children if not has_fixed_layout(child))
+        what = "no fixed size" if part is space else f"a part with no fixed size: {part}"
+        raise TypeError(
+            f"{trainer} needs fixed-size tensors, but the {role} space {space} has {what}. "
+            "Any vecaccel backend (make_vec(..., backend='shm'), 'serial', ...) steps such an env "
+            "and batches it as Gymnasium's SyncVectorEnv does; to train on it here, wrap the env "
+            "to encode that part in a Box (pad a Sequence, tokenize Text)"
+        )
 
 
 class EpisodicLifeEnv(gym.Wrapper):

@@ -8,7 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel.trainers.checkpoint import checkpoint_file
-from vecaccel.trainers.cli_errors import read_checkpoint, setup_errors, usage_error
+from vecaccel.trainers.cli_errors import (
+    missing_dependency,
+    read_checkpoint,
+    setup_errors,
+    usage_error,
+)
 from vecaccel.trainers.cli_flags import ALGORITHMS, algorithm_class
 
 __all__ = ["eval_command", "evaluate_agent"]
@@ -16,6 +21,11 @@ __all__ = ["eval_command", "evaluate_agent"]
 
 def eval_command(args: argparse.Namespace) -> int:
     """Handle ``vecaccel eval CHECKPOINT``; returns the exit code."""
+    try:
+        import torch  # noqa: F401 - checkpoints are torch files, the agents torch modules
+    except ImportError as exc:
+        print(missing_dependency("vecaccel eval", exc), file=sys.stderr)
+        return 2
     path = checkpoint_file(args.checkpoint)
     state = read_checkpoint(path)
     if state is None:

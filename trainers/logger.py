@@ -1,10 +1,15 @@
-"""The run logger: metrics to a CSV, TensorBoard and a progress bar, and the learning curve."""
+"""The run logger: metrics to a CSV, TensorBoard and a progress bar, and the learning curve.
+
+TensorBoard, tqdm and matplotlib are optional (``pip install vecaccel[train]`` brings them):
+without one, the run goes on without its event files, bar or plot, and says so once.
+"""
 
 from __future__ import annotations
 
 import csv
 import math
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -18,6 +23,26 @@ __all__ = [
     "mean_or_none",
     "plot_learning_curve",
 ]
+
+#: what each optional package adds to a run, for the line said when it is missing
+_OPTIONAL = {
+    "tensorboard": "TensorBoard event files",
+    "tqdm": "progress bar",
+    "matplotlib": "learning_curve.png",
+}
+_missing_said: set[str] = set()
+
+
+def _say_missing(package: str) -> None:
+    """Say, once per process, that ``package`` is not installed and what the run goes without."""
+    if package in _missing_said:
+        return
+    _missing_said.add(package)
+    print(
+        f"{package} is not installed: no {_OPTIONAL[package]} (pip install {package}, or "
+        "pip install 'vecaccel[train]' for every training extra)",
+        file=sys.stderr,
+    )
 
 
 class RunLogger:
@@ -78,15 +103,22 @@ class RunLogger:
         self._rewrite_csv()
         self._writer = None
         if use_tensorboard and self.run_dir is not None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
+            try:  # ImportError, not only ModuleNotFoundError: torch's module checks the version
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                _say_missing("tensorboard")
+            else:
+                self._writer = SummaryWriter(str(self.run_dir / "tb"), purge_step=resume_step)
         # wall-clock starts after the slow TensorBoard import
         self._start_time = time.perf_counter()
         self._bar = None
+        tqdm = None
         if progress:
-            from tqdm.auto import tqdm
-
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                _say_missing("tqdm")
+        if tqdm is not None:
             self._bar = tqdm(
                 total=self.total_steps,
                 initial=min(self._start_step, self.total_steps),
@@ -216,7 +248,8 @@ def plot_learning_curve(
     """Draw ``key`` against environment steps and against wall-clock time from a metrics CSV.
 
     Returns:
-        ``png_path``, or ``None`` (and no file) if the CSV holds no value for ``key``.
+        ``png_path``, or ``None`` (and no file) if the CSV holds no value for ``key`` or
+        matplotlib is not installed.
     """
     steps, times, values = [], [], []
     with open(csv_path, newline="") as file:
@@ -227,7 +260,11 @@ def plot_learning_curve(
                 values.append(float(row[key]))
     if not values:
         return None
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        _say_missing("matplotlib")
+        return None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -49,7 +49,8 @@ from vecaccel.trainers.config import (
     resolve_aliases,
     resolve_device,
 )
-from vecaccel.trainers.envs import make_env_fn
+from vecaccel.trainers.envs import check_tensor_spaces, make_env_fn
+from vecaccel.trainers.presets import AUTO
 from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state
 
 __all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
@@ -124,9 +125,13 @@ class OnPolicyAlgorithm(Algorithm):
         observation_space: the single-env observation space when ``env`` is ``None`` (else
             one env of ``config.env_id`` is made to read it).
         action_space: likewise, the single-env action space.
+        preset: the named settings to start from (``PRESETS``): ``"auto"`` (the default) takes
+            the one made for the env id given (``env``, or ``env_id`` with ``env=None``), if any
+            (``vecaccel.trainers.presets.ENV_PRESETS``); ``None`` or ``"none"`` the plain
+            defaults. The name applied is kept in ``config.preset``.
         **config: fields of the algorithm's config dataclass (``run_dir``, ``progress``,
-            ``tensorboard`` among them); ``log_every`` (updates) is accepted for
-            ``log_every_steps``.
+            ``tensorboard`` among them), each winning over the preset's; ``log_every``
+            (updates) is accepted for ``log_every_steps``.
     """
 
     family = "on_policy"
@@ -139,15 +144,19 @@ class OnPolicyAlgorithm(Algorithm):
         *,
         observation_space: gym.Space | None = None,
         action_space: gym.Space | None = None,
+        preset: str | None = AUTO,
         **config: Any,
     ) -> None:
         from vecaccel.trainers.models import ActorCritic, check_observation_space
 
-        config = {**self.defaults, **config}
         if isinstance(env, str):
             config["env_id"] = env
         if "log_every_steps" in config:  # the current name wins over the earlier one
             config.pop("log_every", None)
+        explicit = config
+        config = self.preset_values(env, preset, explicit)
+        if "log_every" in explicit:  # given, it beats a preset's log period
+            config.pop("log_every_steps", None)
         log_every = config.get("log_every")
         self._setup(config)
         cfg = self.config
@@ -167,6 +176,7 @@ class OnPolicyAlgorithm(Algorithm):
         # a space the model refuses (or any failure setting up) must not leave the envs it
         # built running
         try:
+            check_tensor_spaces(type(self).__name__, observation_space, action_space)
             check_observation_space(observation_space)
             bf16 = cfg.bf16 == "on" or (
                 cfg.bf16 == "auto"
@@ -495,10 +505,18 @@ class OnPolicyAlgorithm(Algorithm):
     ) -> None:
         observation_space = space_from_dict(state["observation_space"])
         action_space = space_from_dict(state["action_space"])
-        # build without an env, then attach it once the counters say where the run stands
+        # build without an env, then attach it once the counters say where the run stands; the
+        # saved settings are the run's, with no preset applied over them
+        recorded_preset = config.pop("preset", None)
         OnPolicyAlgorithm.__init__(
-            self, None, observation_space=observation_space, action_space=action_space, **config
+            self,
+            None,
+            observation_space=observation_space,
+            action_space=action_space,
+            preset=None,
+            **config,
         )
+        self.config.preset = recorded_preset
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.global_step = int(state["global_step"])

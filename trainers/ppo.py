@@ -52,7 +52,8 @@ class PPOConfig(OnPolicyConfig):
     """Stop the epochs early when the approximate KL exceeds this (None: never)."""
 
 
-#: Named settings for ``PPO(**PRESETS[name])`` and ``vecaccel train ppo --preset NAME``.
+#: Named settings: ``PPO(env, preset=NAME)`` and ``vecaccel train ppo --preset NAME``; a run on
+#: an env id one is made for starts from it unless told otherwise (``trainers/presets.py``).
 PRESETS: dict[str, dict[str, Any]] = {
     # rl-baselines3-zoo's hyperparams/ppo.yml for CartPole-v1 (n_envs 8, n_steps 32,
     # batch_size 256, gae_lambda 0.8, gamma 0.98, n_epochs 20, ent_coef 0, lin_1e-3, lin_0.2)
@@ -120,6 +121,7 @@ class PPO(OnPolicyAlgorithm):
 
     algo_name = "ppo"
     config_cls = PPOConfig
+    presets = PRESETS
     config: PPOConfig
 
     def make_optimizer(self, learning_rate: float) -> Any:

@@ -35,7 +35,7 @@ def build(algo: str) -> Any:
     """A tiny agent of ``algo``, trained ``STEPS`` env steps."""
     from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
 
-    common = dict(backend="serial", seed=3, device="cpu", torch_threads=1)
+    common = dict(backend="serial", seed=3, device="cpu", torch_threads=1, preset=None)
     if algo == "ppo":
         agent = PPO("CartPole-v1", num_envs=2, num_steps=32, hidden_sizes=(16, 16), **common)
     elif algo == "a2c":
