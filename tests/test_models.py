@@ -74,8 +74,8 @@ def test_a_space_with_no_fixed_size_is_refused_naming_it_and_the_backends(cls, e
         envs.close()
     message = str(caught.value)
     role = "observation" if env_name == "TextObsEnv" else "action"
-    assert f"{cls.__name__} needs fixed-size tensors, but the {role} space Text(" in message
-    assert "Any vecaccel backend" in message and "backend='shm'" in message
+    assert f"{cls.__name__} needs tensors, but the {role} space Text(" in message
+    assert "backend='serial', 'shm', 'hybrid' or 'async'" in message
 
 
 @pytest.mark.parametrize("cls", [PPO, DQN])
@@ -86,7 +86,7 @@ def test_a_nested_part_with_no_fixed_size_is_named(cls):
     observation_space = gym.spaces.Dict(
         pos=gym.spaces.Box(0, 1, (3,)), history=gym.spaces.Tuple((gym.spaces.Discrete(2), sequence))
     )
-    with pytest.raises(TypeError, match=r"has a part with no fixed size: Sequence\(Box"):
+    with pytest.raises(TypeError, match=r"no fixed size at obs\['history'\]\[1\]: Sequence\(Box"):
         if cls is DQN:  # the asynchronous runner's way in: spaces without envs
             DQN(env=None, device="cpu").attach_spaces(observation_space, gym.spaces.Discrete(2))
         else:

@@ -42,11 +42,12 @@ def is_atari_id(env_id: str) -> bool:
 def check_tensor_spaces(
     trainer: str, observation_space: gym.Space | None, action_space: gym.Space | None
 ) -> None:
-    """Raise ``TypeError`` if either space has a part with no fixed size (``Text``, ``Graph``,
-    ``Sequence``, ``OneOf``, a ``Space`` subclass vecaccel does not know), naming it.
+    """Raise ``TypeError`` if either space has a leaf with no fixed size (``Text``, ``Graph``,
+    ``Sequence``, ``OneOf``, a ``Space`` subclass vecaccel does not know), naming its path.
 
-    Every vecaccel backend steps such envs, batched as Gymnasium's ``SyncVectorEnv`` batches
-    them; the trainers' networks and buffers need fixed-shape tensors.
+    Every vecaccel backend but ``action_server`` steps such envs, batched as Gymnasium's
+    ``SyncVectorEnv`` batches them; the trainers' networks and buffers need fixed-shape tensors.
+    The check is :func:`vecaccel.payload_spaces.require_fixed_layout`'s.
 
     Example:
         >>> check_tensor_spaces("PPO", gym.spaces.Box(0, 1, (3,)), gym.spaces.Discrete(2))
@@ -54,25 +55,14 @@ def check_tensor_spaces(
         >>> try:
         ...     check_tensor_spaces("PPO", gym.spaces.Tuple((sequence,)), gym.spaces.Discrete(2))
         ... except TypeError as exc:
-        ...     print(str(exc).split(": ")[-1].split(".")[0])
+        ...     print(str(exc).split(": ")[1].split(". ")[0])
         Sequence(Discrete(3), stack=False)
     """
-    from vecaccel.spaces import has_fixed_layout
+    from vecaccel.payload_spaces import require_fixed_layout
 
-    for role, space in (("observation", observation_space), ("action", action_space)):
-        if space is None or has_fixed_layout(space):
-            continue
-        part = space
-        while isinstance(part, (gym.spaces.Dict, gym.spaces.Tuple)):
-            children = part.spaces.values() if isinstance(part, gym.spaces.Dict) else part.spaces
-            part = next(child for child in children if not has_fixed_layout(child))
-        what = "no fixed size" if part is space else f"a part with no fixed size: {part}"
-        raise TypeError(
-            f"{trainer} needs fixed-size tensors, but the {role} space {space} has {what}. "
-            "Any vecaccel backend (make_vec(..., backend='shm'), 'serial', ...) steps such an env "
-            "and batches it as Gymnasium's SyncVectorEnv does; to train on it here, wrap the env "
-            "to encode that part in a Box (pad a Sequence, tokenize Text)"
-        )
+    for kind, space in (("observation", observation_space), ("action", action_space)):
+        if space is not None:
+            require_fixed_layout(space, trainer, kind)
 
 
 class EpisodicLifeEnv(gym.Wrapper):
