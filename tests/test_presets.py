@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,15 @@ def test_an_env_id_starts_from_its_preset_and_explicit_arguments_win() -> None:
         assert agent.envs.num_envs == 2
     finally:
         agent.close()
+
+
+def test_the_preset_taken_by_itself_is_logged_once(caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="vecaccel.trainers.presets"):
+        PPO(env=None, env_id="CartPole-v1", device="cpu")
+        PPO(env=None, env_id="CartPole-v1", preset="cartpole", device="cpu")  # named: not logged
+    [record] = caplog.records
+    assert "ppo on CartPole-v1 starts from the preset 'cartpole'" in record.getMessage()
+    assert "preset=None" in record.getMessage()
 
 
 @pytest.mark.parametrize("off", [None, "none"])

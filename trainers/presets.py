@@ -20,7 +20,11 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+#: Says, at INFO, which preset a run took by itself (the CLI prints the same on stdout).
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ATARI",
@@ -124,6 +128,13 @@ def apply_preset(
         {'gamma': 0.98, 'num_envs': 2, 'preset': 'cartpole'}
     """
     name = resolve_preset(algo, presets, preset, env_id)
+    if preset == AUTO and name is not None:
+        logger.info(
+            "%s on %s starts from the preset %r, made for it (preset=None: the plain defaults)",
+            algo,
+            env_id,
+            name,
+        )
     values = {**base, **(presets[name] if name is not None else {}), **explicit}
     values["preset"] = name
     return values
