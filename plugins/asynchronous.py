@@ -3,8 +3,9 @@
 Where ``shm`` steps every env in lock-step, :class:`AsyncVecEnv` sends actions to any subset of
 envs and receives envs as each one finishes: every finished env is one byte on its worker's
 ``done`` pipe (the env's slot in the worker's slice, see :data:`vecaccel.worker.ENV_PAYLOAD_FLAG`).
-Observations, rewards and flags are still read from the shared buffer; only infos, when
-non-empty, take the side channel. The ``action_server`` backend is built on this class.
+Observations, rewards and flags are still read from the shared buffer, and so are infos that
+fit the info schema (:mod:`vecaccel.worker.info_schema`); other non-empty infos take the side
+channel. The ``action_server`` backend is built on this class.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ The machinery every backend on worker processes shares, in small modules:
 * :mod:`~vecaccel.worker.protocol`: the command and status bytes, the shared-memory layout,
   error reports and the startup message;
 * :mod:`~vecaccel.worker.env_slice`: the envs of one worker, stepped, reset and rebuilt in place;
+* :mod:`~vecaccel.worker.info_schema`: step infos of a fixed schema in shared memory;
 * :mod:`~vecaccel.worker.process`: the worker process's loop;
 * :mod:`~vecaccel.worker.pool`: the parent's side: start, send, kill, restart, close; waiting
   for replies is in :mod:`~vecaccel.worker.replies`, the control commands in

@@ -173,8 +173,8 @@ class InfoSlots:
         The caller sets the env's flag (:attr:`generation` if it did, else 0); a write that
         stops half-way leaves values no flag points to.
         """
-        if len(info) != len(self._checks):
-            return False
+        if type(info) is not dict or len(info) != len(self._checks):
+            return False  # a dict subclass keeps its type on the payload path
         try:
             for (key, value), (name, kind, column, dtype, shape) in zip(info.items(), self._checks):
                 if key != name or type(value) is not kind:
