@@ -32,6 +32,7 @@ from vecaccel.worker.env_slice import (
     restarted_info,
 )
 from vecaccel.worker.handle import WorkerHandle, get_context
+from vecaccel.worker.info_schema import INFO_BLOCK_BYTES, InfoSchema, InfoSchemaTracker, InfoSlots
 from vecaccel.worker.pool import WorkerPool
 from vecaccel.worker.protocol import (
     ENV_PAYLOAD_FLAG,
@@ -49,12 +50,16 @@ from vecaccel.worker.vec_env import ProcessVecEnv
 __all__ = [
     "ENV_ERRORS",
     "ENV_PAYLOAD_FLAG",
+    "INFO_BLOCK_BYTES",
     "PARENT_CHECK_INTERVAL",
     "PAYLOAD_SLAB_BYTES",
     "Command",
     "EnvMakeError",
     "EnvSlice",
     "ErrorReport",
+    "InfoSchema",
+    "InfoSchemaTracker",
+    "InfoSlots",
     "ProcessVecEnv",
     "SharedLayout",
     "SharedViews",
