@@ -3,8 +3,9 @@
 Where ``shm`` steps every env in lock-step, :class:`AsyncVecEnv` sends actions to any subset of
 envs and receives envs as each one finishes: every finished env is one byte on its worker's
 ``done`` pipe (the env's slot in the worker's slice, see :data:`vecaccel.worker.ENV_PAYLOAD_FLAG`).
-Observations, rewards and flags are still read from the shared buffer; only infos, when
-non-empty, take the side channel. The ``action_server`` backend is built on this class.
+Observations, rewards and flags are still read from the shared buffer, and so are infos that
+fit the info schema (:mod:`vecaccel.worker.info_schema`); other non-empty infos take the side
+channel. The ``action_server`` backend is built on this class.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class AsyncVecEnv(ProcessVecEnv):
         self._failed_envs: set[int] = set()
         self._last_ids: np.ndarray | None = None
         self._restart_pending = np.zeros(self.num_envs, dtype=np.bool_)
+        # per env: the schema generation its result's info is in the shared info area under
+        # (read from its flag as it arrives), or 0
+        self._slot_generation = np.zeros(self.num_envs, dtype=np.uint8)
         self._env_to_worker = np.empty(self.num_envs, dtype=np.int64)
         for worker in self.pool.workers:
             self._env_to_worker[worker.start : worker.stop] = worker.index
@@ -171,6 +175,10 @@ class AsyncVecEnv(ProcessVecEnv):
     def _take_bytes(self, timeout: float | None) -> bool:
         """Read finished envs from the workers; ``False`` on timeout."""
         arrived, dead = self.pool.wait_bytes(timeout)
+        flags = self.pool.views.info_flags
+        learning = self.pool.info_schema.generation == 0
+        pairs: list[tuple[int, dict]] = []  # the infos that came as dicts, for the schema
+        in_slots = 0
         for worker, data in arrived:
             for byte in data:
                 index = worker.start + (byte & (ENV_PAYLOAD_FLAG - 1))
@@ -181,10 +189,18 @@ class AsyncVecEnv(ProcessVecEnv):
                         self._failed_envs.add(index)
                         self._in_flight[index] = False
                         continue
-                    self._infos[index] = payload
-                    self.pool.note_restarts([(index, payload)])
+                    if payload is not None:  # None: the info is in the shared info area
+                        self._infos[index] = payload
+                        self.pool.note_restarts([(index, payload)])
+                        if payload:
+                            pairs.append((index, payload))
+                if not learning and flags[index]:
+                    self._slot_generation[index] = flags[index]
+                    in_slots += 1
                 self._in_flight[index] = False
                 self._ready.append(index)
+        if pairs or not learning:
+            self.pool.observe_infos(pairs, in_slots)
         for worker in dead:
             self._on_worker_death(worker)
         return bool(arrived or dead)
@@ -199,6 +215,7 @@ class AsyncVecEnv(ProcessVecEnv):
         ready = set(self._ready)
         for index, info in infos.items():
             self._infos[index] = info
+            self._slot_generation[index] = 0
             if self._in_flight[index]:
                 self._in_flight[index] = False
                 self._ready.append(index)
@@ -283,6 +300,7 @@ class AsyncVecEnv(ProcessVecEnv):
         dropped = set(env_ids.tolist()).intersection(self._ready)
         for index in dropped:
             self._infos.pop(index, None)
+            self._slot_generation[index] = 0
         self._ready = deque(i for i in self._ready if i not in dropped)
 
     def _gather(self, ids: np.ndarray):
@@ -291,11 +309,7 @@ class AsyncVecEnv(ProcessVecEnv):
         if not self._in_flight.any():
             self._state = AsyncState.DEFAULT
         obs = index_tree(views.obs, ids)
-        infos: dict[str, Any] = {}
-        for position, index in enumerate(ids.tolist()):
-            info = self._infos.pop(index, None)
-            if info:
-                infos = self._add_info_batch(infos, info, position)
+        infos = self._batch_of(ids)
         infos["env_id"] = ids.copy()
         return (
             obs,
@@ -304,6 +318,27 @@ class AsyncVecEnv(ProcessVecEnv):
             views.truncations[ids],
             infos,
         )
+
+    def _batch_of(self, ids: np.ndarray) -> dict[str, Any]:
+        """The batched infos of envs ``ids`` (in that order): those that came as dicts and
+        those in the shared info area, batched over the returned batch."""
+        generations = self._slot_generation[ids]
+        in_slots = generations != 0
+        infos: dict[str, Any] = {}
+        tracker = self.pool.info_schema
+        if in_slots.any():
+            self._slot_generation[ids] = 0
+            if (generations[in_slots] == tracker.generation).all() and not any(
+                i in self._infos for i in ids.tolist()
+            ):
+                return tracker.current.batch(in_slots, ids)
+        for position, index in enumerate(ids.tolist()):
+            info = self._infos.pop(index, None)
+            if info is None and in_slots[position]:
+                info = tracker.slots(int(generations[position])).decode([index])[0]
+            if info:
+                infos = self._add_info_batch(infos, info, position)
+        return infos
 
     def _add_info_batch(self, infos: dict, info: dict, position: int) -> dict:
         # infos are batched over the returned batch, not over all envs
@@ -356,6 +391,7 @@ class AsyncVecEnv(ProcessVecEnv):
         reset_ids = [index for index, _ in pairs]
         for index, info in pairs:
             self._infos[index] = info
+        self._slot_generation[reset_ids] = 0
         self._failed_envs.difference_update(reset_ids)
         self._restart_pending[reset_ids] = False
         reset_set = set(reset_ids)

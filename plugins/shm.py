@@ -96,6 +96,7 @@ class ShmVecEnv(ProcessVecEnv):
             except EnvMakeError as failed:
                 self.close(terminate=True)
                 raise self.pool.error_from_reports([failed.report()]) from failed.error
+            self.pool.add_local_slice(self._inline)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -345,10 +346,29 @@ class ShmVecEnv(ProcessVecEnv):
             truncs = views.truncations.copy()
         else:
             rewards, terms, truncs = views.rewards, views.terminations, views.truncations
-        if len(pairs) > 1:
-            pairs.sort(key=lambda p: p[0])
-        infos = self._batch_infos(pairs)
+        infos = self._step_infos(pairs)
         return self._observations(), rewards, terms, truncs, infos
+
+    def _step_infos(self, pairs: list[tuple[int, Any]]) -> dict[str, Any]:
+        """The batched infos of a lock-step step: ``pairs`` (the infos that came as dicts)
+        and those in the shared info area, as ``_batch_infos`` batches them all."""
+        tracker = self.pool.info_schema
+        if tracker.current is None:
+            if len(pairs) > 1:
+                pairs.sort(key=lambda p: p[0])
+            self.pool.observe_infos(pairs, 0)
+            return self._batch_infos(pairs)
+        in_slots = tracker.conforming()
+        count = int(np.count_nonzero(in_slots))
+        if not count:
+            infos = self._batch_infos(sorted(pairs, key=lambda p: p[0]))
+        elif pairs or self.per_env_infos:
+            infos = self._batch_infos(tracker.merge(pairs, np.flatnonzero(in_slots)))
+        else:  # every info of the step in the slots: batch them as arrays at once
+            self.last_infos = []
+            infos = tracker.current.batch(in_slots)
+        self.pool.observe_infos(pairs, count)
+        return infos
 
 
 def make_shm(

@@ -5,6 +5,7 @@ The machinery every backend on worker processes shares, in small modules:
 * :mod:`~vecaccel.worker.protocol`: the command and status bytes, the shared-memory layout,
   error reports and the startup message;
 * :mod:`~vecaccel.worker.env_slice`: the envs of one worker, stepped, reset and rebuilt in place;
+* :mod:`~vecaccel.worker.info_schema`: step infos of a fixed schema in shared memory;
 * :mod:`~vecaccel.worker.process`: the worker process's loop;
 * :mod:`~vecaccel.worker.pool`: the parent's side: start, send, kill, restart, close; waiting
   for replies is in :mod:`~vecaccel.worker.replies`, the control commands in
@@ -31,6 +32,7 @@ from vecaccel.worker.env_slice import (
     restarted_info,
 )
 from vecaccel.worker.handle import WorkerHandle, get_context
+from vecaccel.worker.info_schema import INFO_BLOCK_BYTES, InfoSchema, InfoSchemaTracker, InfoSlots
 from vecaccel.worker.pool import WorkerPool
 from vecaccel.worker.protocol import (
     ENV_PAYLOAD_FLAG,
@@ -48,12 +50,16 @@ from vecaccel.worker.vec_env import ProcessVecEnv
 __all__ = [
     "ENV_ERRORS",
     "ENV_PAYLOAD_FLAG",
+    "INFO_BLOCK_BYTES",
     "PARENT_CHECK_INTERVAL",
     "PAYLOAD_SLAB_BYTES",
     "Command",
     "EnvMakeError",
     "EnvSlice",
     "ErrorReport",
+    "InfoSchema",
+    "InfoSchemaTracker",
+    "InfoSlots",
     "ProcessVecEnv",
     "SharedLayout",
     "SharedViews",

@@ -18,6 +18,7 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.payload_spaces import item_columns, store_items, take_items
 from vecaccel.spaces import item_reader, item_writer
 from vecaccel.vector import EnvRunner, check_env_spaces
+from vecaccel.worker.info_schema import InfoSchema, InfoSlots
 from vecaccel.worker.protocol import ErrorReport, SharedViews, error_report
 
 __all__ = ["ENV_ERRORS", "EnvMakeError", "EnvSlice", "derived_seed", "restarted_info"]
@@ -112,6 +113,9 @@ class EnvSlice:
         self._rewards: list[Any] = [0.0] * len(env_fns)
         self._terms: list[Any] = [False] * len(env_fns)
         self._truncs: list[Any] = [False] * len(env_fns)
+        self._flags: list[int] = [0] * len(env_fns)
+        # the info schema the parent announced: step infos that fit it go into shared memory
+        self.info_slots: InfoSlots | None = None
         for j, fn in enumerate(env_fns):
             try:
                 env = fn()
@@ -125,6 +129,10 @@ class EnvSlice:
                 self.close()
                 raise EnvMakeError(start + j, exc) from exc
 
+    def set_info_schema(self, schema: InfoSchema) -> None:
+        """Write the step infos that fit ``schema`` into the shared info area from now on."""
+        self.info_slots = InfoSlots(schema, self.views.info_area, self.views.info_flags)
+
     def obs_items(self, env_indices: Sequence[int]) -> list:
         """The observation items (leaves with no fixed size) of envs ``env_indices``, for a
         reply; see :func:`vecaccel.payload_spaces.take_items`."""
@@ -135,28 +143,42 @@ class EnvSlice:
         return [i - self.start for i in store_items(self.action_columns, items)]
 
     def step(self, j: int) -> tuple[dict | None, ErrorReport | None]:
-        """Step env ``j`` of the slice; return ``(info, error_report)``."""
+        """Step env ``j`` of the slice; return ``(info, error_report)``.
+
+        The info is ``None`` when it went into the shared info area (it fits the schema).
+        """
         i = self.start + j
         views = self.views
+        slots = self.info_slots
         try:
             obs, rew, term, trunc, info = self.runners[j].step(self.read_action(i))
             self.write_obs(i, obs)
         except ENV_ERRORS as exc:
+            if slots is not None:
+                views.info_flags[i] = 0
             return self._failed(j, exc)
         views.rewards[i] = rew
         views.terminations[i] = term
         views.truncations[i] = trunc
+        if slots is not None:
+            if info and slots.store(i, info):
+                views.info_flags[i] = slots.generation
+                return None, None
+            views.info_flags[i] = 0
         return info, None
 
     def step_all(self) -> tuple[InfoPairs, list[ErrorReport]]:
         """Step every env of the slice (the lock-step hot loop); return ``(infos, errors)``.
 
-        Rewards and flags are gathered in lists and written with one slice assignment each,
-        which saves three numpy item writes per env.
+        ``infos`` holds the infos that did not go into the shared info area. Rewards and flags
+        are gathered in lists and written with one slice assignment each, which saves three
+        numpy item writes per env.
         """
         start, views = self.start, self.views
         read_action, write_obs = self.read_action, self.write_obs
         rewards, terms, truncs = self._rewards, self._terms, self._truncs
+        slots, flags = self.info_slots, self._flags
+        generation = 0 if slots is None else slots.generation
         infos: InfoPairs = []
         errors: list[ErrorReport] = []
         for j, runner in enumerate(self.runners):
@@ -170,12 +192,23 @@ class EnvSlice:
                     errors.append(error)
                 rewards[j] = views.rewards[i]  # as the failure left them (rebuilt or unchanged)
                 terms[j], truncs[j] = views.terminations[i], views.truncations[i]
-            if info:
+                flags[j] = 0
+                if info:
+                    infos.append((i, info))
+                continue
+            if not info:
+                flags[j] = 0
+            elif slots is not None and slots.store(i, info):
+                flags[j] = generation
+            else:
+                flags[j] = 0
                 infos.append((i, info))
         stop = start + len(self.runners)
         views.rewards[start:stop] = rewards
         views.terminations[start:stop] = terms
         views.truncations[start:stop] = truncs
+        if slots is not None:
+            views.info_flags[start:stop] = flags
         return infos, errors
 
     def _failed(self, j: int, exc: BaseException) -> tuple[dict | None, ErrorReport | None]:

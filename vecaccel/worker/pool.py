@@ -30,6 +30,7 @@ from vecaccel.worker.commands import ControlCommands
 from vecaccel.worker.cpus import current_cpu, usable_cpus
 from vecaccel.worker.env_slice import derived_seed, restarted_info
 from vecaccel.worker.handle import WorkerHandle, describe_exit, get_context
+from vecaccel.worker.info_schema import InfoSchema, InfoSchemaTracker
 from vecaccel.worker.process import worker_main
 from vecaccel.worker.protocol import Command, SharedLayout, Status, send_startup
 from vecaccel.worker.replies import Replies
@@ -132,6 +133,9 @@ class WorkerPool(Replies, ControlCommands):
         # item columns of leaves with no fixed size; empty lists for spaces fixed throughout
         self.obs_columns = item_columns(self.views.obs)
         self.action_columns = item_columns(self.views.actions)
+        # step infos of a fixed schema ride in shared memory once learned (observe_infos)
+        self.info_schema = InfoSchemaTracker(self.views.info_area, self.views.info_flags)
+        self._local_slices: list[Any] = []  # the caller's inline envs (EnvSlice), if any
         self.workers: list[WorkerHandle] = []
         self._owner_pid = os.getpid()  # a forked child of the user's process does not own them
         self._control_in_flight = False  # a reset/call/set_attr sent and not fully answered
@@ -167,6 +171,7 @@ class WorkerPool(Replies, ControlCommands):
     def _start_worker(self, k: int, start: int, stop: int) -> WorkerHandle:
         self.views.payload_len[k] = -1  # nothing in its slab (a dead predecessor's is stale)
         self.views.last_cpu[k] = -1
+        self.views.info_flags[start:stop] = 0  # no slot info until its envs step again
         cmd_recv, cmd_send = self.ctx.Pipe(duplex=False)
         done_recv, done_send = self.ctx.Pipe(duplex=False)
         data_parent, data_child = self.ctx.Pipe(duplex=True)
@@ -323,6 +328,8 @@ class WorkerPool(Replies, ControlCommands):
         try:
             fresh = self._start_worker(worker.index, worker.start, worker.stop)
             self._await_ready([fresh])
+            if self.info_schema.current is not None:  # before any step: it steps with slots
+                self.send(fresh, Command.INFO_SCHEMA, self.info_schema.current.schema)
             seeds = []
             for i in envs:
                 seeds.append(derived_seed(self.last_seeds[i], i, int(self.failures_per_env[i])))
@@ -369,6 +376,30 @@ class WorkerPool(Replies, ControlCommands):
         for i, info in pairs:
             if info.get("worker_restarted"):
                 self.count_failures([i], str(info.get("restart_reason", "env failed")))
+
+    # -- infos in shared memory ---------------------------------------------------------------
+
+    def add_local_slice(self, envs: Any) -> None:
+        """Have the caller's own :class:`~vecaccel.worker.EnvSlice` (``hybrid``'s inline envs)
+        follow the info schema as the workers do."""
+        self._local_slices.append(envs)
+
+    def observe_infos(self, pairs: Sequence[tuple[int, dict]], in_slots: int) -> None:
+        """Take note of a step's infos (:meth:`InfoSchemaTracker.observe`); a schema learned
+        from them is announced to every worker and local slice, for the steps that follow.
+
+        Called with no command in flight (lock-step), or while some are (per-env stepping):
+        each env's flag then says which schema its block was written under.
+        """
+        schema = self.info_schema.observe(pairs, in_slots)
+        if schema is not None:
+            self.announce_info_schema(schema)
+
+    def announce_info_schema(self, schema: InfoSchema) -> None:
+        """Send ``schema`` to every worker (and local slice); no reply comes."""
+        for envs in self._local_slices:
+            envs.set_info_schema(schema)
+        self.send_many([(worker, Command.INFO_SCHEMA, schema) for worker in self.workers])
 
     # -- sending ------------------------------------------------------------------------------
 

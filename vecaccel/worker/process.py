@@ -311,6 +311,8 @@ def worker_main(
                 name, pairs = data_conn.recv()
                 errors = envs.set_attrs(name, pairs)
                 reply(Status.ERROR, errors) if errors else reply(Status.OK)
+            elif command == Command.INFO_SCHEMA:  # no reply: it governs the steps that follow
+                envs.set_info_schema(data_conn.recv())
             elif command == Command.CLOSE:
                 envs.close()
                 reply(Status.OK)

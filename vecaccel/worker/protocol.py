@@ -7,8 +7,9 @@ Each worker owns a contiguous slice ``[start, stop)`` of the envs and three chan
   :attr:`Command.STEP_MASKED`, one byte per env: its slot in the slice, plus
   :data:`ENV_PAYLOAD_FLAG` when a payload follows on ``data``);
 * ``data``: a pickled side channel, used only for payloads that are irregular or rare: reset
-  arguments, infos when non-empty, ``call`` results, and error reports. A reply's payload that
-  fits in :data:`PAYLOAD_SLAB_BYTES` travels in the worker's slab of shared memory instead.
+  arguments, infos that do not fit the info schema, ``call`` results, and error reports. A
+  reply's payload that fits in :data:`PAYLOAD_SLAB_BYTES` travels in the worker's slab of
+  shared memory instead.
 
 Observations, actions, rewards and flags live in one shared buffer laid out from the spaces
 (:class:`SharedLayout`), computed the same way in the parent and in every worker. A leaf with
@@ -16,6 +17,9 @@ no fixed size (``Text``, ``Graph``...) has no bytes there but an item column in 
 views: a worker sends its envs' observation items with its reply (an :class:`ObsItems`
 payload), and the parent sends a worker its envs' action items on ``data`` after the step's
 command byte. A space without such leaves sends neither.
+
+Step infos that fit the schema the parent announces (:mod:`vecaccel.worker.info_schema`) are
+written into each env's block of the shared info area instead of being pickled.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from gymnasium import spaces
 
 from vecaccel.payload_spaces import layout_specs
 from vecaccel.spaces import nbytes_of, views_from_buffer
+from vecaccel.worker.info_schema import INFO_BLOCK_BYTES
 
 __all__ = [
     "ENV_PAYLOAD_FLAG",
@@ -58,6 +63,7 @@ class Command:
     CALL = 4
     SET_ATTR = 5
     CLOSE = 6
+    INFO_SCHEMA = 7  # an InfoSchema follows on data; no reply (it applies to later steps)
 
 
 class Status:
@@ -103,6 +109,8 @@ class SharedViews:
     payload_len: np.ndarray  # per worker: bytes of its reply's payload in payload_slab, or -1
     payload_slab: np.ndarray  # [num_workers, PAYLOAD_SLAB_BYTES] pickled reply payloads
     last_cpu: np.ndarray  # per worker: the CPU of its last reply, or -1 (WorkerPool.send_all)
+    info_area: np.ndarray  # [num_envs, INFO_BLOCK_BYTES] step infos that fit the info schema
+    info_flags: np.ndarray  # per env: the schema generation its block holds, or 0
 
 
 #: Shared memory per worker for the pickled payload of a reply (step infos, reset infos...):
@@ -135,6 +143,8 @@ class SharedLayout:
             ((num_envs,), np.dtype(np.uint8)),
             ((num_workers * 8,), np.dtype(np.int64)),  # one cache line per worker
             ((num_workers, PAYLOAD_SLAB_BYTES), np.dtype(np.uint8)),
+            ((num_envs, INFO_BLOCK_BYTES), np.dtype(np.uint8)),
+            ((num_envs,), np.dtype(np.uint8)),
         )
         self.nbytes = nbytes_of(self.specs) + 64
 
@@ -144,9 +154,20 @@ class SharedLayout:
         for spec in self.specs:
             view, offset = views_from_buffer(spec, buffer, offset)
             out.append(view)
-        obs, actions, rewards, terms, truncs, mask, seq, slab = out
+        obs, actions, rewards, terms, truncs, mask, seq, slab, info_area, info_flags = out
         return SharedViews(
-            obs, actions, rewards, terms, truncs, mask, seq[::8], seq[1::8], slab, seq[2::8]
+            obs,
+            actions,
+            rewards,
+            terms,
+            truncs,
+            mask,
+            seq[::8],
+            seq[1::8],
+            slab,
+            seq[2::8],
+            info_area,
+            info_flags,
         )
 
 
