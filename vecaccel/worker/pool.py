@@ -530,8 +530,7 @@ class WorkerPool(Replies, ControlCommands):
                     except OSError:
                         pass
             self.workers = []
-            self.views = None  # type: ignore[assignment]
-            self._buffer = None
+            self._release_buffer()
             return
         if self._control_in_flight:
             terminate = True  # an interrupted command: its reply would only delay the close
@@ -557,5 +556,11 @@ class WorkerPool(Replies, ControlCommands):
         self.workers = []
         self._fd_to_worker.clear()
         self._sentinel_to_worker.clear()
+        self._release_buffer()
+
+    def _release_buffer(self) -> None:
+        """Drop every view of the shared buffer, so that multiprocessing's heap frees its block
+        now (a view kept anywhere would hold the block, and the next pool would map another)."""
         self.views = None  # type: ignore[assignment]
+        self.info_schema = None  # type: ignore[assignment]  # it holds views of the info area
         self._buffer = None
