@@ -23,8 +23,8 @@ with ``batch_size < num_envs``) are refused with a ``ValueError``.
 Multi-agent envs. An env that reports ``infos["active"]`` (one row per agent, False where the
 agent is not live: dead before the others or not yet spawned) gets that mask in
 ``batch.active`` (``[T, B]``: the row's agent took part in step ``t``, its terminal step
-included), and episode lengths count live steps only. Without the key ``batch.active`` is
-``None`` and nothing is recorded.
+included), and episode lengths count live steps only. For other envs ``batch.active`` is all
+True.
 
 In every mode ``batch.final_obs[k]`` is the true last observation of the episode that was
 *truncated* (and not terminated) at ``(batch.final_index[k, 0], batch.final_index[k, 1])``,
@@ -87,8 +87,9 @@ class SampleBatch(NamedTuple):
     final_index: torch.Tensor
     """``[K, 2]`` int64 ``(t, b)`` of each row of ``final_obs``."""
     active: torch.Tensor | None = None
-    """``[T, B]`` bool ``infos["active"]`` of each step (True where the row's agent took part,
-    its terminal step included), or ``None`` for an env that reports no such mask."""
+    """``[T, B]`` bool ``infos["active"]`` of each step: True where the row's agent took part,
+    its terminal step included (all True for an env that reports no such mask; ``None`` in
+    batches made by hand, meaning the same)."""
 
     @property
     def horizon(self) -> int:
@@ -220,9 +221,8 @@ class Sampler:
         self._terminated = torch.zeros((T, B), dtype=torch.bool, device=self.device)
         self._truncated = torch.zeros((T, B), dtype=torch.bool, device=self.device)
         self._valid = torch.ones((T, B), dtype=torch.bool, device=self.device)
-        # multi-agent envs' infos["active"]: allocated when an env first reports it
-        self._active: torch.Tensor | None = None
-        self._active_np: np.ndarray | None = None
+        # multi-agent envs' infos["active"]; stays all True for an env without it
+        self._active = torch.ones((T, B), dtype=torch.bool, device=self.device)
         self._actions: torch.Tensor | None = None
         self._extras: dict[str, torch.Tensor] = {}
         self._final_obs: list[torch.Tensor] = []
@@ -231,6 +231,7 @@ class Sampler:
         # assignments, a fraction of a torch op's dispatch each (a CartPole step is microseconds)
         self._numpy_rows = self.device.type == "cpu" and not self._tensor_env
         if self._numpy_rows:
+            self._active_np = self._active.numpy()
             self._obs_np = self._obs.numpy()
             self._next_obs_np = self._next_obs.numpy()
             self._rewards_np = self._rewards.numpy()
@@ -492,13 +493,7 @@ class Sampler:
         if active is None:
             return None
         active_np = _to_numpy(active).astype(bool, copy=False).reshape(-1)
-        if self._active is None:
-            self._active = torch.ones(
-                (self.horizon, self.num_envs), dtype=torch.bool, device=self.device
-            )
-            if self.device.type == "cpu":
-                self._active_np = self._active.numpy()
-        if self._active_np is not None and isinstance(index, slice):
+        if self._numpy_rows and isinstance(index, slice):
             self._active_np[row] = active_np
         else:
             self._write(self._active, row, index, active_np)
