@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -11,6 +12,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.manager import get_backend, register_envs
+from vecaccel.vector import make_env
 
 __all__ = ["make_vec", "EnvFactory"]
 
@@ -82,6 +84,98 @@ def _env_fns(
     return env_fns
 
 
+def _find_multiagent(env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None):
+    """``(env functions, env 0)`` when ``env`` makes PettingZoo envs, else ``(None, env)`` with
+    ``env`` as given, or with its first function handing over the env made to look at it.
+
+    A Gymnasium id never imports anything here, and a callable is only called (once) when
+    PettingZoo is imported already: nothing else can make a PettingZoo env.
+    """
+    from vecaccel import multiagent
+
+    if isinstance(env, str):
+        register_envs()
+        if env in gym.registry:
+            return None, env
+        fn = multiagent.module_env_fn(env, env_kwargs)
+        if fn is None:
+            return None, env
+        if num_envs is None:
+            raise ValueError("num_envs is required when env is a module path")
+        probe = make_env(fn, 0)
+        if not multiagent.is_multiagent_env(probe):
+            raise TypeError(
+                f"module {env!r} made {type(probe).__name__}, not a PettingZoo ParallelEnv or AECEnv"
+            )
+        return [fn] * num_envs, probe
+    if isinstance(env, (gym.Env, EnvSpec)) or "pettingzoo" not in sys.modules:
+        return None, env
+    if callable(env):
+        fns = None
+        first = env
+    elif isinstance(env, list) and env and all(callable(fn) for fn in env):
+        fns = list(env)
+        first = fns[0]
+    else:
+        return None, env
+    if env_kwargs:
+        first = multiagent.ParallelEnvFn(first, env_kwargs)
+    if fns is None and num_envs is None:
+        return None, env  # the usual error for a single function without num_envs
+    probe = make_env(first, 0)
+    if multiagent.is_multiagent_env(probe):
+        if fns is None:
+            return [first] * num_envs, probe
+        if env_kwargs:
+            return [multiagent.ParallelEnvFn(fn, env_kwargs) for fn in fns], probe
+        return fns, probe
+    if env_kwargs:
+        probe.close()
+        return None, env
+    handed = multiagent.HandOver(env if fns is None else fns[0], probe)
+    return None, handed if fns is None else [handed, *fns[1:]]
+
+
+def _make_multiagent(
+    env_fns: list[Callable[[], Any]],
+    probe: Any,
+    num_envs: int | None,
+    backend: str,
+    autoreset_mode: str | AutoresetMode,
+    options: dict[str, Any],
+) -> gym.vector.VectorEnv:
+    from vecaccel.multiagent import StackedAgentsFn, as_parallel, common_spaces
+    from vecaccel.multiagent_vec import MultiAgentVecEnv
+
+    try:
+        if num_envs is not None and num_envs != len(env_fns):
+            raise ValueError(f"num_envs={num_envs} but {len(env_fns)} env functions were given")
+        probe = as_parallel(probe)
+        agents, observation_space, action_space = common_spaces(probe, 0)
+    except BaseException:
+        probe.close()
+        raise
+    stacked = [StackedAgentsFn(fn, i, probe if i == 0 else None) for i, fn in enumerate(env_fns)]
+    try:
+        vec_env = _build(stacked, backend, autoreset_mode, options)
+    finally:
+        stacked[0].close_unused()
+    return MultiAgentVecEnv(vec_env, agents, observation_space, action_space)
+
+
+def _build(
+    env_fns: list[Callable[[], gym.Env]],
+    backend: str,
+    autoreset_mode: str | AutoresetMode,
+    options: dict[str, Any],
+) -> gym.vector.VectorEnv:
+    info = get_backend(backend)
+    if info.options is None:  # a backend that declares no options gets them as given
+        return info.factory(env_fns, autoreset_mode=autoreset_mode, **options)
+    checked = info.options.from_kwargs(backend, options)
+    return info.factory(env_fns, autoreset_mode=autoreset_mode, options=checked)
+
+
 def make_vec(
     env: str | Callable[[], gym.Env] | Sequence[Callable[[], gym.Env]],
     num_envs: int | None = None,
@@ -130,9 +224,16 @@ def make_vec(
         num_envs = int(num_envs)
         if num_envs < 1:
             raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
-    env_fns = _env_fns(env, num_envs, env_kwargs)
-    info = get_backend(backend)
-    if info.options is None:  # a backend that declares no options gets them as given
-        return info.factory(env_fns, autoreset_mode=autoreset_mode, **options)
-    checked = info.options.from_kwargs(backend, options)
-    return info.factory(env_fns, autoreset_mode=autoreset_mode, options=checked)
+    if isinstance(env, Iterable) and not isinstance(env, (str, gym.Env)) and not callable(env):
+        env = list(env)  # looked at twice below: a generator would be spent
+    multiagent_fns, env = _find_multiagent(env, num_envs, env_kwargs)
+    if multiagent_fns is not None:
+        return _make_multiagent(multiagent_fns, env, num_envs, backend, autoreset_mode, options)
+    try:
+        env_fns = _env_fns(env, num_envs, env_kwargs)
+        return _build(env_fns, backend, autoreset_mode, options)
+    finally:
+        if isinstance(env, list) and env and hasattr(env[0], "close_unused"):
+            env[0].close_unused()
+        elif hasattr(env, "close_unused"):
+            env.close_unused()

@@ -1,0 +1,399 @@
+"""PettingZoo parallel envs as single Gymnasium envs that stack their agents.
+
+:class:`StackedAgentsEnv` turns one ``pettingzoo.ParallelEnv`` into a ``gymnasium.Env`` whose
+observation is a fixed-size ``Dict``: every agent's observation stacked in ``possible_agents``
+order, and each agent's reward, termination, truncation and whether it is live. Every backend
+moves such an env through shared memory as it moves any other, so worker processes, restarts
+and fault reports apply unchanged; :class:`vecaccel.multiagent_vec.MultiAgentVecEnv` then
+unpacks one row per (env, agent). The env's own reward is the agents' sum; it terminates when
+no agent is left, and never truncates (a truncated stacked env is one that a worker restarted).
+
+Nothing here imports PettingZoo at module level: ``import vecaccel`` stays light, and an env id
+never leads to PettingZoo being imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from vecaccel.vector import snapshot
+
+__all__ = [
+    "AgentInfos",
+    "ParallelEnvFn",
+    "StackedAgentsEnv",
+    "StackedAgentsFn",
+    "common_spaces",
+    "is_multiagent_env",
+    "module_env_fn",
+]
+
+#: the keys of a stacked env's observation, besides ``obs``
+FLAG_KEYS = ("reward", "terminated", "truncated", "active")
+
+_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+class AgentInfos:
+    """The info dicts of one step, one per possible agent (``{}`` where an agent gave none).
+
+    One object rather than a dict keyed by agent, so that Gymnasium's info batching keeps it
+    whole (one entry per stacked env) for the vector env to hand out row by row.
+    """
+
+    __slots__ = ("infos",)
+
+    def __init__(self, infos: tuple[dict, ...]) -> None:
+        self.infos = infos
+
+    def __reduce__(self):
+        return (AgentInfos, (self.infos,))
+
+    def __repr__(self) -> str:
+        return f"AgentInfos({self.infos!r})"
+
+
+def _pettingzoo_types() -> tuple[type, type] | None:
+    """``(ParallelEnv, AECEnv)`` where PettingZoo is imported already, else ``None``."""
+    if "pettingzoo" not in sys.modules:
+        return None
+    from pettingzoo.utils.env import AECEnv, ParallelEnv
+
+    return ParallelEnv, AECEnv
+
+
+def is_multiagent_env(env: Any) -> bool:
+    """Whether ``env`` is a PettingZoo ``ParallelEnv`` or ``AECEnv`` (imports nothing).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> is_multiagent_env(gym.make("CartPole-v1"))
+        False
+    """
+    types = _pettingzoo_types()
+    return types is not None and isinstance(env, types)
+
+
+def as_parallel(env: Any) -> Any:
+    """``env`` as a ``ParallelEnv``: AEC envs go through PettingZoo's ``aec_to_parallel``."""
+    types = _pettingzoo_types()
+    if types is not None and isinstance(env, types[1]):
+        from pettingzoo.utils.conversions import aec_to_parallel
+
+        return aec_to_parallel(env)
+    return env
+
+
+class ModuleEnvFn:
+    """A picklable env function: ``module.parallel_env(**kwargs)`` for a module path.
+
+    Example:
+        >>> fn = ModuleEnvFn("pettingzoo.butterfly.pistonball_v6", {"n_pistons": 3})
+        >>> fn
+        ModuleEnvFn('pettingzoo.butterfly.pistonball_v6', {'n_pistons': 3})
+    """
+
+    def __init__(self, module: str, kwargs: dict[str, Any] | None = None) -> None:
+        self.module = module
+        self.kwargs = dict(kwargs or {})
+
+    def __call__(self) -> Any:
+        module = importlib.import_module(self.module)
+        if hasattr(module, "parallel_env"):
+            return module.parallel_env(**self.kwargs)
+        return module.env(**self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"ModuleEnvFn({self.module!r}, {self.kwargs!r})"
+
+
+def module_env_fn(path: str, env_kwargs: dict[str, Any] | None) -> ModuleEnvFn | None:
+    """The env function for module path ``path`` when that module makes PettingZoo envs
+    (it has ``parallel_env``, or ``env`` for AEC), else ``None``.
+
+    Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
+    anything here.
+
+    Example:
+        >>> module_env_fn("CartPole-v1", None) is None
+        True
+    """
+    if not _MODULE_PATH.match(path):
+        return None
+    try:
+        if importlib.util.find_spec(path.split(".")[0]) is None:
+            return None
+        module = importlib.import_module(path)
+    except ImportError:
+        return None
+    if not (hasattr(module, "parallel_env") or hasattr(module, "raw_env")):
+        return None
+    return ModuleEnvFn(path, env_kwargs)
+
+
+class ParallelEnvFn:
+    """A picklable env function that calls ``fn(**kwargs)`` (``env_kwargs`` for a callable)."""
+
+    def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+        self.fn = fn
+        self.kwargs = dict(kwargs)
+
+    def __call__(self) -> Any:
+        return self.fn(**self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"ParallelEnvFn({self.fn!r}, {self.kwargs!r})"
+
+
+def common_spaces(env: Any, index: int = 0) -> tuple[list[str], gym.Space, gym.Space]:
+    """``(possible agents, observation space, action space)`` shared by every agent of ``env``.
+
+    Raises:
+        ValueError: naming the agents and their spaces, where they differ (env ``index``).
+    """
+    agents = list(env.possible_agents)
+    if not agents:
+        raise ValueError(f"multi-agent env {index} has no possible_agents")
+    found = {}
+    for kind, space_of in (("observation", env.observation_space), ("action", env.action_space)):
+        per_agent = [(agent, space_of(agent)) for agent in agents]
+        first_agent, first = per_agent[0]
+        others = [(agent, space) for agent, space in per_agent if space != first]
+        if others:
+            listed = "; ".join(f"{agent}: {space}" for agent, space in [per_agent[0], *others])
+            raise ValueError(
+                f"multi-agent env {index}: the agents' {kind} spaces differ ({listed}); one row "
+                f"per agent needs one {kind} space for all agents (pad or wrap the env so "
+                f"every agent has {first_agent}'s)"
+            )
+        found[kind] = first
+    return agents, found["observation"], found["action"]
+
+
+def _zero_tree(space: gym.Space, n: int) -> Any:
+    from gymnasium.vector.utils import create_empty_array
+
+    return create_empty_array(space, n, fn=np.zeros)
+
+
+def _write_row(tree: Any, index: int, value: Any) -> None:
+    if isinstance(tree, dict):
+        for key, item in tree.items():
+            _write_row(item, index, value[key])
+    elif isinstance(tree, tuple):
+        for item, part in zip(tree, value):
+            _write_row(item, index, part)
+    else:
+        tree[index] = value
+
+
+def _zero_row(tree: Any, index: int) -> None:
+    if isinstance(tree, dict):
+        for item in tree.values():
+            _zero_row(item, index)
+    elif isinstance(tree, tuple):
+        for item in tree:
+            _zero_row(item, index)
+    else:
+        tree[index] = 0
+
+
+def _read_row(tree: Any, index: int) -> Any:
+    if isinstance(tree, dict):
+        return {key: _read_row(item, index) for key, item in tree.items()}
+    if isinstance(tree, tuple):
+        return tuple(_read_row(item, index) for item in tree)
+    return tree[index]
+
+
+class StackedAgentsEnv(gym.Env):
+    """One PettingZoo parallel env as a Gymnasium env with every agent stacked.
+
+    Observation: ``Dict(obs=<common space batched over agents>, reward=Box(n),
+    terminated=MultiBinary(n), truncated=MultiBinary(n), active=MultiBinary(n))``. Action: the
+    common action space batched over agents; each step hands the env a dict of the actions of
+    its live agents only. An agent that is not live (dead before, not spawned yet) has zeros
+    everywhere; on the step it dies it is active and carries its terminal values.
+
+    Attributes and methods this class lacks are looked up on the PettingZoo env, so
+    ``call("state")`` and ``get_attr("possible_agents")`` reach it.
+
+    Example:
+        >>> from pettingzoo.butterfly import pistonball_v6
+        >>> env = StackedAgentsEnv(pistonball_v6.parallel_env(n_pistons=3, continuous=False))
+        >>> obs, info = env.reset(seed=0)
+        >>> obs["obs"].shape, obs["active"].tolist()
+        ((3, 457, 120, 3), [1, 1, 1])
+        >>> env.close()
+    """
+
+    def __init__(self, par_env: Any, index: int = 0) -> None:
+        self.par_env = as_parallel(par_env)
+        self.agents, self.agent_observation_space, self.agent_action_space = common_spaces(
+            self.par_env, index
+        )
+        n = len(self.agents)
+        self.num_agents = n
+        self._index = {agent: i for i, agent in enumerate(self.agents)}
+        self.observation_space = spaces.Dict(
+            {
+                "obs": batch_space(self.agent_observation_space, n),
+                "reward": spaces.Box(-np.inf, np.inf, (n,), np.float64),
+                "terminated": spaces.MultiBinary(n),
+                "truncated": spaces.MultiBinary(n),
+                "active": spaces.MultiBinary(n),
+            }
+        )
+        self.action_space = batch_space(self.agent_action_space, n)
+        self.metadata = dict(getattr(self.par_env, "metadata", {}) or {})
+        self.render_mode = getattr(self.par_env, "render_mode", None)
+        self._pid = os.getpid()
+
+    def _observation(self, observations: dict, rewards=None, terms=None, truncs=None) -> dict:
+        n = self.num_agents
+        stacked = _zero_tree(self.agent_observation_space, n)
+        reward = np.zeros(n, dtype=np.float64)
+        terminated = np.zeros(n, dtype=np.int8)
+        truncated = np.zeros(n, dtype=np.int8)
+        active = np.zeros(n, dtype=np.int8)
+        index = self._index
+        for agent, value in observations.items():
+            i = index.get(agent)
+            if i is None:
+                raise ValueError(
+                    f"agent {agent!r} is not one of the env's possible_agents {self.agents}"
+                )
+            _write_row(stacked, i, value)
+            active[i] = 1
+            if rewards is not None:
+                reward[i] = rewards.get(agent, 0.0)
+                terminated[i] = bool(terms.get(agent, False))
+                truncated[i] = bool(truncs.get(agent, False))
+        return {
+            "obs": stacked,
+            "reward": reward,
+            "terminated": terminated,
+            "truncated": truncated,
+            "active": active,
+        }
+
+    def _infos(self, infos: dict) -> dict:
+        per_agent = tuple(snapshot(dict(infos.get(agent) or {})) for agent in self.agents)
+        return {"agents": AgentInfos(per_agent)}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        observations, infos = self.par_env.reset(seed=seed, options=options)
+        return self._observation(observations), self._infos(infos)
+
+    def step(self, action: Any):
+        live = self.par_env.agents
+        index = self._index
+        actions = {agent: _read_row(action, index[agent]) for agent in live}
+        observations, rewards, terms, truncs, infos = self.par_env.step(actions)
+        obs = self._observation(observations, rewards, terms, truncs)
+        done = not self.par_env.agents
+        return obs, float(obs["reward"].sum()), done, False, self._infos(infos)
+
+    def render(self):
+        return self.par_env.render()
+
+    def close(self):
+        self.par_env.close()
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        if hasattr(self, name):
+            return getattr(self, name)
+        return getattr(self.par_env, name)
+
+    def set_wrapper_attr(self, name: str, value: Any, *, force: bool = True) -> bool:
+        if hasattr(self, name) or not hasattr(self.par_env, name):
+            setattr(self, name, value)
+        else:
+            setattr(self.par_env, name, value)
+        return True
+
+
+class StackedAgentsFn:
+    """A picklable env function: the PettingZoo env of ``fn`` as a :class:`StackedAgentsEnv`.
+
+    ``prebuilt`` is an env ``fn`` already returned in this process (the caller's probe); the
+    first call here takes it instead of building another one.
+    """
+
+    def __init__(self, fn: Callable[[], Any], index: int, prebuilt: Any = None) -> None:
+        self.fn = fn
+        self.index = index
+        self._prebuilt = prebuilt
+        self._pid = os.getpid()
+
+    def __call__(self) -> StackedAgentsEnv:
+        prebuilt, self._prebuilt = self._prebuilt, None
+        if prebuilt is not None and os.getpid() == self._pid:
+            return StackedAgentsEnv(prebuilt, self.index)
+        env = self.fn()
+        if not is_multiagent_env(env):
+            raise TypeError(
+                f"multi-agent env function {self.index} returned {type(env).__name__}, not a "
+                "PettingZoo ParallelEnv or AECEnv"
+            )
+        return StackedAgentsEnv(env, self.index)
+
+    def close_unused(self) -> None:
+        """Close the prebuilt env if no call took it."""
+        prebuilt, self._prebuilt = self._prebuilt, None
+        if prebuilt is not None and os.getpid() == self._pid:
+            prebuilt.close()
+
+    def __getstate__(self) -> dict:
+        return {"fn": self.fn, "index": self.index, "_prebuilt": None, "_pid": None}
+
+    def __repr__(self) -> str:
+        return f"StackedAgentsFn({self.fn!r}, {self.index})"
+
+
+class HandOver:
+    """An env function whose first call in this process returns ``instance``, built already.
+
+    ``make_vec`` calls a user's env function once to see whether it makes a PettingZoo env;
+    when it makes a Gymnasium env instead, that env serves as the backend's first one, so the
+    function is called as often as without the look. It pickles as ``fn`` itself.
+    """
+
+    def __init__(self, fn: Callable[[], Any], instance: Any) -> None:
+        self.fn = fn
+        self.instance = instance
+        self._pid = os.getpid()
+
+    def __call__(self) -> Any:
+        instance, self.instance = self.instance, None
+        if instance is not None and os.getpid() == self._pid:
+            return instance
+        return self.fn()
+
+    def close_unused(self) -> None:
+        """Close the instance if no call took it."""
+        instance, self.instance = self.instance, None
+        if instance is not None and os.getpid() == self._pid:
+            instance.close()
+
+    def __reduce__(self):
+        return (_same, (self.fn,))
+
+    def __repr__(self) -> str:
+        return repr(self.fn)
+
+
+def _same(value: Any) -> Any:
+    return value
