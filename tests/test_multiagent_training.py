@@ -301,3 +301,109 @@ def test_dqn_trains_on_agent_rows():
     assert (written != 0).any(axis=-1).all()
     assert any("charts/team_episodic_return" in m for m in rows)
     agent.close()
+
+
+# -- end to end on PettingZoo envs -------------------------------------------------------------
+
+SPREAD = "mpe2.simple_spread_v3"
+
+
+def train(*argv: str) -> int:
+    from vecaccel.cli import main
+
+    return main(["train", *argv, "--no-progress", "--no-tensorboard", "--torch-threads", "1"])
+
+
+def metric_columns(run_dir) -> list[str]:
+    import csv
+
+    with open(run_dir / "metrics.csv") as file:
+        return next(csv.reader(file))
+
+
+@pytest.mark.parametrize(
+    ("algo", "extra"),
+    [
+        ("ppo", ["--num-steps", "32"]),
+        ("a2c", ["--num-steps", "8"]),
+        ("dqn", ["--learning-starts", "64", "--batch-size", "32"]),
+    ],
+)
+def test_train_on_simple_spread_then_eval(algo, extra, tmp_path, capsys):
+    """Three agents per env, one shared policy; episodes end by truncation after 25 cycles."""
+    from vecaccel.cli import main
+
+    run_dir = tmp_path / algo
+    argv = [algo, "--env", SPREAD, "--num-envs", "2", "--backend", "serial"]
+    assert (
+        train(*argv, "--total-steps", "384", "--seed", "0", "--run-dir", str(run_dir), *extra) == 0
+    )
+    columns = metric_columns(run_dir)
+    assert "charts/team_episodic_return" in columns and "charts/episodic_return" in columns
+    capsys.readouterr()
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"{algo} on {SPREAD}: 2 episodes, team return" in out
+    for name in ("agent_0", "agent_1", "agent_2"):
+        assert f"  {name}: return" in out
+
+
+def test_ppo_counts_rows_in_its_batch():
+    agent = PPO(SPREAD, num_envs=2, num_steps=8, backend="serial", seed=0, preset=None)
+    assert agent.envs.num_envs == 6 and agent.batch_size == 6 * 8
+    agent.learn(total_steps=96)
+    assert agent.global_step == 96
+    agent.close()
+
+
+def test_eval_team_return_is_the_sum_of_the_agents():
+    from vecaccel.trainers.evaluate import evaluate_agents
+
+    agent = PPO(SPREAD, num_envs=1, num_steps=8, backend="serial", seed=0, preset=None)
+    result = evaluate_agents(agent, SPREAD, episodes=2, seed=3)
+    assert list(result.agents) == ["agent_0", "agent_1", "agent_2"]
+    sums = [sum(returns[i] for returns in result.agents.values()) for i in range(2)]
+    np.testing.assert_allclose(result.team, sums)
+    assert result.lengths == [25, 25]
+    agent.close()
+
+
+def test_pistonball_gets_a_cnn_over_its_hwc_images():
+    from vecaccel.trainers.models import NatureCNN
+
+    agent = PPO(
+        "pettingzoo.butterfly.pistonball_v6",
+        num_envs=1,
+        num_steps=4,
+        num_minibatches=2,
+        update_epochs=1,
+        backend="serial",
+        seed=0,
+        preset=None,
+    )
+    assert agent.envs.single_observation_space.shape == (457, 120, 3)
+    assert any(isinstance(module, NatureCNN) for module in agent.model.modules())
+    agent.learn(total_steps=agent.batch_size)
+    assert agent.global_step == 20 * 4
+    agent.close()
+
+
+def test_atari_setup_is_refused_for_pettingzoo(tmp_path):
+    assert (
+        train(
+            "ppo",
+            "--env",
+            SPREAD,
+            "--atari",
+            "true",
+            "--total-steps",
+            "64",
+            "--run-dir",
+            str(tmp_path),
+        )
+        == 2
+    )
+    assert (
+        train("dqn", "--env", SPREAD, "--async", "--total-steps", "64", "--run-dir", str(tmp_path))
+        == 2
+    )

@@ -318,7 +318,9 @@ class OnPolicyAlgorithm(Algorithm):
                 raise ValueError("alternating=True needs backend='action_server'")
             env = self.make_envs(cfg.env_id, **options)
             self.owns_envs = True
-            self._episode_stats = "infos"
+            # a PettingZoo env's rows have no RecordEpisodeStatistics: each agent's return is
+            # the sum of its rewards
+            self._episode_stats = "rewards" if is_parallel_env_path(cfg.env_id) else "infos"
         else:
             if env.num_envs != cfg.num_envs:
                 cfg.num_envs = int(env.num_envs)
