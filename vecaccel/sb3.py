@@ -13,6 +13,10 @@ truncated``, one info dict per env with ``terminal_observation`` and ``TimeLimit
 observations only and filling ``reset_infos``, and ``seed()``/``set_options()`` applied at the
 next reset and then cleared.
 
+A PettingZoo env made by :func:`vecaccel.make_vec` (one row per agent) trains one policy
+shared by all agents: each row is one of SB3's envs. A row whose agent is not live holds zeros
+with reward 0 and ``done`` False (SuperSuit's black death), and its info has ``active`` False.
+
 Example:
     >>> import gymnasium as gym
     >>> import numpy as np
@@ -200,6 +204,12 @@ class SB3VecEnv(SB3BaseVecEnv):
                 f"but {vec_env!r} uses autoreset_mode=NEXT_STEP: create it with "
                 "vecaccel.make_vec(..., autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP) "
                 "(or DISABLED), or use vecaccel.sb3.VecAccelEnv"
+            )
+        if mode is AutoresetMode.DISABLED and getattr(vec_env, "agents_per_env", None):
+            raise ValueError(
+                f"{vec_env!r} has one row per agent, and SB3 resets every row that is done; an "
+                "env resets only with all its agents: create it with "
+                "autoreset_mode=AutoresetMode.SAME_STEP"
             )
         if callable(getattr(vec_env, "recv_ids", None)):
             raise ValueError(
