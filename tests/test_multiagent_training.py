@@ -407,3 +407,35 @@ def test_atari_setup_is_refused_for_pettingzoo(tmp_path):
         train("dqn", "--env", SPREAD, "--async", "--total-steps", "64", "--run-dir", str(tmp_path))
         == 2
     )
+
+
+@pytest.mark.parametrize("backend", ["serial", "shm"])
+def test_agents_dying_early_are_masked_on_a_real_pettingzoo_env(backend):
+    """make_vec of PettingZoo envs whose agents die one after another: the sampler's mask says
+    so, and PPO and DQN train on those rows alone."""
+    import functools
+
+    from tests.pettingzoo_envs import EchoAgentsEnv
+
+    fns = [
+        functools.partial(EchoAgentsEnv, tag=k, num_agents=3, lifetimes=(2, 5, 4), max_steps=6)
+        for k in range(2)
+    ]
+    envs = vecaccel.make_vec(fns, backend=backend, autoreset_mode="SameStep")
+    try:
+        agent = PPO(envs, num_steps=12, num_minibatches=2, seed=0, preset=None)
+        batch = agent.sampler.collect()
+        # agent i is live for steps 0..lifetime-1 of each 5-step episode (all done at step 5)
+        expected = np.arange(12)[:, None] % 5 < np.array([2, 5, 4] * 2)[None, :]
+        np.testing.assert_array_equal(batch.active.numpy(), expected)
+        obs = batch.obs.numpy()
+        assert (obs[~expected] == 0).all()
+        agent.update(agent.to_model_actions(batch))
+        agent.learn(total_steps=72 * 2)
+        agent.close()
+        dqn = DQN(envs, learning_starts=24, batch_size=8, buffer_size=600, seed=0, preset=None)
+        dqn.learn(total_steps=240)
+        assert 0 < dqn.buffer.steps_added < dqn.global_step
+        dqn.close()
+    finally:
+        envs.close()
