@@ -195,6 +195,18 @@ def _final(curve: list, fraction: float = 0.2) -> float:
     return sum(tail) / len(tail)
 
 
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("pettingzoo", "mpe2", "supersuit", "stable_baselines3", "torch", "gymnasium"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
@@ -283,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python " + shlex.join(["benchmarks/multiagent_learning.py", *sys.argv[1:]]),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         "python": platform.python_version(),
+        "versions": _versions(),
         "env": ENV_ID,
         "settings": {**SETTINGS, "num_envs": args.num_envs, "rows": args.num_envs * AGENTS},
         "steps": args.steps,

@@ -439,3 +439,15 @@ def test_agents_dying_early_are_masked_on_a_real_pettingzoo_env(backend):
         dqn.close()
     finally:
         envs.close()
+
+
+def test_resume_a_pettingzoo_run(tmp_path, capsys):
+    from vecaccel.trainers.checkpoint import load_checkpoint
+
+    run_dir = tmp_path / "run"
+    argv = ["ppo", "--env", SPREAD, "--num-envs", "2", "--backend", "serial", "--num-steps", "16"]
+    assert train(*argv, "--total-steps", "96", "--run-dir", str(run_dir)) == 0
+    assert train("ppo", "--resume", str(run_dir), "--total-steps", "192") == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["global_step"] == 192 and state["update_index"] == 2
+    assert state["config"]["num_envs"] == 2  # envs, each 3 rows
