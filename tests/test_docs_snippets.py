@@ -232,6 +232,33 @@ PYTHON_SNIPPETS = [
         "",
         90,
     ),
+    (
+        "readme-multiagent",
+        "README.md",
+        "make_vec(pistonball_v6.parallel_env, 8",
+        {"parallel_env, 8,": "parallel_env, 2,"},
+        "",
+        "",
+        120,
+    ),
+    (
+        "multiagent-rows",
+        "docs/multiagent.md",
+        'live = infos["active"]',
+        {"range(200)": "range(20)"},
+        "",
+        "",
+        120,
+    ),
+    (
+        "multiagent-sb3",
+        "docs/multiagent.md",
+        'model = PPO("MlpPolicy", to_sb3(envs)',
+        {"total_timesteps=20_000": "total_timesteps=256"},
+        "",
+        "",
+        180,
+    ),
 ]
 
 
