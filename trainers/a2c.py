@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.advantages import compute_gae, explained_variance
+from vecaccel.trainers.advantages import compute_gae, explained_variance, learning_rows
 from vecaccel.trainers.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.optim import FlatRMSprop
 
@@ -143,10 +143,11 @@ class A2C(OnPolicyAlgorithm):
             batch.final_index,
             cfg.gamma,
             cfg.gae_lambda,
+            active=batch.active,
         )
 
-        valid = batch.valid.reshape(-1)
-        keep = None if bool(valid.all()) else valid.nonzero().squeeze(1)
+        rows = learning_rows(batch)  # no NEXT_STEP reset steps, no inactive agents' rows
+        keep = None if rows is None else rows.reshape(-1).nonzero().squeeze(1)
 
         def flat(x: torch.Tensor) -> torch.Tensor:
             x = x.reshape(-1, *x.shape[2:])

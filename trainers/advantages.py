@@ -9,6 +9,7 @@ import numpy as np
 __all__ = [
     "compute_gae",
     "explained_variance",
+    "learning_rows",
 ]
 
 
@@ -22,6 +23,7 @@ def compute_gae(
     final_index: Any,
     gamma: float,
     gae_lambda: float,
+    active: Any = None,
 ) -> tuple[Any, Any]:
     """Generalized advantage estimation over a time-major batch, bootstrapping truncations.
 
@@ -40,12 +42,21 @@ def compute_gae(
         final_index: ``[K, 2]`` ``(t, b)`` of each final observation.
         gamma: discount.
         gae_lambda: GAE's lambda (1 gives n-step returns, as A2C uses).
+        active: ``[T, B]`` bool ``batch.active`` of a multi-agent env, or ``None``. A step whose
+            next row is not active is an end: the next row holds no continuation of the
+            agent's episode, so there is no bootstrap (unless the step is a truncation, which
+            bootstraps from its final observation) and the recursion stops. The entries of
+            inactive rows are meaningless; :func:`learning_rows` leaves them out of the losses.
 
     Returns:
         ``(advantages, returns)``, each ``[T, B]`` float32, ``returns = advantages + values``.
     """
     import torch
 
+    if active is not None:
+        ends = torch.zeros_like(terminated)
+        ends[:-1] = ~active[1:]
+        terminated = terminated | (ends & ~truncated)
     rewards = rewards.float()
     values = values.float()
     next_values = torch.cat([values[1:], next_value.float().reshape(1, -1)], dim=0)
@@ -97,6 +108,18 @@ def _gae_numpy(
         last = deltas[t] + decay[t] * last
         advantages[t] = last
     return advantages
+
+
+def learning_rows(batch: Any) -> Any:
+    """``[T, B]`` bool: the rows of ``batch`` the losses learn from, or ``None`` for all.
+
+    Left out are ``NEXT_STEP`` reset steps (``batch.valid``, no transition) and, for a
+    multi-agent env, the rows whose agent was not active (``batch.active``). Leaving them out of
+    the flattened batch keeps them out of every loss term and of advantage normalisation.
+    """
+    active = getattr(batch, "active", None)
+    rows = batch.valid if active is None else batch.valid & active
+    return None if bool(rows.all()) else rows
 
 
 def explained_variance(predictions: Any, targets: Any) -> float:

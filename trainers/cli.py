@@ -70,9 +70,18 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
             help=summary,
             description=f"Train {algo.upper()}: {summary}.",
         )
-        parser.add_argument("--env", help="Gymnasium environment id (default: the config's)")
+        parser.add_argument(
+            "--env",
+            help="Gymnasium environment id, or the module path of a PettingZoo env "
+            "(pettingzoo.butterfly.pistonball_v6: one row per agent, one shared policy); "
+            "default: the config's",
+        )
         parser.add_argument("--backend", help="vecaccel backend (default: the config's)")
-        parser.add_argument("--num-envs", type=_positive_int, help="parallel environments")
+        parser.add_argument(
+            "--num-envs",
+            type=_positive_int,
+            help="parallel environments (a PettingZoo env: envs, each one row per agent)",
+        )
         parser.add_argument(
             "--total-steps",
             type=_positive_int,
@@ -283,6 +292,15 @@ def _train(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     if args.async_mode:
+        from vecaccel.trainers.envs import is_parallel_env_path
+
+        if is_parallel_env_path(env_id):
+            print(
+                f"error: --async trains Gymnasium envs; {env_id} is a PettingZoo env (train it "
+                "synchronously)",
+                file=sys.stderr,
+            )
+            return 2
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers import async_runner
 
@@ -455,5 +473,11 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
         raise ValueError(
             f"unknown backend {cfg.backend!r}; registered: {', '.join(vecaccel.list_backends())}"
         )
+    from vecaccel.trainers.envs import is_parallel_env_path
+
+    if is_parallel_env_path(env_id):
+        if getattr(cfg, "atari", None):
+            raise ValueError(f"--atari: {env_id} is a PettingZoo env, not an Atari game")
+        return
     register_envs()
     gym.spec(env_id)  # gymnasium.error.Error naming the id (and close matches) if unknown

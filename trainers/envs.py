@@ -1,7 +1,10 @@
-"""The envs trainers sample from: the standard Atari set-up and classic-control envs."""
+"""The envs trainers sample from: the standard Atari set-up, classic-control envs, and
+PettingZoo parallel envs named by their module path (one row per agent, a shared policy)."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -12,11 +15,58 @@ __all__ = [
     "ClassicEnvFactory",
     "EpisodicLifeEnv",
     "action_start",
+    "agents_per_env",
     "check_tensor_spaces",
     "is_atari_id",
+    "is_parallel_env_path",
     "make_env_fn",
     "make_env_for_training",
+    "parallel_env_spaces",
 ]
+
+
+def is_parallel_env_path(env_id: str | None) -> bool:
+    """Whether ``env_id`` is the module path of a PettingZoo env (a module with
+    ``parallel_env``, such as ``pettingzoo.butterfly.pistonball_v6`` or
+    ``mpe2.simple_spread_v3``) rather than a Gymnasium id.
+
+    Example:
+        >>> is_parallel_env_path("CartPole-v1"), is_parallel_env_path("ALE/Pong-v5")
+        (False, False)
+    """
+    if not env_id or "." not in env_id or "/" in env_id or ":" in env_id or "-" in env_id:
+        return False
+    try:
+        module = importlib.import_module(env_id)
+    except ImportError:
+        return False
+    return callable(getattr(module, "parallel_env", None))
+
+
+@functools.lru_cache(maxsize=16)
+def _parallel_env_facts(env_id: str) -> tuple[int, gym.Space, gym.Space]:
+    env = importlib.import_module(env_id).parallel_env()
+    try:
+        agents = list(env.possible_agents)
+        return len(agents), env.observation_space(agents[0]), env.action_space(agents[0])
+    finally:
+        env.close()
+
+
+def agents_per_env(env_id: str | None) -> int:
+    """Rows per env of ``env_id`` in a trainer's vector env: the number of agents of a
+    PettingZoo env (one row each), 1 for a Gymnasium id (read without making an env)."""
+    if not is_parallel_env_path(env_id):
+        return 1
+    assert env_id is not None
+    return _parallel_env_facts(env_id)[0]
+
+
+def parallel_env_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
+    """The observation and action space of the agents of the PettingZoo env ``env_id`` (the
+    first agent's; ``vecaccel.make_vec`` refuses envs whose agents' spaces differ)."""
+    _, observation_space, action_space = _parallel_env_facts(env_id)
+    return observation_space, action_space
 
 
 def is_atari_id(env_id: str) -> bool:
@@ -197,11 +247,13 @@ def make_env_for_training(
     """Build the vectorized env a trainer samples from.
 
     Every env records episode statistics (``info["episode"]``, real scores for Atari); Atari
-    envs get the standard set-up of :class:`AtariEnvFactory`.
+    envs get the standard set-up of :class:`AtariEnvFactory`. A PettingZoo module path
+    (:func:`is_parallel_env_path`) gives ``num_envs`` copies of its ``parallel_env()`` with one
+    row per agent (``num_envs * agents_per_env(env_id)`` rows), and no wrappers.
 
     Args:
-        env_id: a Gymnasium id.
-        num_envs: number of sub-environments.
+        env_id: a Gymnasium id, or the module path of a PettingZoo env.
+        num_envs: number of sub-environments (PettingZoo: envs, not rows).
         backend: a registered vecaccel backend (``auto``: chosen from one env's step cost).
         seed: seeds the batched action space; the sampler's first ``reset(seed=...)`` seeds the
             envs themselves.
@@ -216,6 +268,15 @@ def make_env_for_training(
     """
     import vecaccel
 
+    if is_parallel_env_path(env_id):
+        if atari:
+            raise ValueError(f"atari=True: {env_id} is a PettingZoo env, not an Atari game")
+        envs = vecaccel.make_vec(
+            env_id, num_envs, backend=backend, autoreset_mode=autoreset_mode, **backend_options
+        )
+        if seed is not None:
+            envs.action_space.seed(seed)
+        return envs
     env_fn = make_env_fn(env_id, atari, training)
     envs = vecaccel.make_vec(
         [env_fn] * num_envs, backend=backend, autoreset_mode=autoreset_mode, **backend_options

@@ -39,9 +39,14 @@ class EpisodeStats:
     def record(
         self, reward: np.ndarray, done: np.ndarray, infos: dict[str, Any]
     ) -> list[tuple[float, float]]:
-        """Add one vector step; the ``(return, length)`` of the episodes that ended in it."""
+        """Add one vector step; the ``(return, length)`` of the episodes that ended in it.
+
+        A multi-agent env's rows whose agent was not live (``infos["active"]`` False) take no
+        step: their lengths stand still.
+        """
         self._return += reward
-        self._length += 1
+        active = infos.get("active")
+        self._length += 1 if active is None else np.asarray(active, dtype=np.int64)
         finished: list[tuple[float, float]] = []
         final_info = infos.get("final_info", {})
         stats = final_info.get("episode") if isinstance(final_info, dict) else None

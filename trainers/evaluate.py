@@ -1,11 +1,16 @@
-"""``vecaccel eval``: play a saved agent's episodes, without the training-only wrappers."""
+"""``vecaccel eval``: play a saved agent's episodes, without the training-only wrappers.
+
+A PettingZoo env (a module path with ``parallel_env``) is played as it was trained: the one
+shared policy acts for every live agent, and the report gives each agent's return and the team
+return (the sum over the agents) per episode.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from vecaccel.trainers.checkpoint import checkpoint_file
 from vecaccel.trainers.cli_errors import (
@@ -16,7 +21,7 @@ from vecaccel.trainers.cli_errors import (
 )
 from vecaccel.trainers.cli_flags import ALGORITHMS, algorithm_class
 
-__all__ = ["eval_command", "evaluate_agent"]
+__all__ = ["AgentReturns", "eval_command", "evaluate_agent", "evaluate_agents"]
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -45,22 +50,29 @@ def eval_command(args: argparse.Namespace) -> int:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2
     from vecaccel.trainers.checkpoint import check_env_matches
-    from vecaccel.trainers.envs import make_env_fn
+    from vecaccel.trainers.envs import is_parallel_env_path, make_env_fn, parallel_env_spaces
 
+    multi_agent = is_parallel_env_path(env_id)
     try:
-        env = make_env_fn(env_id, config.get("atari"), training=False)()
-        try:
-            check_env_matches(
-                env_id,
-                env.observation_space,
-                env.action_space,
-                agent.observation_space,
-                agent.action_space,
-            )
-        finally:
-            env.close()
+        if multi_agent:
+            spaces = parallel_env_spaces(env_id)
+            check_env_matches(env_id, *spaces, agent.observation_space, agent.action_space)
+        else:
+            env = make_env_fn(env_id, config.get("atari"), training=False)()
+            try:
+                check_env_matches(
+                    env_id,
+                    env.observation_space,
+                    env.action_space,
+                    agent.observation_space,
+                    agent.action_space,
+                )
+            finally:
+                env.close()
     except setup_errors() as exc:
         return usage_error(exc)
+    if multi_agent:
+        return _report_agents(agent, algo, env_id, args)
     try:
         returns, lengths = evaluate_agent(
             agent,
@@ -81,6 +93,92 @@ def eval_command(args: argparse.Namespace) -> int:
         f"+- {np.std(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), "
         f"mean length {np.mean(lengths):.1f}"
     )
+    if args.video is not None:
+        print(f"video: {args.video}")
+    return 0
+
+
+class AgentReturns(NamedTuple):
+    """What :func:`evaluate_agents` measures, one entry per episode in each list."""
+
+    team: list[float]
+    """The sum of every agent's return."""
+    agents: dict[str, list[float]]
+    """Each agent's own return, by agent name (``possible_agents`` order)."""
+    lengths: list[int]
+    """Env steps until every agent was done."""
+
+
+def evaluate_agents(
+    agent: Any,
+    env_id: str,
+    episodes: int = 10,
+    seed: int = 0,
+    deterministic: bool = True,
+    video: Path | None = None,
+) -> AgentReturns:
+    """Play ``episodes`` episodes of the PettingZoo env ``env_id`` (``parallel_env()`` of that
+    module), ``agent.predict`` acting for every live agent at once.
+
+    Episode ``i`` is reset with ``seed + i``; it ends when no agent is left.
+    """
+    import importlib
+
+    import numpy as np
+
+    module = importlib.import_module(env_id)
+    env = module.parallel_env(**({"render_mode": "rgb_array"} if video else {}))
+    names = list(env.possible_agents)
+    result = AgentReturns([], {name: [] for name in names}, [])
+    frames: list[Any] = []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            totals = dict.fromkeys(names, 0.0)
+            length = 0
+            while env.agents:
+                if video is not None and episode == 0:
+                    frames.append(env.render())
+                live = [name for name in env.agents if name in obs]
+                actions, _ = agent.predict(
+                    np.stack([np.asarray(obs[name]) for name in live]),
+                    deterministic=deterministic,
+                )
+                obs, rewards, _, _, _ = env.step(dict(zip(live, actions)))
+                for name, reward in rewards.items():
+                    totals[name] += float(reward)
+                length += 1
+            for name in names:
+                result.agents[name].append(totals[name])
+            result.team.append(sum(totals.values()))
+            result.lengths.append(length)
+        if video is not None and frames:
+            _write_video(frames, video, fps=int(env.metadata.get("render_fps", 30) or 30))
+    finally:
+        env.close()
+    return result
+
+
+def _report_agents(agent: Any, algo: str, env_id: str, args: argparse.Namespace) -> int:
+    """Print the team return and each agent's return of a PettingZoo env's episodes."""
+    import numpy as np
+
+    result = evaluate_agents(
+        agent,
+        env_id,
+        episodes=args.episodes,
+        seed=args.seed,
+        deterministic=not args.stochastic,
+        video=args.video,
+    )
+    team = result.team
+    print(
+        f"{algo} on {env_id}: {len(team)} episodes, team return {np.mean(team):.2f} "
+        f"+- {np.std(team):.2f} (min {np.min(team):.2f}, max {np.max(team):.2f}), "
+        f"mean length {np.mean(result.lengths):.1f}"
+    )
+    for name, returns in result.agents.items():
+        print(f"  {name}: return {np.mean(returns):.2f} +- {np.std(returns):.2f}")
     if args.video is not None:
         print(f"video: {args.video}")
     return 0

@@ -2,7 +2,9 @@
 
 Every layer is orthogonally initialised (gain sqrt(2) in the body, 0.01 for policy logits, 1 for
 values), as in the baselines, SB3 and CleanRL. Image observations (uint8, ``[C, H, W]``) are
-scaled by 1/255 inside the network, so buffers stay uint8.
+scaled by 1/255 inside the network, so buffers stay uint8. Images laid out ``[H, W, C]`` (the
+renders PettingZoo envs such as pistonball observe) go to the same CNN, which reads them in
+place as NHWC.
 
 Example:
     >>> import gymnasium as gym, torch
@@ -85,22 +87,25 @@ class NatureCNN(nn.Module):
     """The DQN Nature paper's convolutional torso: 3 convs and a 512-unit linear layer.
 
     Args:
-        in_channels: stacked frames (4 for the standard Atari set-up).
-        image_size: height and width of the (square) input.
+        in_channels: stacked frames (4 for the standard Atari set-up), or colour channels.
+        image_size: height and width of a square input, or ``(height, width)``.
         features: output width.
         channels_last: keep the convolutions in NHWC memory format (faster on CPUs).
         bf16: run the torso under bfloat16 autocast; outputs are cast back to float32.
+        channels_last_input: observations come as ``[N, H, W, C]`` (else ``[N, C, H, W]``).
     """
 
     def __init__(
         self,
         in_channels: int = 4,
-        image_size: int = 84,
+        image_size: int | tuple[int, int] = 84,
         features: int = 512,
         channels_last: bool = False,
         bf16: bool = False,
+        channels_last_input: bool = False,
     ) -> None:
         super().__init__()
+        height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
         self.convs = nn.Sequential(
             layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
             nn.ReLU(),
@@ -111,11 +116,12 @@ class NatureCNN(nn.Module):
             nn.Flatten(),
         )
         with torch.no_grad():
-            flat = self.convs(torch.zeros(1, in_channels, image_size, image_size)).shape[1]
+            flat = self.convs(torch.zeros(1, in_channels, height, width)).shape[1]
         self.linear = nn.Sequential(layer_init(nn.Linear(flat, features)), nn.ReLU())
         self.out_features = features
         self.channels_last = channels_last
         self.bf16 = bf16
+        self.channels_last_input = channels_last_input
         if channels_last:
             self.convs.to(memory_format=torch.channels_last)
 
@@ -126,6 +132,8 @@ class NatureCNN(nn.Module):
         # the same result (tests/test_bf16.py): 0..255 are
         # exact in bfloat16, and bfloat16 division rounds the float32 quotient once, as
         # autocast's cast of it does.
+        if self.channels_last_input:  # a view: NHWC memory is the channels_last layout of NCHW
+            obs = obs.permute(0, 3, 1, 2)
         memory_format = torch.channels_last if self.channels_last else torch.contiguous_format
         dtype = torch.bfloat16 if self.bf16 and obs.dtype == torch.uint8 else torch.float32
         x = obs.to(dtype=dtype, memory_format=memory_format, copy=True)
@@ -183,9 +191,24 @@ def make_encoder(
         raise ValueError(f"network must be 'auto', 'cnn' or 'mlp', got {network!r}")
     if network == "cnn" or (network == "auto" and _is_image_space(observation_space)):
         shape = observation_space.shape
-        if shape is None or len(shape) != 3 or shape[1] != shape[2]:
-            raise ValueError(f"the Nature CNN needs [C, H, H] observations, got shape {shape}")
-        return NatureCNN(shape[0], shape[1], channels_last=channels_last, bf16=bf16)
+        if shape is None or len(shape) != 3:
+            raise ValueError(
+                f"the Nature CNN needs [C, H, W] or [H, W, C] observations, got shape {shape}"
+            )
+        # a colour image [H, W, C] (C <= 4 channels, H and W larger), else stacked frames first
+        last = shape[2] <= 4 < min(shape[0], shape[1])
+        channels, height, width = (shape[2], shape[0], shape[1]) if last else shape
+        if min(height, width) < 36:
+            raise ValueError(
+                f"the Nature CNN needs images of at least 36x36 pixels, got shape {shape}"
+            )
+        return NatureCNN(
+            channels,
+            (height, width),
+            channels_last=channels_last,
+            bf16=bf16,
+            channels_last_input=last,
+        )
     in_features = int(np.prod(observation_space.shape or (1,)))
     return MLP(in_features, hidden_sizes, activation)
 

@@ -49,7 +49,13 @@ from vecaccel.trainers.config import (
     resolve_aliases,
     resolve_device,
 )
-from vecaccel.trainers.envs import check_tensor_spaces, make_env_fn
+from vecaccel.trainers.envs import (
+    agents_per_env,
+    check_tensor_spaces,
+    is_parallel_env_path,
+    make_env_fn,
+    parallel_env_spaces,
+)
 from vecaccel.trainers.presets import AUTO
 from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state
 
@@ -192,8 +198,12 @@ class OnPolicyAlgorithm(Algorithm):
                 channels_last=cfg.channels_last,
                 bf16=bf16,
             ).to(self.device)
-            # the effective batch of an update is the sum of every rank's batch
-            self.local_batch_size = cfg.num_envs * cfg.num_steps
+            # the effective batch of an update is the sum of every rank's batch; a PettingZoo
+            # env's num_envs counts envs, each one row per agent
+            rows = cfg.num_envs * agents_per_env(cfg.env_id)
+            if self.envs is not None:
+                rows = int(self.envs.num_envs)
+            self.local_batch_size = rows * cfg.num_steps
             self.batch_size = self.local_batch_size * self.world_size
             if log_every is not None:  # counted over every rank's steps
                 cfg.log_every_steps = int(log_every) * self.batch_size
@@ -289,6 +299,8 @@ class OnPolicyAlgorithm(Algorithm):
     # -- env and sampler ------------------------------------------------------------------------
 
     def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space, gym.Space]:
+        if is_parallel_env_path(env_id):
+            return parallel_env_spaces(env_id)
         env = make_env_fn(env_id, self.config.atari)()
         try:
             return env.observation_space, env.action_space
@@ -306,7 +318,9 @@ class OnPolicyAlgorithm(Algorithm):
                 raise ValueError("alternating=True needs backend='action_server'")
             env = self.make_envs(cfg.env_id, **options)
             self.owns_envs = True
-            self._episode_stats = "infos"
+            # a PettingZoo env's rows have no RecordEpisodeStatistics: each agent's return is
+            # the sum of its rewards
+            self._episode_stats = "rewards" if is_parallel_env_path(cfg.env_id) else "infos"
         else:
             if env.num_envs != cfg.num_envs:
                 cfg.num_envs = int(env.num_envs)

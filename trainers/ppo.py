@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.advantages import compute_gae, explained_variance
+from vecaccel.trainers.advantages import compute_gae, explained_variance, learning_rows
 from vecaccel.trainers.distributed import all_reduce_mean
 from vecaccel.trainers.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.optim import FlatAdam
@@ -151,11 +151,13 @@ class PPO(OnPolicyAlgorithm):
             batch.final_index,
             cfg.gamma,
             cfg.gae_lambda,
+            active=batch.active,
         )
 
-        # flatten the [T, B] batch, dropping NEXT_STEP reset rows that are no transition
-        valid = batch.valid.reshape(-1)
-        keep = None if bool(valid.all()) else valid.nonzero().squeeze(1)
+        # flatten the [T, B] batch, dropping NEXT_STEP reset rows that are no transition and
+        # the rows of agents that were not active
+        rows = learning_rows(batch)
+        keep = None if rows is None else rows.reshape(-1).nonzero().squeeze(1)
 
         def flat(x: torch.Tensor) -> torch.Tensor:
             x = x.reshape(-1, *x.shape[2:])

@@ -396,6 +396,7 @@ class ReplayBuffer:
         terminated: np.ndarray,
         truncated: np.ndarray,
         final_obs: Any = None,
+        active: Any = None,
     ) -> None:
         """Store one step of every env.
 
@@ -408,6 +409,8 @@ class ReplayBuffer:
             final_obs: the final observations of the envs whose episode ended at this step, as in
                 ``infos["final_obs"]`` (indexable by env; other entries are ignored). Required when
                 an episode is truncated; for terminated episodes it may be omitted.
+            active: ``[num_envs]`` bool ``infos["active"]`` of a multi-agent env, or ``None``:
+                the rows whose agent was not live store nothing (their columns stand still).
 
         Raises:
             ValueError: an episode was truncated and ``final_obs`` is missing, or the rebuilt frame
@@ -419,29 +422,42 @@ class ReplayBuffer:
             raise ValueError(f"obs must have shape {(B, *self.obs_shape)}, got {obs.shape}")
         terminated = np.asarray(terminated, dtype=np.bool_).reshape(B)
         truncated = np.asarray(truncated, dtype=np.bool_).reshape(B)
-        done = terminated | truncated
-        slots = self.cursor.copy()
+        action = np.asarray(action).reshape(B, *self.action_shape)
+        reward = np.asarray(reward, dtype=np.float32).reshape(B)
         env_ids = self._env_ids
+        if active is not None:
+            live = np.asarray(active, dtype=np.bool_).reshape(B)
+            if not live.all():
+                env_ids = np.flatnonzero(live)
+                obs, action, reward = obs[env_ids], action[env_ids], reward[env_ids]
+                terminated, truncated = terminated[env_ids], truncated[env_ids]
+                if final_obs is not None:
+                    final_obs = [final_obs[i] for i in env_ids]
+        done = terminated | truncated
+        slots = self.cursor[env_ids]
         self.frames[slots, env_ids] = self._frames_of(obs)
-        self.actions[slots, env_ids] = np.asarray(action).reshape(B, *self.action_shape)
-        self.rewards[slots, env_ids] = np.asarray(reward, dtype=np.float32).reshape(B)
+        self.actions[slots, env_ids] = action
+        self.rewards[slots, env_ids] = reward
         self.terminated[slots, env_ids] = terminated
         self.truncated[slots, env_ids] = truncated
-        self.episode_start[slots, env_ids] = self.pending_start
+        self.episode_start[slots, env_ids] = self.pending_start[env_ids]
         self.is_final[slots, env_ids] = False
         self._advance(env_ids, slots)
         self.counters[0] += 1
-        self.counters[1] += B
+        self.counters[1] += len(env_ids)
         if self.frame_stack > 1 and (
             self.counters[0] <= 4 * self.frame_stack or self.counters[0] % self.validate_period == 0
         ):
-            self._validate_stacks(slots, obs)
+            self._validate_stacks(slots, obs, env_ids)
         if done.any():
             ended = np.flatnonzero(done)
-            self._write_final(ended, final_obs, truncated)
-        self.pending_start[:] = done
+            self._write_final(ended, final_obs, truncated, env_ids)
+        self.pending_start[env_ids] = done
 
-    def _write_final(self, ended: np.ndarray, final_obs: Any, truncated: np.ndarray) -> None:
+    def _write_final(
+        self, ended: np.ndarray, final_obs: Any, truncated: np.ndarray, env_ids: np.ndarray
+    ) -> None:
+        """Write the final observations of entries ``ended`` (positions in ``env_ids``)."""
         if final_obs is None:
             if truncated[ended].any():
                 raise ValueError(
@@ -456,15 +472,16 @@ class ReplayBuffer:
                 raise ValueError(
                     f"final_obs entries must have shape {self.obs_shape}, got {final.shape[1:]}"
                 )
-        slots = self.cursor[ended].copy()
-        self.frames[slots, ended] = self._frames_of(final)
-        self.actions[slots, ended] = 0
-        self.rewards[slots, ended] = 0.0
-        self.terminated[slots, ended] = False
-        self.truncated[slots, ended] = False
-        self.episode_start[slots, ended] = False
-        self.is_final[slots, ended] = True
-        self._advance(ended, slots)
+        columns = env_ids[ended]
+        slots = self.cursor[columns]
+        self.frames[slots, columns] = self._frames_of(final)
+        self.actions[slots, columns] = 0
+        self.rewards[slots, columns] = 0.0
+        self.terminated[slots, columns] = False
+        self.truncated[slots, columns] = False
+        self.episode_start[slots, columns] = False
+        self.is_final[slots, columns] = True
+        self._advance(columns, slots)
 
     def _advance(self, env_ids: np.ndarray, slots: np.ndarray) -> None:
         self.cursor[env_ids] = (slots + 1) % self.T
@@ -497,8 +514,8 @@ class ReplayBuffer:
             self._on_invalidate(open_columns, last)
         self.pending_start[:] = True
 
-    def _validate_stacks(self, slots: np.ndarray, obs: np.ndarray) -> None:
-        rebuilt = self._stack(slots, self._env_ids)
+    def _validate_stacks(self, slots: np.ndarray, obs: np.ndarray, env_ids: np.ndarray) -> None:
+        rebuilt = self._stack(slots, env_ids)
         if not np.array_equal(rebuilt, obs):
             raise ValueError(
                 f"frame_stack={self.frame_stack}: the observations are not stacks of the last "
@@ -608,14 +625,16 @@ def replay_buffer_kwargs(
     """The buffer arguments a DQN-family config asks for, for ``num_envs`` envs.
 
     ``frame_stack=0`` in the config detects the stack: ``F`` for uint8 ``[F, H, W]``
-    observations (images stacked by the Atari set-up), else 1. The capacity holds at least a few
+    observations (images stacked by the Atari set-up; ``F`` smaller than ``H`` and ``W``), else
+    1 (colour images ``[H, W, C]`` among them). The capacity holds at least a few
     n-step windows per env, whatever ``buffer_size`` says.
     """
     frame_stack = config.frame_stack
     if frame_stack <= 0:
         space = observation_space
         image = isinstance(space, spaces.Box) and space.dtype == np.uint8
-        frame_stack = int(space.shape[0]) if image and len(space.shape) == 3 else 1
+        stacked = image and len(space.shape) == 3 and space.shape[0] < min(space.shape[1:])
+        frame_stack = int(space.shape[0]) if stacked else 1
     kwargs: dict[str, Any] = dict(
         capacity=max(config.buffer_size, num_envs * (config.n_step + frame_stack + 8)),
         num_envs=num_envs,

@@ -36,6 +36,7 @@ from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
 from vecaccel.trainers.logger import RunLogger, mean_or_none
 from vecaccel.trainers.seeding import set_rng_state
 from vecaccel.trainers.signals import SignalCheckpoint, TrainingInterrupted
+from vecaccel.trainers.team_returns import team_returns_for
 
 __all__ = ["SyncRunner", "announce_interrupt", "announce_run_dir", "open_run_logger"]
 
@@ -185,6 +186,8 @@ class _OnPolicyLoop:
         self.horizon = int(agent.target_steps)
         self.resume_step = agent.global_step if agent.global_step > 0 else None
         self.log_period = _LogPeriod(cfg.log_every_steps, agent.global_step + cfg.log_every_steps)
+        # multi-agent envs: each env's team return beside the agents' own
+        self.team = team_returns_for(agent.envs)
 
     def start(self, logger: RunLogger) -> None:
         self.start_step, self.start_time = self.agent.global_step, time.perf_counter()
@@ -195,6 +198,9 @@ class _OnPolicyLoop:
         lr_now = agent.apply_learning_rate(progress_remaining)
         with agent.acting():
             batch = agent.sampler.collect()
+        team = None
+        if self.team is not None and batch.active is not None:
+            team = mean_or_none(self.team.record_batch(batch))
         batch = agent.to_model_actions(batch)
         agent.global_step += agent.batch_size
         metrics = agent.update(batch, progress_remaining)
@@ -213,6 +219,8 @@ class _OnPolicyLoop:
                 "charts/updates": agent.num_updates,
             }
         )
+        if team is not None:
+            metrics["charts/team_episodic_return"] = team
         stop = stop_requested
         if agent.world_size > 1:
             # every rank reduces every update (a collective cannot be skipped), which is where
@@ -244,6 +252,8 @@ class _OnPolicyLoop:
     def restart_point(self) -> None:
         if self.agent.config.reset_envs_at_checkpoint:
             self.agent.reset_envs()
+            if self.team is not None:
+                self.team.reset()
 
     def write_checkpoint(self) -> None:
         self.agent.write_checkpoint(self.agent.run_dir)
@@ -301,6 +311,9 @@ class _OffPolicyLoop:
                 seed = agent.restart_seed()
             agent.last_obs, _ = agent.envs.reset(seed=seed)
             agent.episode_stats.reset(agent.envs.num_envs)
+        # multi-agent envs: each env's team return beside the agents' own
+        self.team = team_returns_for(agent.envs)
+        self.team_finished: list[float] = []
         self.start_step = agent.global_step
         self.horizon = self.start_step + int(total_steps)
         agent.target_steps = self.horizon
@@ -359,13 +372,19 @@ class _OffPolicyLoop:
         actions = agent.act(obs, epsilon)
         next_obs, reward, terminated, truncated, infos = agent.envs.step(actions)
         done = terminated | truncated
-        agent.buffer.add(obs, actions, reward, terminated, truncated, infos.get("final_obs"))
+        # a multi-agent env's rows whose agent is not live are no transitions: not stored
+        active = infos.get("active")
+        agent.buffer.add(
+            obs, actions, reward, terminated, truncated, infos.get("final_obs"), active=active
+        )
         agent.last_obs = next_obs
         agent.global_step += self.steps_per_vector_step
         self.vector_steps += 1
         for episode_return, length in agent.episode_stats.record(reward, done, infos):
             agent.episode_log.append((agent.global_step, episode_return, length))
             self.finished.append((episode_return, length))
+        if self.team is not None and active is not None:
+            self.team_finished += self.team.record(reward, done, active)
 
         # enforce the replay ratio: updates × batch ≤ ratio × steps since learning began
         if agent.global_step > self.learn_from:
@@ -412,6 +431,9 @@ class _OffPolicyLoop:
             metrics["charts/episodic_return"] = float(np.mean([r for r, _ in finished]))
             metrics["charts/episodic_length"] = float(np.mean([n for _, n in finished]))
             metrics["charts/episodes"] = len(finished)
+        if self.team_finished:
+            metrics["charts/team_episodic_return"] = float(np.mean(self.team_finished))
+            self.team_finished = []
         if losses:
             for key in losses[0]:
                 metrics[key] = float(np.mean([m[key] for m in losses]))
@@ -443,6 +465,8 @@ class _OffPolicyLoop:
             agent.buffer.end_episodes()
             agent.last_obs, _ = agent.envs.reset(seed=agent.restart_seed())
             agent.episode_stats.reset(agent.envs.num_envs)
+            if self.team is not None:
+                self.team.reset()
 
     def write_checkpoint(self) -> None:
         agent = self.agent

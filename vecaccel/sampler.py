@@ -20,6 +20,12 @@ would give for the same actions (the half that finishes first acts once more, an
 becomes its row 0 of the next batch). Backends that return envs in no fixed order (``async``
 with ``batch_size < num_envs``) are refused with a ``ValueError``.
 
+Multi-agent envs. An env that reports ``infos["active"]`` (one row per agent, False where the
+agent is not live: dead before the others or not yet spawned) gets that mask in
+``batch.active`` (``[T, B]``: the row's agent took part in step ``t``, its terminal step
+included), and episode lengths count live steps only. For other envs ``batch.active`` is all
+True.
+
 In every mode ``batch.final_obs[k]`` is the true last observation of the episode that was
 *truncated* (and not terminated) at ``(batch.final_index[k, 0], batch.final_index[k, 1])``,
 ``(t, b)``, so trainers can bootstrap truncations from ``V(final_obs)`` and terminations from 0.
@@ -80,6 +86,10 @@ class SampleBatch(NamedTuple):
     """``[K, *obs_shape]`` true final observations of the truncated (not terminated) steps."""
     final_index: torch.Tensor
     """``[K, 2]`` int64 ``(t, b)`` of each row of ``final_obs``."""
+    active: torch.Tensor | None = None
+    """``[T, B]`` bool ``infos["active"]`` of each step: True where the row's agent took part,
+    its terminal step included (all True for an env that reports no such mask; ``None`` in
+    batches made by hand, meaning the same)."""
 
     @property
     def horizon(self) -> int:
@@ -211,6 +221,8 @@ class Sampler:
         self._terminated = torch.zeros((T, B), dtype=torch.bool, device=self.device)
         self._truncated = torch.zeros((T, B), dtype=torch.bool, device=self.device)
         self._valid = torch.ones((T, B), dtype=torch.bool, device=self.device)
+        # multi-agent envs' infos["active"]; stays all True for an env without it
+        self._active = torch.ones((T, B), dtype=torch.bool, device=self.device)
         self._actions: torch.Tensor | None = None
         self._extras: dict[str, torch.Tensor] = {}
         self._final_obs: list[torch.Tensor] = []
@@ -219,6 +231,7 @@ class Sampler:
         # assignments, a fraction of a torch op's dispatch each (a CartPole step is microseconds)
         self._numpy_rows = self.device.type == "cpu" and not self._tensor_env
         if self._numpy_rows:
+            self._active_np = self._active.numpy()
             self._obs_np = self._obs.numpy()
             self._next_obs_np = self._next_obs.numpy()
             self._rewards_np = self._rewards.numpy()
@@ -287,6 +300,7 @@ class Sampler:
             next_obs=self._next_obs,
             final_obs=final_obs,
             final_index=final_index.reshape(-1, 2),
+            active=self._active,
         )
 
     def _collect_lockstep(self) -> None:
@@ -442,6 +456,9 @@ class Sampler:
         else:
             valid_np = None
             done_np = terminated_np | truncated_np
+        active_np = self._record_active(infos, row, index)
+        if active_np is not None:  # an agent not live takes no step
+            valid_np = active_np if valid_np is None else valid_np & active_np
         self._episode_return[ids] += rewards_np
         self._episode_length[ids] += 1 if valid_np is None else valid_np
 
@@ -468,6 +485,19 @@ class Sampler:
         if next_step:
             self._pending_reset[ids] = done_np
         return obs
+
+    def _record_active(self, infos: Any, row: int, index: Any) -> np.ndarray | None:
+        """Write ``infos["active"]`` into ``row`` of ``batch.active``; returns it (``None`` for an
+        env that reports no such mask)."""
+        active = infos.get("active") if isinstance(infos, dict) else None
+        if active is None:
+            return None
+        active_np = _to_numpy(active).astype(bool, copy=False).reshape(-1)
+        if self._numpy_rows and isinstance(index, slice):
+            self._active_np[row] = active_np
+        else:
+            self._write(self._active, row, index, active_np)
+        return active_np
 
     def _start(self, ids: np.ndarray, obs: torch.Tensor) -> None:
         # the group whose observation is current (all envs unless they alternate)
