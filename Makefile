@@ -43,7 +43,7 @@ bench: $(STAMP)
 	-$(BIN)/python -m pip install -q envpool
 	$(BIN)/vecaccel bench --env CartPole-v1 --num-envs 16,64,256 --seconds 2 --repeat 3 \
 		--json $(BENCH_RESULTS)/vecaccel_bench_cartpole.json --plot $(BENCH_RESULTS)/vecaccel_bench_cartpole.png
-	$(BIN)/vecaccel bench --env pong --num-envs 8 --seconds 3 --repeat 3 \
+	$(BIN)/vecaccel bench --env pong --num-envs 8,16 --seconds 3 --repeat 3 \
 		--json $(BENCH_RESULTS)/vecaccel_bench_pong.json --plot $(BENCH_RESULTS)/vecaccel_bench_pong.png
 
 clean:

@@ -243,11 +243,11 @@ def _plot(result: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--steps", type=int, default=150_000, help="agent steps per run")
+    parser.add_argument("--steps", type=int, default=200_000, help="agent steps per run")
     parser.add_argument("--num-envs", type=int, default=8, help="PettingZoo envs (x3 rows)")
-    parser.add_argument("--backend", default="serial", help="vecaccel backend")
+    parser.add_argument("--backend", default="shm", help="vecaccel backend")
     parser.add_argument(
-        "--supersuit-cpus", type=int, default=0, help="concat_vec_envs_v1 num_cpus (0: in-process)"
+        "--supersuit-cpus", type=int, default=2, help="concat_vec_envs_v1 num_cpus (0: in-process)"
     )
     parser.add_argument("--random-episodes", type=int, default=200)
     parser.add_argument("--out", type=Path, default=RESULTS / "multiagent_learning.json")
