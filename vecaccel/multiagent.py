@@ -198,13 +198,14 @@ def _write_row(tree: Any, index: int, value: Any) -> None:
         tree[index] = value
 
 
-def _zero_row(tree: Any, index: int) -> None:
+def zero_row(tree: Any, index: int) -> None:
+    """Set row ``index`` of every leaf of ``tree`` (arrays in dicts and tuples) to zero."""
     if isinstance(tree, dict):
         for item in tree.values():
-            _zero_row(item, index)
+            zero_row(item, index)
     elif isinstance(tree, tuple):
         for item in tree:
-            _zero_row(item, index)
+            zero_row(item, index)
     else:
         tree[index] = 0
 

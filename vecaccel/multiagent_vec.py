@@ -18,6 +18,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from vecaccel.errors import WorkerError, WorkerTimeoutError
+from vecaccel.multiagent import zero_row
 from vecaccel.spaces import check_actions
 from vecaccel.vector import AsyncState, VecEnv, reset_mask_only, split_reset_mask
 
@@ -45,17 +46,6 @@ def _numpy(value: Any) -> np.ndarray:
 def _row_copy(tree: Any, row: int) -> Any:
     """Row ``row`` of every leaf, as NumPy copies (infos hold NumPy arrays on every backend)."""
     return _map(lambda leaf: _numpy(leaf[row]).copy(), tree)
-
-
-def _zero_row(tree: Any, row: int) -> None:
-    if isinstance(tree, dict):
-        for value in tree.values():
-            _zero_row(value, row)
-    elif isinstance(tree, tuple):
-        for value in tree:
-            _zero_row(value, row)
-    else:
-        tree[row] = 0
 
 
 def _span(rows: Sequence[int]) -> str:
@@ -341,7 +331,7 @@ class MultiAgentVecEnv(VecEnv):
                 if agent_infos is not None and agents_mask[position]:
                     info = agent_infos[position].infos[row % n]
                 finals[row] = (_row_copy(rows_obs, row), info)
-                _zero_row(rows_obs, row)
+                zero_row(rows_obs, row)
         if agent_infos is not None:
             for p in np.flatnonzero(agents_mask).tolist():
                 # SAME_STEP: an env that reset in this step brought its agents' reset infos
