@@ -55,7 +55,27 @@ def _time_raw(seconds: float, warmup: float, seed: int) -> tuple[int, float]:
         {agent: row for agent, row in zip(agents, batch)}
         for batch in _random_actions(len(agents), seed)
     ]
-    steps, i = 0, 0
+    step_count = 0
+
+    def step() -> int:
+        nonlocal step_count
+        live = env.agents
+        env.step({agent: actions[step_count % len(actions)][agent] for agent in live})
+        step_count += 1
+        if not env.agents:
+            env.reset()
+        return len(live)
+
+    try:
+        return _timed(step, seconds, warmup)
+    finally:
+        env.close()
+
+
+def _timed(step, seconds: float, warmup: float) -> tuple[int, float]:
+    """(steps, elapsed s) of calling ``step`` (which returns the steps it took) for ``seconds``
+    after ``warmup`` untimed seconds."""
+    steps = 0
     start = time.perf_counter()
     timing = False
     while True:
@@ -64,13 +84,7 @@ def _time_raw(seconds: float, warmup: float, seed: int) -> tuple[int, float]:
             timing, start, steps = True, now, 0
         elif timing and now - start >= seconds:
             break
-        live = env.agents
-        env.step({agent: actions[i % len(actions)][agent] for agent in live})
-        steps += len(live)
-        i += 1
-        if not env.agents:
-            env.reset()
-    env.close()
+        steps += step()
     return steps, time.perf_counter() - start
 
 
@@ -102,19 +116,14 @@ def measure_ceiling(seconds: float, warmup: float, processes: int) -> float:
 def _time_vector(envs, rows: int, seconds: float, warmup: float, seed: int) -> float:
     actions = _random_actions(rows, seed)
     envs.reset(seed=seed)
-    steps, i = 0, 0
-    start = time.perf_counter()
-    timing = False
-    while True:
-        now = time.perf_counter()
-        if not timing and now - start >= warmup:
-            timing, start, steps = True, now, 0
-        elif timing and now - start >= seconds:
-            break
-        envs.step(actions[i % len(actions)])
-        steps += rows
-        i += 1
-    return steps / (time.perf_counter() - start)
+    batches = iter(range(1 << 62))
+
+    def step() -> int:
+        envs.step(actions[next(batches) % len(actions)])
+        return rows
+
+    steps, elapsed = _timed(step, seconds, warmup)
+    return steps / elapsed
 
 
 def measure_vecaccel(backend: str, num_envs: int, seconds: float, warmup: float, **options):
