@@ -140,7 +140,7 @@ def _make_multiagent(
     env_fns: list[Callable[[], Any]],
     probe: Any,
     num_envs: int | None,
-    backend: str,
+    backend: tuple[Any, Any],
     autoreset_mode: str | AutoresetMode,
     options: dict[str, Any],
 ) -> gym.vector.VectorEnv:
@@ -163,16 +163,23 @@ def _make_multiagent(
     return MultiAgentVecEnv(vec_env, agents, observation_space, action_space)
 
 
+def _checked_backend(backend: str, options: dict[str, Any]) -> tuple[Any, Any]:
+    """The backend's registry entry and its checked options (``None`` for a backend that
+    declares none): a misspelled option is refused here, before any env is built."""
+    info = get_backend(backend)
+    checked = None if info.options is None else info.options.from_kwargs(backend, options)
+    return info, checked
+
+
 def _build(
     env_fns: list[Callable[[], gym.Env]],
-    backend: str,
+    backend: tuple[Any, Any],
     autoreset_mode: str | AutoresetMode,
     options: dict[str, Any],
 ) -> gym.vector.VectorEnv:
-    info = get_backend(backend)
-    if info.options is None:  # a backend that declares no options gets them as given
+    info, checked = backend
+    if checked is None:  # a backend that declares no options gets them as given
         return info.factory(env_fns, autoreset_mode=autoreset_mode, **options)
-    checked = info.options.from_kwargs(backend, options)
     return info.factory(env_fns, autoreset_mode=autoreset_mode, options=checked)
 
 
@@ -226,12 +233,13 @@ def make_vec(
             raise ValueError(f"num_envs must be a positive integer, got {num_envs}")
     if isinstance(env, Iterable) and not isinstance(env, (str, gym.Env)) and not callable(env):
         env = list(env)  # looked at twice below: a generator would be spent
+    checked = _checked_backend(backend, options)  # before an env function is called
     multiagent_fns, env = _find_multiagent(env, num_envs, env_kwargs)
     if multiagent_fns is not None:
-        return _make_multiagent(multiagent_fns, env, num_envs, backend, autoreset_mode, options)
+        return _make_multiagent(multiagent_fns, env, num_envs, checked, autoreset_mode, options)
     try:
         env_fns = _env_fns(env, num_envs, env_kwargs)
-        return _build(env_fns, backend, autoreset_mode, options)
+        return _build(env_fns, checked, autoreset_mode, options)
     finally:
         if isinstance(env, list) and env and hasattr(env[0], "close_unused"):
             env[0].close_unused()
