@@ -145,7 +145,8 @@ def worker_main(
         restart_on_error: rebuild an env that raises in a step instead of reporting it.
         started_by_main_thread: whether the parent's main thread started this worker.
         worker_threads: the cap on native thread pools (``None``: no cap).
-        spin_seconds: how long to look for the next command before sleeping.
+        spin_seconds: how long to look for the next command before sleeping, while the
+            previous command came within that time.
         forked: whether the worker was forked (fork, forkserver), not a fresh interpreter.
         stack_conn: the write end of its stack pipe (:mod:`vecaccel.worker.stacks`).
     """
@@ -230,16 +231,23 @@ def worker_main(
     obs_items = envs.obs_items if envs.obs_columns else None
     action_items = bool(envs.action_columns)
     every_env, every_slot = range(start, start + count), range(count)
+    # Spin only while the gaps between commands fit in the spin: a worker whose last command
+    # came later than that (a long policy forward pass, an update phase) sleeps at once.
+    spin_next = bool(spin_seconds)
     try:
         while True:
-            if spin_seconds:  # look for the next command without sleeping for a while first
-                deadline = time.perf_counter() + spin_seconds
+            idle_since = time.perf_counter()
+            if spin_next:  # look for the next command without sleeping for a while first
+                deadline = idle_since + spin_seconds
                 while not poller.poll(0) and time.perf_counter() < deadline:
                     pass
             if not poller.poll(PARENT_CHECK_INTERVAL * 1000):
                 if not _parent_alive(parent_pid, launcher_pid):
                     break  # the parent died: leave quietly
+                spin_next = False
                 continue
+            if spin_seconds:
+                spin_next = time.perf_counter() - idle_since < spin_seconds
             raw = os.read(cmd_fd, 1)
             if not raw:
                 break  # the parent closed the pipe

@@ -1,0 +1,245 @@
+"""Lock-step designs for envs of uneven step cost, side by side with the machine's ceiling.
+
+A lock-step step ends when the slowest worker's slice is done, and between two steps every
+worker waits for the caller: the wake-up of its process, the caller's own work. On Pong
+(``AtariPreprocessing``, up to 30 no-op frames at every reset) this measures, in one run, the
+trials alternating their order:
+
+* ``ceiling``: one process per usable CPU, each stepping its own raw env (no lock-step);
+* ``bare lock-step, block``: one process per CPU stepping its share of the raw envs, woken by a
+  byte on a pipe and answering with one, no vecaccel code: what a lock-step design that sleeps
+  between steps can reach here;
+* ``bare lock-step, spin``: the same, each process looking for its next byte without sleeping;
+* ``shm`` as shipped (its workers spin for the next step while the steps come close
+  together, ``worker_spin_us``), ``shm`` whose workers sleep between steps, more workers than
+  CPUs (the kernel balances them), one worker per env;
+* ``hybrid`` (the caller steps a share itself) and ``async`` with half the envs per batch.
+
+Each measurement reports steps/s, its share of the ceiling of the same trial, and the CPU
+seconds per second that the vec env's workers used (1.0: a worker kept its core busy). With
+``--pause-ms`` the loop sleeps between steps, as a training loop does for the policy's forward
+pass: workers that spin only while the gaps fit in their spin then cost no CPU.
+
+Run (writes ``benchmarks/results/lockstep_designs.json``)::
+
+    python benchmarks/lockstep_designs.py --num-envs 8,16 --seconds 4 --trials 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import select
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+from gymnasium.vector.utils import batch_space
+
+import vecaccel
+from vecaccel.bench import write_json
+from vecaccel.bench.ceiling import measure_ceiling
+from vecaccel.bench.timing import ACTION_BATCHES, _sample_actions
+from vecaccel.bench.workloads import make_pong_env, resolve_env
+from vecaccel.worker import usable_cpus
+from vecaccel.worker.cpus import limit_threads_after_envs, limit_threads_before_envs
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def _bare_worker(count: int, seed: int, spin: bool, cmd: Any, done: Any) -> None:
+    """Step ``count`` raw Pong envs once per byte on ``cmd``; answer each with a byte."""
+    limit_threads_before_envs(1)
+    envs = [make_pong_env() for _ in range(count)]
+    limit_threads_after_envs(1)
+    for k, env in enumerate(envs):
+        env.reset(seed=seed + k)
+    actions = _sample_actions(envs[0].action_space, ACTION_BATCHES, seed)
+    cmd_fd, done_fd = cmd.fileno(), done.fileno()
+    poller = select.poll()
+    poller.register(cmd_fd, select.POLLIN)
+    os.write(done_fd, b"r")
+    i = 0
+    while True:
+        if spin:
+            while not poller.poll(0):
+                pass
+        if os.read(cmd_fd, 1) != b"s":
+            break
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(actions[i % ACTION_BATCHES])
+            if terminated or truncated:
+                env.reset()
+        i += 1
+        os.write(done_fd, b"d")
+
+
+class BareLockstep:
+    """The simplest lock-step: one process per CPU, a byte there and a byte back per step."""
+
+    def __init__(self, num_envs: int, processes: int, spin: bool) -> None:
+        bounds = np.linspace(0, num_envs, processes + 1).round().astype(int)
+        self.procs, self.cmds, self.dones = [], [], []
+        for k in range(processes):
+            cmd_r, cmd_w = mp.Pipe(duplex=False)
+            done_r, done_w = mp.Pipe(duplex=False)
+            count = int(bounds[k + 1] - bounds[k])
+            proc = mp.Process(
+                target=_bare_worker, args=(count, int(bounds[k]), spin, cmd_r, done_w), daemon=True
+            )
+            proc.start()
+            self.procs.append(proc)
+            self.cmds.append(cmd_w.fileno())
+            self.dones.append(done_r.fileno())
+            self._keep = getattr(self, "_keep", []) + [cmd_r, cmd_w, done_r, done_w]
+        for fd in self.dones:
+            os.read(fd, 1)
+        self.num_envs = num_envs
+
+    def step(self) -> None:
+        for fd in self.cmds:
+            os.write(fd, b"s")
+        for fd in self.dones:
+            os.read(fd, 1)
+
+    def worker_pids(self) -> list[int]:
+        return [proc.pid for proc in self.procs]
+
+    def close(self) -> None:
+        for fd in self.cmds:
+            os.write(fd, b"q")
+        for proc in self.procs:
+            proc.join(5)
+
+
+class VecAccel:
+    """A vecaccel vec env stepped with random actions (``async``: a batch of the envs a step)."""
+
+    def __init__(self, num_envs: int, backend: str, options: dict[str, Any]) -> None:
+        self.envs = vecaccel.make_vec(make_pong_env, num_envs, backend=backend, **options)
+        self.envs.reset(seed=0)
+        self.num_envs = int(options.get("batch_size") or num_envs)
+        batched = batch_space(self.envs.single_action_space, self.num_envs)
+        self.actions = _sample_actions(batched, ACTION_BATCHES, 0)
+        self.i = 0
+
+    def step(self) -> None:
+        self.envs.step(self.actions[self.i % ACTION_BATCHES])
+        self.i += 1
+
+    def worker_pids(self) -> list[int]:
+        return [worker.process.pid for worker in self.envs.pool.workers]
+
+    def close(self) -> None:
+        self.envs.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _time(impl: Any, seconds: float, warmup: float, pause: float) -> tuple[float, float]:
+    """Steps/s of ``impl`` and its workers' mean CPU seconds per second."""
+    end = time.perf_counter() + warmup
+    while time.perf_counter() < end:
+        impl.step()
+    pids = impl.worker_pids()
+    before = [_cpu_seconds(pid) for pid in pids]
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        impl.step()
+        steps += impl.num_envs
+        if pause:
+            time.sleep(pause)
+    elapsed = time.perf_counter() - start
+    busy = [(_cpu_seconds(pid) - b) / elapsed for pid, b in zip(pids, before)]
+    return steps / elapsed, statistics.fmean(busy)
+
+
+def designs(num_envs: int, cpus: int) -> list[tuple[str, Any]]:
+    """(name, builder) of every design measured at ``num_envs``."""
+    half = max(1, num_envs // 2)
+    return [
+        ("bare lock-step, block", lambda: BareLockstep(num_envs, cpus, spin=False)),
+        ("bare lock-step, spin", lambda: BareLockstep(num_envs, cpus, spin=True)),
+        ("shm, workers sleep", lambda: VecAccel(num_envs, "shm", {"worker_spin_us": 0})),
+        ("shm (workers spin)", lambda: VecAccel(num_envs, "shm", {})),
+        (
+            f"shm, {2 * cpus} workers",
+            lambda: VecAccel(num_envs, "shm", {"num_workers": 2 * cpus, "worker_spin_us": 0}),
+        ),
+        (
+            f"shm, {num_envs} workers",
+            lambda: VecAccel(num_envs, "shm", {"num_workers": num_envs, "worker_spin_us": 0}),
+        ),
+        ("hybrid", lambda: VecAccel(num_envs, "hybrid", {})),
+        (f"async, batch {half}", lambda: VecAccel(num_envs, "async", {"batch_size": half})),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", default="8,16", help="comma-separated (default: %(default)s)")
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--pause-ms", type=float, default=0.0, help="sleep between steps")
+    parser.add_argument("--only", action="append", help="a design to measure (repeatable)")
+    parser.add_argument("--json", default=os.path.join(RESULTS, "lockstep_designs.json"))
+    args = parser.parse_args(argv)
+    cpus = usable_cpus()
+    target = resolve_env("pong")
+    only = None if args.only is None else set(args.only)
+    rows: list[dict[str, Any]] = []
+    for num_envs in [int(n) for n in args.num_envs.split(",")]:
+        chosen = [d for d in designs(num_envs, cpus) if only is None or d[0] in only]
+        trials: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in chosen}
+        for trial in range(args.trials):
+            ceiling, _ = measure_ceiling(target, args.seconds, args.warmup, seed=trial)
+            order = chosen if trial % 2 == 0 else chosen[::-1]
+            for name, build in order:
+                impl = build()
+                try:
+                    rate, busy = _time(impl, args.seconds, args.warmup, args.pause_ms / 1e3)
+                finally:
+                    impl.close()
+                trials[name].append((rate, rate / ceiling, busy))
+                print(
+                    f"{num_envs:>3} envs, trial {trial}: {name:<24} {rate:>8,.0f} steps/s"
+                    f"  {rate / ceiling:.2f} of the ceiling ({ceiling:,.0f}), workers busy"
+                    f" {busy:.2f}",
+                    flush=True,
+                )
+            rows.append(
+                {"num_envs": num_envs, "trial": trial, "design": "ceiling", "steps_per_s": ceiling}
+            )
+        for name, values in trials.items():
+            rows.append(
+                {
+                    "num_envs": num_envs,
+                    "design": name,
+                    "steps_per_s": statistics.median(v[0] for v in values),
+                    "share_of_ceiling": statistics.median(v[1] for v in values),
+                    "worker_cpu_per_s": statistics.median(v[2] for v in values),
+                    "trials": [v[0] for v in values],
+                    "pause_ms": args.pause_ms,
+                }
+            )
+    print(f"\n{'envs':>4}  {'design':<24} {'steps/s':>9} {'share':>6} {'busy':>5}")
+    for row in rows:
+        if "share_of_ceiling" in row:
+            print(
+                f"{row['num_envs']:>4}  {row['design']:<24} {row['steps_per_s']:>9,.0f}"
+                f" {row['share_of_ceiling']:>6.2f} {row['worker_cpu_per_s']:>5.2f}"
+            )
+    write_json(args.json, rows, command="python " + " ".join(sys.argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
