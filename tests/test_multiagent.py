@@ -224,6 +224,20 @@ def test_a_gymnasium_id_does_not_import_pettingzoo():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
+def test_an_env_function_that_imports_pettingzoo_itself():
+    code = (
+        "import sys, vecaccel\n"
+        "def make():\n"
+        "    from pettingzoo.butterfly import cooperative_pong_v6\n"
+        "    return cooperative_pong_v6.parallel_env()\n"
+        "assert 'pettingzoo' not in sys.modules\n"
+        "envs = vecaccel.make_vec(make, 2, backend='serial')\n"
+        "assert envs.num_envs == 4 and envs.agents_per_env == 2, envs.num_envs\n"
+        "envs.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
 def test_a_gymnasium_env_function_is_called_as_often_as_before(tmp_path):
     import gymnasium as gym
 

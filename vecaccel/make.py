@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import numbers
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -84,12 +86,22 @@ def _env_fns(
     return env_fns
 
 
+@functools.lru_cache(maxsize=1)
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _pettingzoo_installed() -> bool:
+    return "pettingzoo" in sys.modules or _installed("pettingzoo")
+
+
 def _find_multiagent(env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None):
     """``(env functions, env 0)`` when ``env`` makes PettingZoo envs, else ``(None, env)`` with
     ``env`` as given, or with its first function handing over the env made to look at it.
 
     A Gymnasium id never imports anything here, and a callable is only called (once) when
-    PettingZoo is imported already: nothing else can make a PettingZoo env.
+    PettingZoo is installed: nothing else can make a PettingZoo env, and a function may import
+    it itself.
     """
     from vecaccel import multiagent
 
@@ -108,7 +120,7 @@ def _find_multiagent(env: Any, num_envs: int | None, env_kwargs: dict[str, Any] 
                 f"module {env!r} made {type(probe).__name__}, not a PettingZoo ParallelEnv or AECEnv"
             )
         return [fn] * num_envs, probe
-    if isinstance(env, (gym.Env, EnvSpec)) or "pettingzoo" not in sys.modules:
+    if isinstance(env, (gym.Env, EnvSpec)) or not _pettingzoo_installed():
         return None, env
     if callable(env):
         fns = None
