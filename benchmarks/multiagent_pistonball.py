@@ -4,7 +4,9 @@ pistonball_v6 (20 pistons, 457x120x3 image observations), ``--num-envs`` envs (1
 default), random actions. Measured side by side, in alternating trials:
 
 - ``raw``: one process stepping one PettingZoo env (``env.step(dict)``), no vector env;
-- vecaccel ``shm`` (and ``async`` with half the envs per batch): ``make_vec`` on the PettingZoo env;
+- vecaccel ``shm`` (also with ``copy=False``, which hands out views of shared memory instead of
+  copying 26 MB of observations a step, and with one worker per env, which the kernel balances
+  over the CPUs), and ``async`` with half the envs per batch: ``make_vec`` on the PettingZoo env;
 - SuperSuit: ``concat_vec_envs_v1(pettingzoo_env_to_vec_env_v1(env), N, num_cpus=C,
   base_class="gymnasium")``, the route of PettingZoo's SB3 tutorial (skipped without supersuit:
   ``pip install supersuit``);
@@ -169,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         "raw (one process)": lambda: _rate(*_time_raw(args.seconds, args.warmup, 0)),
         "vecaccel shm": lambda: measure_vecaccel(
             "shm", args.num_envs, args.seconds, args.warmup, num_workers=cpus
+        ),
+        "vecaccel shm, copy=False": lambda: measure_vecaccel(
+            "shm", args.num_envs, args.seconds, args.warmup, num_workers=cpus, copy=False
+        ),
+        "vecaccel shm, one worker per env": lambda: measure_vecaccel(
+            "shm", args.num_envs, args.seconds, args.warmup, num_workers=args.num_envs
         ),
         "vecaccel async (half the envs per batch)": lambda: measure_vecaccel(
             "async",
