@@ -17,12 +17,13 @@ trials alternating their order:
 
 Each measurement reports steps/s, its share of the ceiling of the same trial, and the CPU
 seconds per second that the vec env's workers used (1.0: a worker kept its core busy). With
-``--pause-ms`` the loop sleeps between steps, as a training loop does for the policy's forward
-pass: workers that spin only while the gaps fit in their spin then cost no CPU.
+``--pause-ms`` the loop also sleeps between steps, as a training loop does for the policy's
+forward pass, and measures shm's two settings so: workers that spin only while the gaps fit in
+their spin then cost no more CPU than sleeping ones.
 
 Run (writes ``benchmarks/results/lockstep_designs.json``)::
 
-    python benchmarks/lockstep_designs.py --num-envs 8,16 --seconds 4 --trials 3
+    python benchmarks/lockstep_designs.py --num-envs 8,16 --pause-ms 0,2 --seconds 4 --trials 3
 """
 
 from __future__ import annotations
@@ -182,60 +183,79 @@ def designs(num_envs: int, cpus: int) -> list[tuple[str, Any]]:
     ]
 
 
+#: The designs measured with a pause between steps: what shm's spinning workers cost then.
+PAUSED_DESIGNS = ("shm, workers sleep", "shm (workers spin)")
+
+
+def measure_designs(
+    num_envs: int, chosen: list[tuple[str, Any]], pause_ms: float, args: Any
+) -> list[dict[str, Any]]:
+    """Alternating trials of the ``chosen`` designs at ``num_envs``; one record per design
+    (medians) and one per trial's ceiling."""
+    target = resolve_env("pong")
+    rows: list[dict[str, Any]] = []
+    trials: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in chosen}
+    for trial in range(args.trials):
+        ceiling, _ = measure_ceiling(target, args.seconds, args.warmup, seed=trial)
+        rows.append(
+            {"num_envs": num_envs, "trial": trial, "design": "ceiling", "steps_per_s": ceiling}
+        )
+        for name, build in chosen if trial % 2 == 0 else chosen[::-1]:
+            impl = build()
+            try:
+                rate, busy = _time(impl, args.seconds, args.warmup, pause_ms / 1e3)
+            finally:
+                impl.close()
+            trials[name].append((rate, rate / ceiling, busy))
+            print(
+                f"{num_envs:>3} envs, pause {pause_ms:g} ms, trial {trial}: {name:<24}"
+                f" {rate:>8,.0f} steps/s  {rate / ceiling:.2f} of the ceiling"
+                f" ({ceiling:,.0f}), workers busy {busy:.2f}",
+                flush=True,
+            )
+    for name, values in trials.items():
+        rows.append(
+            {
+                "num_envs": num_envs,
+                "pause_ms": pause_ms,
+                "design": name,
+                "steps_per_s": statistics.median(v[0] for v in values),
+                "share_of_ceiling": statistics.median(v[1] for v in values),
+                "worker_cpu_per_s": statistics.median(v[2] for v in values),
+                "trials": [v[0] for v in values],
+            }
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", default="8,16", help="comma-separated (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--pause-ms", type=float, default=0.0, help="sleep between steps")
+    parser.add_argument(
+        "--pause-ms",
+        default="0",
+        help="comma-separated sleeps between steps; past 0 only shm's two settings are measured",
+    )
     parser.add_argument("--only", action="append", help="a design to measure (repeatable)")
     parser.add_argument("--json", default=os.path.join(RESULTS, "lockstep_designs.json"))
     args = parser.parse_args(argv)
     cpus = usable_cpus()
-    target = resolve_env("pong")
-    only = None if args.only is None else set(args.only)
     rows: list[dict[str, Any]] = []
-    for num_envs in [int(n) for n in args.num_envs.split(",")]:
-        chosen = [d for d in designs(num_envs, cpus) if only is None or d[0] in only]
-        trials: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in chosen}
-        for trial in range(args.trials):
-            ceiling, _ = measure_ceiling(target, args.seconds, args.warmup, seed=trial)
-            order = chosen if trial % 2 == 0 else chosen[::-1]
-            for name, build in order:
-                impl = build()
-                try:
-                    rate, busy = _time(impl, args.seconds, args.warmup, args.pause_ms / 1e3)
-                finally:
-                    impl.close()
-                trials[name].append((rate, rate / ceiling, busy))
-                print(
-                    f"{num_envs:>3} envs, trial {trial}: {name:<24} {rate:>8,.0f} steps/s"
-                    f"  {rate / ceiling:.2f} of the ceiling ({ceiling:,.0f}), workers busy"
-                    f" {busy:.2f}",
-                    flush=True,
-                )
-            rows.append(
-                {"num_envs": num_envs, "trial": trial, "design": "ceiling", "steps_per_s": ceiling}
-            )
-        for name, values in trials.items():
-            rows.append(
-                {
-                    "num_envs": num_envs,
-                    "design": name,
-                    "steps_per_s": statistics.median(v[0] for v in values),
-                    "share_of_ceiling": statistics.median(v[1] for v in values),
-                    "worker_cpu_per_s": statistics.median(v[2] for v in values),
-                    "trials": [v[0] for v in values],
-                    "pause_ms": args.pause_ms,
-                }
-            )
-    print(f"\n{'envs':>4}  {'design':<24} {'steps/s':>9} {'share':>6} {'busy':>5}")
+    for pause_ms in [float(p) for p in args.pause_ms.split(",")]:
+        keep = set(args.only) if args.only else (None if not pause_ms else set(PAUSED_DESIGNS))
+        for num_envs in [int(n) for n in args.num_envs.split(",")]:
+            chosen = [d for d in designs(num_envs, cpus) if keep is None or d[0] in keep]
+            rows.extend(measure_designs(num_envs, chosen, pause_ms, args))
+    print(f"\n{'envs':>4} {'pause':>5}  {'design':<24} {'steps/s':>9} {'share':>6} {'busy':>5}")
     for row in rows:
         if "share_of_ceiling" in row:
             print(
-                f"{row['num_envs']:>4}  {row['design']:<24} {row['steps_per_s']:>9,.0f}"
-                f" {row['share_of_ceiling']:>6.2f} {row['worker_cpu_per_s']:>5.2f}"
+                f"{row['num_envs']:>4} {row['pause_ms']:>5g}  {row['design']:<24}"
+                f" {row['steps_per_s']:>9,.0f} {row['share_of_ceiling']:>6.2f}"
+                f" {row['worker_cpu_per_s']:>5.2f}"
             )
     write_json(args.json, rows, command="python " + " ".join(sys.argv))
     return 0
