@@ -26,14 +26,7 @@ from vecaccel.worker import (
     usable_cpus,
 )
 
-__all__ = [
-    "HYBRID_SPIN_US",
-    "HYBRID_WORKER_SPIN_US",
-    "SHM_WORKER_SPIN_US",
-    "ShmVecEnv",
-    "make_hybrid",
-    "make_shm",
-]
+__all__ = ["HYBRID_SPIN_US", "HYBRID_WORKER_SPIN_US", "ShmVecEnv", "make_hybrid", "make_shm"]
 
 
 class ShmVecEnv(ProcessVecEnv):
@@ -68,10 +61,6 @@ class ShmVecEnv(ProcessVecEnv):
         options: ShmOptions | None = None,
     ) -> None:
         options = ShmOptions() if options is None else options
-        if options.worker_spin_us is None:
-            options = dataclasses.replace(
-                options, worker_spin_us=_default_worker_spin(len(env_fns), options)
-            )
         super().__init__(
             env_fns,
             autoreset_mode=autoreset_mode,
@@ -455,19 +444,6 @@ def make_hybrid(
     return ShmVecEnv(env_fns, autoreset_mode=autoreset_mode, options=resolved)
 
 
-def _default_worker_spin(num_envs: int, options: ShmOptions) -> float:
-    """``SHM_WORKER_SPIN_US`` where every worker has a core of its own, else 0: a worker that
-    spins on a shared core would hold it from the others."""
-    workers = options.num_workers or min(num_envs - options.inline_envs, usable_cpus())
-    return SHM_WORKER_SPIN_US if workers <= usable_cpus() else 0.0
-
-
-#: Between lock-step steps each ``shm`` worker looks for the next command this long before it
-#: sleeps, as long as the previous one came within that time: in a tight loop (a cheap policy,
-#: or none) the step starts without a wake-up, which on a VM costs tens of microseconds per
-#: worker; after a longer gap (a forward pass on a big network, an update phase) the worker
-#: sleeps at once and costs no CPU. Measured in ``benchmarks/lockstep_designs.py``.
-SHM_WORKER_SPIN_US = 300.0
 #: The caller finishes its inline envs about when the workers finish theirs, so a short spin
 #: usually catches their replies without a wake-up.
 HYBRID_SPIN_US = 200.0

@@ -28,7 +28,7 @@ def test_bare_lockstep_steps_and_exits(spin):
 
 def test_script_writes_its_record(tmp_path):
     out = tmp_path / "designs.json"
-    only = ["bare lock-step, block", "shm (workers spin)", "async, batch 1"]
+    only = ["bare lock-step, block", "shm, workers spin 300 µs", "async, batch 1"]
     done = run_benchmark(
         "lockstep_designs",
         *("--num-envs", "2", "--seconds", "0.3", "--warmup", "0.1", "--trials", "1"),

@@ -170,10 +170,9 @@ class WorkerOptions(BackendOptions):
     (default: 0, blocking at once, except on ``hybrid``)."""
     worker_spin_us: float | None = None
     """Microseconds a worker keeps looking for its next command before it sleeps, as long as
-    its previous command came within that time (default: 0, except on ``shm`` and ``hybrid``
-    where every worker has a core of its own). A worker that spins through the gap between
-    steps starts the next one without a wake-up, at the cost of keeping its core busy that
-    long; after a longer gap it sleeps at once."""
+    its previous command came within that time (default: 0, except on ``hybrid``). A worker
+    that spins through the gap between steps starts the next one without a wake-up, at the
+    cost of keeping its core busy that long; after a longer gap it sleeps at once."""
     on_worker_failure: str = "raise"
     """``"raise"``, or ``"restart"``: rebuild failed envs and dead workers, reseed them from
     derived seeds, and report the interrupted episodes as truncated with
