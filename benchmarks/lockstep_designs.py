@@ -2,8 +2,8 @@
 
 A lock-step step ends when the slowest worker's slice is done, and between two steps every
 worker waits for the caller: the wake-up of its process, the caller's own work. On Pong
-(``AtariPreprocessing``, up to 30 no-op frames at every reset) this measures, in one run, the
-trials alternating their order:
+(``AtariPreprocessing``, up to 30 no-op frames at every reset) and on CartPole (steps of
+microseconds, where the fixed cost of a step dominates) this measures, in one run, the trials alternating their order:
 
 * ``ceiling``: one process per usable CPU, each stepping its own raw env (no lock-step);
 * ``bare lock-step, block``: one process per CPU stepping its share of the raw envs, woken by a
@@ -23,7 +23,7 @@ their spin then cost no more CPU than sleeping ones.
 
 Run (writes ``benchmarks/results/lockstep_designs.json``)::
 
-    python benchmarks/lockstep_designs.py --num-envs 8,16 --pause-ms 0,2 --seconds 4 --trials 3
+    python benchmarks/lockstep_designs.py --pause-ms 0,2 --seconds 4 --trials 3
 """
 
 from __future__ import annotations
@@ -44,17 +44,17 @@ import vecaccel
 from vecaccel.bench import write_json
 from vecaccel.bench.ceiling import measure_ceiling
 from vecaccel.bench.timing import ACTION_BATCHES, _sample_actions
-from vecaccel.bench.workloads import make_pong_env, resolve_env
+from vecaccel.bench.workloads import resolve_env
 from vecaccel.worker import usable_cpus
 from vecaccel.worker.cpus import limit_threads_after_envs, limit_threads_before_envs
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
-def _bare_worker(count: int, seed: int, spin: bool, cmd: Any, done: Any) -> None:
-    """Step ``count`` raw Pong envs once per byte on ``cmd``; answer each with a byte."""
+def _bare_worker(env_fn: Any, count: int, seed: int, spin: bool, cmd: Any, done: Any) -> None:
+    """Step ``count`` raw envs once per byte on ``cmd``; answer each with a byte."""
     limit_threads_before_envs(1)
-    envs = [make_pong_env() for _ in range(count)]
+    envs = [env_fn() for _ in range(count)]
     limit_threads_after_envs(1)
     for k, env in enumerate(envs):
         env.reset(seed=seed + k)
@@ -81,7 +81,7 @@ def _bare_worker(count: int, seed: int, spin: bool, cmd: Any, done: Any) -> None
 class BareLockstep:
     """The simplest lock-step: one process per CPU, a byte there and a byte back per step."""
 
-    def __init__(self, num_envs: int, processes: int, spin: bool) -> None:
+    def __init__(self, env_fn: Any, num_envs: int, processes: int, spin: bool) -> None:
         bounds = np.linspace(0, num_envs, processes + 1).round().astype(int)
         self.procs, self.cmds, self.dones = [], [], []
         for k in range(processes):
@@ -89,7 +89,9 @@ class BareLockstep:
             done_r, done_w = mp.Pipe(duplex=False)
             count = int(bounds[k + 1] - bounds[k])
             proc = mp.Process(
-                target=_bare_worker, args=(count, int(bounds[k]), spin, cmd_r, done_w), daemon=True
+                target=_bare_worker,
+                args=(env_fn, count, int(bounds[k]), spin, cmd_r, done_w),
+                daemon=True,
             )
             proc.start()
             self.procs.append(proc)
@@ -119,8 +121,8 @@ class BareLockstep:
 class VecAccel:
     """A vecaccel vec env stepped with random actions (``async``: a batch of the envs a step)."""
 
-    def __init__(self, num_envs: int, backend: str, options: dict[str, Any]) -> None:
-        self.envs = vecaccel.make_vec(make_pong_env, num_envs, backend=backend, **options)
+    def __init__(self, env_fn: Any, num_envs: int, backend: str, options: dict[str, Any]) -> None:
+        self.envs = vecaccel.make_vec(env_fn, num_envs, backend=backend, **options)
         self.envs.reset(seed=0)
         self.num_envs = int(options.get("batch_size") or num_envs)
         batched = batch_space(self.envs.single_action_space, self.num_envs)
@@ -162,27 +164,34 @@ def _time(impl: Any, seconds: float, warmup: float, pause: float) -> tuple[float
     return steps / elapsed, statistics.fmean(busy)
 
 
-def designs(num_envs: int, cpus: int) -> list[tuple[str, Any]]:
-    """(name, builder) of every design measured at ``num_envs``."""
+def designs(env_fn: Any, num_envs: int, cpus: int) -> list[tuple[str, Any]]:
+    """(name, builder) of every design measured at ``num_envs`` (one worker per env only up to
+    32 envs)."""
     half = max(1, num_envs // 2)
-    return [
-        ("bare lock-step, block", lambda: BareLockstep(num_envs, cpus, spin=False)),
-        ("bare lock-step, spin", lambda: BareLockstep(num_envs, cpus, spin=True)),
-        ("shm", lambda: VecAccel(num_envs, "shm", {})),
+    sleep = {"worker_spin_us": 0}
+    chosen = [
+        ("bare lock-step, block", lambda: BareLockstep(env_fn, num_envs, cpus, spin=False)),
+        ("bare lock-step, spin", lambda: BareLockstep(env_fn, num_envs, cpus, spin=True)),
+        ("shm", lambda: VecAccel(env_fn, num_envs, "shm", {})),
         (
             "shm, workers spin 300 µs",
-            lambda: VecAccel(num_envs, "shm", {"worker_spin_us": 300}),
+            lambda: VecAccel(env_fn, num_envs, "shm", {"worker_spin_us": 300}),
         ),
         (
             f"shm, {2 * cpus} workers",
-            lambda: VecAccel(num_envs, "shm", {"num_workers": 2 * cpus, "worker_spin_us": 0}),
+            lambda: VecAccel(env_fn, num_envs, "shm", {"num_workers": 2 * cpus, **sleep}),
         ),
-        (
-            f"shm, {num_envs} workers",
-            lambda: VecAccel(num_envs, "shm", {"num_workers": num_envs, "worker_spin_us": 0}),
-        ),
-        ("hybrid", lambda: VecAccel(num_envs, "hybrid", {})),
-        (f"async, batch {half}", lambda: VecAccel(num_envs, "async", {"batch_size": half})),
+    ]
+    if num_envs <= 32:
+        chosen.append(
+            (
+                f"shm, {num_envs} workers",
+                lambda: VecAccel(env_fn, num_envs, "shm", {"num_workers": num_envs, **sleep}),
+            )
+        )
+    return chosen + [
+        ("hybrid", lambda: VecAccel(env_fn, num_envs, "hybrid", {})),
+        (f"async, batch {half}", lambda: VecAccel(env_fn, num_envs, "async", {"batch_size": half})),
     ]
 
 
@@ -191,17 +200,22 @@ PAUSED_DESIGNS = ("shm", "shm, workers spin 300 µs")
 
 
 def measure_designs(
-    num_envs: int, chosen: list[tuple[str, Any]], pause_ms: float, args: Any
+    target: Any, num_envs: int, chosen: list[tuple[str, Any]], pause_ms: float, args: Any
 ) -> list[dict[str, Any]]:
     """Alternating trials of the ``chosen`` designs at ``num_envs``; one record per design
     (medians) and one per trial's ceiling."""
-    target = resolve_env("pong")
     rows: list[dict[str, Any]] = []
     trials: dict[str, list[tuple[float, float, float]]] = {name: [] for name, _ in chosen}
     for trial in range(args.trials):
         ceiling, _ = measure_ceiling(target, args.seconds, args.warmup, seed=trial)
         rows.append(
-            {"num_envs": num_envs, "trial": trial, "design": "ceiling", "steps_per_s": ceiling}
+            {
+                "env": target.label,
+                "num_envs": num_envs,
+                "trial": trial,
+                "design": "ceiling",
+                "steps_per_s": ceiling,
+            }
         )
         for name, build in chosen if trial % 2 == 0 else chosen[::-1]:
             impl = build()
@@ -219,6 +233,7 @@ def measure_designs(
     for name, values in trials.items():
         rows.append(
             {
+                "env": target.label,
                 "num_envs": num_envs,
                 "pause_ms": pause_ms,
                 "design": name,
@@ -233,7 +248,12 @@ def measure_designs(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", default="8,16", help="comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--workload",
+        action="append",
+        help="ENV=N1,N2: pong or a Gymnasium id and its env counts (repeatable; default: "
+        "pong=8,16 and CartPole-v1=64,256)",
+    )
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--trials", type=int, default=3)
@@ -246,17 +266,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=os.path.join(RESULTS, "lockstep_designs.json"))
     args = parser.parse_args(argv)
     cpus = usable_cpus()
+    workloads = {"pong": [8, 16], "CartPole-v1": [64, 256]}
+    if args.workload:
+        workloads = {}
+        for item in args.workload:
+            name, _, counts = item.partition("=")
+            workloads[name] = [int(n) for n in counts.split(",")]
     rows: list[dict[str, Any]] = []
-    for pause_ms in [float(p) for p in args.pause_ms.split(",")]:
-        keep = set(args.only) if args.only else (None if not pause_ms else set(PAUSED_DESIGNS))
-        for num_envs in [int(n) for n in args.num_envs.split(",")]:
-            chosen = [d for d in designs(num_envs, cpus) if keep is None or d[0] in keep]
-            rows.extend(measure_designs(num_envs, chosen, pause_ms, args))
-    print(f"\n{'envs':>4} {'pause':>5}  {'design':<24} {'steps/s':>9} {'share':>6} {'busy':>5}")
+    for env, counts in workloads.items():
+        target = resolve_env(env)
+        for pause_ms in [float(p) for p in args.pause_ms.split(",")]:
+            keep = set(args.only) if args.only else None if not pause_ms else set(PAUSED_DESIGNS)
+            for num_envs in counts:
+                chosen = designs(target.env_fn, num_envs, cpus)
+                chosen = [d for d in chosen if keep is None or d[0] in keep]
+                rows.extend(measure_designs(target, num_envs, chosen, pause_ms, args))
+    print(f"\n{'env':<12} {'envs':>4} {'pause':>5}  {'design':<24} {'steps/s':>9} {'share':>6}")
     for row in rows:
         if "share_of_ceiling" in row:
             print(
-                f"{row['num_envs']:>4} {row['pause_ms']:>5g}  {row['design']:<24}"
+                f"{row['env']:<12} {row['num_envs']:>4} {row['pause_ms']:>5g}  {row['design']:<24}"
                 f" {row['steps_per_s']:>9,.0f} {row['share_of_ceiling']:>6.2f}"
                 f" {row['worker_cpu_per_s']:>5.2f}"
             )

@@ -10,13 +10,12 @@ import pytest
 
 from tests.bench_scripts import load_benchmark, run_benchmark
 
-pytest.importorskip("ale_py")
-
 
 @pytest.mark.parametrize("spin", [False, True])
 def test_bare_lockstep_steps_and_exits(spin):
     bench = load_benchmark("lockstep_designs")
-    impl = bench.BareLockstep(num_envs=3, processes=2, spin=spin)
+    env_fn = bench.resolve_env("CartPole-v1").env_fn
+    impl = bench.BareLockstep(env_fn, num_envs=3, processes=2, spin=spin)
     try:
         for _ in range(5):
             impl.step()
@@ -31,7 +30,8 @@ def test_script_writes_its_record(tmp_path):
     only = ["bare lock-step, block", "shm, workers spin 300 µs", "async, batch 1"]
     done = run_benchmark(
         "lockstep_designs",
-        *("--num-envs", "2", "--seconds", "0.3", "--warmup", "0.1", "--trials", "1"),
+        *("--workload", "CartPole-v1=2", "--seconds", "0.3", "--warmup", "0.1"),
+        *("--trials", "1"),
         *(arg for name in only for arg in ("--only", name)),
         *("--json", str(out)),
     )
