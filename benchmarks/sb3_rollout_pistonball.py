@@ -13,13 +13,18 @@ with the tutorial's arguments, then SuperSuit's ``color_reduction_v0(mode="B")``
 
 On each, ``PPO("CnnPolicy")`` with the same settings (the tutorial's, but ``--n-steps``,
 ``--batch-size`` and ``--n-epochs`` small) collects rollouts of ``n_steps x 160`` rows; a
-callback times the rollout phase (``_on_rollout_start`` to ``_on_rollout_end``: env steps, the
-policy's forward passes, SB3's buffer), as ``sb3_rollout.py`` does. What bounds a rollout step
-is measured beside it, on the same model and vec env: the policy's forward pass alone on the
-160 rows of one step (what ``collect_rollouts`` runs: ``obs_as_tensor``, ``policy(obs)``, the
-actions back to NumPy) and the vec env's ``step`` alone with random actions (through the
-``VecTransposeImage`` that SB3 puts around it), so that a rollout step reads as forward +
-env step + the rest.
+callback times the rollout phase (``_on_rollout_start`` to ``_on_rollout_end``), as
+``sb3_rollout.py`` does. What a rollout step is made of is timed two ways:
+
+* in the loop: stopwatches around the calls ``collect_rollouts`` makes, the policy's
+  ``forward``, the vec env's ``step`` (through the ``VecTransposeImage`` that SB3 puts around an
+  image env) and ``predict_values`` (the last step's values, and the bootstrap of every row that
+  the time limit truncated, which SB3 runs one row at a time for the rows whose info carries
+  ``TimeLimit.truncated``: vecaccel's adapter sets it, SuperSuit's does not), the rest being
+  SB3's buffer, action clipping, info handling and the callback;
+* alone, after the timed updates on the same model and vec env: the forward pass on one step's
+  160 rows (``obs_as_tensor``, ``policy(obs)``, the actions back to NumPy) and the vec env's
+  ``step`` with random actions.
 
 Each round builds one route, runs ``--warmup-updates`` untimed PPO updates and ``--updates``
 timed ones, times the forward pass and the env step alone, and closes it; the routes take turns,
@@ -44,6 +49,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
 import numpy as np
@@ -338,6 +344,13 @@ def add_ratios(records: list[dict[str, Any]]) -> None:
         return
     for record in records:
         record["rollout_x_supersuit"] = round(record["rollout_sps"] / base["rollout_sps"], 3)
+        # without predict_values: SuperSuit's infos lack TimeLimit.truncated, so SB3 skips the
+        # bootstrap of truncated rows there that it runs, row by row, on vecaccel's
+        record["rollout_x_supersuit_without_values"] = round(
+            (base["rollout_ms_per_step"] - base["in_loop_values_ms"])
+            / (record["rollout_ms_per_step"] - record["in_loop_values_ms"]),
+            3,
+        )
         record["rollout_x_supersuit_per_round"] = [
             round(mine["rollout_sps"] / theirs["rollout_sps"], 3)
             for mine, theirs in zip(record["rounds"], base["rounds"])
@@ -440,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{info['load_average']}, torch threads {torch.get_num_threads()}"
     )
     for r in records:
+        if "rollout_x_supersuit_without_values" in r:
+            print(
+                f"{r['route']}: rollout x supersuit {r['rollout_x_supersuit']:.2f}, without "
+                f"predict_values {r['rollout_x_supersuit_without_values']:.2f}"
+            )
+    for r in records:
         print(
             f"{r['route']}: forward {r['forward_alone_ms']:.1f} ms + env step "
             f"{r['env_step_alone_ms']:.1f} ms per step alone; rollout "
@@ -456,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         options={k: v for k, v in vars(args).items() if k != "json"},
         env_kwargs=ENV_KWARGS,
         ppo_kwargs=PPO_KWARGS,
+        route_versions={name: version(name) for name in ("supersuit", "pettingzoo", "torch")},
     )
     print(f"wrote {os.path.abspath(args.json)}")
     return 0
