@@ -119,7 +119,24 @@ def build(workload: str, kind: str, args: argparse.Namespace) -> tuple[VecEnv, s
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
 
 
-class Config:
+class TimedUpdates:
+    """PPO updates with the clock around them: a subclass sets ``model``, ``timer`` (the
+    callback), ``steps_per_update``, ``learn_seconds`` (a list) and ``_started`` (False)."""
+
+    def run(self, updates: int, timed: bool = True) -> None:
+        """``updates`` more PPO updates (rollout + training), the clock around them if timed."""
+        start = time.perf_counter()
+        self.model.learn(
+            total_timesteps=updates * self.steps_per_update,
+            callback=self.timer,
+            reset_num_timesteps=not self._started,
+        )
+        self._started = True
+        if timed:
+            self.learn_seconds.append(time.perf_counter() - start)
+
+
+class Config(TimedUpdates):
     """One configuration's vec env and PPO model, timed update by update."""
 
     def __init__(self, workload: str, kind: str, args: argparse.Namespace) -> None:
@@ -145,18 +162,6 @@ class Config:
         self.timer = RolloutTimer(args.warmup_updates)
         self.learn_seconds: list[float] = []
         self._started = False
-
-    def run(self, updates: int, timed: bool = True) -> None:
-        """``updates`` more PPO updates (rollout + training), the clock around them if timed."""
-        start = time.perf_counter()
-        self.model.learn(
-            total_timesteps=updates * self.steps_per_update,
-            callback=self.timer,
-            reset_num_timesteps=not self._started,
-        )
-        self._started = True
-        if timed:
-            self.learn_seconds.append(time.perf_counter() - start)
 
     def close(self) -> None:
         self.venv.close()

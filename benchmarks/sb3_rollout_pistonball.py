@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
-from sb3_rollout import RolloutTimer
+from sb3_rollout import RolloutTimer, TimedUpdates
 from stable_baselines3 import PPO
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv, VecTransposeImage
@@ -169,7 +169,7 @@ class PhaseTimer(RolloutTimer):
                 self.in_rollout[name].append(watch.seconds - self._marks[name])
 
 
-class Route:
+class Route(TimedUpdates):
     """One route's vec env and PPO model: timed updates, then the forward pass and the env step
     alone."""
 
@@ -210,17 +210,6 @@ class Route:
         self.forward_ms: list[float] = []
         self.env_step_ms: list[float] = []
         self._started = False
-
-    def run(self, updates: int, timed: bool = True) -> None:
-        start = time.perf_counter()
-        self.model.learn(
-            total_timesteps=updates * self.steps_per_update,
-            callback=self.timer,
-            reset_num_timesteps=not self._started,
-        )
-        self._started = True
-        if timed:
-            self.learn_seconds.append(time.perf_counter() - start)
 
     def time_env_step(self, steps: int, warmup: int) -> np.ndarray:
         """Milliseconds of each of ``steps`` steps of the vec env PPO steps, random actions;
