@@ -604,6 +604,11 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 
+#: The process backends start workers in every example (and again after each close or death):
+#: fewer examples a run. They are drawn anew each run (no fixed seed, no database), so runs
+#: explore different programs.
+PROCESS_SETTINGS = settings(SETTINGS, max_examples=10)
+
 
 class SerialMachine(VecEnvMachine):
     backend = "serial"
@@ -625,8 +630,9 @@ TestSerial = SerialMachine.TestCase
 TestShm = ShmMachine.TestCase
 TestAsync = AsyncMachine.TestCase
 TestActionServer = ActionServerMachine.TestCase
-for _case in (TestSerial, TestShm, TestAsync, TestActionServer):
-    _case.settings = SETTINGS
+TestSerial.settings = SETTINGS
+for _case in (TestShm, TestAsync, TestActionServer):
+    _case.settings = PROCESS_SETTINGS
 del _case
 
 
