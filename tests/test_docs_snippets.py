@@ -108,7 +108,7 @@ PYTHON_SNIPPETS = [
         "readme-vectorized-envs",
         "README.md",
         'make_vec("CartPole-v1", 64, backend="shm")',
-        {},
+        {"range(1000)": "range(50)"},
         "",
         "",
         60,
@@ -117,7 +117,11 @@ PYTHON_SNIPPETS = [
         "readme-async-stepping",
         "README.md",
         'backend="async", batch_size=16, num_workers=8',
-        {"range(1000)": "range(20)"},
+        {
+            "32, backend=": "8, backend=",
+            "batch_size=16, num_workers=8": "batch_size=4, num_workers=2",
+            "range(1000)": "range(20)",
+        },
         # the prose's placeholder: any callable obs -> actions
         "import numpy as np\nimport vecaccel\n"
         "policy = lambda obs: np.random.randint(0, 6, size=len(obs))\n",
@@ -128,7 +132,11 @@ PYTHON_SNIPPETS = [
         "readme-action-server",
         "README.md",
         'backend="action_server", device="cuda", alternating=True',
-        {'device="cuda"': 'device="cpu"', "range(1000)": "range(10)"},
+        {
+            '"PongNoFrameskip-v4", 16,': '"PongNoFrameskip-v4", 4,',
+            'device="cuda"': 'device="cpu"',
+            "range(1000)": "range(10)",
+        },
         # the prose's placeholder: a torch callable obs -> actions (Pong has 6 actions)
         "import torch\npolicy = lambda obs: torch.randint(0, 6, (obs.shape[0],))\n",
         "",
@@ -151,7 +159,7 @@ PYTHON_SNIPPETS = [
         "readme-trainers-python",
         "README.md",
         'agent = PPO("CartPole-v1", backend="shm")',
-        {"agent.learn(100_000)": "agent.learn(2_000)"},
+        {"agent.learn(100_000)": "agent.learn(512)"},  # two updates of the preset's 8 x 32
         "",
         "",
         90,
@@ -227,7 +235,8 @@ PYTHON_SNIPPETS = [
         "scale-out-learn-async",
         "docs/scale_out.md",
         "from vecaccel.trainers.async_runner import learn_async, make_async_agent",
-        {'"CartPole-v1", 20_000)': '"CartPole-v1", 3_000)'},
+        # the preset learns from step 500: 1,000 steps make some 60 updates
+        {'"CartPole-v1", 20_000)': '"CartPole-v1", 1_000)'},
         "",
         "",
         90,
