@@ -148,43 +148,6 @@ def _metrics(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(file))
 
 
-def test_cli_nproc_launches_torchrun(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "vecaccel",
-            "train",
-            "a2c",
-            "--nproc",
-            "2",
-            "--env",
-            "CartPole-v1",
-            "--backend",
-            "serial",
-            "--num-envs",
-            "2",
-            "--num-steps",
-            "5",
-            "--total-steps",
-            "200",
-            "--run-dir",
-            str(run_dir),
-            "--no-progress",
-            "--no-tensorboard",
-            "--torch-threads",
-            "1",
-            "--log-every",
-            "1",
-        ]
-    )
-    rows = _metrics(run_dir)
-    assert float(rows[-1]["step"]) == 200
-    assert float(rows[-1]["charts/world_size"]) == 2
-    assert (run_dir / "checkpoint.pt").exists()
-
-
 def test_two_node_loopback_run(tmp_path: Path) -> None:
     port = _free_port()
     run_dir = tmp_path / "run"
@@ -310,7 +273,11 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
             "--resume", str(run_dir), "--total-steps", str(step + 40), *common,
         ]
     )  # fmt: skip
+    # `--nproc 2` ran torchrun: both ranks trained to the budget, logged as one run of world 2
     assert int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"]) == step + 40
+    rows = _metrics(run_dir)
+    assert float(rows[-1]["step"]) == step + 40
+    assert float(rows[-1]["charts/world_size"]) == 2
     # one line for the run, from rank 0, not one per rank
     output = resumed.stdout + resumed.stderr
     assert output.count("resuming a2c from") == 1, output[-3000:]
@@ -450,7 +417,8 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
             sys.executable, "-m", "vecaccel", "train", "dqn", "--nproc", "2",
             "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2",
             "--total-steps", "400", "--learning-starts", "64", "--batch-size", "8",
-            "--buffer-size", "4000", *common,
+            # (the preset's ratio of 32 makes 4 updates of 8 an env step; the buffers are checked)
+            "--replay-ratio", "4", "--buffer-size", "4000", *common,
         ]
     )  # fmt: skip
     first = load_checkpoint(run_dir / "checkpoint.pt")
