@@ -101,6 +101,8 @@ POOL_SCRIPT = textwrap.dedent(
     """
 )
 
+#: Each scenario under fork (the inherited pools) and under a start method that starts a fresh
+#: interpreter (forkserver for two scenarios, spawn for the third).
 POOL_CASES = [
     pytest.param("human_rendering", "fork", marks=pytest.mark.skipif(
         not _have("pygame", "cv2"), reason="needs pygame and OpenCV")),
@@ -108,8 +110,6 @@ POOL_CASES = [
         not _have("pygame", "cv2"), reason="needs pygame and OpenCV")),
     pytest.param("cv2", "fork", marks=pytest.mark.skipif(not _have("cv2"), reason="needs cv2")),
     pytest.param("cv2", "spawn", marks=pytest.mark.skipif(not _have("cv2"), reason="needs cv2")),
-    pytest.param("cv2", "forkserver", marks=pytest.mark.skipif(
-        not _have("cv2"), reason="needs OpenCV")),
     pytest.param("torch", "fork", marks=pytest.mark.skipif(
         not _have("torch"), reason="needs torch")),
     pytest.param("torch", "forkserver", marks=pytest.mark.skipif(
