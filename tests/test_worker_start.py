@@ -248,9 +248,19 @@ def test_a_worker_stuck_in_an_env_constructor_shows_where(context, no_leaks):
     assert wait_until(lambda: open_fds() <= fds), sorted(open_fds() - fds)
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-@pytest.mark.parametrize("backend, wait_in", [("shm", "step"), ("shm", "reset"),
-                                              ("async", "step")])  # fmt: skip
+#: (backend, where the worker waits, start method): shm stuck in a step under both start
+#: methods, and each other case under one, so each start method sees two of them.
+STUCK_CASES = [
+    ("shm", "step", "fork"),
+    ("shm", "step", "spawn"),
+    ("shm", "reset", "fork"),
+    ("async", "step", "spawn"),
+]
+
+
+@pytest.mark.parametrize(
+    "backend, wait_in, context", [pytest.param(*case, id="-".join(case)) for case in STUCK_CASES]
+)
 def test_a_worker_stuck_past_step_timeout_shows_where(backend, wait_in, context, no_leaks):
     fns = [CounterEnv, CounterEnv, CounterEnv, partial(WaitingEnv, wait_in)]
     envs = make_backend(backend, fns, context, step_timeout_s=1)
