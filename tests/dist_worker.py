@@ -5,11 +5,16 @@ gathers every rank's parameter checksum and step counts and writes them (rank 0)
 ``--out``. With ``--hold`` it writes ``RUN_DIR/pid-RANK`` after the first update (``dqn-async``:
 after a few, with the sampler's pid in ``RUN_DIR/sampler-pid-RANK``) and keeps training until
 killed (for the dead-rank and dead-sampler tests).
+
+With ``--train ALGO:STEPS[:fixed-lag]`` (repeated) the ranks train one agent after another in the
+same process group, each seeded as when it runs alone, and ``--out`` gets ``{SPEC: result}``: one launch of
+torch and the ranks for several checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 from pathlib import Path
@@ -18,6 +23,8 @@ from typing import Any
 import torch
 
 torch.set_num_threads(1)
+
+ALGOS = ("ppo", "dqn", "dqn-async", "ppo-async")
 
 
 def _watch_sampler(sampler_pid_file: Path, pid_file: Path, agent: Any) -> None:
@@ -40,29 +47,22 @@ def _watch_sampler(sampler_pid_file: Path, pid_file: Path, agent: Any) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--algo", default="ppo", choices=["ppo", "dqn", "dqn-async", "ppo-async"])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--total-steps", type=int, default=128)
-    parser.add_argument("--hold", action="store_true")
-    parser.add_argument("--fixed-lag", action="store_true", help="dqn-async: learn_async's option")
-    args = parser.parse_args()
-
+def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -> dict | None:
+    """Train one agent on every rank; rank 0 returns what the test checks (others ``None``)."""
     import torch.distributed as dist
 
     from vecaccel.trainers import distributed
 
     rank = int(os.environ["RANK"])
-    pid_file = args.out.parent / f"pid-{rank}"
+    pid_file = out.parent / f"pid-{rank}"
 
     def mark(*_: Any) -> None:
-        if not pid_file.exists():
+        if hold and not pid_file.exists():
             pid_file.write_text(str(os.getpid()))
 
     common: dict[str, Any] = dict(backend="serial", seed=3, torch_threads=1)
     extra: dict[str, Any] = {}
-    if args.algo == "ppo":
+    if algo == "ppo":
         from vecaccel.trainers import PPO
 
         agent: Any = PPO(
@@ -76,10 +76,10 @@ def main() -> None:
             **common,
         )
         model = agent.model
-        agent.learn(args.total_steps, callback=lambda a, m: mark())
+        agent.learn(total_steps, callback=lambda a, m: mark())
         local_steps = agent.update_index * agent.local_batch_size
         local_batch = agent.local_batch_size
-    elif args.algo == "dqn-async":
+    elif algo == "dqn-async":
         from vecaccel.trainers.async_runner import learn_async, make_async_agent
         from vecaccel.trainers.dqn import DQN
 
@@ -99,9 +99,9 @@ def main() -> None:
             **common,
         )
         model = agent.q_network
-        if args.hold:
-            _watch_sampler(args.out.parent / f"sampler-pid-{rank}", pid_file, agent)
-        stats = learn_async(agent, "CartPole-v1", args.total_steps, fixed_lag=args.fixed_lag)
+        if hold:
+            _watch_sampler(out.parent / f"sampler-pid-{rank}", pid_file, agent)
+        stats = learn_async(agent, "CartPole-v1", total_steps, fixed_lag=fixed_lag)
         local_steps = agent.global_step // agent.world_size
         local_batch = agent.config.batch_size
         extra = {
@@ -114,7 +114,7 @@ def main() -> None:
             "logged_world_size": agent.logger.history[-1].get("charts/world_size"),
             "episode_log": agent.episode_log,
         }
-    elif args.algo == "ppo-async":
+    elif algo == "ppo-async":
         from vecaccel.trainers import PPO
         from vecaccel.trainers.async_runner import learn_async_on_policy
 
@@ -123,7 +123,7 @@ def main() -> None:
             update_epochs=2, **common,
         )  # fmt: skip
         model = agent.model
-        learn_async_on_policy(agent, args.total_steps)
+        learn_async_on_policy(agent, total_steps)
         local_steps = agent.update_index * agent.local_batch_size
         local_batch = agent.local_batch_size
     else:
@@ -142,7 +142,7 @@ def main() -> None:
             **common,
         )
         model = agent.q_network
-        agent.learn(args.total_steps, callback=lambda a: mark())
+        agent.learn(total_steps, callback=lambda a: mark())
         local_steps = agent.global_step // agent.world_size
         local_batch = agent.config.batch_size
     # in --hold mode the budget is huge: a killed peer must end this rank with an error
@@ -154,27 +154,57 @@ def main() -> None:
     )
     gathered = [torch.zeros_like(mine) for _ in range(distributed.world_size())]
     dist.all_gather(gathered, mine)
+    result = None
     if rank == 0:
         rows = [g.tolist() for g in gathered]
-        args.out.write_text(
-            json.dumps(
-                {
-                    "checksums": [row[:2] for row in rows],
-                    "local_steps": [row[2] for row in rows],
-                    "local_batch": [row[3] for row in rows],
-                    "global_step": agent.global_step,
-                    "batch_size": getattr(agent, "batch_size", None),
-                    "lr_scale": agent.lr_scale,
-                    "world_size": distributed.world_size(),
-                    "updates": getattr(agent, "update_index", getattr(agent, "num_updates", 0)),
-                    "seed": agent.config.seed,
-                    **extra,
-                }
-            )
-        )
+        result = {
+            "checksums": [row[:2] for row in rows],
+            "local_steps": [row[2] for row in rows],
+            "local_batch": [row[3] for row in rows],
+            "global_step": agent.global_step,
+            "batch_size": getattr(agent, "batch_size", None),
+            "lr_scale": agent.lr_scale,
+            "world_size": distributed.world_size(),
+            "updates": getattr(agent, "update_index", getattr(agent, "num_updates", 0)),
+            "seed": agent.config.seed,
+            **extra,
+        }
     agent.close()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algo", default="ppo", choices=ALGOS)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--total-steps", type=int, default=128)
+    parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--fixed-lag", action="store_true", help="dqn-async: learn_async's option")
+    parser.add_argument(  # (not --run: torchrun would take it for its --run-path)
+        "--train",
+        action="append",
+        metavar="ALGO:STEPS[:fixed-lag]",
+        help="train these one after another instead (--algo, --total-steps, --fixed-lag unused)",
+    )
+    args = parser.parse_args()
+
+    from vecaccel.trainers import distributed
+
+    if args.train:
+        results = {}
+        for spec in args.train:
+            algo, steps, *option = spec.split(":")
+            if algo not in ALGOS or option not in ([], ["fixed-lag"]):
+                parser.error(f"--train {spec}: not ALGO:STEPS[:fixed-lag]")
+            results[spec] = train(algo, int(steps), bool(option), False, args.out)
+        if int(os.environ["RANK"]) == 0:
+            args.out.write_text(json.dumps(results))
+    else:
+        result = train(args.algo, args.total_steps, args.fixed_lag, args.hold, args.out)
+        if result is not None:
+            args.out.write_text(json.dumps(result))
     # DistributedDataParallel must go before its process group does, or exit may abort
-    del agent, model
+    gc.collect()
     distributed.cleanup()
 
 

@@ -114,7 +114,8 @@ def _short_async_dqn(seed: int, **options: Any) -> tuple[Any, Any]:
     agent = make_async_agent(
         DQN, "CartPole-v1", seed=seed, prioritized=True, n_step=3, **{**TINY, "buffer_size": 800}
     )
-    stats = learn_async(agent, "CartPole-v1", 1_200, **options)
+    # forked samplers: three runs a test, and the default spawn is run by the tests around
+    stats = learn_async(agent, "CartPole-v1", 1_200, context="fork", **options)
     return agent, stats
 
 
@@ -207,7 +208,8 @@ def _short_async_ppo(seed: int, **options: Any) -> tuple[Any, Any]:
         PPO, "CartPole-v1", backend="serial", torch_threads=1, seed=seed, num_envs=2,
         num_steps=16, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False,
     )  # fmt: skip
-    stats = learn_async_on_policy(agent, 6 * 32, **options)
+    # forked rollout processes: three runs a test, and the default spawn is run by the others
+    stats = learn_async_on_policy(agent, 6 * 32, context="fork", **options)
     return agent, stats
 
 

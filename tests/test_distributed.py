@@ -62,21 +62,33 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
     return result
 
 
-def _run_worker(algo: str, tmp_path: Path, total_steps: int, *extra: str) -> dict:
-    """Run ``dist_worker.py`` on 2 ranks; what rank 0 wrote."""
+#: The runs of ``dist_worker.py`` whose results the tests below check, trained one after
+#: another by one launch of two ranks (starting torchrun and two ranks that import torch costs
+#: more than most of these runs). The second fixed-lag run gets a launch of its own: the two
+#: repeat exactly although one follows other runs in its process and the other runs first.
+SHARED_RUNS = ("ppo:128", "dqn:128", "ppo-async:128", "dqn-async:2000", "dqn-async:1000:fixed-lag")
+
+
+def _run_worker(tmp_path: Path, *runs: str) -> dict:
+    """Run ``dist_worker.py`` on 2 ranks, training ``runs`` one after another; what rank 0
+    wrote, by run."""
     out = tmp_path / "result.json"
+    specs = [arg for run in runs for arg in ("--train", run)]
     _run(
-        _torchrun(
-            "--standalone", "--nproc_per_node", "2", str(WORKER), "--algo", algo,
-            "--out", str(out), "--total-steps", str(total_steps), *extra,
-        )
-    )  # fmt: skip
+        _torchrun("--standalone", "--nproc_per_node", "2", str(WORKER), "--out", str(out), *specs),
+        timeout=240,
+    )
     return json.loads(out.read_text())
 
 
+@pytest.fixture(scope="module")
+def shared_runs(tmp_path_factory) -> dict:
+    return _run_worker(tmp_path_factory.mktemp("shared-runs"), *SHARED_RUNS)
+
+
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
-def test_parameters_identical_and_batch_is_sum_over_ranks(algo: str, tmp_path: Path) -> None:
-    result = _run_worker(algo, tmp_path, 128)
+def test_parameters_identical_and_batch_is_sum_over_ranks(algo: str, shared_runs: dict) -> None:
+    result = shared_runs[f"{algo}:128"]
     assert result["world_size"] == 2
     first, second = result["checksums"]
     assert first == second  # bit-identical parameters after several updates
@@ -134,43 +146,6 @@ def _reap(job: subprocess.Popen) -> None:
 def _metrics(run_dir: Path) -> list[dict[str, str]]:
     with open(run_dir / "metrics.csv", newline="") as file:
         return list(csv.DictReader(file))
-
-
-def test_cli_nproc_launches_torchrun(tmp_path: Path) -> None:
-    run_dir = tmp_path / "run"
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "vecaccel",
-            "train",
-            "a2c",
-            "--nproc",
-            "2",
-            "--env",
-            "CartPole-v1",
-            "--backend",
-            "serial",
-            "--num-envs",
-            "2",
-            "--num-steps",
-            "5",
-            "--total-steps",
-            "200",
-            "--run-dir",
-            str(run_dir),
-            "--no-progress",
-            "--no-tensorboard",
-            "--torch-threads",
-            "1",
-            "--log-every",
-            "1",
-        ]
-    )
-    rows = _metrics(run_dir)
-    assert float(rows[-1]["step"]) == 200
-    assert float(rows[-1]["charts/world_size"]) == 2
-    assert (run_dir / "checkpoint.pt").exists()
 
 
 def test_two_node_loopback_run(tmp_path: Path) -> None:
@@ -298,7 +273,11 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
             "--resume", str(run_dir), "--total-steps", str(step + 40), *common,
         ]
     )  # fmt: skip
+    # `--nproc 2` ran torchrun: both ranks trained to the budget, logged as one run of world 2
     assert int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"]) == step + 40
+    rows = _metrics(run_dir)
+    assert float(rows[-1]["step"]) == step + 40
+    assert float(rows[-1]["charts/world_size"]) == 2
     # one line for the run, from rank 0, not one per rank
     output = resumed.stdout + resumed.stderr
     assert output.count("resuming a2c from") == 1, output[-3000:]
@@ -315,8 +294,8 @@ def _process_alive(pid: int) -> bool:
     return state != "Z"  # an orphan that exited may wait to be reaped
 
 
-def test_async_dqn_two_ranks_identical_parameters_and_replay_ratio(tmp_path: Path) -> None:
-    result = _run_worker("dqn-async", tmp_path, 2000)
+def test_async_dqn_two_ranks_identical_parameters_and_replay_ratio(shared_runs: dict) -> None:
+    result = shared_runs["dqn-async:2000"]
     first, second = result["checksums"]
     assert first == second  # every update all-reduced: bit-identical parameters
     # each rank collected half the budget, and made the updates its ratio allows
@@ -333,12 +312,11 @@ def test_async_dqn_two_ranks_identical_parameters_and_replay_ratio(tmp_path: Pat
     assert result["logged_world_size"] == 2
 
 
-def test_async_dqn_two_ranks_with_a_fixed_lag_repeat_exactly(tmp_path: Path) -> None:
-    runs = []
-    for name in ("a", "b"):
-        (tmp_path / name).mkdir()
-        runs.append(_run_worker("dqn-async", tmp_path / name, 1000, "--fixed-lag"))
-    first, second = runs
+def test_async_dqn_two_ranks_with_a_fixed_lag_repeat_exactly(
+    shared_runs: dict, tmp_path: Path
+) -> None:
+    spec = "dqn-async:1000:fixed-lag"
+    first, second = shared_runs[spec], _run_worker(tmp_path, spec)[spec]
     assert first["checksums"][0] == first["checksums"][1]  # all-reduced updates
     assert first["checksums"] == second["checksums"]  # and the run repeats
     assert first["episode_log"] == second["episode_log"]
@@ -347,8 +325,8 @@ def test_async_dqn_two_ranks_with_a_fixed_lag_repeat_exactly(tmp_path: Path) -> 
     assert first["updates"] == (500 - 50) * 4 // 16
 
 
-def test_async_ppo_two_ranks_identical_parameters(tmp_path: Path) -> None:
-    result = _run_worker("ppo-async", tmp_path, 128)
+def test_async_ppo_two_ranks_identical_parameters(shared_runs: dict) -> None:
+    result = shared_runs["ppo-async:128"]
     first, second = result["checksums"]
     assert first == second
     assert result["updates"] == 4 and result["global_step"] == 128
@@ -439,7 +417,8 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
             sys.executable, "-m", "vecaccel", "train", "dqn", "--nproc", "2",
             "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2",
             "--total-steps", "400", "--learning-starts", "64", "--batch-size", "8",
-            "--buffer-size", "4000", *common,
+            # (the preset's ratio of 32 makes 4 updates of 8 an env step; the buffers are checked)
+            "--replay-ratio", "4", "--buffer-size", "4000", *common,
         ]
     )  # fmt: skip
     first = load_checkpoint(run_dir / "checkpoint.pt")

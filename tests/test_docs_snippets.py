@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shlex
@@ -108,7 +109,7 @@ PYTHON_SNIPPETS = [
         "readme-vectorized-envs",
         "README.md",
         'make_vec("CartPole-v1", 64, backend="shm")',
-        {},
+        {"range(1000)": "range(50)"},
         "",
         "",
         60,
@@ -117,7 +118,11 @@ PYTHON_SNIPPETS = [
         "readme-async-stepping",
         "README.md",
         'backend="async", batch_size=16, num_workers=8',
-        {"range(1000)": "range(20)"},
+        {
+            "32, backend=": "8, backend=",
+            "batch_size=16, num_workers=8": "batch_size=4, num_workers=2",
+            "range(1000)": "range(20)",
+        },
         # the prose's placeholder: any callable obs -> actions
         "import numpy as np\nimport vecaccel\n"
         "policy = lambda obs: np.random.randint(0, 6, size=len(obs))\n",
@@ -128,7 +133,11 @@ PYTHON_SNIPPETS = [
         "readme-action-server",
         "README.md",
         'backend="action_server", device="cuda", alternating=True',
-        {'device="cuda"': 'device="cpu"', "range(1000)": "range(10)"},
+        {
+            '"PongNoFrameskip-v4", 16,': '"PongNoFrameskip-v4", 4,',
+            'device="cuda"': 'device="cpu"',
+            "range(1000)": "range(10)",
+        },
         # the prose's placeholder: a torch callable obs -> actions (Pong has 6 actions)
         "import torch\npolicy = lambda obs: torch.randint(0, 6, (obs.shape[0],))\n",
         "",
@@ -151,7 +160,7 @@ PYTHON_SNIPPETS = [
         "readme-trainers-python",
         "README.md",
         'agent = PPO("CartPole-v1", backend="shm")',
-        {"agent.learn(100_000)": "agent.learn(2_000)"},
+        {"agent.learn(100_000)": "agent.learn(512)"},  # two updates of the preset's 8 x 32
         "",
         "",
         90,
@@ -227,7 +236,8 @@ PYTHON_SNIPPETS = [
         "scale-out-learn-async",
         "docs/scale_out.md",
         "from vecaccel.trainers.async_runner import learn_async, make_async_agent",
-        {'"CartPole-v1", 20_000)': '"CartPole-v1", 3_000)'},
+        # the preset learns from step 500: 1,000 steps make some 60 updates
+        {'"CartPole-v1", 20_000)': '"CartPole-v1", 1_000)'},
         "",
         "",
         90,
@@ -373,12 +383,55 @@ def _benchmark_argv(command: str) -> list[str] | None:
     return None
 
 
+#: Runs ``SCRIPT [SUBCOMMAND] --help`` for each pair of its argument (JSON) as ``python SCRIPT``
+#: would (as ``__main__``, its folder first on the path) in one interpreter, which the scripts'
+#: imports (torch...) then load once; prints {"SCRIPT SUBCOMMAND": [exit code, stdout, stderr]}.
+HELP_SCRIPT = """
+import contextlib, io, json, os, runpy, sys, traceback
+
+results = {}
+for script, subcommand in json.loads(sys.argv[1]):
+    sys.argv = [script] + ([subcommand] if subcommand else []) + ["--help"]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (exc.code is not None)
+        except BaseException:
+            code, _ = 1, traceback.print_exc()
+    results[f"{script} {subcommand or ''}"] = [code, out.getvalue(), err.getvalue()]
+print(json.dumps(results))
+"""
+
+
+def _help_key(argv: list[str]) -> tuple[str, str | None]:
+    script, rest = argv[0], argv[1:]
+    return script, rest[0] if rest and not rest[0].startswith("-") else None
+
+
 @cache
+def _helps() -> dict[str, list]:
+    """Every benchmark line's ``--help`` (one child interpreter for all of them)."""
+    keys = sorted({_help_key(param.values[0]) for param in BENCHMARK_LINES}, key=str)
+    keys = [key for key in keys if (ROOT / key[0]).is_file()]
+    proc = subprocess.run(
+        [sys.executable, "-c", HELP_SCRIPT, json.dumps(keys)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 def _help(script: str, subcommand: str | None) -> str:
-    argv = [sys.executable, script] + ([subcommand] if subcommand else []) + ["--help"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, f"{shlex.join(argv[1:])} failed:\n{proc.stderr[-2000:]}"
-    return proc.stdout
+    code, out, err = _helps()[f"{script} {subcommand or ''}"]
+    argv = [script] + ([subcommand] if subcommand else []) + ["--help"]
+    assert code == 0, f"{shlex.join(argv)} failed:\n{err[-2000:]}"
+    return out
 
 
 BENCHMARK_LINES = [
@@ -396,8 +449,7 @@ def test_benchmark_lines_found():
 def test_benchmark_command_line_flags_exist(argv):
     script, rest = argv[0], argv[1:]
     assert (ROOT / script).is_file(), f"{script} does not exist"
-    subcommand = rest[0] if rest and not rest[0].startswith("-") else None
-    text = _help(script, subcommand)
+    text = _help(*_help_key(argv))
     flags = {token.split("=", 1)[0] for token in rest if token.startswith("--")}
     missing = sorted(f for f in flags if not re.search(re.escape(f) + r"\b", text))
     assert not missing, f"{script} has no {missing} (see its --help)"

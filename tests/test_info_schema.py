@@ -415,8 +415,18 @@ def test_async_batches_in_arrival_order_match_gymnasium(odd):
 # -- (c) ALE Pong ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-@pytest.mark.parametrize("backend", list(BACKENDS))
+#: Pong's infos on every backend in SAME_STEP (where ``final_info`` sends an env to the payload
+#: path and back), and in the other two modes on one backend each; every backend in every mode
+#: is ``test_episode_ends_and_odd_infos_in_every_autoreset_mode``, on toy envs.
+PONG_CASES = [(backend, AutoresetMode.SAME_STEP) for backend in BACKENDS] + [
+    ("shm", AutoresetMode.NEXT_STEP),
+    ("async", AutoresetMode.DISABLED),
+]
+
+
+@pytest.mark.parametrize(
+    "backend, mode", [pytest.param(b, m, id=f"{b}-{m.name}") for b, m in PONG_CASES]
+)
 def test_pong_infos_match_sync_vector_env(backend, mode):
     pytest.importorskip("ale_py")
     fns = [functools.partial(make_pong, 10)] * NUM_ENVS  # episodes of 10 steps

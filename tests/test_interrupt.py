@@ -207,17 +207,23 @@ def interrupt(
 # an unhandled SIGINT (KeyboardInterrupt) or SIGTERM (no clean-up at all) in the parent
 
 
+#: (signal, where the parent is, start method): each pair of values of any two of the three
+#: that the full product of the signals and the five (mode, start method) cases holds, so each
+#: start method with both signals, in 6 cases of its 10.
 SHM_CASES = [
-    ("loop", "fork"),
-    ("loop", "spawn"),
-    ("block", "fork"),
-    ("block", "spawn"),
-    ("block", "forkserver"),
+    (signal.SIGINT, "loop", "fork"),
+    (signal.SIGTERM, "loop", "spawn"),
+    (signal.SIGTERM, "block", "fork"),
+    (signal.SIGINT, "block", "spawn"),
+    (signal.SIGINT, "block", "forkserver"),
+    (signal.SIGTERM, "block", "forkserver"),
 ]
 
 
-@pytest.mark.parametrize("mode, context", SHM_CASES)
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "signum, mode, context",
+    [pytest.param(*case, id=f"{case[0].name}-{case[1]}-{case[2]}") for case in SHM_CASES],
+)
 def test_signal_to_parent_leaves_nothing(tmp_path, signum, mode, context):
     code, _, err = interrupt(tmp_path, "shm", context, mode, signum)
     assert code == -signum

@@ -144,21 +144,28 @@ def run_beside_sync(obs_space, act_space, backend, mode, context="fork", seed=0,
 # every kind, alone and nested, observation and action, every backend and autoreset mode
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_each_kind_alone_matches_sync(kind, backend):
+def kind_backend_mode(shift: int = 0) -> list:
+    """Every (kind, backend) pair once, with an autoreset mode that turns with both, so that
+    each (kind, mode) and each (backend, mode) pair comes up too; every kind in every mode on
+    every backend is ``test_every_kind_together_matches_sync``."""
+    cases = []
+    for k, kind in enumerate(KINDS):
+        for b, backend in enumerate(BACKENDS):
+            mode = MODES[(k + b + shift) % len(MODES)]
+            cases.append(pytest.param(kind, backend, mode, id=f"{kind}-{backend}-{mode.name}"))
+    return cases
+
+
+@pytest.mark.parametrize("kind, backend, mode", kind_backend_mode())
+def test_each_kind_alone_matches_sync(kind, backend, mode):
     leaf = KINDS[kind]
-    for mode in MODES:
-        run_beside_sync(leaf, spaces.Discrete(3), backend, mode)  # observations
-        run_beside_sync(spaces.Box(0, 1, (2,), np.float32), leaf, backend, mode)  # actions
+    run_beside_sync(leaf, spaces.Discrete(3), backend, mode)  # observations
+    run_beside_sync(spaces.Box(0, 1, (2,), np.float32), leaf, backend, mode)  # actions
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("kind", list(KINDS))
-def test_each_kind_nested_matches_sync(kind, backend):
-    space = nested(KINDS[kind])
-    for mode in MODES:
-        run_beside_sync(space, space, backend, mode, seed=5)
+@pytest.mark.parametrize("kind, backend, mode", kind_backend_mode(shift=1))
+def test_each_kind_nested_matches_sync(kind, backend, mode):
+    run_beside_sync(nested(KINDS[kind]), nested(KINDS[kind]), backend, mode, seed=5)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=str)

@@ -101,6 +101,8 @@ POOL_SCRIPT = textwrap.dedent(
     """
 )
 
+#: Each scenario under fork (the inherited pools) and under a start method that starts a fresh
+#: interpreter (forkserver for two scenarios, spawn for the third).
 POOL_CASES = [
     pytest.param("human_rendering", "fork", marks=pytest.mark.skipif(
         not _have("pygame", "cv2"), reason="needs pygame and OpenCV")),
@@ -108,8 +110,6 @@ POOL_CASES = [
         not _have("pygame", "cv2"), reason="needs pygame and OpenCV")),
     pytest.param("cv2", "fork", marks=pytest.mark.skipif(not _have("cv2"), reason="needs cv2")),
     pytest.param("cv2", "spawn", marks=pytest.mark.skipif(not _have("cv2"), reason="needs cv2")),
-    pytest.param("cv2", "forkserver", marks=pytest.mark.skipif(
-        not _have("cv2"), reason="needs OpenCV")),
     pytest.param("torch", "fork", marks=pytest.mark.skipif(
         not _have("torch"), reason="needs torch")),
     pytest.param("torch", "forkserver", marks=pytest.mark.skipif(
@@ -248,9 +248,19 @@ def test_a_worker_stuck_in_an_env_constructor_shows_where(context, no_leaks):
     assert wait_until(lambda: open_fds() <= fds), sorted(open_fds() - fds)
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-@pytest.mark.parametrize("backend, wait_in", [("shm", "step"), ("shm", "reset"),
-                                              ("async", "step")])  # fmt: skip
+#: (backend, where the worker waits, start method): shm stuck in a step under both start
+#: methods, and each other case under one, so each start method sees two of them.
+STUCK_CASES = [
+    ("shm", "step", "fork"),
+    ("shm", "step", "spawn"),
+    ("shm", "reset", "fork"),
+    ("async", "step", "spawn"),
+]
+
+
+@pytest.mark.parametrize(
+    "backend, wait_in, context", [pytest.param(*case, id="-".join(case)) for case in STUCK_CASES]
+)
 def test_a_worker_stuck_past_step_timeout_shows_where(backend, wait_in, context, no_leaks):
     fns = [CounterEnv, CounterEnv, CounterEnv, partial(WaitingEnv, wait_in)]
     envs = make_backend(backend, fns, context, step_timeout_s=1)
