@@ -19,7 +19,7 @@ import statistics
 import sys
 from typing import Any
 
-from vecaccel.bench import write_json
+from vecaccel.bench import parse_workloads, write_json
 from vecaccel.bench.workloads import resolve_env
 from vecaccel.tune import autotune, measure
 
@@ -81,12 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
     except ImportError:
         pass
-    workloads = WORKLOADS
-    if args.workload:
-        workloads = {}
-        for item in args.workload:
-            name, _, counts = item.partition("=")
-            workloads[name] = [int(n) for n in counts.split(",")]
+    workloads = parse_workloads(args.workload, WORKLOADS)
     records = [
         compare(name, n, args.seconds, args.trials)
         for name, counts in workloads.items()

@@ -41,7 +41,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 import vecaccel
-from vecaccel.bench import write_json
+from vecaccel.bench import parse_workloads, write_json
 from vecaccel.bench.ceiling import measure_ceiling
 from vecaccel.bench.timing import ACTION_BATCHES, _sample_actions
 from vecaccel.bench.workloads import resolve_env
@@ -266,12 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=os.path.join(RESULTS, "lockstep_designs.json"))
     args = parser.parse_args(argv)
     cpus = usable_cpus()
-    workloads = {"pong": [8, 16], "CartPole-v1": [64, 256]}
-    if args.workload:
-        workloads = {}
-        for item in args.workload:
-            name, _, counts = item.partition("=")
-            workloads[name] = [int(n) for n in counts.split(",")]
+    workloads = parse_workloads(args.workload, {"pong": [8, 16], "CartPole-v1": [64, 256]})
     rows: list[dict[str, Any]] = []
     for env, counts in workloads.items():
         target = resolve_env(env)

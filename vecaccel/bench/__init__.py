@@ -38,7 +38,13 @@ from vecaccel.bench.report import (
     shares_of_ceiling,
     write_json,
 )
-from vecaccel.bench.sweep import DEFAULT_BACKENDS, DEFAULT_NUM_ENVS, default_backends, run_benchmark
+from vecaccel.bench.sweep import (
+    DEFAULT_BACKENDS,
+    DEFAULT_NUM_ENVS,
+    default_backends,
+    parse_workloads,
+    run_benchmark,
+)
 from vecaccel.bench.workloads import BenchEnv, make_gym_env, make_pong_env, resolve_env
 
 __all__ = [
@@ -54,6 +60,7 @@ __all__ = [
     "make_pong_env",
     "measure_ceiling",
     "parse_backend_options",
+    "parse_workloads",
     "plot_results",
     "resolve_env",
     "run_benchmark",

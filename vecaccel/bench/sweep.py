@@ -44,6 +44,32 @@ def default_backends() -> list[str]:
     return [name for name in DEFAULT_BACKENDS if name in registered]
 
 
+def parse_workloads(
+    items: Sequence[str] | None, default: dict[str, list[int]]
+) -> dict[str, list[int]]:
+    """``ENV=N1,N2`` items (a script's repeatable ``--workload``) as ``{env: [counts]}``;
+    ``default`` when there are none.
+
+    Example:
+        >>> parse_workloads(["pong=8,16", "CartPole-v1=64"], {})
+        {'pong': [8, 16], 'CartPole-v1': [64]}
+        >>> parse_workloads(None, {"pong": [8]})
+        {'pong': [8]}
+    """
+    if not items:
+        return dict(default)
+    workloads: dict[str, list[int]] = {}
+    for item in items:
+        name, sep, counts = item.partition("=")
+        try:
+            workloads[name] = [int(n) for n in counts.split(",")]
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise ValueError(f"a workload is ENV=N1,N2 (env counts), got {item!r}")
+    return workloads
+
+
 def parse_list(value: str | Sequence[str] | None) -> list[str] | None:
     """A comma-separated string (or a sequence) as a list of names; ``None`` stays ``None``.
 
