@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from vecaccel.trainers.async_runner import learn_async, make_async_agent
-from vecaccel.trainers.dqn import DQN
+from vecaccel.trainers.algos.dqn import DQN
 from vecaccel.trainers.envs import make_env_for_training
+from vecaccel.trainers.runners.asynchronous.runner import learn_async, make_async_agent
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

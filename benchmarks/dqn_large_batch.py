@@ -2,7 +2,7 @@
 
 The claim under test (Stooke & Abbeel, 2018): at a fixed replay ratio, a much larger training
 batch with a suitably scaled learning rate does not cost sample complexity. Both arms use the
-``cartpole`` preset of :mod:`vecaccel.trainers.dqn` (Double DQN, 3-step returns, replay ratio 32)
+``cartpole`` preset of :mod:`vecaccel.trainers.algos.dqn` (Double DQN, 3-step returns, replay ratio 32)
 and differ only in the batch size and the learning rate, which follows ``lr_scaling`` from the
 batch-32 value (linear by default: with the replay ratio fixed, batch 2048 makes 64 times fewer
 updates). The target network is refreshed every 250 env steps in both arms. Each run stops when the mean return of the last 10 episodes reaches the
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vecaccel.trainers.dqn import DQN, PRESETS
+from vecaccel.trainers.algos.dqn import DQN, PRESETS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -51,8 +51,8 @@ def run_vecaccel(algo: str, seed: int, threshold: float, window: int, max_steps:
 
     torch.set_num_threads(1)
     from vecaccel.trainers import A2C, PPO
-    from vecaccel.trainers.a2c import PRESETS as A2C_PRESETS
-    from vecaccel.trainers.ppo import PRESETS as PPO_PRESETS
+    from vecaccel.trainers.algos.a2c import PRESETS as A2C_PRESETS
+    from vecaccel.trainers.algos.ppo import PRESETS as PPO_PRESETS
 
     cls, presets = (PPO, PPO_PRESETS) if algo == "ppo" else (A2C, A2C_PRESETS)
     config = dict(presets["cartpole"])

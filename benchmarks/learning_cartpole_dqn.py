@@ -1,6 +1,6 @@
 """DQN, C51 and ε-Rainbow on CartPole-v1: env steps and wall-clock to a mean return of 475.
 
-The vecaccel rows use the presets of :mod:`vecaccel.trainers.dqn`, which differ only in the
+The vecaccel rows use the presets of :mod:`vecaccel.trainers.algos.dqn`, which differ only in the
 extensions: ``cartpole`` (Double DQN, 3-step returns, batch 256 at replay ratio 32, 128-128 MLP,
 one env) for DQN, ``cartpole-c51`` (the same with a 51-atom categorical head on [0, 100]) for
 C51, and ``cartpole-rainbow`` (the same plus Dueling and prioritized replay: ε-Rainbow, ε-greedy
@@ -97,7 +97,7 @@ def run_vecaccel(algo: str, seed: int, args: argparse.Namespace) -> dict[str, An
     import torch
 
     torch.set_num_threads(1)
-    from vecaccel.trainers.dqn import C51, DQN, PRESETS, Rainbow
+    from vecaccel.trainers.algos.dqn import C51, DQN, PRESETS, Rainbow
 
     cls = {"dqn": DQN, "c51": C51, "rainbow": Rainbow}[algo]
     config = dict(PRESETS[PRESET_OF[algo]])

@@ -213,7 +213,7 @@ def cmd_drift(args: argparse.Namespace) -> int:
     import torch
 
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.ppo import PRESETS
+    from vecaccel.trainers.algos.ppo import PRESETS
 
     torch.set_num_threads(args.torch_threads)
     config = {

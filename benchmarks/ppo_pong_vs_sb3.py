@@ -192,8 +192,8 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from vecaccel.trainers import PPO
+    from vecaccel.trainers.algos.ppo import PRESETS
     from vecaccel.trainers.logger import RunLogger
-    from vecaccel.trainers.ppo import PRESETS
 
     settings = dict(VECACCEL_CONFIGS[name])
     async_mode = settings.pop("async", False)
@@ -223,7 +223,10 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
     RunLogger.log = stamped_log  # type: ignore[method-assign]
     updates = args.warmup_updates + args.updates
     if async_mode:
-        from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
+        from vecaccel.trainers.runners.asynchronous.runner import (
+            learn_async_on_policy,
+            make_async_on_policy_agent,
+        )
 
         agent = make_async_on_policy_agent(PPO, ENV_ID, progress=False, tensorboard=False, **config)
         try:

@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from vecaccel.bench import write_json
+from vecaccel.trainers.algos.ppo import PPO, PRESETS
 from vecaccel.trainers.envs import make_env_for_training
-from vecaccel.trainers.ppo import PPO, PRESETS
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 

@@ -1,6 +1,6 @@
 """Synchronous data-parallel PPO on CartPole: 2 gloo ranks against 1 rank, on this machine.
 
-Both arms train the ``cartpole`` preset of :mod:`vecaccel.trainers.ppo` (rl-zoo's settings) for the
+Both arms train the ``cartpole`` preset of :mod:`vecaccel.trainers.algos.ppo` (rl-zoo's settings) for the
 same total env steps with the same *effective* batch of 256 transitions per update: one rank with
 8 envs × 32 steps, or two ranks (``torchrun --standalone --nproc_per_node 2``) with 4 envs × 32
 steps each, their gradients averaged by DistributedDataParallel. Every process runs one torch

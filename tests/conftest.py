@@ -143,12 +143,12 @@ def fresh_plugin_manager() -> Iterator[None]:
 @pytest.fixture
 def trainers_plugin() -> Iterator[None]:
     """Register the trainers' commands unless ``DEFAULT_PLUGINS`` already does."""
-    from vecaccel.trainers import cli as trainers_cli
+    from vecaccel.trainers.cli import commands as trainers_cli
 
     pm = get_plugin_manager()
     registered_here = not pm.is_registered(trainers_cli)
     if registered_here:
-        pm.register(trainers_cli, name="vecaccel.trainers.cli")
+        pm.register(trainers_cli, name="vecaccel.trainers.cli.commands")
     yield
     if registered_here:
         pm.unregister(trainers_cli)

@@ -80,8 +80,8 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
         local_steps = agent.update_index * agent.local_batch_size
         local_batch = agent.local_batch_size
     elif algo == "dqn-async":
-        from vecaccel.trainers.async_runner import learn_async, make_async_agent
-        from vecaccel.trainers.dqn import DQN
+        from vecaccel.trainers.algos.dqn import DQN
+        from vecaccel.trainers.runners.asynchronous.runner import learn_async, make_async_agent
 
         agent = make_async_agent(
             DQN,
@@ -116,7 +116,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
         }
     elif algo == "ppo-async":
         from vecaccel.trainers import PPO
-        from vecaccel.trainers.async_runner import learn_async_on_policy
+        from vecaccel.trainers.runners.asynchronous.runner import learn_async_on_policy
 
         agent = PPO(
             None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=2,
@@ -127,7 +127,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
         local_steps = agent.update_index * agent.local_batch_size
         local_batch = agent.local_batch_size
     else:
-        from vecaccel.trainers.dqn import DQN
+        from vecaccel.trainers.algos.dqn import DQN
 
         agent = DQN(
             "CartPole-v1",

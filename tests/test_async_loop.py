@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 import torch
 
-from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow, async_loop, async_runner
-from vecaccel.trainers.async_onpolicy import RolloutFeed
-from vecaccel.trainers.async_replay import ReplayFeed
+from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
+from vecaccel.trainers.runners.asynchronous import loop as async_loop
+from vecaccel.trainers.runners.asynchronous import runner as async_runner
+from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
+from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed
 
 torch.set_num_threads(1)
 

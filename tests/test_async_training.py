@@ -18,8 +18,12 @@ import torch
 from helpers import run_main, run_vecaccel
 
 from vecaccel.cli import main
-from vecaccel.trainers.async_runner import SamplerError, learn_async, make_async_agent
-from vecaccel.trainers.dqn import DQN
+from vecaccel.trainers.algos.dqn import DQN
+from vecaccel.trainers.runners.asynchronous.runner import (
+    SamplerError,
+    learn_async,
+    make_async_agent,
+)
 
 torch.set_num_threads(1)
 
@@ -178,8 +182,11 @@ def test_cli_async_flag(tmp_path) -> None:
 @pytest.mark.slow
 def test_async_ppo_learns_cartpole_and_logs_policy_lag() -> None:
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
-    from vecaccel.trainers.ppo import PRESETS
+    from vecaccel.trainers.algos.ppo import PRESETS
+    from vecaccel.trainers.runners.asynchronous.runner import (
+        learn_async_on_policy,
+        make_async_on_policy_agent,
+    )
 
     config = {k: v for k, v in PRESETS["cartpole"].items() if k != "env_id"}
     agent = make_async_on_policy_agent(
@@ -202,7 +209,10 @@ def test_async_ppo_learns_cartpole_and_logs_policy_lag() -> None:
 
 def _short_async_ppo(seed: int, **options: Any) -> tuple[Any, Any]:
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
+    from vecaccel.trainers.runners.asynchronous.runner import (
+        learn_async_on_policy,
+        make_async_on_policy_agent,
+    )
 
     agent = make_async_on_policy_agent(
         PPO, "CartPole-v1", backend="serial", torch_threads=1, seed=seed, num_envs=2,
@@ -252,7 +262,10 @@ def test_cli_async_fixed_lag_runs_repeat(tmp_path, capsys) -> None:
 
 def test_fixed_lag_needs_every_updates_weights() -> None:
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
+    from vecaccel.trainers.runners.asynchronous.runner import (
+        learn_async_on_policy,
+        make_async_on_policy_agent,
+    )
 
     agent = make_async_on_policy_agent(PPO, "CartPole-v1", backend="serial", num_envs=2)
     with pytest.raises(ValueError, match="weight_sync_period=1.*got weight_sync_period=2"):
@@ -545,7 +558,7 @@ def test_async_resume_that_cannot_start_leaves_the_checkpoint_as_it_was(tmp_path
     which `vecaccel train` refuses up front, reaching the runner directly) must not rewrite the
     run's checkpoint with its options: every later resume would then fail the same way."""
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.async_runner import resume_async
+    from vecaccel.trainers.runners.asynchronous.runner import resume_async
 
     run_dir = tmp_path / "run"
     if algo == "ppo":
@@ -569,8 +582,11 @@ def test_weight_sync_period_below_one_is_refused(tmp_path, capsys, period) -> No
     """A period of 0 or less is refused, by the CLI, the on-policy runner and the DQN config,
     rather than trained as 1 without a word."""
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
-    from vecaccel.trainers.dqn import DQNConfig
+    from vecaccel.trainers.algos.dqn import DQNConfig
+    from vecaccel.trainers.runners.asynchronous.runner import (
+        learn_async_on_policy,
+        make_async_on_policy_agent,
+    )
 
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "ppo", "--async", "--env", "CartPole-v1", "--run-dir", str(tmp_path),
@@ -592,8 +608,11 @@ def test_single_rank_async_ppo_error_inside_an_update_keeps_the_last_checkpoint(
     a later minibatch) leaves weights part-way through an update the counters do not count: the
     run's last checkpoint must stay as it was, as after an error on several ranks."""
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.async_runner import learn_async_on_policy, make_async_on_policy_agent
     from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.runners.asynchronous.runner import (
+        learn_async_on_policy,
+        make_async_on_policy_agent,
+    )
 
     agent = make_async_on_policy_agent(
         PPO, "CartPole-v1", backend="serial", num_envs=2, num_steps=16, update_epochs=1,
@@ -678,8 +697,12 @@ def test_async_runner_leaves_no_sampler_when_the_run_directory_is_unusable(
     algo: str, tmp_path: Path
 ) -> None:
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.async_runner import learn_async, learn_async_on_policy, make_async_agent
-    from vecaccel.trainers.dqn import DQN
+    from vecaccel.trainers.algos.dqn import DQN
+    from vecaccel.trainers.runners.asynchronous.runner import (
+        learn_async,
+        learn_async_on_policy,
+        make_async_agent,
+    )
 
     # fork: the sampler process is running at once (with spawn it is still unpickling its spec
     # when the error comes, and dies of the locks the optimiser has freed meanwhile)
@@ -753,8 +776,12 @@ def test_async_runner_acts_in_a_discrete_space_with_a_start(
     import gymnasium as gym
 
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.async_runner import learn_async, learn_async_on_policy, make_async_agent
-    from vecaccel.trainers.dqn import DQN
+    from vecaccel.trainers.algos.dqn import DQN
+    from vecaccel.trainers.runners.asynchronous.runner import (
+        learn_async,
+        learn_async_on_policy,
+        make_async_agent,
+    )
 
     log = tmp_path / "actions.txt"
     env_id = f"VecaccelScaleOutShiftedCartPole-{algo}-{int(fixed_lag)}-v0"

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vecaccel.trainers import C51
-from vecaccel.trainers.dqn import categorical_projection
-from vecaccel.trainers.replay import ReplaySample
+from vecaccel.trainers.algos.dqn import categorical_projection
+from vecaccel.trainers.replay.buffer import ReplaySample
 
 torch.set_num_threads(1)
 

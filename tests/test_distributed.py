@@ -589,7 +589,7 @@ def _env_slice(batch: Any, lo: int, hi: int) -> Any:
 
 
 def _replay_sample(n: int, seed: int) -> Any:
-    from vecaccel.trainers.replay import ReplaySample
+    from vecaccel.trainers.replay.buffer import ReplaySample
 
     rng = np.random.default_rng(seed)
     return ReplaySample(
@@ -709,7 +709,7 @@ DQN_FAMILY = ("DQN", "C51")
 
 
 def _dqn_agent(name: str, batch_size: int, **extra: Any) -> Any:
-    from vecaccel.trainers import dqn
+    from vecaccel.trainers.algos import dqn
 
     obs_space, act_space = _spaces()
     agent = getattr(dqn, name)(
@@ -904,7 +904,7 @@ def test_rank_identity_seeds_and_metric_reduction(method: str) -> None:
 
 def _dqn_resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     from vecaccel.trainers import distributed
-    from vecaccel.trainers.dqn import DQN
+    from vecaccel.trainers.algos.dqn import DQN
 
     common = dict(
         backend="serial", hidden_sizes=(16,), batch_size=8, buffer_size=400, learning_starts=32,
@@ -947,7 +947,8 @@ def _failing_rank(rank: int, world: int) -> dict[str, Any]:
 
     import torch.distributed as dist
 
-    from vecaccel.trainers import cli, distributed
+    from vecaccel.trainers import distributed
+    from vecaccel.trainers.cli import commands as cli
 
     assert distributed.init_from_env("cpu")
 
@@ -981,7 +982,7 @@ def test_an_error_on_one_rank_fails_the_others_at_once_not_at_the_timeout() -> N
 def _async_on_policy_failing_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     """Async PPO on two ranks; rank 1's second update raises, so rank 0's collective fails."""
     from vecaccel.trainers import PPO, distributed
-    from vecaccel.trainers.async_runner import learn_async_on_policy
+    from vecaccel.trainers.runners.asynchronous.runner import learn_async_on_policy
 
     agent = PPO(
         None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=1, update_epochs=1,

@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 from toy_envs import ShiftedActions, TinyImageEnv
 
 import vecaccel
-from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from vecaccel.trainers.dqn import (
+from vecaccel.trainers.algos.dqn import (
     C51,
     DQN,
     PRESETS,
@@ -30,8 +29,9 @@ from vecaccel.trainers.dqn import (
     categorical_projection,
     linear_schedule,
 )
+from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from vecaccel.trainers.envs import make_env_for_training
-from vecaccel.trainers.replay import ReplaySample
+from vecaccel.trainers.replay.buffer import ReplaySample
 
 torch.set_num_threads(1)
 

@@ -85,7 +85,7 @@ def test_exception_in_step(process_backend, context):
         assert error.env_indices == (3,)
         assert "ValueError" in str(error) and "boom in step 2" in str(error)
         assert "ValueError: boom in step 2" in error.remote_traceback
-        assert "toy_envs.py" in error.remote_traceback  # the worker's own frames
+        assert "testing/envs.py" in error.remote_traceback  # the worker's own frames
         # a reset starts the failed env over; then every env steps on
         envs.reset()
         assert counters(envs.step(ACTIONS)[0]) == [3, 3, 3, 3]

@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 import vecaccel
 from vecaccel.trainers import A2C, DQN, PPO
 from vecaccel.trainers.advantages import compute_gae, learning_rows
-from vecaccel.trainers.replay import ReplayBuffer
+from vecaccel.trainers.replay.buffer import ReplayBuffer
 from vecaccel.trainers.team_returns import TeamReturns
 
 
@@ -357,7 +357,7 @@ def test_ppo_counts_rows_in_its_batch():
 
 
 def test_eval_team_return_is_the_sum_of_the_agents():
-    from vecaccel.trainers.evaluate import evaluate_agents
+    from vecaccel.trainers.cli.evaluate import evaluate_agents
 
     agent = PPO(SPREAD, num_envs=1, num_steps=8, backend="serial", seed=0, preset=None)
     result = evaluate_agents(agent, SPREAD, episodes=2, seed=3)

@@ -24,7 +24,7 @@ from toy_envs import (
 )
 
 import vecaccel
-import vecaccel.trainers.algorithm as algorithm
+import vecaccel.trainers.algos.base as algorithm
 from vecaccel.sampler import SampleBatch
 from vecaccel.trainers import A2C, PPO
 from vecaccel.trainers.advantages import compute_gae
@@ -290,7 +290,7 @@ def best_rolling_return(agent, window: int = 10) -> float:
 
 @pytest.mark.slow
 def test_ppo_learns_cartpole():
-    from vecaccel.trainers.ppo import PRESETS
+    from vecaccel.trainers.algos.ppo import PRESETS
 
     agent = PPO(backend="serial", seed=1, torch_threads=1, **PRESETS["cartpole"])
     try:
@@ -302,7 +302,7 @@ def test_ppo_learns_cartpole():
 
 @pytest.mark.slow
 def test_a2c_learns_cartpole():
-    from vecaccel.trainers.a2c import PRESETS
+    from vecaccel.trainers.algos.a2c import PRESETS
 
     agent = A2C(backend="serial", seed=1, torch_threads=1, log_every=1, **PRESETS["cartpole"])
     try:
@@ -500,8 +500,8 @@ def test_nan_loss_stops_before_the_step_and_writes_no_checkpoint(algo, tmp_path)
 def test_on_policy_discrete_action_space_with_offset_start(algorithm) -> None:
     """PPO and A2C act in ``start..start+n-1``, in learn() and in predict(), so an env whose
     actions are 1..n steps (their losses index the categorical head with 0..n-1)."""
-    from vecaccel.trainers.a2c import A2C
-    from vecaccel.trainers.ppo import PPO
+    from vecaccel.trainers.algos.a2c import A2C
+    from vecaccel.trainers.algos.ppo import PPO
 
     cls = {"PPO": PPO, "A2C": A2C}[algorithm]
     envs = vecaccel.make_vec(
@@ -764,7 +764,7 @@ def test_atari_preset_loss_is_cleanrl_ppo_atari_loss(monkeypatch):
 
     The reference below is CleanRL's loss with CleanRL's own ``vf_coef=0.5``, not the preset's
     (which would ask for 0.125 x MSE: half CleanRL's weight)."""
-    from vecaccel.trainers.ppo import PRESETS
+    from vecaccel.trainers.algos.ppo import PRESETS
 
     preset = PRESETS["atari"]
     settings = {k: preset[k] for k in ("clip_coef", "ent_coef", "vf_coef", "learning_rate")}

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vecaccel
-from vecaccel.trainers.dqn import Rainbow
-from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
-from vecaccel.trainers.replay import ReplayBuffer, ReplayMemoryError, available_memory
+from vecaccel.trainers.algos.dqn import Rainbow
+from vecaccel.trainers.replay.buffer import ReplayBuffer, ReplayMemoryError, available_memory
+from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
 
 torch.set_num_threads(1)
 

@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 
-from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow, runner
-from vecaccel.trainers.algorithm import Algorithm
+from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
+from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from vecaccel.trainers.runners import sync as runner
 
 ON_POLICY = dict(num_envs=2, num_steps=8, hidden_sizes=(8,))
 OFF_POLICY = dict(

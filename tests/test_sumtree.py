@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vecaccel.trainers.sumtree import SumTree
+from vecaccel.trainers.replay.sumtree import SumTree
 
 torch.set_num_threads(1)
 

@@ -36,7 +36,7 @@ TINY_PPO = ["--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2", "-
 def test_building_the_parser_does_not_import_torch():
     code = (
         "import sys\n"
-        "import vecaccel.trainers.cli as m\n"
+        "import vecaccel.trainers.cli.commands as m\n"
         "from vecaccel import get_plugin_manager\n"
         "pm = get_plugin_manager()\n"
         "pm.is_registered(m) or pm.register(m)\n"
@@ -143,7 +143,7 @@ def test_eval_records_a_video(tmp_path):
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("vecaccel.trainers.dqn") is None, reason="no DQN trainer yet"
+    importlib.util.find_spec("vecaccel.trainers.algos.dqn") is None, reason="no DQN trainer yet"
 )
 @pytest.mark.parametrize("algo", ["dqn", "rainbow"])
 def test_dqn_family_through_the_cli(algo, tmp_path, capsys):
@@ -158,7 +158,7 @@ def test_dqn_family_through_the_cli(algo, tmp_path, capsys):
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("vecaccel.trainers.dqn") is None, reason="no DQN trainer yet"
+    importlib.util.find_spec("vecaccel.trainers.algos.dqn") is None, reason="no DQN trainer yet"
 )
 def test_resume_without_its_replay_file_says_to_pass_no_replay(tmp_path, capsys):
     run_dir = tmp_path / "dqn"
@@ -215,8 +215,8 @@ def test_dqn_and_ppo_with_discrete_start_save_load_predict_and_eval_cli(tmp_path
     """Discrete(2, start=3): learn, save, load with overrides reaching Adam, predict and
     ``vecaccel eval`` all act in 3..4 (the env raises otherwise)."""
     from vecaccel.cli import main as cli_main
-    from vecaccel.trainers.dqn import DQN
-    from vecaccel.trainers.ppo import PPO
+    from vecaccel.trainers.algos.dqn import DQN
+    from vecaccel.trainers.algos.ppo import PPO
 
     agent = DQN(
         SHIFTED_ID, learning_starts=32, batch_size=8, buffer_size=300, hidden_sizes=(16,),

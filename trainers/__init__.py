@@ -32,17 +32,17 @@ __all__ = [
 ]
 
 _LOCATIONS = {
-    "A2C": "vecaccel.trainers.a2c",
-    "A2CConfig": "vecaccel.trainers.a2c",
-    "PPO": "vecaccel.trainers.ppo",
-    "PPOConfig": "vecaccel.trainers.ppo",
-    "DQN": "vecaccel.trainers.dqn",
-    "C51": "vecaccel.trainers.dqn",
-    "Rainbow": "vecaccel.trainers.dqn",
-    "DQNConfig": "vecaccel.trainers.dqn",
-    "Algorithm": "vecaccel.trainers.algorithm",
+    "A2C": "vecaccel.trainers.algos.a2c",
+    "A2CConfig": "vecaccel.trainers.algos.a2c",
+    "PPO": "vecaccel.trainers.algos.ppo",
+    "PPOConfig": "vecaccel.trainers.algos.ppo",
+    "DQN": "vecaccel.trainers.algos.dqn",
+    "C51": "vecaccel.trainers.algos.dqn",
+    "Rainbow": "vecaccel.trainers.algos.dqn",
+    "DQNConfig": "vecaccel.trainers.algos.dqn",
+    "Algorithm": "vecaccel.trainers.algos.base",
     "RunConfig": "vecaccel.trainers.config",
-    "SyncRunner": "vecaccel.trainers.runner",
+    "SyncRunner": "vecaccel.trainers.runners.sync",
 }
 
 

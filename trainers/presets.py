@@ -1,7 +1,7 @@
 """Which named settings (presets) each trainer has, and the env ids each preset is made for.
 
-A preset is a dict of config values: ``PRESETS`` in :mod:`~vecaccel.trainers.ppo`,
-:mod:`~vecaccel.trainers.a2c` and :mod:`~vecaccel.trainers.dqn_presets`. :data:`ENV_PRESETS`
+A preset is a dict of config values: ``PRESETS`` in :mod:`~vecaccel.trainers.algos.ppo`,
+:mod:`~vecaccel.trainers.algos.a2c` and :mod:`~vecaccel.trainers.algos.dqn_presets`. :data:`ENV_PRESETS`
 below is the one table that says which env ids each preset suits; a run on such an id that names
 no preset starts from it (``PPO("CartPole-v1")``, ``vecaccel train ppo --env CartPole-v1``).
 Explicit settings always win over a preset's, and ``preset=None`` (``--preset none``) gives the

@@ -39,7 +39,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "vecaccel.plugins.action_server",
     "vecaccel.plugins.auto",
     "vecaccel.plugins.envs",
-    "vecaccel.trainers.cli",
+    "vecaccel.trainers.cli.commands",
 )
 
 #: Comma-separated plugin names (as registered, or entry-point names) to leave out.

@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from vecaccel.trainers.sumtree import ArrayFactory
+from vecaccel.trainers.replay.sumtree import ArrayFactory
 
 __all__ = [
     "ArrayFactory",

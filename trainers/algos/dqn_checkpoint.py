@@ -27,7 +27,7 @@ from vecaccel.trainers.checkpoint import (
     usable_device,
 )
 from vecaccel.trainers.config import config_from_dict, resolve_aliases
-from vecaccel.trainers.replay_files import write_replay
+from vecaccel.trainers.replay.files import write_replay
 from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state, split_seed
 
 __all__ = ["load_dqn", "replay_entry", "restore_counters", "save_dqn", "write_run_checkpoint"]
@@ -37,7 +37,7 @@ def save_dqn(
     agent: Any, path: Path, replay: bool, rank_replays: list[dict[str, Any]] | None
 ) -> Path:
     """Write ``agent``'s checkpoint to ``path`` (see :meth:`DQN.save
-    <vecaccel.trainers.dqn.DQN.save>`); replay files it no longer names are deleted."""
+    <vecaccel.trainers.algos.dqn.DQN.save>`); replay files it no longer names are deleted."""
     import gymnasium as gym
 
     space = agent.observation_space
@@ -92,7 +92,7 @@ def save_dqn(
 
 def write_run_checkpoint(agent: Any, run_dir: Path | None, replay: bool) -> Path | None:
     """``agent``'s checkpoint in its run directory (see :meth:`DQN.write_checkpoint
-    <vecaccel.trainers.dqn.DQN.write_checkpoint>`); every rank calls this."""
+    <vecaccel.trainers.algos.dqn.DQN.write_checkpoint>`); every rank calls this."""
     if agent.run_dir is None:  # no rank writes checkpoints: nothing to gather either
         return None
     # every rank writes its replay file into the run directory; rank 0 the checkpoint
@@ -175,7 +175,7 @@ def restore_counters(
 
 def load_dqn(cls: type, path: Path, env: Any, load_replay: bool, overrides: dict[str, Any]) -> Any:
     """A ``cls`` agent (DQN or a subclass) rebuilt from the checkpoint at ``path`` (see
-    :meth:`DQN.load <vecaccel.trainers.dqn.DQN.load>`)."""
+    :meth:`DQN.load <vecaccel.trainers.algos.dqn.DQN.load>`)."""
     import gymnasium as gym
 
     path = checkpoint_file(path)

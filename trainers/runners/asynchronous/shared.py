@@ -173,8 +173,8 @@ def build_replay_buffer(
         action_space: the env's action space.
         factory: a :class:`SharedFactory` (the optimiser) or :class:`ReplayFactory` (the sampler).
     """
-    from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
-    from vecaccel.trainers.replay import ReplayBuffer
+    from vecaccel.trainers.replay.buffer import ReplayBuffer
+    from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
 
     cls = PrioritizedReplayBuffer if spec["prioritized"] else ReplayBuffer
     return cls(observation_space, action_space, array_factory=factory, **spec["kwargs"])

@@ -3,7 +3,7 @@
 :class:`OnPolicyAlgorithm` holds an actor-critic model and its optimizer, builds the sampler that
 collects ``[T, B]`` rollout batches, and saves, loads and predicts. The loop that collects a batch,
 anneals the learning rate, updates, logs and checkpoints is the runner's
-(:class:`~vecaccel.trainers.runner.SyncRunner`); ``learn`` hands the agent to it.
+(:class:`~vecaccel.trainers.runners.sync.SyncRunner`); ``learn`` hands the agent to it.
 
 Resume. Env state cannot be saved across processes, so a resumable run makes its own deterministic
 restart points: at every checkpoint (``checkpoint_every`` updates) the runner resets every env with
@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from vecaccel.trainers import distributed
-from vecaccel.trainers.algorithm import Algorithm, Callback
+from vecaccel.trainers.algos.base import Algorithm, Callback
 from vecaccel.trainers.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -416,7 +416,7 @@ class OnPolicyAlgorithm(Algorithm):
         Returns:
             ``self``.
         """
-        from vecaccel.trainers.runner import SyncRunner
+        from vecaccel.trainers.runners.sync import SyncRunner
 
         SyncRunner(self).run(total_steps, callback)
         return self

@@ -1,6 +1,6 @@
 """The on-policy feed of the asynchronous loop: whole ``[T, B]`` rollouts from a double buffer.
 
-A rollout process (:func:`~vecaccel.trainers.async_samplers.rollout_loop`) collects batches
+A rollout process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.rollout_loop`) collects batches
 with the weights it last received into two shared slots, in turn, while the optimiser updates on
 the other slot. Each batch remembers which update's weights collected it: the **policy lag**
 (updates between those weights and the ones being trained) is logged as ``charts/policy_lag``.
@@ -15,10 +15,10 @@ import math
 import queue
 from typing import Any
 
-from vecaccel.trainers.async_loop import Meeting, Waits
-from vecaccel.trainers.async_process import SamplerHandle, SamplerOptions, drain
-from vecaccel.trainers.async_samplers import rollout_loop
-from vecaccel.trainers.async_shared import (
+from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
+from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, drain
+from vecaccel.trainers.runners.asynchronous.samplers import rollout_loop
+from vecaccel.trainers.runners.asynchronous.shared import (
     PULLS,
     SAMPLER_WAIT,
     SLOT_K,

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vecaccel.trainers.async_process import SamplerHandle, poll_until
+from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, poll_until
 
 __all__ = ["AsyncFeed", "AsyncStats", "Meeting", "Waits", "run_async"]
 
@@ -169,7 +169,7 @@ def run_async(
         SamplerError: the sampler process died or raised.
         TrainingInterrupted: SIGINT or SIGTERM arrived (a checkpoint was written first).
     """
-    from vecaccel.trainers.runner import announce_interrupt, open_run_logger
+    from vecaccel.trainers.runners.sync import announce_interrupt, open_run_logger
     from vecaccel.trainers.signals import SignalCheckpoint, TrainingInterrupted
 
     world = agent.world_size

@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from vecaccel.trainers.async_loop import Meeting, Waits
-from vecaccel.trainers.async_process import SamplerHandle, SamplerOptions, drain
-from vecaccel.trainers.async_samplers import chunk_sampler_loop, replay_sampler_loop
-from vecaccel.trainers.async_shared import (
+from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
+from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, drain
+from vecaccel.trainers.runners.asynchronous.samplers import chunk_sampler_loop, replay_sampler_loop
+from vecaccel.trainers.runners.asynchronous.shared import (
     CHUNKS,
     PULLS,
     READY,

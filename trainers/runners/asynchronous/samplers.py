@@ -6,7 +6,7 @@
   that the optimiser adds to the replay buffer itself, in order.
 - :func:`rollout_loop` (on-policy): ``[T, B]`` rollouts into a shared double buffer.
 
-Each runs in the child process started by :class:`~vecaccel.trainers.async_process.SamplerHandle`
+Each runs in the child process started by :class:`~vecaccel.trainers.runners.asynchronous.process.SamplerHandle`
 and reads everything it needs from its spec.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vecaccel.trainers.async_process import ChildLink
-from vecaccel.trainers.async_shared import (
+from vecaccel.trainers.runners.asynchronous.process import ChildLink
+from vecaccel.trainers.runners.asynchronous.shared import (
     CHILD_SEED_KEY,
     CHUNKS,
     PULLS,

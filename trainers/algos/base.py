@@ -2,7 +2,7 @@
 
 An algorithm holds its config, its networks and optimizer, its loss and ``update``, and its
 state for checkpoints; it has no loop over env steps. A runner (:class:`SyncRunner
-<vecaccel.trainers.runner.SyncRunner>`, or the asynchronous one) owns the loop and calls the
+<vecaccel.trainers.runners.sync.SyncRunner>`, or the asynchronous one) owns the loop and calls the
 public methods documented here. The two families differ only in what a runner asks for:
 on-policy algorithms (``family = "on_policy"``) update from a rollout batch, off-policy ones
 (``family = "off_policy"``) from replay samples.
@@ -223,7 +223,7 @@ class Algorithm(abc.ABC):
 
         Args:
             batch: on-policy, a sampler batch in the networks' action numbering; off-policy, a
-                :class:`~vecaccel.trainers.replay.ReplaySample`.
+                :class:`~vecaccel.trainers.replay.buffer.ReplaySample`.
             progress_remaining: 1 at the start of the run's schedule, 0 at its end.
         """
 

@@ -2,7 +2,7 @@
 
 The file reads top to bottom like a CleanRL script: the config, the C51 projection, then the
 agent whose :meth:`DQN.update` is the whole loss and update. The loop
-is the runner's (:class:`~vecaccel.trainers.runner.SyncRunner`): it steps a vecaccel
+is the runner's (:class:`~vecaccel.trainers.runners.sync.SyncRunner`): it steps a vecaccel
 ``VectorEnv`` under ``AutoresetMode.SAME_STEP``, so every step is a real transition and a
 truncated episode bootstraps from its true final observation (``infos["final_obs"]``); the
 replay buffer computes n-step targets at sample time.
@@ -20,7 +20,7 @@ never interrupted.
 
 Example:
     >>> import torch; torch.set_num_threads(1)
-    >>> from vecaccel.trainers.dqn import DQN
+    >>> from vecaccel.trainers.algos.dqn import DQN
     >>> agent = DQN(env="CartPole-v1", backend="serial", learning_starts=64, batch_size=16,
     ...             buffer_size=500, progress=False, tensorboard=False)
     >>> agent = agent.learn(200)
@@ -45,18 +45,18 @@ import torch.nn.functional as F
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.trainers import distributed
-from vecaccel.trainers.algorithm import Algorithm, Callback
+from vecaccel.trainers.algos.base import Algorithm, Callback
+from vecaccel.trainers.algos.dqn_checkpoint import load_dqn, save_dqn, write_run_checkpoint
+from vecaccel.trainers.algos.dqn_presets import PRESETS
 from vecaccel.trainers.checkpoint import check_env_matches
 from vecaccel.trainers.config import RunConfig, check_dqn_config, lr_scale
-from vecaccel.trainers.dqn_checkpoint import load_dqn, save_dqn, write_run_checkpoint
-from vecaccel.trainers.dqn_presets import PRESETS
 from vecaccel.trainers.envs import check_tensor_spaces
 from vecaccel.trainers.episodes import EpisodeStats
 from vecaccel.trainers.models import QNetwork, check_observation_space
 from vecaccel.trainers.presets import AUTO
-from vecaccel.trainers.prioritized_replay import PrioritizedReplayBuffer
-from vecaccel.trainers.replay import ReplayBuffer, ReplaySample, replay_buffer_kwargs
-from vecaccel.trainers.replay_files import restore_replay
+from vecaccel.trainers.replay.buffer import ReplayBuffer, ReplaySample, replay_buffer_kwargs
+from vecaccel.trainers.replay.files import restore_replay
+from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
 from vecaccel.trainers.schedules import linear_schedule
 
 __all__ = [
@@ -582,7 +582,7 @@ class DQN(Algorithm):
         Raises:
             ValueError: ``total_steps`` is ``None`` but there is no unfinished loaded run.
         """
-        from vecaccel.trainers.runner import SyncRunner
+        from vecaccel.trainers.runners.sync import SyncRunner
 
         SyncRunner(self).run(total_steps, callback, reset_num_timesteps)
         return self

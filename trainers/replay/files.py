@@ -16,7 +16,7 @@ import numpy as np
 from vecaccel.trainers.checkpoint import CheckpointError
 
 if TYPE_CHECKING:
-    from vecaccel.trainers.replay import ReplayBuffer
+    from vecaccel.trainers.replay.buffer import ReplayBuffer
 
 __all__ = ["read_replay", "restore_replay", "write_replay"]
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from vecaccel.trainers.replay import ReplayBuffer, ReplaySample
-from vecaccel.trainers.sumtree import SumTree
+from vecaccel.trainers.replay.buffer import ReplayBuffer, ReplaySample
+from vecaccel.trainers.replay.sumtree import SumTree
 
 __all__ = ["PrioritizedReplayBuffer"]
 

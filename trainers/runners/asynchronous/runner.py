@@ -40,7 +40,7 @@ exits when its optimiser's process goes away.
 
 Example:
     >>> import torch; torch.set_num_threads(1)
-    >>> from vecaccel.trainers.dqn import DQN
+    >>> from vecaccel.trainers.algos.dqn import DQN
     >>> agent = make_async_agent(DQN, "CartPole-v1", learning_starts=64, batch_size=16,
     ...                          buffer_size=500, progress=False, tensorboard=False)
     >>> stats = learn_async(agent, "CartPole-v1", 400)
@@ -54,10 +54,14 @@ import os
 import sys
 from typing import Any
 
-from vecaccel.trainers.async_loop import AsyncStats, run_async
-from vecaccel.trainers.async_onpolicy import RolloutFeed, num_batches_for
-from vecaccel.trainers.async_process import SamplerError, SamplerOptions, leave_cores_to_sampler
-from vecaccel.trainers.async_replay import ReplayFeed
+from vecaccel.trainers.runners.asynchronous.loop import AsyncStats, run_async
+from vecaccel.trainers.runners.asynchronous.process import (
+    SamplerError,
+    SamplerOptions,
+    leave_cores_to_sampler,
+)
+from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
+from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed, num_batches_for
 
 __all__ = [
     "AsyncStats",

@@ -19,11 +19,11 @@ __all__ = ["ALGORITHMS", "AlgorithmParser", "ConfigAction", "algorithm_class", "
 
 #: algorithm name -> (module, class), imported when first needed.
 ALGORITHMS: dict[str, tuple[str, str]] = {
-    "a2c": ("vecaccel.trainers.a2c", "A2C"),
-    "ppo": ("vecaccel.trainers.ppo", "PPO"),
-    "dqn": ("vecaccel.trainers.dqn", "DQN"),
-    "c51": ("vecaccel.trainers.dqn", "C51"),
-    "rainbow": ("vecaccel.trainers.dqn", "Rainbow"),
+    "a2c": ("vecaccel.trainers.algos.a2c", "A2C"),
+    "ppo": ("vecaccel.trainers.algos.ppo", "PPO"),
+    "dqn": ("vecaccel.trainers.algos.dqn", "DQN"),
+    "c51": ("vecaccel.trainers.algos.dqn", "C51"),
+    "rainbow": ("vecaccel.trainers.algos.dqn", "Rainbow"),
 }
 
 #: config fields that have a common flag of their own
@@ -155,7 +155,7 @@ class AlgorithmParser(argparse.ArgumentParser):
         try:
             config_cls = _config_class(self.algo)
         except ImportError as exc:
-            from vecaccel.trainers.cli_errors import missing_dependency
+            from vecaccel.trainers.cli.errors import missing_dependency
 
             self.import_error = exc
             self.epilog = missing_dependency(f"vecaccel train {self.algo}", exc)

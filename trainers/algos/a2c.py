@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from vecaccel.trainers.advantages import compute_gae, explained_variance, learning_rows
-from vecaccel.trainers.on_policy import OnPolicyAlgorithm, OnPolicyConfig
+from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.optim import FlatRMSprop
 
 __all__ = ["A2C", "A2CConfig", "PRESETS"]
@@ -31,7 +31,7 @@ __all__ = ["A2C", "A2CConfig", "PRESETS"]
 @dataclass
 class A2CConfig(OnPolicyConfig):
     """Every A2C setting; each field's docstring is its ``--help`` text (the shared ones are
-    :class:`~vecaccel.trainers.on_policy.OnPolicyConfig`'s)."""
+    :class:`~vecaccel.trainers.algos.on_policy.OnPolicyConfig`'s)."""
 
     num_envs: int = 16
     """Parallel environments (B)."""

@@ -24,9 +24,9 @@ from typing import Any
 
 from vecaccel import hookimpl
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
-from vecaccel.trainers.cli_errors import read_checkpoint, setup_errors, usage_error
-from vecaccel.trainers.cli_flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
-from vecaccel.trainers.evaluate import eval_command
+from vecaccel.trainers.cli.errors import read_checkpoint, setup_errors, usage_error
+from vecaccel.trainers.cli.evaluate import eval_command
+from vecaccel.trainers.cli.flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
 
 __all__ = ["ALGORITHMS", "eval_command", "train_command", "vecaccel_add_commands"]
 
@@ -302,7 +302,7 @@ def _train(args: argparse.Namespace) -> int:
             )
             return 2
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
-        from vecaccel.trainers import async_runner
+        from vecaccel.trainers.runners.asynchronous import runner as async_runner
 
         return async_runner.train_async(
             cls,
@@ -367,7 +367,7 @@ def _resume(
     # --sync asks otherwise; the DQN family's replay file is read by either mode
     wants_async = bool(args.async_mode or state.get("async", False))
     if wants_async and not args.sync_mode:
-        from vecaccel.trainers import async_runner
+        from vecaccel.trainers.runners.asynchronous import runner as async_runner
 
         try:
             return async_runner.resume_async(

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from vecaccel.trainers.checkpoint import checkpoint_file
-from vecaccel.trainers.cli_errors import (
+from vecaccel.trainers.cli.errors import (
     missing_dependency,
     read_checkpoint,
     setup_errors,
     usage_error,
 )
-from vecaccel.trainers.cli_flags import ALGORITHMS, algorithm_class
+from vecaccel.trainers.cli.flags import ALGORITHMS, algorithm_class
 
 __all__ = ["AgentReturns", "eval_command", "evaluate_agent", "evaluate_agents"]
 

@@ -3,7 +3,7 @@
 Reads top to bottom like CleanRL's ``ppo_atari.py``: the config, then the update (GAE with
 truncation bootstrapping, clipped surrogate, clipped value loss, entropy bonus, gradient
 clipping). Collecting, logging and checkpoints are the runner's
-(:class:`vecaccel.trainers.runner.SyncRunner`).
+(:class:`vecaccel.trainers.runners.sync.SyncRunner`).
 
 Example:
     >>> from vecaccel.trainers import PPO
@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from vecaccel.trainers.advantages import compute_gae, explained_variance, learning_rows
+from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.distributed import all_reduce_mean
-from vecaccel.trainers.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.optim import FlatAdam
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
@@ -34,7 +34,7 @@ __all__ = ["PPO", "PPOConfig", "PRESETS"]
 @dataclass
 class PPOConfig(OnPolicyConfig):
     """Every PPO setting; each field's docstring is its ``--help`` text (the shared ones are
-    :class:`~vecaccel.trainers.on_policy.OnPolicyConfig`'s)."""
+    :class:`~vecaccel.trainers.algos.on_policy.OnPolicyConfig`'s)."""
 
     adam_eps: float = 1e-5
     """Adam epsilon."""

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vecaccel.trainers.async_shared import (
+from vecaccel.trainers.runners.asynchronous.shared import (
     NUM_COUNTERS,
     NUM_TIMERS,
     SAMPLER_VERSION,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from vecaccel.trainers import distributed
-from vecaccel.trainers.algorithm import Algorithm, Callback, call_callback
+from vecaccel.trainers.algos.base import Algorithm, Callback, call_callback
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
 from vecaccel.trainers.logger import RunLogger, mean_or_none
 from vecaccel.trainers.seeding import set_rng_state
@@ -106,7 +106,7 @@ class SyncRunner:
     """Trains an algorithm in this process: collect, update, log, checkpoint, repeat.
 
     Args:
-        agent: an on-policy or off-policy :class:`~vecaccel.trainers.algorithm.Algorithm`.
+        agent: an on-policy or off-policy :class:`~vecaccel.trainers.algos.base.Algorithm`.
     """
 
     def __init__(self, agent: Algorithm) -> None:

@@ -1,0 +1,1 @@
+"""The command line of the trainers: ``vecaccel train`` and ``vecaccel eval``."""

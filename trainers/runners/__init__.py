@@ -1,0 +1,1 @@
+"""The runners: the loops that drive an algorithm, synchronous or asynchronous."""

@@ -1,0 +1,1 @@
+"""Asynchronous sampling and optimisation: a sampler process beside the optimiser."""

@@ -1,0 +1,177 @@
+"""Leak probes: the processes, ``/dev/shm`` entries and descriptors a vector env leaves behind.
+
+They read ``/proc`` (Linux). A test or a benchmark takes a :class:`LeakBaseline` before it
+builds a vector env and calls :meth:`LeakBaseline.check` after ``close()``.
+
+Example:
+    >>> import vecaccel
+    >>> from vecaccel.testing.leaks import LeakBaseline
+    >>> baseline = LeakBaseline()
+    >>> envs = vecaccel.make_vec("CartPole-v1", 2, backend="shm")
+    >>> envs.close()
+    >>> baseline.check()
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            text = file.read()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    return fields[0], int(fields[1])  # state, ppid
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+#: Long-lived helper processes multiprocessing starts once per interpreter; not leaks.
+_MP_HELPERS = ("resource_tracker", "forkserver")
+
+
+def child_pids(pid: int | None = None) -> set[int]:
+    """Children of ``pid`` (default: this process), zombies included, multiprocessing's own
+    resource tracker and fork server left out."""
+    pid = os.getpid() if pid is None else pid
+    out = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        stat = _proc_stat(int(name))
+        if stat is not None and stat[1] == pid:
+            if not any(helper in _cmdline(int(name)) for helper in _MP_HELPERS):
+                out.add(int(name))
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (children, grandchildren...)."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as file:
+                fields = file.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        current = frontier.pop()
+        for child, parent in parents.items():
+            if parent == current and child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def process_gone(pid: int) -> bool:
+    """``True`` once ``pid`` no longer runs (absent, or a zombie waiting for its reaper)."""
+    stat = _proc_stat(pid)
+    return stat is None or stat[0] in ("Z", "X")
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:
+        return set()
+
+
+def open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() > deadline:
+            return bool(predicate())
+        time.sleep(interval)
+
+
+def _shm_holders(names: set[str]) -> dict[str, set[int]]:
+    """The processes that map or hold open each ``/dev/shm`` entry in ``names``."""
+    paths = {f"/dev/shm/{name}": name for name in names}
+    holders: dict[str, set[int]] = {name: set() for name in names}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/maps") as file:
+                maps = file.read()
+            targets = set()
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    targets.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                except OSError:
+                    pass
+        except OSError:
+            continue
+        for path, name in paths.items():
+            if path in maps or path in targets:
+                holders[name].add(pid)
+    return holders
+
+
+def leaked_shm(before: set[str], ours: set[int] | None = None, settle: float = 10.0) -> set[str]:
+    """``/dev/shm`` entries that appeared since ``before`` and that no other job holds.
+
+    Another job on the machine may create entries (``sem.mp-*`` semaphores...) while a test
+    runs: an entry that a process outside ``ours`` (default: this process) maps or holds open is
+    theirs, and one that nobody holds may be on its way out (a job that just ended, whose
+    resource tracker removes it), so the check is repeated for up to ``settle`` seconds. What is
+    left is a leak, ours most likely.
+    """
+    ours = {os.getpid()} if ours is None else ours
+    deadline = time.monotonic() + settle
+    while True:
+        try:
+            new = set(os.listdir("/dev/shm")) - before
+        except FileNotFoundError:
+            return set()
+        if new:
+            holders = _shm_holders(new)
+            new = {name for name in new if not holders[name] - ours}
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.2)
+
+
+class LeakBaseline:
+    """What this process holds now (children, ``/dev/shm`` entries); ``check()`` fails on what
+    is new since, once children have had ``timeout`` seconds to exit."""
+
+    def __init__(self) -> None:
+        self.children = child_pids()
+        self.shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+    def check(self, timeout: float = 10.0) -> None:
+        def new_children() -> set[int]:
+            active = {p.pid for p in multiprocessing.active_children()}  # reaps finished ones
+            return (child_pids() | active) - self.children
+
+        deadline = time.monotonic() + timeout
+        while new_children() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not new_children(), f"child processes left behind: {sorted(new_children())}"
+        leaked = leaked_shm(self.shm)
+        assert not leaked, f"/dev/shm entries left behind: {sorted(leaked)}"
