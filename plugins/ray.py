@@ -1,0 +1,1068 @@
+"""Backend ``ray``: contiguous shards of envs, each a Ray actor running a local backend on its node.
+
+A shard is a worker slice one level up: the actor builds ``vecaccel.make_vec(env_fns[a:b],
+backend=shard_backend)`` on whichever node Ray placed it, and a step is one actor call per
+shard carrying that shard's actions; the shard's own workers step its envs in parallel there
+and its arrays come back through Ray's object store (zero-copy on the caller's node), to be
+copied once into the caller's arrays. Ray is imported only when this backend is used.
+
+Faults follow the local backends: an env's exception arrives as :class:`vecaccel.WorkerError`
+with the remote traceback and the env indices; a shard whose actor dies, whose node is lost or
+that overruns ``step_timeout_s`` raises a ``WorkerError`` naming the shard, its envs and its
+node, or under ``on_worker_failure="restart"`` is started again (on any node with the
+resources) with its envs reseeded from derived seeds and their episodes ended as truncated
+with ``info["worker_restarted"]``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
+
+from vecaccel import BackendRegistry, hookimpl
+from vecaccel.errors import WorkerError, WorkerTimeoutError
+from vecaccel.options import RayOptions
+from vecaccel.spaces import assign_tree, has_fixed_layout, index_tree, read_item
+from vecaccel.vector import AsyncState, VecEnv, normalize_seeds, split_reset_mask
+from vecaccel.worker import derived_seed, restarted_info
+
+__all__ = ["RayVecEnv", "ShardActor", "make_ray", "shard_bounds"]
+
+#: Seconds ``close()`` gives each shard to close its local backend before its actor is killed.
+CLOSE_TIMEOUT_S = 10.0
+
+
+def shard_bounds(num_envs: int, num_shards: int) -> list[tuple[int, int]]:
+    """Contiguous ``(start, stop)`` blocks of ``num_envs`` envs over ``num_shards`` shards, the
+    first ``num_envs % num_shards`` shards one env larger.
+
+    Example:
+        >>> shard_bounds(10, 3)
+        [(0, 4), (4, 7), (7, 10)]
+    """
+    size, extra = divmod(num_envs, num_shards)
+    bounds, start = [], 0
+    for k in range(num_shards):
+        stop = start + size + (1 if k < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+# -- the shard's side: one actor per shard ----------------------------------------------------
+
+
+@dataclass
+class ShardFailure:
+    """What a shard's call returns instead of raising when its envs failed (the actor lives)."""
+
+    message: str
+    env_indices: tuple[int, ...]
+    remote_traceback: str | None
+    original_type: str | None
+
+    def error(self, shard: int, node: str) -> WorkerError:
+        """The caller's :class:`WorkerError` for this failure on shard ``shard`` at ``node``."""
+        return WorkerError(
+            f"shard {shard} on node {node}: {self.message}",
+            env_indices=self.env_indices,
+            remote_traceback=self.remote_traceback,
+            original_type=self.original_type,
+        )
+
+
+class ShardActor:
+    """One shard: a local vecaccel backend over a contiguous slice of envs, inside a Ray actor.
+
+    Every method returns its result, or a :class:`ShardFailure` for an error of the envs, so
+    that an env's traceback and indices reach the caller unwrapped.
+
+    Args:
+        start: the index (in the whole vector env) of the shard's first env.
+    """
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.envs: Any = None
+        self.num_envs = 0
+        self.last_obs: Any = None
+        # envs rebuilt by a restart whose next step is their autoreset (NEXT_STEP), or must be
+        # reset by the caller first (DISABLED)
+        self.reset_due: np.ndarray | None = None
+
+    def _failure(self, exc: BaseException) -> ShardFailure:
+        import traceback
+
+        indices = getattr(exc, "env_indices", None)
+        if indices:
+            indices = tuple(self.start + int(i) for i in indices)
+        else:
+            indices = tuple(range(self.start, self.start + self.num_envs))
+        text = getattr(exc, "remote_traceback", None) or "".join(
+            traceback.format_exception(type(exc), exc, exc.__traceback__)
+        )
+        message = str(exc)
+        if self.start and getattr(exc, "env_indices", None):
+            message += f" (env numbers local to the shard; in the vector env: {list(indices)})"
+        original = getattr(exc, "original_type", None) or type(exc).__name__
+        return ShardFailure(message, indices, text, original)
+
+    def _pairs(self, infos: dict) -> list[tuple[int, dict]]:
+        if self.envs.per_env_infos:
+            pairs = self.envs.last_infos
+        else:
+            pairs = unbatch_infos(infos, self.num_envs)
+        return [(self.start + j, info) for j, info in pairs]
+
+    def start_envs(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        autoreset_mode: str,
+        backend: str,
+        options: Mapping[str, Any],
+    ) -> dict[str, Any] | ShardFailure:
+        """Build the shard's vector env; return its spaces and where it runs."""
+        import ray
+
+        import vecaccel
+
+        try:
+            self.envs = vecaccel.make_vec(
+                list(env_fns), backend=backend, autoreset_mode=autoreset_mode, **options
+            )
+        except Exception as exc:  # noqa: BLE001 - reported to the caller with its traceback
+            self.num_envs = len(env_fns)
+            return self._failure(exc)
+        self.num_envs = self.envs.num_envs
+        self.envs.per_env_infos = bool(getattr(self.envs, "supports_per_env_infos", False))
+        self.reset_due = np.zeros(self.num_envs, dtype=np.bool_)
+        metadata = dict(self.envs.metadata)
+        metadata.pop("autoreset_mode", None)
+        context = ray.get_runtime_context()
+        return {
+            "observation_space": self.envs.single_observation_space,
+            "action_space": self.envs.single_action_space,
+            "metadata": metadata,
+            "render_mode": self.envs.render_mode,
+            "spec": self.envs.spec,
+            "node_id": context.get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+        }
+
+    def reset(
+        self,
+        seeds: list[int | None],
+        options: dict | None,
+        mask: np.ndarray | None,
+        due_after: bool = False,
+    ) -> tuple[Any, list[tuple[int, dict]]] | ShardFailure:
+        """Reset the shard's envs (those in ``mask``); ``due_after``: a restart's reset, whose
+        envs then take their autoreset step (NEXT_STEP) or wait for a reset (DISABLED)."""
+        if mask is not None:
+            options = {**(options or {}), "reset_mask": mask}
+        try:
+            obs, infos = self.envs.reset(seed=seeds, options=options)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            return self._failure(exc)
+        self.last_obs = obs
+        due = due_after and self.envs.autoreset_mode is not AutoresetMode.SAME_STEP
+        if mask is None:
+            self.reset_due[:] = due
+        else:
+            self.reset_due[mask] = due
+        return obs, self._pairs(infos)
+
+    def current_obs(self) -> tuple[Any, list]:
+        """The observations the shard returned last (and no infos), as ``reset`` returns."""
+        return self.last_obs, []
+
+    def step(self, actions: Any) -> tuple | ShardFailure:
+        """Step every env of the shard."""
+        try:
+            if self.reset_due.any():
+                return self._step_due(actions)
+            obs, rewards, terms, truncs, infos = self.envs.step(actions)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            return self._failure(exc)
+        self.last_obs = obs
+        return obs, rewards, terms, truncs, self._pairs(infos)
+
+    def _step_due(self, actions: Any) -> tuple:
+        due = self.reset_due
+        if self.envs.autoreset_mode is AutoresetMode.DISABLED:
+            indices = (self.start + np.flatnonzero(due)).tolist()
+            raise WorkerError(
+                f"envs {indices} were restarted (their episodes ended as truncated) and "
+                "autoreset_mode is DISABLED: reset them with reset(options={'reset_mask': "
+                "mask}) before stepping them again",
+                env_indices=np.flatnonzero(due).tolist(),
+            )
+        if due.all():  # the autoreset step of NEXT_STEP: a reset, no action taken
+            obs, infos = self.envs.reset()
+            self.reset_due[:] = False
+            self.last_obs = obs
+            zeros = np.zeros(self.num_envs, dtype=np.bool_)
+            rewards = np.zeros(self.num_envs, dtype=np.float64)
+            return obs, rewards, zeros, zeros.copy(), self._pairs(infos)
+        # some of the restarted envs were reset by the caller since: a lock-step shard cannot
+        # step some envs and reset others, so the rest are reset now and step with the others
+        self.envs.reset(options={"reset_mask": due.copy()})
+        self.reset_due[:] = False
+        obs, rewards, terms, truncs, infos = self.envs.step(actions)
+        self.last_obs = obs
+        return obs, rewards, terms, truncs, self._pairs(infos)
+
+    def call(
+        self, name: Any, local_indices: list[int], args: tuple, kwargs: dict
+    ) -> tuple | ShardFailure:
+        """``call_indices`` on the shard's envs ``local_indices``."""
+        try:
+            return tuple(self.envs.call_indices(name, local_indices, *args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            return self._failure(exc)
+
+    def set_attr(self, name: str, local_indices: list[int], values: list) -> None | ShardFailure:
+        """``set_attr_indices`` on the shard's envs ``local_indices``."""
+        try:
+            self.envs.set_attr_indices(name, values, local_indices)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            return self._failure(exc)
+        return None
+
+    def close(self) -> None:
+        """Close the shard's vector env (its worker processes and shared memory)."""
+        if self.envs is not None:
+            self.envs.close()
+            self.envs = None
+
+
+def unbatch_infos(infos: dict, num_envs: int) -> list[tuple[int, dict]]:
+    """Split Gymnasium-batched infos (``key`` with its ``_key`` mask) into ``(env, info)`` pairs.
+
+    Example:
+        >>> unbatch_infos({"a": np.array([1, 0]), "_a": np.array([True, False])}, 2)
+        [(0, {'a': 1})]
+    """
+    per_env: list[dict] = [{} for _ in range(num_envs)]
+    for key, value in infos.items():
+        if key.startswith("_") and key[1:] in infos:
+            continue
+        mask = infos.get(f"_{key}")
+        for i in range(num_envs):
+            if mask is not None and not mask[i]:
+                continue
+            if isinstance(value, dict):
+                nested = dict(unbatch_infos(value, num_envs)).get(i)
+                if nested is not None:
+                    per_env[i][key] = nested
+            else:
+                item = value[i]
+                per_env[i][key] = item.item() if isinstance(item, np.generic) else item
+    return [(i, info) for i, info in enumerate(per_env) if info]
+
+
+# -- the caller's side -------------------------------------------------------------------------
+
+
+@dataclass
+class _Shard:
+    """The caller's record of one shard."""
+
+    index: int
+    start: int
+    stop: int
+    actor: Any = None
+    node: str = "?"
+    pending: Any = None  # the ObjectRef of the step in flight
+    sent_at: float = 0.0
+    result: tuple | None = None  # a step's result received, not yet returned
+    restart_result: tuple | None = None  # a restart's truncation, owed to the next step
+    env_fns: list = field(default_factory=list)
+
+    @property
+    def env_indices(self) -> list[int]:
+        return list(range(self.start, self.stop))
+
+    def describe(self) -> str:
+        return f"shard {self.index} (envs {self.start}..{self.stop - 1}, node {self.node})"
+
+
+class _RaySession:
+    """Ray as this process found it, or started (bound to 127.0.0.1) and later stopped."""
+
+    _lock = threading.Lock()
+    _started_here = False
+    _users = 0
+
+    @classmethod
+    def acquire(cls, address: str | None) -> None:
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        with cls._lock:
+            if ray.is_initialized():
+                if cls._started_here:
+                    cls._users += 1
+                return
+            address = address or os.environ.get("RAY_ADDRESS") or None
+            common = {"include_dashboard": False, "logging_level": "WARNING"}
+            if address is None:
+                ray.init(_node_ip_address="127.0.0.1", **common)
+            else:
+                ray.init(address=address, **common)
+            cls._started_here, cls._users = True, 1
+
+    @classmethod
+    def release(cls) -> None:
+        import ray
+
+        with cls._lock:
+            if not cls._started_here:
+                return
+            cls._users -= 1
+            if cls._users <= 0:
+                cls._started_here, cls._users = False, 0
+                ray.shutdown()
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("backend 'ray' needs Ray: pip install 'vecaccel[ray]'") from exc
+    return ray
+
+
+class _ShardSpaces:
+    """What :class:`VecEnv` reads from an env, as shard 0 reported it (no env is built here)."""
+
+    def __init__(self, described: dict[str, Any]) -> None:
+        self.observation_space = described["observation_space"]
+        self.action_space = described["action_space"]
+        self.metadata = described["metadata"]
+        self.render_mode = described["render_mode"]
+        self.spec = described["spec"]
+
+
+class RayVecEnv(VecEnv):
+    """Sub-environments in contiguous shards, each a Ray actor running a local backend.
+
+    ``step`` makes one actor call per shard; ``send(actions, env_ids)``/``recv()`` step whole
+    shards and return the first ``batch_size`` envs' shards to finish (``ray.wait``), for
+    clusters whose nodes differ in speed. Spaces, metadata and ``spec`` come from shard 0.
+
+    Args:
+        env_fns: one zero-argument env function per sub-environment (picklable by
+            cloudpickle: they travel to the shards' nodes).
+        autoreset_mode: Gymnasium's autoreset mode.
+        options: see :class:`vecaccel.options.RayOptions`.
+
+    Example:
+        >>> import vecaccel, numpy as np  # doctest: +SKIP
+        >>> envs = vecaccel.make_vec("CartPole-v1", 8, backend="ray", num_shards=2)  # doctest: +SKIP
+        >>> obs, infos = envs.reset(seed=0)  # doctest: +SKIP
+        >>> obs.shape  # doctest: +SKIP
+        (8, 4)
+        >>> envs.close()  # doctest: +SKIP
+    """
+
+    supports_per_env_infos = True
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        options: RayOptions | None = None,
+    ) -> None:
+        self.options = options = RayOptions() if options is None else options
+        self.closed = True  # until the shards are up: close() has nothing to do before
+        ray = _import_ray()
+        num_envs = len(env_fns)
+        if num_envs == 0:
+            raise ValueError("a vector env needs at least one env function")
+        self._shard_options = _shard_options(options)
+        _RaySession.acquire(options.address)
+        self._ray = ray
+        self._session = True
+        self._placement_group = None
+        self._shards: list[_Shard] = []
+        self._broken: str | None = None
+        self._broken_envs: tuple[int, ...] = ()
+        self.failures = 0
+        try:
+            num_shards = options.num_shards or _default_num_shards(ray)
+            num_shards = min(num_shards, num_envs)
+            batch_size = options.batch_size or num_envs
+            bounds = shard_bounds(num_envs, num_shards)
+            _check_batch_size(batch_size, num_envs, bounds)
+            self.batch_size = batch_size
+            self._shards = [
+                _Shard(k, start, stop, env_fns=list(env_fns[start:stop]))
+                for k, (start, stop) in enumerate(bounds)
+            ]
+            self._autoreset_value = _mode_value(autoreset_mode)
+            described = self._start_shards()
+            VecEnv.__init__(
+                self,
+                env_fns,
+                autoreset_mode=autoreset_mode,
+                copy=options.copy,
+                probe_env=_ShardSpaces(described),
+            )
+        except BaseException:
+            self._teardown()
+            raise
+        self.closed = False
+        if batch_size < num_envs:
+            self.observation_space = batch_space(self.single_observation_space, batch_size)
+            self.action_space = batch_space(self.single_action_space, batch_size)
+        self._fixed_obs = has_fixed_layout(self.single_observation_space)
+        self._obs = self._empty_obs(num_envs)
+        self._rewards = np.zeros(num_envs, dtype=np.float64)
+        self._terms = np.zeros(num_envs, dtype=np.bool_)
+        self._truncs = np.zeros(num_envs, dtype=np.bool_)
+        self._ready: deque[int] = deque()  # shards with a result received, in arrival order
+        self._last_ids: np.ndarray | None = None
+        self._last_seeds: list[int | None] = [None] * num_envs
+        self._failures_per_env = np.zeros(num_envs, dtype=np.int64)
+
+    # -- starting and restarting shards -------------------------------------------------------
+
+    def _actor_options(self, shard: _Shard) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        resources = dict(self.options.shard_resources or {"num_cpus": 1})
+        actor = {
+            "num_cpus": resources.pop("num_cpus", 0),
+            "max_restarts": 0,
+            "max_concurrency": 1,
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                self._placement_group, placement_group_bundle_index=shard.index
+            ),
+        }
+        if "num_gpus" in resources:
+            actor["num_gpus"] = resources.pop("num_gpus")
+        if "memory" in resources:
+            actor["memory"] = resources.pop("memory")
+        if resources:
+            actor["resources"] = resources
+        return actor
+
+    def _bundle(self) -> dict[str, float]:
+        resources = dict(self.options.shard_resources or {"num_cpus": 1})
+        names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+        return {names.get(key, key): value for key, value in resources.items() if value > 0}
+
+    def _start_shards(self) -> dict[str, Any]:
+        ray = self._ray
+        from ray.util.placement_group import placement_group
+
+        timeout = self.options.start_timeout_s
+        bundle = self._bundle()
+        self._placement_group = placement_group(
+            [bundle] * len(self._shards), strategy=self.options.placement
+        )
+        ready, _ = ray.wait([self._placement_group.ready()], timeout=timeout)
+        if not ready:
+            raise WorkerTimeoutError(
+                f"could not reserve {len(self._shards)} shards of {bundle} "
+                f"({self.options.placement}) within start_timeout_s={timeout}; the cluster "
+                f"has {ray.available_resources()} free: lower num_shards or shard_resources",
+                worker_indices=[s.index for s in self._shards],
+                env_indices=range(self._shards[-1].stop),
+            )
+        refs = [self._launch(shard) for shard in self._shards]
+        described = self._await_started(self._shards, refs)
+        first = described[0]
+        for shard, info in zip(self._shards, described):
+            for kind in ("observation_space", "action_space"):
+                if info[kind] != first[kind]:
+                    raise RuntimeError(
+                        f"env {shard.start} has {kind.split('_')[0]} space {info[kind]}, but "
+                        f"env 0 has {first[kind]}: all sub-environments of a vector env must "
+                        f"have the same {kind.replace('_', ' ')}"
+                    )
+        return first
+
+    def _launch(self, shard: _Shard) -> Any:
+        """Start ``shard``'s actor; return the reference of its ``start_envs`` call."""
+        actor_class = _actor_class(self._ray)
+        shard.actor = actor_class.options(**self._actor_options(shard)).remote(shard.start)
+        shard.node = "?"
+        return shard.actor.start_envs.remote(
+            shard.env_fns, self._autoreset_value, self.options.shard_backend, self._shard_options
+        )
+
+    def _await_started(self, shards: list[_Shard], refs: list) -> list[dict[str, Any]]:
+        ray = self._ray
+        timeout = self.options.start_timeout_s
+        ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        if waiting:
+            late = [s for s, ref in zip(shards, refs) if ref in set(waiting)]
+            raise WorkerTimeoutError(
+                f"shards {[s.index for s in late]} (envs "
+                f"{[f'{s.start}..{s.stop - 1}' for s in late]}) did not build their envs "
+                f"within start_timeout_s={timeout}",
+                worker_indices=[s.index for s in late],
+                env_indices=[i for s in late for i in s.env_indices],
+            )
+        described = []
+        for shard, ref in zip(shards, refs):
+            try:
+                info = ray.get(ref)
+            except ray.exceptions.RayError as exc:
+                raise WorkerError(
+                    f"{shard.describe()} could not start: {exc}",
+                    env_indices=shard.env_indices,
+                ) from exc
+            if isinstance(info, ShardFailure):
+                raise info.error(shard.index, "?")
+            shard.node = f"{info['node_ip']} ({info['node_id'][:8]})"
+            described.append(info)
+        return described
+
+    def _restart(self, shard: _Shard, reason: str) -> tuple:
+        """Start ``shard`` again, reseed its envs, return the truncated step reporting it."""
+        self._kill(shard)
+        envs = shard.env_indices
+        self._count_failure(envs, reason)
+        self._failures_per_env[shard.start : shard.stop] += 1
+        try:
+            started = self._await_started([shard], [self._launch(shard)])[0]
+            seeds = [
+                derived_seed(self._last_seeds[i], i, int(self._failures_per_env[i])) for i in envs
+            ]
+            result = self._get(shard, shard.actor.reset.remote(seeds, None, None, True), "restart")
+        except WorkerError as exc:
+            self._break(f"{shard.describe()} could not be restarted: {exc}", envs)
+            raise
+        del started
+        obs = result[0]
+        n = shard.stop - shard.start
+        infos = [
+            (i, restarted_info(self.autoreset_mode, read_item(obs, j), reason))
+            for j, i in enumerate(envs)
+        ]
+        truncs = np.ones(n, dtype=np.bool_)
+        return obs, np.zeros(n), np.zeros(n, dtype=np.bool_), truncs, infos
+
+    def _count_failure(self, env_indices: list[int], reason: str) -> None:
+        self.failures += 1
+        if self.failures > self.options.max_restarts:
+            message = (
+                f"envs {env_indices} failed ({reason}); {self.failures} failures exceed "
+                f"max_restarts={self.options.max_restarts}"
+            )
+            self._break(message, env_indices)
+            raise WorkerError(message, env_indices=env_indices)
+
+    def _break(self, message: str, env_indices: Sequence[int]) -> None:
+        if self._broken is None:
+            self._broken = f"{message}; this vector env cannot continue: close() it"
+            self._broken_envs = tuple(env_indices)
+
+    def _check_usable(self) -> None:
+        self._check_open()
+        if self._broken is not None:
+            raise WorkerError(self._broken, env_indices=self._broken_envs)
+
+    def _kill(self, shard: _Shard) -> None:
+        if shard.actor is not None:
+            try:
+                self._ray.kill(shard.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - an actor already gone
+                pass
+        shard.actor, shard.pending, shard.result = None, None, None
+
+    # -- calls to shards ------------------------------------------------------------------------
+
+    def _lost(self, shard: _Shard, what: str, exc: BaseException | None) -> str:
+        if exc is None:
+            return (
+                f"{shard.describe()} overran step_timeout_s={self.options.step_timeout_s} in "
+                f"{what}; its actor was killed"
+            )
+        return f"{shard.describe()} was lost in {what} ({type(exc).__name__}: {exc})"
+
+    def _get(self, shard: _Shard, ref: Any, what: str) -> Any:
+        """The result of ``ref``, a call to ``shard`` outside a step; a lost shard is raised
+        (restarting it is up to the caller of this method)."""
+        ray = self._ray
+        try:
+            result = ray.get(ref, timeout=self.options.step_timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            self._kill(shard)
+            raise _ShardLost(self._lost(shard, what, None), shard) from None
+        except ray.exceptions.RayError as exc:
+            raise _ShardLost(self._lost(shard, what, exc), shard) from exc
+        if isinstance(result, ShardFailure):
+            raise result.error(shard.index, shard.node)
+        return result
+
+    def _control(
+        self, shard: _Shard, what: str, call: Callable[[Any], Any], ref: Any = None
+    ) -> Any:
+        """The result of ``call(actor)`` on ``shard`` (``ref``: that call, made already); a
+        lost shard is restarted (its truncation owed to its next step) and the call made
+        again, or raised."""
+        while True:
+            try:
+                return self._get(shard, call(shard.actor) if ref is None else ref, what)
+            except _ShardLost as lost:
+                ref = None
+                self._on_lost(shard, lost)
+                shard.restart_result = self._restart(shard, str(lost))
+
+    def _on_lost(self, shard: _Shard, lost: _ShardLost) -> None:
+        if self.options.on_worker_failure != "restart":
+            self._kill(shard)
+            self._break(str(lost), shard.env_indices)
+            raise WorkerError(str(lost), env_indices=shard.env_indices) from lost
+
+    def _finish_pending(self) -> None:
+        """Let steps in flight finish before a control call (results received are kept)."""
+        for shard in self._shards:
+            if shard.pending is not None:
+                self._wait_shards(lambda: all(s.pending is None for s in self._shards), None)
+                return
+
+    # -- the VectorEnv API --------------------------------------------------------------------
+
+    def reset(self, *, seed=None, options=None):
+        """Reset every env (or those in ``options["reset_mask"]``); with ``batch_size`` below
+        ``num_envs``, return the first batch (a masked reset may only name envs of the batch
+        last returned, which comes back again)."""
+        self._check_usable()
+        seeds = normalize_seeds(seed, self.num_envs)
+        reset_mask, options = split_reset_mask(options, self.num_envs)
+        partial = self.batch_size < self.num_envs
+        if reset_mask is not None and partial:
+            self._check_held(reset_mask)
+        try:
+            self._finish_pending()
+        except WorkerError:
+            self._check_usable()  # envs that failed in that step are reset here
+        if reset_mask is not None and partial:
+            held = set(self._last_ids.tolist())
+            shards = [s for s in self._shards if s.start in held]
+        else:
+            shards = list(self._shards)
+        requests = []
+        for shard in shards:
+            mask = None if reset_mask is None else reset_mask[shard.start : shard.stop].copy()
+            if mask is not None and not mask.any():  # unchanged: its current observations
+                requests.append((shard, "reset", lambda actor: actor.current_obs.remote()))
+                continue
+            for i in range(shard.start, shard.stop):
+                if (mask is None or mask[i - shard.start]) and seeds[i] is not None:
+                    self._last_seeds[i] = seeds[i]
+            shard.restart_result = None
+            shard_seeds = seeds[shard.start : shard.stop]
+            requests.append(
+                (
+                    shard,
+                    "reset",
+                    lambda actor, a=(shard_seeds, options, mask): actor.reset.remote(*a),
+                )
+            )
+        self._state = AsyncState.WAITING_RESET
+        try:
+            refs = [call(shard.actor) for shard, _, call in requests]  # in parallel
+            for (shard, what, call), ref in zip(requests, refs):
+                result = self._control(shard, what, call, ref)
+                obs, pairs = result
+                size = shard.stop - shard.start
+                falses = np.zeros(size, dtype=np.bool_)
+                shard.result = (obs, np.zeros(size), falses, falses, pairs)
+        finally:
+            self._state = AsyncState.DEFAULT
+        if partial and reset_mask is None:
+            self._ready = deque(s.index for s in self._shards)
+            obs, _, _, _, infos = self.recv()
+        else:
+            self._ready.clear()
+            obs, _, _, _, infos = self._assemble(shards)
+        return obs, infos
+
+    def _check_held(self, reset_mask: np.ndarray) -> None:
+        held = self._last_ids
+        if held is None:
+            raise RuntimeError("call reset() without a reset_mask before resetting some envs")
+        outside = np.setdiff1d(np.flatnonzero(reset_mask), held)
+        if outside.size:
+            raise ValueError(
+                f"reset_mask names envs {outside.tolist()}, which are not in the batch last "
+                f"returned (info['env_id'] {held.tolist()}); a masked reset may only reset envs "
+                "the caller holds"
+            )
+
+    def step_async(self, actions: Any) -> None:
+        if self.batch_size == self.num_envs:
+            self.send(actions, np.arange(self.num_envs))
+            return
+        if self._last_ids is None:
+            raise RuntimeError("call reset() before step()")
+        self.send(actions, self._last_ids)
+
+    def step_wait(self, timeout: float | None = None):
+        self._check_open()
+        if self._state is not AsyncState.WAITING_STEP and not self._ready:
+            raise RuntimeError("step_wait() called without a pending step_async()")
+        return self.recv(timeout)
+
+    def send(self, actions: Any, env_ids: Any) -> None:
+        """Start stepping the shards of envs ``env_ids`` (whole shards) with ``actions``."""
+        self._check_usable()
+        ids = np.asarray(env_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_envs):
+            raise ValueError(f"env_ids must lie in 0..{self.num_envs - 1}, got {ids.tolist()}")
+        if np.unique(ids).size != ids.size:
+            raise ValueError(f"env_ids has duplicates: {ids.tolist()}")
+        checked = self._check_actions(actions, env_ids=None if ids.size == self.num_envs else ids)
+        position = np.full(self.num_envs, -1, dtype=np.int64)
+        position[ids] = np.arange(ids.size)
+        chosen = []
+        for shard in self._shards:
+            inside = position[shard.start : shard.stop]
+            if (inside < 0).all():
+                continue
+            if (inside < 0).any():
+                raise ValueError(
+                    f"env_ids must name whole shards: {shard.describe()} is named in part "
+                    f"({sorted(set(ids.tolist()) & set(shard.env_indices))})"
+                )
+            if shard.pending is not None or shard.result is not None:
+                raise ValueError(
+                    f"{shard.describe()} is still stepping or has results not received yet; "
+                    "recv() them first"
+                )
+            chosen.append((shard, inside))
+        now = time.monotonic()
+        for shard, inside in chosen:
+            if shard.restart_result is not None:  # restarted while the caller held it
+                shard.result, shard.restart_result = shard.restart_result, None
+                self._ready.append(shard.index)
+                continue
+            sequential = inside[0] + np.arange(inside.size)
+            part = (
+                index_tree(checked, slice(int(inside[0]), int(inside[-1]) + 1))
+                if (inside == sequential).all()
+                else index_tree(checked, inside)
+            )
+            shard.pending = shard.actor.step.remote(part)
+            shard.sent_at = now
+        self._state = AsyncState.WAITING_STEP
+
+    def recv(self, timeout: float | None = None):
+        """Return ``(obs, rew, terminated, truncated, info)`` of the first ``batch_size`` envs'
+        shards to finish; below ``num_envs``, ``info["env_id"]`` says which envs they are."""
+        self._check_usable()
+        stepping = sum(s.stop - s.start for s in self._shards if s.pending is not None)
+        ready_envs = sum(self._size(k) for k in self._ready)
+        if ready_envs + stepping < self.batch_size:
+            raise RuntimeError(
+                f"recv() needs {self.batch_size} envs but only {ready_envs} are ready and "
+                f"{stepping} stepping: send() actions first"
+            )
+
+        def enough() -> bool:
+            return sum(self._size(k) for k in self._ready) >= self.batch_size
+
+        self._wait_shards(enough, timeout)
+        picked: list[int] = []
+        while sum(self._size(k) for k in picked) < self.batch_size:
+            picked.append(self._ready.popleft())
+        picked.sort()
+        if not any(s.pending is not None for s in self._shards):
+            self._state = AsyncState.DEFAULT
+        return self._assemble([self._shards[k] for k in picked])
+
+    def _size(self, k: int) -> int:
+        return self._shards[k].stop - self._shards[k].start
+
+    def _wait_shards(self, done: Callable[[], bool], timeout: float | None) -> None:
+        """Receive shards' step results until ``done()``; raise a failure as it arrives."""
+        ray = self._ray
+        deadline = None if timeout is None else time.monotonic() + timeout
+        step_timeout = self.options.step_timeout_s
+        while not done():
+            flying = [s for s in self._shards if s.pending is not None]
+            now = time.monotonic()
+            waits = []
+            if deadline is not None:
+                waits.append(deadline - now)
+            if step_timeout is not None and flying:
+                waits.append(min(s.sent_at for s in flying) + step_timeout - now)
+            wait = max(0.0, min(waits)) if waits else None
+            refs = [s.pending for s in flying]
+            ready, _ = ray.wait(refs, num_returns=1, timeout=wait) if refs else ([], [])
+            ready_set = set(ready)
+            for shard in flying:
+                if shard.pending in ready_set:
+                    self._receive(shard)
+            now = time.monotonic()
+            if step_timeout is not None:
+                for shard in flying:
+                    if shard.pending is not None and now - shard.sent_at >= step_timeout:
+                        self._kill(shard)
+                        self._step_lost(shard, _ShardLost(self._lost(shard, "step", None), shard))
+            if not done() and deadline is not None and time.monotonic() >= deadline:
+                running = [s.index for s in self._shards if s.pending is not None]
+                raise TimeoutError(
+                    f"the step did not finish within {timeout} s; shards running: {running}"
+                )
+
+    def _receive(self, shard: _Shard) -> None:
+        ray = self._ray
+        ref, shard.pending = shard.pending, None
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            self._step_lost(shard, _ShardLost(self._lost(shard, "step", exc), shard))
+            return
+        if isinstance(result, ShardFailure):
+            raise result.error(shard.index, shard.node)
+        shard.result = result
+        self._note_restarts(result[4])
+        self._ready.append(shard.index)
+
+    def _step_lost(self, shard: _Shard, lost: _ShardLost) -> None:
+        self._on_lost(shard, lost)
+        shard.result = self._restart(shard, str(lost))
+        self._ready.append(shard.index)
+
+    def _note_restarts(self, pairs: list[tuple[int, dict]]) -> None:
+        for i, info in pairs:
+            if info.get("worker_restarted"):
+                self._count_failure([i], str(info.get("restart_reason", "env failed")))
+
+    def _assemble(self, shards: list[_Shard]):
+        """One batch from the results of ``shards`` (in index order), copied once."""
+        whole = len(shards) == len(self._shards)
+        n = sum(s.stop - s.start for s in shards)
+        if not self.copy and whole:
+            obs, rewards, terms, truncs = self._obs, self._rewards, self._terms, self._truncs
+        else:
+            obs = self._empty_obs(n)
+            rewards = np.empty(n, dtype=np.float64)
+            terms = np.empty(n, dtype=np.bool_)
+            truncs = np.empty(n, dtype=np.bool_)
+        pairs: list[tuple[int, dict]] = []
+        offset = 0
+        items: list = []
+        for shard in shards:
+            s_obs, s_rew, s_term, s_trunc, s_pairs = shard.result
+            shard.result = None
+            size = shard.stop - shard.start
+            where = slice(offset, offset + size)
+            if self._fixed_obs:
+                assign_tree(obs, where, s_obs)
+            else:  # leaves with no fixed size: Gymnasium's tuples of items, rebuilt whole
+                items.extend(iterate(batch_space(self.single_observation_space, size), s_obs))
+            rewards[where], terms[where], truncs[where] = s_rew, s_term, s_trunc
+            pairs.extend((i - shard.start + offset, info) for i, info in s_pairs)
+            offset += size
+        if not self._fixed_obs:
+            obs = concatenate(self.single_observation_space, items, self._empty_obs(n))
+        if whole and self.batch_size == self.num_envs:
+            self._last_ids = None
+            return obs, rewards, terms, truncs, self._batch_infos(pairs)
+        ids = np.concatenate([np.arange(s.start, s.stop) for s in shards])
+        self._last_ids = ids
+        infos = self._batch_of(ids, dict((int(ids[p]), info) for p, info in pairs))
+        infos["env_id"] = ids.copy()
+        return obs, rewards, terms, truncs, infos
+
+    def _batch_of(self, ids: np.ndarray, by_env: dict[int, dict]) -> dict[str, Any]:
+        """Infos batched over a batch of envs ``ids`` (not over all envs)."""
+        saved, self.num_envs = self.num_envs, len(ids)
+        try:
+            pairs = [(p, by_env[i]) for p, i in enumerate(ids.tolist()) if i in by_env]
+            return self._batch_infos(pairs)
+        finally:
+            self.num_envs = saved
+
+    # -- observations --------------------------------------------------------------------------
+
+    def _empty_obs(self, n: int | None = None) -> Any:
+        return create_empty_array(
+            self.single_observation_space, self.num_envs if n is None else n, fn=np.empty
+        )
+
+    # -- call, attributes, close ----------------------------------------------------------------
+
+    def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self._check_usable()
+        self._finish_pending()
+        indices = self._normalize_indices(indices)
+        results: dict[int, Any] = {}
+        for shard in self._shards:
+            local = [i - shard.start for i in indices if shard.start <= i < shard.stop]
+            if not local:
+                continue
+            values = self._control(
+                shard,
+                f"call({name!r})",
+                lambda actor, local=local: actor.call.remote(name, local, args, kwargs),
+            )
+            results.update(zip((shard.start + j for j in local), values))
+        return tuple(results[i] for i in indices)
+
+    def set_attr_indices(self, name: str, values: Any, indices) -> None:
+        self._check_usable()
+        self._finish_pending()
+        indices = self._normalize_indices(indices)
+        by_env = dict(zip(indices, self._values_for(values, len(indices))))
+        for shard in self._shards:
+            local = [i - shard.start for i in indices if shard.start <= i < shard.stop]
+            if not local:
+                continue
+            chosen = [by_env[shard.start + j] for j in local]
+            self._control(
+                shard,
+                f"set_attr({name!r})",
+                lambda actor, local=local, chosen=chosen: actor.set_attr.remote(
+                    name, local, chosen
+                ),
+            )
+
+    @property
+    def num_shards(self) -> int:
+        """How many shards (actors) the envs are split into."""
+        return len(self._shards)
+
+    @property
+    def shard_nodes(self) -> list[str]:
+        """The node (IP and node id prefix) each shard runs on, by shard."""
+        return [shard.node for shard in self._shards]
+
+    @property
+    def shard_actors(self) -> list[Any]:
+        """The Ray actor handle of each shard (``None`` where none is running)."""
+        return [shard.actor for shard in self._shards]
+
+    def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
+        self._teardown(polite=not terminate)
+
+    def _teardown(self, polite: bool = True) -> None:
+        ray = getattr(self, "_ray", None)
+        if ray is None:
+            return
+        try:
+            if ray.is_initialized():
+                shards = [s for s in getattr(self, "_shards", []) if s.actor is not None]
+                if polite and shards:
+                    refs = [s.actor.close.remote() for s in shards]
+                    ray.wait(refs, num_returns=len(refs), timeout=CLOSE_TIMEOUT_S)
+                for shard in shards:
+                    self._kill(shard)
+                if self._placement_group is not None:
+                    from ray.util.placement_group import remove_placement_group
+
+                    remove_placement_group(self._placement_group)
+        finally:
+            self._placement_group = None
+            if self._session:
+                self._session = False
+                _RaySession.release()
+
+    def __repr__(self) -> str:
+        return f"RayVecEnv(num_envs={self.num_envs}, num_shards={len(self._shards)})"
+
+
+class _ShardLost(Exception):
+    """A shard's actor died, its node was lost, or it overran ``step_timeout_s``."""
+
+    def __init__(self, message: str, shard: _Shard) -> None:
+        super().__init__(message)
+        self.shard = shard
+
+
+def _mode_value(mode: str | AutoresetMode) -> str:
+    return mode.value if isinstance(mode, AutoresetMode) else str(mode)
+
+
+def _default_num_shards(ray: Any) -> int:
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0)]
+    return max(1, len(nodes))
+
+
+def _check_batch_size(batch_size: int, num_envs: int, bounds: list[tuple[int, int]]) -> None:
+    if batch_size > num_envs:
+        raise ValueError(f"batch_size must be at most num_envs={num_envs}, got {batch_size}")
+    if batch_size == num_envs:
+        return
+    sizes = {stop - start for start, stop in bounds}
+    if len(sizes) != 1 or batch_size % sizes.pop():
+        raise ValueError(
+            f"batch_size={batch_size} must be a multiple of the shard size, with every shard "
+            f"the same size (shards: {[stop - start for start, stop in bounds]}): recv() "
+            "returns whole shards"
+        )
+
+
+def _shard_options(options: RayOptions) -> dict[str, Any]:
+    """The options of each shard's local backend, checked here before anything starts."""
+    from vecaccel.manager import get_backend
+
+    shard = dict(options.shard_options or {})
+    backend = get_backend(options.shard_backend)
+    names = None if backend.options is None else set(backend.options.option_names())
+
+    def default(name: str, value: Any) -> None:
+        if value is not None and (names is None or name in names):
+            shard.setdefault(name, value)
+
+    default("num_workers", options.num_workers)
+    default("on_worker_failure", options.on_worker_failure)
+    default("max_restarts", options.max_restarts)
+    # the shard's arrays are serialised into the object store at once: views spare a copy
+    default("copy", False)
+    if backend.options is not None:
+        backend.options.from_kwargs(options.shard_backend, shard)
+    return shard
+
+
+_ACTOR_CLASS: dict[int, Any] = {}
+
+
+def _actor_class(ray: Any) -> Any:
+    key = id(ray)
+    if key not in _ACTOR_CLASS:
+        _ACTOR_CLASS[key] = ray.remote(ShardActor)
+    return _ACTOR_CLASS[key]
+
+
+def make_ray(
+    env_fns: Sequence[Callable[[], gym.Env]],
+    *,
+    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+    options: RayOptions | None = None,
+    **kwargs: Any,
+) -> RayVecEnv:
+    """The ``ray`` backend's factory: ``make_vec`` passes checked ``options``; a direct call
+    may pass the options as keywords instead."""
+    options = RayOptions.resolve("ray", options, kwargs)
+    return RayVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
+
+
+@hookimpl
+def vecaccel_register_backends(registry: BackendRegistry) -> None:
+    registry.add(
+        "ray",
+        make_ray,
+        "shards of envs as Ray actors, each running a local backend on its node",
+        options=RayOptions,
+    )
