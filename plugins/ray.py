@@ -797,6 +797,8 @@ class RayVecEnv(VecEnv):
         ray = self._ray
         deadline = None if timeout is None else time.monotonic() + timeout
         step_timeout = self.options.step_timeout_s
+        if self._get_all(timeout):
+            return
         while not done():
             flying = [s for s in self._shards if s.pending is not None]
             now = time.monotonic()
@@ -823,6 +825,31 @@ class RayVecEnv(VecEnv):
                 raise TimeoutError(
                     f"the step did not finish within {timeout} s; shards running: {running}"
                 )
+
+    def _get_all(self, timeout: float | None) -> bool:
+        """The lock-step fast path: every shard in flight and all wanted, fetched with one
+        ``ray.get``. ``False`` when that is not the case or anything went wrong, for the
+        shard-by-shard loop to sort out (the references stay valid)."""
+        ray = self._ray
+        if self.batch_size != self.num_envs or self._ready:
+            return False
+        shards = self._shards
+        if any(s.pending is None for s in shards):
+            return False
+        limits = [t for t in (timeout, self.options.step_timeout_s) if t is not None]
+        started = min(s.sent_at for s in shards)
+        limit = None if not limits else max(0.0, started + min(limits) - time.monotonic())
+        try:
+            results = ray.get([s.pending for s in shards], timeout=limit)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            return False
+        if any(isinstance(result, ShardFailure) for result in results):
+            return False
+        for shard, result in zip(shards, results):
+            shard.pending, shard.result = None, result
+            self._note_restarts(result[4])
+            self._ready.append(shard.index)
+        return True
 
     def _receive(self, shard: _Shard) -> None:
         ray = self._ray
@@ -963,9 +990,15 @@ class RayVecEnv(VecEnv):
         try:
             if ray.is_initialized():
                 shards = [s for s in getattr(self, "_shards", []) if s.actor is not None]
+                closed = set()
                 if polite and shards:
                     refs = [s.actor.close.remote() for s in shards]
-                    ray.wait(refs, num_returns=len(refs), timeout=CLOSE_TIMEOUT_S)
+                    closed, _ = ray.wait(refs, num_returns=len(refs), timeout=CLOSE_TIMEOUT_S)
+                    closed = {ref for ref in closed}
+                    for shard, ref in zip(shards, refs):
+                        if ref in closed:  # an orderly exit: no signal lands in a finaliser
+                            shard.actor.__ray_terminate__.remote()
+                            shard.actor = None
                 for shard in shards:
                     self._kill(shard)
                 if self._placement_group is not None:

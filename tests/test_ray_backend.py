@@ -21,7 +21,8 @@ from tests.ray_cluster import (
     listening_addresses,
     loopback_namespace,
 )
-from tests.toy_envs import CounterEnv, make_dict_tuple
+from tests.toy_envs import make_dict_tuple
+from vecaccel.testing.envs import CounterEnv
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
