@@ -33,7 +33,13 @@ from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.options import RayOptions
 from vecaccel.spaces import assign_tree, has_fixed_layout, index_tree, read_item
-from vecaccel.vector import AsyncState, VecEnv, normalize_seeds, split_reset_mask
+from vecaccel.vector import (
+    AsyncState,
+    VecEnv,
+    normalize_seeds,
+    reset_mask_only,
+    split_reset_mask,
+)
 from vecaccel.worker import derived_seed, restarted_info
 
 __all__ = ["RayVecEnv", "ShardActor", "make_ray", "shard_bounds"]
@@ -169,8 +175,8 @@ class ShardActor:
     ) -> tuple[Any, list[tuple[int, dict]]] | ShardFailure:
         """Reset the shard's envs (those in ``mask``); ``due_after``: a restart's reset, whose
         envs then take their autoreset step (NEXT_STEP) or wait for a reset (DISABLED)."""
-        if mask is not None:
-            options = {**(options or {}), "reset_mask": mask}
+        if mask is not None:  # None stays None for the envs, as reset_mask_only asks
+            options = reset_mask_only(mask) if options is None else {**options, "reset_mask": mask}
         try:
             obs, infos = self.envs.reset(seed=seeds, options=options)
         except Exception as exc:  # noqa: BLE001 - reported to the caller

@@ -262,6 +262,38 @@ def test_lost_shard(cluster, fault, policy):
     assert all(pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
 
 
+def test_sampler_and_sb3_adapter_over_ray(cluster):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("stable_baselines3")
+    from vecaccel.sb3 import to_sb3
+
+    envs = vecaccel.make_vec(
+        "CartPole-v1",
+        4,
+        backend="ray",
+        num_shards=2,
+        shard_backend="serial",
+        autoreset_mode="SameStep",
+    )
+    try:
+
+        def policy(obs):
+            return torch.zeros(obs.shape[0], dtype=torch.int64), {}
+
+        batch = vecaccel.Sampler(envs, policy, horizon=8, seed=0).collect()
+        assert batch.obs.shape == (8, 4, 4) and batch.rewards.shape == (8, 4)
+        venv = to_sb3(envs)
+        venv.seed(0)
+        venv.reset()
+        ended = []
+        for _ in range(40):
+            obs, rewards, dones, infos = venv.step(np.zeros(4, dtype=np.int64))
+            ended += [info for info, done in zip(infos, dones) if done]
+        assert ended and all(info["terminal_observation"].shape == (4,) for info in ended)
+    finally:
+        envs.close()
+
+
 def test_ppo_and_dqn_train_over_ray(cluster):
     torch = pytest.importorskip("torch")
     from vecaccel.trainers import DQN, PPO
