@@ -1,26 +1,10 @@
-"""Backend ``ray``: contiguous shards of envs, each a Ray actor running a local backend on its node.
-
-A shard is a worker slice one level up: the actor builds ``vecaccel.make_vec(env_fns[a:b],
-backend=shard_backend)`` on whichever node Ray placed it, and a step is one actor call per
-shard carrying that shard's actions; the shard's own workers step its envs in parallel there
-and its arrays come back through Ray's object store (zero-copy on the caller's node), to be
-copied once into the caller's arrays. Ray is imported only when this backend is used.
-
-Faults follow the local backends: an env's exception arrives as :class:`vecaccel.WorkerError`
-with the remote traceback and the env indices; a shard whose actor dies, whose node is lost or
-that overruns ``step_timeout_s`` raises a ``WorkerError`` naming the shard, its envs and its
-node, or under ``on_worker_failure="restart"`` is started again (on any node with the
-resources) with its envs reseeded from derived seeds and their episodes ended as truncated
-with ``info["worker_restarted"]``.
-"""
+"""The caller's side of the ``ray`` backend: :class:`RayVecEnv`, a ``VecEnv`` over shard actors."""
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,256 +13,28 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.options import RayOptions
 from vecaccel.spaces import assign_tree, has_fixed_layout, index_tree, read_item
-from vecaccel.vector import (
-    AsyncState,
-    VecEnv,
-    normalize_seeds,
-    reset_mask_only,
-    split_reset_mask,
-)
+from vecaccel.vector import AsyncState, VecEnv, normalize_seeds, split_reset_mask
 from vecaccel.worker import derived_seed, restarted_info
 
-__all__ = ["RayVecEnv", "ShardActor", "make_ray", "shard_bounds"]
+from .cluster import (
+    RaySession,
+    actor_class,
+    actor_options,
+    check_batch_size,
+    default_num_shards,
+    import_ray,
+    shard_bundle,
+    shard_options,
+)
+from .shard import ShardFailure, shard_bounds
+
+__all__ = ["CLOSE_TIMEOUT_S", "RayVecEnv"]
 
 #: Seconds ``close()`` gives each shard to close its local backend before its actor is killed.
 CLOSE_TIMEOUT_S = 10.0
-
-
-def shard_bounds(num_envs: int, num_shards: int) -> list[tuple[int, int]]:
-    """Contiguous ``(start, stop)`` blocks of ``num_envs`` envs over ``num_shards`` shards, the
-    first ``num_envs % num_shards`` shards one env larger.
-
-    Example:
-        >>> shard_bounds(10, 3)
-        [(0, 4), (4, 7), (7, 10)]
-    """
-    size, extra = divmod(num_envs, num_shards)
-    bounds, start = [], 0
-    for k in range(num_shards):
-        stop = start + size + (1 if k < extra else 0)
-        bounds.append((start, stop))
-        start = stop
-    return bounds
-
-
-# -- the shard's side: one actor per shard ----------------------------------------------------
-
-
-@dataclass
-class ShardFailure:
-    """What a shard's call returns instead of raising when its envs failed (the actor lives)."""
-
-    message: str
-    env_indices: tuple[int, ...]
-    remote_traceback: str | None
-    original_type: str | None
-
-    def error(self, shard: int, node: str) -> WorkerError:
-        """The caller's :class:`WorkerError` for this failure on shard ``shard`` at ``node``."""
-        return WorkerError(
-            f"shard {shard} on node {node}: {self.message}",
-            env_indices=self.env_indices,
-            remote_traceback=self.remote_traceback,
-            original_type=self.original_type,
-        )
-
-
-class ShardActor:
-    """One shard: a local vecaccel backend over a contiguous slice of envs, inside a Ray actor.
-
-    Every method returns its result, or a :class:`ShardFailure` for an error of the envs, so
-    that an env's traceback and indices reach the caller unwrapped.
-
-    Args:
-        start: the index (in the whole vector env) of the shard's first env.
-    """
-
-    def __init__(self, start: int) -> None:
-        self.start = start
-        self.envs: Any = None
-        self.num_envs = 0
-        self.last_obs: Any = None
-        # envs rebuilt by a restart whose next step is their autoreset (NEXT_STEP), or must be
-        # reset by the caller first (DISABLED)
-        self.reset_due: np.ndarray | None = None
-
-    def _failure(self, exc: BaseException) -> ShardFailure:
-        import traceback
-
-        indices = getattr(exc, "env_indices", None)
-        if indices:
-            indices = tuple(self.start + int(i) for i in indices)
-        else:
-            indices = tuple(range(self.start, self.start + self.num_envs))
-        text = getattr(exc, "remote_traceback", None) or "".join(
-            traceback.format_exception(type(exc), exc, exc.__traceback__)
-        )
-        message = str(exc)
-        if self.start and getattr(exc, "env_indices", None):
-            message += f" (env numbers local to the shard; in the vector env: {list(indices)})"
-        original = getattr(exc, "original_type", None) or type(exc).__name__
-        return ShardFailure(message, indices, text, original)
-
-    def _pairs(self, infos: dict) -> list[tuple[int, dict]]:
-        if self.envs.per_env_infos:
-            pairs = self.envs.last_infos
-        else:
-            pairs = unbatch_infos(infos, self.num_envs)
-        return [(self.start + j, info) for j, info in pairs]
-
-    def start_envs(
-        self,
-        env_fns: Sequence[Callable[[], gym.Env]],
-        autoreset_mode: str,
-        backend: str,
-        options: Mapping[str, Any],
-    ) -> dict[str, Any] | ShardFailure:
-        """Build the shard's vector env; return its spaces and where it runs."""
-        import ray
-
-        import vecaccel
-
-        try:
-            self.envs = vecaccel.make_vec(
-                list(env_fns), backend=backend, autoreset_mode=autoreset_mode, **options
-            )
-        except Exception as exc:  # noqa: BLE001 - reported to the caller with its traceback
-            self.num_envs = len(env_fns)
-            return self._failure(exc)
-        self.num_envs = self.envs.num_envs
-        self.envs.per_env_infos = bool(getattr(self.envs, "supports_per_env_infos", False))
-        self.reset_due = np.zeros(self.num_envs, dtype=np.bool_)
-        metadata = dict(self.envs.metadata)
-        metadata.pop("autoreset_mode", None)
-        context = ray.get_runtime_context()
-        return {
-            "observation_space": self.envs.single_observation_space,
-            "action_space": self.envs.single_action_space,
-            "metadata": metadata,
-            "render_mode": self.envs.render_mode,
-            "spec": self.envs.spec,
-            "node_id": context.get_node_id(),
-            "node_ip": ray.util.get_node_ip_address(),
-            "pid": os.getpid(),
-        }
-
-    def reset(
-        self,
-        seeds: list[int | None],
-        options: dict | None,
-        mask: np.ndarray | None,
-        due_after: bool = False,
-    ) -> tuple[Any, list[tuple[int, dict]]] | ShardFailure:
-        """Reset the shard's envs (those in ``mask``); ``due_after``: a restart's reset, whose
-        envs then take their autoreset step (NEXT_STEP) or wait for a reset (DISABLED)."""
-        if mask is not None:  # None stays None for the envs, as reset_mask_only asks
-            options = reset_mask_only(mask) if options is None else {**options, "reset_mask": mask}
-        try:
-            obs, infos = self.envs.reset(seed=seeds, options=options)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller
-            return self._failure(exc)
-        self.last_obs = obs
-        due = due_after and self.envs.autoreset_mode is not AutoresetMode.SAME_STEP
-        if mask is None:
-            self.reset_due[:] = due
-        else:
-            self.reset_due[mask] = due
-        return obs, self._pairs(infos)
-
-    def current_obs(self) -> tuple[Any, list]:
-        """The observations the shard returned last (and no infos), as ``reset`` returns."""
-        return self.last_obs, []
-
-    def step(self, actions: Any) -> tuple | ShardFailure:
-        """Step every env of the shard."""
-        try:
-            if self.reset_due.any():
-                return self._step_due(actions)
-            obs, rewards, terms, truncs, infos = self.envs.step(actions)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller
-            return self._failure(exc)
-        self.last_obs = obs
-        return obs, rewards, terms, truncs, self._pairs(infos)
-
-    def _step_due(self, actions: Any) -> tuple:
-        due = self.reset_due
-        if self.envs.autoreset_mode is AutoresetMode.DISABLED:
-            indices = (self.start + np.flatnonzero(due)).tolist()
-            raise WorkerError(
-                f"envs {indices} were restarted (their episodes ended as truncated) and "
-                "autoreset_mode is DISABLED: reset them with reset(options={'reset_mask': "
-                "mask}) before stepping them again",
-                env_indices=np.flatnonzero(due).tolist(),
-            )
-        if due.all():  # the autoreset step of NEXT_STEP: a reset, no action taken
-            obs, infos = self.envs.reset()
-            self.reset_due[:] = False
-            self.last_obs = obs
-            zeros = np.zeros(self.num_envs, dtype=np.bool_)
-            rewards = np.zeros(self.num_envs, dtype=np.float64)
-            return obs, rewards, zeros, zeros.copy(), self._pairs(infos)
-        # some of the restarted envs were reset by the caller since: a lock-step shard cannot
-        # step some envs and reset others, so the rest are reset now and step with the others
-        self.envs.reset(options={"reset_mask": due.copy()})
-        self.reset_due[:] = False
-        obs, rewards, terms, truncs, infos = self.envs.step(actions)
-        self.last_obs = obs
-        return obs, rewards, terms, truncs, self._pairs(infos)
-
-    def call(
-        self, name: Any, local_indices: list[int], args: tuple, kwargs: dict
-    ) -> tuple | ShardFailure:
-        """``call_indices`` on the shard's envs ``local_indices``."""
-        try:
-            return tuple(self.envs.call_indices(name, local_indices, *args, **kwargs))
-        except Exception as exc:  # noqa: BLE001 - reported to the caller
-            return self._failure(exc)
-
-    def set_attr(self, name: str, local_indices: list[int], values: list) -> None | ShardFailure:
-        """``set_attr_indices`` on the shard's envs ``local_indices``."""
-        try:
-            self.envs.set_attr_indices(name, values, local_indices)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller
-            return self._failure(exc)
-        return None
-
-    def close(self) -> None:
-        """Close the shard's vector env (its worker processes and shared memory)."""
-        if self.envs is not None:
-            self.envs.close()
-            self.envs = None
-
-
-def unbatch_infos(infos: dict, num_envs: int) -> list[tuple[int, dict]]:
-    """Split Gymnasium-batched infos (``key`` with its ``_key`` mask) into ``(env, info)`` pairs.
-
-    Example:
-        >>> unbatch_infos({"a": np.array([1, 0]), "_a": np.array([True, False])}, 2)
-        [(0, {'a': 1})]
-    """
-    per_env: list[dict] = [{} for _ in range(num_envs)]
-    for key, value in infos.items():
-        if key.startswith("_") and key[1:] in infos:
-            continue
-        mask = infos.get(f"_{key}")
-        for i in range(num_envs):
-            if mask is not None and not mask[i]:
-                continue
-            if isinstance(value, dict):
-                nested = dict(unbatch_infos(value, num_envs)).get(i)
-                if nested is not None:
-                    per_env[i][key] = nested
-            else:
-                item = value[i]
-                per_env[i][key] = item.item() if isinstance(item, np.generic) else item
-    return [(i, info) for i, info in enumerate(per_env) if info]
-
-
-# -- the caller's side -------------------------------------------------------------------------
 
 
 @dataclass
@@ -302,52 +58,6 @@ class _Shard:
 
     def describe(self) -> str:
         return f"shard {self.index} (envs {self.start}..{self.stop - 1}, node {self.node})"
-
-
-class _RaySession:
-    """Ray as this process found it, or started (bound to 127.0.0.1) and later stopped."""
-
-    _lock = threading.Lock()
-    _started_here = False
-    _users = 0
-
-    @classmethod
-    def acquire(cls, address: str | None) -> None:
-        import ray
-
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        with cls._lock:
-            if ray.is_initialized():
-                if cls._started_here:
-                    cls._users += 1
-                return
-            address = address or os.environ.get("RAY_ADDRESS") or None
-            common = {"include_dashboard": False, "logging_level": "WARNING"}
-            if address is None:
-                ray.init(_node_ip_address="127.0.0.1", **common)
-            else:
-                ray.init(address=address, **common)
-            cls._started_here, cls._users = True, 1
-
-    @classmethod
-    def release(cls) -> None:
-        import ray
-
-        with cls._lock:
-            if not cls._started_here:
-                return
-            cls._users -= 1
-            if cls._users <= 0:
-                cls._started_here, cls._users = False, 0
-                ray.shutdown()
-
-
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise ImportError("backend 'ray' needs Ray: pip install 'vecaccel[ray]'") from exc
-    return ray
 
 
 class _ShardSpaces:
@@ -394,12 +104,12 @@ class RayVecEnv(VecEnv):
     ) -> None:
         self.options = options = RayOptions() if options is None else options
         self.closed = True  # until the shards are up: close() has nothing to do before
-        ray = _import_ray()
+        ray = import_ray()
         num_envs = len(env_fns)
         if num_envs == 0:
             raise ValueError("a vector env needs at least one env function")
-        self._shard_options = _shard_options(options)
-        _RaySession.acquire(options.address)
+        self._shard_options = shard_options(options)
+        RaySession.acquire(options.address)
         self._ray = ray
         self._session = True
         self._placement_group = None
@@ -408,11 +118,11 @@ class RayVecEnv(VecEnv):
         self._broken_envs: tuple[int, ...] = ()
         self.failures = 0
         try:
-            num_shards = options.num_shards or _default_num_shards(ray)
+            num_shards = options.num_shards or default_num_shards(ray)
             num_shards = min(num_shards, num_envs)
             batch_size = options.batch_size or num_envs
             bounds = shard_bounds(num_envs, num_shards)
-            _check_batch_size(batch_size, num_envs, bounds)
+            check_batch_size(batch_size, num_envs, bounds)
             self.batch_size = batch_size
             self._shards = [
                 _Shard(k, start, stop, env_fns=list(env_fns[start:stop]))
@@ -446,37 +156,12 @@ class RayVecEnv(VecEnv):
 
     # -- starting and restarting shards -------------------------------------------------------
 
-    def _actor_options(self, shard: _Shard) -> dict[str, Any]:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        resources = dict(self.options.shard_resources or {"num_cpus": 1})
-        actor = {
-            "num_cpus": resources.pop("num_cpus", 0),
-            "max_restarts": 0,
-            "max_concurrency": 1,
-            "scheduling_strategy": PlacementGroupSchedulingStrategy(
-                self._placement_group, placement_group_bundle_index=shard.index
-            ),
-        }
-        if "num_gpus" in resources:
-            actor["num_gpus"] = resources.pop("num_gpus")
-        if "memory" in resources:
-            actor["memory"] = resources.pop("memory")
-        if resources:
-            actor["resources"] = resources
-        return actor
-
-    def _bundle(self) -> dict[str, float]:
-        resources = dict(self.options.shard_resources or {"num_cpus": 1})
-        names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
-        return {names.get(key, key): value for key, value in resources.items() if value > 0}
-
     def _start_shards(self) -> dict[str, Any]:
         ray = self._ray
         from ray.util.placement_group import placement_group
 
         timeout = self.options.start_timeout_s
-        bundle = self._bundle()
+        bundle = shard_bundle(self.options.shard_resources)
         self._placement_group = placement_group(
             [bundle] * len(self._shards), strategy=self.options.placement
         )
@@ -504,8 +189,8 @@ class RayVecEnv(VecEnv):
 
     def _launch(self, shard: _Shard) -> Any:
         """Start ``shard``'s actor; return the reference of its ``start_envs`` call."""
-        actor_class = _actor_class(self._ray)
-        shard.actor = actor_class.options(**self._actor_options(shard)).remote(shard.start)
+        options = actor_options(self.options.shard_resources, self._placement_group, shard.index)
+        shard.actor = actor_class(self._ray).options(**options).remote(shard.start)
         shard.node = "?"
         return shard.actor.start_envs.remote(
             shard.env_fns, self._autoreset_value, self.options.shard_backend, self._shard_options
@@ -1015,7 +700,7 @@ class RayVecEnv(VecEnv):
             self._placement_group = None
             if self._session:
                 self._session = False
-                _RaySession.release()
+                RaySession.release()
 
     def __repr__(self) -> str:
         return f"RayVecEnv(num_envs={self.num_envs}, num_shards={len(self._shards)})"
@@ -1031,77 +716,3 @@ class _ShardLost(Exception):
 
 def _mode_value(mode: str | AutoresetMode) -> str:
     return mode.value if isinstance(mode, AutoresetMode) else str(mode)
-
-
-def _default_num_shards(ray: Any) -> int:
-    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0)]
-    return max(1, len(nodes))
-
-
-def _check_batch_size(batch_size: int, num_envs: int, bounds: list[tuple[int, int]]) -> None:
-    if batch_size > num_envs:
-        raise ValueError(f"batch_size must be at most num_envs={num_envs}, got {batch_size}")
-    if batch_size == num_envs:
-        return
-    sizes = {stop - start for start, stop in bounds}
-    if len(sizes) != 1 or batch_size % sizes.pop():
-        raise ValueError(
-            f"batch_size={batch_size} must be a multiple of the shard size, with every shard "
-            f"the same size (shards: {[stop - start for start, stop in bounds]}): recv() "
-            "returns whole shards"
-        )
-
-
-def _shard_options(options: RayOptions) -> dict[str, Any]:
-    """The options of each shard's local backend, checked here before anything starts."""
-    from vecaccel.manager import get_backend
-
-    shard = dict(options.shard_options or {})
-    backend = get_backend(options.shard_backend)
-    names = None if backend.options is None else set(backend.options.option_names())
-
-    def default(name: str, value: Any) -> None:
-        if value is not None and (names is None or name in names):
-            shard.setdefault(name, value)
-
-    default("num_workers", options.num_workers)
-    default("on_worker_failure", options.on_worker_failure)
-    default("max_restarts", options.max_restarts)
-    # the shard's arrays are serialised into the object store at once: views spare a copy
-    default("copy", False)
-    if backend.options is not None:
-        backend.options.from_kwargs(options.shard_backend, shard)
-    return shard
-
-
-_ACTOR_CLASS: dict[int, Any] = {}
-
-
-def _actor_class(ray: Any) -> Any:
-    key = id(ray)
-    if key not in _ACTOR_CLASS:
-        _ACTOR_CLASS[key] = ray.remote(ShardActor)
-    return _ACTOR_CLASS[key]
-
-
-def make_ray(
-    env_fns: Sequence[Callable[[], gym.Env]],
-    *,
-    autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
-    options: RayOptions | None = None,
-    **kwargs: Any,
-) -> RayVecEnv:
-    """The ``ray`` backend's factory: ``make_vec`` passes checked ``options``; a direct call
-    may pass the options as keywords instead."""
-    options = RayOptions.resolve("ray", options, kwargs)
-    return RayVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
-
-
-@hookimpl
-def vecaccel_register_backends(registry: BackendRegistry) -> None:
-    registry.add(
-        "ray",
-        make_ray,
-        "shards of envs as Ray actors, each running a local backend on its node",
-        options=RayOptions,
-    )
