@@ -187,6 +187,9 @@ def test_env_error_names_envs_and_carries_traceback(cluster):
         assert caught.value.env_indices == (3,)
         assert caught.value.original_type == "ValueError"
         assert "boom in step 2" in caught.value.remote_traceback
+        with pytest.raises(vecaccel.WorkerError, match="reset") as caught:
+            envs.step(np.zeros(4, dtype=np.int64))  # until a reset, the failed env is refused
+        assert caught.value.env_indices == (3,)
         envs.reset(seed=1)  # the failed env starts over
         envs.step(np.zeros(4, dtype=np.int64))
     finally:

@@ -231,7 +231,7 @@ class RayVecEnv(VecEnv):
         self._count_failure(envs, reason)
         self._failures_per_env[shard.start : shard.stop] += 1
         try:
-            started = self._await_started([shard], [self._launch(shard)])[0]
+            self._await_started([shard], [self._launch(shard)])
             seeds = [
                 derived_seed(self._last_seeds[i], i, int(self._failures_per_env[i])) for i in envs
             ]
@@ -239,7 +239,6 @@ class RayVecEnv(VecEnv):
         except WorkerError as exc:
             self._break(f"{shard.describe()} could not be restarted: {exc}", envs)
             raise
-        del started
         obs = result[0]
         n = shard.stop - shard.start
         infos = [
@@ -422,6 +421,12 @@ class RayVecEnv(VecEnv):
         if np.unique(ids).size != ids.size:
             raise ValueError(f"env_ids has duplicates: {ids.tolist()}")
         checked = self._check_actions(actions, env_ids=None if ids.size == self.num_envs else ids)
+        if self.batch_size == self.num_envs:
+            # lock-step: what is left of a step that raised or timed out is dropped (a shard
+            # runs its calls in order, so the new step simply queues behind it)
+            for shard in self._shards:
+                shard.pending = shard.result = None
+            self._ready.clear()
         position = np.full(self.num_envs, -1, dtype=np.int64)
         position[ids] = np.arange(ids.size)
         chosen = []
