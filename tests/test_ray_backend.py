@@ -254,6 +254,8 @@ def test_lost_shard(cluster, fault, policy):
         )
         assert infos["worker_restarted"][lost_envs].all()
         assert envs.failures == 1
+        obs, rew, term, trunc, infos = envs.step(np.zeros(4, dtype=np.int64))
+        assert (rew[lost_envs] == 0).all() and not trunc[lost_envs].any()  # NextStep's reset
         for _ in range(3):
             envs.step(np.zeros(4, dtype=np.int64))
     finally:
