@@ -1,13 +1,14 @@
 """``vecaccel train`` and ``vecaccel eval``, contributed to the command line through the hook.
 
 The plugin manager imports this module when it is built, so nothing here imports torch or an
-algorithm at module level: each algorithm's flags (``cli_flags``) are generated from its config
-dataclass only when that algorithm's sub-command is parsed.
+algorithm at module level: the algorithms and their summaries come from
+:mod:`vecaccel.trainers.registry`, and each algorithm's flags (:mod:`.flags`) are generated from
+its config dataclass only when that algorithm's sub-command is parsed.
 
 Example:
-    >>> import argparse
-    >>> parser = argparse.ArgumentParser(prog="vecaccel")
-    >>> vecaccel_add_commands(parser.add_subparsers())
+    >>> from vecaccel.cli import ArgumentParser, Commands
+    >>> parser = ArgumentParser(prog="vecaccel")
+    >>> vecaccel_add_commands(Commands(parser.add_subparsers()))
     >>> args = parser.parse_args(["train", "ppo", "--env", "CartPole-v1", "--num-steps", "64"])
     >>> args.algo, args.env, args.config["num_steps"]
     ('ppo', 'CartPole-v1', 64)
@@ -23,12 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel import hookimpl
+from vecaccel.cli import Commands
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
 from vecaccel.trainers.cli.errors import read_checkpoint, setup_errors, usage_error
 from vecaccel.trainers.cli.evaluate import eval_command
-from vecaccel.trainers.cli.flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
+from vecaccel.trainers.cli.flags import AlgorithmParser, algorithm_class, presets
+from vecaccel.trainers.registry import ALGORITHMS
 
-__all__ = ["ALGORITHMS", "eval_command", "train_command", "vecaccel_add_commands"]
+__all__ = ["eval_command", "train_command", "vecaccel_add_commands"]
 
 
 def _positive_int(text: str) -> int:
@@ -42,10 +45,13 @@ def _positive_int(text: str) -> int:
 
 
 @hookimpl
-def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser(
+def vecaccel_add_commands(commands: Commands) -> None:
+    """Add ``vecaccel train ALGO`` (one sub-command per registered algorithm) and
+    ``vecaccel eval``."""
+    train = commands.add(
         "train",
-        help="train an agent (a2c, ppo, dqn, c51, rainbow) with a live progress bar",
+        train_command,
+        help=f"train an agent ({', '.join(ALGORITHMS)}) with a live progress bar",
         description=(
             "Train an agent on vecaccel's vector envs. Writes metrics.csv, TensorBoard event "
             "files, checkpoint.pt (atomically, every K updates) and learning_curve.png to the "
@@ -56,19 +62,13 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
         title="algorithms", dest="algo", metavar="ALGO", parser_class=AlgorithmParser
     )
     algos.required = True
-    summaries = {
-        "a2c": "synchronous advantage actor-critic (large batch)",
-        "ppo": "proximal policy optimization",
-        "dqn": "DQN (double, dueling, n-step, prioritized replay)",
-        "c51": "categorical DQN",
-        "rainbow": "epsilon-Rainbow: C51 with every DQN extension but noisy nets",
-    }
-    for algo, summary in summaries.items():
+    for algo, info in ALGORITHMS.items():
         parser = algos.add_parser(
             algo,
             algo=algo,
-            help=summary,
-            description=f"Train {algo.upper()}: {summary}.",
+            add_class_flags=_add_mode_flags,
+            help=info.summary,
+            description=f"Train {info.class_name}: {info.summary}.",
         )
         parser.add_argument(
             "--env",
@@ -117,72 +117,11 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
             "envs, with --async its own sampler process, gradients all-reduced; --total-steps "
             "is the total over ranks)",
         )
-        mode = parser.add_mutually_exclusive_group()
-        if algo in ("dqn", "c51", "rainbow"):
-            mode.add_argument(
-                "--async",
-                dest="async_mode",
-                action="store_true",
-                help="asynchronous mode: a sampler process steps the envs while this process "
-                "trains from a shared-memory replay buffer, the replay ratio enforced by "
-                "throttling both",
-            )
-            parser.add_argument(
-                "--no-replay",
-                dest="no_replay",
-                action="store_true",
-                help="with --resume: start with an empty replay buffer instead of the one saved "
-                "with the checkpoint (when its replay file is missing or corrupt)",
-            )
-            parser.add_argument(
-                "--async-fixed-lag",
-                dest="async_fixed_lag",
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help="with --async: the sampler collects chunks of half --async-max-lead env "
-                "steps, each with the weights of two chunks before, and this process adds them "
-                "to the replay buffer in order, so that a seeded run repeats (default: off; "
-                "with --resume: as the run was trained)",
-            )
-        else:
-            mode.add_argument(
-                "--async",
-                dest="async_mode",
-                action="store_true",
-                help="asynchronous mode: a rollout process collects the next batch into a "
-                "shared-memory double buffer while this process trains on the last one "
-                "(policy lag logged as charts/policy_lag)",
-            )
-            parser.add_argument(
-                "--async-weight-sync-period",
-                dest="async_weight_sync_period",
-                type=_positive_int,
-                default=None,
-                metavar="K",
-                help="with --async: updates between weight copies to the rollout process "
-                "(default: 1; with --resume: the run's own)",
-            )
-            parser.add_argument(
-                "--async-fixed-lag",
-                dest="async_fixed_lag",
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help="with --async: collect batch n with the weights of update n-1 exactly, so "
-                "that a seeded run repeats (needs --async-weight-sync-period 1; default: off; "
-                "with --resume: as the run was trained)",
-            )
-        mode.add_argument(
-            "--sync",
-            dest="sync_mode",
-            action="store_true",
-            help="synchronous mode, the default for a new run; with --resume: go on "
-            "synchronously even if the run was trained with --async (by default a resumed run "
-            "keeps the mode its checkpoint records)",
-        )
         parser.set_defaults(handler=train_command, config=None, async_mode=False, sync_mode=False)
 
-    evaluate = subparsers.add_parser(
+    evaluate = commands.add(
         "eval",
+        eval_command,
         help="evaluate a saved agent for N episodes, optionally recording a video",
         description=(
             "Load a checkpoint (a file or a run directory) written by `vecaccel train` and play "
@@ -201,7 +140,75 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     evaluate.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     evaluate.add_argument("--env", help="environment id (default: the one the agent trained on)")
-    evaluate.set_defaults(handler=eval_command)
+
+
+def _add_mode_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """``--async``/``--sync`` and the asynchronous mode's flags, which differ by family: what
+    the algorithm's class is decides which (it is imported by then)."""
+    from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+
+    mode = parser.add_mutually_exclusive_group()
+    if not issubclass(cls, OnPolicyAlgorithm):
+        mode.add_argument(
+            "--async",
+            dest="async_mode",
+            action="store_true",
+            help="asynchronous mode: a sampler process steps the envs while this process "
+            "trains from a shared-memory replay buffer, the replay ratio enforced by "
+            "throttling both",
+        )
+        parser.add_argument(
+            "--no-replay",
+            dest="no_replay",
+            action="store_true",
+            help="with --resume: start with an empty replay buffer instead of the one saved "
+            "with the checkpoint (when its replay file is missing or corrupt)",
+        )
+        parser.add_argument(
+            "--async-fixed-lag",
+            dest="async_fixed_lag",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="with --async: the sampler collects chunks of half --async-max-lead env "
+            "steps, each with the weights of two chunks before, and this process adds them "
+            "to the replay buffer in order, so that a seeded run repeats (default: off; "
+            "with --resume: as the run was trained)",
+        )
+    else:
+        mode.add_argument(
+            "--async",
+            dest="async_mode",
+            action="store_true",
+            help="asynchronous mode: a rollout process collects the next batch into a "
+            "shared-memory double buffer while this process trains on the last one "
+            "(policy lag logged as charts/policy_lag)",
+        )
+        parser.add_argument(
+            "--async-weight-sync-period",
+            dest="async_weight_sync_period",
+            type=_positive_int,
+            default=None,
+            metavar="K",
+            help="with --async: updates between weight copies to the rollout process "
+            "(default: 1; with --resume: the run's own)",
+        )
+        parser.add_argument(
+            "--async-fixed-lag",
+            dest="async_fixed_lag",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="with --async: collect batch n with the weights of update n-1 exactly, so "
+            "that a seeded run repeats (needs --async-weight-sync-period 1; default: off; "
+            "with --resume: as the run was trained)",
+        )
+    mode.add_argument(
+        "--sync",
+        dest="sync_mode",
+        action="store_true",
+        help="synchronous mode, the default for a new run; with --resume: go on "
+        "synchronously even if the run was trained with --async (by default a resumed run "
+        "keeps the mode its checkpoint records)",
+    )
 
 
 # -- handlers ---------------------------------------------------------------------------------
@@ -462,17 +469,16 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
     import gymnasium as gym
 
     import vecaccel
-    from vecaccel.manager import register_envs
+    from vecaccel.manager import register_envs, unknown_backend_message
 
     names = {field.name for field in dataclasses.fields(config_cls)}
     values = {key: value for key, value in config.items() if key in names}
     if "env_id" in names:
         values["env_id"] = env_id
     cfg = config_cls(**values)
-    if cfg.backend not in vecaccel.list_backends():
-        raise ValueError(
-            f"unknown backend {cfg.backend!r}; registered: {', '.join(vecaccel.list_backends())}"
-        )
+    registered = vecaccel.list_backends()
+    if cfg.backend not in registered:
+        raise ValueError(unknown_backend_message(cfg.backend, registered))
     from vecaccel.trainers.envs import is_parallel_env_path
 
     if is_parallel_env_path(env_id):

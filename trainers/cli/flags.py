@@ -9,41 +9,32 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import inspect
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ALGORITHMS", "AlgorithmParser", "ConfigAction", "algorithm_class", "presets"]
+from vecaccel.cli import ArgumentParser
+from vecaccel.trainers import registry
 
-#: algorithm name -> (module, class), imported when first needed.
-ALGORITHMS: dict[str, tuple[str, str]] = {
-    "a2c": ("vecaccel.trainers.algos.a2c", "A2C"),
-    "ppo": ("vecaccel.trainers.algos.ppo", "PPO"),
-    "dqn": ("vecaccel.trainers.algos.dqn", "DQN"),
-    "c51": ("vecaccel.trainers.algos.dqn", "C51"),
-    "rainbow": ("vecaccel.trainers.algos.dqn", "Rainbow"),
-}
+__all__ = ["AlgorithmParser", "ConfigAction", "algorithm_class", "presets"]
 
 #: config fields that have a common flag of their own
 _COMMON_FIELDS = {"env_id", "num_envs", "backend", "seed", "device", "preset"}
 
 
-# -- resolving an algorithm lazily ------------------------------------------------------------
+# -- resolving an algorithm lazily, through the registry ---------------------------------------
 
 
 def algorithm_class(algo: str) -> type:
-    module_path, class_name = ALGORITHMS[algo]
-    return getattr(importlib.import_module(module_path), class_name)
-
-
-def _config_class(algo: str) -> type:
-    return algorithm_class(algo).config_cls
+    """The class of the algorithm registered as ``algo`` (imports it, and torch)."""
+    return registry.get(algo).load_class()
 
 
 def presets(algo: str) -> dict[str, dict[str, Any]]:
-    return dict(getattr(importlib.import_module(ALGORITHMS[algo][0]), "PRESETS", {}))
+    """The named settings of the algorithm registered as ``algo``."""
+    return registry.get(algo).load_presets()
 
 
 def _aliases(config_cls: type) -> dict[str, str]:
@@ -134,16 +125,28 @@ class ConfigAction(argparse.Action):
         config[self.field] = values
 
 
-class AlgorithmParser(argparse.ArgumentParser):
+class AlgorithmParser(ArgumentParser):
     """An algorithm's sub-parser whose config flags are added when it is first used.
 
     Importing an algorithm imports torch; deferring it keeps ``vecaccel --help`` and every other
     command free of torch.
+
+    Args:
+        algo: the algorithm's name in :mod:`vecaccel.trainers.registry`.
+        add_class_flags: called as ``add_class_flags(parser, cls)`` once the algorithm's class
+            is imported, for the flags that depend on what the class is (its family's).
     """
 
-    def __init__(self, *args: Any, algo: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        algo: str = "",
+        add_class_flags: Callable[[argparse.ArgumentParser, type], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.algo = algo
+        self.add_class_flags = add_class_flags
         self._populated = False
         #: why the algorithm cannot be imported (torch not installed, say), if it cannot
         self.import_error: ImportError | None = None
@@ -153,13 +156,16 @@ class AlgorithmParser(argparse.ArgumentParser):
             return
         self._populated = True
         try:
-            config_cls = _config_class(self.algo)
+            cls = algorithm_class(self.algo)
         except ImportError as exc:
             from vecaccel.trainers.cli.errors import missing_dependency
 
             self.import_error = exc
             self.epilog = missing_dependency(f"vecaccel train {self.algo}", exc)
             return
+        config_cls = cls.config_cls
+        if self.add_class_flags is not None:
+            self.add_class_flags(self, cls)
         docs = _field_docs(config_cls)
         hints = typing.get_type_hints(config_cls)
         named = presets(self.algo)
@@ -171,7 +177,7 @@ class AlgorithmParser(argparse.ArgumentParser):
                 "the one made for --env, if there is one; none: the plain defaults",
             )
         group = self.add_argument_group(f"{self.algo} configuration")
-        class_defaults = algorithm_class(self.algo).defaults
+        class_defaults = cls.defaults
         for field in dataclasses.fields(config_cls):
             flag = "--" + field.name.replace("_", "-")
             negative = "--no-" + field.name.replace("_", "-")
