@@ -95,9 +95,12 @@ def candidate_configs(
     ``"auto"`` stands for the configuration :func:`vecaccel.probe.choose_backend` picks for
     one env's step cost ``step_s`` (which it then requires).
 
+    The setting auto picks is tried once, labelled ``auto->...``, where it is one of the others.
+
     Example:
-        >>> [t.label for t in candidate_configs([64], ["auto", "shm"], cpus=2, step_s=1e-3)]
-        ['auto->shm', 'shm', 'shm', 'shm']
+        >>> trials = candidate_configs([64], ["auto", "shm"], cpus=2, step_s=1e-3)
+        >>> [(t.label, t.options) for t in trials]
+        [('auto->shm', {'num_workers': 2}), ('shm', {'num_workers': 1}), ('shm', {'num_workers': 4})]
     """
     cpus = cpus or usable_cpus()
     workers = sorted({1, max(1, cpus // 2), cpus, 2 * cpus})
