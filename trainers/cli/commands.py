@@ -299,9 +299,9 @@ def _train(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     if args.async_mode:
-        from vecaccel.trainers.envs import is_parallel_env_path
+        from vecaccel.multiagent import is_module_env_path
 
-        if is_parallel_env_path(env_id):
+        if is_module_env_path(env_id):
             print(
                 f"error: --async trains Gymnasium envs; {env_id} is a PettingZoo env (train it "
                 "synchronously)",
@@ -311,7 +311,7 @@ def _train(args: argparse.Namespace) -> int:
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers.runners.asynchronous import runner as async_runner
 
-        return async_runner.train_async(
+        code = async_runner.train_async(
             cls,
             env_id,
             args.total_steps,
@@ -321,6 +321,9 @@ def _train(args: argparse.Namespace) -> int:
             **runtime,
             **config,
         )
+        if _is_first_rank():
+            _print_run_dir(Path(run_dir))
+        return code
     try:
         agent = cls(env_id, run_dir=str(run_dir), **runtime, **config)
     except setup_errors() as exc:
@@ -377,7 +380,7 @@ def _resume(
         from vecaccel.trainers.runners.asynchronous import runner as async_runner
 
         try:
-            return async_runner.resume_async(
+            code = async_runner.resume_async(
                 cls,
                 checkpoint,
                 env_id,
@@ -389,6 +392,9 @@ def _resume(
             )
         except CheckpointError as exc:  # a missing or corrupt replay file, say
             return usage_error(exc)
+        if code == 0 and _is_first_rank():
+            _print_run_dir(Path(run_dir))
+        return code
     try:
         agent = cls.load(checkpoint, env=env_id, **load_options, **explicit)
     except setup_errors() as exc:
@@ -412,6 +418,8 @@ def _resume(
         agent.learn()
     finally:
         agent.close()
+    if agent.is_main and args.no_progress:  # with a progress bar, the runner says it
+        _print_run_dir(Path(run_dir))
     return 0
 
 
@@ -454,7 +462,15 @@ def _default_run_dir(algo: str, env_id: str, config: dict[str, Any], config_cls:
     return Path("runs") / f"{algo}-{env_id.replace('/', '_')}-{seed}-{stamp}"
 
 
+def _is_first_rank() -> bool:
+    """Whether this process is the only one or rank 0 of a ``torchrun`` launch."""
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
 def _print_run_dir(run_dir: Path) -> None:
+    """The line a run ends with: where its run directory, checkpoint and plot are."""
     curve = run_dir / "learning_curve.png"
     print(
         f"run directory: {run_dir}  checkpoint: {run_dir / CHECKPOINT_NAME}"
@@ -479,9 +495,9 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
     registered = vecaccel.list_backends()
     if cfg.backend not in registered:
         raise ValueError(unknown_backend_message(cfg.backend, registered))
-    from vecaccel.trainers.envs import is_parallel_env_path
+    from vecaccel.multiagent import is_module_env_path
 
-    if is_parallel_env_path(env_id):
+    if is_module_env_path(env_id):
         if getattr(cfg, "atari", None):
             raise ValueError(f"--atari: {env_id} is a PettingZoo env, not an Atari game")
         return

@@ -53,10 +53,11 @@ def eval_command(args: argparse.Namespace) -> int:
     if env_id is None:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2
+    from vecaccel.multiagent import is_module_env_path
     from vecaccel.trainers.checkpoint import check_env_matches
-    from vecaccel.trainers.envs import is_parallel_env_path, make_env_fn, parallel_env_spaces
+    from vecaccel.trainers.envs import make_env_fn, parallel_env_spaces
 
-    multi_agent = is_parallel_env_path(env_id)
+    multi_agent = is_module_env_path(env_id)
     try:
         if multi_agent:
             spaces = parallel_env_spaces(env_id)
