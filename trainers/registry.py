@@ -163,7 +163,7 @@ EXPORTS: dict[str, str] = {
     "Algorithm": f"{_ALGOS}.base:Algorithm",
     "RunConfig": "vecaccel.trainers.config:RunConfig",
     "SyncRunner": "vecaccel.trainers.runners.sync:SyncRunner",
-    "AsyncRunner": "vecaccel.trainers.runners.asynchronous:AsyncRunner",
+    "AsyncRunner": "vecaccel.trainers.runners.asynchronous.runner:AsyncRunner",
 }
 
 
