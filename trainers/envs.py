@@ -50,7 +50,7 @@ def _parallel_env_facts(env_id: str) -> tuple[int, gym.Space, gym.Space]:
 def agents_per_env(env_id: str | None) -> int:
     """Rows per env of ``env_id`` in a trainer's vector env: the number of agents of a
     PettingZoo env (one row each), 1 for a Gymnasium id (read without making an env)."""
-    if not is_parallel_env_path(env_id):
+    if not is_module_env_path(env_id):
         return 1
     assert env_id is not None
     return _parallel_env_facts(env_id)[0]
@@ -262,7 +262,7 @@ def make_env_for_training(
     """
     import vecaccel
 
-    if is_parallel_env_path(env_id):
+    if is_module_env_path(env_id):
         if atari:
             raise ValueError(f"atari=True: {env_id} is a PettingZoo env, not an Atari game")
         envs = vecaccel.make_vec(

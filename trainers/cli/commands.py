@@ -57,6 +57,8 @@ def vecaccel_add_commands(commands: Commands) -> None:
             "files, checkpoint.pt (atomically, every K updates) and learning_curve.png to the "
             "run directory. --resume DIR continues a run from its checkpoint."
         ),
+        epilog="Example: vecaccel train ppo --env CartPole-v1 --total-steps 100000. Each "
+        "algorithm's own flags: vecaccel train ALGO --help.",
     )
     algos = train.add_subparsers(
         title="algorithms", dest="algo", metavar="ALGO", parser_class=AlgorithmParser
