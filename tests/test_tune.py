@@ -155,3 +155,22 @@ def test_tune_help_is_plain_words_with_defaults_and_duration(capsys):
 def test_a_misspelled_backend_gets_a_did_you_mean(capsys):
     assert run_main(["tune", "CartPole-v1", "--backends", "Serial", "--seconds", "0.01"]) == 2
     assert "did you mean 'serial'?" in capsys.readouterr().err
+
+
+def test_tune_leaves_the_cores_to_the_workers_quietly_and_restores_torchs_threads():
+    """tune runs no torch compute of its own: the action server's trials run with one torch
+    thread, so the warning meant for training scripts (torch's threads against the workers')
+    is not raised at a user who cannot act on it, and the caller's setting comes back."""
+    import warnings
+
+    torch.set_num_threads(2)  # as a user's process may have it (this module sets 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            trials = autotune(
+                "CartPole-v1", [2], backends=["action_server"], seconds=0.05, policy_ms=0.5
+            )
+        assert all(t.error is None and t.steps_per_s > 0 for t in trials), trials
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)

@@ -165,15 +165,27 @@ def measure_trial(
         vecaccel.make_vec, list(env_fns[: trial.num_envs]), backend=trial.backend, **trial.options
     )
     warmup = min(0.25, seconds / 8)
-    rate, _ = measure(
-        f"vecaccel-{trial.backend}",
-        build,
-        trial.num_envs,
-        seconds=seconds,
-        warmup=warmup,
-        seed=0,
-        policy_s=policy_s,
-    )
+    threads = None
+    if trial.backend == "action_server":
+        # the action server runs torch in this process, and nothing here computes with it: one
+        # thread leaves the cores to the env workers (as a training script is told to do)
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+    try:
+        rate, _ = measure(
+            f"vecaccel-{trial.backend}",
+            build,
+            trial.num_envs,
+            seconds=seconds,
+            warmup=warmup,
+            seed=0,
+            policy_s=policy_s,
+        )
+    finally:
+        if threads is not None:
+            torch.set_num_threads(threads)
     return rate
 
 
