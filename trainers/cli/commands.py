@@ -28,20 +28,17 @@ from vecaccel.cli import Commands
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
 from vecaccel.trainers.cli.errors import read_checkpoint, setup_errors, usage_error
 from vecaccel.trainers.cli.evaluate import eval_command
-from vecaccel.trainers.cli.flags import AlgorithmParser, algorithm_class, presets
+from vecaccel.trainers.cli.flags import (
+    AlgorithmParser,
+    add_common_flags,
+    add_mode_flags,
+    algorithm_class,
+    positive_int,
+    presets,
+)
 from vecaccel.trainers.registry import ALGORITHMS
 
 __all__ = ["eval_command", "train_command", "vecaccel_add_commands"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
 
 
 @hookimpl
@@ -68,57 +65,11 @@ def vecaccel_add_commands(commands: Commands) -> None:
         parser = algos.add_parser(
             algo,
             algo=algo,
-            add_class_flags=_add_mode_flags,
+            add_class_flags=add_mode_flags,
             help=info.summary,
             description=f"Train {info.class_name}: {info.summary}.",
         )
-        parser.add_argument(
-            "--env",
-            help="Gymnasium environment id, or the module path of a PettingZoo env "
-            "(pettingzoo.butterfly.pistonball_v6: one row per agent, one shared policy); "
-            "default: the config's",
-        )
-        parser.add_argument("--backend", help="vecaccel backend (default: the config's)")
-        parser.add_argument(
-            "--num-envs",
-            type=_positive_int,
-            help="parallel environments (a PettingZoo env: envs, each one row per agent)",
-        )
-        parser.add_argument(
-            "--total-steps",
-            type=_positive_int,
-            help="environment steps to train (with --resume: the run's new total; "
-            "default there: the budget the run was started with)",
-        )
-        parser.add_argument("--seed", type=int, help="seed of the run")
-        parser.add_argument("--device", help="torch device: cpu, cuda, cuda:1...")
-        parser.add_argument(
-            "--run-dir",
-            type=Path,
-            help="directory for logs and checkpoints (default: runs/ALGO-ENV-SEED-TIME)",
-        )
-        parser.add_argument(
-            "--resume",
-            type=Path,
-            metavar="DIR",
-            help="continue the run in DIR from DIR/checkpoint.pt",
-        )
-        parser.add_argument(
-            "--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)"
-        )
-        parser.add_argument(
-            "--no-tensorboard", action="store_true", help="no TensorBoard event files"
-        )
-        parser.add_argument(
-            "--nproc",
-            type=_positive_int,
-            default=None,
-            metavar="K",
-            help="data-parallel training on K ranks of this machine: launches "
-            "`torchrun --standalone --nproc_per_node K -m vecaccel train ...` (each rank its own "
-            "envs, with --async its own sampler process, gradients all-reduced; --total-steps "
-            "is the total over ranks)",
-        )
+        add_common_flags(parser)
         parser.set_defaults(handler=train_command, config=None, async_mode=False, sync_mode=False)
 
     evaluate = commands.add(
@@ -133,7 +84,7 @@ def vecaccel_add_commands(commands: Commands) -> None:
     )
     evaluate.add_argument("checkpoint", type=Path, help="checkpoint file or run directory")
     evaluate.add_argument(
-        "--episodes", type=_positive_int, default=10, help="episodes (default: 10)"
+        "--episodes", type=positive_int, default=10, help="episodes (default: 10)"
     )
     evaluate.add_argument("--video", type=Path, metavar="OUT.mp4", help="record the first episode")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the first episode")
@@ -142,75 +93,6 @@ def vecaccel_add_commands(commands: Commands) -> None:
     )
     evaluate.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     evaluate.add_argument("--env", help="environment id (default: the one the agent trained on)")
-
-
-def _add_mode_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """``--async``/``--sync`` and the asynchronous mode's flags, which differ by family: what
-    the algorithm's class is decides which (it is imported by then)."""
-    from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
-
-    mode = parser.add_mutually_exclusive_group()
-    if not issubclass(cls, OnPolicyAlgorithm):
-        mode.add_argument(
-            "--async",
-            dest="async_mode",
-            action="store_true",
-            help="asynchronous mode: a sampler process steps the envs while this process "
-            "trains from a shared-memory replay buffer, the replay ratio enforced by "
-            "throttling both",
-        )
-        parser.add_argument(
-            "--no-replay",
-            dest="no_replay",
-            action="store_true",
-            help="with --resume: start with an empty replay buffer instead of the one saved "
-            "with the checkpoint (when its replay file is missing or corrupt)",
-        )
-        parser.add_argument(
-            "--async-fixed-lag",
-            dest="async_fixed_lag",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="with --async: the sampler collects chunks of half --async-max-lead env "
-            "steps, each with the weights of two chunks before, and this process adds them "
-            "to the replay buffer in order, so that a seeded run repeats (default: off; "
-            "with --resume: as the run was trained)",
-        )
-    else:
-        mode.add_argument(
-            "--async",
-            dest="async_mode",
-            action="store_true",
-            help="asynchronous mode: a rollout process collects the next batch into a "
-            "shared-memory double buffer while this process trains on the last one "
-            "(policy lag logged as charts/policy_lag)",
-        )
-        parser.add_argument(
-            "--async-weight-sync-period",
-            dest="async_weight_sync_period",
-            type=_positive_int,
-            default=None,
-            metavar="K",
-            help="with --async: updates between weight copies to the rollout process "
-            "(default: 1; with --resume: the run's own)",
-        )
-        parser.add_argument(
-            "--async-fixed-lag",
-            dest="async_fixed_lag",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="with --async: collect batch n with the weights of update n-1 exactly, so "
-            "that a seeded run repeats (needs --async-weight-sync-period 1; default: off; "
-            "with --resume: as the run was trained)",
-        )
-    mode.add_argument(
-        "--sync",
-        dest="sync_mode",
-        action="store_true",
-        help="synchronous mode, the default for a new run; with --resume: go on "
-        "synchronously even if the run was trained with --async (by default a resumed run "
-        "keeps the mode its checkpoint records)",
-    )
 
 
 # -- handlers ---------------------------------------------------------------------------------
