@@ -119,7 +119,9 @@ class ArgumentParser(argparse.ArgumentParser):
         namespace, extras = self.parse_known_args(args, namespace)
         owner = vars(namespace).pop(_UNRECOGNIZED_BY, self)
         if extras:
-            if not isinstance(owner, ArgumentParser):
+            # by its method, not its class: under ``python -m vecaccel.cli`` this module is
+            # loaded twice, and the trainers' parsers derive from the other copy's class
+            if not hasattr(owner, "unrecognized_message"):
                 owner = self
             owner.error(owner.unrecognized_message(extras))
         return namespace
