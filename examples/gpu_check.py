@@ -121,7 +121,7 @@ def throughput(
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the checks, then the throughput with and without alternation; returns the exit code."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--env", default="PongNoFrameskip-v4")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=20.0)

@@ -261,6 +261,15 @@ PYTHON_SNIPPETS = [
         120,
     ),
     (
+        "backends-plugin-command",
+        "docs/backends.md",
+        'parser = commands.add("hello", say_hello, help="say hello")',
+        {},
+        "",
+        "",
+        60,
+    ),
+    (
         "multiagent-sb3",
         "docs/multiagent.md",
         'model = PPO("MlpPolicy", to_sb3(envs)',
