@@ -102,7 +102,7 @@ def test_dqn_part_measures_each_batch_size(smoke):
     dqn = parts["dqn"]
     assert [row["batch_size"] for row in dqn["rates"]] == [8, 32]
     for row in dqn["rates"]:
-        assert row["updates"] >= 1 and row["updates_per_s"] > 0
+        assert row["updates"] >= 1 and row["updates_per_s"] > 0 and row["update_only_per_s"] > 0
         assert math.isclose(row["samples_per_s"], row["updates_per_s"] * row["batch_size"])
     assert dqn["settings"]["categorical"] is True  # the atari-c51 preset
 

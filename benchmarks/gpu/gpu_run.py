@@ -457,7 +457,11 @@ def part_ppo(
 def part_dqn(
     args: argparse.Namespace, progress: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
-    """Updates/s of the DQN family at each batch size, on a replay buffer of Pong transitions."""
+    """Updates/s of the DQN family at each batch size, on a replay buffer of Pong transitions.
+
+    One agent (the preset's networks and learning rate) serves every batch size: the rate of
+    an update does not depend on its learning rate.
+    """
     cuda = args.device.type == "cuda"
     workers = min(args.workers, 16)
     fill = args.dqn_fill
@@ -483,21 +487,30 @@ def part_dqn(
     try:
         agent.learn(fill)
         for batch_size in args.dqn_batch_sizes:
-            for _ in range(3):  # warm-up: kernels picked, allocator grown
-                agent.update(agent.buffer.sample(batch_size))
-            updates, start = 0, time.perf_counter()
-            while time.perf_counter() - start < args.seconds:
-                agent.update(agent.buffer.sample(batch_size))
-                updates += 1
-            rate = updates / (time.perf_counter() - start)
+            # as a training loop runs it: a batch drawn from the replay (on the CPU), copied to
+            # the device, one update
+            updates, rate = _calls_per_second(
+                lambda size=batch_size: agent.update(agent.buffer.sample(size)), args.seconds
+            )
+            # the update alone, on one batch already on the device
+            batch = agent.buffer.sample(batch_size)
+            batch = batch._replace(
+                **{
+                    name: torch.as_tensor(getattr(batch, name), device=args.device)
+                    for name in ("obs", "action", "reward", "next_obs", "discount", "weights")
+                }
+            )
+            _, update_only = _calls_per_second(lambda b=batch: agent.update(b), args.seconds)
             rows.append(
                 {
                     "batch_size": batch_size,
                     "updates": updates,
                     "updates_per_s": rate,
                     "samples_per_s": rate * batch_size,
+                    "update_only_per_s": update_only,
                 }
             )
+            progress({"rates": rows})
         preset = agent.config
         described = {
             "categorical": preset.categorical,
@@ -515,6 +528,19 @@ def part_dqn(
         "rates": rows,
         "samples_per_s_large_vs_small": rows[-1]["samples_per_s"] / rows[0]["samples_per_s"],
     }
+
+
+def _calls_per_second(call: Callable[[], Any], seconds: float) -> tuple[int, float]:
+    """``(calls, calls per second)`` of ``call`` repeated for ``seconds``, after 3 untimed calls
+    (kernels chosen, the allocator grown). DQN's update returns Python floats, so each call
+    ends with the device idle."""
+    for _ in range(3):
+        call()
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        call()
+        calls += 1
+    return calls, calls / (time.perf_counter() - start)
 
 
 BODIES: dict[str, PartBody] = {
@@ -549,7 +575,8 @@ def plot(records: list[dict[str, Any]], path: Path, title: str) -> None:
             axis.plot([p[key] for p in points], [p["running_mean_return"] for p in points])
             axis.axhline(ppo["return_target"], color="gray", linestyle=":")
         else:
-            axis.text(0.5, 0.5, "no episode ended", ha="center", transform=axis.transAxes)
+            empty = "no episode ended" if ppo else "not run"
+            axis.text(0.5, 0.5, empty, ha="center", transform=axis.transAxes)
         axis.set_xlabel(label)
         axis.set_ylabel(f"PPO return (mean of last {ppo['return_window'] if ppo else '-'})")
         axis.grid(alpha=0.3)
@@ -565,7 +592,15 @@ def plot(records: list[dict[str, Any]], path: Path, title: str) -> None:
     server.set_ylabel("env steps / s")
     if "dqn" in parts:
         rows = parts["dqn"]["rates"]
-        dqn.bar([f"batch {r['batch_size']}" for r in rows], [r["updates_per_s"] for r in rows])
+        where = np.arange(len(rows))
+        for shift, key, label in (
+            (-0.2, "updates_per_s", "sampled from the replay, then updated"),
+            (0.2, "update_only_per_s", "the update alone"),
+        ):
+            dqn.bar(where + shift, [r[key] for r in rows], width=0.4, label=label)
+        dqn.set_xticks(where, [f"batch {r['batch_size']}" for r in rows])
+        dqn.set_yscale("log")
+        dqn.legend(fontsize="small")
         dqn.set_title(f"DQN family ({parts['dqn']['preset']}): updates / s")
     dqn.set_ylabel("updates / s")
     fig.suptitle(title)
