@@ -95,6 +95,21 @@ SMOKE: dict[str, Any] = dict(
     dqn_batch_sizes=[8, 32],
 )
 
+#: what each sized setting means (``--help``)
+MEANING: dict[str, str] = dict(
+    device="torch device of the policies and learners",
+    workers="env worker processes (CPU cores for the envs)",
+    seconds="measuring time of each rollout variant and of each DQN rate",
+    check_envs="envs of the check part's speed (its exactness check uses up to 8)",
+    server_envs="envs of the action_server part",
+    ppo_envs="PPO's envs",
+    ppo_steps="PPO's steps per env per update",
+    ppo_minibatch="PPO's minibatch size (the batch is split into as many as fit)",
+    ppo_seconds="PPO's wall-clock budget; it stops at the first update past it",
+    ppo_anneal_steps="agent steps over which PPO's learning rate would anneal to 0",
+    dqn_fill="transitions collected into the DQN's replay buffer before its updates are timed",
+    dqn_batch_sizes="DQN batch sizes whose update rates are measured",
+)
 
 # -- what every part records -------------------------------------------------------------------
 
@@ -614,19 +629,46 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("out", type=Path, help="folder for gpu_run.json and gpu_run.png")
     parser.add_argument("--smoke", action="store_true", help="every part on the CPU, tiny sizes")
     parser.add_argument("--parts", default=",".join(PARTS), help=", ".join(PARTS))
-    parser.add_argument("--env", default="PongNoFrameskip-v4")
-    parser.add_argument("--seed", type=int, default=1)
     for name, value in FULL.items():
         flag = "--" + name.replace("_", "-")
+        shown, smoke = (
+            " ".join(map(str, v)) if isinstance(v, list) else v for v in (value, SMOKE[name])
+        )
+        meaning = f"{MEANING[name]} (default {shown}; with --smoke {smoke})"
         if isinstance(value, list):
-            parser.add_argument(flag, type=int, nargs="+", default=None)
+            parser.add_argument(flag, type=int, nargs="+", default=None, help=meaning)
         else:
-            parser.add_argument(flag, type=type(value), default=None)
-    parser.add_argument("--ppo-alternating", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--ppo-lr-scaling", default="sqrt", choices=["none", "linear", "sqrt"])
-    parser.add_argument("--return-window", type=int, default=20)
-    parser.add_argument("--return-target", type=float, default=18.0)
-    parser.add_argument("--dqn-preset", default="atari-c51")
+            parser.add_argument(flag, type=type(value), default=None, help=meaning)
+    parser.add_argument(
+        "--ppo-alternating",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="PPO's action server serves two alternating halves of its envs",
+    )
+    parser.add_argument(
+        "--ppo-lr-scaling",
+        default="sqrt",
+        choices=["none", "linear", "sqrt"],
+        help="PPO's learning rate scaled from its 1,024-sample base (default %(default)s)",
+    )
+    parser.add_argument(
+        "--return-window", type=int, default=20, help="episodes in PPO's running mean return"
+    )
+    parser.add_argument(
+        "--return-target",
+        type=float,
+        default=18.0,
+        help="running mean return whose first crossing is recorded (default %(default)s)",
+    )
+    parser.add_argument(
+        "--dqn-preset", default="atari-c51", help="DQN-family preset (default %(default)s)"
+    )
+    parser.add_argument(
+        "--env", default="PongNoFrameskip-v4", help="ALE env id (default %(default)s)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=1, help="seed of PPO and DQN (default %(default)s)"
+    )
     args = parser.parse_args(argv)
     profile = SMOKE if args.smoke else FULL
     for name, value in profile.items():
