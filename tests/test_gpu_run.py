@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -113,3 +114,40 @@ def test_without_cuda_a_full_run_refuses_and_names_the_way_out(tmp_path):
     assert completed.returncode == 2
     assert "no CUDA device here: use --smoke" in completed.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_sigterm_during_ppo_keeps_its_curve_and_draws_the_plot(tmp_path):
+    out = tmp_path / "out"
+    report = out / "gpu_run.json"
+    process = subprocess.Popen(
+        [sys.executable, SCRIPT, "--smoke", "--parts", "ppo", "--ppo-seconds", "600", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # PPO saves its first update's point at once: wait for it (the run goes on 600 s)
+        for _ in range(2400):
+            if process.poll() is not None:
+                break
+            try:
+                ppo = json.loads(report.read_text())["results"][0]
+            except (OSError, ValueError, IndexError):  # not written yet, or half written
+                ppo = {}
+            if ppo.get("curve"):
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, process.stderr.read()[-3000:]
+        process.terminate()
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode != 0
+    written = json.loads(report.read_text())
+    ppo = written["results"][0]
+    assert written["meta"]["complete"] is False
+    assert ppo["status"] == "interrupted", stderr[-3000:]
+    assert ppo["error"].startswith(("TrainingInterrupted", "KeyboardInterrupt"))
+    assert ppo["curve"] and ppo["curve"][0]["updates"] == 1
+    assert (out / "gpu_run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

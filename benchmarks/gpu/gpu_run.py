@@ -13,21 +13,25 @@ or ``nvidia-smi`` where NVML's Python binding is missing; null on the CPU):
     Pong on ``--workers`` CPU workers with the same policy on the device: ``shm`` (arrays
     copied to the device and back each step), ``action_server`` and ``action_server`` with
     alternating halves, in one run; steps/s and alternation's gain over ``shm``.
+``dqn``
+    Gradient updates per second of the DQN family (``--dqn-preset``, C51 by default) on Pong
+    transitions from a replay buffer filled first, at each of ``--dqn-batch-sizes``: as a
+    training loop runs them (replay sampling on the CPU, the copy to the device, the update),
+    and the update alone on a batch already on the device.
 ``ppo``
     PPO on Pong (``atari-large`` preset) on ``action_server`` with the networks on the device,
     bf16 autocast and channels_last, ``--ppo-envs`` envs with the learning rate scaled from
     its 1,024-sample base (``--ppo-lr-scaling``), for ``--ppo-seconds`` of wall-clock: SPS,
     the share of time in updates, and the return curve against wall-clock seconds and agent
-    steps (the running mean of the last ``--return-window`` episodes).
-``dqn``
-    Gradient updates per second of the DQN family (``--dqn-preset``, C51 by default) on Pong
-    transitions from a replay buffer filled first, at each of ``--dqn-batch-sizes``
-    (replay sampling, the copy to the device and the update all counted).
+    steps (the running mean of the last ``--return-window`` episodes). It runs last, so that a
+    run stopped during its fixed wall-clock still leaves the other parts' figures.
 
 Everything goes to ``OUT/gpu_run.json`` (one record per part, with the machine and the command)
 and ``OUT/gpu_run.png``. A part that fails is recorded with its error and the others still run;
-the exit code is then 1. With the defaults the run takes about 7.5 minutes on one GPU and 16
-CPU cores. ``--smoke`` runs every part on the CPU with tiny sizes in well under a minute::
+the exit code is then 1. SIGTERM (as ``timeout`` sends) stops the run like Ctrl-C: the part
+running is recorded as interrupted, with what it had, and the plot is drawn. With the defaults
+the run takes about 7.5 minutes on one GPU and 16 CPU cores. ``--smoke`` runs every part on
+the CPU with tiny sizes in well under a minute::
 
     python benchmarks/gpu/gpu_run.py OUT            # on a machine with CUDA
     python benchmarks/gpu/gpu_run.py --smoke OUT    # anywhere
@@ -37,9 +41,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -61,8 +67,7 @@ from vecaccel.trainers import DQN, PPO
 from vecaccel.trainers.envs import AtariEnvFactory
 from vecaccel.trainers.models import ActorCritic
 
-#: in this order: the short parts first, so that a run stopped during PPO's fixed wall-clock
-#: still leaves them
+#: the short parts first, so that a run stopped during PPO's fixed wall-clock still leaves them
 PARTS = ("check", "action_server", "dqn", "ppo")
 
 #: the full run on one GPU with 16 CPU cores; ``--smoke`` swaps in :data:`SMOKE`
@@ -220,6 +225,7 @@ def run_part(name: str, body: PartBody, args: argparse.Namespace, report: Report
     print(f"[{name}] ...", file=sys.stderr, flush=True)
     record: dict[str, Any] = {"part": name, "status": "running"}
     report.records.append(record)
+    report.save()
 
     def progress(fields: dict[str, Any]) -> None:
         record.update(fields)
@@ -267,7 +273,8 @@ def torch_threads(count: int) -> Iterator[None]:
 
 
 def nature_cnn_policy(env_id: str, device: torch.device) -> torch.nn.Module:
-    """The trainers' actor-critic (Nature-CNN torso) for ``env_id``'s Atari set-up, on ``device``."""
+    """The trainers' actor-critic (Nature-CNN torso) for ``env_id``'s Atari set-up, on
+    ``device``."""
     probe = AtariEnvFactory(env_id, training=False)()
     try:
         policy = ActorCritic(probe.observation_space, probe.action_space, network="cnn")
@@ -408,7 +415,7 @@ def part_ppo(
     }
     window: deque[float] = deque(maxlen=args.return_window)
     curve = result["curve"]
-    saved = [0.0]
+    saved = [-math.inf]  # the first update is saved, then one every 30 s
     start = time.perf_counter()
     cpu_start = os.times()
 
@@ -687,8 +694,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     args.out.mkdir(parents=True, exist_ok=True)
     cuda = args.device.type == "cuda"
     device_name = torch.cuda.get_device_name(args.device) if cuda else "cpu"
@@ -704,11 +716,13 @@ def main(argv: list[str] | None = None) -> int:
         cuda_version=torch.version.cuda,
         options=options,
     )
+    finished = False
     try:
         for name in args.parts:
             run_part(name, BODIES[name], args, report)
+        finished = True
     finally:
-        report.save(complete=len(report.records) == len(args.parts))
+        report.save(complete=finished)
         total = time.perf_counter() - report.started
         title = f"vecaccel on {device_name}, {total:.0f} s in all"
         plot(report.records, args.out / "gpu_run.png", title)
