@@ -76,6 +76,11 @@ def test_action_server_part_compares_three_loops_with_the_same_policy(smoke):
     assert math.isclose(
         server["alternating_vs_shm"], rates["action_server_alternating"] / rates["shm"]
     )
+    # the parts alone, and the bounds they set
+    assert server["env_step_ms"] > 0 and server["forward_ms"] > 0
+    slower = max(server["env_step_ms"], server["forward_ms"]) / 1e3
+    assert math.isclose(server["overlap_bound_steps_per_s"], 4 / slower)
+    assert server["serial_bound_steps_per_s"] < server["overlap_bound_steps_per_s"]
 
 
 def test_ppo_part_trains_with_bf16_channels_last_and_a_scaled_learning_rate(smoke):

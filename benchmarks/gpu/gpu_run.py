@@ -289,10 +289,12 @@ def rollout_rate(
     backend: str,
     policy: torch.nn.Module,
     args: argparse.Namespace,
+    device: str | None = None,
     **options: Any,
 ) -> float:
-    """Steps/s of Pong on ``backend`` with ``policy`` in the loop, ``args.workers`` workers."""
-    device = str(args.device)
+    """Steps/s of Pong on ``backend`` with ``policy`` in the loop, ``args.workers`` workers,
+    the policy on ``device`` (default ``args.device``)."""
+    device = str(args.device) if device is None else device
     if backend == "action_server":
         options["device"] = device
     envs = vecaccel.make_vec(
@@ -332,7 +334,8 @@ def part_check(
 def part_action_server(
     args: argparse.Namespace, progress: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
-    """``shm`` + the policy against ``action_server``, plain and alternating, in one run."""
+    """``shm`` + the policy against ``action_server``, plain and alternating, in one run, and
+    the two parts of a step alone: a lock-step env step, and a forward with the actions back."""
     policy = nature_cnn_policy(args.env, args.device)
     n = args.server_envs
     with torch_threads(1):
@@ -343,13 +346,33 @@ def part_action_server(
                 args.env, n, "action_server", policy, args, alternating=True
             ),
         }
+        progress({"steps_per_s": rates})
+        # the env alone: shm with constant actions, no copy to the device
+        alone = argparse.Namespace(**{**vars(args), "seconds": args.seconds / 2})
+        env_rate = rollout_rate(args.env, n, "shm", _constant_actions, alone, device="cpu")
+        # the policy alone, on observations already on the device, its actions copied back
+        obs = torch.randint(0, 256, (n, *policy.observation_space.shape), dtype=torch.uint8)
+        obs = obs.to(args.device)
+        with torch.inference_mode():
+            _, forward_rate = _calls_per_second(lambda: policy(obs)[0].cpu(), args.seconds / 2)
+    step_s, forward_s = n / env_rate, 1.0 / forward_rate
     return {
         "num_envs": n,
         "num_workers": min(args.workers, n),
         "steps_per_s": rates,
         "alternating_vs_shm": rates["action_server_alternating"] / rates["shm"],
         "alternating_vs_plain": rates["action_server_alternating"] / rates["action_server"],
+        "env_step_ms": step_s * 1e3,
+        "forward_ms": forward_s * 1e3,
+        # a loop that waits for each in turn, with no other cost; and one where the workers
+        # simulate while the device computes, bound by the slower of the two
+        "serial_bound_steps_per_s": n / (step_s + forward_s),
+        "overlap_bound_steps_per_s": n / max(step_s, forward_s),
     }
+
+
+def _constant_actions(obs: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(obs.shape[0], dtype=torch.int64)
 
 
 class TimedPPO(PPO):
@@ -608,6 +631,12 @@ def plot(records: list[dict[str, Any]], path: Path, title: str) -> None:
     if "action_server" in parts:
         rates = parts["action_server"]["steps_per_s"]
         server.bar(list(rates), list(rates.values()), color=["C0", "C1", "C2"])
+        for key, style, label in (
+            ("serial_bound_steps_per_s", ":", "env step + forward, in turn"),
+            ("overlap_bound_steps_per_s", "--", "the slower of the two, overlapped"),
+        ):
+            server.axhline(parts["action_server"][key], color="gray", linestyle=style, label=label)
+        server.legend(fontsize="small")
         server.set_title(
             f"rollout with the policy on the device, {parts['action_server']['num_envs']} envs"
         )
