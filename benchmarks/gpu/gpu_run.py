@@ -2,7 +2,8 @@
 
 Four parts, each timed, with its peak GPU memory (``torch.cuda.max_memory_allocated``) and the
 GPU's busy share (NVML's utilisation, sampled every 0.2 s through ``torch.cuda.utilization``,
-or ``nvidia-smi`` where NVML's Python binding is missing; null on the CPU):
+or ``nvidia-smi`` where NVML's Python binding is missing; null on the CPU), as
+``vecaccel.bench.device_usage.DeviceUsage`` records them:
 
 ``check``
     ``vecaccel.testing.action_server.check_action_server`` on Pong (tensors on the device,
@@ -44,11 +45,8 @@ import contextlib
 import math
 import os
 import shlex
-import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 import traceback
 from collections import deque
@@ -61,6 +59,7 @@ import torch
 
 import vecaccel
 from vecaccel.bench import write_json
+from vecaccel.bench.device_usage import DeviceUsage
 from vecaccel.bench.policy_loop import policy_steps_per_second
 from vecaccel.testing.action_server import check_action_server
 from vecaccel.trainers import DQN, PPO
@@ -119,81 +118,6 @@ MEANING: dict[str, str] = dict(
 # -- what every part records -------------------------------------------------------------------
 
 
-class GpuBusy:
-    """The GPU's busy share while a block runs, sampled in a thread.
-
-    NVML's ``utilization.gpu`` (the share of the last sample period in which a kernel ran) comes
-    from ``torch.cuda.utilization`` when the ``pynvml`` module is importable, else from
-    ``nvidia-smi``; on a CPU device, or with neither, the share is ``None``.
-    """
-
-    def __init__(self, device: torch.device, period_s: float = 0.2) -> None:
-        self.device = device
-        self.period_s = period_s
-        self.samples: list[float] = []
-        self.source: str | None = None
-        self._read = self._reader()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def _reader(self) -> Callable[[], float] | None:
-        if self.device.type != "cuda":
-            return None
-        try:
-            torch.cuda.utilization(self.device)
-            self.source = "nvml"
-            return lambda: float(torch.cuda.utilization(self.device))
-        except Exception:  # noqa: BLE001 - no pynvml, or NVML refuses: try nvidia-smi
-            pass
-        smi = shutil.which("nvidia-smi")
-        if smi is None:
-            return None
-        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        uuid = str(getattr(torch.cuda.get_device_properties(index), "uuid", "")).lower()
-        command = [smi, "--query-gpu=uuid,utilization.gpu", "--format=csv,noheader,nounits"]
-
-        def read() -> float:
-            out = subprocess.run(command, capture_output=True, text=True, timeout=5).stdout
-            rows = [line.split(",") for line in out.strip().splitlines()]
-            # the row of this device (nvidia-smi numbers GPUs apart from CUDA_VISIBLE_DEVICES);
-            # the first when no UUID matches
-            mine = [row for row in rows if uuid and uuid in row[0].lower()] or rows
-            return float(mine[0][1])
-
-        try:
-            read()
-        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-            return None
-        self.source = "nvidia-smi"
-        return read
-
-    def _loop(self) -> None:
-        assert self._read is not None
-        while not self._stop.wait(self.period_s):
-            with contextlib.suppress(Exception):
-                self.samples.append(self._read())
-
-    def __enter__(self) -> GpuBusy:
-        if self._read is not None:
-            self._thread = threading.Thread(target=self._loop, name="gpu-busy", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def summary(self) -> dict[str, Any]:
-        """``gpu_busy_share`` (0 to 1, or ``None``), the sample count and where they came from."""
-        share = float(np.mean(self.samples)) / 100.0 if self.samples else None
-        return {
-            "gpu_busy_share": share,
-            "gpu_busy_samples": len(self.samples),
-            "gpu_busy_source": self.source,
-        }
-
-
 class Report:
     """The run's JSON, rewritten after every part (and as PPO goes), so that a run stopped
     part-way still leaves what it measured."""
@@ -217,11 +141,6 @@ PartBody = Callable[[argparse.Namespace, Callable[[dict[str, Any]], None]], dict
 def run_part(name: str, body: PartBody, args: argparse.Namespace, report: Report) -> dict[str, Any]:
     """Run one part into ``report``: its record with status, seconds, peak GPU memory and GPU
     busy share. An exception is recorded; Ctrl-C or SIGTERM is recorded and raised again."""
-    device = args.device
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
     print(f"[{name}] ...", file=sys.stderr, flush=True)
     record: dict[str, Any] = {"part": name, "status": "running"}
     report.records.append(record)
@@ -231,28 +150,25 @@ def run_part(name: str, body: PartBody, args: argparse.Namespace, report: Report
         record.update(fields)
         report.save()
 
+    usage = DeviceUsage(args.device)
     start = time.perf_counter()
-    with GpuBusy(device) as busy:
-        try:
+    try:
+        with usage:
             record.update(body(args, progress))
-            record["status"] = "ok"
-        except BaseException as exc:  # recorded; after an Exception the other parts still run
-            record["status"] = "error" if isinstance(exc, Exception) else "interrupted"
-            record["error"] = f"{type(exc).__name__}: {exc}"
-            record["traceback"] = traceback.format_exc().splitlines()[-12:]
-            traceback.print_exc()
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            record["seconds"] = round(time.perf_counter() - start, 2)
-            record["max_memory_allocated_bytes"] = (
-                int(torch.cuda.max_memory_allocated(device)) if cuda else None
-            )
-            with contextlib.suppress(OSError):
-                record["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-            report.save()
-    record.update(busy.summary())
-    report.save()
+        record["status"] = "ok"
+    except BaseException as exc:  # recorded; after an Exception the other parts still run
+        record["status"] = "error" if isinstance(exc, Exception) else "interrupted"
+        record["error"] = f"{type(exc).__name__}: {exc}"
+        record["traceback"] = traceback.format_exc().splitlines()[-12:]
+        traceback.print_exc()
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        record["seconds"] = round(time.perf_counter() - start, 2)
+        record.update(usage.summary())
+        with contextlib.suppress(OSError):
+            record["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        report.save()
     print(f"[{name}] {record['status']} in {record['seconds']} s", file=sys.stderr, flush=True)
     return record
 
