@@ -394,22 +394,24 @@ def part_ppo(
         agent.close()  # the workers are reaped here: their CPU time counts from now on
         cpu_end = os.times()
     final = next((p["running_mean_return"] for p in reversed(curve) if p["episodes"]), None)
+    parent_cpu = cpu_end.user + cpu_end.system - cpu_start.user - cpu_start.system
+    # the workers' CPU time is counted when close() reaps them, over their whole lives (their
+    # start-up too); none when they are not this process's children (a forkserver's)
+    workers_cpu = (
+        cpu_end.children_user
+        + cpu_end.children_system
+        - cpu_start.children_user
+        - cpu_start.children_system
+    )
     result.update(
         train_seconds=round(seconds, 2),
         agent_steps=steps,
         sps=steps / seconds,
         update_share=update_seconds / seconds,
-        # this process (sampler, policy, learner) and the env workers, from the first update
-        # to close(); the workers' share is of every core they had
-        parent_cpu_share=(cpu_end.user + cpu_end.system - cpu_start.user - cpu_start.system)
-        / seconds,
-        workers_cpu_share=(
-            cpu_end.children_user
-            + cpu_end.children_system
-            - cpu_start.children_user
-            - cpu_start.children_system
-        )
-        / (seconds * settings["num_workers"]),
+        # this process: sampler, policy and learner (1.0 is one core busy all along)
+        parent_cpu_share=parent_cpu / seconds,
+        # the env workers, as a share of the cores they had
+        workers_cpu_share=workers_cpu / (seconds * settings["num_workers"]) or None,
         final_running_mean_return=final,
     )
     return result
