@@ -15,7 +15,7 @@ Every benchmark (``vecaccel bench`` and the scripts under ``benchmarks/``) write
         "versions": {"vecaccel": ..., "gymnasium": ..., ...},
         "load_average": [1.2, 0.9, 0.8],        # 1, 5, 15 minutes, when the run started
         "load_average_after": [2.0, 1.1, 0.9],  # when the file was written
-        "ceiling": {"env": ..., "steps_per_s": ..., "processes": ...} or null,
+        "ceilings": [{"env": ..., "steps_per_s": ..., "processes": ...}, ...],
         ...                                     # the script's own settings
       },
       "results": [{...}, ...],   # one object per measured row (a configuration, a run, a seed)
@@ -23,9 +23,10 @@ Every benchmark (``vecaccel bench`` and the scripts under ``benchmarks/``) write
     }
 
 ``meta`` holds how, where and when; ``results`` what was measured, one flat object per row;
-``summary`` the headline figures (any JSON value), recomputable from ``results``. The ceiling is
+``summary`` the headline figures (any JSON value), recomputable from ``results``. A ceiling is
 one process per usable CPU, each stepping its own raw env, summed
-(:func:`~vecaccel.bench.ceiling.measure_ceiling`); benchmarks that measure none leave it null.
+(:func:`~vecaccel.bench.ceiling.measure_ceiling`): one entry per env (and trial) measured in the
+run; benchmarks that measure none leave the list empty.
 
 Files written before the format existed are read by :func:`load_result`, which moves their
 rows (``runs``, ``arms`` or ``records``) to ``results`` and their other keys to ``meta``
@@ -34,13 +35,13 @@ unchanged.
 Example:
     >>> import pathlib, tempfile
     >>> record = RunRecord("python benchmarks/waiting/spin_vs_block.py --seconds 3")
-    >>> record.set_ceiling("CartPole-v1", 250_000.0, 2)
+    >>> record.add_ceiling("CartPole-v1", 250_000.0, 2)
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "result.json"
     >>> payload = record.write(path, [{"impl": "shm", "steps_per_s": 1000.0}], seconds=3)
     >>> loaded = load_result(path)
     >>> loaded["meta"]["command"], loaded["meta"]["seconds"], loaded["results"][0]["impl"]
     ('python benchmarks/waiting/spin_vs_block.py --seconds 3', 3, 'shm')
-    >>> loaded["meta"]["ceiling"]["steps_per_s"]
+    >>> loaded["meta"]["ceilings"][0]["steps_per_s"]
     250000.0
 """
 
@@ -70,6 +71,9 @@ __all__ = [
 #: The version of the result format that :meth:`RunRecord.write` writes.
 RESULT_FORMAT = 1
 
+#: Distributions whose versions a run record adds to :func:`~vecaccel.bench.machine_info`'s.
+RECORDED_VERSIONS: tuple[str, ...] = ("torch", "pettingzoo", "supersuit", "mpe2", "ray")
+
 #: Keys that held the rows in result files written before the format, in the order tried.
 LEGACY_ROW_KEYS: tuple[str, ...] = ("results", "runs", "arms", "records")
 
@@ -86,6 +90,19 @@ def load_average() -> list[float] | None:
         return [round(value, 2) for value in os.getloadavg()]
     except (AttributeError, OSError):  # not on Unix
         return None
+
+
+def _versions(distributions: Sequence[str]) -> dict[str, str | None]:
+    """The installed version of each distribution (``None``: not installed), without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in distributions:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def _script_path(script: str) -> str:
@@ -148,7 +165,7 @@ class RunRecord:
     """How, where and when a benchmark ran: created when it starts, written with its results.
 
     It notes the command, the date and the load average at creation; :meth:`write` adds the
-    machine, the package versions, the load average at the end and the ceiling, if one was set.
+    machine, the package versions, the load average at the end and the ceilings it was given.
 
     Args:
         command: the command line (default: :func:`command_line` of this process).
@@ -160,7 +177,7 @@ class RunRecord:
         >>> record.benchmark
         'throughput/async_heavy_tail'
         >>> sorted(record.meta(seconds=8))[:4]
-        ['benchmark', 'ceiling', 'command', 'cpu_count']
+        ['benchmark', 'ceilings', 'command', 'cpu_count']
     """
 
     def __init__(self, command: str | None = None, benchmark: str | None = None) -> None:
@@ -168,7 +185,7 @@ class RunRecord:
         self.benchmark = benchmark if benchmark is not None else self._name(self.command)
         self.date = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.load_average = load_average()
-        self.ceiling: dict[str, Any] | None = None
+        self.ceilings: list[dict[str, Any]] = []
 
     @staticmethod
     def _name(command: str) -> str | None:
@@ -177,15 +194,19 @@ class RunRecord:
                 return token.rsplit("benchmarks/", 1)[1][: -len(".py")]
         return None
 
-    def set_ceiling(self, env: str, steps_per_s: float, processes: int, **extra: Any) -> None:
-        """Note the ceiling measured in this run: ``processes`` processes, one per usable CPU,
-        each stepping its own raw ``env``, ``steps_per_s`` summed."""
-        self.ceiling = {"env": env, "steps_per_s": steps_per_s, "processes": processes, **extra}
+    def add_ceiling(self, env: str, steps_per_s: float, processes: int, **extra: Any) -> None:
+        """Note a ceiling measured in this run: ``processes`` processes, one per usable CPU,
+        each stepping its own raw ``env``, ``steps_per_s`` summed (``extra``: a trial number,
+        the seconds timed)."""
+        self.ceilings.append(
+            {"env": env, "steps_per_s": steps_per_s, "processes": processes, **extra}
+        )
 
     def meta(self, **settings: Any) -> dict[str, Any]:
         """The ``meta`` object of the result file, with the script's ``settings`` last."""
         info = machine_info()
         info.pop("load_average", None)
+        info["versions"] = {**info["versions"], **_versions(RECORDED_VERSIONS)}
         return {
             "format": RESULT_FORMAT,
             "benchmark": self.benchmark,
@@ -194,7 +215,7 @@ class RunRecord:
             **info,
             "load_average": self.load_average,
             "load_average_after": load_average(),
-            "ceiling": self.ceiling,
+            "ceilings": list(self.ceilings),
             **settings,
         }
 

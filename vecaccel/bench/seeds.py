@@ -109,17 +109,19 @@ def run_seeds(
     seeds: Sequence[int],
     arms: Sequence[Mapping[str, Any]],
     *,
+    common: Mapping[str, Any] | None = None,
     alternate: bool = False,
     on_run: Callable[[dict[str, Any]], None] | None = None,
     timeout_s: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``function(**arm, seed=seed)`` in a child process for every seed and arm.
+    """Run ``function(**common, **arm, seed=seed)`` in a child process for every seed and arm.
 
     Args:
         script: the benchmark script's path (see :func:`run_in_child`).
         function: its function; it returns a JSON object, the run's record.
         seeds: the seeds, outer loop.
-        arms: the keyword arguments of each arm, inner loop.
+        arms: the keyword arguments of each arm, inner loop; they label its runs.
+        common: keyword arguments of every run (the settings), not copied into the records.
         alternate: reverse the arms' order on every other seed, so that none always runs first.
         on_run: called with each run's record as it arrives (to print it, or to rewrite the
             results so far).
@@ -134,7 +136,8 @@ def run_seeds(
         order = list(arms)[::-1] if alternate and index % 2 else list(arms)
         for arm in order:
             load = load_average()
-            record = run_in_child(script, function, {**arm, "seed": seed}, timeout_s=timeout_s)
+            kwargs = {**(common or {}), **arm, "seed": seed}
+            record = run_in_child(script, function, kwargs, timeout_s=timeout_s)
             if not isinstance(record, dict):
                 raise ChildRunError(f"{function} returned {type(record).__name__}, not an object")
             record.update(arm, seed=seed, load_before=load[0] if load else None)

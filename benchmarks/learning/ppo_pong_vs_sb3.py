@@ -29,8 +29,8 @@ same drift in the machine's load. ``x sb3-...`` divides by SB3's rate measured i
 
 Usage::
 
-    python benchmarks/ppo_pong_vs_sb3.py                    # 1 warm-up + 3 timed updates each
-    python benchmarks/ppo_pong_vs_sb3.py --configs sb3-dummy,bf16-cl --updates 2 --repeat 2 \\
+    python benchmarks/learning/ppo_pong_vs_sb3.py                    # 1 warm-up + 3 timed updates each
+    python benchmarks/learning/ppo_pong_vs_sb3.py --configs sb3-dummy,bf16-cl --updates 2 --repeat 2 \\
         --json trial.json
 
 Torch threads (``--torch-threads``, default 0): 0 applies vecaccel's automatic rule to *both*
@@ -43,14 +43,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
 import time
 from typing import Any
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 ENV_ID = "PongNoFrameskip-v4"
 SB3_CONFIGS = ("sb3-subproc", "sb3-dummy")
@@ -352,6 +351,10 @@ def main(argv: list[str] | None = None) -> int:
         measure = measure_sb3 if args.child in SB3_CONFIGS else measure_vecaccel
         print(json.dumps(measure(args.child, args)))
         return 0
+    # imported here: the children measure SB3 and vecaccel without vecaccel.bench
+    from vecaccel.bench import RunRecord, command_line
+
+    run_record = RunRecord(command_line(argv, __file__))
     names = args.configs.split(",")
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for repeat in range(args.repeat):
@@ -368,13 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         import torch
 
-        from vecaccel.bench import machine_info, write_json
-
-        write_json(
+        run_record.write(
             args.json,
             rows,
-            command=" ".join(shlex.quote(part) for part in [sys.executable, *sys.argv]),
-            machine=machine_info(),
             torch_version=torch.__version__,
             bf16_hardware={
                 "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
