@@ -133,6 +133,21 @@ def test_each_run_gets_its_own_process_and_the_settings_stay_out_of_the_records(
     assert all(set(r) == {"pid", "budget", "library", "seed", "load_before"} for r in runs)
 
 
+def test_a_run_may_start_spawned_workers_that_import_its_script(tmp_path):
+    """The script is imported under its own name in the child, so its functions pickle by
+    reference into processes started with spawn, as they do when it runs as a script."""
+    script = tmp_path / "spawning_bench.py"
+    script.write_text(
+        "import multiprocessing\n\n"
+        "def square(x):\n"
+        "    return x * x\n\n"
+        "def run(seed):\n"
+        "    with multiprocessing.get_context('spawn').Pool(1) as pool:\n"
+        "        return {'value': pool.apply(square, (seed,))}\n"
+    )
+    assert run_in_child(script, "run", {"seed": 3}, timeout_s=120) == {"value": 9}
+
+
 # -- the layout of benchmarks/ ---------------------------------------------------------------
 
 

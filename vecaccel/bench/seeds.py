@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import subprocess
@@ -36,9 +36,6 @@ from typing import Any
 from vecaccel.bench.record import load_average
 
 __all__ = ["ChildRunError", "run_in_child", "run_seeds"]
-
-#: The module name a script gets in the child; its ``if __name__ == "__main__"`` block stays off.
-CHILD_MODULE = "vecaccel_bench_child"
 
 
 class ChildRunError(RuntimeError):
@@ -56,8 +53,9 @@ def run_in_child(
     """Call ``function(**kwargs)`` of the script at ``script`` in a new Python process.
 
     Args:
-        script: the benchmark script's path. It is loaded as a module (not run as
-            ``__main__``), so it must guard its command line with ``if __name__ == "__main__"``.
+        script: the benchmark script's path. It is imported as a module under its file's name
+            (not run as ``__main__``), so it must guard its command line with
+            ``if __name__ == "__main__"``.
         function: the name of a module-level function of the script.
         kwargs: its keyword arguments, JSON values.
         timeout_s: seconds the child may take (default: no limit).
@@ -148,15 +146,17 @@ def run_seeds(
 
 
 def _child_main(script: str, function: str, arguments: str, output: str) -> None:
-    """In the child: load ``script``, call ``function`` with the JSON keyword arguments in the
-    file ``arguments``, write what it returns to ``output``."""
-    spec = importlib.util.spec_from_file_location(CHILD_MODULE, script)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {script} as a module")
-    module = importlib.util.module_from_spec(spec)
-    # registered before it runs, as an import would, so that pickle and spawn find its functions
-    sys.modules[CHILD_MODULE] = module
-    spec.loader.exec_module(module)
+    """In the child: import ``script``, call ``function`` with the JSON keyword arguments in the
+    file ``arguments``, write what it returns to ``output``.
+
+    The script's folder leads ``sys.path`` and the script is imported under its file's name, as
+    Python does for a script and its neighbours: functions it defines then pickle by that name,
+    and worker processes started with ``spawn`` or ``forkserver`` (which inherit this path)
+    import them again.
+    """
+    folder, name = os.path.split(os.path.abspath(script))
+    sys.path.insert(0, folder)
+    module = importlib.import_module(os.path.splitext(name)[0])
     with open(arguments, encoding="utf-8") as handle:
         kwargs = json.load(handle)
     result = getattr(module, function)(**kwargs)
