@@ -84,11 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         run_record.write(
             args.json,
             [{"step": s, "episodic_return": r} for s, r in zip(state["steps"], state["returns"])],
-            kills=state["kills"],
-            failures_recovered=failures,
-            final_mean_return=final,
-            solved_at_step=solved_at,
-            seconds=elapsed,
+            summary={
+                "kills": state["kills"],
+                "failures_recovered": failures,
+                "final_mean_return": final,
+                "solved_at_step": solved_at,
+                "seconds": elapsed,
+            },
+            total_steps=args.total_steps,
+            kill_every=args.kill_every,
+            seed=args.seed,
         )
     return 0 if final >= 475 else 1
 

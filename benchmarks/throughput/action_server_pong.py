@@ -154,10 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         run_record.write(
             args.json,
             results,
+            summary={
+                "step_ms": step_s * 1e3,
+                "forward_ms": forward_s * 1e3,
+                "ideal_overlap_gain": ideal,
+            },
             args=vars(args),
-            step_ms=step_s * 1e3,
-            forward_ms=forward_s * 1e3,
-            ideal_overlap_gain=ideal,
         )
     return 0
 

@@ -91,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         run_record.write(
             args.json,
             results,
+            summary={
+                "ratio_async_vs_shm": rows["async"] / rows["shm"],
+                "cpu_bound_ceiling": cpu_bound,
+            },
             args=vars(args),
-            ratio_async_vs_shm=rows["async"] / rows["shm"],
-            cpu_bound_ceiling=cpu_bound,
         )
     return 0
 

@@ -1,6 +1,7 @@
 """The run record and the one result format of vecaccel's benchmarks.
 
-Every benchmark (``vecaccel bench`` and the scripts under ``benchmarks/``) writes one JSON file:
+Every script under ``benchmarks/`` records its run with a :class:`RunRecord` and writes one JSON
+file:
 
 .. code-block:: text
 
@@ -28,9 +29,10 @@ one process per usable CPU, each stepping its own raw env, summed
 (:func:`~vecaccel.bench.ceiling.measure_ceiling`): one entry per env (and trial) measured in the
 run; benchmarks that measure none leave the list empty.
 
-Files written before the format existed are read by :func:`load_result`, which moves their
-rows (``runs``, ``arms`` or ``records``) to ``results`` and their other keys to ``meta``
-unchanged.
+:func:`load_result` reads files written before the format as format 0: ``vecaccel bench``'s
+``--json`` (:func:`~vecaccel.bench.write_json`: the same ``meta`` and ``results`` keys, the
+ceilings among the rows) and older scripts' files, whose rows (``runs``, ``arms`` or
+``records``) become ``results`` and whose other keys go to ``meta`` unchanged.
 
 Example:
     >>> import pathlib, tempfile
@@ -122,10 +124,8 @@ def command_line(
         script: the script (default: ``sys.argv[0]``), written relative to the working folder.
 
     Example:
-        >>> command_line(["--seconds", "3"], "benchmarks/waiting/spin_vs_block.py").split(" python ")[-1]
-        'benchmarks/waiting/spin_vs_block.py --seconds 3'
-        >>> command_line(["--seconds", "3"], "benchmarks/waiting/spin_vs_block.py").endswith(
-        ...     "python benchmarks/waiting/spin_vs_block.py --seconds 3")
+        >>> command = command_line(["--seconds", "3"], "benchmarks/waiting/spin_vs_block.py")
+        >>> command.endswith("python benchmarks/waiting/spin_vs_block.py --seconds 3")
         True
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
