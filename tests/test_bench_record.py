@@ -4,6 +4,7 @@ older result files, the child process per run; and the layout of ``benchmarks/``
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -131,6 +132,18 @@ def test_each_run_gets_its_own_process_and_the_settings_stay_out_of_the_records(
     assert seen == runs and all(r["budget"] == 7 and "load_before" in r for r in runs)
     assert len({r["pid"] for r in runs}) == 4
     assert all(set(r) == {"pid", "budget", "library", "seed", "load_before"} for r in runs)
+
+
+def test_in_process_runs_call_the_script_here(tmp_path):
+    script = tmp_path / "here_bench.py"
+    script.write_text("import os\n\ndef run(arm, seed):\n    return {'pid': os.getpid()}\n")
+    runs = run_seeds(script, "run", [1, 2], [{"arm": "a"}, {"arm": "b"}], in_process=True)
+    assert [(r["arm"], r["seed"], r["pid"]) for r in runs] == [
+        ("a", 1, os.getpid()),
+        ("b", 1, os.getpid()),
+        ("a", 2, os.getpid()),
+        ("b", 2, os.getpid()),
+    ]
 
 
 def test_a_run_may_start_spawned_workers_that_import_its_script(tmp_path):

@@ -14,8 +14,15 @@ def test_a_run_stopped_before_learning_starts_is_reported_into_out(tmp_path):
     bench = load_benchmark("learning/dqn_large_batch")
     committed = {p.name: p.stat().st_mtime_ns for p in bench.RESULTS.glob("dqn_large_batch.*")}
     args = ["--seeds", "1", "--batch-sizes", "32", "64", "--threshold", "5", "--window", "2"]
-    assert bench.main([*args, "--max-steps", "300", "--out", str(tmp_path)]) == 0
-    results = load_result(tmp_path / "dqn_large_batch.json")["results"]
+    # --in-process: the runs share this interpreter (the harness's child processes are tested
+    # in test_bench_record.py)
+    args += ["--max-steps", "300", "--in-process", "--out", str(tmp_path)]
+    assert bench.main(args) == 0
+    written = load_result(tmp_path / "dqn_large_batch.json")
+    assert (
+        written["meta"]["in_process"] and written["meta"]["benchmark"] == "learning/dqn_large_batch"
+    )
+    results = written["results"]
     assert [run["solved"] for run in results] == [True, True]
     assert all(run["updates"] == 0 and run["replay_ratio"] is None for run in results)
     rows = [line for line in (tmp_path / "dqn_large_batch.md").read_text().splitlines()]

@@ -177,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         help="rl-zoo's n_timesteps: the lin_ schedules' length",
     )
     parser.add_argument("--max-steps-a2c", type=int, default=500_000)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="every run in this process: quick to start, for trial runs (the figures want a "
+        "fresh process per run)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--summarize",
@@ -202,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.seeds,
                 [{"library": "vecaccel", "algo": algo}, {"library": "sb3", "algo": algo}],
                 common={"threshold": args.threshold, "window": args.window, "max_steps": max_steps},
+                in_process=args.in_process,
                 on_run=lambda record: print(json.dumps(record), flush=True),
             )
     command = run_record.command
@@ -296,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         window=args.window,
         max_steps_ppo=args.max_steps_ppo,
         max_steps_a2c=args.max_steps_a2c,
+        in_process=args.in_process,
     )
     (args.out / "learning_cartpole.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -308,6 +308,7 @@ def _report(
         window=args.window,
         max_steps=args.max_steps,
         exploration_steps=args.exploration_steps,
+        in_process=args.in_process,
     )
     (args.out / "learning_cartpole_dqn.md").write_text("\n".join(lines) + "\n")
     _plot(runs, args, args.out / "learning_cartpole_dqn.png")
@@ -330,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=20, help="episodes in the moving mean")
     parser.add_argument("--max-steps", type=int, default=100_000)
     parser.add_argument("--exploration-steps", type=int, default=8_000)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="every run in this process: quick to start, for trial runs (the figures want a "
+        "fresh process per run)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
@@ -355,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_steps": args.max_steps,
             "exploration_steps": args.exploration_steps,
         },
+        in_process=args.in_process,
         on_run=report,
     )
     print("\n".join(lines))

@@ -194,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-update-period", type=int, default=250)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="every run in this process: quick to start, for trial runs (the figures want a "
+        "fresh process per run)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=RESULTS, help=f"folder for the results (default {RESULTS})"
     )
     args = parser.parse_args(argv)
@@ -220,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             "target_update_period": args.target_update_period,
             "threads": args.threads,
         },
+        in_process=args.in_process,
         on_run=report,
     )
     summary = {}
@@ -239,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "torch": torch.__version__,
         "threads": args.threads,
+        "in_process": args.in_process,
         "runs": runs,
         "summary": summary,
         "step_ratio": None if not (small and large) else large / small,

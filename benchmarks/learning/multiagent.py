@@ -243,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         "--supersuit-cpus", type=int, default=2, help="concat_vec_envs_v1 num_cpus (0: in-process)"
     )
     parser.add_argument("--random-episodes", type=int, default=200)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="every run in this process: quick to start, for trial runs (the figures want a "
+        "fresh process per run)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "multiagent_learning.json")
     args = parser.parse_args(argv)
 
@@ -262,7 +268,14 @@ def main(argv: list[str] | None = None) -> int:
         {"system": "sb3_supersuit", "cpus": args.supersuit_cpus},
     ]
     runs = run_seeds(
-        __file__, "run", args.seeds, arms, common=common, alternate=True, on_run=report
+        __file__,
+        "run",
+        args.seeds,
+        arms,
+        common=common,
+        alternate=True,
+        in_process=args.in_process,
+        on_run=report,
     )
     # the arms' own options label the runs, but belong to the settings
     for record in runs:
@@ -274,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         args.seeds,
         [{"system": "random"}],
         common={"episodes": args.random_episodes},
+        in_process=args.in_process,
     )
     random_team = _mean([r for run in random_runs for r in run["team_returns"]])
 
@@ -297,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": args.seeds,
         "random_team_return": random_team,
         "library_versions": _versions(),
+        "in_process": args.in_process,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     run_record.write(args.out, runs, summary=summary, **settings)

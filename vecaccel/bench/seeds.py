@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from vecaccel.bench.record import load_average
@@ -109,6 +110,7 @@ def run_seeds(
     *,
     common: Mapping[str, Any] | None = None,
     alternate: bool = False,
+    in_process: bool = False,
     on_run: Callable[[dict[str, Any]], None] | None = None,
     timeout_s: float | None = None,
 ) -> list[dict[str, Any]]:
@@ -121,6 +123,9 @@ def run_seeds(
         arms: the keyword arguments of each arm, inner loop; they label its runs.
         common: keyword arguments of every run (the settings), not copied into the records.
         alternate: reverse the arms' order on every other seed, so that none always runs first.
+        in_process: call the function in this process instead (the script imported as in the
+            child, its folder put on ``sys.path``): no interpreter start-up per run, for trial
+            runs and tests; what one run leaves behind then reaches the next.
         on_run: called with each run's record as it arrives (to print it, or to rewrite the
             results so far).
         timeout_s: seconds each child may take.
@@ -135,7 +140,10 @@ def run_seeds(
         for arm in order:
             load = load_average()
             kwargs = {**(common or {}), **arm, "seed": seed}
-            record = run_in_child(script, function, kwargs, timeout_s=timeout_s)
+            if in_process:
+                record = getattr(_import_script(script), function)(**kwargs)
+            else:
+                record = run_in_child(script, function, kwargs, timeout_s=timeout_s)
             if not isinstance(record, dict):
                 raise ChildRunError(f"{function} returned {type(record).__name__}, not an object")
             record.update(arm, seed=seed, load_before=load[0] if load else None)
@@ -145,18 +153,20 @@ def run_seeds(
     return runs
 
 
+def _import_script(script: str | os.PathLike[str]) -> ModuleType:
+    """Import ``script`` under its file's name, its folder first on ``sys.path``, as Python does
+    for a script and its neighbours: functions it defines then pickle by that name, and worker
+    processes started with ``spawn`` or ``forkserver`` (which inherit the path) import them."""
+    folder, name = os.path.split(os.path.abspath(script))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(os.path.splitext(name)[0])
+
+
 def _child_main(script: str, function: str, arguments: str, output: str) -> None:
     """In the child: import ``script``, call ``function`` with the JSON keyword arguments in the
-    file ``arguments``, write what it returns to ``output``.
-
-    The script's folder leads ``sys.path`` and the script is imported under its file's name, as
-    Python does for a script and its neighbours: functions it defines then pickle by that name,
-    and worker processes started with ``spawn`` or ``forkserver`` (which inherit this path)
-    import them again.
-    """
-    folder, name = os.path.split(os.path.abspath(script))
-    sys.path.insert(0, folder)
-    module = importlib.import_module(os.path.splitext(name)[0])
+    file ``arguments``, write what it returns to ``output``."""
+    module = _import_script(script)
     with open(arguments, encoding="utf-8") as handle:
         kwargs = json.load(handle)
     result = getattr(module, function)(**kwargs)
