@@ -275,6 +275,11 @@ PYTHON_SNIPPETS = [
 # (doc, marker, why the block is not run here)
 NOT_RUN = [
     (
+        "docs/ray.md",
+        'backend="ray", num_shards=2',
+        "starts Ray; tests/test_ray_backend.py makes these calls on a loopback-only cluster",
+    ),
+    (
         "examples/vecaccel-example-plugin/README.md",
         'backend="example-threads"',
         "needs the example package installed; tests/test_plugins.py installs it and runs this",

@@ -38,6 +38,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "vecaccel.plugins.asynchronous",
     "vecaccel.plugins.action_server",
     "vecaccel.plugins.auto",
+    "vecaccel.plugins.ray",
     "vecaccel.plugins.envs",
     "vecaccel.trainers.cli.commands",
 )
