@@ -187,3 +187,10 @@ def test_every_script_is_documented_with_its_command(script):
     assert f"python {path}" in (ROOT / "docs" / "benchmarks.md").read_text(), path
     readme = (BENCHMARKS / "README.md").read_text()
     assert f"`{script.name}`" in readme, f"benchmarks/README.md does not list {path}"
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(BENCHMARKS)))
+def test_every_script_writes_the_one_result_format(script):
+    text = script.read_text()
+    assert "RunRecord(" in text, f"{script} does not record its run with vecaccel.bench.RunRecord"
+    assert "write_json" not in text, f"{script} writes JSON of its own layout"
