@@ -12,7 +12,7 @@ snippet is noticed rather than silently no longer tested. Placeholders the prose
 (``policy``) get a minimal definition in a preamble.
 
 The ``vecaccel ...`` command lines of the bash blocks are parsed by the real command-line parser
-(nothing is run), and the flags of the ``python benchmarks/*.py`` lines are checked against each
+(nothing is run), and the flags of the ``python benchmarks/*/*.py`` lines are checked against each
 script's ``--help``: a renamed flag, or a line that cannot be pasted as written, fails.
 
 Every Python block of every page is either run here or named in ``NOT_RUN`` with the reason, so

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
 import vecaccel
-from vecaccel.bench import measure_ceiling, parse_workloads, resolve_env, write_json
+from vecaccel.bench import RunRecord, command_line, measure_ceiling, parse_workloads, resolve_env
 from vecaccel.worker import usable_cpus
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results")
@@ -252,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     import ray
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -268,11 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     rows += _two_nodes(cluster_env, cluster_counts[0], args.seconds, args.rounds, cpus)
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        write_json(
+        for row in rows:
+            if row["figure"] == "ceiling":
+                run_record.add_ceiling(row["env"], row["steps_per_s"], cpus)
+        run_record.write(
             args.json,
             rows,
-            command="python " + " ".join(sys.argv),
-            load_average_before=list(load_before),
             note=(
                 "one machine: the shards, their workers and (in the two-node figure) both "
                 "nodes share its CPUs"

@@ -21,7 +21,7 @@ cycles from both sides.
 
 Run (about a minute)::
 
-    python benchmarks/async_dqn_overlap.py
+    python benchmarks/scale_out/async_dqn_overlap.py
 
 Results go to ``benchmarks/results/async_dqn_overlap.json`` with the command line.
 """
@@ -31,8 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shlex
 import sys
 import threading
 import time
@@ -42,11 +40,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from vecaccel.bench import RunRecord, command_line
 from vecaccel.trainers.algos.dqn import DQN
 from vecaccel.trainers.envs import make_env_for_training
 from vecaccel.trainers.runners.asynchronous.runner import learn_async, make_async_agent
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
 def _agent(args: argparse.Namespace, **overrides: Any) -> DQN:
@@ -155,7 +154,7 @@ def corun_rates(args: argparse.Namespace, sampler_cpu: int) -> tuple[float, floa
     return result["stats"].sampling_rate, update_rate
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=256)
@@ -166,9 +165,9 @@ def main() -> None:
     parser.add_argument("--max-lead", type=int, default=0, help="async_max_lead (0: the default)")
     parser.add_argument("--weight-sync-period", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS / "async_dqn_overlap.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     torch.set_num_threads(1)
-    load_before = os.getloadavg()[0]
     cpus = sorted(os.sched_getaffinity(0))
     optimiser_cpu, sampler_cpu = (cpus[0], cpus[1]) if len(cpus) > 1 else (cpus[0], cpus[0])
     os.sched_setaffinity(0, {optimiser_cpu})
@@ -209,15 +208,15 @@ def main() -> None:
     )
     both = learn_async(agent, "CartPole-v1", args.async_steps, sampler_affinity={sampler_cpu})
     returns = [r for _, r, _ in agent.episode_log]
-    result = {
-        "command": "python " + shlex.join(sys.argv),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores "
-        "(shared with other jobs)",
-        "torch": torch.__version__,
+    settings = {
         "num_envs": args.num_envs,
         "batch_size": args.batch_size,
         "async_max_lead": args.max_lead,
         "async_weight_sync_period": args.weight_sync_period,
+        "optimiser_cpu": optimiser_cpu,
+        "sampler_cpu": sampler_cpu,
+    }
+    result = {
         "standalone_sampling_steps_per_s": round(sampling_rate, 1),
         "standalone_updates_per_s": round(update_rate, 2),
         "corun_control_sampling_steps_per_s": round(corun_sampling, 1),
@@ -238,12 +237,11 @@ def main() -> None:
         "async_env_steps": both.env_steps,
         "async_seconds": round(both.seconds, 2),
         "mean_return_last_10_episodes": float(np.mean(returns[-10:])) if returns else None,
-        "load_average_1min_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    run_record.write(args.out, [result], **settings)
     print(json.dumps(result, indent=2))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

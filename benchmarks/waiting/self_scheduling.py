@@ -1,6 +1,6 @@
 """Would finer-grained workers balance a lock-step step? Self-scheduled chains against lock-step.
 
-``benchmarks/lockstep_balance.py`` shows a lock-step step waiting for whichever CPU is slow at the
+``benchmarks/waiting/lockstep_balance.py`` shows a lock-step step waiting for whichever CPU is slow at the
 moment. A step can balance itself if its envs come in more, smaller units than there are CPUs:
 here 16 Pong envs (SB3's ``AtariWrapper``) are split over ``U`` processes, and each step starts
 one process per CPU; every process, once done, claims the next unclaimed unit (a shared counter)
@@ -12,7 +12,7 @@ order alternating from round to round, so that drifts in the machine's speed rea
 
 Run (writes ``benchmarks/results/self_scheduling.json``)::
 
-    python benchmarks/self_scheduling.py --units 2,4,8,16
+    python benchmarks/waiting/self_scheduling.py --units 2,4,8,16
 """
 
 from __future__ import annotations
@@ -21,21 +21,17 @@ import argparse
 import ctypes
 import multiprocessing as mp
 import os
-import sys
 import time
 from multiprocessing.connection import wait as wait_any
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
 from lockstep_balance import forward_pass
 
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
 from vecaccel.worker import usable_cpus
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 GO, STOP, END, READY = b"g", b"q", b"e", b"r"
 
@@ -220,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     try:
         units = [int(u) for u in args.units.split(",")]
     except ValueError:
@@ -241,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['steps']} | {r['mean_ms']:.2f} | {r['median_ms']:.2f} |"
         )
     if args.json:
-        write_json(args.json, records)
+        run_record.write(args.json, records)
         print(f"wrote {args.json}")
     return 0
 

@@ -24,7 +24,7 @@ alternate between the systems so that both see the same drift in the machine's l
 
 Run (about 10 minutes on 2 CPU cores)::
 
-    python benchmarks/multiagent_learning.py --seeds 1 2 3
+    python benchmarks/learning/multiagent.py --seeds 1 2 3
 
 Results go to ``benchmarks/results/multiagent_learning.{json,png}`` with the command line.
 """
@@ -33,16 +33,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from vecaccel.bench import RunRecord, command_line, run_seeds
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 ENV_ID = "mpe2.simple_spread_v3"
 AGENTS = 3
 SETTINGS = dict(
@@ -177,15 +174,11 @@ def run_random(seed: int, episodes: int) -> dict[str, Any]:
     return {"team_returns": team}
 
 
-def _in_subprocess(kind: str, **kwargs: Any) -> dict[str, Any]:
-    code = (
-        f"import json, sys; sys.path.insert(0, {str(Path(__file__).resolve().parent)!r}); import multiagent_learning as m; "
-        f"print(json.dumps(m.run_{kind}(**{kwargs!r})))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise RuntimeError(f"{kind} run failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def run(system: str, seed: int, **settings: Any) -> dict[str, Any]:
+    """One run of ``system`` (``vecaccel``, ``sb3_supersuit``, ``random``) in its own process
+    (see ``vecaccel.bench.seeds``): ``settings`` are its runner's arguments."""
+    runner = {"vecaccel": run_vecaccel, "sb3_supersuit": run_sb3, "random": run_random}[system]
+    return runner(seed=seed, **settings)
 
 
 def _final(curve: list, fraction: float = 0.2) -> float:
@@ -211,7 +204,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def _plot(result: dict[str, Any], path: Path) -> None:
+def _plot(runs: list[dict[str, Any]], random_team: float, seeds: list[int], path: Path) -> None:
     try:
         import matplotlib
 
@@ -221,21 +214,21 @@ def _plot(result: dict[str, Any], path: Path) -> None:
         return
     fig, (by_steps, by_wall) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     colours = {"vecaccel": "tab:blue", "sb3_supersuit": "tab:orange"}
-    for run in result["runs"]:
+    for run in runs:
         if run["system"] not in colours:
             continue
         steps, wall, team = zip(*run["curve"])
-        label = run["system"] if run["seed"] == result["seeds"][0] else None
+        label = run["system"] if run["seed"] == seeds[0] else None
         by_steps.plot(steps, team, color=colours[run["system"]], alpha=0.7, label=label)
         by_wall.plot(wall, team, color=colours[run["system"]], alpha=0.7, label=label)
     for axis in (by_steps, by_wall):
-        axis.axhline(result["random_team_return"], color="gray", ls="--", label="random play")
+        axis.axhline(random_team, color="gray", ls="--", label="random play")
         axis.grid(alpha=0.3)
     by_steps.set_xlabel("agent steps")
     by_wall.set_xlabel("wall-clock s")
     by_steps.set_ylabel("mean team return per rollout")
     by_steps.legend()
-    fig.suptitle(f"PPO on {ENV_ID}, seeds {result['seeds']}")
+    fig.suptitle(f"PPO on {ENV_ID}, seeds {seeds}")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
@@ -250,34 +243,52 @@ def main(argv: list[str] | None = None) -> int:
         "--supersuit-cpus", type=int, default=2, help="concat_vec_envs_v1 num_cpus (0: in-process)"
     )
     parser.add_argument("--random-episodes", type=int, default=200)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="every run in this process: quick to start, for trial runs (the figures want a "
+        "fresh process per run)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "multiagent_learning.json")
     args = parser.parse_args(argv)
 
-    runs: list[dict[str, Any]] = []
-    for index, seed in enumerate(args.seeds):
-        order = ["vecaccel", "sb3_supersuit"]
-        for system in order if index % 2 == 0 else order[::-1]:
-            load = os.getloadavg()[0]
-            if system == "vecaccel":
-                record = _in_subprocess(
-                    "vecaccel", seed=seed, steps=args.steps, num_envs=args.num_envs,
-                    backend=args.backend,
-                )  # fmt: skip
-            else:
-                record = _in_subprocess(
-                    "sb3", seed=seed, steps=args.steps, num_envs=args.num_envs,
-                    cpus=args.supersuit_cpus,
-                )  # fmt: skip
-            record.update(system=system, seed=seed, load_before=round(load, 2))
-            record["final_team_return"] = _final(record["curve"])
-            runs.append(record)
-            print(
-                f"{system} seed {seed}: {record['wall_s']:.1f} s, final team return "
-                f"{record['final_team_return']:.1f} (load {load:.2f})",
-                flush=True,
-            )
-    random_runs = [_in_subprocess("random", seed=seed, episodes=args.random_episodes)
-                   for seed in args.seeds]  # fmt: skip
+    run_record = RunRecord(command_line(argv, __file__))
+
+    def report(record: dict[str, Any]) -> None:
+        record["final_team_return"] = _final(record["curve"])
+        print(
+            f"{record['system']} seed {record['seed']}: {record['wall_s']:.1f} s, final team "
+            f"return {record['final_team_return']:.1f} (load {record['load_before']})",
+            flush=True,
+        )
+
+    common = {"steps": args.steps, "num_envs": args.num_envs}
+    arms = [
+        {"system": "vecaccel", "backend": args.backend},
+        {"system": "sb3_supersuit", "cpus": args.supersuit_cpus},
+    ]
+    runs = run_seeds(
+        __file__,
+        "run",
+        args.seeds,
+        arms,
+        common=common,
+        alternate=True,
+        in_process=args.in_process,
+        on_run=report,
+    )
+    # the arms' own options label the runs, but belong to the settings
+    for record in runs:
+        record.pop("backend", None)
+        record.pop("cpus", None)
+    random_runs = run_seeds(
+        __file__,
+        "run",
+        args.seeds,
+        [{"system": "random"}],
+        common={"episodes": args.random_episodes},
+        in_process=args.in_process,
+    )
     random_team = _mean([r for run in random_runs for r in run["team_returns"]])
 
     summary: dict[str, Any] = {}
@@ -291,11 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["wall_ratio"] = (
         summary["vecaccel"]["mean_wall_s"] / summary["sb3_supersuit"]["mean_wall_s"]
     )
-    result = {
-        "command": "python " + shlex.join(["benchmarks/multiagent_learning.py", *sys.argv[1:]]),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-        "python": platform.python_version(),
-        "versions": _versions(),
+    settings = {
         "env": ENV_ID,
         "settings": {**SETTINGS, "num_envs": args.num_envs, "rows": args.num_envs * AGENTS},
         "steps": args.steps,
@@ -303,13 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         "supersuit_cpus": args.supersuit_cpus,
         "seeds": args.seeds,
         "random_team_return": random_team,
-        "summary": summary,
-        "runs": runs,
-        "load_after": round(os.getloadavg()[0], 2),
+        "library_versions": _versions(),
+        "in_process": args.in_process,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    _plot(result, args.out.with_suffix(".png"))
+    run_record.write(args.out, runs, summary=summary, **settings)
+    _plot(runs, random_team, args.seeds, args.out.with_suffix(".png"))
     print(json.dumps({"random_team_return": random_team, **summary}, indent=1))
     return 0
 

@@ -7,7 +7,7 @@ env whose steps cost ~1 ms of CPU, with as many workers as cores and with fewer.
 
 Run (writes ``benchmarks/results/spin_vs_block.json``)::
 
-    python benchmarks/spin_vs_block.py --seconds 3
+    python benchmarks/waiting/spin_vs_block.py --seconds 3
 """
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
 import time
 
 import numpy as np
 
 import vecaccel
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
+from vecaccel.testing.envs import HeavyTailEnv
 from vecaccel.worker import usable_cpus
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from tests.toy_envs import HeavyTailEnv
-
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 def _rate(env, n: int, workers: int, spin_us: float, seconds: float) -> float:
@@ -55,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     cpus = usable_cpus()
     slow = functools.partial(HeavyTailEnv, 0.001, 0.0, 0.0)
     cases = [("CartPole-v1", "CartPole-v1", 64), ("1 ms CPU/step", slow, 8)]
@@ -79,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        write_json(args.json, rows, command="python " + " ".join(sys.argv))
+        run_record.write(args.json, rows)
     return 0
 
 

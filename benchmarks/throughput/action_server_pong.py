@@ -13,14 +13,13 @@ and prints the ideal speed-up of perfect overlap over a serial loop with no over
 
 Run (writes ``benchmarks/results/action_server_pong.json``)::
 
-    python benchmarks/action_server_pong.py --seconds 10
+    python benchmarks/throughput/action_server_pong.py --seconds 10
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
@@ -28,11 +27,11 @@ import torch
 from torch import nn
 
 import vecaccel
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
 from vecaccel.trainers.envs import AtariEnvFactory
 from vecaccel.trainers.models import NatureCNN
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 class Policy(nn.Module):
@@ -116,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     torch.set_num_threads(args.threads)
     factory = AtariEnvFactory(args.env, training=False)
     probe = factory()
@@ -151,14 +151,15 @@ def main(argv: list[str] | None = None) -> int:
             {"variant": name, "steps_per_s": rate, "vs_sb3": rate / base}
             for name, rate in rows.items()
         ]
-        write_json(
+        run_record.write(
             args.json,
             results,
+            summary={
+                "step_ms": step_s * 1e3,
+                "forward_ms": forward_s * 1e3,
+                "ideal_overlap_gain": ideal,
+            },
             args=vars(args),
-            step_ms=step_s * 1e3,
-            forward_ms=forward_s * 1e3,
-            ideal_overlap_gain=ideal,
-            command="python " + " ".join(sys.argv),
         )
     return 0
 

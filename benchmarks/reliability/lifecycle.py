@@ -16,8 +16,8 @@ Measures, for a process backend (default ``shm``):
 
 Usage::
 
-    python benchmarks/lifecycle.py                      # 1,000 fork cycles, all latencies
-    python benchmarks/lifecycle.py --context spawn --cycles 50 --json lifecycle-spawn.json
+    python benchmarks/reliability/lifecycle.py          # 1,000 fork cycles, all latencies
+    python benchmarks/reliability/lifecycle.py --context spawn --cycles 50 --json lifecycle-spawn.json
 
 What it checks: a dead worker is reported within 1 s, and 1,000 cycles leave ``/dev/shm``, the
 fds and the process table as they were.
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import signal
 import statistics
@@ -38,22 +37,18 @@ import textwrap
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TESTS = os.path.join(os.path.dirname(HERE), "tests")
-sys.path.insert(0, TESTS)  # the test envs (module level, so spawn can pickle them)
+import numpy as np
 
-import numpy as np  # noqa: E402
-from helpers import (  # noqa: E402
+import vecaccel
+from vecaccel.bench import RunRecord, check_output_path, command_line
+from vecaccel.testing.envs import counter_fns, env_pid
+from vecaccel.testing.leaks import (
     child_pids,
     open_fds,
     process_gone,
     shm_entries,
     wait_until,
-    worker_pid,
 )
-from toy_envs import counter_fns  # noqa: E402
-
-import vecaccel  # noqa: E402
 
 NUM_ENVS = 4
 ACTIONS = np.zeros(NUM_ENVS, dtype=np.int64)
@@ -124,7 +119,7 @@ def external_kill_latency(backend: str, context: str, repeats: int) -> list[floa
         envs = make(backend, context, {0: {"sleep_step": 2, "sleep_seconds": 60.0}})
         try:
             envs.reset(seed=0)
-            pid = envs.call_indices(worker_pid, [0])[0]
+            pid = envs.call_indices(env_pid, [0])[0]
             envs.step(ACTIONS)
             envs.step_async(ACTIONS)
             killed_at = []
@@ -180,7 +175,7 @@ def idle_kill_latency(backend: str, context: str, repeats: int) -> list[float]:
         envs = make(backend, context)
         try:
             envs.reset(seed=0)
-            pid = envs.call_indices(worker_pid, [3])[0]
+            pid = envs.call_indices(env_pid, [3])[0]
             os.kill(pid, signal.SIGKILL)
             wait_until(lambda pid=pid: process_gone(pid), 5.0)
             started = time.monotonic()
@@ -201,19 +196,17 @@ def idle_kill_latency(backend: str, context: str, repeats: int) -> list[float]:
 PARENT_SCRIPT = textwrap.dedent(
     """
     import sys, time
-    sys.path.insert(0, sys.argv[2])
     import numpy as np
     import vecaccel
-    from helpers import worker_pid
-    from toy_envs import counter_fns
+    from vecaccel.testing.envs import counter_fns, env_pid
 
     def main():
-        busy = sys.argv[4] == "busy"
+        busy = sys.argv[3] == "busy"
         faulty = {0: {"sleep_step": 1, "sleep_seconds": 60.0}} if busy else None
-        envs = vecaccel.make_vec(counter_fns(4, faulty), backend=sys.argv[3], num_workers=2,
+        envs = vecaccel.make_vec(counter_fns(4, faulty), backend=sys.argv[2], num_workers=2,
                                  context=sys.argv[1])
         envs.reset(seed=0)
-        print(" ".join(str(pid) for pid in sorted(set(envs.call(worker_pid)))), flush=True)
+        print(" ".join(str(pid) for pid in sorted(set(envs.call(env_pid)))), flush=True)
         if busy:
             envs.step_async(np.zeros(4, dtype=np.int64))
         time.sleep(120)
@@ -232,7 +225,7 @@ def orphan_exit_latency(backend: str, context: str, busy: bool, repeats: int) ->
             file.write(PARENT_SCRIPT)
         for _ in range(repeats):
             parent = subprocess.Popen(
-                [sys.executable, script, context, TESTS, backend, "busy" if busy else "idle"],
+                [sys.executable, script, context, backend, "busy" if busy else "idle"],
                 stdout=subprocess.PIPE,
                 text=True,
             )
@@ -262,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=10, help="repeats of each latency")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
+    if args.json:
+        check_output_path(args.json)
 
     results: dict = {"backend": args.backend, "context": args.context}
     print(f"{args.cycles} create/close cycles ({args.backend}, {args.context})...", flush=True)
@@ -302,8 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, stats in results["latency"].items():
         print(f"{name:40s} {stats['n']:3d} {stats['median_ms']:10.2f} {stats['max_ms']:10.2f}")
     if args.json:
-        with open(args.json, "w") as file:
-            json.dump(results, file, indent=2)
+        rows = [{"measure": "cycles", **c}]
+        rows += [{"measure": name, **stats} for name, stats in results["latency"].items()]
+        run_record.write(
+            args.json, rows, backend=args.backend, context=args.context, repeats=args.repeats
+        )
     return 0 if c["unchanged"] else 1
 
 

@@ -18,7 +18,7 @@ run by the caller, on one of the CPUs, as in SB3's loop). For every batch it rec
 
 Run (writes ``benchmarks/results/lockstep_balance.json``)::
 
-    python benchmarks/lockstep_balance.py
+    python benchmarks/waiting/lockstep_balance.py
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
 from vecaccel.worker import usable_cpus
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 PAUSES = ("sleep", "forward")
 
@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     if args.batches < 1 or args.num_envs < 1:
         parser.error("--batches and --num-envs must be at least 1")
     pauses = args.pause.split(",")
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in records[-1].items():
             print(f"{key}: {value}")
     if args.json:
-        write_json(args.json, records)
+        run_record.write(args.json, records)
         print(f"wrote {args.json}")
     return 0
 

@@ -11,7 +11,7 @@ threshold; reported are the env steps, gradient updates and wall-clock seconds t
 
 Run (about 10 minutes on 2 CPU cores)::
 
-    python benchmarks/dqn_large_batch.py --seeds 1 2 3
+    python benchmarks/learning/dqn_large_batch.py --seeds 1 2 3
 
 Results go to ``benchmarks/results/dqn_large_batch.{json,md,png}`` with the command line
 (``--out DIR`` writes them elsewhere, e.g. for a trial run that should not replace them).
@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,9 +29,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from vecaccel.bench import RunRecord, command_line, run_seeds
 from vecaccel.trainers.algos.dqn import DQN, PRESETS
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
 def run_one(
@@ -95,6 +94,12 @@ def run_one(
     }
 
 
+def run(batch_size: int, seed: int, **settings: Any) -> dict[str, Any]:
+    """:func:`run_one` in its own process (see ``vecaccel.bench.seeds``), ``settings`` by name."""
+    torch.set_num_threads(settings.pop("threads"))
+    return run_one(batch_size, seed, **settings)
+
+
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
     values = [run[key] for run in runs if run[key] is not None]
     return float(np.median(values)) if len(values) == len(runs) else None
@@ -106,9 +111,18 @@ def _cell(value: float | None, spec: str = "") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _write_report(results: dict[str, Any], out: Path = RESULTS) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "dqn_large_batch.json").write_text(json.dumps(results, indent=1))
+def _write_report(results: dict[str, Any], run_record: RunRecord, out: Path = RESULTS) -> None:
+    settings = {
+        key: value
+        for key, value in results.items()
+        if key not in ("command", "runs", "summary", "step_ratio")
+    }
+    run_record.write(
+        out / "dqn_large_batch.json",
+        results["runs"],
+        summary={"medians": results["summary"], "step_ratio": results["step_ratio"]},
+        **settings,
+    )
     lines = [
         "# DQN on CartPole-v1: batch 2048 with scaled learning rate vs batch 32",
         "",
@@ -180,37 +194,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-update-period", type=int, default=250)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="every run in this process: quick to start, for trial runs (the figures want a "
+        "fresh process per run)",
+    )
+    parser.add_argument(
         "--out", type=Path, default=RESULTS, help=f"folder for the results (default {RESULTS})"
     )
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    runs = []
-    for batch_size in args.batch_sizes:
-        for seed in args.seeds:
-            run = run_one(
-                batch_size,
-                seed,
-                args.threshold,
-                args.max_steps,
-                args.lr_scaling,
-                args.window,
-                args.target_update_period,
-            )
-            runs.append(run)
-            print(
-                f"batch {batch_size:5d} seed {seed}: solved={run['solved']} steps={run['steps']} "
-                f"updates={run['updates']} seconds={run['seconds']} "
-                f"replay_ratio={_cell(run['replay_ratio'], '.2f')}",
-                flush=True,
-            )
+    run_record = RunRecord(command_line(argv, __file__))
+
+    def report(run: dict[str, Any]) -> None:
+        print(
+            f"batch {run['batch_size']:5d} seed {run['seed']}: solved={run['solved']} "
+            f"steps={run['steps']} updates={run['updates']} seconds={run['seconds']} "
+            f"replay_ratio={_cell(run['replay_ratio'], '.2f')}",
+            flush=True,
+        )
+
+    runs = run_seeds(
+        __file__,
+        "run",
+        args.seeds,
+        [{"batch_size": batch_size} for batch_size in args.batch_sizes],
+        common={
+            "threshold": args.threshold,
+            "max_steps": args.max_steps,
+            "lr_scaling": args.lr_scaling,
+            "window": args.window,
+            "target_update_period": args.target_update_period,
+            "threads": args.threads,
+        },
+        in_process=args.in_process,
+        on_run=report,
+    )
     summary = {}
     for batch_size in args.batch_sizes:
         arm = [run for run in runs if run["batch_size"] == batch_size]
         summary[str(batch_size)] = {k: _median(arm, k) for k in ("steps", "updates", "seconds")}
     small, large = (summary[str(b)]["steps"] for b in args.batch_sizes)
     results = {
-        "command": "python "
-        + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
+        "command": run_record.command,
         "threshold": args.threshold,
         "window": args.window,
         "max_steps": args.max_steps,
@@ -221,11 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
         "torch": torch.__version__,
         "threads": args.threads,
+        "in_process": args.in_process,
         "runs": runs,
         "summary": summary,
         "step_ratio": None if not (small and large) else large / small,
     }
-    _write_report(results, args.out)
+    _write_report(results, run_record, args.out)
     print(json.dumps({"summary": summary, "step_ratio": results["step_ratio"]}, indent=1))
     return 0
 

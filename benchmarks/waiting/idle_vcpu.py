@@ -9,7 +9,7 @@ machine's speed reach all of them alike.
 
 Run (writes ``benchmarks/results/idle_vcpu.json``)::
 
-    python benchmarks/idle_vcpu.py
+    python benchmarks/waiting/idle_vcpu.py
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 def _spin(seconds: float) -> None:
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     if args.gap_ms <= 1.0:
         parser.error("--gap-ms must exceed the longest spin (1 ms)")
     records = measure(args.batches, args.gap_ms / 1e3, args.num_envs, args.cpu)
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in records:
         print(f"| {r['wait']} | {r['median_batch_ms']:.2f} | {r['mean_batch_ms']:.2f} |")
     if args.json:
-        write_json(args.json, records)
+        run_record.write(args.json, records)
         print(f"wrote {args.json}")
     return 0
 

@@ -29,8 +29,8 @@ same drift in the machine's load. ``x sb3-...`` divides by SB3's rate measured i
 
 Usage::
 
-    python benchmarks/ppo_pong_vs_sb3.py                    # 1 warm-up + 3 timed updates each
-    python benchmarks/ppo_pong_vs_sb3.py --configs sb3-dummy,bf16-cl --updates 2 --repeat 2 \\
+    python benchmarks/learning/ppo_pong_vs_sb3.py                    # 1 warm-up + 3 timed updates each
+    python benchmarks/learning/ppo_pong_vs_sb3.py --configs sb3-dummy,bf16-cl --updates 2 --repeat 2 \\
         --json trial.json
 
 Torch threads (``--torch-threads``, default 0): 0 applies vecaccel's automatic rule to *both*
@@ -41,16 +41,13 @@ torch's spinning OpenMP threads otherwise compete with the env processes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shlex
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 ENV_ID = "PongNoFrameskip-v4"
 SB3_CONFIGS = ("sb3-subproc", "sb3-dummy")
@@ -250,21 +247,30 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def measure(config: str, **options: Any) -> dict[str, Any]:
+    """Measure ``config`` with the command line's ``options`` (in its own process, see
+    :func:`run_one`)."""
+    args = argparse.Namespace(**options)
+    return (measure_sb3 if config in SB3_CONFIGS else measure_vecaccel)(config, args)
+
+
 def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Measure ``name`` in a fresh interpreter; return its record."""
-    command = [
-        sys.executable, os.path.abspath(__file__), "--child", name,
-        "--updates", str(args.updates), "--warmup-updates", str(args.warmup_updates),
-        "--num-envs", str(args.num_envs), "--num-steps", str(args.num_steps),
-        "--epochs", str(args.epochs), "--minibatch-size", str(args.minibatch_size),
-        "--torch-threads", str(args.torch_threads), "--seed", str(args.seed),
-    ]  # fmt: skip
+    from vecaccel.bench import ChildRunError, run_in_child
+
+    options = {
+        key: getattr(args, key)
+        for key in (
+            "updates", "warmup_updates", "num_envs", "num_steps", "epochs", "minibatch_size",
+            "torch_threads", "seed",
+        )
+    }  # fmt: skip
     started = time.perf_counter()
-    completed = subprocess.run(command, capture_output=True, text=True)
-    if completed.returncode != 0:
-        tail = (completed.stderr or completed.stdout).strip().splitlines()[-5:]
+    try:
+        record = run_in_child(__file__, "measure", {"config": name, **options})
+    except ChildRunError as exc:
+        tail = str(exc).strip().splitlines()[-5:]
         return {"config": name, "error": " | ".join(tail)}
-    record = json.loads(completed.stdout.strip().splitlines()[-1])
     record.update(config=name, process_seconds=round(time.perf_counter() - started, 1))
     record["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return record
@@ -334,7 +340,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.path.join(RESULTS, "ppo_pong_vs_sb3.json"),
         help="where the results go (default: %(default)s)",
     )
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.updates < 1 or args.warmup_updates < 1:
         parser.error("--updates and --warmup-updates must be at least 1")
@@ -348,10 +353,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.child is not None:
-        measure = measure_sb3 if args.child in SB3_CONFIGS else measure_vecaccel
-        print(json.dumps(measure(args.child, args)))
-        return 0
+    # imported here: the children measure SB3 and vecaccel without vecaccel.bench
+    from vecaccel.bench import RunRecord, command_line
+
+    run_record = RunRecord(command_line(argv, __file__))
     names = args.configs.split(",")
     samples: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for repeat in range(args.repeat):
@@ -368,20 +373,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         import torch
 
-        from vecaccel.bench import machine_info, write_json
-
-        write_json(
+        run_record.write(
             args.json,
             rows,
-            command=" ".join(shlex.quote(part) for part in [sys.executable, *sys.argv]),
-            machine=machine_info(),
             torch_version=torch.__version__,
             bf16_hardware={
                 "amx_tile": bool(torch.cpu._is_amx_tile_supported()),
                 "avx512_bf16": bool(torch.cpu._is_avx512_bf16_supported()),
             },
             samples=samples,
-            options={k: v for k, v in vars(args).items() if k not in ("json", "child")},
+            options={k: v for k, v in vars(args).items() if k != "json"},
         )
         print(f"wrote {os.path.abspath(args.json)}")
     return 1 if failed else 0

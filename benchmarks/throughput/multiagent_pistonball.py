@@ -14,7 +14,7 @@ default), random actions. Measured side by side, in alternating trials:
 
 Run (writes ``benchmarks/results/multiagent_pistonball.json``)::
 
-    python benchmarks/multiagent_pistonball.py --seconds 6 --trials 3
+    python benchmarks/throughput/multiagent_pistonball.py --seconds 6 --trials 3
 """
 
 from __future__ import annotations
@@ -23,18 +23,17 @@ import argparse
 import multiprocessing
 import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
 import vecaccel
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
 from vecaccel.worker import usable_cpus
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+#: The row of the ceiling: one process per usable CPU, each stepping its own raw env, summed.
+CEILING = "ceiling (one raw env per CPU)"
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 def make_env():
@@ -159,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s; '' writes nothing)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     cpus = usable_cpus()
     try:
         import supersuit  # noqa: F401
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             num_workers=cpus,
             batch_size=max(1, args.num_envs // 2),
         ),
-        "ceiling (one raw env per CPU)": lambda: measure_ceiling(args.seconds, args.warmup, cpus),
+        CEILING: lambda: measure_ceiling(args.seconds, args.warmup, cpus),
     }
     if have_supersuit:
         configs[f"SuperSuit concat_vec_envs_v1, num_cpus={cpus}"] = lambda: measure_supersuit(
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"trial {trial}: {name}: {rates[name][-1]:,.0f} agent-steps/s", flush=True)
     medians = {name: statistics.median(values) for name, values in rates.items()}
     raw = medians["raw (one process)"]
-    ceiling = medians["ceiling (one raw env per CPU)"]
+    ceiling = medians[CEILING]
     supersuit_rate = next((v for k, v in medians.items() if k.startswith("SuperSuit")), None)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     print(f"\npistonball_v6, {args.num_envs} envs ({args.num_envs * 20} rows), {cpus} CPUs")
@@ -214,15 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         results.append(record)
     print(f"load average after the run: {load}")
     if args.json:
-        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        write_json(
-            args.json,
-            results,
-            args=vars(args),
-            cpus=cpus,
-            load_average_after=load,
-            command="python " + " ".join(sys.argv),
+        run_record.add_ceiling(
+            "pistonball_v6", ceiling, cpus, unit="agent-steps/s", trials=rates[CEILING]
         )
+        run_record.write(args.json, results, args=vars(args), cpus=cpus)
     return 0
 
 

@@ -8,7 +8,7 @@ trials, so that the ratio does not rest on one sample of each. The figure is
 
 Run (writes ``benchmarks/results/auto_vs_tune.json``)::
 
-    python benchmarks/auto_vs_tune.py --seconds 2 --trials 3
+    python benchmarks/throughput/auto_vs_tune.py --seconds 2 --trials 3
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import statistics
 import sys
 from typing import Any
 
-from vecaccel.bench import parse_workloads, write_json
+from vecaccel.bench import RunRecord, command_line, parse_workloads
 from vecaccel.bench.workloads import resolve_env
 from vecaccel.tune import autotune, measure_trial
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 WORKLOADS = {"CartPole-v1": [16, 64, 256], "pong": [8, 16]}
 
 
@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", default=os.path.join(RESULTS, "auto_vs_tune.json"))
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     try:  # the action server's policy runs in this process: one thread, as the trainers use
         import torch
 
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, counts in workloads.items()
         for n in counts
     ]
-    write_json(args.json, records, command="python " + " ".join(sys.argv))
+    run_record.write(args.json, records)
     return 0
 
 

@@ -3,7 +3,7 @@
 Three subcommands:
 
 ``run``
-    Starts the learning run with the settings of ``benchmarks/ppo_pong_vs_sb3.py`` (the
+    Starts the learning run with the settings of ``benchmarks/learning/ppo_pong_vs_sb3.py`` (the
     ``atari`` preset, 16 envs x 128 steps, 4 epochs of minibatches of 256) through the command
     line, printing the exact command. ``--bf16 on`` (default) or ``off``; ``--channels-last``.
 
@@ -27,24 +27,24 @@ Three subcommands:
 
 Usage::
 
-    python benchmarks/pong_learning.py run --run-dir runs/pong-ppo --total-steps 3000000
-    python benchmarks/pong_learning.py plot runs/pong-ppo=bf16 --out benchmarks/results/pong_learning
-    python benchmarks/pong_learning.py drift --updates 8 --out benchmarks/results/pong_learning_drift
+    python benchmarks/learning/pong.py run --run-dir runs/pong-ppo --total-steps 3000000
+    python benchmarks/learning/pong.py plot runs/pong-ppo=bf16 --out benchmarks/results/pong_learning
+    python benchmarks/learning/pong.py drift --updates 8 --out benchmarks/results/pong_learning_drift
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import os
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from vecaccel.bench import RunRecord, command_line
 
 ENV_ID = "PongNoFrameskip-v4"
 #: Random play's Pong score in Mnih et al. (2015), Extended Data Table 2.
@@ -186,20 +186,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
                         point["running_mean"],
                     ]
                 )
-    meta = {
-        "command": " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv]),
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "random_score": RANDOM_SCORE,
-    }
-    with open(out.with_suffix(".json"), "w") as file:
-        json.dump(
-            {
-                "meta": meta,
-                "runs": [{k: v for k, v in s.items() if k != "curve"} for s in summaries],
-            },
-            file,
-            indent=1,
-        )
+    args.run_record.write(
+        out.with_suffix(".json"),
+        [{k: v for k, v in s.items() if k != "curve"} for s in summaries],
+        random_score=RANDOM_SCORE,
+        window=args.window,
+    )
     for summary in summaries:
         print({k: v for k, v in summary.items() if k != "curve"})
     print(f"wrote {out.with_suffix('.png')}, .csv, .json")
@@ -328,26 +320,16 @@ def cmd_drift(args: argparse.Namespace) -> int:
     print(f"\nload average: {load}; collecting took {collect_seconds:.1f} s")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv])
     out.with_suffix(".md").write_text(
-        f"```bash\n{command}\n```\n\n{table}\n\nload average {load}\n"
+        f"```bash\n{args.run_record.command}\n```\n\n{table}\n\nload average {load}\n"
     )
-    with open(out.with_suffix(".json"), "w") as file:
-        json.dump(
-            {
-                "meta": {
-                    "command": command,
-                    "load_average": load,
-                    "torch_version": torch.__version__,
-                    "torch_threads": torch.get_num_threads(),
-                    "reference_moved_kl": moved,
-                    "update_seconds": timings,
-                },
-                "records": records,
-            },
-            file,
-            indent=1,
-        )
+    args.run_record.write(
+        out.with_suffix(".json"),
+        records,
+        torch_threads=torch.get_num_threads(),
+        reference_moved_kl=moved,
+        update_seconds=timings,
+    )
     print(f"wrote {out.with_suffix('.md')} and .json")
     return 0 if all(math.isfinite(r["kl_from_reference"]) for r in records) else 1
 
@@ -406,6 +388,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    args.run_record = RunRecord(command_line(argv, __file__))
     return args.handler(args)
 
 

@@ -7,7 +7,7 @@ rebuilt env, so a cut-off episode never reports a return).
 
 Run (writes ``benchmarks/results/ppo_restart_cartpole.json``)::
 
-    python benchmarks/ppo_restart_cartpole.py
+    python benchmarks/reliability/ppo_restart_cartpole.py
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import time
 
 import numpy as np
 
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
 from vecaccel.trainers.algos.ppo import PPO, PRESETS
 from vecaccel.trainers.envs import make_env_for_training
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
 
     preset = dict(PRESETS["cartpole"])
     envs = make_env_for_training(
@@ -81,15 +81,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        write_json(
+        run_record.write(
             args.json,
             [{"step": s, "episodic_return": r} for s, r in zip(state["steps"], state["returns"])],
-            kills=state["kills"],
-            failures_recovered=failures,
-            final_mean_return=final,
-            solved_at_step=solved_at,
-            seconds=elapsed,
-            command="python " + " ".join(sys.argv),
+            summary={
+                "kills": state["kills"],
+                "failures_recovered": failures,
+                "final_mean_return": final,
+                "solved_at_step": solved_at,
+                "seconds": elapsed,
+            },
+            total_steps=args.total_steps,
+            kill_every=args.kill_every,
+            seed=args.seed,
         )
     return 0 if final >= 475 else 1
 

@@ -32,8 +32,8 @@ the order reversing from round to round, so that drifts in the machine's load re
 
 Usage::
 
-    python benchmarks/sb3_rollout_pistonball.py                  # 3 rounds of 3 timed updates
-    python benchmarks/sb3_rollout_pistonball.py --rounds 1 --updates 1 --json /tmp/smoke.json
+    python benchmarks/throughput/sb3_rollout_pistonball.py                  # 3 rounds of 3 timed updates
+    python benchmarks/throughput/sb3_rollout_pistonball.py --rounds 1 --updates 1 --json /tmp/smoke.json
 
 Writes ``benchmarks/results/sb3_rollout_pistonball.json`` (``--json`` elsewhere) with the
 machine, the command line and every round's figures. Needs ``pip install supersuit``.
@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -61,10 +60,10 @@ from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv, VecTransposeImage
 
 import vecaccel
-from vecaccel.bench import machine_info, write_json
+from vecaccel.bench import RunRecord, command_line, machine_info
 from vecaccel.sb3 import to_sb3
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 ROUTES = ("supersuit", "vecaccel-shm")
 
 # pistonball_v6.parallel_env(...) and PPO(...) as PettingZoo's SB3 pistonball tutorial has them;
@@ -409,6 +408,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     if args.torch_threads is not None:
         torch.set_num_threads(args.torch_threads)
     routes = args.routes.split(",")
@@ -455,11 +455,9 @@ def main(argv: list[str] | None = None) -> int:
             f"+ env step {r['in_loop_env_step_ms']:.1f} + values {r['in_loop_values_ms']:.1f} "
             f"+ rest {r['in_loop_rest_ms']:.1f} ms"
         )
-    command = " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv])
-    write_json(
+    run_record.write(
         args.json,
         records,
-        command=command,
         torch_threads=torch.get_num_threads(),
         options={k: v for k, v in vars(args).items() if k != "json"},
         env_kwargs=ENV_KWARGS,

@@ -6,25 +6,22 @@ waits for the slowest env; ``async`` returns the first ``batch_size`` envs that 
 
 Run (writes ``benchmarks/results/async_heavy_tail.json``)::
 
-    python benchmarks/async_heavy_tail.py --seconds 8
+    python benchmarks/throughput/async_heavy_tail.py --seconds 8
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
 import vecaccel
-from tests.toy_envs import HeavyTailEnv
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
+from vecaccel.testing.envs import HeavyTailEnv
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 class Factory:
@@ -67,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     factory = Factory(args.cpu_ms / 1e3, args.p_slow, args.sleep_ms / 1e3)
     common = {"num_workers": args.num_workers}
     rows = {
@@ -90,13 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         results = [{"backend": name, "steps_per_s": rate} for name, rate in rows.items()]
-        write_json(
+        run_record.write(
             args.json,
             results,
+            summary={
+                "ratio_async_vs_shm": rows["async"] / rows["shm"],
+                "cpu_bound_ceiling": cpu_bound,
+            },
             args=vars(args),
-            ratio_async_vs_shm=rows["async"] / rows["shm"],
-            cpu_bound_ceiling=cpu_bound,
-            command="python " + " ".join(sys.argv),
         )
     return 0
 

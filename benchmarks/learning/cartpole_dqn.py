@@ -18,14 +18,14 @@ Every run is its own subprocess with one torch thread and the env in the trainin
 (vecaccel ``serial``, SB3 ``DummyVecEnv``); the libraries alternate seed by seed so that both
 see the same drift in the machine's load. A run stops when the mean return of the last
 ``--window`` finished episodes reaches the last of ``--thresholds`` (475 by default, as in
-``learning_cartpole.py``); for every threshold are reported the env steps, gradient updates,
+``cartpole.py``); for every threshold are reported the env steps, gradient updates,
 wall-clock and CPU seconds to reach it (wall-clock from building the env and agent, after the
 imports), with medians over the seeds. The learning curves (return against env steps and
 against wall-clock) go to the PNG. Results are rewritten after every run.
 
 Run (about 25 minutes on 2 CPU cores)::
 
-    nice -n 10 python benchmarks/learning_cartpole_dqn.py --seeds 1 2 3
+    nice -n 10 python benchmarks/learning/cartpole_dqn.py --seeds 1 2 3
 
 Results go to ``benchmarks/results/learning_cartpole_dqn.{json,md,png}`` with the command line.
 """
@@ -36,16 +36,15 @@ import argparse
 import json
 import os
 import platform
-import shlex
 import statistics
-import subprocess
-import sys
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from vecaccel.bench import RunRecord, command_line, run_seeds
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 ROWS = [("dqn", "vecaccel"), ("dqn", "sb3"), ("c51", "vecaccel"), ("rainbow", "vecaccel")]
 PRESET_OF = {"dqn": "cartpole", "c51": "cartpole-c51", "rainbow": "cartpole-rainbow"}
 ZOO_STEPS = 50_000  # rl-baselines3-zoo's budget, over which its exploration fraction applies
@@ -129,6 +128,13 @@ def run_vecaccel(algo: str, seed: int, args: argparse.Namespace) -> dict[str, An
     finally:
         agent.close()
     return tracker.record(agent.global_step)
+
+
+def run(library: str, algo: str, seed: int, **settings: Any) -> dict[str, Any]:
+    """One run of ``algo`` with ``library``, in its own process (see ``vecaccel.bench.seeds``);
+    ``settings``: ``thresholds``, ``window``, ``max_steps``, ``exploration_steps``."""
+    runner = run_vecaccel if library == "vecaccel" else run_sb3
+    return runner(algo, seed, argparse.Namespace(**settings))
 
 
 def run_sb3(algo: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -226,7 +232,9 @@ def _plot(runs: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> N
     plt.close(fig)
 
 
-def _report(runs: list[dict[str, Any]], args: argparse.Namespace, command: str) -> list[str]:
+def _report(
+    runs: list[dict[str, Any]], args: argparse.Namespace, run_record: RunRecord
+) -> list[str]:
     import stable_baselines3
     import torch
 
@@ -238,7 +246,7 @@ def _report(runs: list[dict[str, Any]], args: argparse.Namespace, command: str) 
         f"# CartPole-v1, DQN family: env steps and wall-clock to a mean return of {top} "
         f"(last {args.window} episodes)",
         "",
-        f"Command: `{command}`",
+        f"Command: `{run_record.command}`",
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, shared "
         f"with other jobs (1-minute load average before the runs: {min(loads):.1f} to "
@@ -291,19 +299,17 @@ def _report(runs: list[dict[str, Any]], args: argparse.Namespace, command: str) 
         "rows have no peer. Learning curves (against env steps and wall-clock): "
         "`learning_cartpole_dqn.png`.",
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = {
-        "command": command,
-        "complete": len(runs) == expected * len(rows),
-        "thresholds": args.thresholds,
-        "window": args.window,
-        "max_steps": args.max_steps,
-        "exploration_steps": args.exploration_steps,
-        "summary": summary,
-        "runs": runs,
-        "time": time.ctime(),
-    }
-    (args.out / "learning_cartpole_dqn.json").write_text(json.dumps(result, indent=1) + "\n")
+    run_record.write(
+        args.out / "learning_cartpole_dqn.json",
+        runs,
+        summary=summary,
+        complete=len(runs) == expected * len(rows),
+        thresholds=args.thresholds,
+        window=args.window,
+        max_steps=args.max_steps,
+        exploration_steps=args.exploration_steps,
+        in_process=args.in_process,
+    )
     (args.out / "learning_cartpole_dqn.md").write_text("\n".join(lines) + "\n")
     _plot(runs, args, args.out / "learning_cartpole_dqn.png")
     return lines
@@ -325,41 +331,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=20, help="episodes in the moving mean")
     parser.add_argument("--max-steps", type=int, default=100_000)
     parser.add_argument("--exploration-steps", type=int, default=8_000)
-    parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
-        "--worker", nargs=3, metavar=("LIB", "ALGO", "SEED"), help=argparse.SUPPRESS
+        "--in-process",
+        action="store_true",
+        help="every run in this process: quick to start, for trial runs (the figures want a "
+        "fresh process per run)",
     )
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
 
-    if args.worker:  # one run, in its own process; prints its record as JSON
-        library, algo, seed = args.worker
-        run = run_vecaccel if library == "vecaccel" else run_sb3
-        print(json.dumps(run(algo, int(seed), args)))
-        return 0
-
-    command = "python benchmarks/learning_cartpole_dqn.py " + shlex.join(
-        sys.argv[1:] if argv is None else argv
-    )
-    niceness = os.nice(0)
-    if niceness:
-        command = f"nice -n {niceness} {command}"
+    run_record = RunRecord(command_line(argv, __file__))
     rows = [row for row in ROWS if row[0] in args.algos]
     runs: list[dict[str, Any]] = []
     lines: list[str] = []
-    for seed in args.seeds:
-        for algo, library in rows:
-            worker = [sys.executable, __file__, "--worker", library, algo, str(seed)]
-            worker += ["--thresholds", *map(str, args.thresholds), "--window", str(args.window)]
-            worker += ["--max-steps", str(args.max_steps)]
-            worker += ["--exploration-steps", str(args.exploration_steps)]
-            load = os.getloadavg()[0]
-            out = subprocess.run(worker, capture_output=True, text=True, check=True)
-            record = json.loads(out.stdout.strip().splitlines()[-1])
-            record.update(library=library, algo=algo, seed=seed, load_before=round(load, 2))
-            runs.append(record)
-            brief = {k: v for k, v in record.items() if k != "curve"}
-            print(json.dumps(brief), flush=True)
-            lines = _report(runs, args, command)
+
+    def report(record: dict[str, Any]) -> None:
+        nonlocal lines
+        runs.append(record)
+        print(json.dumps({k: v for k, v in record.items() if k != "curve"}), flush=True)
+        lines = _report(runs, args, run_record)  # the results so far, rewritten after every run
+
+    run_seeds(
+        __file__,
+        "run",
+        args.seeds,
+        [{"library": library, "algo": algo} for algo, library in rows],
+        common={
+            "thresholds": args.thresholds,
+            "window": args.window,
+            "max_steps": args.max_steps,
+            "exploration_steps": args.exploration_steps,
+        },
+        in_process=args.in_process,
+        on_run=report,
+    )
     print("\n".join(lines))
     return 0
 

@@ -11,7 +11,7 @@ logged return first reaches 475.
 
 Run (a few minutes on 2 CPU cores)::
 
-    python benchmarks/sync_ppo_ranks.py --total-steps 100000
+    python benchmarks/scale_out/sync_ppo_ranks.py --total-steps 100000
 
 Results go to ``benchmarks/results/sync_ppo_ranks.{json,png}`` with the command line.
 """
@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from vecaccel.bench import RunRecord, command_line
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
 def run_arm(ranks: int, total_steps: int, seed: int, run_dir: Path) -> dict[str, Any]:
@@ -73,25 +75,20 @@ def run_arm(ranks: int, total_steps: int, seed: int, run_dir: Path) -> dict[str,
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--total-steps", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", type=Path, default=Path("runs/sync_ppo_ranks"))
     parser.add_argument("--out", type=Path, default=RESULTS / "sync_ppo_ranks.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     arms = [
         run_arm(ranks, args.total_steps, args.seed, args.work_dir / f"ranks{ranks}")
         for ranks in (1, 2)
     ]
-    result = {
-        "command": "python " + shlex.join(sys.argv),
-        "machine": f"{os.cpu_count()} CPU cores, shared with other jobs",
-        "arms": arms,
-        "throughput_ratio_2_over_1": round(arms[1]["SPS_total"] / arms[0]["SPS_total"], 3),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    summary = {"throughput_ratio_2_over_1": round(arms[1]["SPS_total"] / arms[0]["SPS_total"], 3)}
+    run_record.write(args.out, arms, summary=summary, total_steps=args.total_steps, seed=args.seed)
     try:
         import matplotlib
 
@@ -113,10 +110,10 @@ def main() -> None:
         fig.savefig(args.out.with_suffix(".png"), dpi=110)
     except ImportError:
         pass
-    summary = {k: v for k, v in result.items() if k != "arms"}
-    summary["arms"] = [{k: v for k, v in a.items() if k != "curve"} for a in arms]
-    print(json.dumps(summary, indent=1))
+    brief = {**summary, "arms": [{k: v for k, v in a.items() if k != "curve"} for a in arms]}
+    print(json.dumps(brief, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -13,11 +13,11 @@ Workloads:
 
 Usage::
 
-    python benchmarks/sb3_rollout.py                          # 1 warm-up + 5 timed updates each
-    python benchmarks/sb3_rollout.py --updates 2 --warmup-updates 1 --workloads cartpole
-    python benchmarks/sb3_rollout.py --vec-envs subproc,vecaccel-shm --json out.json
-    python benchmarks/sb3_rollout.py --rounds 3 --updates 4   # each config 3 times, interleaved
-    python benchmarks/sb3_rollout.py --interleave --updates 12 # all built at once, updates in turn
+    python benchmarks/throughput/sb3_rollout.py                          # 1 warm-up + 5 timed updates each
+    python benchmarks/throughput/sb3_rollout.py --updates 2 --warmup-updates 1 --workloads cartpole
+    python benchmarks/throughput/sb3_rollout.py --vec-envs subproc,vecaccel-shm --json out.json
+    python benchmarks/throughput/sb3_rollout.py --rounds 3 --updates 4   # each config 3 times, interleaved
+    python benchmarks/throughput/sb3_rollout.py --interleave --updates 12 # all built at once, updates in turn
 
 Every configuration is built, warmed up with ``--warmup-updates`` PPO updates (not timed) and
 then timed over ``--updates`` more; rollout steps per second = steps collected / seconds spent
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import statistics
 import sys
 import time
@@ -41,10 +40,10 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_atari_env, make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecFrameStack
 
-from vecaccel.bench import machine_info, write_json
+from vecaccel.bench import RunRecord, command_line, machine_info
 from vecaccel.sb3 import VecAccelEnv
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 try:  # SubprocVecEnv's forkserver/spawn workers import this module: register ALE ids there too
     import ale_py
@@ -364,6 +363,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     if args.torch_threads is not None:
         torch.set_num_threads(args.torch_threads)
     records = []
@@ -409,12 +409,10 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for workload in args.workloads.split(",")
         }
-    command = " ".join(shlex.quote(part) for part in [sys.executable, *sys.argv])
     for path, written in outputs.items():
-        write_json(
+        run_record.write(
             path,
             written,
-            command=command,
             torch_threads=torch.get_num_threads(),
             options={k: v for k, v in vars(args).items() if k != "json"},
         )

@@ -22,7 +22,7 @@ the seeds and the ratio vecaccel/SB3.
 
 Run (about 10 minutes on 2 CPU cores)::
 
-    python benchmarks/learning_cartpole.py --seeds 1 2 3 4 5
+    python benchmarks/learning/cartpole.py --seeds 1 2 3 4 5
 
 Results go to ``benchmarks/results/learning_cartpole.{json,md}`` with the command line.
 """
@@ -33,16 +33,15 @@ import argparse
 import json
 import os
 import platform
-import shlex
 import statistics
-import subprocess
-import sys
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from vecaccel.bench import RunRecord, command_line, load_result, run_seeds
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 NUM_ENVS = 8
 
 
@@ -140,6 +139,12 @@ def run_sb3(algo: str, seed: int, threshold: float, window: int, max_steps: int)
     return _record(solved_at, start_wall, start_cpu, model.num_timesteps)
 
 
+def run(library: str, algo: str, seed: int, threshold: float, window: int, max_steps: int) -> dict:
+    """One run of ``algo`` with ``library``, in its own process (see ``vecaccel.bench.seeds``)."""
+    runner = run_vecaccel if library == "vecaccel" else run_sb3
+    return runner(algo, seed, threshold, window, max_steps)
+
+
 def _record(solved_at: dict, start_wall: float, start_cpu: float, steps: int) -> dict:
     if solved_at:
         return {"solved": True, **solved_at}
@@ -172,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         help="rl-zoo's n_timesteps: the lin_ schedules' length",
     )
     parser.add_argument("--max-steps-a2c", type=int, default=500_000)
+    parser.add_argument(
+        "--in-process",
+        action="store_true",
+        help="every run in this process: quick to start, for trial runs (the figures want a "
+        "fresh process per run)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--summarize",
@@ -179,39 +190,28 @@ def main(argv: list[str] | None = None) -> int:
         metavar="JSON",
         help="rewrite the tables from the runs of an earlier results JSON, running nothing",
     )
-    parser.add_argument(
-        "--worker", nargs=3, metavar=("LIB", "ALGO", "SEED"), help=argparse.SUPPRESS
-    )
     args = parser.parse_args(argv)
 
-    if args.worker:  # one run, in its own process; prints its record as JSON
-        library, algo, seed = args.worker
-        run = run_vecaccel if library == "vecaccel" else run_sb3
-        max_steps = args.max_steps_ppo if algo == "ppo" else args.max_steps_a2c
-        print(json.dumps(run(algo, int(seed), args.threshold, args.window, max_steps)))
-        return 0
-
-    command = "python benchmarks/learning_cartpole.py " + shlex.join(
-        sys.argv[1:] if argv is None else argv
-    )
     runs: list[dict] = []
     if args.summarize:
-        earlier = json.loads(args.summarize.read_text())
-        command, runs = earlier["command"], earlier["runs"]
+        earlier = load_result(args.summarize)
+        run_record = RunRecord(earlier["meta"]["command"])
+        runs = earlier["results"]
         args.algos = [algo for algo in ("ppo", "a2c") if any(r["algo"] == algo for r in runs)]
-    for algo in args.algos if not args.summarize else ():
-        for seed in args.seeds:
-            for library in ("vecaccel", "sb3"):
-                worker = [sys.executable, __file__, "--worker", library, algo, str(seed)]
-                worker += ["--threshold", str(args.threshold), "--window", str(args.window)]
-                worker += ["--max-steps-ppo", str(args.max_steps_ppo)]
-                worker += ["--max-steps-a2c", str(args.max_steps_a2c)]
-                load = os.getloadavg()[0]
-                out = subprocess.run(worker, capture_output=True, text=True, check=True)
-                record = json.loads(out.stdout.strip().splitlines()[-1])
-                record.update(library=library, algo=algo, seed=seed, load_before=round(load, 2))
-                runs.append(record)
-                print(json.dumps(record), flush=True)
+    else:
+        run_record = RunRecord(command_line(argv, __file__))
+        for algo in args.algos:
+            max_steps = args.max_steps_ppo if algo == "ppo" else args.max_steps_a2c
+            runs += run_seeds(
+                __file__,
+                "run",
+                args.seeds,
+                [{"library": "vecaccel", "algo": algo}, {"library": "sb3", "algo": algo}],
+                common={"threshold": args.threshold, "window": args.window, "max_steps": max_steps},
+                in_process=args.in_process,
+                on_run=lambda record: print(json.dumps(record), flush=True),
+            )
+    command = run_record.command
 
     import stable_baselines3
     import torch
@@ -295,9 +295,16 @@ def main(argv: list[str] | None = None) -> int:
         "of `torch._dynamo` that constructing a `torch.optim` optimizer triggers; vecaccel's "
         "MLP agents use the flat-buffer optimizers of `trainers/optim.py` and never import it.",
     ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    result = {"command": command, "runs": runs, "summary": summary, "time": time.ctime()}
-    (args.out / "learning_cartpole.json").write_text(json.dumps(result, indent=2) + "\n")
+    run_record.write(
+        args.out / "learning_cartpole.json",
+        runs,
+        summary=summary,
+        threshold=args.threshold,
+        window=args.window,
+        max_steps_ppo=args.max_steps_ppo,
+        max_steps_a2c=args.max_steps_a2c,
+        in_process=args.in_process,
+    )
     (args.out / "learning_cartpole.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

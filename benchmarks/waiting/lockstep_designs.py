@@ -23,7 +23,7 @@ their spin then cost no more CPU than sleeping ones.
 
 Run (writes ``benchmarks/results/lockstep_designs.json``)::
 
-    python benchmarks/lockstep_designs.py --pause-ms 0,2 --seconds 4 --trials 3
+    python benchmarks/waiting/lockstep_designs.py --pause-ms 0,2 --seconds 4 --trials 3
 """
 
 from __future__ import annotations
@@ -41,14 +41,14 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 import vecaccel
-from vecaccel.bench import parse_workloads, write_json
+from vecaccel.bench import RunRecord, command_line, parse_workloads
 from vecaccel.bench.ceiling import measure_ceiling
 from vecaccel.bench.timing import ACTION_BATCHES, _sample_actions
 from vecaccel.bench.workloads import resolve_env
 from vecaccel.worker import usable_cpus
 from vecaccel.worker.cpus import limit_threads_after_envs, limit_threads_before_envs
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 
 
 def _bare_worker(env_fn: Any, count: int, seed: int, spin: bool, cmd: Any, done: Any) -> None:
@@ -265,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="a design to measure (repeatable)")
     parser.add_argument("--json", default=os.path.join(RESULTS, "lockstep_designs.json"))
     args = parser.parse_args(argv)
+    run_record = RunRecord(command_line(argv, __file__))
     cpus = usable_cpus()
     workloads = parse_workloads(args.workload, {"pong": [8, 16], "CartPole-v1": [64, 256]})
     rows: list[dict[str, Any]] = []
@@ -284,7 +285,12 @@ def main(argv: list[str] | None = None) -> int:
                 f" {row['steps_per_s']:>9,.0f} {row['share_of_ceiling']:>6.2f}"
                 f" {row['worker_cpu_per_s']:>5.2f}"
             )
-    write_json(args.json, rows, command="python " + " ".join(sys.argv))
+    for row in rows:
+        if row["design"] == "ceiling":
+            run_record.add_ceiling(
+                row["env"], row["steps_per_s"], cpus, num_envs=row["num_envs"], trial=row["trial"]
+            )
+    run_record.write(args.json, rows)
     return 0
 
 
