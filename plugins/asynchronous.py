@@ -130,15 +130,16 @@ class AsyncVecEnv(ProcessVecEnv):
             self._env_to_worker[worker.start : worker.stop] = worker.index
 
     def _check_whole_slices(self, size: int) -> None:
-        """Vectorized slices: every slice ``size`` envs, and a batch a whole number of them."""
+        """Vectorized slices: a batch of every env, or every slice ``size`` envs and a batch a
+        whole number of them."""
         sizes = sorted({w.stop - w.start for w in self.pool.workers})
-        if len(sizes) > 1 or self.batch_size % size:
+        if self.batch_size != self.num_envs and (len(sizes) > 1 or self.batch_size % size):
             self.close(terminate=True)
             raise ValueError(
                 f"vectorized slices on async need num_envs={self.num_envs} to split evenly over "
                 f"num_workers={self.num_workers} (slices of {sizes} envs) and a batch_size that "
-                f"is a multiple of the slice size (got {self.batch_size}): a batch is made of "
-                "whole slices"
+                f"is a multiple of the slice size, or batch_size=num_envs (got "
+                f"{self.batch_size}): a batch is made of whole slices"
             )
 
     def _check_slice_ids(self, ids: np.ndarray) -> None:

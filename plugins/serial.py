@@ -295,7 +295,7 @@ class VectorizedSerialVecEnv(VecEnv):
         self._check_open()
         indices = self._normalize_indices(indices)
         try:
-            if not callable(name) and hasattr(self.envs, "call") and not hasattr(self.envs, name):
+            if not callable(name) and callable(getattr(self.envs, "call", None)):
                 results = self.envs.call(name, *args, **kwargs)
                 return tuple(results[i] for i in indices)
             if callable(name):

@@ -284,7 +284,7 @@ def merge_slice_infos(
         >>> merged = merge_slice_infos({}, {"x": np.array([1, 2]), "_x": np.array([True, False])},
         ...                            start=2, count=2, num_envs=4)
         >>> merged["x"].tolist(), merged["_x"].tolist()
-        ([0, 0, 1, 0], [False, False, True, False])
+        ([0, 0, 1, 2], [False, False, True, False])
     """
     stop = start + count
     for key, value in infos.items():
@@ -317,11 +317,12 @@ def merge_slice_infos(
 
 
 def unbatch_infos(infos: dict, count: int) -> list[dict]:
-    """One info dict per env from batched ``infos`` over ``count`` envs (masked keys only).
+    """One info dict per env from batched ``infos`` over ``count`` envs (masked keys only;
+    NumPy scalars become Python ones, as an env's own info holds them).
 
     Example:
         >>> unbatch_infos({"x": np.array([1, 2]), "_x": np.array([False, True])}, 2)
-        [{}, {'x': np.int64(2)}]
+        [{}, {'x': 2}]
     """
     out: list[dict] = [{} for _ in range(count)]
     for key, value in infos.items():
@@ -335,5 +336,6 @@ def unbatch_infos(infos: dict, count: int) -> list[dict]:
                 out[j][key] = parts[j]
         else:
             for j in rows:
-                out[j][key] = value[j]
+                item = value[j]
+                out[j][key] = item.item() if isinstance(item, np.generic) else item
     return out

@@ -249,10 +249,12 @@ class VectorSlice:
     ) -> tuple[list[tuple[int, dict]], list[ErrorReport]]:
         """Reset the inner vector env (the envs in ``mask``, local, through Gymnasium's
         ``options["reset_mask"]``); ``((env index, info) pairs, error reports)``."""
-        seed = seeds[0] if len(seeds) else None
+        if mask is not None and not np.any(mask):
+            return [], []
+        partial = mask is not None and not np.all(mask)
+        seed = seeds[int(np.flatnonzero(mask)[0])] if partial else seeds[0]
         if seed is not None:
             self.last_seed = seed
-        partial = mask is not None and not np.all(mask)
         if partial:
             options = {**(options or {}), "reset_mask": np.asarray(mask, dtype=np.bool_)}
         try:
@@ -280,15 +282,16 @@ class VectorSlice:
         kwargs: dict,
     ) -> tuple[list[Any], list[ErrorReport]]:
         """Call ``name`` on the slice: through the inner vector env's own ``call`` when it has
-        one (one result per sub-env), else once on the vector env itself, the result given to
-        each of ``local_indices``."""
+        one (``SyncVectorEnv``: one result per sub-env), else once on the vector env itself
+        (``CartPoleVectorEnv``), the result given to each of ``local_indices``. A function
+        ``name`` is applied to the vector env itself."""
         if not local_indices:
             return [], []
         try:
             if callable(name):
                 value = name(self.envs, *args, **kwargs)
                 return [value] * len(local_indices), []
-            if hasattr(self.envs, "call") and not hasattr(self.envs, name):
+            if callable(getattr(self.envs, "call", None)):
                 results = self.envs.call(name, *args, **kwargs)
                 return [results[j] for j in local_indices], []
             attribute = getattr(self.envs, name)
