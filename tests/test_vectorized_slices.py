@@ -500,3 +500,13 @@ def test_sb3_adapter_steps_vectorized_slices():
         assert dones_seen > 0
     finally:
         venv.close()
+
+
+@pytest.mark.parametrize("kind", ["shm", "hybrid", "async_half", "action_server_alternating"])
+def test_close_leaves_no_process_or_shared_memory(kind, no_leaks):
+    envs = make(kind, "CartPole-v1", on_worker_failure="restart")
+    obs, infos = envs.reset(seed=0)
+    ids = ids_of(infos)
+    envs.step(act(envs, np.zeros(len(ids), dtype=np.int64)))
+    envs.close()
+    assert envs.closed

@@ -10,6 +10,11 @@ For each ``num_envs`` it measures, with random actions sampled before the clock 
 * ``ceiling``: one process per usable CPU, each stepping its own native vector env, the envs
   of all of them summing to ``n`` (:func:`vecaccel.bench.ceiling.measure_vector_ceiling`).
 
+With ``--ppo`` it also trains PPO on CartPole end to end (the ``cartpole`` preset, its
+minibatches cut to 1,024 samples) on ``--ppo-envs`` envs, vectorized ``shm`` against per-env
+``shm``: env steps per second of the whole run (updates included) and the seconds until the
+mean return of the episodes of one update first reaches 475.
+
 With ``--pong`` (EnvPool installed) it also measures Pong from EnvPool: EnvPool alone with
 ``num_threads`` = the usable CPUs, against vecaccel ``shm`` over EnvPool slices, one worker
 per CPU each with an EnvPool of one thread (the same threads in all).
@@ -111,6 +116,35 @@ def pong_cases(n: int, workers: int) -> dict[str, tuple[str, Callable[[], Any]]]
     }
 
 
+def ppo_run(n: int, budget: int, workers: int, vectorized: bool, seed: int) -> dict[str, Any]:
+    """Train PPO on ``n`` CartPole envs for ``budget`` steps; steps/s and seconds to 475."""
+    import time
+
+    import numpy as np
+
+    from vecaccel.trainers.algos.ppo import PPO
+
+    envs = vecaccel.make_vec(
+        "CartPole-v1", n, backend="shm", num_workers=workers, vectorized=vectorized
+    )
+    agent = PPO(envs, env_id="CartPole-v1", seed=seed, num_minibatches=max(1, n * 32 // 1024))
+    per_update = n * agent.config.num_steps
+    started = time.perf_counter()
+    to_475 = None
+    steps = 0
+    try:
+        while steps < budget:
+            agent.learn(per_update)
+            steps += per_update
+            returns = agent.last_episodes.returns if agent.last_episodes else []
+            if to_475 is None and returns and np.mean(returns) >= 475:
+                to_475 = time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+    finally:
+        envs.close()
+    return {"steps_per_s": steps / elapsed, "seconds_to_475": to_475, "steps": steps}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", default="4096", help="comma-separated CartPole sizes")
@@ -119,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds (best kept)")
     parser.add_argument("--pong", action="store_true", help="also EnvPool Pong (needs envpool)")
     parser.add_argument("--pong-envs", type=int, default=16)
+    parser.add_argument("--ppo", action="store_true", help="also PPO on CartPole end to end")
+    parser.add_argument("--ppo-envs", type=int, default=1024)
+    parser.add_argument("--ppo-steps", type=int, default=1_000_000)
     parser.add_argument(
         "--json",
         default=os.path.join(RESULTS, "vectorized_slices.json"),
@@ -152,6 +189,12 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     rows = []
+    if args.ppo:
+        for vectorized in (True, False):
+            name = "ppo-shm-vectorized" if vectorized else "ppo-shm-per-env"
+            run = ppo_run(args.ppo_envs, args.ppo_steps, workers, vectorized, seed=1)
+            rows.append({"env": "CartPole-v1", "impl": name, "num_envs": args.ppo_envs, **run})
+            print(f"{name:<22} {run}", flush=True)
     for (env_name, name, n), rate in best.items():
         row: dict[str, Any] = {"env": env_name, "impl": name, "num_envs": n, "steps_per_s": rate}
         baseline = "native" if env_name == "CartPole-v1" else "envpool-alone"
