@@ -123,3 +123,47 @@ def test_pong_slices_equal_one_envpool():
 def test_envpool_vector_fn_refuses_vecaccels_own_options():
     with pytest.raises(ValueError, match="num_envs and batch_size are vecaccel's"):
         envpool_vector_fn("CartPole-v1", num_envs=4)
+
+
+def test_episode_scores_are_whole_games_of_unclipped_rewards():
+    """Pong with life-loss terminals and clipped rewards: the scores sum EnvPool's unclipped
+    ``info["reward"]`` over whole games, as the ALE route's ``RecordEpisodeStatistics`` does."""
+    fn = envpool_vector_fn(
+        "Pong-v5",
+        num_threads=1,
+        episode_scores=True,
+        reward_clip=True,
+        episodic_life=True,
+        max_episode_steps=300,
+    )
+    envs = fn(2)
+    alone = envpool_alone(
+        "Pong-v5",
+        2,
+        seed=0,
+        num_threads=1,
+        reward_clip=True,
+        episodic_life=True,
+        max_episode_steps=300,
+    )
+    try:
+        envs.reset(seed=0)
+        alone.reset()
+        raw_returns = np.zeros(2)
+        seen = []
+        for _ in range(700):
+            actions = np.zeros(2, dtype=np.int64)
+            *_, infos = envs.step(actions)
+            _, _, term, trunc, info = alone.step(actions)
+            counted = info["elapsed_step"] > 0
+            raw_returns += np.where(counted, info["reward"], 0.0)
+            ended = (info["terminated"].astype(bool) | trunc) & counted
+            np.testing.assert_array_equal(infos["_episode"], ended)
+            for i in np.flatnonzero(ended):
+                assert infos["episode"]["r"][i] == raw_returns[i]
+                seen.append(raw_returns[i])
+                raw_returns[i] = 0.0
+        assert seen  # games ended (truncated at 300 steps)
+    finally:
+        envs.close()
+        alone.close()

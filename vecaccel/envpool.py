@@ -15,6 +15,11 @@ its slice's size, writing the batch into shared memory. The adapter,
   ``env_id`` and returns every env's observation.
 * **autoreset**: EnvPool resets an env on the step after its episode ends:
   ``AutoresetMode.NEXT_STEP``, declared in ``metadata``.
+* **episode scores** (``episode_scores=True``): ``info["episode"]`` with ``r`` (the return),
+  ``l`` (the length) and an ``_episode`` mask when a *whole game* ends, as Gymnasium's vector
+  ``RecordEpisodeStatistics`` gives them. For Atari the return sums EnvPool's unclipped
+  ``info["reward"]`` and a game ends at ``info["terminated"]`` (not at a lost life), so the
+  scores stay true with ``reward_clip=True`` and ``episodic_life=True``.
 
 EnvPool is imported only when a pool is built: ``pip install vecaccel[envpool]``.
 
@@ -86,6 +91,7 @@ class EnvPoolVectorEnv(VectorEnv):
         task_id: EnvPool's task id (``"CartPole-v1"``, ``"Pong-v5"``...; ``envpool.list_all_envs()``).
         num_envs: how many envs.
         seed: the seed of env 0 (env ``i`` gets ``seed + i``) until a seeded ``reset``.
+        episode_scores: add ``info["episode"]`` when a whole game ends (see the module).
         **kwargs: EnvPool's own options (``num_threads``, ``episodic_life``, ``img_height``...).
 
     Example:
@@ -97,8 +103,18 @@ class EnvPoolVectorEnv(VectorEnv):
         >>> envs.close()
     """
 
-    def __init__(self, task_id: str, num_envs: int, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        task_id: str,
+        num_envs: int,
+        seed: int = 0,
+        episode_scores: bool = False,
+        **kwargs: Any,
+    ) -> None:
         self.task_id = task_id
+        self.episode_scores = episode_scores
+        self._returns = np.zeros(int(num_envs), dtype=np.float64)
+        self._lengths = np.zeros(int(num_envs), dtype=np.int64)
         self.num_envs = int(num_envs)
         self.kwargs = dict(kwargs)
         self.pool = _make_pool(task_id, self.num_envs, int(seed), self.kwargs)
@@ -122,11 +138,15 @@ class EnvPoolVectorEnv(VectorEnv):
             self.pool.close()
             self.pool = _make_pool(self.task_id, self.num_envs, int(seed), self.kwargs)
         if mask is None or self._obs is None or np.all(mask):
+            self._returns[:] = 0.0
+            self._lengths[:] = 0
             obs, infos = self.pool.reset()
             self._obs = np.array(obs)
             return self._obs.copy(), masked_infos(infos, self.num_envs)
         ids = np.flatnonzero(np.asarray(mask, dtype=np.bool_)).astype(np.int32)
         obs, infos = self.pool.reset(env_id=ids)
+        self._returns[ids] = 0.0
+        self._lengths[ids] = 0
         self._obs = np.array(self._obs)  # the last step's array is the caller's: copy it
         self._obs[ids] = obs
         out: dict[str, Any] = {}
@@ -144,7 +164,26 @@ class EnvPoolVectorEnv(VectorEnv):
         """Step every env; Gymnasium's ``(obs, rewards, terminations, truncations, infos)``."""
         obs, rewards, terms, truncs, infos = self.pool.step(np.asarray(actions))
         self._obs = obs
-        return obs, rewards, terms, truncs, masked_infos(infos, self.num_envs)
+        out = masked_infos(infos, self.num_envs)
+        if self.episode_scores:
+            self._add_episode_scores(out, rewards, terms, truncs)
+        return obs, rewards, terms, truncs, out
+
+    def _add_episode_scores(self, infos: dict, rewards: Any, terms: Any, truncs: Any) -> None:
+        # the step after an episode's end is EnvPool's reset step (elapsed_step 0): not counted
+        counted = np.asarray(infos.get("elapsed_step", np.ones(self.num_envs))) > 0
+        reward = np.asarray(infos.get("reward", rewards), dtype=np.float64)
+        self._returns += np.where(counted, reward, 0.0)
+        self._lengths += counted
+        game_over = np.asarray(infos.get("terminated", terms), dtype=np.bool_)
+        ended = (game_over | np.asarray(truncs, dtype=np.bool_)) & counted
+        infos["episode"] = {
+            "r": np.where(ended, self._returns, 0.0),
+            "l": np.where(ended, self._lengths, 0),
+        }
+        infos["_episode"] = ended
+        self._returns[ended] = 0.0
+        self._lengths[ended] = 0
 
     def close_extras(self, **kwargs: Any) -> None:
         pool = getattr(self, "pool", None)
