@@ -523,3 +523,16 @@ def test_auto_picks_shm_without_probing_a_slice():
         assert obs.shape == (N, 4)
     finally:
         envs.close()
+
+
+def test_sampler_takes_alternating_halves_of_slices():
+    from vecaccel.sampler import Sampler
+
+    envs = make("action_server_alternating", "CartPole-v1")
+    try:
+        sampler = Sampler(envs, lambda obs: (torch.zeros(len(obs), dtype=torch.int64), {}), 8)
+        batch = sampler.collect()
+        assert tuple(batch.obs.shape) == (8, N, 4)
+        assert [g.tolist() for g in envs.groups] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    finally:
+        envs.close()
