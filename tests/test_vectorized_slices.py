@@ -349,7 +349,7 @@ def test_restart_rebuilds_the_vector_env_and_truncates_its_slice(backend):
         order = np.argsort(ids_of(infos, 7))
         np.testing.assert_array_equal(as_numpy(obs)[order][4:], expected)
         assert as_numpy(rew)[order][4:].tolist() == [0.0] * 3
-        obs = envs.step(np.zeros(7, dtype=np.int64))[0]
+        obs, *_, infos = envs.step(np.zeros(7, dtype=np.int64))
         fresh_obs = fresh.step(np.zeros(3, dtype=np.int64))[0]
         np.testing.assert_array_equal(as_numpy(obs)[np.argsort(ids_of(infos, 7))][4:], fresh_obs)
     finally:

@@ -183,6 +183,19 @@ def _checked_backend(backend: str, options: dict[str, Any]) -> tuple[Any, Any]:
     return info, checked
 
 
+def _are_slice_fns(env_fns: list, num_envs: int | None) -> bool:
+    """Whether ``env_fns`` are the env functions of vectorized slices (one vector env
+    function for all), handed on as they are."""
+    from vecaccel.vectorized import is_vectorized, vector_env_fn_of
+
+    if not is_vectorized(env_fns):
+        return False
+    vector_env_fn_of(env_fns, 0)  # one vector env function for all, or a TypeError
+    if num_envs is not None and num_envs != len(env_fns):
+        raise ValueError(f"num_envs={num_envs} but {len(env_fns)} env functions were given")
+    return True
+
+
 def _slice_fns(
     env: Any,
     num_envs: int | None,
@@ -272,6 +285,9 @@ def make_vec(
     if isinstance(env, Iterable) and not isinstance(env, (str, gym.Env)) and not callable(env):
         env = list(env)  # looked at twice below: a generator would be spent
     checked = _checked_backend(backend, options)  # before an env function is called
+    if not vectorized and isinstance(env, list) and _are_slice_fns(env, num_envs):
+        # a block of another vector env's slice env functions (a Ray shard's): built as such
+        return _build(env, checked, autoreset_mode, options)
     if vectorized:
         return _build(
             _slice_fns(env, num_envs, autoreset_mode, env_kwargs), checked, autoreset_mode, options
