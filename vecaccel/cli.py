@@ -298,6 +298,13 @@ def _add_bench_command(commands: Commands) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of resets and actions")
     parser.add_argument(
+        "--vectorized",
+        action="store_true",
+        help="batched simulator: every backend with vectorized=True (one native vector env per "
+        "worker, from the id's vector_entry_point), the native vector env alone in one process "
+        "('native'), and the ceiling of one native vector env per usable CPU, per num_envs",
+    )
+    parser.add_argument(
         "-o",
         "--option",
         action="append",
