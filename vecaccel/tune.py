@@ -111,6 +111,21 @@ def measure(
 ) -> float:
     """Steps per second of ``trial``, with random actions and ``policy_s`` of simulated
     inference latency per step (a sleep, as a GPU forward costs the CPU little)."""
+    if trial.backend != "action_server":
+        return _measure(env_fns, trial, seconds, policy_s)
+    import torch  # the action server's own dependency
+
+    # no policy runs here (its latency is a sleep): torch's threads would only take the cores
+    # the workers step on, and it would warn so
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _measure(env_fns, trial, seconds, policy_s)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _measure(env_fns: Sequence[Callable], trial: Trial, seconds: float, policy_s: float) -> float:
     envs = vecaccel.make_vec(
         list(env_fns[: trial.num_envs]), backend=trial.backend, **trial.options
     )

@@ -27,6 +27,7 @@ from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
 from vecaccel.trainers.cli.errors import read_checkpoint, setup_errors, usage_error
 from vecaccel.trainers.cli.evaluate import eval_command
 from vecaccel.trainers.cli.flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
+from vecaccel.trainers.logger import refuse_used_run_dir, unused_run_dir
 
 __all__ = ["ALGORITHMS", "eval_command", "train_command", "vecaccel_add_commands"]
 
@@ -93,7 +94,14 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument(
             "--run-dir",
             type=Path,
-            help="directory for logs and checkpoints (default: runs/ALGO-ENV-SEED-TIME)",
+            help="directory for logs and checkpoints (default: runs/ALGO-ENV-SEED-TIME, new "
+            "for each run); one that holds a run is refused unless --overwrite",
+        )
+        parser.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="a new run into a --run-dir that holds one: replace that run's checkpoint, "
+            "metrics, curve and TensorBoard files",
         )
         parser.add_argument(
             "--resume",
@@ -240,6 +248,10 @@ def train_command(args: argparse.Namespace) -> int:
     nproc = getattr(args, "nproc", None)
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
         argv = getattr(args, "argv", None) or sys.argv[1:]
+        if args.resume is None and args.run_dir is not None:  # refused before any rank starts
+            if refused := refuse_used_run_dir(args.run_dir, args.overwrite):
+                print(refused, file=sys.stderr)
+                return 2
         return distributed.launch_torchrun(nproc, distributed.strip_nproc(argv))
     # the ranks meet at a barrier before leaving the process group only when they all got here
     # the same way (done, or stopped by a signal every rank saw); after an error on this rank the
@@ -278,7 +290,12 @@ def _train(args: argparse.Namespace) -> int:
     if args.total_steps is None:
         print("error: --total-steps is required (unless --resume)", file=sys.stderr)
         return 2
-    run_dir = args.run_dir or _default_run_dir(args.algo, env_id, config, cls.config_cls)
+    run_dir = args.run_dir or unused_run_dir(
+        _default_run_dir(args.algo, env_id, config, cls.config_cls)
+    )
+    if refused := refuse_used_run_dir(run_dir, args.overwrite):
+        print(refused, file=sys.stderr)
+        return 2
     fixed_lag = bool(fixed_lag)
     if fixed_lag and weight_sync_period not in (None, 1):
         print(

@@ -23,7 +23,12 @@ Example:
 
 from __future__ import annotations
 
-from vecaccel.worker.cpus import current_cpu, usable_cpus, warn_if_torch_oversubscribes
+from vecaccel.worker.cpus import (
+    TorchThreadsWarning,
+    current_cpu,
+    usable_cpus,
+    warn_if_torch_oversubscribes,
+)
 from vecaccel.worker.env_slice import (
     ENV_ERRORS,
     EnvMakeError,
@@ -64,6 +69,7 @@ __all__ = [
     "SharedLayout",
     "SharedViews",
     "Status",
+    "TorchThreadsWarning",
     "WorkerHandle",
     "WorkerPool",
     "current_cpu",
