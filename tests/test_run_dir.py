@@ -116,6 +116,7 @@ def test_check_run_dir_refuses_a_run_and_overwrite_removes_only_its_files(tmp_pa
         check_run_dir(tmp_path)
     assert caught.value.files == ["checkpoint.pt", "metrics.csv", "learning_curve.png", "tb/"]
     assert isinstance(caught.value, FileExistsError)
+    (tmp_path / "checkpoint.replay-100-r0-ab12.npz").write_bytes(b"")  # the run's replay
     check_run_dir(tmp_path, overwrite=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npz"]
 

@@ -38,6 +38,10 @@ __all__ = [
 #: folder): a directory holding any of them holds a run.
 RUN_FILES = ("checkpoint.pt", "metrics.csv", "learning_curve.png", "tb")
 
+#: The replay buffers a DQN-family checkpoint names (``checkpoint.replay-<step>-<id>.npz``),
+#: removed with the run they belong to.
+_REPLAY_FILES = "checkpoint.replay-*.npz"
+
 #: The run directories this process's runs wrote: a later run of the same process (a second
 #: ``learn()``) goes on writing there.
 _RUN_DIRS_OF_THIS_PROCESS: set[Path] = set()
@@ -70,8 +74,9 @@ def check_run_dir(run_dir: str | os.PathLike[str], overwrite: bool = False) -> N
     """Make sure a new run may write to ``run_dir``.
 
     A directory that does not exist, is empty or holds other files is free. One that holds a
-    run's files (:data:`RUN_FILES`) is refused, or, with ``overwrite``, emptied of them (other
-    files stay), so the new run's TensorBoard curves do not mix with the old ones.
+    run's files (:data:`RUN_FILES`) is refused, or, with ``overwrite``, emptied of them and of
+    the replay buffers its checkpoint named (other files stay), so the new run's TensorBoard
+    curves do not mix with the old ones.
 
     Raises:
         RunDirInUseError: if ``run_dir`` holds another run and ``overwrite`` is false.
@@ -97,8 +102,7 @@ def check_run_dir(run_dir: str | os.PathLike[str], overwrite: bool = False) -> N
         return
     if not overwrite:
         raise RunDirInUseError(path, files)
-    for name in RUN_FILES:
-        target = path / name
+    for target in [*(path / name for name in RUN_FILES), *path.glob(_REPLAY_FILES)]:
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
         elif target.exists() or target.is_symlink():
