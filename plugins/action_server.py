@@ -196,6 +196,16 @@ class ActionServerVecEnv(AsyncVecEnv):
         obs, _, _, _, infos = self._result(self._group, self._gather(self._last_ids))
         return obs, infos
 
+    @property
+    def pinned_staging(self) -> bool:
+        """Whether every host buffer that observations, rewards and flags pass through on their
+        way to ``device`` is pinned (page-locked), so that the copies run ``non_blocking``: true
+        on a CUDA device, false on the CPU, where nothing is staged."""
+        tensors: list[Any] = []
+        for staging in self._staging:
+            _tree_map(tensors.append, staging)
+        return bool(tensors) and all(tensor.is_pinned() for tensor in tensors)
+
     def peek_obs(self, env_ids: Any) -> Any:
         """The latest observations of envs ``env_ids`` that are not stepping, as tensors on
         ``device``, without receiving them.

@@ -280,6 +280,15 @@ PYTHON_SNIPPETS = [
         120,
     ),
     (
+        "backends-plugin-command",
+        "docs/backends.md",
+        'parser = commands.add("hello", say_hello, help="say hello")',
+        {},
+        "",
+        "",
+        60,
+    ),
+    (
         "multiagent-sb3",
         "docs/multiagent.md",
         'model = PPO("MlpPolicy", to_sb3(envs)',
@@ -293,6 +302,11 @@ PYTHON_SNIPPETS = [
 
 # (doc, marker, why the block is not run here)
 NOT_RUN = [
+    (
+        "docs/ray.md",
+        'backend="ray", num_shards=2',
+        "starts Ray; tests/test_ray_backend.py makes these calls on a loopback-only cluster",
+    ),
     (
         "examples/vecaccel-example-plugin/README.md",
         'backend="example-threads"',
@@ -481,6 +495,25 @@ NOT_RUN_COMMANDS = [
     ),
     ("docs/soak.md", "benchmarks/soak.py", "a 30-minute soak; tests/test_soak.py runs a short one"),
     ("docs/multiagent.md", "pip install", "installs from the network"),
+    ("README.md", 'pip install "vecaccel[ray]"', "installs from the network"),
+    (
+        "README.md",
+        "ray start",
+        "starts a Ray cluster node; tests/test_ray_backend.py starts a local one",
+    ),
+    (
+        "README.md",
+        "RAY_ADDRESS=HEAD:6379",
+        "needs a Ray cluster's head (HEAD) and Pong at scale; tests/test_ray_backend.py runs the backend",
+    ),
+    ("docs/ray.md", "pip install", "installs from the network"),
+    ("docs/ray.md", "ray start", "starts a Ray cluster node (HEAD_IP)"),
+    ("docs/ray.md", "RAY_ADDRESS=HEAD_IP", "points at a Ray cluster's head (HEAD_IP)"),
+    (
+        "docs/ray.md",
+        "--backend ray --num-envs 256",
+        "256 Pong envs on a Ray cluster; tests/test_ray_backend.py runs a local one",
+    ),
     ("examples/vecaccel-example-plugin/README.md", "pip install", "tests/test_plugins.py"),
     (
         "examples/vecaccel-example-plugin/README.md",
@@ -491,6 +524,12 @@ NOT_RUN_COMMANDS = [
 
 # (doc, language, marker, why the block is not run)
 NOT_RUN_BLOCKS = [
+    (
+        "docs/training.md",
+        "text",
+        "AlgorithmInfo(",
+        "a registry entry, annotated; tests/test_registry.py checks the registry's entries",
+    ),
     (
         "docs/backends.md",
         "text",

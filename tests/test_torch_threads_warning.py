@@ -62,12 +62,12 @@ def test_the_sb3_adapter_warning_names_the_line_that_called_sb3(too_many_torch_t
 
 
 def test_tune_sets_torch_threads_for_the_action_server_and_says_nothing(too_many_torch_threads):
-    from vecaccel.tune import Trial, measure
+    from vecaccel.tune import Trial, measure_trial
 
     threads = torch.get_num_threads()
     with warnings.catch_warnings():
         warnings.simplefilter("error", TorchThreadsWarning)
         fns = [lambda: __import__("gymnasium").make("CartPole-v1")] * 2
         trial = Trial("action_server", 2, {"num_workers": 1})
-        assert measure(fns, trial, seconds=0.05) > 0
+        assert measure_trial(fns, trial, seconds=0.05) > 0
     assert torch.get_num_threads() == threads  # the caller's setting is back

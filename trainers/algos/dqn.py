@@ -47,13 +47,13 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.trainers import distributed
 from vecaccel.trainers.algos.base import Algorithm, Callback
 from vecaccel.trainers.algos.dqn_checkpoint import load_dqn, save_dqn, write_run_checkpoint
-from vecaccel.trainers.algos.dqn_presets import PRESETS
 from vecaccel.trainers.checkpoint import check_env_matches
 from vecaccel.trainers.config import RunConfig, check_dqn_config, lr_scale
 from vecaccel.trainers.envs import check_tensor_spaces
 from vecaccel.trainers.episodes import EpisodeStats
 from vecaccel.trainers.models import QNetwork, check_observation_space
 from vecaccel.trainers.presets import AUTO
+from vecaccel.trainers.presets import DQN_PRESETS as PRESETS
 from vecaccel.trainers.replay.buffer import ReplayBuffer, ReplaySample, replay_buffer_kwargs
 from vecaccel.trainers.replay.files import restore_replay
 from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer

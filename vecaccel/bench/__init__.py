@@ -13,7 +13,9 @@ The package's modules hold one part each: :mod:`~vecaccel.bench.workloads` (what
 :mod:`~vecaccel.bench.peers` (what vecaccel is compared with), :mod:`~vecaccel.bench.timing` (the
 clock), :mod:`~vecaccel.bench.ceiling` (the processes that measure the ceiling),
 :mod:`~vecaccel.bench.sweep` (one run over backends, peers and ``num_envs``),
-:mod:`~vecaccel.bench.report` (table, JSON, plot) and :mod:`~vecaccel.bench.command` (the CLI).
+:mod:`~vecaccel.bench.report` (table, JSON, plot) and :mod:`~vecaccel.bench.command` (the CLI);
+:mod:`~vecaccel.bench.policy_loop` times a rollout loop with a torch policy in it, on any backend,
+and :mod:`~vecaccel.bench.device_usage` records a device's peak memory and busy share meanwhile.
 
 Example:
     >>> from vecaccel.bench import format_table, run_benchmark

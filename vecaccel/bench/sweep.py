@@ -142,7 +142,7 @@ def run_benchmark(
         True
     """
     from vecaccel.make import make_vec
-    from vecaccel.manager import list_backends
+    from vecaccel.manager import list_backends, unknown_backend_message
 
     target = env if isinstance(env, BenchEnv) else resolve_env(env)
     num_envs_list = [int(n) for n in num_envs_list]
@@ -151,11 +151,9 @@ def run_benchmark(
     backends = default_backends() if backends is None else parse_list(backends)
     peers = list(PEERS) if peers is None else parse_list(peers)
     registered = list_backends()
-    unknown = [name for name in backends if name not in registered]
-    if unknown:
-        raise ValueError(
-            f"unknown backend(s) {', '.join(unknown)}; registered: {', '.join(sorted(registered))}"
-        )
+    for name in backends:
+        if name not in registered:
+            raise ValueError(unknown_backend_message(name, registered))
     unknown = [name for name in peers if name not in PEERS]
     if unknown:
         raise ValueError(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
