@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/vecaccel train ppo --preset cartpole --env CartPole-v1 --backend shm --num-envs 8 --total-steps 100000 --seed 1 --run-dir runs/ppo-cartpole
+	$(BIN)/vecaccel train ppo --preset cartpole --env CartPole-v1 --backend shm --num-envs 8 --total-steps 100000 --seed 1
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -118,7 +118,7 @@ class ActionServerVecEnv(AsyncVecEnv):
         super().__init__(env_fns, autoreset_mode=autoreset_mode, options=options, batch_size=batch)
         try:  # the workers run now: an error here (no CUDA for pinned memory) must stop them
             if self.device.type == "cpu":  # the policy's threads share the cores with the workers
-                warn_if_torch_oversubscribes(self.num_workers, stacklevel=4)
+                warn_if_torch_oversubscribes(self.num_workers)
             if alternating and self.vectorized:
                 self.groups = self._slice_halves()
             elif alternating:

@@ -11,13 +11,19 @@ Long budgets are cut with exact substitutions, each of which must match the bloc
 snippet is noticed rather than silently no longer tested. Placeholders the prose explains
 (``policy``) get a minimal definition in a preamble.
 
-The ``vecaccel ...`` command lines of the bash blocks are parsed by the real command-line parser
-(nothing is run), and the flags of the ``python benchmarks/*/*.py`` lines are checked against each
-script's ``--help``: a renamed flag, or a line that cannot be pasted as written, fails.
+A snippet must also run quietly: a warning on its stderr fails it (on a 2-core machine torch's
+threads and the env workers compete, and the examples set torch's threads as the prose advises).
 
-Every Python block of every page is either run here or named in ``NOT_RUN`` with the reason, so
-a new snippet cannot go untested by accident. Only cheap snippets are run: learning runs and
-benchmarks of minutes are cut to a few steps or not run.
+The ``vecaccel ...`` command lines of the bash blocks are parsed by the real command-line parser,
+and the cheap ones are run too, in order, in one folder (``COMMAND_RUNS``: the README's train,
+resume and ``eval --video`` lines, with budgets cut), with no warning and no ``error:`` line
+allowed; the flags of the ``python benchmarks/*/*.py`` lines are checked against each script's
+``--help``: a renamed flag, or a line that cannot be pasted as written, fails.
+
+Every block of every page is either run here or named with the reason it is not: Python blocks
+in ``NOT_RUN``, command lines in ``NOT_RUN_COMMANDS``, other blocks (sample output, TOML) in
+``NOT_RUN_BLOCKS``, so a new snippet cannot go untested by accident. Only cheap snippets are
+run: learning runs and benchmarks of minutes are cut to a few steps or not run.
 """
 
 from __future__ import annotations
@@ -101,6 +107,17 @@ def _run_python(tmp_path: Path, code: str, timeout: float) -> None:
         f"snippet exited with {proc.returncode}\n--- code ---\n{code}\n"
         f"--- stderr (tail) ---\n{proc.stderr[-3000:]}"
     )
+    _assert_quiet(proc.stderr, "snippet")
+
+
+def _assert_quiet(stderr: str, what: str) -> None:
+    """No warning (``...Warning: ...``) and no ``error:`` line: what a user could not act on."""
+    noise = [
+        line
+        for line in stderr.splitlines()
+        if re.search(r"\w+Warning: ", line) or line.lower().startswith("error:")
+    ]
+    assert not noise, f"{what} printed {noise}\n--- stderr (tail) ---\n{stderr[-3000:]}"
 
 
 # (id, doc, marker, substitutions {old: new} that must each match, preamble, epilogue, timeout)
@@ -138,8 +155,10 @@ PYTHON_SNIPPETS = [
             'device="cuda"': 'device="cpu"',
             "range(1000)": "range(10)",
         },
-        # the prose's placeholder: a torch callable obs -> actions (Pong has 6 actions)
-        "import torch\npolicy = lambda obs: torch.randint(0, 6, (obs.shape[0],))\n",
+        # the prose's placeholder: a torch callable obs -> actions (Pong has 6 actions); on the
+        # CPU, torch gets one thread and the workers the other cores, as the prose advises
+        "import torch\ntorch.set_num_threads(1)\n"
+        "policy = lambda obs: torch.randint(0, 6, (obs.shape[0],))\n",
         "",
         120,
     ),
@@ -367,6 +386,250 @@ def _command_lines() -> list[tuple[str, str]]:
 
 
 COMMANDS = _command_lines()
+
+
+# (id, doc, steps, timeout): each step is (marker of one command line of doc, substitutions
+# {old: new} that must each match); the steps run in order in one folder, so a line can use the
+# run directory an earlier line wrote
+COMMAND_RUNS = [
+    (
+        "readme-train-resume-eval",
+        "README.md",
+        [
+            (
+                "vecaccel train ppo --env CartPole-v1 --total-steps 100000 --seed 1 --run-dir",
+                {"--total-steps 100000": "--total-steps 512"},
+            ),
+            # the preset learns from step 500
+            ("vecaccel train dqn --env CartPole-v1", {"--total-steps 30000": "--total-steps 600"}),
+            (
+                "vecaccel train ppo --resume runs/ppo-cartpole",
+                {"--total-steps 200000": "--total-steps 1024"},
+            ),
+            ("vecaccel eval runs/ppo-cartpole/checkpoint.pt", {"--episodes 10": "--episodes 1"}),
+        ],
+        600,
+    ),
+    (
+        "training-preset-line",
+        "docs/training.md",
+        [
+            (
+                "--total-steps 100000              # the cartpole preset",
+                {"--total-steps 100000": "--total-steps 256"},
+            )
+        ],
+        180,
+    ),
+    (
+        "scale-out-async-dqn",
+        "docs/scale_out.md",
+        [
+            (
+                "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-steps 20000",
+                {"--total-steps 20000": "--total-steps 1000"},
+            )
+        ],
+        300,
+    ),
+]
+
+# (doc, marker, why the command lines of doc holding marker are not run here)
+NOT_RUN_COMMANDS = [
+    ("README.md", "make run", "trains for about a minute; tests/test_run_dir.py checks its line"),
+    ("README.md", "make test", "the whole test suite"),
+    (
+        "README.md",
+        "PongNoFrameskip-v4 --total-steps 10000000",
+        "an Atari run (minutes a preset update on CPU); tests/test_atari.py trains on Pong",
+    ),
+    ("README.md", "--help", "prints the help; tests/test_train_cli.py checks it"),
+    (
+        "README.md",
+        "--nproc 2",
+        "two DDP ranks (two torch processes); tests/test_distributed.py runs them",
+    ),
+    ("README.md", "torchrun --nnodes 2", "needs a second machine (HOST)"),
+    (
+        "README.md",
+        "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-steps 20000",
+        "docs/scale_out.md's async DQN line, which runs, less two flags",
+    ),
+    (
+        "docs/scale_out.md",
+        "--nproc",
+        "several DDP ranks (torch processes each); tests/test_distributed.py runs them",
+    ),
+    ("docs/scale_out.md", "torchrun", "DDP ranks under torchrun; tests/test_distributed.py"),
+    (
+        "docs/scale_out.md",
+        "vecaccel train ppo --async --preset cartpole",
+        "the same path as the async DQN line, which runs; tests/test_async_training.py",
+    ),
+    (
+        "docs/scale_out.md",
+        "--resume runs/ppo-CartPole-v1-1-20260101-120000",
+        "a time-stamped run name for the reader to replace; the README's resume line runs",
+    ),
+    (
+        "docs/training.md",
+        "--num-envs 4 # the preset, 4 envs",
+        "the preset line that runs, with one flag more",
+    ),
+    (
+        "docs/training.md",
+        "--preset none # the plain defaults",
+        "the preset line that runs, with the plain defaults; tests/test_presets.py",
+    ),
+    ("docs/training.md", "ALE/Breakout-v5", "an Atari run of the large-batch preset"),
+    (
+        "docs/training.md",
+        "mpe2.simple_spread_v3 --num-envs 8",
+        "a multi-agent learning run; tests/test_multiagent_training.py trains these envs",
+    ),
+    ("docs/training.md", "pistonball_v6", "a multi-agent learning run of image observations"),
+    ("docs/training.md", "cooperative_pong_v6", "a multi-agent learning run"),
+    (
+        "docs/training.md",
+        "vecaccel eval runs/ppo-mpe2.simple_spread_v3-1-20260101-120000",
+        "a time-stamped run name for the reader to replace; the README's eval line runs",
+    ),
+    (
+        "docs/backends.md",
+        "vecaccel tune",
+        "a minute of timing per line; tests/test_tune.py runs the command",
+    ),
+    ("docs/benchmarks.md", "vecaccel bench", "benchmarks of minutes; tests/test_bench.py"),
+    ("docs/benchmarks.md", "make bench", "the benchmarks of minutes that rewrite results"),
+    (
+        "docs/benchmarks.md",
+        "benchmarks/",
+        "benchmarks of minutes; their flags are checked against each script's --help here",
+    ),
+    (
+        "docs/benchmarks.md",
+        "vecaccel train ppo --preset atari",
+        "3 million Pong steps: the learning run the page reports",
+    ),
+    ("docs/soak.md", "benchmarks/soak.py", "a 30-minute soak; tests/test_soak.py runs a short one"),
+    ("docs/multiagent.md", "pip install", "installs from the network"),
+    ("README.md", 'pip install "vecaccel[ray]"', "installs from the network"),
+    (
+        "README.md",
+        "ray start",
+        "starts a Ray cluster node; tests/test_ray_backend.py starts a local one",
+    ),
+    (
+        "README.md",
+        "RAY_ADDRESS=HEAD:6379",
+        "needs a Ray cluster's head (HEAD) and Pong at scale; tests/test_ray_backend.py runs the backend",
+    ),
+    ("docs/ray.md", "pip install", "installs from the network"),
+    ("docs/ray.md", "ray start", "starts a Ray cluster node (HEAD_IP)"),
+    ("docs/ray.md", "RAY_ADDRESS=HEAD_IP", "points at a Ray cluster's head (HEAD_IP)"),
+    (
+        "docs/ray.md",
+        "--backend ray --num-envs 256",
+        "256 Pong envs on a Ray cluster; tests/test_ray_backend.py runs a local one",
+    ),
+    ("examples/vecaccel-example-plugin/README.md", "pip install", "tests/test_plugins.py"),
+    (
+        "examples/vecaccel-example-plugin/README.md",
+        "vecaccel backends",
+        "lists the example's backend once it is installed; tests/test_plugins.py",
+    ),
+]
+
+# (doc, language, marker, why the block is not run)
+NOT_RUN_BLOCKS = [
+    (
+        "docs/training.md",
+        "text",
+        "AlgorithmInfo(",
+        "a registry entry, annotated; tests/test_registry.py checks the registry's entries",
+    ),
+    (
+        "docs/backends.md",
+        "text",
+        "did not start within start_timeout_s=3 s",
+        "sample output; tests/test_worker_start.py checks that message",
+    ),
+    (
+        "docs/training.md",
+        "text",
+        "preset: cartpole, made for CartPole-v1",
+        "sample output, which test_command_lines_run checks on the training-preset-line run",
+    ),
+    (
+        "examples/vecaccel-example-plugin/README.md",
+        "toml",
+        "[project.entry-points.vecaccel]",
+        "an excerpt of the example's pyproject.toml, which tests/test_plugins.py installs",
+    ),
+]
+
+
+def _command(doc: str, marker: str) -> str:
+    hits = [c for where, c in COMMANDS if where.split(":")[0] == doc and marker in c]
+    assert len(hits) == 1, (
+        f"expected one command line of {doc} containing {marker!r}, found {len(hits)}: "
+        "the page changed; update this test's marker"
+    )
+    return hits[0]
+
+
+def test_every_command_line_and_block_is_run_or_named():
+    run = {(doc, _command(doc, marker)) for _, doc, steps, _ in COMMAND_RUNS for marker, _ in steps}
+    for doc, marker, _ in NOT_RUN_COMMANDS:  # each names at least one line, still there
+        assert any(w.split(":")[0] == doc and marker in c for w, c in COMMANDS), (doc, marker)
+    unaccounted = [
+        f"{where}: {command.strip()}"
+        for where, command in COMMANDS
+        if (where.split(":")[0], command) not in run
+        and not any(d == where.split(":")[0] and m in command for d, m, _ in NOT_RUN_COMMANDS)
+    ]
+    assert not unaccounted, (
+        f"command lines neither run nor named in NOT_RUN_COMMANDS: {unaccounted}; add each to "
+        "COMMAND_RUNS (cut long budgets with substitutions) or, with the reason, to "
+        "NOT_RUN_COMMANDS"
+    )
+    for doc, lang, marker, _ in NOT_RUN_BLOCKS:
+        _block(doc, marker, lang)
+    others = [
+        f"{doc}:{line} ({lang})"
+        for doc, line, lang, body in BLOCKS
+        if lang not in ("python", "bash", "")
+        and not any(d == doc and la == lang and m in body for d, la, m, _ in NOT_RUN_BLOCKS)
+    ]
+    assert not others, f"blocks neither run nor named in NOT_RUN_BLOCKS: {others}"
+
+
+@pytest.mark.parametrize(
+    "doc, steps, timeout", [pytest.param(*r[1:], id=r[0]) for r in COMMAND_RUNS]
+)
+def test_command_lines_run(tmp_path, doc, steps, timeout):
+    """Each line as a user pastes it (``vecaccel`` is this interpreter's), quietly."""
+    outputs = []
+    for marker, subs in steps:
+        command = _command(doc, marker)
+        for old, new in subs.items():
+            assert old in command, f"{old!r} is no longer in `{command}`: update this test"
+            command = command.replace(old, new)
+        argv = shlex.split(command, comments=True)
+        assert argv[0] == "vecaccel", command
+        proc = subprocess.run(
+            [sys.executable, "-m", "vecaccel", *argv[1:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        assert proc.returncode == 0, f"`{command}` exited with {proc.returncode}:\n{proc.stderr}"
+        _assert_quiet(proc.stderr, f"`{command}`")
+        outputs.append(proc.stderr)
+    if doc == "docs/training.md":  # the page shows what the line prints
+        shown = _block(doc, "preset: cartpole, made for CartPole-v1", "text").strip()
+        assert shown in outputs[0], outputs[0]
 
 
 def _vecaccel_argv(command: str) -> list[str] | None:

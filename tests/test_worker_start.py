@@ -309,3 +309,49 @@ def test_a_worker_stuck_before_vecaccels_code_is_named_too(tmp_path, no_leaks):
         completed.stdout + completed.stderr
     )
     assert "had not reached vecaccel's worker code yet" in completed.stdout
+
+
+STUCK_IN_MAIN = textwrap.dedent(
+    """
+    import sys, time
+    import gymnasium as gym
+    import vecaccel
+
+
+    def make_env():
+        return gym.make("CartPole-v1")
+
+
+    def make_slow_env():
+        time.sleep(600)  # the line the stack must name
+        return gym.make("CartPole-v1")
+
+
+    if __name__ == "__main__":
+        try:
+            vecaccel.make_vec([make_env, make_slow_env], backend="shm", num_workers=2,
+                              context=sys.argv[1], start_timeout_s=8)
+        except vecaccel.WorkerTimeoutError as error:
+            print(error)
+    """
+)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_stuck_env_function_of_the_main_script_is_named_by_its_file(tmp_path, context, no_leaks):
+    """cloudpickle ships a function of ``__main__`` by value; its stack still names the file."""
+    script = tmp_path / "my_training.py"
+    script.write_text(STUCK_IN_MAIN)
+    completed = subprocess.run(
+        [sys.executable, str(script), context],
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT,
+    )
+    line = 1 + STUCK_IN_MAIN.splitlines().index(
+        "    time.sleep(600)  # the line the stack must name"
+    )
+    assert f'File "{script}", line {line} in make_slow_env' in completed.stdout, (
+        completed.stdout + completed.stderr
+    )
+    assert "<dynamic-code>" not in completed.stdout

@@ -2,6 +2,10 @@
 
 TensorBoard, tqdm and matplotlib are optional (``pip install vecaccel[train]`` brings them):
 without one, the run goes on without its event files, bar or plot, and says so once.
+
+A run directory is never overwritten by accident: a new run refuses a directory that holds
+another run (:func:`check_run_dir`), as CleanRL's and SB3's logs get a new directory per run.
+A resumed run continues its own files.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import shutil
 import sys
 import time
 from collections import deque
@@ -19,10 +24,138 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "RUN_FILES",
+    "RunDirInUseError",
     "RunLogger",
+    "check_run_dir",
     "mean_or_none",
     "plot_learning_curve",
+    "refuse_used_run_dir",
+    "unused_run_dir",
 ]
+
+#: What a run writes in its directory (the checkpoint, the CSV, the curve, TensorBoard's
+#: folder): a directory holding any of them holds a run.
+RUN_FILES = ("checkpoint.pt", "metrics.csv", "learning_curve.png", "tb")
+
+#: The replay buffers a DQN-family checkpoint names (``checkpoint.replay-<step>-<id>.npz``),
+#: removed with the run they belong to.
+_REPLAY_FILES = "checkpoint.replay-*.npz"
+
+#: The run directories this process's runs wrote: a later run of the same process (a second
+#: ``learn()``) goes on writing there.
+_RUN_DIRS_OF_THIS_PROCESS: set[Path] = set()
+
+
+class RunDirInUseError(FileExistsError):
+    """A new run was given a directory that already holds another run.
+
+    Attributes:
+        run_dir: the directory.
+        files: the run's files found there (names, ``tb/`` for TensorBoard's folder).
+    """
+
+    def __init__(self, run_dir: Path, files: list[str]) -> None:
+        self.run_dir, self.files = run_dir, files
+        checkpoint = str(run_dir / "checkpoint.pt")
+        super().__init__(
+            f"{run_dir} already holds a run ({', '.join(files)}): a new run there would "
+            f"overwrite it. Pass another run_dir, continue that run with ALGO.load("
+            f"{checkpoint!r}, run_dir={str(run_dir)!r}).learn(steps), or remove its files"
+        )
+
+
+def _run_files(run_dir: Path) -> list[str]:
+    found = [name for name in RUN_FILES if (run_dir / name).exists()]
+    return [f"{name}/" if (run_dir / name).is_dir() else name for name in found]
+
+
+def check_run_dir(run_dir: str | os.PathLike[str], overwrite: bool = False) -> None:
+    """Make sure a new run may write to ``run_dir``.
+
+    A directory that does not exist, is empty or holds other files is free. One that holds a
+    run's files (:data:`RUN_FILES`) is refused, or, with ``overwrite``, emptied of them and of
+    the replay buffers its checkpoint named (other files stay), so the new run's TensorBoard
+    curves do not mix with the old ones.
+
+    Raises:
+        RunDirInUseError: if ``run_dir`` holds another run and ``overwrite`` is false.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "metrics.csv").write_text("step,time\\n")
+        ...     try:
+        ...         check_run_dir(folder)
+        ...     except RunDirInUseError as error:
+        ...         print(error.files)
+        ...     check_run_dir(folder, overwrite=True)
+        ...     sorted(Path(folder).iterdir())
+        ['metrics.csv']
+        []
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        return
+    files = _run_files(path)
+    if not files:
+        return
+    if not overwrite:
+        raise RunDirInUseError(path, files)
+    for target in [*(path / name for name in RUN_FILES), *path.glob(_REPLAY_FILES)]:
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        elif target.exists() or target.is_symlink():
+            target.unlink()
+
+
+def refuse_used_run_dir(run_dir: str | os.PathLike[str], overwrite: bool = False) -> str | None:
+    """``vecaccel train``'s ``error:`` line for a new run into a directory holding a run.
+
+    :func:`check_run_dir` for the command line: ``None`` when the run may go on (with
+    ``overwrite``, once the earlier run's files are removed), else the line naming the ways on.
+    Under ``torchrun`` only rank 0 looks (the other ranks write nothing).
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     _ = (Path(folder) / "checkpoint.pt").write_bytes(b"")
+        ...     print(refuse_used_run_dir(folder).replace(folder, "runs/a"))
+        error: runs/a already holds a run (checkpoint.pt); continue it with --resume runs/a, give a new --run-dir, or pass --overwrite to replace it
+    """
+    if os.environ.get("RANK", "0") != "0":
+        return None
+    try:
+        check_run_dir(run_dir, overwrite=overwrite)
+    except RunDirInUseError as error:
+        return (
+            f"error: {run_dir} already holds a run ({', '.join(error.files)}); continue it "
+            f"with --resume {run_dir}, give a new --run-dir, or pass --overwrite to replace it"
+        )
+    return None
+
+
+def unused_run_dir(run_dir: str | os.PathLike[str]) -> Path:
+    """``run_dir``, or ``run_dir-2``, ``run_dir-3``... the first that holds no run.
+
+    For run directories named after the time: two runs started in the same second get two.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     run = Path(folder) / "ppo-CartPole-v1-1-20260101-120000"
+        ...     run.mkdir()
+        ...     _ = (run / "checkpoint.pt").write_bytes(b"")
+        ...     unused_run_dir(run).name
+        'ppo-CartPole-v1-1-20260101-120000-2'
+    """
+    path = Path(run_dir)
+    candidate, k = path, 1
+    while candidate.is_dir() and _run_files(candidate):
+        k += 1
+        candidate = path.with_name(f"{path.name}-{k}")
+    return candidate
+
 
 #: what each optional package adds to a run, for the line said when it is missing
 _OPTIONAL = {
@@ -60,6 +193,11 @@ class RunLogger:
         progress: show a tqdm progress bar (on stderr).
         resume_step: when resuming, keep only the CSV rows up to this step (rows a crashed run
             wrote after its last checkpoint are dropped, and TensorBoard purges them too).
+            ``None``: a new run, which refuses a ``run_dir`` that holds another run.
+
+    Raises:
+        RunDirInUseError: for a new run in a directory that holds a run this process did not
+            write, before anything is written there.
 
     Example:
         >>> import tempfile
@@ -86,7 +224,12 @@ class RunLogger:
         self.csv_path: Path | None = None
         self.curve_path: Path | None = None
         if self.run_dir is not None:
+            # a later learn() of this process's run (an off-policy one counting from zero
+            # again, say) goes on writing where it wrote
+            if resume_step is None and self.run_dir.resolve() not in _RUN_DIRS_OF_THIS_PROCESS:
+                check_run_dir(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            _RUN_DIRS_OF_THIS_PROCESS.add(self.run_dir.resolve())
             self.csv_path = self.run_dir / "metrics.csv"
             self.curve_path = self.run_dir / "learning_curve.png"
         self._rows: list[dict[str, Any]] = []

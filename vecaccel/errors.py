@@ -1,4 +1,10 @@
-"""Errors raised by vecaccel in the caller's process."""
+"""Errors raised by vecaccel in the caller's process.
+
+An env's exception inside a worker process reaches the caller as a :class:`WorkerError` whose
+``__cause__`` is a :class:`RemoteTraceback` holding the worker's traceback, as
+``concurrent.futures`` and ``multiprocessing.pool`` chain theirs: an uncaught error prints the
+env's own file and line first, then vecaccel's one-line summary.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,34 @@ from collections.abc import Sequence
 
 from gymnasium.error import ClosedEnvironmentError
 
-__all__ = ["WorkerError", "WorkerTimeoutError", "ClosedEnvError", "env_error"]
+__all__ = ["WorkerError", "WorkerTimeoutError", "ClosedEnvError", "RemoteTraceback", "env_error"]
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in another process, as text.
+
+    Set as the ``__cause__`` of a :class:`WorkerError` so that Python prints the worker's
+    traceback above the error, as it prints a local cause.
+
+    Attributes:
+        traceback: the remote traceback text.
+
+    Example:
+        >>> error = WorkerError("env 0 raised ValueError in step: bad", env_indices=[0],
+        ...                     remote_traceback="Traceback ...\\nValueError: bad\\n",
+        ...                     original_type="ValueError")
+        >>> type(error.__cause__).__name__
+        'RemoteTraceback'
+        >>> error.__cause__.traceback == error.remote_traceback
+        True
+    """
+
+    def __init__(self, traceback: str) -> None:
+        super().__init__(traceback)
+        self.traceback = traceback
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.traceback.rstrip()}\n"""'
 
 
 class WorkerError(RuntimeError):
@@ -18,6 +51,10 @@ class WorkerError(RuntimeError):
             without being able to report one (killed by a signal, ``os._exit``...).
         exitcode: the worker's exit code (negative: the signal number) when it died, else ``None``.
         original_type: name of the exception type raised inside the environment, if any.
+
+    An error for an env's exception (``original_type`` and ``remote_traceback`` both given)
+    has a :class:`RemoteTraceback` as its ``__cause__``; ``raise ... from`` a local exception
+    replaces it, as in the in-process backends, whose cause is the env's exception itself.
     """
 
     def __init__(
@@ -34,6 +71,8 @@ class WorkerError(RuntimeError):
         self.remote_traceback = remote_traceback
         self.exitcode = exitcode
         self.original_type = original_type
+        if remote_traceback and original_type is not None:
+            self.__cause__ = RemoteTraceback(remote_traceback)
 
     def __reduce__(self):  # keep the attributes when the error crosses a process boundary
         return (

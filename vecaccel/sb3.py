@@ -618,7 +618,7 @@ class VecAccelEnv(SB3VecEnv):
         try:
             super().__init__(vec_env)
             # inside: under -W error the warning is an exception, and the workers must stop
-            warn_if_torch_oversubscribes(getattr(vec_env, "num_workers", 0), stacklevel=3)
+            warn_if_torch_oversubscribes(getattr(vec_env, "num_workers", 0))
         except BaseException:
             vec_env.close()
             raise

@@ -36,6 +36,7 @@ from vecaccel.trainers.cli.flags import (
     positive_int,
     presets,
 )
+from vecaccel.trainers.logger import refuse_used_run_dir, unused_run_dir
 from vecaccel.trainers.registry import ALGORITHMS
 
 __all__ = ["eval_command", "train_command", "vecaccel_add_commands"]
@@ -131,6 +132,10 @@ def train_command(args: argparse.Namespace) -> int:
     nproc = getattr(args, "nproc", None)
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
         argv = getattr(args, "argv", None) or sys.argv[1:]
+        if args.resume is None and args.run_dir is not None:  # refused before any rank starts
+            if refused := refuse_used_run_dir(args.run_dir, args.overwrite):
+                print(refused, file=sys.stderr)
+                return 2
         return distributed.launch_torchrun(nproc, distributed.strip_nproc(argv))
     # the ranks meet at a barrier before leaving the process group only when they all got here
     # the same way (done, or stopped by a signal every rank saw); after an error on this rank the
@@ -169,7 +174,12 @@ def _train(args: argparse.Namespace) -> int:
     if args.total_steps is None:
         print("error: --total-steps is required (unless --resume)", file=sys.stderr)
         return 2
-    run_dir = args.run_dir or _default_run_dir(args.algo, env_id, config, cls.config_cls)
+    run_dir = args.run_dir or unused_run_dir(
+        _default_run_dir(args.algo, env_id, config, cls.config_cls)
+    )
+    if refused := refuse_used_run_dir(run_dir, args.overwrite):
+        print(refused, file=sys.stderr)
+        return 2
     fixed_lag = bool(fixed_lag)
     if fixed_lag and weight_sync_period not in (None, 1):
         print(

@@ -131,6 +131,8 @@ def evaluate_agents(
 
     import numpy as np
 
+    if video is not None:
+        _render_offscreen()
     module = importlib.import_module(env_id)
     env = module.parallel_env(**({"render_mode": "rgb_array"} if video else {}))
     names = list(env.possible_agents)
@@ -206,6 +208,8 @@ def evaluate_agent(
 
     from vecaccel.trainers.envs import make_env_fn
 
+    if video is not None:
+        _render_offscreen()
     env = make_env_fn(env_id, atari, training=False, render_mode="rgb_array" if video else None)()
     if video is not None:
         try:
@@ -236,6 +240,20 @@ def evaluate_agent(
     finally:
         env.close()
     return returns, lengths
+
+
+def _render_offscreen() -> None:
+    """Let pygame draw ``rgb_array`` frames without a display or a sound device.
+
+    An ``rgb_array`` renderer (Gymnasium's classic control, PettingZoo's butterfly envs) only
+    draws into a surface, but ``pygame.init()`` opens SDL's video and audio drivers; on a
+    machine without a desktop session SDL then prints ``error: XDG_RUNTIME_DIR is invalid``
+    on a run that succeeds. SDL's dummy drivers open nothing. Settings the user made stay.
+    """
+    import os
+
+    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
 
 
 def _write_video(frames: list[Any], path: Path, fps: int) -> None:

@@ -158,7 +158,14 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run-dir",
         type=Path,
-        help="directory for logs and checkpoints (default: runs/ALGO-ENV-SEED-TIME)",
+        help="directory for logs and checkpoints (default: runs/ALGO-ENV-SEED-TIME, new for "
+        "each run); one that holds a run is refused unless --overwrite",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="a new run into a --run-dir that holds one: replace that run's checkpoint, "
+        "metrics, curve and TensorBoard files",
     )
     parser.add_argument(
         "--resume",

@@ -25,7 +25,12 @@ Example:
 
 from __future__ import annotations
 
-from vecaccel.worker.cpus import current_cpu, usable_cpus, warn_if_torch_oversubscribes
+from vecaccel.worker.cpus import (
+    TorchThreadsWarning,
+    current_cpu,
+    usable_cpus,
+    warn_if_torch_oversubscribes,
+)
 from vecaccel.worker.env_slice import (
     ENV_ERRORS,
     EnvMakeError,
@@ -67,6 +72,7 @@ __all__ = [
     "SharedLayout",
     "SharedViews",
     "Status",
+    "TorchThreadsWarning",
     "VectorSlice",
     "WorkerHandle",
     "WorkerPool",

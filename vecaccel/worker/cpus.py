@@ -14,6 +14,8 @@ __all__ = [
     "limit_threads_after_envs",
     "limit_threads_before_envs",
     "usable_cpus",
+    "TorchThreadsWarning",
+    "user_stacklevel",
     "warn_if_torch_oversubscribes",
 ]
 
@@ -95,13 +97,47 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def warn_if_torch_oversubscribes(num_workers: int, stacklevel: int = 2) -> None:
+#: Modules whose frames a warning skips, to point at the line of the user's code that made the
+#: vector env (the SB3 adapter is made inside SB3's ``make_vec_env``).
+_LIBRARY_MODULES = ("vecaccel", "stable_baselines3", "gymnasium")
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by the caller point at the user's code.
+
+    Counts the frames of vecaccel (and of the libraries that call it: SB3, Gymnasium) above the
+    function that calls this one, so a warning names the line of the user's script that led
+    there, however deep in vecaccel it was raised.
+
+    Example:
+        >>> user_stacklevel() >= 2
+        True
+    """
+    level, frame = 2, sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.partition(".")[0] not in _LIBRARY_MODULES:
+            break
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class TorchThreadsWarning(RuntimeWarning):
+    """torch's threads and the env workers together want more cores than there are."""
+
+
+def warn_if_torch_oversubscribes(num_workers: int, stacklevel: int | None = None) -> None:
     """Warn when torch's threads and the env workers together want more cores than there are.
 
     torch's OpenMP threads spin between the policy's forward passes; on cores that the env
     workers need, that made SB3 PPO on CartPole with ``shm`` about 30x slower on 2 cores
     (torch's default 2 threads, 2 workers), and the CPU action server on Pong 2.6x slower. One
     torch thread per free core avoids it. Nothing is said where torch is not imported.
+
+    Args:
+        num_workers: the env worker processes.
+        stacklevel: as for ``warnings.warn``, counted from the caller; ``None``: the first
+            frame outside vecaccel (and SB3 and Gymnasium), the user's line.
     """
     torch = sys.modules.get("torch")
     if torch is None or num_workers <= 0:
@@ -113,6 +149,6 @@ def warn_if_torch_oversubscribes(num_workers: int, stacklevel: int = 2) -> None:
             f"torch uses {threads} threads and vecaccel {num_workers} env workers on {cpus} "
             f"cores: torch's spinning threads will starve the workers. Call "
             f"torch.set_num_threads({max(1, cpus - num_workers)}) or pass fewer num_workers.",
-            RuntimeWarning,
-            stacklevel=stacklevel + 1,
+            TorchThreadsWarning,
+            stacklevel=user_stacklevel() if stacklevel is None else stacklevel + 1,
         )

@@ -8,7 +8,23 @@ import sys
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
-__all__ = ["WorkerHandle", "describe_exit", "get_context"]
+__all__ = [
+    "MAIN_GUARD_EXIT_CODE",
+    "MAIN_GUARD_HINT",
+    "WorkerHandle",
+    "describe_exit",
+    "get_context",
+    "refuse_start_while_importing_main",
+]
+
+#: The exit code of a worker ended by :func:`refuse_start_while_importing_main`.
+MAIN_GUARD_EXIT_CODE = 3
+
+#: What to do when a worker's import of the main script starts workers of its own.
+MAIN_GUARD_HINT = (
+    'put the code that makes vector envs under `if __name__ == "__main__":` (under the spawn '
+    "and forkserver start methods every worker first imports the main script)"
+)
 
 
 def get_context(context: str | None) -> Any:
@@ -32,6 +48,31 @@ def get_context(context: str | None) -> Any:
             f"{mp.get_all_start_methods() + ['multiprocess']}"
         )
     return mp.get_context(context)
+
+
+def refuse_start_while_importing_main() -> None:
+    """In a worker still importing the main script, end it with one line saying what to do.
+
+    Under spawn (and forkserver) a worker imports the caller's main script before it runs
+    anything else; a script that makes a vector env at import time, without the ``__main__``
+    guard, would make one in every worker. ``multiprocessing`` refuses that with a long
+    ``RuntimeError`` per worker; this ends the worker first, with one line and exit code
+    :data:`MAIN_GUARD_EXIT_CODE`, and the caller's :class:`vecaccel.WorkerError` then says the
+    same.
+
+    Raises:
+        SystemExit: only in a process that is still importing its parent's main script.
+    """
+    # the multiprocess package (dill) keeps its own copy of multiprocessing's process state
+    packages = [mp, sys.modules.get("multiprocess")]
+    if any(getattr(p.process.current_process(), "_inheriting", False) for p in packages if p):
+        print(
+            "vecaccel: a worker process imported the main script, which starts workers at "
+            f"import time: {MAIN_GUARD_HINT}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(MAIN_GUARD_EXIT_CODE)
 
 
 def describe_exit(exitcode: int | None) -> str:

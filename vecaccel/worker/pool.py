@@ -26,10 +26,16 @@ from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.options import WorkerOptions
 from vecaccel.payload_spaces import item_columns, take_items
 from vecaccel.spaces import read_item
+from vecaccel.worker import pickling
 from vecaccel.worker.commands import ControlCommands
 from vecaccel.worker.cpus import current_cpu, usable_cpus
 from vecaccel.worker.env_slice import derived_seed, restarted_info
-from vecaccel.worker.handle import WorkerHandle, describe_exit, get_context
+from vecaccel.worker.handle import (
+    WorkerHandle,
+    describe_exit,
+    get_context,
+    refuse_start_while_importing_main,
+)
 from vecaccel.worker.info_schema import InfoSchema, InfoSchemaTracker
 from vecaccel.worker.process import worker_main
 from vecaccel.worker.protocol import Command, SharedLayout, Status, send_startup
@@ -172,6 +178,7 @@ class WorkerPool(Replies, ControlCommands):
         self.views.payload_len[k] = -1  # nothing in its slab (a dead predecessor's is stale)
         self.views.last_cpu[k] = -1
         self.views.info_flags[start:stop] = 0  # no slot info until its envs step again
+        refuse_start_while_importing_main()
         cmd_recv, cmd_send = self.ctx.Pipe(duplex=False)
         done_recv, done_send = self.ctx.Pipe(duplex=False)
         data_parent, data_child = self.ctx.Pipe(duplex=True)
@@ -221,11 +228,11 @@ class WorkerPool(Replies, ControlCommands):
 
     def _pickle_env_fns(self, k: int, start: int, stop: int) -> bytes:
         try:
-            return cloudpickle.dumps(self._env_fns[start:stop])
+            return pickling.dumps(self._env_fns[start:stop])
         except Exception:
             for i in range(start, stop):
                 try:
-                    cloudpickle.dumps(self._env_fns[i])
+                    pickling.dumps(self._env_fns[i])
                 except Exception as exc:
                     raise WorkerError(
                         f"env function {i} cannot be pickled for worker {k}: "

@@ -13,12 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vecaccel.errors import WorkerError
+from vecaccel.errors import RemoteTraceback, WorkerError
 from vecaccel.payload_spaces import store_items
 from vecaccel.spaces import ItemList
-from vecaccel.worker.handle import describe_exit
+from vecaccel.worker.handle import MAIN_GUARD_EXIT_CODE, MAIN_GUARD_HINT, describe_exit
 from vecaccel.worker.protocol import ErrorReport, ObsItems, SharedViews, Status
-from vecaccel.worker.stacks import describe_stacks, request_stacks
+from vecaccel.worker.stacks import describe_stacks, reached_worker_code, request_stacks
 
 if TYPE_CHECKING:
     from vecaccel.worker.handle import WorkerHandle
@@ -226,6 +226,8 @@ class Replies:
             f"worker {worker.index} (pid {worker.process.pid}, envs {envs}) "
             f"{describe_exit(exitcode)}"
         )
+        if exitcode == MAIN_GUARD_EXIT_CODE and not reached_worker_code(worker):
+            message += f" while it imported the main script: {MAIN_GUARD_HINT}"
         self.broken = f"{message}; this vector env cannot continue: close() it"
         self._broken_envs = tuple(envs)
         stack = describe_stacks([worker]) if worker.killed_for else ""
@@ -240,9 +242,18 @@ class Replies:
         reports = sorted(reports)
         index, type_name, text, _, what = reports[0]
         more = f" (and {len(reports) - 1} more envs failed)" if len(reports) > 1 else ""
-        return WorkerError(
+        error = WorkerError(
             f"env {index} raised {type_name} in {what}: {text}{more}",
             env_indices=[r[0] for r in reports],
             remote_traceback="\n".join(r[3] for r in reports),
             original_type=type_name,
         )
+        if len(reports) > 1:  # the first env's traceback is printed; every one stays readable
+            others = f"env{'s' if len(reports) > 2 else ''} " + ", ".join(
+                str(r[0]) for r in reports[1:]
+            )
+            error.__cause__ = RemoteTraceback(
+                f"{reports[0][3].rstrip()}\n\n(env {index}'s traceback; {others} failed too, "
+                "and the error's remote_traceback holds every env's)"
+            )
+        return error

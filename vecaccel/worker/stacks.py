@@ -25,7 +25,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from vecaccel.worker.handle import WorkerHandle
 
-__all__ = ["STACK_SIGNAL", "STACK_WAIT_S", "arm_stack_dump", "describe_stacks", "request_stacks"]
+__all__ = [
+    "STACK_SIGNAL",
+    "STACK_WAIT_S",
+    "arm_stack_dump",
+    "describe_stacks",
+    "reached_worker_code",
+    "request_stacks",
+]
 
 #: The signal that asks a worker for its stack.
 STACK_SIGNAL = signal.SIGUSR1
@@ -78,6 +85,16 @@ def _read_available(worker: WorkerHandle) -> bytes:
         worker.stack_armed = True
         data = data.replace(_ARMED, b"")
     return data
+
+
+def reached_worker_code(worker: WorkerHandle) -> bool:
+    """Whether ``worker`` got as far as vecaccel's worker code (it armed its stack dump).
+
+    A worker that died before that was still starting its interpreter, importing the main
+    module (spawn, forkserver) or unpickling its arguments.
+    """
+    _read_available(worker)
+    return worker.stack_armed
 
 
 def request_stacks(workers: Sequence[WorkerHandle], timeout: float = STACK_WAIT_S) -> None:
