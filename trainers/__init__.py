@@ -21,6 +21,7 @@ __all__ = [
     "A2C",
     "A2CConfig",
     "Algorithm",
+    "AsyncRunner",
     "C51",
     "DQN",
     "DQNConfig",
@@ -43,6 +44,7 @@ _LOCATIONS = {
     "Algorithm": "vecaccel.trainers.algos.base",
     "RunConfig": "vecaccel.trainers.config",
     "SyncRunner": "vecaccel.trainers.runners.sync",
+    "AsyncRunner": "vecaccel.trainers.runners.asynchronous.runner",
 }
 
 

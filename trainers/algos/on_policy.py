@@ -404,7 +404,12 @@ class OnPolicyAlgorithm(Algorithm):
             self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
 
     def learn(
-        self, total_steps: int | None = None, callback: Callback | None = None
+        self,
+        total_steps: int | None = None,
+        callback: Callback | None = None,
+        *,
+        mode: str = "sync",
+        **async_options: Any,
     ) -> OnPolicyAlgorithm:
         """Train for ``total_steps`` more env steps (``None``: finish a resumed run's budget).
 
@@ -412,13 +417,26 @@ class OnPolicyAlgorithm(Algorithm):
             total_steps: environment steps to add; the learning rate anneals over them.
             callback: ``callback(agent, metrics)`` after every update (the episodes that ended
                 in it are in ``agent.last_episodes``); returning ``False`` stops training.
+                Synchronous mode only.
+            mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: collect a
+                batch, then update, in this process) or ``"async"``
+                (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a rollout
+                process collects the next batch while this one updates). An agent trained
+                asynchronously has no envs in this process: create it with ``env=None`` and
+                ``env_id=...`` (an agent with envs of its own has them closed first).
+            **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
+                <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
+                (``weight_sync_period``, ``fixed_lag``, ``context``, ...).
 
         Returns:
             ``self``.
-        """
-        from vecaccel.trainers.runners.sync import SyncRunner
 
-        SyncRunner(self).run(total_steps, callback)
+        Raises:
+            ValueError: ``mode`` is neither ``"sync"`` nor ``"async"``.
+        """
+        from vecaccel.trainers.runners import run_in_mode
+
+        run_in_mode(self, mode, total_steps, callback=callback, **async_options)
         return self
 
     # -- save, load, predict ---------------------------------------------------------------------

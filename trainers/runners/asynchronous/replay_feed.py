@@ -348,7 +348,8 @@ class ReplayFeed:
             measured = (
                 self.updates_done * self.cfg.batch_size / max(1, self.steps - self.learn_from)
             )
-            self.replay_ratio = self.agent.measured_replay_ratio = measured
+            self.replay_ratio = measured
+            self.agent.set_measured_replay_ratio(measured)
         self.sampler.stop(self.episodes)
 
     def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
