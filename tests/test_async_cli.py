@@ -315,21 +315,17 @@ def test_async_resume_that_cannot_start_leaves_the_checkpoint_as_it_was(tmp_path
 def test_weight_sync_period_below_one_is_refused(tmp_path, capsys, period) -> None:
     """A period of 0 or less is refused, by the CLI, the on-policy runner and the DQN config,
     rather than trained as 1 without a word."""
-    from vecaccel.trainers import PPO
+    from vecaccel.trainers import PPO, AsyncRunner
     from vecaccel.trainers.algos.dqn import DQNConfig
-    from vecaccel.trainers.runners.asynchronous.runner import (
-        learn_async_on_policy,
-        make_async_on_policy_agent,
-    )
 
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "ppo", "--async", "--env", "CartPole-v1", "--run-dir", str(tmp_path),
               "--async-weight-sync-period", str(period)])  # fmt: skip
     assert exit_info.value.code == 2
     assert "--async-weight-sync-period: must be a positive integer" in capsys.readouterr().err
-    agent = make_async_on_policy_agent(PPO, "CartPole-v1", backend="serial", num_envs=2)
+    agent = PPO(None, env_id="CartPole-v1", backend="serial", num_envs=2)
     with pytest.raises(ValueError, match=f"weight_sync_period must be at least 1, got {period}"):
-        learn_async_on_policy(agent, 64, weight_sync_period=period)
+        AsyncRunner(agent).run(64, weight_sync_period=period)
     with pytest.raises(ValueError, match="async_weight_sync_period must be at least 1"):
         DQNConfig(async_weight_sync_period=period)
     with pytest.raises(ValueError, match="async_max_lead must be non-negative"):

@@ -16,14 +16,20 @@ import numpy as np
 import pytest
 import torch
 
+from vecaccel.trainers import AsyncRunner
 from vecaccel.trainers.algos.dqn import DQN
-from vecaccel.trainers.runners.asynchronous.runner import (
-    SamplerError,
-    learn_async,
-    make_async_agent,
-)
+from vecaccel.trainers.runners.asynchronous.runner import AsyncStats, SamplerError
 
 torch.set_num_threads(1)
+
+
+def run_async(agent: Any, total_steps: int, **options: Any) -> AsyncStats:
+    """``AsyncRunner(agent).run(total_steps, **options)``, and the stats it measured."""
+    runner = AsyncRunner(agent)
+    runner.run(total_steps, **options)
+    assert runner.stats is not None
+    return runner.stats
+
 
 TINY = dict(
     batch_size=16,
@@ -39,8 +45,8 @@ TINY = dict(
 
 
 def test_async_replay_ratio_is_enforced_throughout(tmp_path) -> None:
-    agent = make_async_agent(DQN, "CartPole-v1", run_dir=str(tmp_path), **TINY)
-    stats = learn_async(agent, "CartPole-v1", 3_000)
+    agent = DQN(env=None, env_id="CartPole-v1", run_dir=str(tmp_path), **TINY)
+    stats = run_async(agent, 3_000)
     assert stats.env_steps == 3_000
     # every transition reached the buffer, those the sampler kept while the lock was taken too
     assert agent.buffer.steps_added == 3_000
@@ -64,7 +70,7 @@ def test_async_replay_ratio_is_enforced_throughout(tmp_path) -> None:
 
 
 def test_dead_sampler_is_reported_within_seconds() -> None:
-    agent = make_async_agent(DQN, "CartPole-v1", **TINY)
+    agent = DQN(env=None, env_id="CartPole-v1", **TINY)
     killed_at: list[float] = []
 
     def kill_sampler() -> None:
@@ -83,7 +89,7 @@ def test_dead_sampler_is_reported_within_seconds() -> None:
     killer = threading.Thread(target=kill_sampler, daemon=True)
     killer.start()
     with pytest.raises(SamplerError) as info:
-        learn_async(agent, "CartPole-v1", 10_000_000)
+        run_async(agent, 10_000_000)
     reported_at = time.monotonic()
     killer.join(timeout=5)
     assert killed_at, "the sampler was never seen"
@@ -94,9 +100,9 @@ def test_dead_sampler_is_reported_within_seconds() -> None:
 
 @pytest.mark.slow
 def test_async_dqn_learns_cartpole() -> None:
-    agent = make_async_agent(
-        DQN,
-        "CartPole-v1",
+    agent = DQN(
+        env=None,
+        env_id="CartPole-v1",
         preset="cartpole",
         seed=1,
         progress=False,
@@ -105,7 +111,7 @@ def test_async_dqn_learns_cartpole() -> None:
     )
     # a fixed lag makes the run repeat whatever the machine's load (seeds 1-6 end between 189
     # and 368 over the last ten episodes); throttled instead, the interleaving follows the load
-    stats = learn_async(agent, "CartPole-v1", 20_000, fixed_lag=True)
+    stats = run_async(agent, 20_000, fixed_lag=True)
     returns = [episode_return for _, episode_return, _ in agent.episode_log]
     # random play scores about 22; other CPUs may round differently, so ask for 100
     assert np.mean(returns[-10:]) >= 100, returns[-20:]
@@ -113,11 +119,16 @@ def test_async_dqn_learns_cartpole() -> None:
 
 
 def _short_async_dqn(seed: int, **options: Any) -> tuple[Any, Any]:
-    agent = make_async_agent(
-        DQN, "CartPole-v1", seed=seed, prioritized=True, n_step=3, **{**TINY, "buffer_size": 800}
+    agent = DQN(
+        env=None,
+        env_id="CartPole-v1",
+        seed=seed,
+        prioritized=True,
+        n_step=3,
+        **{**TINY, "buffer_size": 800},
     )
     # forked samplers: three runs a test, and the default spawn is run by the tests around
-    stats = learn_async(agent, "CartPole-v1", 1_200, context="fork", **options)
+    stats = run_async(agent, 1_200, context="fork", **options)
     return agent, stats
 
 
@@ -146,18 +157,12 @@ def test_async_dqn_with_a_fixed_lag_repeats_exactly() -> None:
 def test_async_ppo_learns_cartpole_and_logs_policy_lag() -> None:
     from vecaccel.trainers import PPO
     from vecaccel.trainers.algos.ppo import PRESETS
-    from vecaccel.trainers.runners.asynchronous.runner import (
-        learn_async_on_policy,
-        make_async_on_policy_agent,
-    )
 
     config = {k: v for k, v in PRESETS["cartpole"].items() if k != "env_id"}
-    agent = make_async_on_policy_agent(
-        PPO, "CartPole-v1", backend="serial", torch_threads=1, seed=1, **config
-    )
+    agent = PPO(None, env_id="CartPole-v1", backend="serial", torch_threads=1, seed=1, **config)
     # a fixed lag makes the run repeat exactly: with the lag left to the scheduler, the last
     # returns of this run ended anywhere from 170 to 500 (40k steps), and once at 247 (60k)
-    stats = learn_async_on_policy(agent, 60_000, fixed_lag=True)
+    stats = run_async(agent, 60_000, fixed_lag=True)
     returns = [
         row["charts/episodic_return"]
         for row in agent.logger.history
@@ -172,17 +177,12 @@ def test_async_ppo_learns_cartpole_and_logs_policy_lag() -> None:
 
 def _short_async_ppo(seed: int, **options: Any) -> tuple[Any, Any]:
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.runners.asynchronous.runner import (
-        learn_async_on_policy,
-        make_async_on_policy_agent,
-    )
 
-    agent = make_async_on_policy_agent(
-        PPO, "CartPole-v1", backend="serial", torch_threads=1, seed=seed, num_envs=2,
+    agent = PPO(None, env_id="CartPole-v1", backend="serial", torch_threads=1, seed=seed, num_envs=2,
         num_steps=16, num_minibatches=2, update_epochs=2, progress=False, tensorboard=False,
     )  # fmt: skip
     # forked rollout processes: three runs a test, and the default spawn is run by the others
-    stats = learn_async_on_policy(agent, 6 * 32, context="fork", **options)
+    stats = run_async(agent, 6 * 32, context="fork", **options)
     return agent, stats
 
 
@@ -202,21 +202,17 @@ def test_async_ppo_with_a_fixed_lag_repeats_exactly() -> None:
 
 def test_fixed_lag_needs_every_updates_weights() -> None:
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.runners.asynchronous.runner import (
-        learn_async_on_policy,
-        make_async_on_policy_agent,
-    )
 
-    agent = make_async_on_policy_agent(PPO, "CartPole-v1", backend="serial", num_envs=2)
+    agent = PPO(None, env_id="CartPole-v1", backend="serial", num_envs=2)
     with pytest.raises(ValueError, match="weight_sync_period=1.*got weight_sync_period=2"):
-        learn_async_on_policy(agent, 64, fixed_lag=True, weight_sync_period=2)
+        run_async(agent, 64, fixed_lag=True, weight_sync_period=2)
 
 
 def test_async_dqn_checkpoint_holds_the_replay_buffer_and_resumes(tmp_path) -> None:
     """An async run's checkpoint carries its replay buffer; a loaded agent goes on from its
     counters with that buffer, training from its first steps (no second warm-up)."""
-    agent = make_async_agent(DQN, "CartPole-v1", run_dir=str(tmp_path), **TINY)
-    first = learn_async(agent, "CartPole-v1", 1_200)
+    agent = DQN(env=None, env_id="CartPole-v1", run_dir=str(tmp_path), **TINY)
+    first = run_async(agent, 1_200)
     saved = {name: array.copy() for name, array in agent.buffer.arrays.items()}
     assert first.updates == pytest.approx((1_200 - 200) * 4.0 / 16, abs=1)
     assert sorted(p.name for p in tmp_path.glob("checkpoint.replay-1200-*.npz"))
@@ -224,7 +220,7 @@ def test_async_dqn_checkpoint_holds_the_replay_buffer_and_resumes(tmp_path) -> N
     resumed = DQN.load(tmp_path)
     assert resumed.async_run and resumed.global_step == 1_200
     assert resumed.num_updates == first.updates
-    second = learn_async(resumed, "CartPole-v1", 800, reset_num_timesteps=False)
+    second = run_async(resumed, 800, reset_num_timesteps=False)
     assert second.env_steps == 800 and resumed.global_step == 2_000
     # the restored buffer is sampled at once: the replay ratio holds from the first step on
     # (a warm-up of learning_starts would leave (800 - 200) * 4 / 16 = 150 updates)
@@ -279,15 +275,15 @@ def test_async_dqn_logs_the_episodes_of_its_last_steps(seed: int, tmp_path) -> N
     env_id = f"VecaccelEpisodeLoggingCartPole-{seed}-v0"
     gym.register(id=env_id, entry_point=_EpisodeLoggingCartPole(str(log)))  # fork inherits it
     try:
-        agent = make_async_agent(
-            DQN,
-            env_id,
+        agent = DQN(
+            env=None,
+            env_id=env_id,
             seed=seed,
             backend="serial",
             num_envs=2,
             **{**TINY, "buffer_size": 400, "learning_starts": 1_000},  # no update slows the end
         )
-        learn_async(agent, env_id, 300, context="fork")
+        run_async(agent, 300, context="fork")
     finally:
         gym.registry.pop(env_id, None)
     assert len(agent.episode_log) == len(log.read_text().split())
@@ -299,17 +295,12 @@ def test_single_rank_async_ppo_error_inside_an_update_keeps_the_last_checkpoint(
     run's last checkpoint must stay as it was, as after an error on several ranks."""
     from vecaccel.trainers import PPO
     from vecaccel.trainers.checkpoint import load_checkpoint
-    from vecaccel.trainers.runners.asynchronous.runner import (
-        learn_async_on_policy,
-        make_async_on_policy_agent,
-    )
 
-    agent = make_async_on_policy_agent(
-        PPO, "CartPole-v1", backend="serial", num_envs=2, num_steps=16, update_epochs=1,
+    agent = PPO(None, env_id="CartPole-v1", backend="serial", num_envs=2, num_steps=16, update_epochs=1,
         num_minibatches=2, run_dir=str(tmp_path), hidden_sizes=(16,), torch_threads=1,
         seed=0, progress=False, tensorboard=False,
     )  # fmt: skip
-    learn_async_on_policy(agent, 64, poll_interval=0.001)
+    run_async(agent, 64, poll_interval=0.001)
     checkpoint = tmp_path / "checkpoint.pt"
     before = checkpoint.read_bytes()
     assert load_checkpoint(checkpoint)["update_index"] == 2
@@ -326,7 +317,7 @@ def test_single_rank_async_ppo_error_inside_an_update_keeps_the_last_checkpoint(
 
     agent.update = failing_update
     with pytest.raises(FloatingPointError, match="gradient norm is nan"):
-        learn_async_on_policy(agent, 96, poll_interval=0.001)
+        run_async(agent, 96, poll_interval=0.001)
     assert len(calls) == 2
     assert checkpoint.read_bytes() == before, "no checkpoint of a half-done update"
 
@@ -353,11 +344,6 @@ def test_async_runner_leaves_no_sampler_when_the_run_directory_is_unusable(
 ) -> None:
     from vecaccel.trainers import PPO
     from vecaccel.trainers.algos.dqn import DQN
-    from vecaccel.trainers.runners.asynchronous.runner import (
-        learn_async,
-        learn_async_on_policy,
-        make_async_agent,
-    )
 
     # fork: the sampler process is running at once (with spawn it is still unpickling its spec
     # when the error comes, and dies of the locks the optimiser has freed meanwhile)
@@ -368,24 +354,23 @@ def test_async_runner_leaves_no_sampler_when_the_run_directory_is_unusable(
     try:
         with pytest.raises(OSError):
             if algo == "dqn":
-                agent = make_async_agent(
-                    DQN, "CartPole-v1", batch_size=16, buffer_size=500, learning_starts=64,
+                agent = DQN(env=None, env_id="CartPole-v1", batch_size=16, buffer_size=500, learning_starts=64,
                     hidden_sizes=(16,), torch_threads=1, progress=False, tensorboard=False,
                     run_dir=bad_run_dir,
                 )  # fmt: skip
-                learn_async(agent, "CartPole-v1", 2_000, context="fork")
+                run_async(agent, 2_000, context="fork")
             else:
                 agent = PPO(
                     None, env_id="CartPole-v1", num_envs=2, num_steps=8, torch_threads=1,
                     tensorboard=False, run_dir=bad_run_dir,
                 )  # fmt: skip
-                learn_async_on_policy(agent, 64, context="fork")
+                run_async(agent, 64, context="fork")
         deadline = time.monotonic() + 5.0
         left = [p for p in _async_children() if p.pid not in before]
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
             left = [p for p in _async_children() if p.pid not in before and p.is_alive()]
-        assert not left, f"{[p.name for p in left]} still running after learn_async raised"
+        assert not left, f"{[p.name for p in left]} still running after the run raised"
     finally:
         for proc in _async_children():
             if proc.pid not in before:
@@ -432,11 +417,6 @@ def test_async_runner_acts_in_a_discrete_space_with_a_start(
 
     from vecaccel.trainers import PPO
     from vecaccel.trainers.algos.dqn import DQN
-    from vecaccel.trainers.runners.asynchronous.runner import (
-        learn_async,
-        learn_async_on_policy,
-        make_async_agent,
-    )
 
     log = tmp_path / "actions.txt"
     env_id = f"VecaccelScaleOutShiftedCartPole-{algo}-{int(fixed_lag)}-v0"
@@ -444,20 +424,20 @@ def test_async_runner_acts_in_a_discrete_space_with_a_start(
     gym.register(id=env_id, entry_point=_ShiftedCartPole(str(log)))
     try:
         if algo == "dqn":
-            agent = make_async_agent(
-                DQN, env_id, batch_size=16, buffer_size=500, learning_starts=64,
+            agent = DQN(
+                env=None, env_id=env_id, batch_size=16, buffer_size=500, learning_starts=64,
                 hidden_sizes=(16,), torch_threads=1, progress=False, tensorboard=False,
                 backend="serial", num_envs=2, async_max_lead=32,
             )  # fmt: skip
+            run_async(agent, 400, fixed_lag=fixed_lag, context="fork")
             assert agent.action_space.start == 1
-            learn_async(agent, env_id, 400, fixed_lag=fixed_lag, context="fork")
             assert agent.num_updates > 0
         else:
             agent = PPO(
                 None, env_id=env_id, num_envs=2, num_steps=16, backend="serial",
                 torch_threads=1, tensorboard=False,
             )  # fmt: skip
-            learn_async_on_policy(agent, 128, context="fork")
+            run_async(agent, 128, context="fork")
             assert agent.update_index > 0
             actions, _ = agent.predict(np.zeros((8, OBS_DIM), np.float32))
             assert set(actions.tolist()) <= {1, 2}

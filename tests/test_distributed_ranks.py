@@ -565,8 +565,7 @@ def test_an_error_on_one_rank_fails_the_others_at_once_not_at_the_timeout() -> N
 
 def _async_on_policy_failing_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     """Async PPO on two ranks; rank 1's second update raises, so rank 0's collective fails."""
-    from vecaccel.trainers import PPO, distributed
-    from vecaccel.trainers.runners.asynchronous.runner import learn_async_on_policy
+    from vecaccel.trainers import PPO, AsyncRunner, distributed
 
     agent = PPO(
         None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=1, update_epochs=1,
@@ -583,7 +582,7 @@ def _async_on_policy_failing_rank(rank: int, world: int, run_dir: str) -> dict[s
 
     agent.update = failing_update
     try:
-        learn_async_on_policy(agent, 2_000, context="fork")
+        AsyncRunner(agent).run(2_000, context="fork")
         return {"error": None}
     except Exception as exc:  # noqa: BLE001 - the error is the result
         del agent, update

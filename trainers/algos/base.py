@@ -220,6 +220,20 @@ class Algorithm(abc.ABC):
         continues the loaded run exactly."""
         self.target_steps = int(total_steps)
 
+    def record_progress(self, steps: int = 0, updates: int = 0) -> None:
+        """Count ``steps`` more env steps (over all ranks) and ``updates`` more updates."""
+        self.global_step += int(steps)
+        self.num_updates += int(updates)
+
+    def start_logging(self, logger: Any) -> None:
+        """Make ``logger`` (a :class:`~vecaccel.trainers.logger.RunLogger`) the run's logger."""
+        self.logger = logger
+
+    def end_run(self, elapsed_s: float) -> None:
+        """The run in progress ended after ``elapsed_s`` seconds of training in all (a
+        resumed run's time included): saved in later checkpoints."""
+        self.elapsed_before = float(elapsed_s)
+
     def reset_counters(self) -> None:
         """Count env steps and updates from zero again (a new run on a trained agent)."""
         self.global_step = 0

@@ -340,6 +340,11 @@ class OffPolicyAlgorithm(Algorithm):
         self._pending_replay = None if replay is None else (checkpoint, replay)
         self._resume = resume
 
+    def set_buffer(self, buffer: Any) -> None:
+        """Store and sample transitions in ``buffer`` from now on (the asynchronous runner's
+        shared one, say)."""
+        self.buffer = buffer
+
     def set_loop_state(self, state: dict[str, Any]) -> None:
         """Record the runner's loop counters (a
         :class:`~vecaccel.trainers.runners.state.RunState` as plain data) for the checkpoints."""

@@ -296,6 +296,15 @@ class OnPolicyAlgorithm(Algorithm):
             )
         optimizer.step()
 
+    def flat_batch(self, batch: Any) -> Any:
+        """``batch`` with GAE advantages and returns, flattened to the rows the losses learn
+        from: the step A2C and PPO share before their losses (see
+        :func:`~vecaccel.trainers.advantages.flat_batch_with_advantages`)."""
+        from vecaccel.trainers.advantages import flat_batch_with_advantages
+
+        cfg = self.config
+        return flat_batch_with_advantages(batch, self.model.value, cfg.gamma, cfg.gae_lambda)
+
     # -- env and sampler ------------------------------------------------------------------------
 
     def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space, gym.Space]:
@@ -367,6 +376,10 @@ class OnPolicyAlgorithm(Algorithm):
         finally:
             self.model.train()
 
+    def record_episodes(self, episodes: Any) -> None:
+        """Keep the episodes that ended in the last batch (``last_episodes``, for callbacks)."""
+        self.last_episodes = episodes
+
     # -- schedules ------------------------------------------------------------------------------
 
     def progress_remaining(self) -> float:
@@ -402,6 +415,11 @@ class OnPolicyAlgorithm(Algorithm):
         if total_steps is not None:
             self.schedule_start_update = self.num_updates
             self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
+
+    def end_after_batches(self, num_batches: int) -> None:
+        """End the run in progress after ``num_batches`` more batches, its learning-rate
+        schedule unchanged (a budget rounded to whole batches)."""
+        self.target_steps = self.global_step + int(num_batches) * self.batch_size
 
     def learn(
         self,

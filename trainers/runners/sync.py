@@ -63,7 +63,7 @@ def open_run_logger(agent: Algorithm, horizon: int, resume_step: int | None) -> 
         progress=agent.progress and main,
         resume_step=resume_step,
     )
-    agent.logger = logger
+    agent.start_logging(logger)
     return logger
 
 
@@ -164,7 +164,7 @@ class SyncRunner:
                 loop.write_checkpoint()
         finally:
             loop.end()
-            agent.elapsed_before = logger.elapsed
+            agent.end_run(logger.elapsed)
             announce_run_dir(logger, agent, logger.close())
         return agent
 
@@ -217,14 +217,14 @@ class _OnPolicyLoop:
         self.team_return = None
         if self.team is not None and batch.active is not None:
             self.team_return = mean_or_none(self.team.record_batch(batch))
-        agent.global_step += agent.batch_size
+        agent.record_progress(steps=agent.batch_size)
         return agent.to_model_actions(batch)
 
     def update(self, batch: Any) -> dict[str, Any]:
         """One update from the batch."""
         agent = self.agent
         metrics = agent.update(batch, self.progress_remaining)
-        agent.num_updates += 1
+        agent.record_progress(updates=1)
         return metrics
 
     def report(
@@ -234,7 +234,7 @@ class _OnPolicyLoop:
         agent = self.agent
         lr_now, team = self.lr_now, self.team_return
         episodes = agent.sampler.pop_episodes()
-        agent.last_episodes = episodes
+        agent.record_episodes(episodes)
         elapsed = time.perf_counter() - self.start_time
         metrics.update(
             {
@@ -324,7 +324,7 @@ class _OffPolicyLoop:
             agent.reset_counters()
         new_buffer = agent.buffer is None
         if new_buffer:
-            agent.buffer = agent.make_buffer(num_envs)
+            agent.set_buffer(agent.make_buffer(num_envs))
             new_buffer = not agent.restore_replay(agent.buffer)
         if reset_num_timesteps or agent.last_obs is None:
             # a second learn() keeps the buffer (as SB3 does), so it closes the open episodes
@@ -390,7 +390,7 @@ class _OffPolicyLoop:
         agent = self.agent
         self.epsilon = agent.epsilon(agent.global_step, self.horizon)
         transition, finished = agent.collect(self.epsilon)
-        agent.global_step += self.steps_per_vector_step
+        agent.record_progress(steps=self.steps_per_vector_step)
         self.vector_steps += 1
         for episode_return, length in finished:
             agent.episode_log.append((agent.global_step, episode_return, length))
@@ -409,7 +409,7 @@ class _OffPolicyLoop:
             while agent.num_updates - state.updates_at_start < due:
                 state.beta, batch = agent.sample_batch(agent.global_step / self.horizon)
                 self.recent_losses.append(agent.update(batch))
-                agent.num_updates += 1
+                agent.record_progress(updates=1)
                 if cfg.checkpoint_every and agent.num_updates % cfg.checkpoint_every == 0:
                     self.restart_pending = self.restart_points
             agent.set_measured_replay_ratio(

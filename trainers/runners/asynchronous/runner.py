@@ -107,7 +107,8 @@ class AsyncRunner:
 
     The sampler process builds its own envs from the agent's env id (``config.env_id``, the id
     the agent was created with): an agent made with ``env=None`` and ``env_id=...`` builds none
-    in this process. An agent that has envs of its own keeps them, unused by this runner.
+    in this process (an off-policy one gets its networks here, from one env of that id). An
+    agent that has envs of its own keeps them, unused by this runner.
 
     Args:
         agent: an :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C, PPO) or
@@ -129,6 +130,10 @@ class AsyncRunner:
         self.family = _family(agent)
         self.agent = agent
         self.stats: AsyncStats | None = None
+        if self.family == "off_policy" and agent.observation_space is None:
+            # networks for the spaces of the env the sampler will build (under torchrun the
+            # agent has joined the process group: its model is then data-parallel)
+            _build_networks_for(agent, _env_id(agent))
 
     def run(
         self,
@@ -225,8 +230,6 @@ def _run_off_policy(
     options: SamplerOptions,
 ) -> AsyncStats:
     env_id = _env_id(agent)
-    if agent.observation_space is None:
-        _build_networks_for(agent, env_id)
     if total_steps is None:
         agent.set_budget(None)  # raises unless a loaded run has steps left
         total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
@@ -328,9 +331,7 @@ def _new_agent(cls: type, env_id: str, **config: Any) -> Any:
 
     if issubclass(cls, OnPolicyAlgorithm):
         return cls(None, env_id=env_id, **config)
-    agent = cls(env=None, **{**config, "env_id": env_id})  # the env id picks the preset
-    _build_networks_for(agent, env_id)
-    return agent
+    return cls(env=None, **{**config, "env_id": env_id})  # the env id picks the preset
 
 
 def _report(runner: AsyncRunner) -> None:
@@ -568,19 +569,6 @@ def train_async(
     )
 
 
-def train_async_dqn(*args: Any, **kwargs: Any) -> int:
-    """:func:`train` under an earlier name (deprecated).
-
-    .. deprecated:: use ``AsyncRunner(agent).run(total_steps)``.
-    """
-    _deprecated("train_async_dqn", "AsyncRunner(agent).run(total_steps)")
-    return train(*args, **kwargs)
-
-
-def train_async_on_policy(*args: Any, **kwargs: Any) -> int:
-    """:func:`train` under an earlier name (deprecated).
-
-    .. deprecated:: use ``AsyncRunner(agent).run(total_steps)``.
-    """
-    _deprecated("train_async_on_policy", "AsyncRunner(agent).run(total_steps)")
-    return train(*args, **kwargs)
+# the names `vecaccel train` used for each family (deprecated with train_async)
+train_async_dqn = train_async
+train_async_on_policy = train_async
