@@ -340,6 +340,12 @@ class OffPolicyAlgorithm(Algorithm):
         self._pending_replay = None if replay is None else (checkpoint, replay)
         self._resume = resume
 
+    def restore_exploration(self, saw_episode_info: bool, rng_state: dict[str, Any]) -> None:
+        """Continue a loaded run's exploration exactly: its generator's state, and whether its
+        envs reported ``info["episode"]`` (then only that counts episodes)."""
+        self.collector.episodes.saw_info = bool(saw_episode_info)
+        self.rng.bit_generator.state = rng_state
+
     def set_buffer(self, buffer: Any) -> None:
         """Store and sample transitions in ``buffer`` from now on (the asynchronous runner's
         shared one, say)."""

@@ -357,10 +357,9 @@ class _OffPolicyLoop:
         if exact:
             assert resume is not None
             self.state = RunState.from_dict({**resume, "horizon": horizon})
-            agent.collector.episodes.saw_info = self.state.saw_episode_info
             # after the envs are made and reset, whatever that drew from the global generators
             set_rng_state(resume["rng"])
-            agent.rng.bit_generator.state = resume["agent_rng"]
+            agent.restore_exploration(self.state.saw_episode_info, resume["agent_rng"])
         self.horizon = horizon
         self.log_period = _LogPeriod(cfg.log_every_steps, self.state.next_log)
         self.resume_step = None if reset_num_timesteps else self.start_step

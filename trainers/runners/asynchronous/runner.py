@@ -86,15 +86,15 @@ __all__ = [
 ]
 
 
-def _family(agent: Any) -> str:
-    """``"on_policy"`` or ``"off_policy"``, from the algorithm's base class."""
+def _is_on_policy(agent: Any) -> bool:
+    """Whether ``agent`` is on-policy (else off-policy), from the algorithm's base class."""
     from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
     from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
 
     if isinstance(agent, OnPolicyAlgorithm):
-        return "on_policy"
+        return True
     if isinstance(agent, OffPolicyAlgorithm):
-        return "off_policy"
+        return False
     raise TypeError(
         f"AsyncRunner trains an OnPolicyAlgorithm or an OffPolicyAlgorithm, got "
         f"{type(agent).__name__}"
@@ -116,6 +116,7 @@ class AsyncRunner:
             Rainbow), new or loaded from a checkpoint.
 
     Attributes:
+        on_policy: whether the agent is on-policy (rollouts) or off-policy (replay).
         stats: the :class:`AsyncStats` of the last :meth:`run` (``None`` before one).
 
     Example:
@@ -127,10 +128,10 @@ class AsyncRunner:
     """
 
     def __init__(self, agent: Any) -> None:
-        self.family = _family(agent)
+        self.on_policy = _is_on_policy(agent)
         self.agent = agent
         self.stats: AsyncStats | None = None
-        if self.family == "off_policy" and agent.observation_space is None:
+        if not self.on_policy and agent.observation_space is None:
             # networks for the spaces of the env the sampler will build (under torchrun the
             # agent has joined the process group: its model is then data-parallel)
             _build_networks_for(agent, _env_id(agent))
@@ -185,7 +186,7 @@ class AsyncRunner:
             TrainingInterrupted: SIGINT or SIGTERM arrived (after the checkpoint was written).
         """
         options = SamplerOptions(context, poll_interval, sampler_threads, sampler_affinity)
-        if self.family == "on_policy":
+        if self.on_policy:
             period = 1 if weight_sync_period is None else int(weight_sync_period)
             self.stats = _run_on_policy(self.agent, total_steps, period, fixed_lag, options)
         else:
@@ -341,7 +342,7 @@ def _report(runner: AsyncRunner) -> None:
         return
     ranks = f" on {agent.world_size} ranks" if agent.world_size > 1 else ""
     rates = f"{stats.env_steps} env steps ({stats.sampling_rate:.0f}/s), {stats.updates} updates"
-    if runner.family == "off_policy":
+    if not runner.on_policy:
         rates += (
             f" ({stats.update_rate:.1f}/s), replay ratio {stats.replay_ratio:.2f} "
             f"(setting {agent.config.replay_ratio}),"
@@ -381,7 +382,7 @@ def resume_async(
     apply_runtime_settings(agent, {k: v for k, v in load_kwargs.items() if k in runtime})
     runner = AsyncRunner(agent)
     step = int(agent.global_step)
-    on_policy = runner.family == "on_policy"
+    on_policy = runner.on_policy
     if on_policy and total_steps is not None:
         agent.set_target_steps(total_steps)
     target = agent.target_steps if on_policy else total_steps
@@ -483,7 +484,7 @@ def learn_async(
        ``agent.learn(total_steps, mode="async")``.
     """
     _deprecated("learn_async(agent, env_id, total_steps)", "AsyncRunner(agent).run(total_steps)")
-    if _family(agent) != "off_policy":
+    if _is_on_policy(agent):
         raise TypeError(
             f"learn_async trains the DQN family, got {type(agent).__name__}; use "
             "AsyncRunner(agent).run(total_steps)"
@@ -520,7 +521,7 @@ def learn_async_on_policy(
        ``agent.learn(total_steps, mode="async")``.
     """
     _deprecated("learn_async_on_policy(agent, total_steps)", "AsyncRunner(agent).run(total_steps)")
-    if _family(agent) != "on_policy":
+    if not _is_on_policy(agent):
         raise TypeError(
             f"learn_async_on_policy trains A2C and PPO, got {type(agent).__name__}; use "
             "AsyncRunner(agent).run(total_steps)"
