@@ -141,10 +141,11 @@ def test_deprecated_on_policy_functions_warn_and_still_train():
 def test_deprecated_train_functions_warn_and_forward_to_train(name, monkeypatch):
     """The command line's entry point under its earlier names (``vecaccel train --async`` runs
     it end to end in test_async_cli.py)."""
+    from vecaccel.trainers.runners.asynchronous import command_line
     from vecaccel.trainers.runners.asynchronous import runner as async_runner
 
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(async_runner, "train", lambda *args, **kwargs: calls.append(args) or 0)
+    monkeypatch.setattr(command_line, "train", lambda *args, **kwargs: calls.append(args) or 0)
     with pytest.warns(DeprecationWarning, match=r"train_async\(.*AsyncRunner"):
         assert getattr(async_runner, name)(PPO, "CartPole-v1", 32) == 0
     assert calls == [(PPO, "CartPole-v1", 32)]

@@ -56,9 +56,7 @@ Example:
 
 from __future__ import annotations
 
-import os
-import sys
-import warnings
+import importlib
 from typing import Any
 
 from vecaccel.trainers.runners.asynchronous.loop import AsyncStats, run_async
@@ -70,20 +68,7 @@ from vecaccel.trainers.runners.asynchronous.process import (
 from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
 from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed, num_batches_for
 
-__all__ = [
-    "AsyncRunner",
-    "AsyncStats",
-    "SamplerError",
-    "learn_async",
-    "learn_async_on_policy",
-    "make_async_agent",
-    "make_async_on_policy_agent",
-    "resume_async",
-    "train",
-    "train_async",
-    "train_async_dqn",
-    "train_async_on_policy",
-]
+__all__ = ["AsyncRunner", "AsyncStats", "SamplerError"]
 
 
 def _is_on_policy(agent: Any) -> bool:
@@ -289,287 +274,23 @@ def _run_on_policy(
     )
 
 
-# -- the command line's entry points ------------------------------------------------------------
+# the command line's entry points and the functions of earlier releases live in modules of
+# their own (which build on AsyncRunner) and are importable from here as before
+_ELSEWHERE = {
+    "resume_async": "command_line",
+    "train": "command_line",
+    "learn_async": "deprecated",
+    "learn_async_on_policy": "deprecated",
+    "make_async_agent": "deprecated",
+    "make_async_on_policy_agent": "deprecated",
+    "train_async": "deprecated",
+    "train_async_dqn": "deprecated",
+    "train_async_on_policy": "deprecated",
+}
 
 
-def train(
-    cls: type,
-    env_id: str,
-    total_steps: int,
-    run_dir: str | None = None,
-    progress: bool = True,
-    tensorboard: bool = True,
-    weight_sync_period: int | None = None,
-    fixed_lag: bool = False,
-    **config: Any,
-) -> int:
-    """``vecaccel train ALGO --async``: build the agent, train, report; the exit code.
-
-    Args:
-        cls: the algorithm's class (either family).
-        env_id: the Gymnasium id the sampler process builds.
-        total_steps: env steps to collect, over all ranks.
-        run_dir: where the run logs and checkpoints.
-        progress: show a progress bar.
-        tensorboard: write TensorBoard event files.
-        weight_sync_period: updates between weight copies to the sampler process (``None``:
-            1 for A2C and PPO, the config's ``async_weight_sync_period`` for the DQN family).
-        fixed_lag: a fixed policy lag (reproducible runs).
-        **config: the algorithm's config fields.
-    """
-    runtime = dict(run_dir=run_dir, progress=progress, tensorboard=tensorboard)
-    agent = _new_agent(cls, env_id, **runtime, **config)
-    runner = AsyncRunner(agent)
-    runner.run(total_steps, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag)
-    _report(runner)
-    return 0
-
-
-def _new_agent(cls: type, env_id: str, **config: Any) -> Any:
-    """A ``cls`` agent for ``env_id`` without envs (the sampler process has them); an
-    off-policy one gets its networks now (under ``torchrun`` it joins the process group)."""
-    from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
-
-    if issubclass(cls, OnPolicyAlgorithm):
-        return cls(None, env_id=env_id, **config)
-    return cls(env=None, **{**config, "env_id": env_id})  # the env id picks the preset
-
-
-def _report(runner: AsyncRunner) -> None:
-    """The line ``vecaccel train --async`` ends with (on rank 0)."""
-    agent, stats = runner.agent, runner.stats
-    if not agent.is_main or stats is None:
-        return
-    ranks = f" on {agent.world_size} ranks" if agent.world_size > 1 else ""
-    rates = f"{stats.env_steps} env steps ({stats.sampling_rate:.0f}/s), {stats.updates} updates"
-    if not runner.on_policy:
-        rates += (
-            f" ({stats.update_rate:.1f}/s), replay ratio {stats.replay_ratio:.2f} "
-            f"(setting {agent.config.replay_ratio}),"
-        )
-    else:
-        rates += ", mean"
-    print(
-        f"async {type(agent).__name__}{ranks}: {rates} policy lag "
-        f"{stats.mean_policy_lag:.2f} updates; run directory: {agent.run_dir}",
-        file=sys.stderr,
-    )
-
-
-def resume_async(
-    cls: type,
-    checkpoint: str | os.PathLike[str],
-    env_id: str,
-    total_steps: int | None,
-    *,
-    weight_sync_period: int | None = None,
-    fixed_lag: bool | None = None,
-    **load_kwargs: Any,
-) -> int:
-    """``vecaccel train ALGO --resume DIR`` of a run trained with ``--async``: the exit code.
-
-    The agent is loaded without envs (the sampler process builds them) and goes on from the
-    checkpoint's counters (and, for the DQN family, its replay buffer) to ``total_steps``, the
-    run's new total; A2C and PPO may leave it out to finish the run's own budget.
-    ``fixed_lag`` and, for A2C and PPO, ``weight_sync_period`` (see :meth:`AsyncRunner.run`):
-    ``None`` keeps what the checkpoint records (``False`` and 1 for a run trained synchronously
-    until now).
-    """
-    from vecaccel.trainers.checkpoint import apply_runtime_settings
-
-    agent = cls.load(checkpoint, env=None, **load_kwargs)
-    runtime = ("progress", "tensorboard")
-    apply_runtime_settings(agent, {k: v for k, v in load_kwargs.items() if k in runtime})
-    runner = AsyncRunner(agent)
-    step = int(agent.global_step)
-    on_policy = runner.on_policy
-    if on_policy and total_steps is not None:
-        agent.set_target_steps(total_steps)
-    target = agent.target_steps if on_policy else total_steps
-    if target is None:
-        print("error: pass --total-steps to resume this trainer", file=sys.stderr)
-        return 2
-    if step >= target:
-        print(
-            f"the run is complete ({step} of {target} steps); pass a larger --total-steps to "
-            "extend it",
-            file=sys.stderr,
-        )
-        return 0
-    recorded = agent.async_options  # empty after synchronous training
-    if fixed_lag is None:
-        fixed_lag = bool(recorded.get("fixed_lag", False))
-    options = ", fixed lag" if fixed_lag else ""
-    if on_policy:
-        if weight_sync_period is None:
-            weight_sync_period = int(recorded.get("weight_sync_period", 1))
-        if fixed_lag and weight_sync_period != 1:
-            print(
-                "error: a fixed lag needs a weight-sync period of 1, got "
-                f"{weight_sync_period} (pass --async-weight-sync-period 1 or "
-                "--no-async-fixed-lag)",
-                file=sys.stderr,
-            )
-            return 2
-        options = f", weight sync period {weight_sync_period}{options}"
-    if agent.is_main:
-        print(
-            f"resuming {cls.__name__} (async{options}) from {checkpoint} at step {step}",
-            file=sys.stderr,
-        )
-    if agent.config.env_id is None:
-        agent.config.env_id = env_id
-    if on_policy:
-        runner.run(None, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag)
-    else:
-        agent.config.env_id = env_id
-        runner.run(target - step, reset_num_timesteps=False, fixed_lag=fixed_lag)
-    _report(runner)
-    return 0
-
-
-# -- the functions of earlier releases ----------------------------------------------------------
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(
-        f"{old} is deprecated and will be removed in the next release; use {new}",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-
-
-def make_async_agent(cls: type, env_id: str, **config: Any) -> Any:
-    """A DQN-family agent with networks built for ``env_id`` but no envs (deprecated).
-
-    .. deprecated:: use ``cls(env=None, env_id=env_id, **config)`` and :class:`AsyncRunner`
-       (it builds the networks of an agent without envs).
-    """
-    _deprecated(
-        "make_async_agent(cls, env_id, ...)",
-        "cls(env=None, env_id=env_id, ...) with AsyncRunner(agent).run(total_steps)",
-    )
-    agent = cls(env=None, **{**config, "env_id": env_id})
-    _build_networks_for(agent, env_id)
-    return agent
-
-
-def make_async_on_policy_agent(cls: type, env_id: str, **config: Any) -> Any:
-    """An A2C or PPO agent for ``env_id`` without envs (deprecated).
-
-    .. deprecated:: use ``cls(None, env_id=env_id, **config)`` and :class:`AsyncRunner`.
-    """
-    _deprecated(
-        "make_async_on_policy_agent(cls, env_id, ...)",
-        "cls(None, env_id=env_id, ...) with AsyncRunner(agent).run(total_steps)",
-    )
-    return cls(None, env_id=env_id, **config)
-
-
-def learn_async(
-    agent: Any,
-    env_id: str,
-    total_steps: int,
-    *,
-    reset_num_timesteps: bool = True,
-    fixed_lag: bool = False,
-    context: str = "spawn",
-    poll_interval: float = 0.0005,
-    sampler_threads: int = 1,
-    sampler_affinity: set[int] | None = None,
-) -> AsyncStats:
-    """Train a DQN-family ``agent`` asynchronously on ``env_id`` (deprecated); its stats.
-
-    .. deprecated:: use ``AsyncRunner(agent).run(total_steps, ...)`` (its ``stats``), or
-       ``agent.learn(total_steps, mode="async")``.
-    """
-    _deprecated("learn_async(agent, env_id, total_steps)", "AsyncRunner(agent).run(total_steps)")
-    if _is_on_policy(agent):
-        raise TypeError(
-            f"learn_async trains the DQN family, got {type(agent).__name__}; use "
-            "AsyncRunner(agent).run(total_steps)"
-        )
-    agent.config.env_id = env_id
-    runner = AsyncRunner(agent)
-    runner.run(
-        total_steps,
-        reset_num_timesteps=reset_num_timesteps,
-        fixed_lag=fixed_lag,
-        context=context,
-        poll_interval=poll_interval,
-        sampler_threads=sampler_threads,
-        sampler_affinity=sampler_affinity,
-    )
-    assert runner.stats is not None
-    return runner.stats
-
-
-def learn_async_on_policy(
-    agent: Any,
-    total_steps: int | None,
-    *,
-    weight_sync_period: int = 1,
-    fixed_lag: bool = False,
-    context: str = "spawn",
-    poll_interval: float = 0.0005,
-    sampler_threads: int = 1,
-    sampler_affinity: set[int] | None = None,
-) -> AsyncStats:
-    """Train an A2C or PPO agent asynchronously (deprecated); its stats.
-
-    .. deprecated:: use ``AsyncRunner(agent).run(total_steps, ...)`` (its ``stats``), or
-       ``agent.learn(total_steps, mode="async")``.
-    """
-    _deprecated("learn_async_on_policy(agent, total_steps)", "AsyncRunner(agent).run(total_steps)")
-    if not _is_on_policy(agent):
-        raise TypeError(
-            f"learn_async_on_policy trains A2C and PPO, got {type(agent).__name__}; use "
-            "AsyncRunner(agent).run(total_steps)"
-        )
-    runner = AsyncRunner(agent)
-    runner.run(
-        total_steps,
-        weight_sync_period=weight_sync_period,
-        fixed_lag=fixed_lag,
-        context=context,
-        poll_interval=poll_interval,
-        sampler_threads=sampler_threads,
-        sampler_affinity=sampler_affinity,
-    )
-    assert runner.stats is not None
-    return runner.stats
-
-
-def train_async(
-    cls: type,
-    env_id: str,
-    total_steps: int,
-    run_dir: str | None = None,
-    progress: bool = True,
-    tensorboard: bool = True,
-    weight_sync_period: int | None = None,
-    fixed_lag: bool = False,
-    **config: Any,
-) -> int:
-    """:func:`train` under its earlier name (deprecated).
-
-    .. deprecated:: use ``AsyncRunner(agent).run(total_steps)`` from Python
-       (``vecaccel train ALGO --async`` on the command line).
-    """
-    _deprecated("train_async(cls, env_id, total_steps)", "AsyncRunner(agent).run(total_steps)")
-    return train(
-        cls,
-        env_id,
-        total_steps,
-        run_dir=run_dir,
-        progress=progress,
-        tensorboard=tensorboard,
-        weight_sync_period=weight_sync_period,
-        fixed_lag=fixed_lag,
-        **config,
-    )
-
-
-# the names `vecaccel train` used for each family (deprecated with train_async)
-train_async_dqn = train_async
-train_async_on_policy = train_async
+def __getattr__(name: str) -> Any:
+    module = _ELSEWHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
