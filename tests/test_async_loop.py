@@ -9,6 +9,7 @@ import torch
 
 from vecaccel.trainers import A2C, C51, DQN, PPO, AsyncRunner, Rainbow
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from vecaccel.trainers.runners.asynchronous import loop as async_loop
 from vecaccel.trainers.runners.asynchronous import runner as async_runner
 from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
@@ -21,8 +22,10 @@ RUNTIME = dict(progress=False, tensorboard=False, torch_threads=1, backend="seri
 
 @pytest.mark.parametrize("cls", [PPO, A2C, DQN, C51, Rainbow], ids=lambda c: c.__name__)
 def test_every_algorithm_trains_async_through_the_one_loop(
-    cls: type, monkeypatch: pytest.MonkeyPatch
+    cls: type, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
+    """``from vecaccel.trainers import AsyncRunner`` runs each of the five algorithms, through
+    the one loop fed by its family's feed."""
     feeds: list[Any] = []
     run_async = async_loop.run_async
 
@@ -33,19 +36,19 @@ def test_every_algorithm_trains_async_through_the_one_loop(
     monkeypatch.setattr(async_runner, "run_async", spy)
     if issubclass(cls, OnPolicyAlgorithm):
         agent = cls(None, env_id="CartPole-v1", num_envs=2, num_steps=8, hidden_sizes=(16,),
-                    **RUNTIME)  # fmt: skip
+                    run_dir=str(tmp_path), **RUNTIME)  # fmt: skip
         runner = AsyncRunner(agent)
-        runner.run(32, context="fork")
+        assert runner.run(32, context="fork") is agent
         stats = runner.stats
         assert stats.updates == agent.num_updates == 2
         assert isinstance(feeds[0], RolloutFeed)
     else:
         agent = cls(
             env=None, env_id="CartPole-v1", batch_size=8, buffer_size=400, learning_starts=64,
-            num_envs=2, hidden_sizes=(16,), **RUNTIME,
+            num_envs=2, hidden_sizes=(16,), run_dir=str(tmp_path), **RUNTIME,
         )  # fmt: skip
         runner = AsyncRunner(agent)
-        runner.run(200, context="fork")
+        assert runner.run(200, context="fork") is agent
         stats = runner.stats
         assert stats.updates == agent.num_updates > 0
         assert agent.replay_ratio == pytest.approx(stats.replay_ratio)
@@ -53,7 +56,9 @@ def test_every_algorithm_trains_async_through_the_one_loop(
     assert len(feeds) == 1
     assert stats.env_steps == agent.global_step
     assert "charts/policy_lag" in agent.logger.history[-1]
-    assert agent.async_run
+    assert agent.async_run and agent.envs is None  # the sampler process had them
+    # the checkpoint records the mode, so that a resumed run goes on asynchronously
+    assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["async"] is True
 
 
 def test_train_async_serves_both_families_under_their_old_names(tmp_path: Any) -> None:

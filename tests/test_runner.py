@@ -48,6 +48,8 @@ def make_without_envs(algo: str, **extra: Any) -> Algorithm:
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_sync_runner_runs_every_algorithm(algo):
+    """``from vecaccel.trainers import SyncRunner`` runs each of the five algorithms (its twin,
+    AsyncRunner, in test_async_loop.py)."""
     agent = make(algo)
     try:
         assert SyncRunner(agent).run(64) is agent
@@ -55,19 +57,6 @@ def test_sync_runner_runs_every_algorithm(algo):
         assert not agent.async_run
     finally:
         agent.close()
-
-
-@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
-def test_async_runner_runs_every_algorithm(algo, tmp_path):
-    agent = make_without_envs(algo, run_dir=tmp_path, progress=False)
-    runner = AsyncRunner(agent)
-    assert runner.run(64, context="fork") is agent
-    stats = runner.stats
-    assert stats is not None and stats.env_steps == agent.global_step >= 64
-    assert stats.updates == agent.num_updates > 0
-    assert agent.async_run and agent.envs is None
-    # the checkpoint records the mode, so that a resumed run goes on asynchronously
-    assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["async"] is True
 
 
 @pytest.mark.parametrize("algo", ["a2c", "rainbow"])
