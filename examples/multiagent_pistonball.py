@@ -75,7 +75,7 @@ class PistonballFn:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument(
         "--envs", type=int, default=4, help="pistonball envs (rows: envs x pistons)"
     )

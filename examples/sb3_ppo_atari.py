@@ -58,7 +58,7 @@ def make_env(kind: str, n_envs: int, seed: int, backend: str) -> VecEnv:
 
 def main() -> None:
     """Parses the command line, trains PPO and prints the end-to-end steps/s."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--vec-env", choices=["vecaccel", "subproc", "dummy"], default="vecaccel")
     parser.add_argument("--backend", default="shm", help="vecaccel backend (vecaccel only)")
     parser.add_argument("--n-envs", type=int, default=8)

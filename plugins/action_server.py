@@ -26,6 +26,7 @@ from vecaccel.errors import WorkerError
 from vecaccel.options import ActionServerOptions
 from vecaccel.payload_spaces import require_fixed_layout
 from vecaccel.plugins.asynchronous import AsyncVecEnv
+from vecaccel.vectorized import is_vectorized
 from vecaccel.worker import usable_cpus, warn_if_torch_oversubscribes
 
 if TYPE_CHECKING:
@@ -110,11 +111,17 @@ class ActionServerVecEnv(AsyncVecEnv):
             # 1,410 steps/s with 2 workers, 1,840 with 1)
             free = usable_cpus() - torch.get_num_threads()
             options = dataclasses.replace(options, num_workers=max(1, min(num_envs, free)))
+        if alternating and is_vectorized(env_fns):
+            # each half is whole slices (the even workers', the odd workers'): an even count
+            workers = options.num_workers or min(num_envs, usable_cpus())
+            options = dataclasses.replace(options, num_workers=max(2, workers + workers % 2))
         super().__init__(env_fns, autoreset_mode=autoreset_mode, options=options, batch_size=batch)
         try:  # the workers run now: an error here (no CUDA for pinned memory) must stop them
             if self.device.type == "cpu":  # the policy's threads share the cores with the workers
                 warn_if_torch_oversubscribes(self.num_workers, stacklevel=4)
-            if alternating:
+            if alternating and self.vectorized:
+                self.groups = self._slice_halves()
+            elif alternating:
                 self.groups = [np.arange(0, num_envs, 2), np.arange(1, num_envs, 2)]
             else:
                 self.groups = [np.arange(num_envs)]
@@ -126,6 +133,18 @@ class ActionServerVecEnv(AsyncVecEnv):
         except BaseException:
             self.close(terminate=True)
             raise
+
+    def _slice_halves(self) -> list[np.ndarray]:
+        """The two halves over vectorized slices: the even workers' envs, the odd workers'."""
+        if self.num_workers % 2:
+            raise ValueError(
+                f"alternating=True over vectorized slices needs an even num_workers (each half "
+                f"is whole slices), got {self.num_workers}"
+            )
+        halves = [[], []]
+        for worker in self.pool.workers:
+            halves[worker.index % 2].extend(worker.env_indices)
+        return [np.array(half, dtype=np.int64) for half in halves]
 
     def _check_spaces(self) -> None:
         what = "backend='action_server'"
@@ -195,6 +214,16 @@ class ActionServerVecEnv(AsyncVecEnv):
             self._step_pending = self._given_up = False
         obs, _, _, _, infos = self._result(self._group, self._gather(self._last_ids))
         return obs, infos
+
+    @property
+    def pinned_staging(self) -> bool:
+        """Whether every host buffer that observations, rewards and flags pass through on their
+        way to ``device`` is pinned (page-locked), so that the copies run ``non_blocking``: true
+        on a CUDA device, false on the CPU, where nothing is staged."""
+        tensors: list[Any] = []
+        for staging in self._staging:
+            _tree_map(tensors.append, staging)
+        return bool(tensors) and all(tensor.is_pinned() for tensor in tensors)
 
     def peek_obs(self, env_ids: Any) -> Any:
         """The latest observations of envs ``env_ids`` that are not stepping, as tensors on

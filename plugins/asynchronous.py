@@ -6,6 +6,11 @@ envs and receives envs as each one finishes: every finished env is one byte on i
 Observations, rewards and flags are still read from the shared buffer, and so are infos that
 fit the info schema (:mod:`vecaccel.worker.info_schema`); other non-empty infos take the side
 channel. The ``action_server`` backend is built on this class.
+
+Over vectorized slices (``make_vec(..., vectorized=True)``, :mod:`vecaccel.vectorized`) a
+worker steps its whole vector env at once: actions go to whole slices, each slice's worker
+answers with one status byte as under ``shm``, and a batch is made of whole slices (every
+slice the same size, ``batch_size`` a multiple of it).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from vecaccel.errors import WorkerError
 from vecaccel.options import AsyncOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
 from vecaccel.vector import AsyncState, normalize_seeds, split_reset_mask
+from vecaccel.vectorized import SliceInfos, is_vectorized, unbatch_infos
 from vecaccel.worker import (
     ENV_PAYLOAD_FLAG,
     Command,
@@ -86,7 +92,10 @@ class AsyncVecEnv(ProcessVecEnv):
             raise ValueError(
                 f"batch_size must be an integer in 1..num_envs={num_envs}, got {batch_size!r}"
             )
-        if options.num_workers is None:
+        vectorized = is_vectorized(env_fns)
+        if options.num_workers is None and vectorized:
+            options = dataclasses.replace(options, num_workers=min(num_envs, usable_cpus()))
+        elif options.num_workers is None:
             # one byte names an env in the per-env protocol: at most 127 envs per worker
             most = ENV_PAYLOAD_FLAG - 1
             num_workers = max(min(num_envs, usable_cpus()), -(-num_envs // most))
@@ -95,8 +104,11 @@ class AsyncVecEnv(ProcessVecEnv):
         self.batch_size = int(batch_size)
         self.observation_space = batch_space(self.single_observation_space, self.batch_size)
         self.action_space = batch_space(self.single_action_space, self.batch_size)
+        self.vectorized = vectorized
         widest = max(w.stop - w.start for w in self.pool.workers)
-        if widest >= ENV_PAYLOAD_FLAG:
+        if vectorized:
+            self._check_whole_slices(widest)
+        elif widest >= ENV_PAYLOAD_FLAG:
             self.close(terminate=True)
             raise ValueError(
                 f"{widest} envs on one worker; per-env stepping allows at most "
@@ -116,6 +128,31 @@ class AsyncVecEnv(ProcessVecEnv):
         self._env_to_worker = np.empty(self.num_envs, dtype=np.int64)
         for worker in self.pool.workers:
             self._env_to_worker[worker.start : worker.stop] = worker.index
+
+    def _check_whole_slices(self, size: int) -> None:
+        """Vectorized slices: a batch of every env, or every slice ``size`` envs and a batch a
+        whole number of them."""
+        sizes = sorted({w.stop - w.start for w in self.pool.workers})
+        if self.batch_size != self.num_envs and (len(sizes) > 1 or self.batch_size % size):
+            self.close(terminate=True)
+            raise ValueError(
+                f"vectorized slices on async need num_envs={self.num_envs} to split evenly over "
+                f"num_workers={self.num_workers} (slices of {sizes} envs) and a batch_size that "
+                f"is a multiple of the slice size, or batch_size=num_envs (got "
+                f"{self.batch_size}): a batch is made of whole slices"
+            )
+
+    def _check_slice_ids(self, ids: np.ndarray) -> None:
+        """Vectorized slices step as a whole: ``ids`` must cover whole slices."""
+        chosen = set(ids.tolist())
+        for worker in self.pool.workers:
+            inside = [i for i in worker.env_indices if i in chosen]
+            if inside and len(inside) != worker.stop - worker.start:
+                raise ValueError(
+                    f"envs {worker.start}..{worker.stop - 1} are one vectorized slice on worker "
+                    f"{worker.index} and step together; send actions for all of them, not "
+                    f"only {inside}"
+                )
 
     # -- sending and receiving ------------------------------------------------------------------
 
@@ -140,6 +177,8 @@ class AsyncVecEnv(ProcessVecEnv):
                 env_indices=failed,
             )
         checked = self._check_actions(actions, env_ids=ids)
+        if self.vectorized:
+            self._check_slice_ids(ids)
         # envs rebuilt after their worker died, while the caller held them, are returned as
         # restarted (truncated) without stepping: the action was meant for the old episode
         restarted = ids[self._restart_pending[ids]]
@@ -153,12 +192,15 @@ class AsyncVecEnv(ProcessVecEnv):
                 return
         views = self.pool.views
         assign_tree(views.actions, ids, checked)
-        views.step_mask[ids] = 1
+        if not self.vectorized:
+            views.step_mask[ids] = 1
         self._in_flight[ids] = True
         self._sent_at[ids] = time.monotonic()
         workers = self.pool.workers
         targets = [workers[k] for k in np.unique(self._env_to_worker[ids]).tolist()]
-        if self.pool.action_columns:  # leaves with no fixed size: their items go with it
+        if self.vectorized:  # a whole slice per worker: one STEP, one status byte back
+            self.pool.send_all(targets, Command.STEP)
+        elif self.pool.action_columns:  # leaves with no fixed size: their items go with it
             self.pool.send_action_items(targets, Command.STEP_MASKED, ids.tolist())
         else:
             self.pool.send_all(targets, Command.STEP_MASKED)
@@ -180,6 +222,9 @@ class AsyncVecEnv(ProcessVecEnv):
         pairs: list[tuple[int, dict]] = []  # the infos that came as dicts, for the schema
         in_slots = 0
         for worker, data in arrived:
+            if self.vectorized:
+                self._take_slice(worker, data)
+                continue
             for byte in data:
                 index = worker.start + (byte & (ENV_PAYLOAD_FLAG - 1))
                 if byte & ENV_PAYLOAD_FLAG:
@@ -204,6 +249,26 @@ class AsyncVecEnv(ProcessVecEnv):
         for worker in dead:
             self._on_worker_death(worker)
         return bool(arrived or dead)
+
+    def _take_slice(self, worker: WorkerHandle, data: bytes) -> None:
+        """A vectorized slice's status byte: its whole slice is ready (or failed)."""
+        envs = list(worker.env_indices)
+        for status in data:
+            payload = self.pool.recv_payload(worker) if status != Status.OK else None
+            self._in_flight[envs] = False
+            if status == Status.ERROR:
+                self._errors.extend(payload)
+                self._failed_envs.update(envs)
+                continue
+            for part in payload or ():
+                if isinstance(part, SliceInfos):
+                    if part.restart_reason is not None:
+                        self.pool.count_failures(envs, part.restart_reason)
+                    rows = unbatch_infos(part.infos, part.count)
+                    for j, info in enumerate(rows):
+                        if info:
+                            self._infos[part.start + j] = info
+            self._ready.extend(envs)
 
     def _on_worker_death(self, worker: WorkerHandle) -> None:
         if not self.pool.restart:

@@ -29,6 +29,7 @@ from vecaccel import BackendRegistry, hookimpl
 from vecaccel.manager import get_backend
 from vecaccel.options import ShmOptions
 from vecaccel.probe import Choice
+from vecaccel.vectorized import is_vectorized
 from vecaccel.worker import usable_cpus
 
 __all__ = ["AutoOptions", "make_auto"]
@@ -94,6 +95,26 @@ def _choose(num_envs: int, step_s: float | None, options: AutoOptions) -> Choice
     return choice
 
 
+def _choose_vectorized(num_envs: int, options: AutoOptions) -> Choice:
+    """Vectorized slices (:mod:`vecaccel.vectorized`): no probe, since one worker's round trip
+    is shared by its whole slice; ``shm``, one worker per CPU, or ``serial`` where there is one
+    CPU or one env. ``hybrid`` is left out: its spinning caller and worker cost a batched
+    simulator more than a wake-up per slice."""
+    given = options.given()
+    cpus = usable_cpus()
+    if "inline_envs" in given:
+        backend = "hybrid" if given["inline_envs"] > 0 else "shm"
+        return Choice(backend, {}, f"inline_envs={given['inline_envs']} was given")
+    if (cpus == 1 or num_envs == 1) and not _isolated(options):
+        return Choice("serial", {}, "vectorized slices on one CPU (or one env): the inner env")
+    workers = options.num_workers or min(num_envs, cpus)
+    return Choice(
+        "shm",
+        {"num_workers": workers},
+        "vectorized slices: one native vector env per worker, one worker per CPU",
+    )
+
+
 def make_auto(
     env_fns: Sequence[Callable[[], gym.Env]],
     *,
@@ -129,7 +150,9 @@ def make_auto(
     step_s = options.step_cost_s
     # an env that may hang or crash (why a timeout or restarts were asked for) is not stepped
     # in the caller even for the probe: the choice does not depend on its cost then
-    if step_s is None and not _isolated(options):
+    if is_vectorized(env_fns):
+        choice = _choose_vectorized(num_envs, options)
+    elif step_s is None and not _isolated(options):
         try:
             step_s = vecaccel.probe.probe_step_cost(env_fns[0]).step_s
         except Exception as exc:
@@ -138,7 +161,8 @@ def make_auto(
                 f"and that failed: {type(exc).__name__}: {exc} (choose a backend, or give "
                 "step_cost_s to skip the probe)"
             ) from exc
-    choice = _choose(num_envs, step_s, options)
+    if not is_vectorized(env_fns):
+        choice = _choose(num_envs, step_s, options)
     chosen = {**choice.options, **options.given()}  # what the user gave is kept as given
     info = get_backend(choice.backend)
     checked = info.options.from_kwargs(choice.backend, chosen)

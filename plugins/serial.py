@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecaccel import BackendRegistry, hookimpl
-from vecaccel.errors import env_error
+from vecaccel.errors import WorkerError, env_error
 from vecaccel.options import SerialOptions
 from vecaccel.spaces import (
     copy_tree,
@@ -33,8 +33,9 @@ from vecaccel.vector import (
     snapshot,
     split_reset_mask,
 )
+from vecaccel.vectorized import VectorProbeEnv, is_vectorized, vector_env_fn_of
 
-__all__ = ["SerialVecEnv"]
+__all__ = ["SerialVecEnv", "VectorizedSerialVecEnv"]
 
 
 class SerialVecEnv(VecEnv):
@@ -196,16 +197,149 @@ def _as_is(info: dict) -> dict:
     return info
 
 
+class VectorizedSerialVecEnv(VecEnv):
+    """``serial`` over a vector env function (``make_vec(..., vectorized=True)``): the inner
+    vector env of all ``num_envs`` envs, stepped in this process, thinly wrapped.
+
+    Actions are checked, rewards come as ``float64`` and flags as ``bool`` (as on every
+    backend), infos pass through as the inner env batched them, and an error inside it is a
+    :class:`vecaccel.WorkerError` naming the env range. Reset seeds the inner env with the
+    first env's seed.
+
+    Args:
+        env_fns: ``num_envs`` :class:`vecaccel.vectorized.SliceEnvFn` of one vector env function.
+        autoreset_mode: the autoreset mode (the inner vector env's own, checked).
+        options: see :class:`vecaccel.options.SerialOptions`.
+
+    Example:
+        >>> import vecaccel, numpy as np
+        >>> envs = vecaccel.make_vec("CartPole-v1", 3, backend="serial", vectorized=True)
+        >>> type(envs).__name__
+        'VectorizedSerialVecEnv'
+        >>> _ = envs.reset(seed=0)
+        >>> envs.step(np.zeros(3, dtype=np.int64))[1]
+        array([1., 1., 1.])
+        >>> envs.close()
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        options: SerialOptions | None = None,
+    ) -> None:
+        options = SerialOptions() if options is None else options
+        vector_fn = vector_env_fn_of(env_fns, 0)
+        try:
+            self.envs = vector_fn(len(env_fns))
+        except Exception as exc:
+            raise env_error(
+                exc, 0, f"make of the vector env of envs 0..{len(env_fns) - 1}"
+            ) from exc
+        try:
+            probe = VectorProbeEnv(self.envs)
+            super().__init__(
+                env_fns, autoreset_mode=autoreset_mode, copy=options.copy, probe_env=probe
+            )
+        except BaseException:
+            self.envs.close()
+            raise
+        self.metadata = {**dict(self.envs.metadata), "autoreset_mode": self.autoreset_mode}
+        self._where = f"the vector env of envs 0..{self.num_envs - 1}"
+        self._actions: Any = None
+
+    def _error(self, exc: Exception, what: str) -> WorkerError:
+        error = env_error(exc, 0, f"{what} of {self._where}")
+        error.env_indices = tuple(range(self.num_envs))
+        return error
+
+    def reset(self, *, seed=None, options=None):
+        self._check_open()
+        seeds = normalize_seeds(seed, self.num_envs)
+        reset_mask, options = split_reset_mask(options, self.num_envs)
+        if reset_mask is not None and not reset_mask.all():
+            options = {**(options or {}), "reset_mask": reset_mask}
+        try:
+            obs, infos = self.envs.reset(seed=seeds[0], options=options)
+        except Exception as exc:
+            raise self._error(exc, "reset") from exc
+        self._state = AsyncState.DEFAULT
+        return (copy_tree(obs) if self.copy else obs), infos
+
+    def step_async(self, actions: Any) -> None:
+        self._check_open()
+        if self._state is AsyncState.WAITING_STEP:
+            raise RuntimeError("step_async() called twice without step_wait() in between")
+        self._actions = self._check_actions(actions)
+        self._state = AsyncState.WAITING_STEP
+
+    def step_wait(self, timeout: float | None = None):
+        self._check_open()
+        if self._state is not AsyncState.WAITING_STEP:
+            raise RuntimeError("step_wait() called without a pending step_async()")
+        self._state = AsyncState.DEFAULT
+        try:
+            obs, rewards, terms, truncs, infos = self.envs.step(self._actions)
+        except Exception as exc:
+            raise self._error(exc, "step") from exc
+        return (
+            copy_tree(obs) if self.copy else obs,
+            np.asarray(rewards, dtype=np.float64),
+            np.asarray(terms, dtype=np.bool_),
+            np.asarray(truncs, dtype=np.bool_),
+            infos,
+        )
+
+    def call_indices(self, name, indices, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        self._check_open()
+        indices = self._normalize_indices(indices)
+        try:
+            if not callable(name) and callable(getattr(self.envs, "call", None)):
+                results = self.envs.call(name, *args, **kwargs)
+                return tuple(results[i] for i in indices)
+            if callable(name):
+                value = name(self.envs, *args, **kwargs)
+            else:
+                attribute = getattr(self.envs, name)
+                value = attribute(*args, **kwargs) if callable(attribute) else attribute
+        except Exception as exc:
+            raise self._error(exc, f"call({name!r})") from exc
+        return tuple(value for _ in indices)
+
+    def set_attr_indices(self, name: str, values: Any, indices) -> None:
+        self._check_open()
+        indices = self._normalize_indices(indices)
+        values = self._values_for(values, len(indices))
+        if hasattr(self.envs, "set_attr") and sorted(indices) == list(range(self.num_envs)):
+            order = np.argsort(indices)
+            self.envs.set_attr(name, [values[k] for k in order])
+        elif all(value is values[0] or value == values[0] for value in values):
+            setattr(self.envs, name, values[0])
+        else:
+            raise ValueError(
+                f"{self._where} takes one value of {name!r} for all its envs, or one per env "
+                "for all of them at once"
+            )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        envs = getattr(self, "envs", None)
+        if envs is not None:
+            envs.close()
+
+
 def make_serial(
     env_fns: Sequence[Callable[[], gym.Env]],
     *,
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     options: SerialOptions | None = None,
     **kwargs: Any,
-) -> SerialVecEnv:
+) -> SerialVecEnv | VectorizedSerialVecEnv:
     """The ``serial`` backend's factory: ``make_vec`` passes checked ``options``; a direct call
     may pass the options as keywords instead."""
     options = SerialOptions.resolve("serial", options, kwargs)
+    if is_vectorized(env_fns):
+        return VectorizedSerialVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
     return SerialVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
 
 

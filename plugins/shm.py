@@ -17,12 +17,15 @@ from vecaccel.options import HybridOptions, ShmOptions
 from vecaccel.payload_spaces import batch_view
 from vecaccel.spaces import assign_tree, copy_tree
 from vecaccel.vector import AsyncState, normalize_seeds, snapshot, split_reset_mask
+from vecaccel.vectorized import SliceInfos, merge_slice_infos, unbatch_infos
 from vecaccel.worker import (
     Command,
     EnvMakeError,
     EnvSlice,
     ProcessVecEnv,
     Status,
+    VectorSlice,
+    make_env_slice,
     usable_cpus,
 )
 
@@ -79,12 +82,13 @@ class ShmVecEnv(ProcessVecEnv):
         # leaves with no fixed size: their items travel pickled with replies and commands
         self._obs_items = bool(self.pool.obs_columns)
         self._action_items = bool(self.pool.action_columns)
-        self._inline: EnvSlice | None = None
+        self._inline: EnvSlice | VectorSlice | None = None
         self._inline_pending = False  # a step sent whose inline envs have not stepped yet
         self._inline_result: tuple[list, list] | None = None  # stepped, not yet collected
+        self._slice_infos: list[SliceInfos] = []  # vectorized slices' batched step infos
         if self.inline_envs:
             try:
-                self._inline = EnvSlice(
+                self._inline = make_env_slice(
                     0,
                     self.env_fns[: self.inline_envs],
                     self.autoreset_mode,
@@ -116,9 +120,11 @@ class ShmVecEnv(ProcessVecEnv):
         """Read the payloads announced by ``results`` (and the inline envs' results); raise the
         env errors they report."""
         pairs, errors = [], []
+        self._slice_infos = []
         if self._inline_result is not None:
             inline_pairs, errors = self._inline_result
             self._inline_result = None
+            inline_pairs = self._take_slice_infos(inline_pairs)
             if self.per_env_infos:  # the inline envs' own dicts (the workers' come unpickled)
                 inline_pairs = [(i, snapshot(info)) for i, info in inline_pairs]
             pairs.extend(inline_pairs)
@@ -128,7 +134,7 @@ class ShmVecEnv(ProcessVecEnv):
             if status is None:
                 continue
             if status[0] == Status.OK_DATA:
-                payload = self.pool.recv_payload(worker)
+                payload = self._take_slice_infos(self.pool.recv_payload(worker))
                 self.pool.note_restarts(payload)
                 pairs.extend(payload)
             elif status[0] == Status.ERROR:
@@ -139,6 +145,34 @@ class ShmVecEnv(ProcessVecEnv):
             self._failed_envs.update(report[0] for report in errors)
             raise self.pool.error_from_reports(errors)
         return pairs
+
+    def _take_slice_infos(self, payload: list) -> list:
+        """Keep the vectorized slices' batched infos of ``payload`` aside (counting their
+        rebuilds, one failure per slice); return the ``(env index, info)`` pairs."""
+        if not payload or not isinstance(payload[0], SliceInfos):
+            return payload
+        for infos in payload:
+            if infos.restart_reason is not None:
+                envs = range(infos.start, infos.start + infos.count)
+                self.pool.count_failures(list(envs), infos.restart_reason)
+            self._slice_infos.append(infos)
+        return []
+
+    def _merge_slice_infos(self, infos: dict) -> dict:
+        """Add the vectorized slices' batched infos of the last step to ``infos``."""
+        slices, self._slice_infos = self._slice_infos, []
+        if not slices:
+            return infos
+        if self.per_env_infos:
+            for part in slices:
+                rows = unbatch_infos(part.infos, part.count)
+                self.last_infos.extend((part.start + j, row) for j, row in enumerate(rows) if row)
+            self.last_infos.sort(key=lambda pair: pair[0])
+            return infos
+        for part in slices:
+            where = f"envs {part.start}..{part.start + part.count - 1}"
+            merge_slice_infos(infos, part.infos, part.start, part.count, self.num_envs, where)
+        return infos
 
     def _still_running(self, what: str) -> WorkerError:
         envs = sorted(i for w in self._pending for i in w.env_indices)
@@ -346,7 +380,7 @@ class ShmVecEnv(ProcessVecEnv):
             truncs = views.truncations.copy()
         else:
             rewards, terms, truncs = views.rewards, views.terminations, views.truncations
-        infos = self._step_infos(pairs)
+        infos = self._merge_slice_infos(self._step_infos(pairs))
         return self._observations(), rewards, terms, truncs, infos
 
     def _step_infos(self, pairs: list[tuple[int, Any]]) -> dict[str, Any]:

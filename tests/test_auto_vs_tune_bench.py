@@ -1,4 +1,4 @@
-"""``benchmarks/auto_vs_tune.py``: tunes an env, times the best configuration and auto's choice
+"""``benchmarks/throughput/auto_vs_tune.py``: tunes an env, times the best configuration and auto's choice
 side by side, and writes the ratio with the tune table (the figures come from a long run)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tests.bench_scripts import run_benchmark
 def test_script_writes_the_ratio(tmp_path):
     out = tmp_path / "auto.json"
     done = run_benchmark(
-        "auto_vs_tune",
+        "throughput/auto_vs_tune",
         *("--workload", "CartPole-v1=2", "--seconds", "0.1", "--trials", "2", "--json", str(out)),
     )
     assert done.returncode == 0, done.stderr

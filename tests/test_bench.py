@@ -284,3 +284,20 @@ def test_ceiling_processes_report_their_steps_or_their_error(context):
     broken = BenchEnv("broken", BrokenStepEnv, BrokenStepEnv)
     with pytest.raises(RuntimeError, match="this env cannot step"):
         bench.measure_ceiling(broken, 0.01, 0.0, seed=0, processes=2, context=context)
+
+
+def test_the_clock_simulates_a_policys_latency_before_each_step():
+    """``vecaccel tune --policy-ms`` times on this clock: each timed step waits ``policy_s``
+    first, so no more than ``num_envs / policy_s`` env steps fit in a second."""
+    import functools
+
+    import gymnasium as gym
+
+    from vecaccel.bench.timing import measure
+    from vecaccel.bench.workloads import make_gym_env
+
+    build = functools.partial(
+        gym.vector.SyncVectorEnv, [functools.partial(make_gym_env, "CartPole-v1")] * 2
+    )
+    rate, _ = measure("gym-sync", build, 2, seconds=0.05, warmup=0.0, seed=0, policy_s=0.005)
+    assert 0 < rate <= 2 / 0.005

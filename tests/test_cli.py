@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -12,7 +11,7 @@ import pytest
 from helpers import REPO, run_main
 
 import vecaccel
-from vecaccel.cli import build_parser, main
+from vecaccel.cli import ArgumentParser, Commands, build_parser, main, suggest_flag
 from vecaccel.manager import PluginWarning
 
 
@@ -40,14 +39,122 @@ def test_plugins_add_commands(
 ) -> None:
     class HelloPlugin:
         @vecaccel.hookimpl
-        def vecaccel_add_commands(self, subparsers: argparse._SubParsersAction) -> None:
-            parser = subparsers.add_parser("hello", help="say hello")
+        def vecaccel_add_commands(self, commands: Commands) -> None:
+            parser = commands.add(
+                "hello", lambda args: print(f"hello {args.name}") or 3, help="say hello"
+            )
+            assert isinstance(parser, ArgumentParser)
             parser.add_argument("--name", default="world")
-            parser.set_defaults(handler=lambda args: print(f"hello {args.name}") or 3)
 
     vecaccel.get_plugin_manager().register(HelloPlugin(), name="test-hello")
     assert main(["hello", "--name", "vecaccel"]) == 3
     assert capsys.readouterr().out == "hello vecaccel\n"
+
+
+def test_a_plugin_written_for_argparses_subparsers_still_works_and_is_told_the_new_name(
+    fresh_plugin_manager: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Plugins written when the hook handed over argparse's sub-parser collection (the argument
+    named ``subparsers``, ``add_parser`` then ``set_defaults(handler=...)``) keep working; a
+    DeprecationWarning at registration names the new argument."""
+
+    class OldHello:
+        @vecaccel.hookimpl
+        def vecaccel_add_commands(self, subparsers) -> None:
+            parser = subparsers.add_parser("hello", help="say hello")
+            parser.add_argument("--name", default="world")
+            parser.set_defaults(handler=lambda args: print(f"hello {args.name}") or 3)
+
+    with pytest.warns(DeprecationWarning, match="name it `commands`"):
+        vecaccel.get_plugin_manager().register(OldHello(), name="test-old-hello")
+    assert main(["hello", "--name", "vecaccel"]) == 3
+    assert capsys.readouterr().out == "hello vecaccel\n"
+
+
+def test_every_command_comes_through_the_hook_built_ins_first() -> None:
+    """``backends``, ``bench`` and ``tune`` are added by the built-in plugin ``vecaccel.cli``
+    through ``vecaccel_add_commands``, as the trainers add ``train`` and ``eval``."""
+    pm = vecaccel.get_plugin_manager()
+    adders = [pm.get_name(impl.plugin) for impl in pm.hook.vecaccel_add_commands.get_hookimpls()]
+    assert adders[:2] == ["vecaccel.cli", "vecaccel.trainers.cli.commands"], adders
+    subparsers = build_parser()._subparsers._group_actions[0]  # argparse keeps them there
+    assert list(subparsers.choices)[:5] == ["backends", "bench", "tune", "train", "eval"]
+
+
+# ---------------------------------------------------------------------------------------------
+# flags spelled in full, and a "did you mean" for a misspelling
+
+
+@pytest.mark.parametrize(
+    ("argv", "meant"),
+    [
+        (["bench", "--num_envs", "4"], "--num-envs"),  # underscores for dashes
+        (["bench", "--num-env", "4"], "--num-envs"),  # a prefix: no longer taken
+        (["bench", "--num_envs=4"], "--num-envs"),
+        (["tune", "CartPole-v1", "--Seconds", "1"], "--seconds"),
+        (["train", "ppo", "--num_envs", "4"], "--num-envs"),
+        (["train", "ppo", "--total-step", "64"], "--total-steps"),
+        (["train", "ppo", "--learning_rate", "0.1"], "--learning-rate"),  # a config flag
+        (["train", "dqn", "--buffer-siz", "100"], "--buffer-size"),
+    ],
+)
+def test_a_misspelled_flag_is_refused_with_the_flag_it_meant(
+    argv: list[str], meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"did you mean {meant}?" in err, err
+    # the usage printed is the sub-command's own, whose flags the hint comes from
+    assert f"usage: vecaccel {argv[0]}" in err, err
+
+
+def test_an_unknown_flag_with_nothing_close_is_refused_without_a_guess(capsys) -> None:
+    assert run_main(["bench", "--gpu"]) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --gpu" in err and "did you mean" not in err
+
+
+def test_a_misspelled_command_or_choice_gets_a_did_you_mean(capsys) -> None:
+    assert run_main(["trian"]) == 2
+    assert "did you mean 'train'?" in capsys.readouterr().err
+    assert run_main(["train", "ppo2"]) == 2
+    assert "did you mean 'ppo'?" in capsys.readouterr().err
+
+
+def test_every_parser_refuses_prefixes() -> None:
+    """``allow_abbrev=False`` everywhere: every parser of the command line, sub-commands and
+    algorithms included, takes a flag only as spelled in full."""
+    parser = build_parser()
+    pending = [parser]
+    seen = 0
+    while pending:
+        current = pending.pop()
+        seen += 1
+        assert isinstance(current, ArgumentParser) and current.allow_abbrev is False, current.prog
+        for action in current._subparsers._group_actions if current._subparsers else ():
+            pending.extend(action.choices.values())
+    assert seen >= 10  # vecaccel, its 5 commands, train's 5 algorithms
+
+
+def test_suggest_flag_property() -> None:
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    known = ["--num-envs", "--total-steps", "--run-dir", "--seed"]
+
+    @given(st.sampled_from(known), st.data())
+    def check(flag: str, data: st.DataObject) -> None:
+        # any mix of case and of dashes/underscores inside the name is the same flag
+        body = flag[2:]
+        chars = [
+            data.draw(st.sampled_from(["-", "_"]))
+            if c == "-"
+            else data.draw(st.sampled_from([c, c.upper()]))
+            for c in body
+        ]
+        assert suggest_flag("--" + "".join(chars), known) == flag
+
+    check()
 
 
 def test_python_dash_m_vecaccel() -> None:
@@ -73,8 +180,8 @@ def test_plugin_command_clash_warns_naming_the_plugin(
 ) -> None:
     class TakesTune:
         @vecaccel.hookimpl
-        def vecaccel_add_commands(self, subparsers: argparse._SubParsersAction) -> None:
-            subparsers.add_parser("tune").set_defaults(handler=lambda args: 7)
+        def vecaccel_add_commands(self, commands: Commands) -> None:
+            commands.add("tune", lambda args: 7, help="not the built-in one")
 
     vecaccel.get_plugin_manager().register(TakesTune(), name="test-takes-tune")
     with pytest.warns(PluginWarning, match="'test-takes-tune'.*VECACCEL_DISABLE"):
@@ -86,8 +193,8 @@ def test_plugin_command_clash_warns_naming_the_plugin(
 
 class AddsBench:
     @vecaccel.hookimpl
-    def vecaccel_add_commands(self, subparsers):
-        subparsers.add_parser("bench").set_defaults(handler=lambda args: 0)
+    def vecaccel_add_commands(self, commands):
+        commands.add("bench", lambda args: 0, help="not the built-in one")
 
 
 def test_plugin_command_with_a_taken_name_does_not_break_the_whole_cli(

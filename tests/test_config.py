@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from vecaccel.cli import ArgumentParser, Commands
 from vecaccel.trainers import A2C, DQN, PPO, DQNConfig
 from vecaccel.trainers.algos.a2c import A2CConfig
 from vecaccel.trainers.algos.ppo import PPOConfig
@@ -173,8 +174,8 @@ def test_earlier_spellings_in_old_checkpoints_are_read():
 
 
 def _parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="vecaccel")
-    vecaccel_add_commands(parser.add_subparsers())
+    parser = ArgumentParser(prog="vecaccel")
+    vecaccel_add_commands(Commands(parser.add_subparsers()))
     return parser.parse_args(["train", *argv])
 
 

@@ -12,7 +12,7 @@ snippet is noticed rather than silently no longer tested. Placeholders the prose
 (``policy``) get a minimal definition in a preamble.
 
 The ``vecaccel ...`` command lines of the bash blocks are parsed by the real command-line parser
-(nothing is run), and the flags of the ``python benchmarks/*.py`` lines are checked against each
+(nothing is run), and the flags of the ``python benchmarks/*/*.py`` lines are checked against each
 script's ``--help``: a renamed flag, or a line that cannot be pasted as written, fails.
 
 Every Python block of every page is either run here or named in ``NOT_RUN`` with the reason, so
@@ -193,6 +193,24 @@ PYTHON_SNIPPETS = [
         60,
     ),
     (
+        "backends-vectorized-slices",
+        "docs/backends.md",
+        "def cartpoles(n):",
+        {"4096": "64"},
+        "",
+        "",
+        60,
+    ),
+    (
+        "backends-vectorized-envpool",
+        "docs/backends.md",
+        'envpool_vector_fn("Pong-v5", num_threads=1)',
+        {"16, backend=": "4, backend="},
+        "try:\n    import envpool\nexcept ImportError:\n    raise SystemExit(0)\n",
+        "",
+        90,
+    ),
+    (
         "backends-sampler",
         "docs/backends.md",
         "vecaccel.Sampler(envs, policy, horizon=16, seed=0)",
@@ -261,6 +279,15 @@ PYTHON_SNIPPETS = [
         120,
     ),
     (
+        "backends-plugin-command",
+        "docs/backends.md",
+        'parser = commands.add("hello", say_hello, help="say hello")',
+        {},
+        "",
+        "",
+        60,
+    ),
+    (
         "multiagent-sb3",
         "docs/multiagent.md",
         'model = PPO("MlpPolicy", to_sb3(envs)',
@@ -274,6 +301,11 @@ PYTHON_SNIPPETS = [
 
 # (doc, marker, why the block is not run here)
 NOT_RUN = [
+    (
+        "docs/ray.md",
+        'backend="ray", num_shards=2',
+        "starts Ray; tests/test_ray_backend.py makes these calls on a loopback-only cluster",
+    ),
     (
         "examples/vecaccel-example-plugin/README.md",
         'backend="example-threads"',

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.usefixtures("leak_check")
 
 
 #: Generous bound for "reported quickly, never hangs" (the 1 s target is measured by
-#: benchmarks/lifecycle.py, not asserted here).
+#: benchmarks/reliability/lifecycle.py, not asserted here).
 PROMPT = 5.0
 
 

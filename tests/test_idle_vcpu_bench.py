@@ -1,4 +1,4 @@
-"""``benchmarks/idle_vcpu.py``: every kind of wait runs before its batches, in turn, and the
+"""``benchmarks/waiting/idle_vcpu.py``: every kind of wait runs before its batches, in turn, and the
 records hold their medians (the figure itself comes from a long run)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytest.importorskip("ale_py")
 
 
 def _load():
-    return load_benchmark("idle_vcpu")
+    return load_benchmark("waiting/idle_vcpu")
 
 
 def test_each_wait_lasts_its_gap_and_each_kind_is_measured():

@@ -1,6 +1,6 @@
 """Creating and closing process backends leaves nothing behind: fds, /dev/shm, children.
 
-(``benchmarks/lifecycle.py`` runs the same check over 1,000 cycles.) Risky cases (``os.fork()``
+(``benchmarks/reliability/lifecycle.py`` runs the same check over 1,000 cycles.) Risky cases (``os.fork()``
 in a child) run in a child interpreter with a timeout, so a hang fails the test and does not
 stall the suite.
 """

@@ -1,4 +1,4 @@
-"""``benchmarks/lockstep_balance.py``: pinned stepper processes answer every batch, and the
+"""``benchmarks/waiting/lockstep_balance.py``: pinned stepper processes answer every batch, and the
 summary's figures follow from the per-batch times (the figure itself comes from a long run)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ pytest.importorskip("ale_py")
 
 
 def test_summary_of_known_times():
-    bench = load_benchmark("lockstep_balance")
+    bench = load_benchmark("waiting/lockstep_balance")
     times = np.array([[0.004, 0.008], [0.004, 0.008], [0.008, 0.004], [0.006, 0.006]])
     record = bench.summarize(times)
     assert record["batches"] == 4 and record["workers"] == 2
@@ -28,7 +28,7 @@ def test_summary_of_known_times():
 
 
 def test_steppers_answer_every_batch_and_exit():
-    bench = load_benchmark("lockstep_balance")
+    bench = load_benchmark("waiting/lockstep_balance")
     times = bench.measure(batches=3, gap=0.001, num_envs=1, workers=2, context="fork")
     assert times.shape == (3, 2)
     assert (times > 0).all()
@@ -41,7 +41,7 @@ def test_script_under_spawn_writes_its_record(tmp_path):
     out = tmp_path / "lockstep.json"
     args = ["--batches", "3", "--num-envs", "1", "--workers", "2", "--gap-ms", "1"]
     args += ["--pause", "sleep,forward", "--context", "spawn", "--json", str(out)]
-    proc = run_benchmark("lockstep_balance", *args)
+    proc = run_benchmark("waiting/lockstep_balance", *args)
     assert proc.returncode == 0, proc.stderr
     records = json.loads(out.read_text())["results"]
     assert [r["pause"] for r in records] == ["sleep", "forward"]
@@ -51,7 +51,7 @@ def test_script_under_spawn_writes_its_record(tmp_path):
 
 
 def test_pins_distinct_cpus_where_it_can():
-    bench = load_benchmark("lockstep_balance")
+    bench = load_benchmark("waiting/lockstep_balance")
     cpus = bench.cpus_to_pin(2)
     assert len(cpus) == 2
     if None not in cpus and len(set(bench.os.sched_getaffinity(0))) >= 2:
@@ -60,12 +60,12 @@ def test_pins_distinct_cpus_where_it_can():
 
 @pytest.mark.parametrize("argv", [["--batches", "0"], ["--pause", "sleep,nap"]])
 def test_refuses_bad_arguments(argv):
-    bench = load_benchmark("lockstep_balance")
+    bench = load_benchmark("waiting/lockstep_balance")
     with pytest.raises(SystemExit):
         bench.main(argv)
 
 
 def test_measure_names_an_unknown_pause():
-    bench = load_benchmark("lockstep_balance")
+    bench = load_benchmark("waiting/lockstep_balance")
     with pytest.raises(ValueError, match="nap"):
         bench.measure(batches=1, gap=0.0, num_envs=1, workers=1, pause="nap")

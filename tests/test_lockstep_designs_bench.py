@@ -1,4 +1,4 @@
-"""``benchmarks/lockstep_designs.py``: the bare lock-step answers every step and exits, and the
+"""``benchmarks/waiting/lockstep_designs.py``: the bare lock-step answers every step and exits, and the
 script measures the designs it is asked for and writes their record (the figures come from a
 long run)."""
 
@@ -13,7 +13,7 @@ from tests.bench_scripts import load_benchmark, run_benchmark
 
 @pytest.mark.parametrize("spin", [False, True])
 def test_bare_lockstep_steps_and_exits(spin):
-    bench = load_benchmark("lockstep_designs")
+    bench = load_benchmark("waiting/lockstep_designs")
     env_fn = bench.resolve_env("CartPole-v1").env_fn
     impl = bench.BareLockstep(env_fn, num_envs=3, processes=2, spin=spin)
     try:
@@ -29,7 +29,7 @@ def test_script_writes_its_record(tmp_path):
     out = tmp_path / "designs.json"
     only = ["bare lock-step, block", "shm, workers spin 300 µs", "async, batch 1"]
     done = run_benchmark(
-        "lockstep_designs",
+        "waiting/lockstep_designs",
         *("--workload", "CartPole-v1=2", "--seconds", "0.3", "--warmup", "0.1"),
         *("--trials", "1"),
         *(arg for name in only for arg in ("--only", name)),

@@ -146,6 +146,22 @@ def test_unknown_backend_lists_the_known_ones() -> None:
         assert name in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [("shmm", "shm"), ("Async", "async"), ("SERIAL", "serial"), ("hybird", "hybrid")],
+)
+def test_a_misspelled_backend_gets_a_did_you_mean(name: str, meant: str) -> None:
+    """As a misspelled option does: the closest registered name, a different case first."""
+    with pytest.raises(ValueError, match=f"unknown backend {name!r}; did you mean {meant!r}?"):
+        vecaccel.make_vec("CartPole-v1", 2, backend=name)
+
+
+def test_a_backend_name_with_nothing_close_gets_no_guess() -> None:
+    with pytest.raises(ValueError, match="unknown backend 'quantum'; registered") as info:
+        vecaccel.make_vec("CartPole-v1", 2, backend="quantum")
+    assert "did you mean" not in str(info.value)
+
+
 def test_registry_rejects_bad_entries() -> None:
     registry = vecaccel.BackendRegistry()
     with pytest.raises(ValueError, match="non-empty string"):

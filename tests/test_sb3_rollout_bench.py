@@ -1,4 +1,4 @@
-"""``benchmarks/sb3_rollout.py``: its interleaved mode runs, pairs updates, and refuses rounds.
+"""``benchmarks/throughput/sb3_rollout.py``: its interleaved mode runs, pairs updates, and refuses rounds.
 
 The figures themselves come from long runs; here a tiny CartPole configuration checks that
 every configuration gets its updates, in rotating order, and that the paired ratios are the
@@ -16,7 +16,7 @@ from tests.bench_scripts import load_benchmark
 
 @pytest.fixture(scope="module")
 def bench():
-    return load_benchmark("sb3_rollout")
+    return load_benchmark("throughput/sb3_rollout")
 
 
 def test_paired_ratios_are_per_update_quotients(bench):

@@ -1,4 +1,4 @@
-"""``benchmarks/self_scheduling.py``: every unit steps once per step, whichever chain claims it,
+"""``benchmarks/waiting/self_scheduling.py``: every unit steps once per step, whichever chain claims it,
 and the script runs under spawn (the figure itself comes from a long run)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ pytest.importorskip("ale_py")
 
 @pytest.mark.parametrize("pin", [False, True])
 def test_every_unit_is_claimed_once_per_step(pin):
-    bench = load_benchmark("self_scheduling")
+    bench = load_benchmark("waiting/self_scheduling")
     chains = bench.Chains(units=4, heads=2, total_envs=4, pin=pin, context="fork")
     try:
         for _ in range(3):
@@ -27,7 +27,7 @@ def test_every_unit_is_claimed_once_per_step(pin):
 
 
 def test_lockstep_is_the_case_of_one_unit_per_chain():
-    bench = load_benchmark("self_scheduling")
+    bench = load_benchmark("waiting/self_scheduling")
     chains = bench.Chains(units=2, heads=2, total_envs=2, pin=False, context="fork")
     try:
         chains.step()
@@ -37,7 +37,7 @@ def test_lockstep_is_the_case_of_one_unit_per_chain():
 
 
 def test_a_dead_unit_is_an_error_not_a_hang():
-    bench = load_benchmark("self_scheduling")
+    bench = load_benchmark("waiting/self_scheduling")
     chains = bench.Chains(units=2, heads=2, total_envs=2, pin=False, context="fork")
     try:
         chains.procs[1].kill()
@@ -49,7 +49,7 @@ def test_a_dead_unit_is_an_error_not_a_hang():
 
 
 def test_units_must_divide_the_envs():
-    bench = load_benchmark("self_scheduling")
+    bench = load_benchmark("waiting/self_scheduling")
     with pytest.raises(ValueError, match="divide"):
         bench.Chains(units=3, heads=2, total_envs=16, pin=False, context="fork")
     with pytest.raises(SystemExit):
@@ -57,7 +57,7 @@ def test_units_must_divide_the_envs():
 
 
 def test_measure_records_each_configuration():
-    bench = load_benchmark("self_scheduling")
+    bench = load_benchmark("waiting/self_scheduling")
     records = bench.measure(
         [2, 4], rounds=2, steps=3, pin=False, total_envs=4, context="fork", pause=lambda: None
     )
@@ -70,7 +70,7 @@ def test_measure_records_each_configuration():
 def test_script_under_spawn_writes_its_records(tmp_path):
     out = tmp_path / "chains.json"
     args = ["--units", "2", "--rounds", "1", "--steps", "3", "--pin", "yes"]
-    proc = run_benchmark("self_scheduling", *args, "--context", "spawn", "--json", str(out))
+    proc = run_benchmark("waiting/self_scheduling", *args, "--context", "spawn", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     records = json.loads(out.read_text())["results"]
     assert [(r["units"], r["pin"]) for r in records] == [(2, True)]

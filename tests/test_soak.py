@@ -1,18 +1,19 @@
 """The CI cut of the soak benchmark: every backend, about 12 s of stepping in all.
 
-``benchmarks/soak.py`` runs in a child process (it owns ``SIGALRM`` for its watchdog); the test
+``benchmarks/reliability/soak.py`` runs in a child process (it owns ``SIGALRM`` for its watchdog); the test
 checks its JSON: no hang, no leaked process, ``/dev/shm`` entry or descriptor, no unexpected
 error or restart, and every injected fault accounted for.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 
 from helpers import descendants, process_gone
+
+from vecaccel.bench import load_result
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 #: How long the whole soak may take before the test calls it stuck (it steps for 12 s).
@@ -25,7 +26,7 @@ def test_soak_one_minute_cut(tmp_path):
     completed = subprocess.run(
         [
             sys.executable,
-            os.path.join(ROOT, "benchmarks", "soak.py"),
+            os.path.join(ROOT, "benchmarks", "reliability", "soak.py"),
             # 3 s a backend; a fault every 150 to 450 env steps gives each backend several
             # (the first five go through every kind), also on a loaded machine
             "--minutes",
@@ -43,7 +44,7 @@ def test_soak_one_minute_cut(tmp_path):
         text=True,
         timeout=TIMEOUT,
     )
-    report = json.loads(out.read_text())
+    report = load_result(out)
     results = {r["backend"]: r for r in report["results"]}
     assert sorted(results) == ["action_server", "async", "serial", "shm"]
     for name, r in results.items():
@@ -56,6 +57,8 @@ def test_soak_one_minute_cut(tmp_path):
         if name != "serial":  # each fault restarts once, however many envs it takes down
             assert r["env_failures_counted"] == r["faults_accounted"], (name, r)
             assert r["collateral_unreported"] == 0, (name, r)
-    assert report["ok"] and completed.returncode == 0, completed.stdout + completed.stderr
+    assert report["summary"]["ok"] and completed.returncode == 0, (
+        completed.stdout + completed.stderr
+    )
     assert "Traceback" not in completed.stderr, completed.stderr
     assert all(process_gone(pid) for pid in descendants(os.getpid()) - before)

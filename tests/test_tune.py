@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import gymnasium as gym
 import pytest
 import torch
@@ -110,3 +112,65 @@ def test_tune_rejects_nonpositive_budgets_like_bench(extra, capsys):
     assert code == 2 and "best:" not in out, (
         f"expected exit 2 and an error naming {extra[0]}; got exit {code} with output {out!r}"
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the setting auto picks, the summary, the help
+
+
+def test_the_setting_auto_picks_is_timed_once_when_it_is_one_of_the_others():
+    trials = candidate_configs([64], ["auto", "shm"], cpus=2, step_s=1e-3)
+    keys = [(t.backend, t.num_envs, tuple(sorted(t.options.items()))) for t in trials]
+    assert len(keys) == len(set(keys)), keys
+    (auto,) = [t for t in trials if t.auto]
+    assert auto.reason and auto.label == f"auto->{auto.backend}"
+
+
+def test_the_summary_never_puts_auto_above_the_best(capsys):
+    """auto's share is of the best at its env count, auto's own timing included: never above
+    1.0, as when the same setting timed twice came out 1.11 "of the best"."""
+    code = main(
+        ["tune", "CartPole-v1", "--num-envs", "2,4", "--backends", "auto,serial,shm",
+         "--seconds", "0.05"]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith("auto with")]
+    assert len(lines) == 2, out
+    for line in lines:
+        share = re.search(r"([0-9.]+) of the best", line)
+        assert share is not None or "the fastest of the" in line, line
+        assert share is None or float(share.group(1)) <= 1.0, line
+    assert out.splitlines()[0].startswith("timing "), out  # the plan and its duration first
+
+
+def test_tune_help_is_plain_words_with_defaults_and_duration(capsys):
+    assert run_main(["tune", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "``" not in text and ":func:" not in text and ":mod:" not in text
+    assert "(default: 8,16,32)" in text and "(default: 2)" in text
+    assert re.search(r"about (\d+ s|a minute or two|\d+ minutes)", text), text
+
+
+def test_a_misspelled_backend_gets_a_did_you_mean(capsys):
+    assert run_main(["tune", "CartPole-v1", "--backends", "Serial", "--seconds", "0.01"]) == 2
+    assert "did you mean 'serial'?" in capsys.readouterr().err
+
+
+def test_tune_leaves_the_cores_to_the_workers_quietly_and_restores_torchs_threads():
+    """tune runs no torch compute of its own: the action server's trials run with one torch
+    thread, so the warning meant for training scripts (torch's threads against the workers')
+    is not raised at a user who cannot act on it, and the caller's setting comes back."""
+    import warnings
+
+    torch.set_num_threads(2)  # as a user's process may have it (this module sets 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            trials = autotune(
+                "CartPole-v1", [2], backends=["action_server"], seconds=0.05, policy_ms=0.5
+            )
+        assert all(t.error is None and t.steps_per_s > 0 for t in trials), trials
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(1)

@@ -1,7 +1,9 @@
 """vecaccel's bundled trainers: A2C, PPO and the DQN family, on vecaccel's sampler.
 
 Each algorithm holds its config, networks, loss and ``update``; a runner owns the loop
-(:class:`SyncRunner` here, or the asynchronous runner of ``--async``), the same for every one.
+(:class:`SyncRunner`, or :class:`AsyncRunner` for ``--async``), the same for every one. The
+algorithms, with their summaries and presets, are listed once, in
+:mod:`vecaccel.trainers.registry`; what this package exports is read from there.
 
 Everything here imports torch, lazily: ``import vecaccel.trainers`` alone stays light.
 
@@ -17,42 +19,20 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = [
-    "A2C",
-    "A2CConfig",
-    "Algorithm",
-    "AsyncRunner",
-    "C51",
-    "DQN",
-    "DQNConfig",
-    "PPO",
-    "PPOConfig",
-    "Rainbow",
-    "RunConfig",
-    "SyncRunner",
-]
+from vecaccel.trainers.registry import exports
 
-_LOCATIONS = {
-    "A2C": "vecaccel.trainers.algos.a2c",
-    "A2CConfig": "vecaccel.trainers.algos.a2c",
-    "PPO": "vecaccel.trainers.algos.ppo",
-    "PPOConfig": "vecaccel.trainers.algos.ppo",
-    "DQN": "vecaccel.trainers.algos.dqn",
-    "C51": "vecaccel.trainers.algos.dqn",
-    "Rainbow": "vecaccel.trainers.algos.dqn",
-    "DQNConfig": "vecaccel.trainers.algos.dqn",
-    "Algorithm": "vecaccel.trainers.algos.base",
-    "RunConfig": "vecaccel.trainers.config",
-    "SyncRunner": "vecaccel.trainers.runners.sync",
-    "AsyncRunner": "vecaccel.trainers.runners.asynchronous.runner",
-}
+# name -> "module:attribute", from the registry: each algorithm and its config, the runners...
+_LOCATIONS: dict[str, str] = exports()
+
+__all__ = sorted(_LOCATIONS)
 
 
 def __getattr__(name: str) -> Any:
-    module_path = _LOCATIONS.get(name)
-    if module_path is None:
+    path = _LOCATIONS.get(name)
+    if path is None:
         raise AttributeError(f"module 'vecaccel.trainers' has no attribute {name!r}")
-    return getattr(importlib.import_module(module_path), name)
+    module_path, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module_path), attribute)
 
 
 def __dir__() -> list[str]:

@@ -4,11 +4,12 @@ PettingZoo parallel envs named by their module path (one row per agent, a shared
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+
+from vecaccel.multiagent import ModuleEnvFn, as_parallel, is_module_env_path
 
 __all__ = [
     "AtariEnvFactory",
@@ -26,26 +27,19 @@ __all__ = [
 
 
 def is_parallel_env_path(env_id: str | None) -> bool:
-    """Whether ``env_id`` is the module path of a PettingZoo env (a module with
-    ``parallel_env``, such as ``pettingzoo.butterfly.pistonball_v6`` or
-    ``mpe2.simple_spread_v3``) rather than a Gymnasium id.
+    """Whether ``env_id`` is the module path of a PettingZoo env rather than a Gymnasium id,
+    by ``make_vec``'s own rule (:func:`vecaccel.multiagent.is_module_env_path`).
 
     Example:
         >>> is_parallel_env_path("CartPole-v1"), is_parallel_env_path("ALE/Pong-v5")
         (False, False)
     """
-    if not env_id or "." not in env_id or "/" in env_id or ":" in env_id or "-" in env_id:
-        return False
-    try:
-        module = importlib.import_module(env_id)
-    except ImportError:
-        return False
-    return callable(getattr(module, "parallel_env", None))
+    return is_module_env_path(env_id)
 
 
 @functools.lru_cache(maxsize=16)
 def _parallel_env_facts(env_id: str) -> tuple[int, gym.Space, gym.Space]:
-    env = importlib.import_module(env_id).parallel_env()
+    env = as_parallel(ModuleEnvFn(env_id)())  # an AEC module's env made parallel, as make_vec does
     try:
         agents = list(env.possible_agents)
         return len(agents), env.observation_space(agents[0]), env.action_space(agents[0])
@@ -56,7 +50,7 @@ def _parallel_env_facts(env_id: str) -> tuple[int, gym.Space, gym.Space]:
 def agents_per_env(env_id: str | None) -> int:
     """Rows per env of ``env_id`` in a trainer's vector env: the number of agents of a
     PettingZoo env (one row each), 1 for a Gymnasium id (read without making an env)."""
-    if not is_parallel_env_path(env_id):
+    if not is_module_env_path(env_id):
         return 1
     assert env_id is not None
     return _parallel_env_facts(env_id)[0]
@@ -268,7 +262,7 @@ def make_env_for_training(
     """
     import vecaccel
 
-    if is_parallel_env_path(env_id):
+    if is_module_env_path(env_id):
         if atari:
             raise ValueError(f"atari=True: {env_id} is a PettingZoo env, not an Atari game")
         envs = vecaccel.make_vec(

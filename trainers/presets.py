@@ -1,11 +1,11 @@
-"""Which named settings (presets) each trainer has, and the env ids each preset is made for.
+"""Every algorithm's named settings (presets), and which preset a run on an env id starts from.
 
-A preset is a dict of config values: ``PRESETS`` in :mod:`~vecaccel.trainers.algos.ppo`,
-:mod:`~vecaccel.trainers.algos.a2c` and :mod:`~vecaccel.trainers.algos.dqn_presets`. :data:`ENV_PRESETS`
-below is the one table that says which env ids each preset suits; a run on such an id that names
-no preset starts from it (``PPO("CartPole-v1")``, ``vecaccel train ppo --env CartPole-v1``).
-Explicit settings always win over a preset's, and ``preset=None`` (``--preset none``) gives the
-plain defaults.
+A preset is a dict of config values: :data:`PPO_PRESETS`, :data:`A2C_PRESETS` and
+:data:`DQN_PRESETS` (which DQN, C51 and Rainbow share). Which env ids each preset is made for
+is part of each algorithm's entry in :mod:`vecaccel.trainers.registry` (``made_for``); a run on
+such an id that names no preset starts from it (``PPO("CartPole-v1")``, ``vecaccel train ppo
+--env CartPole-v1``). Explicit settings always win over a preset's, and ``preset=None``
+(``--preset none``) gives the plain defaults. Nothing here imports torch.
 
 Example:
     >>> preset_for_env("ppo", "CartPole-v1"), preset_for_env("dqn", "CartPole-v1")
@@ -23,14 +23,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from vecaccel.trainers.registry import ALGORITHMS, ATARI
+
 #: Says, at INFO, which preset a run took by itself (the CLI prints the same on stdout).
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "A2C_PRESETS",
     "ATARI",
     "AUTO",
+    "DQN_PRESETS",
     "ENV_PRESETS",
     "NONE",
+    "PPO_PRESETS",
     "apply_preset",
     "preset_for_env",
     "resolve_preset",
@@ -41,19 +46,200 @@ __all__ = [
 AUTO = "auto"
 #: ``preset=NONE`` or ``None``: no preset, the algorithm's plain defaults.
 NONE = "none"
-#: Stands for every ALE game id in :data:`ENV_PRESETS` (``ALE/Pong-v5``,
-#: ``PongNoFrameskip-v4``...), as :func:`~vecaccel.trainers.envs.is_atari_id` decides.
-ATARI = "<every ALE id>"
 
-#: algorithm -> preset -> the env ids the preset is made for. The first preset that suits an env
-#: id is the one a run on it starts from when it names none; a preset missing here
-#: (``atari-large``) is only ever applied by name.
+#: algorithm -> preset -> the env ids the preset is made for, read from the registry's
+#: ``made_for`` (:data:`ATARI`: every ALE game).
 ENV_PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
-    "ppo": {"cartpole": ("CartPole-v1",), "atari": (ATARI,)},
-    "a2c": {"cartpole": ("CartPole-v1",), "atari": (ATARI,)},
-    "dqn": {"cartpole": ("CartPole-v1",), "atari-dqn": (ATARI,)},
-    "c51": {"cartpole-c51": ("CartPole-v1",), "atari-c51": (ATARI,)},
-    "rainbow": {"cartpole-rainbow": ("CartPole-v1",), "atari-rainbow": (ATARI,)},
+    name: dict(info.made_for) for name, info in ALGORITHMS.items()
+}
+
+#: PPO's named settings: ``PPO(env, preset=NAME)`` and ``vecaccel train ppo --preset NAME``.
+PPO_PRESETS: dict[str, dict[str, Any]] = {
+    # rl-baselines3-zoo's hyperparams/ppo.yml for CartPole-v1 (n_envs 8, n_steps 32,
+    # batch_size 256, gae_lambda 0.8, gamma 0.98, n_epochs 20, ent_coef 0, lin_1e-3, lin_0.2)
+    "cartpole": dict(
+        env_id="CartPole-v1",
+        num_envs=8,
+        num_steps=32,
+        num_minibatches=1,
+        update_epochs=20,
+        gamma=0.98,
+        gae_lambda=0.8,
+        ent_coef=0.0,
+        learning_rate=1e-3,
+        anneal_lr=True,
+        clip_coef=0.2,
+        anneal_clip=True,
+        clip_vloss=False,
+        base_batch_size=256,
+    ),
+    # the standard Atari PPO (baselines, CleanRL ppo_atari.py): 8 envs x 128 steps
+    "atari": dict(
+        env_id="PongNoFrameskip-v4",
+        num_envs=8,
+        num_steps=128,
+        learning_rate=2.5e-4,
+        num_minibatches=4,
+        update_epochs=4,
+        clip_coef=0.1,
+        ent_coef=0.01,
+        # baselines and CleanRL weigh 0.5 x (0.5 x MSE); vecaccel's value loss is the plain MSE
+        # (SB3's convention), so their weight on it is 0.25
+        vf_coef=0.25,
+        base_batch_size=1024,
+        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
+        # update changes by rounding only (tests/test_bf16.py)
+        bf16="auto",
+    ),
+    # the seed paper's large-batch regime: many more envs per update, learning rate scaled
+    # from the 1024-sample base (Stooke & Abbeel, 2018, section 4)
+    "atari-large": dict(
+        env_id="PongNoFrameskip-v4",
+        num_envs=128,
+        num_steps=128,
+        learning_rate=2.5e-4,
+        lr_scaling="sqrt",
+        base_batch_size=1024,
+        num_minibatches=16,
+        update_epochs=4,
+        clip_coef=0.1,
+        ent_coef=0.01,
+        vf_coef=0.25,  # CleanRL's value-loss weight, as in "atari"
+        bf16="auto",
+    ),
+}
+
+
+#: A2C's named settings: ``A2C(env, preset=NAME)`` and ``vecaccel train a2c --preset NAME``.
+A2C_PRESETS: dict[str, dict[str, Any]] = {
+    # rl-baselines3-zoo's hyperparams/a2c.yml for CartPole-v1: n_envs 8, ent_coef 0, the rest
+    # SB3's A2C defaults (n_steps 5, lr 7e-4 constant, gamma 0.99, gae_lambda 1)
+    "cartpole": dict(
+        env_id="CartPole-v1",
+        num_envs=8,
+        num_steps=5,
+        ent_coef=0.0,
+        learning_rate=7e-4,
+        anneal_lr=False,
+        base_batch_size=40,
+    ),
+    # the classic Atari A2C (baselines): 16 envs x 5 steps, RMSprop 7e-4, annealed
+    "atari": dict(
+        env_id="PongNoFrameskip-v4",
+        num_envs=16,
+        num_steps=5,
+        learning_rate=7e-4,
+        ent_coef=0.01,
+        base_batch_size=80,
+        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
+        # update changes by rounding only (tests/test_bf16.py)
+        bf16="auto",
+    ),
+    # the seed paper's large-batch A2C: 256 envs x 5 steps, learning rate scaled from the
+    # 80-sample base (Stooke & Abbeel, 2018, section 4)
+    "atari-large": dict(
+        env_id="PongNoFrameskip-v4",
+        num_envs=256,
+        num_steps=5,
+        learning_rate=7e-4,
+        lr_scaling="sqrt",
+        base_batch_size=80,
+        ent_coef=0.01,
+        bf16="auto",
+    ),
+}
+
+
+# Atari settings of Stooke & Abbeel (2018), "Accelerated Methods for Deep RL": the Nature-DQN
+# agent at replay ratio 8 with Adam, DQN at batch 512 and Categorical DQN at batch 2048, the
+# learning rate scaled from its batch-32 value, and ε-Rainbow (Rainbow without noisy nets, so
+# with ε-greedy exploration). Budgets are 50M env steps (200M frames) on 8 GPUs in the paper.
+_ATARI_COMMON: dict[str, Any] = dict(
+    num_envs=16,
+    backend="shm",
+    buffer_size=1_000_000,
+    gamma=0.99,
+    replay_ratio=8.0,
+    learning_starts=80_000,
+    target_update_period=40_000,
+    start_epsilon=1.0,
+    end_epsilon=0.01,
+    exploration_steps=1_000_000,
+    eval_epsilon=0.001,
+    max_grad_norm=10.0,
+    network="cnn",
+    frame_stack=4,
+    log_every_steps=10_000,
+)
+
+# tuned to solve CartPole-v1 within a CI budget on 2 CPU cores
+_CARTPOLE: dict[str, Any] = dict(
+    learning_rate=3.5e-4,
+    base_batch_size=32,
+    lr_scaling="sqrt",  # 3.5e-4 at batch 32 is 9.9e-4 at batch 256
+    batch_size=256,
+    buffer_size=20_000,
+    replay_ratio=32.0,  # one update of 256 every 8 env steps
+    learning_starts=500,
+    target_update_period=500,
+    exploration_fraction=0.15,
+    end_epsilon=0.02,
+    double=True,
+    n_step=3,
+    hidden_sizes=(128, 128),
+    loss="mse",
+)
+
+#: The DQN family's named settings (DQN, C51 and Rainbow share them):
+#: ``DQN(env, preset="atari-dqn", **overrides)`` and ``vecaccel train dqn --preset NAME``.
+DQN_PRESETS: dict[str, dict[str, Any]] = {
+    "cartpole": _CARTPOLE,
+    # the settings above (Double, 3-step) with a categorical head: plain 1-step C51 did not
+    # reach 475 in 60k steps. CartPole's discounted returns (at most 100 at gamma 0.99) need a
+    # support on [0, 100], not Atari's clipped [-10, 10] (``loss`` applies to expected values only)
+    "cartpole-c51": dict(_CARTPOLE, categorical=True, v_min=0.0, v_max=100.0),
+    # ε-Rainbow with the settings above: Double, Dueling, 3-step, prioritized, C51 on [0, 100]
+    "cartpole-rainbow": dict(
+        _CARTPOLE,
+        dueling=True,
+        prioritized=True,
+        priority_alpha=0.5,
+        categorical=True,
+        v_min=0.0,
+        v_max=100.0,
+    ),
+    "atari-dqn": dict(
+        _ATARI_COMMON,
+        batch_size=512,
+        base_batch_size=32,
+        learning_rate=1e-4,
+        lr_scaling="sqrt",
+        adam_eps=1.5e-4,
+        double=True,
+    ),
+    "atari-c51": dict(
+        _ATARI_COMMON,
+        categorical=True,
+        batch_size=2048,
+        base_batch_size=32,
+        learning_rate=2.5e-4,
+        lr_scaling="sqrt",
+        adam_eps=0.01 / 32,
+    ),
+    "atari-rainbow": dict(
+        _ATARI_COMMON,
+        double=True,
+        dueling=True,
+        n_step=3,
+        prioritized=True,
+        priority_alpha=0.5,
+        categorical=True,
+        batch_size=512,
+        base_batch_size=32,
+        learning_rate=6.25e-5,
+        lr_scaling="sqrt",
+        adam_eps=1.5e-4,
+    ),
 }
 
 

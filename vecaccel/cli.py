@@ -1,7 +1,10 @@
-"""The ``vecaccel`` command line: ``vecaccel backends``, ``vecaccel bench``, and plugin commands.
+"""The ``vecaccel`` command line, and its built-in commands ``backends``, ``bench`` and ``tune``.
 
-Plugins add sub-commands through the ``vecaccel_add_commands`` hook (the trainers add ``train``
-and ``eval`` that way), so this module never imports them.
+Every sub-command comes through the ``vecaccel_add_commands`` hook: this module is a built-in
+plugin that adds ``backends``, ``bench`` and ``tune`` with it, as the trainers add ``train`` and
+``eval`` and a third-party package adds its own. The hook hands each plugin a :class:`Commands`;
+every parser is an :class:`ArgumentParser`, which takes flags only as spelled in full and answers
+a misspelled one with the closest real one.
 
 Example:
     >>> from vecaccel.cli import main
@@ -14,17 +17,194 @@ Example:
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 import warnings
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vecaccel import hookimpl
 
 if TYPE_CHECKING:
     import pluggy
 
-__all__ = ["build_parser", "main"]
+__all__ = ["ArgumentParser", "Commands", "build_parser", "main", "suggest_flag"]
+
+#: Where a sub-parser that met arguments it does not know records itself on the namespace, so
+#: that the error names its flags (and prints its usage) rather than the top-level parser's.
+_UNRECOGNIZED_BY = "_vecaccel_unrecognized_by"
+
+
+def suggest_flag(flag: str, known: Iterable[str]) -> str | None:
+    """The flag of ``known`` that ``flag`` most likely meant, or ``None``.
+
+    Underscores for dashes and a different case count as the same spelling; otherwise the
+    closest spelling wins, if one is close.
+
+    Example:
+        >>> known = ["--num-envs", "--total-steps", "--seed"]
+        >>> suggest_flag("--num_envs", known), suggest_flag("--num-env", known)
+        ('--num-envs', '--num-envs')
+        >>> suggest_flag("--Total-Steps", known), suggest_flag("--gpu", known) is None
+        ('--total-steps', True)
+    """
+    known = [option for option in known if option.startswith("-")]
+    spelled = flag.replace("_", "-").lower()
+    for option in known:
+        if option.lower() == spelled:
+            return option
+    close = difflib.get_close_matches(spelled, known, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _looks_like_flag(arg: str) -> bool:
+    if not arg.startswith("-") or arg == "-":
+        return False
+    try:
+        float(arg)
+    except ValueError:
+        return True
+    return False  # a negative number
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser as every ``vecaccel`` command has it.
+
+    Flags are taken only as spelled in full (``allow_abbrev=False``: ``--num-env`` is not
+    ``--num-envs``), and an unknown flag or choice is answered with the closest real one:
+    ``unrecognized arguments: --num_envs 4; did you mean --num-envs?``. Sub-parsers added to it
+    are of its class too.
+
+    Example:
+        >>> parser = ArgumentParser(prog="demo")
+        >>> _ = parser.add_argument("--num-envs", type=int)
+        >>> parser.parse_args(["--num-envs", "4"]).num_envs
+        4
+        >>> parser.unrecognized_message(["--num_envs", "4"])
+        'unrecognized arguments: --num_envs 4; did you mean --num-envs?'
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def unrecognized_message(self, extras: Sequence[str]) -> str:
+        """argparse's message for ``extras``, with the flags they most likely meant."""
+        hints = []
+        for arg in extras:
+            flag = arg.split("=", 1)[0]
+            if _looks_like_flag(arg):
+                meant = suggest_flag(flag, self._option_string_actions)
+                if meant is not None:
+                    hints.append((flag, meant))
+        message = f"unrecognized arguments: {' '.join(extras)}"
+        if len(hints) == 1:
+            return f"{message}; did you mean {hints[0][1]}?"
+        if hints:
+            meant = ", ".join(f"{right} for {wrong}" for wrong, right in hints)
+            return f"{message}; did you mean {meant}?"
+        return message
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        # the innermost parser records itself first (a sub-parser's namespace is copied up)
+        if extras and not hasattr(namespace, _UNRECOGNIZED_BY):
+            setattr(namespace, _UNRECOGNIZED_BY, self)
+        return namespace, extras
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        namespace, extras = self.parse_known_args(args, namespace)
+        owner = vars(namespace).pop(_UNRECOGNIZED_BY, self)
+        if extras:
+            # by its method, not its class: under ``python -m vecaccel.cli`` this module is
+            # loaded twice, and the trainers' parsers derive from the other copy's class
+            if not hasattr(owner, "unrecognized_message"):
+                owner = self
+            owner.error(owner.unrecognized_message(extras))
+        return namespace
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        # "argument COMMAND: invalid choice: 'trian' (choose from 'train', 'eval')"
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if match is not None:
+            choices = re.findall(r"'([^']*)'", match.group(2))
+            close = difflib.get_close_matches(match.group(1), choices, n=1)
+            if close:
+                message = f"{message}; did you mean {close[0]!r}?"
+        super().error(message)
+
+
+class Commands:
+    """The sub-commands of ``vecaccel``, as the ``vecaccel_add_commands`` hook hands them over.
+
+    ``add`` gives a new command its parser (an :class:`ArgumentParser`) and its handler, which
+    receives the parsed ``argparse.Namespace`` and returns the exit code.
+
+    Example:
+        >>> parser = ArgumentParser(prog="vecaccel")
+        >>> commands = Commands(parser.add_subparsers(dest="command"))
+        >>> hello = commands.add("hello", lambda args: print("hello", args.name), help="greet")
+        >>> _ = hello.add_argument("--name", default="world")
+        >>> args = parser.parse_args(["hello"])
+        >>> args.handler(args)
+        hello world
+        >>> "hello" in commands, commands.names
+        (True, ['hello'])
+    """
+
+    def __init__(self, subparsers: Any) -> None:
+        self._subparsers = subparsers
+
+    @property
+    def names(self) -> list[str]:
+        """The commands added so far, in order."""
+        return list(self._subparsers.choices)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._subparsers.choices
+
+    def add(
+        self,
+        name: str,
+        handler: Callable[[argparse.Namespace], int | None],
+        *,
+        help: str,
+        description: str | None = None,
+        **parser_options: Any,
+    ) -> ArgumentParser:
+        """Add ``vecaccel NAME``.
+
+        Args:
+            name: the command's name.
+            handler: called with the parsed arguments; returns the exit code (``None``: 0).
+            help: one line for ``vecaccel --help``.
+            description: the text of ``vecaccel NAME --help`` (default: ``help``).
+            **parser_options: more keyword arguments of :class:`ArgumentParser` (``epilog``,
+                ``formatter_class``...).
+
+        Returns:
+            The command's parser, to add its flags to.
+
+        Raises:
+            argparse.ArgumentError: if another command has this name.
+        """
+        parser = self.add_parser(
+            name,
+            help=help,
+            description=help if description is None else description,
+            **parser_options,
+        )
+        parser.set_defaults(handler=handler)
+        return parser
+
+    def add_parser(self, name: str, **parser_options: Any) -> ArgumentParser:
+        """Add ``vecaccel NAME`` with argparse's own call, whose caller sets the handler with
+        ``parser.set_defaults(handler=...)``: what plugins written for argparse's sub-parser
+        collection call, which keeps working."""
+        return self._subparsers.add_parser(name, **parser_options)
 
 
 def _backends_command(args: argparse.Namespace) -> int:
@@ -49,11 +229,28 @@ def _bench_command(args: argparse.Namespace) -> int:
     return bench_command(args)
 
 
-def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+@hookimpl
+def vecaccel_add_commands(commands: Commands) -> None:
+    """Add the library's own commands: ``backends``, ``bench`` and ``tune``."""
+    backends = commands.add(
+        "backends",
+        _backends_command,
+        help="list the registered backends and the plugins that provide them",
+        description="List the registered vector-env backends and the plugins providing them.",
+    )
+    backends.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_bench_command(commands)
+    from vecaccel.tune import add_command as add_tune_command
+
+    add_tune_command(commands)
+
+
+def _add_bench_command(commands: Commands) -> None:
     from vecaccel.bench import DEFAULT_BACKENDS, DEFAULT_NUM_ENVS, PEERS
 
-    parser = subparsers.add_parser(
+    parser = commands.add(
         "bench",
+        _bench_command,
         help="measure steps/s of vecaccel backends beside Gymnasium, SB3 and EnvPool",
         description=(
             "Measure environment steps per second with random actions (sampled before timing) "
@@ -101,6 +298,13 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of resets and actions")
     parser.add_argument(
+        "--vectorized",
+        action="store_true",
+        help="batched simulator: every backend with vectorized=True (one native vector env per "
+        "worker, from the id's vector_entry_point), the native vector env alone in one process "
+        "('native'), and the ceiling of one native vector env per usable CPU, per num_envs",
+    )
+    parser.add_argument(
         "-o",
         "--option",
         action="append",
@@ -110,7 +314,6 @@ def _add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
     parser.add_argument("--plot", metavar="OUT.png", help="plot steps/s against num_envs")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-    parser.set_defaults(handler=_bench_command)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,31 +330,19 @@ def build_parser() -> argparse.ArgumentParser:
     from vecaccel import __version__
     from vecaccel.manager import get_plugin_manager
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="vecaccel",
         description="Fast, safe vectorized environments for deep RL.",
     )
     parser.add_argument("--version", action="version", version=f"vecaccel {__version__}")
     subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
-
-    backends = subparsers.add_parser(
-        "backends",
-        help="list the registered backends and the plugins that provide them",
-        description="List the registered vector-env backends and the plugins providing them.",
-    )
-    backends.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    backends.set_defaults(handler=_backends_command)
-
-    _add_bench_parser(subparsers)
-    from vecaccel.tune import add_parser as add_tune_parser
-
-    add_tune_parser(subparsers)
-    _add_plugin_commands(get_plugin_manager(), subparsers)
+    _add_plugin_commands(get_plugin_manager(), Commands(subparsers))
     return parser
 
 
-def _add_plugin_commands(pm: pluggy.PluginManager, subparsers: argparse._SubParsersAction) -> None:
-    """Call each plugin's ``vecaccel_add_commands`` on its own, in registration order.
+def _add_plugin_commands(pm: pluggy.PluginManager, commands: Commands) -> None:
+    """Call each plugin's ``vecaccel_add_commands`` on its own, in registration order (the
+    built-ins first, this module's among them).
 
     A plugin whose command cannot be added (its name is taken, say) is reported with a warning
     naming it, instead of breaking every command, ``--help`` included.
@@ -159,10 +350,10 @@ def _add_plugin_commands(pm: pluggy.PluginManager, subparsers: argparse._SubPars
     from vecaccel.manager import DISABLE_ENV_VAR, PluginWarning
 
     for impl in pm.hook.vecaccel_add_commands.get_hookimpls():
-        # only the arguments it asks for, as pluggy calls a hook: specs may grow
-        arguments = {
-            name: value for name, value in (("subparsers", subparsers),) if name in impl.argnames
-        }
+        # only the arguments it asks for, as pluggy calls a hook: specs may grow. ``subparsers``
+        # is the earlier name of ``commands``, which answers its ``add_parser`` as argparse did
+        offered = (("commands", commands), ("subparsers", commands))
+        arguments = {name: value for name, value in offered if name in impl.argnames}
         try:
             impl.function(**arguments)
         except Exception as exc:  # noqa: BLE001 - a broken plugin is left out with a warning

@@ -6,12 +6,12 @@ keyword arguments, so new arguments can be added to a spec without breaking exis
 
 from __future__ import annotations
 
-import argparse
 from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
+    from vecaccel.cli import Commands
     from vecaccel.manager import BackendRegistry
 
 hookspec = pluggy.HookspecMarker("vecaccel")
@@ -53,19 +53,42 @@ def vecaccel_register_envs() -> None:
     """
 
 
-@hookspec
-def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
+@hookspec(
+    warn_on_impl_args={
+        "subparsers": DeprecationWarning(
+            "vecaccel_add_commands(subparsers) is the earlier name of the argument: name it "
+            "`commands` (a vecaccel.cli.Commands; add a command with commands.add(name, "
+            "handler, help=...))"
+        )
+    }
+)
+def vecaccel_add_commands(commands: Commands, subparsers: Commands) -> None:
     """Add sub-commands to the ``vecaccel`` command line.
 
     Called once while the command-line parser is built, for each plugin on its own in
-    registration order (the built-ins first). Each sub-command sets its handler with
-    ``parser.set_defaults(handler=function)``; the handler receives the parsed
-    ``argparse.Namespace`` and returns an exit code. An exception raised here (a command name
-    already taken, say) leaves the plugin's remaining commands out with a
+    registration order (the built-ins first: ``backends``, ``bench`` and ``tune`` from
+    :mod:`vecaccel.cli`, then ``train`` and ``eval`` from the trainers). An exception raised
+    here (a command name already taken, say) leaves the plugin's remaining commands out with a
     ``vecaccel.manager.PluginWarning`` naming the plugin; the other commands still work.
 
+    Example of a plugin's implementation::
+
+        @vecaccel.hookimpl
+        def vecaccel_add_commands(commands):
+            parser = commands.add("hello", say_hello, help="say hello")
+            parser.add_argument("--name", default="world")
+
     Args:
-        subparsers: the ``argparse`` sub-parser collection of the ``vecaccel`` command.
+        commands: :class:`vecaccel.cli.Commands`: ``commands.add(name, handler, help=...,
+            description=...)`` adds ``vecaccel NAME`` and returns its parser (a
+            :class:`vecaccel.cli.ArgumentParser`, argparse's with full flag names only and a
+            "did you mean" for misspellings) to add flags to. The handler receives the parsed
+            ``argparse.Namespace`` and returns the exit code.
+        subparsers: the same object under its earlier name, for plugins written when the hook
+            handed over argparse's sub-parser collection: its ``add_parser(name, **kwargs)``
+            works as argparse's did (the handler then set with
+            ``parser.set_defaults(handler=...)``). Naming it warns with a
+            ``DeprecationWarning`` when the plugin is registered.
 
     Returns:
         Nothing; every plugin's implementation is called (not ``firstresult``).

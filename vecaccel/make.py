@@ -14,7 +14,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.manager import get_backend, register_envs
-from vecaccel.vector import make_env
+from vecaccel.vector import make_env, parse_autoreset_mode
 
 __all__ = ["make_vec", "EnvFactory"]
 
@@ -183,6 +183,37 @@ def _checked_backend(backend: str, options: dict[str, Any]) -> tuple[Any, Any]:
     return info, checked
 
 
+def _are_slice_fns(env_fns: list, num_envs: int | None) -> bool:
+    """Whether ``env_fns`` are the env functions of vectorized slices (one vector env
+    function for all), handed on as they are."""
+    from vecaccel.vectorized import is_vectorized, vector_env_fn_of
+
+    if not is_vectorized(env_fns):
+        return False
+    vector_env_fn_of(env_fns, 0)  # one vector env function for all, or a TypeError
+    if num_envs is not None and num_envs != len(env_fns):
+        raise ValueError(f"num_envs={num_envs} but {len(env_fns)} env functions were given")
+    return True
+
+
+def _slice_fns(
+    env: Any,
+    num_envs: int | None,
+    autoreset_mode: str | AutoresetMode,
+    env_kwargs: dict[str, Any] | None,
+) -> list[Callable[[], gym.Env]]:
+    """The env functions of vectorized slices: ``num_envs`` of :class:`SliceEnvFn` naming one
+    checked vector env function (built once here with one env, so that a wrong autoreset mode
+    fails before any worker starts)."""
+    from vecaccel.vectorized import SliceEnvFn, VectorEnvFn
+
+    if num_envs is None:
+        raise ValueError("num_envs is required with vectorized=True")
+    vector_fn = VectorEnvFn(env, parse_autoreset_mode(autoreset_mode), env_kwargs)
+    vector_fn(1).close()
+    return [SliceEnvFn(vector_fn)] * num_envs
+
+
 def _build(
     env_fns: list[Callable[[], gym.Env]],
     backend: tuple[Any, Any],
@@ -202,17 +233,23 @@ def make_vec(
     backend: str = "shm",
     autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
     env_kwargs: dict[str, Any] | None = None,
+    vectorized: bool = False,
     **options: Any,
 ) -> gym.vector.VectorEnv:
     """Create a vectorized environment.
 
     Args:
         env: a registered Gymnasium id, a zero-argument callable returning an env, or a list of
-            such callables (one per sub-environment).
+            such callables (one per sub-environment). With ``vectorized=True``: a vector env
+            function ``fn(n) -> gymnasium.vector.VectorEnv``, or an id whose spec has a
+            ``vector_entry_point``.
         num_envs: how many sub-environments (required unless ``env`` is a list).
         backend: the registered backend to use; see ``vecaccel.list_backends()``.
         autoreset_mode: Gymnasium's ``AutoresetMode`` (or its string value).
         env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id.
+        vectorized: build one batched vector env per worker over its slice of the envs
+            (see :mod:`vecaccel.vectorized`), instead of one env per env. Its autoreset mode
+            must be ``autoreset_mode``; the build fails naming both otherwise.
         **options: backend options, e.g. ``num_workers``, ``context``, ``copy``,
             ``step_timeout_s``; each backend's are one dataclass of
             :mod:`vecaccel.options` (``ShmOptions`` for ``shm``...). Older spellings such as
@@ -226,7 +263,9 @@ def make_vec(
             not an integer, or an option is not one of the backend's (the message names the
             closest one); raised before any worker starts.
         ValueError: if ``num_envs`` is below 1, the list of env functions is empty, the id or
-            the backend is unknown, or an option's value is out of range.
+            the backend is unknown, or an option's value is out of range; with ``vectorized``,
+            if the id has no vector entry point or the vector env's autoreset mode is not
+            ``autoreset_mode``.
 
     Example:
         >>> import vecaccel
@@ -246,6 +285,13 @@ def make_vec(
     if isinstance(env, Iterable) and not isinstance(env, (str, gym.Env)) and not callable(env):
         env = list(env)  # looked at twice below: a generator would be spent
     checked = _checked_backend(backend, options)  # before an env function is called
+    if not vectorized and isinstance(env, list) and _are_slice_fns(env, num_envs):
+        # a block of another vector env's slice env functions (a Ray shard's): built as such
+        return _build(env, checked, autoreset_mode, options)
+    if vectorized:
+        return _build(
+            _slice_fns(env, num_envs, autoreset_mode, env_kwargs), checked, autoreset_mode, options
+        )
     multiagent_fns, env = _find_multiagent(env, num_envs, env_kwargs)
     if multiagent_fns is not None:
         return _make_multiagent(multiagent_fns, env, num_envs, checked, autoreset_mode, options)

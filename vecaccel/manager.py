@@ -6,12 +6,13 @@ only when the plugin manager is first built, so ``import vecaccel`` stays light.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "get_plugin_manager",
     "list_backends",
     "get_backend",
+    "unknown_backend_message",
 ]
 
 #: Module paths of the plugins that ship with vecaccel, registered like third-party ones.
@@ -38,7 +40,9 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "vecaccel.plugins.asynchronous",
     "vecaccel.plugins.action_server",
     "vecaccel.plugins.auto",
+    "vecaccel.plugins.ray",
     "vecaccel.plugins.envs",
+    "vecaccel.cli",
     "vecaccel.trainers.cli.commands",
 )
 
@@ -258,18 +262,37 @@ def list_backends() -> dict[str, dict[str, str]]:
     }
 
 
+def unknown_backend_message(name: object, registered: Iterable[str]) -> str:
+    """What to say about a backend name that is not registered: the names that are, and the
+    one ``name`` most likely meant (a different case counts as the same spelling).
+
+    Example:
+        >>> unknown_backend_message("Async", ["serial", "shm", "async"])
+        "unknown backend 'Async'; did you mean 'async'? registered backends: async, serial, shm"
+        >>> unknown_backend_message("gpu", ["serial", "shm"])
+        "unknown backend 'gpu'; registered backends: serial, shm"
+    """
+    known = sorted(registered)
+    meant = next((b for b in known if isinstance(name, str) and b.lower() == name.lower()), None)
+    if meant is None and isinstance(name, str):
+        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
+        meant = close[0] if close else None
+    hint = f"; did you mean {meant!r}?" if meant is not None else ";"
+    return f"unknown backend {name!r}{hint} registered backends: {', '.join(known) or 'none'}"
+
+
 def get_backend(name: str) -> BackendInfo:
     """Return the backend registered as ``name``.
 
     Raises:
-        ValueError: naming the backends that exist, if ``name`` is unknown.
+        ValueError: naming the backends that exist, and the one ``name`` most likely meant, if
+            ``name`` is unknown.
     """
     registry = _collect_backends()
     try:
         return registry[name]
     except KeyError:
-        known = ", ".join(sorted(registry)) or "none"
-        raise ValueError(f"unknown backend {name!r}; registered backends: {known}") from None
+        raise ValueError(unknown_backend_message(name, registry)) from None
 
 
 def register_envs() -> None:

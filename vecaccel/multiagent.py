@@ -35,6 +35,7 @@ __all__ = [
     "StackedAgentsEnv",
     "StackedAgentsFn",
     "common_spaces",
+    "is_module_env_path",
     "is_multiagent_env",
     "module_env_fn",
 ]
@@ -140,6 +141,23 @@ def module_env_fn(path: str, env_kwargs: dict[str, Any] | None) -> ModuleEnvFn |
     if not (hasattr(module, "parallel_env") or hasattr(module, "raw_env")):
         return None
     return ModuleEnvFn(path, env_kwargs)
+
+
+def is_module_env_path(path: object) -> bool:
+    """Whether ``path`` is the module path of a PettingZoo env (a module with ``parallel_env``,
+    or ``env``/``raw_env`` for AEC, such as ``pettingzoo.butterfly.pistonball_v6``) rather than
+    a Gymnasium id: the one rule ``make_vec`` and the trainers go by.
+
+    Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
+    anything here.
+
+    Example:
+        >>> is_module_env_path("CartPole-v1"), is_module_env_path("ALE/Pong-v5")
+        (False, False)
+        >>> is_module_env_path("pettingzoo.butterfly.pistonball_v6")
+        True
+    """
+    return isinstance(path, str) and module_env_fn(path, None) is not None
 
 
 class ParallelEnvFn:

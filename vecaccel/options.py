@@ -33,6 +33,8 @@ __all__ = [
     "AsyncOptions",
     "BackendOptions",
     "HybridOptions",
+    "PLACEMENTS",
+    "RayOptions",
     "SerialOptions",
     "ShmOptions",
     "WorkerOptions",
@@ -40,6 +42,9 @@ __all__ = [
 
 #: What a worker pool does when an env raises or a worker dies (``on_worker_failure``).
 FAILURE_POLICIES = ("raise", "restart")
+
+#: How the ``ray`` backend places its shard actors on the cluster's nodes (``placement``).
+PLACEMENTS = ("SPREAD", "PACK")
 
 OptionsT = TypeVar("OptionsT", bound="BackendOptions")
 
@@ -273,6 +278,107 @@ class ActionServerOptions(WorkerOptions):
     REFUSED: ClassVar[Mapping[str, str]] = {
         "batch_size": "action_server sets its batch itself: all envs, or half with alternating"
     }
+
+
+@dataclass(frozen=True, kw_only=True)
+class RayOptions(BackendOptions):
+    """The options of the ``ray`` backend: contiguous shards of envs, each a Ray actor that
+    runs a local backend (``shard_backend``) over its slice on its node."""
+
+    address: str | None = None
+    """The Ray cluster to join (``"auto"``, ``"ray://host:10001"``, ``"host:6379"``...).
+    ``None``: the Ray this process is already connected to, else ``RAY_ADDRESS`` if set, else a
+    local Ray started bound to 127.0.0.1 without dashboard and stopped at ``close()``."""
+    num_shards: int | None = None
+    """Shards (Ray actors), each a contiguous block of envs (default: one per alive node with
+    CPUs, at most one per env)."""
+    shard_backend: str = "shm"
+    """The local backend each shard runs its envs on (any registered backend but ``ray``)."""
+    shard_options: Mapping[str, Any] | None = None
+    """Options of ``shard_backend`` (e.g. ``{"num_workers": 8, "context": "forkserver"}``),
+    checked before anything starts."""
+    shard_resources: Mapping[str, float] | None = None
+    """Ray resources reserved per shard actor: ``num_cpus``, ``num_gpus``, ``memory`` (bytes)
+    and custom resources (``{"num_cpus": 8, "sim_node": 1}``). Default: ``{"num_cpus": 1}``."""
+    placement: str = "SPREAD"
+    """How the shards' placement group places them: ``"SPREAD"`` across nodes (best effort)
+    or ``"PACK"`` onto as few nodes as possible."""
+    num_workers: int | None = None
+    """Worker processes of each shard's local backend (default: ``shard_options``'s, else the
+    local backend's default on the shard's node)."""
+    batch_size: int | None = None
+    """Envs each ``recv`` returns, a multiple of the shard size (default: all of them);
+    below ``num_envs`` the first shards to finish are returned, with ``info["env_id"]``."""
+    on_worker_failure: str = "raise"
+    """``"raise"``, or ``"restart"``: start a lost shard's actor again, reseed its envs from
+    derived seeds and end their episodes as truncated with ``info["worker_restarted"]``; env
+    errors are handled by the shard's local backend under the same policy."""
+    max_restarts: float = 100
+    """Failures tolerated under ``"restart"`` (a lost shard counts one, a rebuilt env one)
+    before the failure is raised (``math.inf``: no limit)."""
+    step_timeout_s: float | None = None
+    """Seconds a shard may take for a step (or reset, or ``call``/``set_attr``) before its
+    actor is killed and handled by ``on_worker_failure``; ``None``: never."""
+    start_timeout_s: float | None = 120.0
+    """Seconds to reserve the shards' resources, start their actors and build their envs
+    (``None``: no limit)."""
+
+    ALIASES: ClassVar[Mapping[str, str]] = {
+        "step_timeout": "step_timeout_s",
+        "start_timeout": "start_timeout_s",
+    }
+
+    def __post_init__(self) -> None:
+        if self.address is not None and not (isinstance(self.address, str) and self.address):
+            raise ValueError(f"address must be a non-empty string or None, got {self.address!r}")
+        for name in ("num_shards", "num_workers", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not _is_integer(value) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.shard_backend, str) or not self.shard_backend:
+            raise ValueError(f"shard_backend must be a backend name, got {self.shard_backend!r}")
+        if self.shard_backend == "ray":
+            raise ValueError("shard_backend cannot be 'ray': a shard runs a local backend")
+        if self.shard_options is not None:
+            if not isinstance(self.shard_options, Mapping) or not all(
+                isinstance(key, str) for key in self.shard_options
+            ):
+                raise ValueError(
+                    f"shard_options must be a dict of option names, got {self.shard_options!r}"
+                )
+            if "autoreset_mode" in self.shard_options:
+                raise ValueError(
+                    "shard_options cannot set autoreset_mode: the shards take the vector env's own"
+                )
+        if self.shard_resources is not None:
+            if not isinstance(self.shard_resources, Mapping) or not self.shard_resources:
+                raise ValueError(
+                    "shard_resources must be a non-empty dict such as {'num_cpus': 1}, got "
+                    f"{self.shard_resources!r}"
+                )
+            for key, value in self.shard_resources.items():
+                if not isinstance(key, str) or not _is_real(value) or value < 0:
+                    raise ValueError(
+                        f"shard_resources[{key!r}] must be a resource name with an amount "
+                        f">= 0, got {value!r}"
+                    )
+            if not any(value > 0 for value in self.shard_resources.values()):
+                raise ValueError(
+                    f"shard_resources must reserve something, got {dict(self.shard_resources)}"
+                )
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
+        if self.on_worker_failure not in FAILURE_POLICIES:
+            raise ValueError(
+                f"on_worker_failure must be one of {FAILURE_POLICIES}, "
+                f"got {self.on_worker_failure!r}"
+            )
+        if not _is_real(self.max_restarts) or self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be a number >= 0, got {self.max_restarts!r}")
+        for name in ("step_timeout_s", "start_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and not _positive(value):
+                raise ValueError(f"{name} must be positive seconds, got {value!r}")
 
 
 def _is_integer(value: Any) -> bool:

@@ -4,26 +4,51 @@ PufferLib's autotuner varies workers and batch sizes; this one also chooses amon
 (``serial``, ``shm``, ``hybrid``, ``async``, ``action_server`` with and without alternation).
 It also measures what ``backend="auto"`` would build: the same probe of one env's step cost
 (:func:`vecaccel.probe.probe_step_cost`) and the same rule (:func:`vecaccel.probe.choose_backend`),
-so its line shows how close the automatic choice comes to the best one.
+so its line shows how close the automatic choice comes to the best one. Each setting is timed by
+``vecaccel bench``'s clock (:func:`vecaccel.bench.timing.measure`).
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import itertools
 import sys
-import time
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 import vecaccel
 from vecaccel import probe
 from vecaccel.make import _env_fns
+from vecaccel.manager import unknown_backend_message
 from vecaccel.worker import usable_cpus
 
-__all__ = ["Trial", "candidate_configs", "measure", "autotune", "format_call"]
+if TYPE_CHECKING:
+    from vecaccel.cli import Commands
+
+__all__ = [
+    "DEFAULT_BACKENDS",
+    "DEFAULT_NUM_ENVS",
+    "DEFAULT_SECONDS",
+    "Trial",
+    "add_command",
+    "autotune",
+    "candidate_configs",
+    "estimated_seconds",
+    "format_call",
+    "measure_trial",
+]
+
+#: The backends tried when none are named (those registered), ``auto`` for backend="auto"'s pick.
+DEFAULT_BACKENDS = ("auto", "serial", "shm", "hybrid", "async", "action_server")
+#: The env counts tried when none are named.
+DEFAULT_NUM_ENVS = (8, 16, 32)
+#: Timed seconds per setting when not told.
+DEFAULT_SECONDS = 2.0
+#: What one setting costs beside its timed seconds (start, warm-up, close), for the estimate.
+_OVERHEAD_S = 0.5
 
 
 @dataclass
@@ -70,9 +95,12 @@ def candidate_configs(
     ``"auto"`` stands for the configuration :func:`vecaccel.probe.choose_backend` picks for
     one env's step cost ``step_s`` (which it then requires).
 
+    The setting auto picks is tried once, labelled ``auto->...``, where it is one of the others.
+
     Example:
-        >>> [t.label for t in candidate_configs([64], ["auto", "shm"], cpus=2, step_s=1e-3)]
-        ['auto->shm', 'shm', 'shm', 'shm']
+        >>> trials = candidate_configs([64], ["auto", "shm"], cpus=2, step_s=1e-3)
+        >>> [(t.label, t.options) for t in trials]
+        [('auto->shm', {'num_workers': 2}), ('shm', {'num_workers': 1}), ('shm', {'num_workers': 4})]
     """
     cpus = cpus or usable_cpus()
     workers = sorted({1, max(1, cpus // 2), cpus, 2 * cpus})
@@ -103,51 +131,77 @@ def candidate_configs(
                 trials.append(Trial("action_server", n, {"alternating": alternating}))
         else:
             trials.append(Trial(backend, n))
-    return trials
+    # the setting auto picks is often one of the others: time it once, labelled as auto's
+    merged: list[Trial] = []
+    for trial in trials:
+        key = (trial.backend, trial.num_envs, trial.options)
+        twin = next((m for m in merged if (m.backend, m.num_envs, m.options) == key), None)
+        if twin is None:
+            merged.append(trial)
+        elif trial.auto:
+            twin.auto, twin.reason = True, trial.reason
+    return merged
 
 
-def measure(
+def estimated_seconds(trials: int, seconds: float) -> float:
+    """About how long ``trials`` settings of ``seconds`` each take, start and close included.
+
+    Example:
+        >>> estimated_seconds(40, 2.0)
+        100.0
+    """
+    return trials * (seconds + _OVERHEAD_S)
+
+
+def measure_trial(
     env_fns: Sequence[Callable], trial: Trial, seconds: float, policy_s: float = 0.0
 ) -> float:
-    """Steps per second of ``trial``, with random actions and ``policy_s`` of simulated
-    inference latency per step (a sleep, as a GPU forward costs the CPU little)."""
-    envs = vecaccel.make_vec(
-        list(env_fns[: trial.num_envs]), backend=trial.backend, **trial.options
-    )
-    try:
-        obs, _ = envs.reset(seed=0)
-        batch_space = envs.action_space
-        batch_space.seed(0)
-        samples = [batch_space.sample() for _ in range(16)]
-        tensors = trial.backend == "action_server"
-        if tensors:
-            import torch
+    """Steps per second of ``trial``, on ``vecaccel bench``'s clock: random actions sampled
+    before timing, a short untimed warm-up, and ``policy_s`` of simulated inference latency
+    before each step (a sleep, as a GPU forward costs the CPU little)."""
+    from vecaccel.bench.timing import measure
 
-            samples = [torch.as_tensor(np.asarray(s)) for s in samples]
-        batch = len(samples[0])
-        for k in range(5):
-            envs.step(samples[k % 16])
-        steps, k, start = 0, 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            if policy_s:
-                time.sleep(policy_s)
-            envs.step(samples[k % 16])
-            steps += batch
-            k += 1
-        return steps / (time.perf_counter() - start)
+    build = functools.partial(
+        vecaccel.make_vec, list(env_fns[: trial.num_envs]), backend=trial.backend, **trial.options
+    )
+    warmup = min(0.25, seconds / 8)
+    threads = None
+    if trial.backend == "action_server":
+        # the action server runs torch in this process, and nothing here computes with it: one
+        # thread leaves the cores to the env workers (as a training script is told to do)
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+    try:
+        rate, _ = measure(
+            f"vecaccel-{trial.backend}",
+            build,
+            trial.num_envs,
+            seconds=seconds,
+            warmup=warmup,
+            seed=0,
+            policy_s=policy_s,
+        )
     finally:
-        envs.close()
+        if threads is not None:
+            torch.set_num_threads(threads)
+    return rate
 
 
 def autotune(
     env: str | Callable,
-    num_envs_options: Sequence[int] = (8, 16, 32),
+    num_envs_options: Sequence[int] = DEFAULT_NUM_ENVS,
     backends: Iterable[str] | None = None,
-    seconds: float = 2.0,
+    seconds: float = DEFAULT_SECONDS,
     policy_ms: float = 0.0,
     report: Callable[[Trial], None] | None = None,
+    plan: Callable[[list[Trial]], None] | None = None,
 ) -> list[Trial]:
     """Measure every candidate configuration; return the trials, best first.
+
+    ``plan`` (if given) is called with the trials before any is timed, ``report`` with each
+    one once timed.
 
     Raises:
         ValueError: if ``seconds`` is not positive, ``policy_ms`` is negative, or a backend
@@ -164,12 +218,11 @@ def autotune(
         )
     registered = vecaccel.list_backends()
     if backends is None:
-        defaults = ("auto", "serial", "shm", "hybrid", "async", "action_server")
-        backends = [b for b in defaults if b in registered]
+        backends = [b for b in DEFAULT_BACKENDS if b in registered]
     backends = list(backends)
-    unknown = [b for b in backends if b not in registered]
-    if unknown:
-        raise ValueError(f"unknown backends {unknown}; registered: {sorted(registered)}")
+    for name in backends:
+        if name not in registered:
+            raise ValueError(unknown_backend_message(name, registered))
     env_fns = (
         _env_fns(env, max(num_envs_options), None)
         if not callable(env)
@@ -178,9 +231,11 @@ def autotune(
     # the probe backend="auto" runs, once for every env count
     step_s = probe.probe_step_cost(env_fns[0]).step_s if "auto" in backends else None
     trials = candidate_configs(num_envs_options, backends, step_s=step_s)
+    if plan is not None:
+        plan(trials)
     for trial in trials:
         try:
-            trial.steps_per_s = measure(env_fns, trial, seconds, policy_ms / 1e3)
+            trial.steps_per_s = measure_trial(env_fns, trial, seconds, policy_ms / 1e3)
         except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
             trial.error = f"{type(exc).__name__}: {exc}"
         if report is not None:
@@ -209,6 +264,13 @@ def main(args: Any) -> int:
         return 2
     backends = args.backends.split(",") if args.backends else None
 
+    def plan(trials: list[Trial]) -> None:
+        total = estimated_seconds(len(trials), args.seconds)
+        print(
+            f"timing {len(trials)} settings, {args.seconds:g} s each: about {_duration(total)}",
+            flush=True,
+        )
+
     def report(trial: Trial) -> None:
         options = ", ".join(f"{k}={v}" for k, v in trial.options.items())
         result = (
@@ -217,7 +279,9 @@ def main(args: Any) -> int:
         print(f"{trial.label:<14} n={trial.num_envs:<4} {options:<34} {result}", flush=True)
 
     try:
-        trials = autotune(args.env, num_envs, backends, args.seconds, args.policy_ms, report)
+        trials = autotune(
+            args.env, num_envs, backends, args.seconds, args.policy_ms, report, plan=plan
+        )
     except (ValueError, gym.error.Error) as exc:  # an unknown backend or env
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -232,8 +296,13 @@ def main(args: Any) -> int:
     best = ran[0]
     print()
     for choice in (trial for trial in ran if trial.auto):
-        others = [t for t in ran if t.num_envs == choice.num_envs and not t.auto]
-        share = f", {choice.steps_per_s / others[0].steps_per_s:.2f} of the best" if others else ""
+        # the best at this env count, auto's own setting among them: a share never above 1
+        peers = [t for t in ran if t.num_envs == choice.num_envs]
+        fastest = max(peers, key=lambda t: t.steps_per_s)
+        if fastest is choice:
+            share = f", the fastest of the {len(peers)} settings tried"
+        else:
+            share = f", {choice.steps_per_s / fastest.steps_per_s:.2f} of the best"
         print(
             f"auto with {choice.num_envs} envs: {choice.backend} {choice.options}, "
             f"{choice.steps_per_s:.0f} steps/s{share} ({choice.reason})"
@@ -246,19 +315,82 @@ def main(args: Any) -> int:
     return 0
 
 
-def add_parser(subparsers: Any) -> None:
-    """Add ``vecaccel tune`` to the command line."""
-    parser = subparsers.add_parser(
-        "tune", help="find the fastest backend and settings for an env", description=__doc__
+def _duration(seconds: float) -> str:
+    """``"40 s"`` or ``"2 minutes"``, for a time told to a person.
+
+    Example:
+        >>> _duration(40), _duration(100), _duration(170)
+        ('40 s', 'a minute or two', '3 minutes')
+    """
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 120:
+        return "a minute or two"
+    return f"{round(seconds / 60)} minutes"
+
+
+def _default_count() -> int:
+    """About how many settings a run with the defaults times on this machine."""
+    defaults = [b for b in DEFAULT_BACKENDS if b != "auto"]
+    # auto's pick is one more setting per env count at most
+    return len(candidate_configs(DEFAULT_NUM_ENVS, defaults)) + len(DEFAULT_NUM_ENVS)
+
+
+def _description(count: int) -> str:
+    cpus = usable_cpus()
+    counts = ", ".join(str(n) for n in DEFAULT_NUM_ENVS)
+    text = (
+        "Find the fastest way to step ENV on this machine. Each backend (serial, shm, hybrid, "
+        "async, action_server) is tried with several worker counts and batch sizes, together "
+        'with the setting backend="auto" would pick, at each env count, and each setting is '
+        "timed for a few seconds with random actions. The fastest is printed with the "
+        "vecaccel.make_vec(...) call that reproduces it.\n\n"
+        f"With the defaults ({counts} envs, {DEFAULT_SECONDS:g} s per setting), this machine's "
+        f"{cpus} CPUs give about {count} settings: about "
+        f"{_duration(estimated_seconds(count, DEFAULT_SECONDS))}. Fewer env counts, fewer "
+        "backends or fewer seconds make it shorter."
     )
-    parser.add_argument("env", help="a Gymnasium id, e.g. CartPole-v1 or ALE/Pong-v5")
-    parser.add_argument("--num-envs", default="8,16,32", help="comma-separated env counts to try")
-    parser.add_argument("--backends", default=None, help="comma-separated backends (default: all)")
-    parser.add_argument("--seconds", type=float, default=2.0, help="seconds per configuration")
+    return "\n\n".join(textwrap.fill(paragraph, 79) for paragraph in text.split("\n\n"))
+
+
+def add_command(commands: Commands) -> None:
+    """Add ``vecaccel tune`` to the command line (through the ``vecaccel_add_commands`` hook)."""
+    count = _default_count()
+    duration = _duration(estimated_seconds(count, DEFAULT_SECONDS))
+    parser = commands.add(
+        "tune",
+        main,
+        help=f"find the fastest backend and settings for an env (with the defaults: {duration})",
+        description=_description(count),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "env", metavar="ENV", help="a Gymnasium id, e.g. CartPole-v1 or ALE/Pong-v5"
+    )
+    parser.add_argument(
+        "--num-envs",
+        default=",".join(str(n) for n in DEFAULT_NUM_ENVS),
+        metavar="N,N,...",
+        help="comma-separated env counts to try (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--backends",
+        default=None,
+        metavar="NAME,NAME,...",
+        help="comma-separated backends to try; 'auto' stands for the setting backend=\"auto\" "
+        f"picks (default: those of {', '.join(DEFAULT_BACKENDS)} that are registered)",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        default=DEFAULT_SECONDS,
+        help="timed seconds per setting (default: %(default)g)",
+    )
     parser.add_argument(
         "--policy-ms",
         type=float,
         default=0.0,
-        help="simulated policy latency per step (lets alternation show what it overlaps)",
+        metavar="MS",
+        help="a policy's latency per step to simulate, in milliseconds, so that backends which "
+        "step envs while the policy runs (action_server alternating) show it (default: 0)",
     )
-    parser.set_defaults(handler=main)

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from vecaccel.trainers.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.optim import FlatRMSprop
+from vecaccel.trainers.presets import A2C_PRESETS
 
 __all__ = ["A2C", "A2CConfig", "PRESETS"]
 
@@ -56,45 +57,9 @@ class A2CConfig(OnPolicyConfig):
     """RMSprop epsilon."""
 
 
-#: Named settings: ``A2C(env, preset=NAME)`` and ``vecaccel train a2c --preset NAME``; a run on
-#: an env id one is made for starts from it unless told otherwise (``trainers/presets.py``).
-PRESETS: dict[str, dict[str, Any]] = {
-    # rl-baselines3-zoo's hyperparams/a2c.yml for CartPole-v1: n_envs 8, ent_coef 0, the rest
-    # SB3's A2C defaults (n_steps 5, lr 7e-4 constant, gamma 0.99, gae_lambda 1)
-    "cartpole": dict(
-        env_id="CartPole-v1",
-        num_envs=8,
-        num_steps=5,
-        ent_coef=0.0,
-        learning_rate=7e-4,
-        anneal_lr=False,
-        base_batch_size=40,
-    ),
-    # the classic Atari A2C (baselines): 16 envs x 5 steps, RMSprop 7e-4, annealed
-    "atari": dict(
-        env_id="PongNoFrameskip-v4",
-        num_envs=16,
-        num_steps=5,
-        learning_rate=7e-4,
-        ent_coef=0.01,
-        base_batch_size=80,
-        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
-        # update changes by rounding only (tests/test_bf16.py)
-        bf16="auto",
-    ),
-    # the seed paper's large-batch A2C: 256 envs x 5 steps, learning rate scaled from the
-    # 80-sample base (Stooke & Abbeel, 2018, section 4)
-    "atari-large": dict(
-        env_id="PongNoFrameskip-v4",
-        num_envs=256,
-        num_steps=5,
-        learning_rate=7e-4,
-        lr_scaling="sqrt",
-        base_batch_size=80,
-        ent_coef=0.01,
-        bf16="auto",
-    ),
-}
+#: Named settings: ``A2C(env, preset=NAME)`` and ``vecaccel train a2c --preset NAME``
+#: (they live with the others in :mod:`vecaccel.trainers.presets`).
+PRESETS = A2C_PRESETS
 
 
 class A2C(OnPolicyAlgorithm):

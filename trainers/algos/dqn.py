@@ -37,11 +37,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.algos.dqn_presets import PRESETS
 from vecaccel.trainers.algos.exploration import expected_q
 from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
 from vecaccel.trainers.config import RunConfig, check_dqn_config
 from vecaccel.trainers.models import QNetwork
+from vecaccel.trainers.presets import DQN_PRESETS as PRESETS
 from vecaccel.trainers.replay.buffer import ReplaySample
 from vecaccel.trainers.schedules import linear_schedule
 

@@ -27,6 +27,7 @@ from vecaccel.trainers.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.distributed import all_reduce_mean
 from vecaccel.trainers.optim import FlatAdam
+from vecaccel.trainers.presets import PPO_PRESETS
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
 
@@ -52,62 +53,9 @@ class PPOConfig(OnPolicyConfig):
     """Stop the epochs early when the approximate KL exceeds this (None: never)."""
 
 
-#: Named settings: ``PPO(env, preset=NAME)`` and ``vecaccel train ppo --preset NAME``; a run on
-#: an env id one is made for starts from it unless told otherwise (``trainers/presets.py``).
-PRESETS: dict[str, dict[str, Any]] = {
-    # rl-baselines3-zoo's hyperparams/ppo.yml for CartPole-v1 (n_envs 8, n_steps 32,
-    # batch_size 256, gae_lambda 0.8, gamma 0.98, n_epochs 20, ent_coef 0, lin_1e-3, lin_0.2)
-    "cartpole": dict(
-        env_id="CartPole-v1",
-        num_envs=8,
-        num_steps=32,
-        num_minibatches=1,
-        update_epochs=20,
-        gamma=0.98,
-        gae_lambda=0.8,
-        ent_coef=0.0,
-        learning_rate=1e-3,
-        anneal_lr=True,
-        clip_coef=0.2,
-        anneal_clip=True,
-        clip_vloss=False,
-        base_batch_size=256,
-    ),
-    # the standard Atari PPO (baselines, CleanRL ppo_atari.py): 8 envs x 128 steps
-    "atari": dict(
-        env_id="PongNoFrameskip-v4",
-        num_envs=8,
-        num_steps=128,
-        learning_rate=2.5e-4,
-        num_minibatches=4,
-        update_epochs=4,
-        clip_coef=0.1,
-        ent_coef=0.01,
-        # baselines and CleanRL weigh 0.5 x (0.5 x MSE); vecaccel's value loss is the plain MSE
-        # (SB3's convention), so their weight on it is 0.25
-        vf_coef=0.25,
-        base_batch_size=1024,
-        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
-        # update changes by rounding only (tests/test_bf16.py)
-        bf16="auto",
-    ),
-    # the seed paper's large-batch regime: many more envs per update, learning rate scaled
-    # from the 1024-sample base (Stooke & Abbeel, 2018, section 4)
-    "atari-large": dict(
-        env_id="PongNoFrameskip-v4",
-        num_envs=128,
-        num_steps=128,
-        learning_rate=2.5e-4,
-        lr_scaling="sqrt",
-        base_batch_size=1024,
-        num_minibatches=16,
-        update_epochs=4,
-        clip_coef=0.1,
-        ent_coef=0.01,
-        vf_coef=0.25,  # CleanRL's value-loss weight, as in "atari"
-        bf16="auto",
-    ),
-}
+#: Named settings: ``PPO(env, preset=NAME)`` and ``vecaccel train ppo --preset NAME``
+#: (they live with the others in :mod:`vecaccel.trainers.presets`).
+PRESETS = PPO_PRESETS
 
 
 class PPO(OnPolicyAlgorithm):

@@ -1,13 +1,14 @@
 """``vecaccel train`` and ``vecaccel eval``, contributed to the command line through the hook.
 
 The plugin manager imports this module when it is built, so nothing here imports torch or an
-algorithm at module level: each algorithm's flags (``cli_flags``) are generated from its config
-dataclass only when that algorithm's sub-command is parsed.
+algorithm at module level: the algorithms and their summaries come from
+:mod:`vecaccel.trainers.registry`, and each algorithm's flags (:mod:`.flags`) are generated from
+its config dataclass only when that algorithm's sub-command is parsed.
 
 Example:
-    >>> import argparse
-    >>> parser = argparse.ArgumentParser(prog="vecaccel")
-    >>> vecaccel_add_commands(parser.add_subparsers())
+    >>> from vecaccel.cli import ArgumentParser, Commands
+    >>> parser = ArgumentParser(prog="vecaccel")
+    >>> vecaccel_add_commands(Commands(parser.add_subparsers()))
     >>> args = parser.parse_args(["train", "ppo", "--env", "CartPole-v1", "--num-steps", "64"])
     >>> args.algo, args.env, args.config["num_steps"]
     ('ppo', 'CartPole-v1', 64)
@@ -23,166 +24,57 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel import hookimpl
+from vecaccel.cli import Commands
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
 from vecaccel.trainers.cli.errors import read_checkpoint, setup_errors, usage_error
 from vecaccel.trainers.cli.evaluate import eval_command
-from vecaccel.trainers.cli.flags import ALGORITHMS, AlgorithmParser, algorithm_class, presets
+from vecaccel.trainers.cli.flags import (
+    AlgorithmParser,
+    add_common_flags,
+    add_mode_flags,
+    algorithm_class,
+    positive_int,
+    presets,
+)
+from vecaccel.trainers.registry import ALGORITHMS
 
-__all__ = ["ALGORITHMS", "eval_command", "train_command", "vecaccel_add_commands"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+__all__ = ["eval_command", "train_command", "vecaccel_add_commands"]
 
 
 @hookimpl
-def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser(
+def vecaccel_add_commands(commands: Commands) -> None:
+    """Add ``vecaccel train ALGO`` (one sub-command per registered algorithm) and
+    ``vecaccel eval``."""
+    train = commands.add(
         "train",
-        help="train an agent (a2c, ppo, dqn, c51, rainbow) with a live progress bar",
+        train_command,
+        help=f"train an agent ({', '.join(ALGORITHMS)}) with a live progress bar",
         description=(
             "Train an agent on vecaccel's vector envs. Writes metrics.csv, TensorBoard event "
             "files, checkpoint.pt (atomically, every K updates) and learning_curve.png to the "
             "run directory. --resume DIR continues a run from its checkpoint."
         ),
+        epilog="Example: vecaccel train ppo --env CartPole-v1 --total-steps 100000. Each "
+        "algorithm's own flags: vecaccel train ALGO --help.",
     )
     algos = train.add_subparsers(
         title="algorithms", dest="algo", metavar="ALGO", parser_class=AlgorithmParser
     )
     algos.required = True
-    summaries = {
-        "a2c": "synchronous advantage actor-critic (large batch)",
-        "ppo": "proximal policy optimization",
-        "dqn": "DQN (double, dueling, n-step, prioritized replay)",
-        "c51": "categorical DQN",
-        "rainbow": "epsilon-Rainbow: C51 with every DQN extension but noisy nets",
-    }
-    for algo, summary in summaries.items():
+    for algo, info in ALGORITHMS.items():
         parser = algos.add_parser(
             algo,
             algo=algo,
-            help=summary,
-            description=f"Train {algo.upper()}: {summary}.",
+            add_class_flags=add_mode_flags,
+            help=info.summary,
+            description=f"Train {info.class_name}: {info.summary}.",
         )
-        parser.add_argument(
-            "--env",
-            help="Gymnasium environment id, or the module path of a PettingZoo env "
-            "(pettingzoo.butterfly.pistonball_v6: one row per agent, one shared policy); "
-            "default: the config's",
-        )
-        parser.add_argument("--backend", help="vecaccel backend (default: the config's)")
-        parser.add_argument(
-            "--num-envs",
-            type=_positive_int,
-            help="parallel environments (a PettingZoo env: envs, each one row per agent)",
-        )
-        parser.add_argument(
-            "--total-steps",
-            type=_positive_int,
-            help="environment steps to train (with --resume: the run's new total; "
-            "default there: the budget the run was started with)",
-        )
-        parser.add_argument("--seed", type=int, help="seed of the run")
-        parser.add_argument("--device", help="torch device: cpu, cuda, cuda:1...")
-        parser.add_argument(
-            "--run-dir",
-            type=Path,
-            help="directory for logs and checkpoints (default: runs/ALGO-ENV-SEED-TIME)",
-        )
-        parser.add_argument(
-            "--resume",
-            type=Path,
-            metavar="DIR",
-            help="continue the run in DIR from DIR/checkpoint.pt",
-        )
-        parser.add_argument(
-            "--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)"
-        )
-        parser.add_argument(
-            "--no-tensorboard", action="store_true", help="no TensorBoard event files"
-        )
-        parser.add_argument(
-            "--nproc",
-            type=_positive_int,
-            default=None,
-            metavar="K",
-            help="data-parallel training on K ranks of this machine: launches "
-            "`torchrun --standalone --nproc_per_node K -m vecaccel train ...` (each rank its own "
-            "envs, with --async its own sampler process, gradients all-reduced; --total-steps "
-            "is the total over ranks)",
-        )
-        mode = parser.add_mutually_exclusive_group()
-        if algo in ("dqn", "c51", "rainbow"):
-            mode.add_argument(
-                "--async",
-                dest="async_mode",
-                action="store_true",
-                help="asynchronous mode: a sampler process steps the envs while this process "
-                "trains from a shared-memory replay buffer, the replay ratio enforced by "
-                "throttling both",
-            )
-            parser.add_argument(
-                "--no-replay",
-                dest="no_replay",
-                action="store_true",
-                help="with --resume: start with an empty replay buffer instead of the one saved "
-                "with the checkpoint (when its replay file is missing or corrupt)",
-            )
-            parser.add_argument(
-                "--async-fixed-lag",
-                dest="async_fixed_lag",
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help="with --async: the sampler collects chunks of half --async-max-lead env "
-                "steps, each with the weights of two chunks before, and this process adds them "
-                "to the replay buffer in order, so that a seeded run repeats (default: off; "
-                "with --resume: as the run was trained)",
-            )
-        else:
-            mode.add_argument(
-                "--async",
-                dest="async_mode",
-                action="store_true",
-                help="asynchronous mode: a rollout process collects the next batch into a "
-                "shared-memory double buffer while this process trains on the last one "
-                "(policy lag logged as charts/policy_lag)",
-            )
-            parser.add_argument(
-                "--async-weight-sync-period",
-                dest="async_weight_sync_period",
-                type=_positive_int,
-                default=None,
-                metavar="K",
-                help="with --async: updates between weight copies to the rollout process "
-                "(default: 1; with --resume: the run's own)",
-            )
-            parser.add_argument(
-                "--async-fixed-lag",
-                dest="async_fixed_lag",
-                action=argparse.BooleanOptionalAction,
-                default=None,
-                help="with --async: collect batch n with the weights of update n-1 exactly, so "
-                "that a seeded run repeats (needs --async-weight-sync-period 1; default: off; "
-                "with --resume: as the run was trained)",
-            )
-        mode.add_argument(
-            "--sync",
-            dest="sync_mode",
-            action="store_true",
-            help="synchronous mode, the default for a new run; with --resume: go on "
-            "synchronously even if the run was trained with --async (by default a resumed run "
-            "keeps the mode its checkpoint records)",
-        )
+        add_common_flags(parser)
         parser.set_defaults(handler=train_command, config=None, async_mode=False, sync_mode=False)
 
-    evaluate = subparsers.add_parser(
+    evaluate = commands.add(
         "eval",
+        eval_command,
         help="evaluate a saved agent for N episodes, optionally recording a video",
         description=(
             "Load a checkpoint (a file or a run directory) written by `vecaccel train` and play "
@@ -192,7 +84,7 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     evaluate.add_argument("checkpoint", type=Path, help="checkpoint file or run directory")
     evaluate.add_argument(
-        "--episodes", type=_positive_int, default=10, help="episodes (default: 10)"
+        "--episodes", type=positive_int, default=10, help="episodes (default: 10)"
     )
     evaluate.add_argument("--video", type=Path, metavar="OUT.mp4", help="record the first episode")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the first episode")
@@ -201,7 +93,6 @@ def vecaccel_add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     evaluate.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     evaluate.add_argument("--env", help="environment id (default: the one the agent trained on)")
-    evaluate.set_defaults(handler=eval_command)
 
 
 # -- handlers ---------------------------------------------------------------------------------
@@ -292,9 +183,9 @@ def _train(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     if args.async_mode:
-        from vecaccel.trainers.envs import is_parallel_env_path
+        from vecaccel.multiagent import is_module_env_path
 
-        if is_parallel_env_path(env_id):
+        if is_module_env_path(env_id):
             print(
                 f"error: --async trains Gymnasium envs; {env_id} is a PettingZoo env (train it "
                 "synchronously)",
@@ -304,7 +195,7 @@ def _train(args: argparse.Namespace) -> int:
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers.runners.asynchronous import runner as async_runner
 
-        return async_runner.train_async(
+        code = async_runner.train(
             cls,
             env_id,
             args.total_steps,
@@ -314,6 +205,9 @@ def _train(args: argparse.Namespace) -> int:
             **runtime,
             **config,
         )
+        if _is_first_rank():
+            _print_run_dir(Path(run_dir))
+        return code
     try:
         agent = cls(env_id, run_dir=str(run_dir), **runtime, **config)
     except setup_errors() as exc:
@@ -370,7 +264,7 @@ def _resume(
         from vecaccel.trainers.runners.asynchronous import runner as async_runner
 
         try:
-            return async_runner.resume_async(
+            code = async_runner.resume_async(
                 cls,
                 checkpoint,
                 env_id,
@@ -382,6 +276,9 @@ def _resume(
             )
         except CheckpointError as exc:  # a missing or corrupt replay file, say
             return usage_error(exc)
+        if code == 0 and _is_first_rank():
+            _print_run_dir(Path(run_dir))
+        return code
     try:
         agent = cls.load(checkpoint, env=env_id, **load_options, **explicit)
     except setup_errors() as exc:
@@ -405,6 +302,8 @@ def _resume(
         agent.learn()
     finally:
         agent.close()
+    if agent.is_main and args.no_progress:  # with a progress bar, the runner says it
+        _print_run_dir(Path(run_dir))
     return 0
 
 
@@ -447,7 +346,15 @@ def _default_run_dir(algo: str, env_id: str, config: dict[str, Any], config_cls:
     return Path("runs") / f"{algo}-{env_id.replace('/', '_')}-{seed}-{stamp}"
 
 
+def _is_first_rank() -> bool:
+    """Whether this process is the only one or rank 0 of a ``torchrun`` launch."""
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
 def _print_run_dir(run_dir: Path) -> None:
+    """The line a run ends with: where its run directory, checkpoint and plot are."""
     curve = run_dir / "learning_curve.png"
     print(
         f"run directory: {run_dir}  checkpoint: {run_dir / CHECKPOINT_NAME}"
@@ -462,20 +369,19 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
     import gymnasium as gym
 
     import vecaccel
-    from vecaccel.manager import register_envs
+    from vecaccel.manager import register_envs, unknown_backend_message
 
     names = {field.name for field in dataclasses.fields(config_cls)}
     values = {key: value for key, value in config.items() if key in names}
     if "env_id" in names:
         values["env_id"] = env_id
     cfg = config_cls(**values)
-    if cfg.backend not in vecaccel.list_backends():
-        raise ValueError(
-            f"unknown backend {cfg.backend!r}; registered: {', '.join(vecaccel.list_backends())}"
-        )
-    from vecaccel.trainers.envs import is_parallel_env_path
+    registered = vecaccel.list_backends()
+    if cfg.backend not in registered:
+        raise ValueError(unknown_backend_message(cfg.backend, registered))
+    from vecaccel.multiagent import is_module_env_path
 
-    if is_parallel_env_path(env_id):
+    if is_module_env_path(env_id):
         if getattr(cfg, "atari", None):
             raise ValueError(f"--atari: {env_id} is a PettingZoo env, not an Atari game")
         return

@@ -19,7 +19,7 @@ from vecaccel.trainers.cli.errors import (
     setup_errors,
     usage_error,
 )
-from vecaccel.trainers.cli.flags import ALGORITHMS, algorithm_class
+from vecaccel.trainers.registry import ALGORITHMS
 
 __all__ = ["AgentReturns", "eval_command", "evaluate_agent", "evaluate_agents"]
 
@@ -37,9 +37,13 @@ def eval_command(args: argparse.Namespace) -> int:
         return 2
     algo = state.get("algo") or str(state.get("algorithm", "")).lower()
     if algo not in ALGORITHMS:
-        print(f"error: {path} holds no known algorithm (algo={algo!r})", file=sys.stderr)
+        print(
+            f"error: {path} holds no known algorithm (algo={algo!r}; known: "
+            f"{', '.join(ALGORITHMS)})",
+            file=sys.stderr,
+        )
         return 2
-    cls = algorithm_class(algo)
+    cls = ALGORITHMS[algo].load_class()
     try:
         agent = cls.load(path, device=args.device)
     except setup_errors() as exc:
@@ -49,10 +53,11 @@ def eval_command(args: argparse.Namespace) -> int:
     if env_id is None:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2
+    from vecaccel.multiagent import is_module_env_path
     from vecaccel.trainers.checkpoint import check_env_matches
-    from vecaccel.trainers.envs import is_parallel_env_path, make_env_fn, parallel_env_spaces
+    from vecaccel.trainers.envs import make_env_fn, parallel_env_spaces
 
-    multi_agent = is_parallel_env_path(env_id)
+    multi_agent = is_module_env_path(env_id)
     try:
         if multi_agent:
             spaces = parallel_env_spaces(env_id)

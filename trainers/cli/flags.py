@@ -1,7 +1,8 @@
-"""The flags of ``vecaccel train ALGO``, generated from the algorithm's config dataclass.
+"""The flags of ``vecaccel train ALGO``: those every algorithm has, its family's, and one per
+field of its config dataclass.
 
-Each field becomes a flag (its docstring the ``--help`` text); earlier spellings of renamed
-settings stay as flags of their own. Nothing here imports torch or an algorithm at module level:
+Each config field becomes a flag (its docstring the ``--help`` text); earlier spellings of
+renamed settings stay as flags of their own. Nothing here imports torch or an algorithm at module level:
 an algorithm's flags are added only when its sub-command is parsed.
 """
 
@@ -9,41 +10,41 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import inspect
 import types
 import typing
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["ALGORITHMS", "AlgorithmParser", "ConfigAction", "algorithm_class", "presets"]
+from vecaccel.cli import ArgumentParser
+from vecaccel.trainers import registry
 
-#: algorithm name -> (module, class), imported when first needed.
-ALGORITHMS: dict[str, tuple[str, str]] = {
-    "a2c": ("vecaccel.trainers.algos.a2c", "A2C"),
-    "ppo": ("vecaccel.trainers.algos.ppo", "PPO"),
-    "dqn": ("vecaccel.trainers.algos.dqn", "DQN"),
-    "c51": ("vecaccel.trainers.algos.dqn", "C51"),
-    "rainbow": ("vecaccel.trainers.algos.dqn", "Rainbow"),
-}
+__all__ = [
+    "AlgorithmParser",
+    "ConfigAction",
+    "add_common_flags",
+    "add_mode_flags",
+    "algorithm_class",
+    "positive_int",
+    "presets",
+]
 
 #: config fields that have a common flag of their own
 _COMMON_FIELDS = {"env_id", "num_envs", "backend", "seed", "device", "preset"}
 
 
-# -- resolving an algorithm lazily ------------------------------------------------------------
+# -- resolving an algorithm lazily, through the registry ---------------------------------------
 
 
 def algorithm_class(algo: str) -> type:
-    module_path, class_name = ALGORITHMS[algo]
-    return getattr(importlib.import_module(module_path), class_name)
-
-
-def _config_class(algo: str) -> type:
-    return algorithm_class(algo).config_cls
+    """The class of the algorithm registered as ``algo`` (imports it, and torch)."""
+    return registry.get(algo).load_class()
 
 
 def presets(algo: str) -> dict[str, dict[str, Any]]:
-    return dict(getattr(importlib.import_module(ALGORITHMS[algo][0]), "PRESETS", {}))
+    """The named settings of the algorithm registered as ``algo``."""
+    return registry.get(algo).load_presets()
 
 
 def _aliases(config_cls: type) -> dict[str, str]:
@@ -117,6 +118,139 @@ def _flag_spec(annotation: Any) -> dict[str, Any]:
     return {"type": str}
 
 
+# -- the flags every algorithm has, and its family's ----------------------------------------
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a positive integer, or a message saying what the text is not."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every ``vecaccel train ALGO`` has, whatever the algorithm: env, backend,
+    budget, seed, device, run directory, resume, output and ranks."""
+    parser.add_argument(
+        "--env",
+        help="Gymnasium environment id, or the module path of a PettingZoo env "
+        "(pettingzoo.butterfly.pistonball_v6: one row per agent, one shared policy); "
+        "default: the config's",
+    )
+    parser.add_argument("--backend", help="vecaccel backend (default: the config's)")
+    parser.add_argument(
+        "--num-envs",
+        type=positive_int,
+        help="parallel environments (a PettingZoo env: envs, each one row per agent)",
+    )
+    parser.add_argument(
+        "--total-steps",
+        type=positive_int,
+        help="environment steps to train (with --resume: the run's new total; "
+        "default there: the budget the run was started with)",
+    )
+    parser.add_argument("--seed", type=int, help="seed of the run")
+    parser.add_argument("--device", help="torch device: cpu, cuda, cuda:1...")
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        help="directory for logs and checkpoints (default: runs/ALGO-ENV-SEED-TIME)",
+    )
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="DIR",
+        help="continue the run in DIR from DIR/checkpoint.pt",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)"
+    )
+    parser.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
+    parser.add_argument(
+        "--nproc",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="data-parallel training on K ranks of this machine: launches "
+        "`torchrun --standalone --nproc_per_node K -m vecaccel train ...` (each rank its own "
+        "envs, with --async its own sampler process, gradients all-reduced; --total-steps "
+        "is the total over ranks)",
+    )
+
+
+def add_mode_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """``--async``/``--sync`` and the asynchronous mode's flags, which differ by family: what
+    the algorithm's class is decides which (it is imported by then)."""
+    from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+
+    mode = parser.add_mutually_exclusive_group()
+    if not issubclass(cls, OnPolicyAlgorithm):
+        mode.add_argument(
+            "--async",
+            dest="async_mode",
+            action="store_true",
+            help="asynchronous mode: a sampler process steps the envs while this process "
+            "trains from a shared-memory replay buffer, the replay ratio enforced by "
+            "throttling both",
+        )
+        parser.add_argument(
+            "--no-replay",
+            dest="no_replay",
+            action="store_true",
+            help="with --resume: start with an empty replay buffer instead of the one saved "
+            "with the checkpoint (when its replay file is missing or corrupt)",
+        )
+        parser.add_argument(
+            "--async-fixed-lag",
+            dest="async_fixed_lag",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="with --async: the sampler collects chunks of half --async-max-lead env "
+            "steps, each with the weights of two chunks before, and this process adds them "
+            "to the replay buffer in order, so that a seeded run repeats (default: off; "
+            "with --resume: as the run was trained)",
+        )
+    else:
+        mode.add_argument(
+            "--async",
+            dest="async_mode",
+            action="store_true",
+            help="asynchronous mode: a rollout process collects the next batch into a "
+            "shared-memory double buffer while this process trains on the last one "
+            "(policy lag logged as charts/policy_lag)",
+        )
+        parser.add_argument(
+            "--async-weight-sync-period",
+            dest="async_weight_sync_period",
+            type=positive_int,
+            default=None,
+            metavar="K",
+            help="with --async: updates between weight copies to the rollout process "
+            "(default: 1; with --resume: the run's own)",
+        )
+        parser.add_argument(
+            "--async-fixed-lag",
+            dest="async_fixed_lag",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="with --async: collect batch n with the weights of update n-1 exactly, so "
+            "that a seeded run repeats (needs --async-weight-sync-period 1; default: off; "
+            "with --resume: as the run was trained)",
+        )
+    mode.add_argument(
+        "--sync",
+        dest="sync_mode",
+        action="store_true",
+        help="synchronous mode, the default for a new run; with --resume: go on "
+        "synchronously even if the run was trained with --async (by default a resumed run "
+        "keeps the mode its checkpoint records)",
+    )
+
+
 class ConfigAction(argparse.Action):
     """Store a config field's value under ``namespace.config[field]``."""
 
@@ -134,16 +268,28 @@ class ConfigAction(argparse.Action):
         config[self.field] = values
 
 
-class AlgorithmParser(argparse.ArgumentParser):
+class AlgorithmParser(ArgumentParser):
     """An algorithm's sub-parser whose config flags are added when it is first used.
 
     Importing an algorithm imports torch; deferring it keeps ``vecaccel --help`` and every other
     command free of torch.
+
+    Args:
+        algo: the algorithm's name in :mod:`vecaccel.trainers.registry`.
+        add_class_flags: called as ``add_class_flags(parser, cls)`` once the algorithm's class
+            is imported, for the flags that depend on what the class is (its family's).
     """
 
-    def __init__(self, *args: Any, algo: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        algo: str = "",
+        add_class_flags: Callable[[argparse.ArgumentParser, type], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.algo = algo
+        self.add_class_flags = add_class_flags
         self._populated = False
         #: why the algorithm cannot be imported (torch not installed, say), if it cannot
         self.import_error: ImportError | None = None
@@ -153,13 +299,16 @@ class AlgorithmParser(argparse.ArgumentParser):
             return
         self._populated = True
         try:
-            config_cls = _config_class(self.algo)
+            cls = algorithm_class(self.algo)
         except ImportError as exc:
             from vecaccel.trainers.cli.errors import missing_dependency
 
             self.import_error = exc
             self.epilog = missing_dependency(f"vecaccel train {self.algo}", exc)
             return
+        config_cls = cls.config_cls
+        if self.add_class_flags is not None:
+            self.add_class_flags(self, cls)
         docs = _field_docs(config_cls)
         hints = typing.get_type_hints(config_cls)
         named = presets(self.algo)
@@ -171,7 +320,7 @@ class AlgorithmParser(argparse.ArgumentParser):
                 "the one made for --env, if there is one; none: the plain defaults",
             )
         group = self.add_argument_group(f"{self.algo} configuration")
-        class_defaults = algorithm_class(self.algo).defaults
+        class_defaults = cls.defaults
         for field in dataclasses.fields(config_cls):
             flag = "--" + field.name.replace("_", "-")
             negative = "--no-" + field.name.replace("_", "-")

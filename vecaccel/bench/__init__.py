@@ -13,7 +13,12 @@ The package's modules hold one part each: :mod:`~vecaccel.bench.workloads` (what
 :mod:`~vecaccel.bench.peers` (what vecaccel is compared with), :mod:`~vecaccel.bench.timing` (the
 clock), :mod:`~vecaccel.bench.ceiling` (the processes that measure the ceiling),
 :mod:`~vecaccel.bench.sweep` (one run over backends, peers and ``num_envs``),
-:mod:`~vecaccel.bench.report` (table, JSON, plot) and :mod:`~vecaccel.bench.command` (the CLI).
+:mod:`~vecaccel.bench.report` (table, JSON, plot), :mod:`~vecaccel.bench.command` (the CLI),
+:mod:`~vecaccel.bench.record` (the run record and the one result format every benchmark
+writes) and :mod:`~vecaccel.bench.seeds` (one child process per run, for the learning
+benchmarks); :mod:`~vecaccel.bench.policy_loop` times a rollout loop with a torch policy in it,
+on any backend, and :mod:`~vecaccel.bench.device_usage` records a device's peak memory and busy
+share meanwhile.
 
 Example:
     >>> from vecaccel.bench import format_table, run_benchmark
@@ -31,6 +36,14 @@ from __future__ import annotations
 from vecaccel.bench.ceiling import measure_ceiling
 from vecaccel.bench.command import bench_command, parse_backend_options
 from vecaccel.bench.peers import PEERS
+from vecaccel.bench.record import (
+    RESULT_FORMAT,
+    RunRecord,
+    check_output_path,
+    command_line,
+    load_average,
+    load_result,
+)
 from vecaccel.bench.report import (
     format_table,
     machine_info,
@@ -38,6 +51,7 @@ from vecaccel.bench.report import (
     shares_of_ceiling,
     write_json,
 )
+from vecaccel.bench.seeds import ChildRunError, run_in_child, run_seeds
 from vecaccel.bench.sweep import (
     DEFAULT_BACKENDS,
     DEFAULT_NUM_ENVS,
@@ -51,10 +65,17 @@ __all__ = [
     "DEFAULT_BACKENDS",
     "DEFAULT_NUM_ENVS",
     "PEERS",
+    "RESULT_FORMAT",
     "BenchEnv",
+    "ChildRunError",
+    "RunRecord",
     "bench_command",
+    "check_output_path",
+    "command_line",
     "default_backends",
     "format_table",
+    "load_average",
+    "load_result",
     "machine_info",
     "make_gym_env",
     "make_pong_env",
@@ -64,6 +85,8 @@ __all__ = [
     "plot_results",
     "resolve_env",
     "run_benchmark",
+    "run_in_child",
+    "run_seeds",
     "shares_of_ceiling",
     "write_json",
 ]

@@ -95,6 +95,7 @@ def bench_command(args: Any) -> int:
                 seed=args.seed,
                 backend_options=backend_options,
                 progress=progress,
+                vectorized=getattr(args, "vectorized", False),
             )
     except ValueError as exc:
         print(f"vecaccel bench: {exc}", file=sys.stderr)
@@ -103,7 +104,12 @@ def bench_command(args: Any) -> int:
     print(
         f"\n{info['usable_cpus']} usable CPUs (load average {info['load_average']}), "
         f"Python {info['python']}, {args.seconds} s per measurement, median of {args.repeat}; "
-        "ceiling: one process per usable CPU, each stepping its own raw env, summed"
+        + (
+            "ceiling: one process per usable CPU, each stepping its own native vector env "
+            "(num_envs split among them), summed"
+            if getattr(args, "vectorized", False)
+            else "ceiling: one process per usable CPU, each stepping its own raw env, summed"
+        )
     )
     print(format_table(results))
     if args.json:
@@ -118,6 +124,7 @@ def bench_command(args: Any) -> int:
                     "repeat": args.repeat,
                     "seed": args.seed,
                     "backend_options": backend_options,
+                    "vectorized": getattr(args, "vectorized", False),
                 },
             )
         except OSError as exc:  # the table above still holds the results

@@ -8,10 +8,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from vecaccel.bench.ceiling import measure_ceiling
+from gymnasium.vector import AutoresetMode
+
+from vecaccel.bench.ceiling import measure_ceiling, measure_vector_ceiling
 from vecaccel.bench.peers import PEERS, build_peer, unavailable_reason
 from vecaccel.bench.timing import measure, measure_raw
 from vecaccel.bench.workloads import BenchEnv, resolve_env
+from vecaccel.vectorized import VectorEnvFn
 from vecaccel.worker import usable_cpus
 
 __all__ = [
@@ -96,6 +99,7 @@ def run_benchmark(
     seed: int = 0,
     backend_options: dict[str, dict[str, Any]] | None = None,
     progress: Progress | None = None,
+    vectorized: bool = False,
 ) -> list[dict[str, Any]]:
     """Measure steps/s of vecaccel backends and their peers on one env over a num_envs sweep.
 
@@ -119,6 +123,10 @@ def run_benchmark(
         backend_options: keyword options per backend for ``vecaccel.make_vec``, e.g.
             ``{"shm": {"num_workers": 2}}``.
         progress: called with a line of text before each measurement.
+        vectorized: measure a batched simulator (the env id's ``vector_entry_point``): every
+            backend with ``vectorized=True``, the native vector env alone in this process
+            (``native``), and per ``num_envs`` the ceiling of one native vector env per usable
+            CPU (:func:`~vecaccel.bench.ceiling.measure_vector_ceiling`) instead of raw envs.
 
     Returns:
         One dict per (implementation, num_envs): ``env``, ``impl``, ``kind`` (``vecaccel``,
@@ -142,7 +150,7 @@ def run_benchmark(
         True
     """
     from vecaccel.make import make_vec
-    from vecaccel.manager import list_backends
+    from vecaccel.manager import list_backends, unknown_backend_message
 
     target = env if isinstance(env, BenchEnv) else resolve_env(env)
     num_envs_list = [int(n) for n in num_envs_list]
@@ -151,11 +159,9 @@ def run_benchmark(
     backends = default_backends() if backends is None else parse_list(backends)
     peers = list(PEERS) if peers is None else parse_list(peers)
     registered = list_backends()
-    unknown = [name for name in backends if name not in registered]
-    if unknown:
-        raise ValueError(
-            f"unknown backend(s) {', '.join(unknown)}; registered: {', '.join(sorted(registered))}"
-        )
+    for name in backends:
+        if name not in registered:
+            raise ValueError(unknown_backend_message(name, registered))
     unknown = [name for name in peers if name not in PEERS]
     if unknown:
         raise ValueError(f"unknown peer(s) {', '.join(unknown)}; known: {', '.join(PEERS)}")
@@ -220,12 +226,29 @@ def run_benchmark(
             say(f"  error: {entry['reason']}")
 
     processes = usable_cpus()
+    vector_fn = None
+    if vectorized:
+        if not isinstance(target.make_vec_arg, str):
+            raise ValueError(f"vectorized needs an env id with a vector_entry_point, not {env!r}")
+        vector_fn = VectorEnvFn(target.make_vec_arg, AutoresetMode.NEXT_STEP)
+        backend_options = {
+            name: {**backend_options.get(name, {}), "vectorized": True} for name in backends
+        }
     for _ in range(repeat):
+        if vector_fn is not None:
+            for n in num_envs_list:
+                run_baseline(
+                    "ceiling",
+                    n,
+                    f"ceiling, {processes} processes each stepping a native vector env",
+                    functools.partial(_vector_ceiling, vector_fn, n, seconds, warmup, seed),
+                )
+                run_one("native", "peer", n, functools.partial(vector_fn, n))
         if "raw" in peers:
             run_baseline(
                 "raw", 1, "raw single env", lambda: measure_raw(target, seconds, warmup, seed)
             )
-        if "ceiling" in peers:
+        if "ceiling" in peers and vector_fn is None:
             run_baseline(
                 "ceiling",
                 processes,
@@ -261,6 +284,12 @@ def run_benchmark(
     return results
 
 
+def _vector_ceiling(
+    vector_fn: Callable[[int], Any], n: int, seconds: float, warmup: float, seed: int
+) -> float:
+    return measure_vector_ceiling(vector_fn, n, seconds, warmup, seed)[0]
+
+
 def _add_ratios(results: list[dict[str, Any]]) -> None:
     def rate(impl: str, n: int | None = None) -> float | None:
         for entry in results:
@@ -268,9 +297,11 @@ def _add_ratios(results: list[dict[str, Any]]) -> None:
                 return entry["steps_per_s"]
         return None
 
-    raw, ceiling = rate("raw"), rate("ceiling")
+    raw = rate("raw")
     for entry in results:
         value, n = entry["steps_per_s"], entry["num_envs"]
+        # one ceiling per run, or one per num_envs (batched simulators)
+        ceiling = rate("ceiling", n) or rate("ceiling")
         entry["ceiling_steps_per_s"] = ceiling
         single = entry["kind"] in ("raw", "ceiling")
         for key, base in (

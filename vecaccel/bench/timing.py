@@ -29,9 +29,10 @@ def _sample_actions(space: gym.Space, count: int, seed: int) -> list[Any]:
 
 
 def _time_vector(
-    envs: Any, actions: Sequence[Any], seconds: float, warmup: float
+    envs: Any, actions: Sequence[Any], seconds: float, warmup: float, policy_s: float = 0.0
 ) -> tuple[int, float]:
-    """Step ``envs`` for ``warmup`` then ``seconds``; return (batches stepped, elapsed s)."""
+    """Step ``envs`` for ``warmup`` then ``seconds``, sleeping ``policy_s`` before each step;
+    return (batches stepped, elapsed s)."""
     count = len(actions)
     step = envs.step
     i = 0
@@ -43,6 +44,8 @@ def _time_vector(
     deadline = start + seconds
     batches = 0
     while True:
+        if policy_s:
+            time.sleep(policy_s)
         step(actions[i % count])
         i += 1
         batches += 1
@@ -87,6 +90,7 @@ def measure(
     seconds: float,
     warmup: float,
     seed: int,
+    policy_s: float = 0.0,
 ) -> tuple[float, float]:
     """Build, reset, time and close one vector env; return (steps/s, set-up seconds).
 
@@ -98,6 +102,9 @@ def measure(
         seconds: timed seconds.
         warmup: untimed seconds stepped first.
         seed: seed of the reset and of the action sampling.
+        policy_s: a policy's latency to simulate before each timed step (a sleep, as a GPU
+            forward costs the CPU little), so that what overlaps it shows (``vecaccel tune
+            --policy-ms``).
 
     Example:
         >>> import functools, gymnasium as gym
@@ -127,7 +134,7 @@ def measure(
         per_step = int(getattr(envs, "batch_size", None) or num_envs)
         batched = batch_space(single_action_space, per_step)
         actions = _sample_actions(batched, ACTION_BATCHES, seed)
-        batches, elapsed = _time_vector(envs, actions, seconds, warmup)
+        batches, elapsed = _time_vector(envs, actions, seconds, warmup, policy_s)
         return batches * per_step / elapsed, setup
     finally:
         envs.close()

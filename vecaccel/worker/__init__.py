@@ -5,6 +5,8 @@ The machinery every backend on worker processes shares, in small modules:
 * :mod:`~vecaccel.worker.protocol`: the command and status bytes, the shared-memory layout,
   error reports and the startup message;
 * :mod:`~vecaccel.worker.env_slice`: the envs of one worker, stepped, reset and rebuilt in place;
+* :mod:`~vecaccel.worker.vector_slice`: a worker's slice as one batched vector env
+  (:mod:`vecaccel.vectorized`), and :func:`make_env_slice`, which picks the kind of slice;
 * :mod:`~vecaccel.worker.info_schema`: step infos of a fixed schema in shared memory;
 * :mod:`~vecaccel.worker.process`: the worker process's loop;
 * :mod:`~vecaccel.worker.pool`: the parent's side: start, send, kill, restart, close; waiting
@@ -46,6 +48,7 @@ from vecaccel.worker.protocol import (
     error_report,
 )
 from vecaccel.worker.vec_env import ProcessVecEnv
+from vecaccel.worker.vector_slice import VectorSlice, make_env_slice
 
 __all__ = [
     "ENV_ERRORS",
@@ -64,12 +67,14 @@ __all__ = [
     "SharedLayout",
     "SharedViews",
     "Status",
+    "VectorSlice",
     "WorkerHandle",
     "WorkerPool",
     "current_cpu",
     "derived_seed",
     "error_report",
     "get_context",
+    "make_env_slice",
     "restarted_info",
     "usable_cpus",
     "warn_if_torch_oversubscribes",

@@ -120,7 +120,7 @@ class WorkerPool(Replies, ControlCommands):
         self.start_timeout_s = options.start_timeout_s
         self.worker_threads = options.worker_threads
         self.worker_spin_seconds = float(options.worker_spin_us or 0.0) / 1e6
-        # Blocking by default: measured on 2 cores (benchmarks/spin_vs_block.py), spinning before
+        # Blocking by default: measured on 2 cores (benchmarks/waiting/spin_vs_block.py), spinning before
         # blocking gained nothing within noise with a free core, and cost up to 12% without one.
         self.spin_seconds = float(options.spin_us or 0.0) / 1e6
         self.failures = 0

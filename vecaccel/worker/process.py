@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.worker.cpus import current_cpu, limit_threads_after_envs, limit_threads_before_envs
-from vecaccel.worker.env_slice import EnvMakeError, EnvSlice
+from vecaccel.worker.env_slice import EnvMakeError
 from vecaccel.worker.protocol import (
     ENV_PAYLOAD_FLAG,
     PARENT_CHECK_INTERVAL,
@@ -37,6 +37,7 @@ from vecaccel.worker.protocol import (
     read_startup,
 )
 from vecaccel.worker.stacks import arm_stack_dump
+from vecaccel.worker.vector_slice import make_env_slice
 
 __all__ = ["worker_main"]
 
@@ -205,7 +206,7 @@ def worker_main(
     limit_threads_before_envs(worker_threads)
     try:
         env_fns: list[Callable] = cloudpickle.loads(pickled_env_fns)
-        envs = EnvSlice(
+        envs = make_env_slice(
             start,
             env_fns,
             autoreset_mode,
@@ -213,6 +214,7 @@ def worker_main(
             layout.observation_space,
             layout.action_space,
             restart_on_error,
+            owner=f"worker {worker_index}",
         )
     except EnvMakeError as failed:  # the report names the env whose function raised
         reply(Status.ERROR, [error_report(failed.index, failed.error, "make")])

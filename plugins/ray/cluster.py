@@ -1,0 +1,159 @@
+"""The ``ray`` backend's link to Ray: joining or starting it, and what a shard asks of it
+(its local backend's options, its resources, its actor class)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from vecaccel.options import RayOptions
+
+from .shard import ShardActor
+
+__all__ = [
+    "RaySession",
+    "actor_class",
+    "actor_options",
+    "check_batch_size",
+    "default_num_shards",
+    "import_ray",
+    "shard_bundle",
+    "shard_options",
+]
+
+#: Ray resources a shard reserves unless ``shard_resources`` says otherwise.
+DEFAULT_SHARD_RESOURCES = {"num_cpus": 1}
+
+
+class RaySession:
+    """Ray as this process found it, or started (bound to 127.0.0.1) and later stopped."""
+
+    _lock = threading.Lock()
+    _started_here = False
+    _users = 0
+
+    @classmethod
+    def acquire(cls, address: str | None) -> None:
+        import ray
+
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        with cls._lock:
+            if ray.is_initialized():
+                if cls._started_here:
+                    cls._users += 1
+                return
+            address = address or os.environ.get("RAY_ADDRESS") or None
+            common = {"include_dashboard": False, "logging_level": "WARNING"}
+            if address is None:
+                ray.init(_node_ip_address="127.0.0.1", **common)
+            else:
+                ray.init(address=address, **common)
+            cls._started_here, cls._users = True, 1
+
+    @classmethod
+    def release(cls) -> None:
+        import ray
+
+        with cls._lock:
+            if not cls._started_here:
+                return
+            cls._users -= 1
+            if cls._users <= 0:
+                cls._started_here, cls._users = False, 0
+                ray.shutdown()
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("backend 'ray' needs Ray: pip install 'vecaccel[ray]'") from exc
+    return ray
+
+
+def default_num_shards(ray: Any) -> int:
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0)]
+    return max(1, len(nodes))
+
+
+def check_batch_size(batch_size: int, num_envs: int, bounds: list[tuple[int, int]]) -> None:
+    if batch_size > num_envs:
+        raise ValueError(f"batch_size must be at most num_envs={num_envs}, got {batch_size}")
+    if batch_size == num_envs:
+        return
+    sizes = {stop - start for start, stop in bounds}
+    if len(sizes) != 1 or batch_size % sizes.pop():
+        raise ValueError(
+            f"batch_size={batch_size} must be a multiple of the shard size, with every shard "
+            f"the same size (shards: {[stop - start for start, stop in bounds]}): recv() "
+            "returns whole shards"
+        )
+
+
+def shard_options(options: RayOptions) -> dict[str, Any]:
+    """The options of each shard's local backend, checked here before anything starts."""
+    from vecaccel.manager import get_backend
+
+    shard = dict(options.shard_options or {})
+    backend = get_backend(options.shard_backend)
+    names = None if backend.options is None else set(backend.options.option_names())
+
+    def default(name: str, value: Any) -> None:
+        if value is not None and (names is None or name in names):
+            shard.setdefault(name, value)
+
+    default("num_workers", options.num_workers)
+    default("on_worker_failure", options.on_worker_failure)
+    default("max_restarts", options.max_restarts)
+    # the shard's arrays are serialised into the object store at once: views spare a copy
+    default("copy", False)
+    if backend.options is not None:
+        backend.options.from_kwargs(options.shard_backend, shard)
+    return shard
+
+
+_ACTOR_CLASS: dict[int, Any] = {}
+
+
+def actor_class(ray: Any) -> Any:
+    key = id(ray)
+    if key not in _ACTOR_CLASS:
+        _ACTOR_CLASS[key] = ray.remote(ShardActor)
+    return _ACTOR_CLASS[key]
+
+
+def shard_bundle(resources: Mapping[str, float] | None) -> dict[str, float]:
+    """The placement-group bundle of one shard with ``shard_resources`` ``resources``.
+
+    Example:
+        >>> shard_bundle({"num_cpus": 2, "sim_node": 1})
+        {'CPU': 2, 'sim_node': 1}
+    """
+    names = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+    resources = dict(resources or DEFAULT_SHARD_RESOURCES)
+    return {names.get(key, key): value for key, value in resources.items() if value > 0}
+
+
+def actor_options(
+    resources: Mapping[str, float] | None, placement_group: Any, index: int
+) -> dict[str, Any]:
+    """The ``.options()`` of shard ``index``'s actor: its resources, in its bundle."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    resources = dict(resources or DEFAULT_SHARD_RESOURCES)
+    options: dict[str, Any] = {
+        "num_cpus": resources.pop("num_cpus", 0),
+        "max_restarts": 0,  # restarts are the backend's, with reseeding and truncation
+        "max_concurrency": 1,
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(
+            placement_group, placement_group_bundle_index=index
+        ),
+    }
+    for name in ("num_gpus", "memory"):
+        if name in resources:
+            options[name] = resources.pop(name)
+    if resources:
+        options["resources"] = resources
+    return options

@@ -1,0 +1,127 @@
+"""Loopback-only Ray for the tests: a network namespace whose only interface is ``lo``, and a
+look at every socket the Ray processes listen on.
+
+:func:`loopback_namespace` moves the calling thread (and every process and thread it starts
+afterwards: Ray's GCS, raylets, workers and the driver's own threads) into a fresh network
+namespace with only ``lo`` up, so no packet can leave the machine, and moves it back on exit.
+Where the machine does not allow it (not root, not Linux) the body runs in the machine's own
+namespace and Ray is bound to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_TCP_LISTEN = "0A"
+
+#: What every Ray test passes to ``ray.init`` / the cluster's nodes, besides the address.
+RAY_NODE_ARGS = {"node_ip_address": "127.0.0.1", "include_dashboard": False}
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | _IFF_UP, b""))
+
+
+@contextmanager
+def loopback_namespace() -> Iterator[bool]:
+    """Run the body in a new network namespace with only loopback; yield whether it could.
+
+    Example:
+        >>> with loopback_namespace() as isolated:
+        ...     isinstance(isolated, bool)
+        True
+    """
+    if not sys.platform.startswith("linux"):
+        yield False
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        original = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+    except OSError:
+        yield False
+        return
+    try:
+        if libc.unshare(CLONE_NEWNET) != 0:  # EPERM without CAP_SYS_ADMIN
+            yield False
+            return
+        try:
+            _loopback_up()
+            yield True
+        finally:
+            if libc.setns(original, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "could not return to the original namespace")
+    finally:
+        os.close(original)
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    host = hex_address.split(":")[0]
+    raw = bytes.fromhex(host)
+    if len(raw) == 4:
+        return ipaddress.IPv4Address(raw[::-1])
+    # /proc/net/tcp6 prints each 32-bit word in host (little-endian) order
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+    return ipaddress.IPv6Address(words)
+
+
+def listening_addresses(pids: Iterable[int]) -> dict[int, list[str]]:
+    """``{pid: [address, ...]}``: the TCP addresses each process listens on."""
+    found: dict[int, list[str]] = {}
+    for pid in pids:
+        inodes = _socket_inodes(pid)
+        if not inodes:
+            continue
+        for table in ("tcp", "tcp6"):
+            try:
+                with open(f"/proc/{pid}/net/{table}") as file:
+                    rows = file.read().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                fields = row.split()
+                if fields[3] == _TCP_LISTEN and fields[9] in inodes:
+                    found.setdefault(pid, []).append(str(_address(fields[1])))
+    return found
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` is a loopback address (an IPv4-mapped one included).
+
+    Example:
+        >>> is_loopback("::ffff:127.0.0.1"), is_loopback("0.0.0.0")
+        (True, False)
+    """
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback

@@ -1,0 +1,341 @@
+"""Batched simulators as worker slices: a *vector env function* builds one vector env per worker.
+
+A vector env function is a callable ``fn(n) -> gymnasium.vector.VectorEnv`` with ``n``
+sub-envs (Gymnasium's ``CartPoleVectorEnv``, an EnvPool env through
+:func:`vecaccel.envpool.envpool_vector_fn`, a ``SyncVectorEnv`` of your own...).
+``make_vec(fn, num_envs, vectorized=True)`` hands every worker one such vector env over its
+slice of the envs, instead of one Gymnasium env per env; a registered id with a
+``vector_entry_point`` (``"CartPole-v1"``) is built through that entry point.
+
+Backends see the usual list of ``num_envs`` env functions; each is a :class:`SliceEnvFn`
+naming the same :class:`VectorEnvFn`, and the worker machinery
+(:func:`vecaccel.worker.make_env_slice`) builds one vector env for each run of them. A
+backend that steps envs one at a time cannot serve them: calling a :class:`SliceEnvFn` gives
+a probe env that holds the spaces and refuses to step.
+
+Infos come batched from the inner vector env, with Gymnasium's ``_key`` masks, and travel as
+one :class:`SliceInfos` per slice; :func:`merge_slice_infos` places them into the whole
+vector env's infos at the slice's offset.
+
+Example:
+    >>> import vecaccel
+    >>> envs = vecaccel.make_vec("CartPole-v1", 8, backend="shm", num_workers=2, vectorized=True)
+    >>> obs, infos = envs.reset(seed=0)
+    >>> obs.shape
+    (8, 4)
+    >>> envs.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+__all__ = [
+    "SliceEnvFn",
+    "SliceInfos",
+    "VectorEnvFn",
+    "VectorProbeEnv",
+    "check_vector_env",
+    "is_vectorized",
+    "merge_slice_infos",
+    "unbatch_infos",
+    "vector_env_fn_of",
+]
+
+
+class VectorEnvFn:
+    """A picklable builder of vector envs of any size, checked against the autoreset mode asked.
+
+    Args:
+        fn: ``fn(n)`` returns a ``gymnasium.vector.VectorEnv`` with ``n`` sub-envs; or a
+            registered Gymnasium id whose spec has a ``vector_entry_point``.
+        autoreset_mode: the mode the vector env must already have (never converted).
+        env_kwargs: keyword arguments for the id's vector entry point (ids only).
+
+    Example:
+        >>> from gymnasium.vector import AutoresetMode
+        >>> build = VectorEnvFn("CartPole-v1", AutoresetMode.NEXT_STEP)
+        >>> envs = build(3)
+        >>> envs.num_envs
+        3
+        >>> envs.close()
+        >>> VectorEnvFn("CartPole-v1", AutoresetMode.SAME_STEP)(2)
+        Traceback (most recent call last):
+        ...
+        ValueError: vector env function VectorEnvFn('CartPole-v1') built a CartPoleVectorEnv ...
+    """
+
+    def __init__(
+        self,
+        fn: str | Callable[[int], gym.vector.VectorEnv],
+        autoreset_mode: AutoresetMode,
+        env_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if isinstance(fn, str):
+            from vecaccel.manager import register_envs
+
+            register_envs()
+            try:
+                spec = gym.spec(fn)
+            except gym.error.Error as exc:
+                raise ValueError(f"unknown environment id {fn!r}: {exc}") from None
+            if spec.vector_entry_point is None:
+                raise ValueError(
+                    f"environment id {fn!r} has no vector_entry_point, so vectorized=True cannot "
+                    "build it as one vector env per worker: pass a vector env function "
+                    "fn(n) -> VectorEnv instead, or drop vectorized=True"
+                )
+        elif not callable(fn):
+            raise TypeError(
+                "vectorized=True takes a vector env function fn(n) -> gymnasium.vector.VectorEnv "
+                f"or a registered id with a vector_entry_point; got {fn!r}"
+            )
+        elif env_kwargs:
+            raise ValueError("env_kwargs only applies when env is an environment id")
+        self.fn = fn
+        self.autoreset_mode = autoreset_mode
+        self.env_kwargs = dict(env_kwargs or {})
+
+    def __call__(self, num_envs: int) -> gym.vector.VectorEnv:
+        """Build a vector env of ``num_envs`` sub-envs.
+
+        Raises:
+            TypeError: if the function returns something other than a ``VectorEnv``.
+            ValueError: if it has another number of sub-envs, or another autoreset mode than
+                the one asked for (the message names both).
+        """
+        if isinstance(self.fn, str):
+            from vecaccel.manager import register_envs
+
+            register_envs()
+            envs = gym.make_vec(
+                self.fn, num_envs, vectorization_mode="vector_entry_point", **self.env_kwargs
+            )
+        else:
+            envs = self.fn(num_envs)
+        try:
+            check_vector_env(envs, num_envs, self.autoreset_mode, repr(self))
+        except BaseException:
+            if hasattr(envs, "close"):
+                envs.close()
+            raise
+        return envs
+
+    def __repr__(self) -> str:
+        name = self.fn if isinstance(self.fn, str) else getattr(self.fn, "__name__", self.fn)
+        return f"VectorEnvFn({name!r})"
+
+
+def check_vector_env(envs: Any, num_envs: int, autoreset_mode: AutoresetMode, source: str) -> None:
+    """Raise if ``envs`` is not a vector env of ``num_envs`` sub-envs in ``autoreset_mode``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> envs = gym.make_vec("CartPole-v1", 2, vectorization_mode="vector_entry_point")
+        >>> check_vector_env(envs, 2, AutoresetMode.NEXT_STEP, "CartPole-v1")
+        >>> envs.close()
+    """
+    if not isinstance(envs, gym.vector.VectorEnv):
+        raise TypeError(
+            f"vector env function {source} returned {type(envs).__name__}, not a "
+            "gymnasium.vector.VectorEnv"
+        )
+    if envs.num_envs != num_envs:
+        raise ValueError(
+            f"vector env function {source} was asked for {num_envs} envs but built {envs.num_envs}"
+        )
+    found = (getattr(envs, "metadata", None) or {}).get("autoreset_mode")
+    if isinstance(found, str):
+        try:
+            found = AutoresetMode(found)
+        except ValueError:
+            pass
+    if found != autoreset_mode:
+        raise ValueError(
+            f"vector env function {source} built a {type(envs.unwrapped).__name__} whose "
+            f"autoreset mode is {_mode_name(found)}, but autoreset_mode={_mode_name(autoreset_mode)} "
+            "was asked for: vecaccel does not convert a vector env's mode; pass "
+            f"autoreset_mode={_mode_name(found)} or build the vector env in the mode asked"
+        )
+
+
+def _mode_name(mode: Any) -> str:
+    return f"AutoresetMode.{mode.name}" if isinstance(mode, AutoresetMode) else repr(mode)
+
+
+class VectorProbeEnv(gym.Env):
+    """What calling a :class:`SliceEnvFn` gives: the spaces and metadata of one sub-env of the
+    vector env (for a backend's checks); it refuses to step or reset."""
+
+    def __init__(self, envs: gym.vector.VectorEnv) -> None:
+        self.observation_space = envs.single_observation_space
+        self.action_space = envs.single_action_space
+        metadata = dict(getattr(envs, "metadata", {}) or {})
+        metadata.pop("autoreset_mode", None)
+        self.metadata = metadata
+        self.render_mode = getattr(envs, "render_mode", None)
+        self.spec = getattr(envs, "spec", None)
+        self._envs = envs
+
+    def _refuse(self) -> TypeError:
+        return TypeError(
+            "this env is one sub-env of a vectorized slice (make_vec(..., vectorized=True)): its "
+            "worker steps the whole vector env at once, so it cannot be stepped alone; use a "
+            "backend that takes vectorized slices (serial, shm, hybrid, async, action_server)"
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        raise self._refuse()
+
+    def step(self, action: Any):
+        raise self._refuse()
+
+    def close(self) -> None:
+        self._envs.close()
+
+
+class SliceEnvFn:
+    """The env function of one sub-env of a vectorized slice: it names the vector env function
+    that builds the slice (see the module's docstring).
+
+    Example:
+        >>> from gymnasium.vector import AutoresetMode
+        >>> fn = SliceEnvFn(VectorEnvFn("CartPole-v1", AutoresetMode.NEXT_STEP))
+        >>> probe = fn()
+        >>> probe.observation_space.shape
+        (4,)
+        >>> probe.close()
+    """
+
+    def __init__(self, vector_fn: VectorEnvFn) -> None:
+        self.vector_fn = vector_fn
+
+    def __call__(self) -> gym.Env:
+        return VectorProbeEnv(self.vector_fn(1))
+
+    def __repr__(self) -> str:
+        return f"SliceEnvFn({self.vector_fn!r})"
+
+
+def is_vectorized(env_fns: Sequence[Any]) -> bool:
+    """Whether ``env_fns`` are the sub-envs of vectorized slices (all or none must be).
+
+    Example:
+        >>> is_vectorized([lambda: None])
+        False
+    """
+    return bool(env_fns) and isinstance(env_fns[0], SliceEnvFn)
+
+
+def vector_env_fn_of(env_fns: Sequence[Any], start: int) -> VectorEnvFn:
+    """The vector env function of a slice's env functions (envs ``start`` and on).
+
+    Raises:
+        TypeError: if some are not :class:`SliceEnvFn`, or name other vector env functions.
+    """
+    first = env_fns[0]
+    for j, fn in enumerate(env_fns):
+        if not isinstance(fn, SliceEnvFn) or fn.vector_fn is not first.vector_fn:
+            raise TypeError(
+                f"env {start + j} is not a sub-env of the same vector env function as env "
+                f"{start}: a vectorized slice needs one vector env function for all its envs"
+            )
+    return first.vector_fn
+
+
+class SliceInfos(NamedTuple):
+    """The infos of one vectorized slice's step or reset, batched over the slice.
+
+    Attributes:
+        start: the slice's first env index.
+        count: the slice's number of envs.
+        infos: Gymnasium-style batched infos over the slice (arrays with ``_key`` masks).
+        restart_reason: set when the slice's vector env was rebuilt in this step.
+    """
+
+    start: int
+    count: int
+    infos: dict
+    restart_reason: str | None = None
+
+
+def _batch_leaf(value: Any, count: int, key: str, where: str) -> np.ndarray:
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.ndim == 0 or len(array) != count:
+        raise ValueError(
+            f"info {key!r} of {where} is not batched over its {count} envs (got {value!r}): a "
+            "vector env's infos hold one entry per sub-env, with a '_key' mask"
+        )
+    return array
+
+
+def merge_slice_infos(
+    into: dict, infos: dict, start: int, count: int, num_envs: int, where: str = "a slice"
+) -> dict:
+    """Place a slice's batched ``infos`` (``count`` envs) at ``start`` in ``into``, a batched
+    info dict over ``num_envs`` envs; return ``into``.
+
+    Example:
+        >>> merged = merge_slice_infos({}, {"x": np.array([1, 2]), "_x": np.array([True, False])},
+        ...                            start=2, count=2, num_envs=4)
+        >>> merged["x"].tolist(), merged["_x"].tolist()
+        ([0, 0, 1, 2], [False, False, True, False])
+    """
+    stop = start + count
+    for key, value in infos.items():
+        if key.startswith("_") and key[1:] in infos:
+            continue
+        mask = infos.get(f"_{key}")
+        if isinstance(value, dict):
+            into[key] = merge_slice_infos(into.get(key, {}), value, start, count, num_envs, where)
+        else:
+            array = _batch_leaf(value, count, key, where)
+            target = into.get(key)
+            if target is None:
+                if array.dtype == object:
+                    target = np.full((num_envs, *array.shape[1:]), None, dtype=object)
+                else:
+                    target = np.zeros((num_envs, *array.shape[1:]), dtype=array.dtype)
+            elif target.dtype != array.dtype and not np.can_cast(array.dtype, target.dtype):
+                target = target.astype(np.result_type(target, array))
+            if target.dtype == object and array.dtype == object:
+                for j in range(count):  # element by element: the items may be arrays
+                    target[start + j] = array[j]
+            else:
+                target[start:stop] = array
+            into[key] = target
+        flags = into.get(f"_{key}")
+        if flags is None:
+            flags = into[f"_{key}"] = np.zeros(num_envs, dtype=np.bool_)
+        flags[start:stop] = True if mask is None else mask
+    return into
+
+
+def unbatch_infos(infos: dict, count: int) -> list[dict]:
+    """One info dict per env from batched ``infos`` over ``count`` envs (masked keys only;
+    NumPy scalars become Python ones, as an env's own info holds them).
+
+    Example:
+        >>> unbatch_infos({"x": np.array([1, 2]), "_x": np.array([False, True])}, 2)
+        [{}, {'x': 2}]
+    """
+    out: list[dict] = [{} for _ in range(count)]
+    for key, value in infos.items():
+        if key.startswith("_") and key[1:] in infos:
+            continue
+        mask = infos.get(f"_{key}")
+        rows = range(count) if mask is None else np.flatnonzero(mask).tolist()
+        if isinstance(value, dict):
+            parts = unbatch_infos(value, count)
+            for j in rows:
+                out[j][key] = parts[j]
+        else:
+            for j in rows:
+                item = value[j]
+                out[j][key] = item.item() if isinstance(item, np.generic) else item
+    return out
