@@ -80,12 +80,12 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
         local_steps = agent.update_index * agent.local_batch_size
         local_batch = agent.local_batch_size
     elif algo == "dqn-async":
+        from vecaccel.trainers import AsyncRunner
         from vecaccel.trainers.algos.dqn import DQN
-        from vecaccel.trainers.runners.asynchronous.runner import learn_async, make_async_agent
 
-        agent = make_async_agent(
-            DQN,
-            "CartPole-v1",
+        agent = DQN(
+            env=None,
+            env_id="CartPole-v1",
             num_envs=2,
             batch_size=16,
             learning_starts=100,
@@ -98,10 +98,12 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
             tensorboard=False,
             **common,
         )
+        runner = AsyncRunner(agent)  # builds the networks for the sampler's env
         model = agent.q_network
         if hold:
             _watch_sampler(out.parent / f"sampler-pid-{rank}", pid_file, agent)
-        stats = learn_async(agent, "CartPole-v1", total_steps, fixed_lag=fixed_lag)
+        runner.run(total_steps, fixed_lag=fixed_lag)
+        stats = runner.stats
         local_steps = agent.global_step // agent.world_size
         local_batch = agent.config.batch_size
         extra = {
@@ -115,15 +117,14 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
             "episode_log": agent.episode_log,
         }
     elif algo == "ppo-async":
-        from vecaccel.trainers import PPO
-        from vecaccel.trainers.runners.asynchronous.runner import learn_async_on_policy
+        from vecaccel.trainers import PPO, AsyncRunner
 
         agent = PPO(
             None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=2,
             update_epochs=2, **common,
         )  # fmt: skip
         model = agent.model
-        learn_async_on_policy(agent, total_steps)
+        AsyncRunner(agent).run(total_steps)
         local_steps = agent.update_index * agent.local_batch_size
         local_batch = agent.local_batch_size
     else:
@@ -179,7 +180,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--total-steps", type=int, default=128)
     parser.add_argument("--hold", action="store_true")
-    parser.add_argument("--fixed-lag", action="store_true", help="dqn-async: learn_async's option")
+    parser.add_argument(
+        "--fixed-lag", action="store_true", help="dqn-async: AsyncRunner.run's option"
+    )
     parser.add_argument(  # (not --run: torchrun would take it for its --run-path)
         "--train",
         action="append",

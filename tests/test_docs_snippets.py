@@ -272,9 +272,9 @@ PYTHON_SNIPPETS = [
     (
         "scale-out-learn-async",
         "docs/scale_out.md",
-        "from vecaccel.trainers.runners.asynchronous.runner import learn_async, make_async_agent",
+        "from vecaccel.trainers import DQN, AsyncRunner",
         # the preset learns from step 500: 1,000 steps make some 60 updates
-        {'"CartPole-v1", 20_000)': '"CartPole-v1", 1_000)'},
+        {"runner.run(20_000)": "runner.run(1_000)"},
         "",
         "",
         90,

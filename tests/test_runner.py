@@ -1,4 +1,5 @@
-"""The one synchronous runner, and the public interface it drives every algorithm through."""
+"""The two runners, SyncRunner and AsyncRunner, and the public interface they drive every
+algorithm through; the asynchronous functions of earlier releases, deprecated."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from typing import Any
 
 import pytest
 
-from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
+from vecaccel.trainers import A2C, C51, DQN, PPO, AsyncRunner, Rainbow, SyncRunner
 from vecaccel.trainers.algos.base import Algorithm
+from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
+from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from vecaccel.trainers.runners import sync as runner
 
@@ -26,12 +29,115 @@ COMMON = dict(backend="serial", seed=0, device="cpu", torch_threads=1, tensorboa
 ALGORITHMS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
 
 
-def make(algo: str, **extra: Any) -> Algorithm:
+def settings_of(algo: str) -> dict[str, Any]:
     cls = ALGORITHMS[algo]
-    settings = ON_POLICY if cls.family == "on_policy" else OFF_POLICY
+    settings = ON_POLICY if issubclass(cls, OnPolicyAlgorithm) else OFF_POLICY
     if algo == "dqn":
         settings = {k: v for k, v in settings.items() if k not in ("num_atoms", "v_min", "v_max")}
-    return cls("CartPole-v1", **settings, **COMMON, **extra)
+    return {**settings, **COMMON}
+
+
+def make(algo: str, **extra: Any) -> Algorithm:
+    return ALGORITHMS[algo]("CartPole-v1", **settings_of(algo), **extra)
+
+
+def make_without_envs(algo: str, **extra: Any) -> Algorithm:
+    """An agent for the asynchronous runner: its sampler process builds the envs."""
+    return ALGORITHMS[algo](None, env_id="CartPole-v1", **settings_of(algo), **extra)
+
+
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
+def test_sync_runner_runs_every_algorithm(algo):
+    """``from vecaccel.trainers import SyncRunner`` runs each of the five algorithms (its twin,
+    AsyncRunner, in test_async_loop.py)."""
+    agent = make(algo)
+    try:
+        assert SyncRunner(agent).run(64) is agent
+        assert agent.global_step >= 64 and agent.num_updates > 0
+        assert not agent.async_run
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("algo", ["a2c", "rainbow"])
+def test_learn_in_async_mode_is_the_async_runner(algo):
+    agent = make_without_envs(algo)
+    assert agent.learn(64, mode="async", context="fork") is agent
+    assert agent.async_run and agent.global_step >= 64 and agent.num_updates > 0
+
+
+def test_learn_refuses_an_unknown_mode_and_options_that_do_not_fit():
+    agent = make_without_envs("ppo")
+    with pytest.raises(ValueError, match="mode must be one of 'sync', 'async'"):
+        agent.learn(32, mode="threads")
+    with pytest.raises(ValueError, match="no asynchronous options"):
+        agent.learn(32, fixed_lag=True)
+    with pytest.raises(ValueError, match="no callback"):
+        agent.learn(32, mode="async", callback=lambda agent: None)
+
+
+def test_the_runners_tell_the_families_apart_by_class():
+    class NotAnAlgorithm:
+        family = "on_policy"  # a family string alone does not make an algorithm
+
+    for runner_cls in (SyncRunner, AsyncRunner):
+        with pytest.raises(TypeError, match="OnPolicyAlgorithm or an OffPolicyAlgorithm"):
+            runner_cls(NotAnAlgorithm()).run(8)
+    assert issubclass(DQN, OffPolicyAlgorithm) and issubclass(C51, OffPolicyAlgorithm)
+    assert issubclass(PPO, OnPolicyAlgorithm) and not issubclass(PPO, OffPolicyAlgorithm)
+
+
+def test_the_async_runner_needs_an_env_id_for_its_sampler():
+    import gymnasium as gym
+
+    envs = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync")
+    agent = PPO(envs, **settings_of("ppo"))
+    agent.config.env_id = None  # a vector env of its own: the sampler could not rebuild it
+    try:
+        with pytest.raises(ValueError, match="env_id"):
+            AsyncRunner(agent).run(16, context="fork")
+    finally:
+        envs.close()
+
+
+# -- the asynchronous functions of earlier releases: deprecated, still working ---------------
+
+
+def test_deprecated_off_policy_functions_warn_and_still_train():
+    from vecaccel.trainers.runners.asynchronous.runner import learn_async, make_async_agent
+
+    with pytest.warns(DeprecationWarning, match="make_async_agent.*AsyncRunner"):
+        agent = make_async_agent(DQN, "CartPole-v1", **settings_of("dqn"))
+    with pytest.warns(DeprecationWarning, match=r"learn_async.*AsyncRunner\(agent\)\.run"):
+        stats = learn_async(agent, "CartPole-v1", 64, context="fork")
+    assert stats.env_steps == agent.global_step == 64 and stats.updates == agent.num_updates
+
+
+def test_deprecated_on_policy_functions_warn_and_still_train():
+    from vecaccel.trainers.runners.asynchronous.runner import (
+        learn_async_on_policy,
+        make_async_on_policy_agent,
+    )
+
+    with pytest.warns(DeprecationWarning, match="make_async_on_policy_agent.*AsyncRunner"):
+        agent = make_async_on_policy_agent(A2C, "CartPole-v1", **settings_of("a2c"))
+    with pytest.warns(DeprecationWarning, match="learn_async_on_policy.*AsyncRunner"):
+        stats = learn_async_on_policy(agent, 32, context="fork")
+    assert stats.env_steps == agent.global_step == 32 and stats.updates == agent.num_updates == 2
+
+
+@pytest.mark.parametrize("name", ["train_async", "train_async_dqn", "train_async_on_policy"])
+def test_deprecated_train_functions_warn_and_forward_to_train(name, monkeypatch):
+    """The command line's entry point under its earlier names (``vecaccel train --async`` runs
+    it end to end in test_async_cli.py)."""
+    from vecaccel.trainers.runners.asynchronous import command_line
+    from vecaccel.trainers.runners.asynchronous import runner as async_runner
+
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(command_line, "train", lambda *args, **kwargs: calls.append(args) or 0)
+    with pytest.warns(DeprecationWarning, match=r"train_async\(.*AsyncRunner"):
+        assert getattr(async_runner, name)(PPO, "CartPole-v1", 32) == 0
+    assert calls == [(PPO, "CartPole-v1", 32)]
 
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
@@ -85,7 +191,7 @@ def test_callbacks_get_the_agent_and_the_metrics_and_can_stop(algo):
         agent.learn(10_000, callback=callback)
         assert len(seen) == 3 and all(entry[0] is agent for entry in seen)
         assert all(isinstance(metrics, dict) for _, metrics in seen)
-        if agent.family == "on_policy":  # every update's metrics
+        if isinstance(agent, OnPolicyAlgorithm):  # every update's metrics
             assert all("charts/SPS" in metrics for _, metrics in seen)
         assert agent.global_step < 10_000
     finally:
@@ -147,6 +253,8 @@ OFF_POLICY_METHODS = (
     "restore_replay",
     "take_resume_state",
     "set_resume_point",
+    "collect",
+    "start_episodes",
 )
 
 
@@ -155,7 +263,9 @@ def test_every_algorithm_has_the_public_interface_of_its_family(algo):
     cls = ALGORITHMS[algo]
     assert issubclass(cls, Algorithm) and cls.algo_name == algo
     assert cls.family in ("on_policy", "off_policy")
-    family = ON_POLICY_METHODS if cls.family == "on_policy" else OFF_POLICY_METHODS
+    on_policy = issubclass(cls, OnPolicyAlgorithm)
+    assert on_policy != issubclass(cls, OffPolicyAlgorithm)
+    family = ON_POLICY_METHODS if on_policy else OFF_POLICY_METHODS
     missing = [name for name in SHARED + family if not hasattr(cls, name)]
     assert not missing, missing
 

@@ -1,16 +1,96 @@
-"""Returns and advantages of on-policy batches: GAE with truncation bootstrapping."""
+"""Returns and advantages of on-policy batches: GAE with truncation bootstrapping.
+
+:func:`flat_batch_with_advantages` is the step A2C and PPO share before their losses: the
+bootstrap values, GAE over the ``[T, B]`` batch, then the batch flattened to the rows the losses
+learn from.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
 __all__ = [
+    "FlatBatch",
     "compute_gae",
     "explained_variance",
+    "flat_batch_with_advantages",
     "learning_rows",
 ]
+
+
+class FlatBatch(NamedTuple):
+    """A rollout batch flattened to the rows the losses learn from (``b_`` in the losses).
+
+    Attributes:
+        obs: ``[N, *obs_shape]``.
+        actions: ``[N, ...]`` in the model's numbering.
+        log_probs: the behaviour policy's log-probabilities (``None`` if the batch has none).
+        values: the values the batch was collected with.
+        advantages: GAE advantages (not normalised).
+        returns: ``advantages + values``.
+    """
+
+    obs: Any
+    actions: Any
+    log_probs: Any
+    values: Any
+    advantages: Any
+    returns: Any
+
+
+def flat_batch_with_advantages(
+    batch: Any, value: Callable[[Any], Any], gamma: float, gae_lambda: float
+) -> FlatBatch:
+    """GAE over the time-major ``batch`` and the batch flattened, for A2C's and PPO's losses.
+
+    The next row's value bootstraps every step; a truncated episode's bootstraps from its true
+    final observation (``batch.final_obs``). The flat batch leaves out ``NEXT_STEP`` reset rows
+    (no transition) and a multi-agent env's rows whose agent was not active
+    (:func:`learning_rows`), so they weigh in no loss term and no advantage normalisation.
+
+    Args:
+        batch: a :class:`vecaccel.sampler.SampleBatch` with ``extras["value"]`` (and
+            ``extras["log_prob"]`` for PPO).
+        value: the critic, ``obs -> [N]`` values (called without gradients).
+        gamma: discount.
+        gae_lambda: GAE's lambda.
+    """
+    import torch
+
+    with torch.no_grad():
+        next_value = value(batch.next_obs)
+        final_values = value(batch.final_obs) if len(batch.final_obs) else next_value[:0]
+    advantages, returns = compute_gae(
+        batch.rewards,
+        batch.extras["value"],
+        next_value,
+        batch.terminated,
+        batch.truncated,
+        final_values,
+        batch.final_index,
+        gamma,
+        gae_lambda,
+        active=batch.active,
+    )
+    rows = learning_rows(batch)
+    keep = None if rows is None else rows.reshape(-1).nonzero().squeeze(1)
+
+    def flat(x: Any) -> Any:
+        x = x.reshape(-1, *x.shape[2:])
+        return x if keep is None else x[keep]
+
+    log_probs = batch.extras.get("log_prob")
+    return FlatBatch(
+        obs=flat(batch.obs),
+        actions=flat(batch.actions),
+        log_probs=None if log_probs is None else flat(log_probs),
+        values=flat(batch.extras["value"]),
+        advantages=flat(advantages),
+        returns=flat(returns),
+    )
 
 
 def compute_gae(

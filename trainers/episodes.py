@@ -1,4 +1,9 @@
-"""Returns and lengths of the episodes a vector env finishes, step by step."""
+"""Returns and lengths of the episodes a vector env finishes, counted step by step.
+
+The sampler (:class:`vecaccel.Sampler`) counts the episodes of the rollouts it collects and
+hands them over as :class:`vecaccel.sampler.EpisodeStats`; :class:`EpisodeCounter` does the same
+for a loop that steps the envs one vector step at a time (the off-policy family's collector).
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EpisodeStats"]
+__all__ = ["EpisodeCounter"]
 
 
-class EpisodeStats:
+class EpisodeCounter:
     """Each env's running episode return and length, and the episodes that end.
 
     ``info["episode"]`` of ``RecordEpisodeStatistics`` (real game scores for Atari, across
     lives) is preferred; envs without it are measured from the rewards seen.
 
     Example:
-        >>> stats = EpisodeStats()
+        >>> stats = EpisodeCounter()
         >>> stats.reset(2)
         >>> done = np.array([False, True])
         >>> stats.record(np.array([1.0, 2.0]), done, {})

@@ -220,14 +220,11 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
     RunLogger.log = stamped_log  # type: ignore[method-assign]
     updates = args.warmup_updates + args.updates
     if async_mode:
-        from vecaccel.trainers.runners.asynchronous.runner import (
-            learn_async_on_policy,
-            make_async_on_policy_agent,
-        )
+        from vecaccel.trainers import AsyncRunner
 
-        agent = make_async_on_policy_agent(PPO, ENV_ID, progress=False, tensorboard=False, **config)
+        agent = PPO(None, env_id=ENV_ID, progress=False, tensorboard=False, **config)
         try:
-            learn_async_on_policy(agent, updates * batch)
+            AsyncRunner(agent).run(updates * batch)
         finally:
             agent.close()
     else:

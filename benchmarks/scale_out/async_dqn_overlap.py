@@ -43,7 +43,7 @@ import torch
 from vecaccel.bench import RunRecord, command_line
 from vecaccel.trainers.algos.dqn import DQN
 from vecaccel.trainers.envs import make_env_for_training
-from vecaccel.trainers.runners.asynchronous.runner import learn_async, make_async_agent
+from vecaccel.trainers.runners.asynchronous.runner import AsyncRunner, AsyncStats
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
@@ -61,7 +61,17 @@ def _agent(args: argparse.Namespace, **overrides: Any) -> DQN:
         seed=args.seed,
     )
     config.update(overrides)
-    return make_async_agent(DQN, "CartPole-v1", **config)
+    agent = DQN(env=None, env_id="CartPole-v1", **config)
+    AsyncRunner(agent)  # gives the agent its networks, for the env its sampler will step
+    return agent
+
+
+def _run_async(agent: DQN, total_steps: int, **options: Any) -> AsyncStats:
+    """``AsyncRunner(agent).run(total_steps, **options)``; the stats it measured."""
+    runner = AsyncRunner(agent)
+    runner.run(total_steps, **options)
+    assert runner.stats is not None
+    return runner.stats
 
 
 def _filled_agent(args: argparse.Namespace) -> DQN:
@@ -137,9 +147,8 @@ def corun_rates(args: argparse.Namespace, sampler_cpu: int) -> tuple[float, floa
     result: dict[str, Any] = {}
 
     def sample() -> None:
-        result["stats"] = learn_async(
+        result["stats"] = _run_async(
             sampler_agent,
-            "CartPole-v1",
             args.sample_steps,
             sampler_affinity={sampler_cpu},
             poll_interval=0.005,
@@ -174,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1. the sampler alone: no update ever falls due
     agent = _agent(args, learning_starts=10**9)
-    alone = learn_async(agent, "CartPole-v1", args.sample_steps, sampler_affinity={sampler_cpu})
+    alone = _run_async(agent, args.sample_steps, sampler_affinity={sampler_cpu})
     sampling_rate = alone.sampling_rate
     print(f"standalone sampling: {sampling_rate:.0f} env steps/s", file=sys.stderr)
 
@@ -206,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         async_max_lead=args.max_lead,
         async_weight_sync_period=args.weight_sync_period,
     )
-    both = learn_async(agent, "CartPole-v1", args.async_steps, sampler_affinity={sampler_cpu})
+    both = _run_async(agent, args.async_steps, sampler_affinity={sampler_cpu})
     returns = [r for _, r, _ in agent.episode_log]
     settings = {
         "num_envs": args.num_envs,

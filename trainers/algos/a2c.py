@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.advantages import compute_gae, explained_variance, learning_rows
+from vecaccel.trainers.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.optim import FlatRMSprop
 from vecaccel.trainers.presets import A2C_PRESETS
@@ -93,36 +93,11 @@ class A2C(OnPolicyAlgorithm):
 
     def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:
         """One A2C update: a single gradient step on the whole batch."""
-        cfg, model = self.config, self.model
+        cfg = self.config
 
-        with torch.no_grad():
-            next_value = model.value(batch.next_obs)
-            final_values = model.value(batch.final_obs) if len(batch.final_obs) else next_value[:0]
-        advantages, returns = compute_gae(
-            batch.rewards,
-            batch.extras["value"],
-            next_value,
-            batch.terminated,
-            batch.truncated,
-            final_values,
-            batch.final_index,
-            cfg.gamma,
-            cfg.gae_lambda,
-            active=batch.active,
-        )
-
-        rows = learning_rows(batch)  # no NEXT_STEP reset steps, no inactive agents' rows
-        keep = None if rows is None else rows.reshape(-1).nonzero().squeeze(1)
-
-        def flat(x: torch.Tensor) -> torch.Tensor:
-            x = x.reshape(-1, *x.shape[2:])
-            return x if keep is None else x[keep]
-
-        b_obs = flat(batch.obs)
-        b_actions = flat(batch.actions)
-        b_advantages = flat(advantages)
-        b_returns = flat(returns)
-        b_values = flat(batch.extras["value"])
+        flat = self.flat_batch(batch)  # GAE, then the rows the losses learn from
+        b_obs, b_actions, b_advantages = flat.obs, flat.actions, flat.advantages
+        b_returns, b_values = flat.returns, flat.values
 
         log_prob, entropy, value = self.train_model.evaluate(b_obs, b_actions)
         if cfg.norm_adv and len(b_advantages) > 1:

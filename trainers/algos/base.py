@@ -3,14 +3,17 @@
 An algorithm holds its config, its networks and optimizer, its loss and ``update``, and its
 state for checkpoints; it has no loop over env steps. A runner (:class:`SyncRunner
 <vecaccel.trainers.runners.sync.SyncRunner>`, or the asynchronous one) owns the loop and calls the
-public methods documented here. The two families differ only in what a runner asks for:
-on-policy algorithms (``family = "on_policy"``) update from a rollout batch, off-policy ones
-(``family = "off_policy"``) from replay samples.
+public methods documented here. The two families stand on two bases built alike, and a runner
+tells them apart by class: :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C,
+PPO) updates from rollout batches its sampler collects,
+:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm` (DQN, C51, Rainbow) from replay
+samples of the transitions its collector stores. ``family`` names the base for display.
 
 Example:
     >>> from vecaccel.trainers import PPO, DQN
-    >>> PPO.family, DQN.family
-    ('on_policy', 'off_policy')
+    >>> from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+    >>> issubclass(PPO, OnPolicyAlgorithm), issubclass(DQN, OnPolicyAlgorithm)
+    (True, False)
 """
 
 from __future__ import annotations
@@ -216,6 +219,31 @@ class Algorithm(abc.ABC):
         """Make ``total_steps`` the run's total (a resumed run's new budget); an unchanged total
         continues the loaded run exactly."""
         self.target_steps = int(total_steps)
+
+    def record_progress(self, steps: int = 0, updates: int = 0) -> None:
+        """Count ``steps`` more env steps (over all ranks) and ``updates`` more updates."""
+        self.global_step += int(steps)
+        self.num_updates += int(updates)
+
+    def start_logging(self, logger: Any) -> None:
+        """Make ``logger`` (a :class:`~vecaccel.trainers.logger.RunLogger`) the run's logger."""
+        self.logger = logger
+
+    def end_run(self, elapsed_s: float) -> None:
+        """The run in progress ended after ``elapsed_s`` seconds of training in all (a
+        resumed run's time included): saved in later checkpoints."""
+        self.elapsed_before = float(elapsed_s)
+
+    def reset_counters(self) -> None:
+        """Count env steps and updates from zero again (a new run on a trained agent)."""
+        self.global_step = 0
+        self.num_updates = 0
+
+    def set_run_mode(self, async_options: dict[str, Any] | None) -> None:
+        """Record how the run in progress trains: ``None`` synchronously, else asynchronously
+        with these options. Checkpoints save it, so that a resumed run goes on alike."""
+        self.async_run = async_options is not None
+        self.async_options = dict(async_options or {})
 
     @abc.abstractmethod
     def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:

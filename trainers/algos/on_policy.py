@@ -296,6 +296,15 @@ class OnPolicyAlgorithm(Algorithm):
             )
         optimizer.step()
 
+    def flat_batch(self, batch: Any) -> Any:
+        """``batch`` with GAE advantages and returns, flattened to the rows the losses learn
+        from: the step A2C and PPO share before their losses (see
+        :func:`~vecaccel.trainers.advantages.flat_batch_with_advantages`)."""
+        from vecaccel.trainers.advantages import flat_batch_with_advantages
+
+        cfg = self.config
+        return flat_batch_with_advantages(batch, self.model.value, cfg.gamma, cfg.gae_lambda)
+
     # -- env and sampler ------------------------------------------------------------------------
 
     def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space, gym.Space]:
@@ -367,6 +376,10 @@ class OnPolicyAlgorithm(Algorithm):
         finally:
             self.model.train()
 
+    def record_episodes(self, episodes: Any) -> None:
+        """Keep the episodes that ended in the last batch (``last_episodes``, for callbacks)."""
+        self.last_episodes = episodes
+
     # -- schedules ------------------------------------------------------------------------------
 
     def progress_remaining(self) -> float:
@@ -403,8 +416,18 @@ class OnPolicyAlgorithm(Algorithm):
             self.schedule_start_update = self.num_updates
             self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
 
+    def end_after_batches(self, num_batches: int) -> None:
+        """End the run in progress after ``num_batches`` more batches, its learning-rate
+        schedule unchanged (a budget rounded to whole batches)."""
+        self.target_steps = self.global_step + int(num_batches) * self.batch_size
+
     def learn(
-        self, total_steps: int | None = None, callback: Callback | None = None
+        self,
+        total_steps: int | None = None,
+        callback: Callback | None = None,
+        *,
+        mode: str = "sync",
+        **async_options: Any,
     ) -> OnPolicyAlgorithm:
         """Train for ``total_steps`` more env steps (``None``: finish a resumed run's budget).
 
@@ -412,13 +435,26 @@ class OnPolicyAlgorithm(Algorithm):
             total_steps: environment steps to add; the learning rate anneals over them.
             callback: ``callback(agent, metrics)`` after every update (the episodes that ended
                 in it are in ``agent.last_episodes``); returning ``False`` stops training.
+                Synchronous mode only.
+            mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: collect a
+                batch, then update, in this process) or ``"async"``
+                (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a rollout
+                process collects the next batch while this one updates). An agent trained
+                asynchronously has no envs in this process: create it with ``env=None`` and
+                ``env_id=...`` (an agent with envs of its own has them closed first).
+            **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
+                <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
+                (``weight_sync_period``, ``fixed_lag``, ``context``, ...).
 
         Returns:
             ``self``.
-        """
-        from vecaccel.trainers.runners.sync import SyncRunner
 
-        SyncRunner(self).run(total_steps, callback)
+        Raises:
+            ValueError: ``mode`` is neither ``"sync"`` nor ``"async"``.
+        """
+        from vecaccel.trainers.runners import run_in_mode
+
+        run_in_mode(self, mode, total_steps, callback=callback, **async_options)
         return self
 
     # -- save, load, predict ---------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.advantages import compute_gae, explained_variance, learning_rows
+from vecaccel.trainers.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.distributed import all_reduce_mean
 from vecaccel.trainers.optim import FlatAdam
@@ -82,41 +82,14 @@ class PPO(OnPolicyAlgorithm):
 
     def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:
         """One PPO update: ``update_epochs`` passes of minibatch steps over ``batch``."""
-        cfg, model = self.config, self.model
+        cfg = self.config
         clip_coef = cfg.clip_coef * (progress_remaining if cfg.anneal_clip else 1.0)
 
-        # bootstrap values: the next row's, the truncated episodes' true last observations'
-        with torch.no_grad():
-            next_value = model.value(batch.next_obs)
-            final_values = model.value(batch.final_obs) if len(batch.final_obs) else next_value[:0]
-        advantages, returns = compute_gae(
-            batch.rewards,
-            batch.extras["value"],
-            next_value,
-            batch.terminated,
-            batch.truncated,
-            final_values,
-            batch.final_index,
-            cfg.gamma,
-            cfg.gae_lambda,
-            active=batch.active,
-        )
-
-        # flatten the [T, B] batch, dropping NEXT_STEP reset rows that are no transition and
-        # the rows of agents that were not active
-        rows = learning_rows(batch)
-        keep = None if rows is None else rows.reshape(-1).nonzero().squeeze(1)
-
-        def flat(x: torch.Tensor) -> torch.Tensor:
-            x = x.reshape(-1, *x.shape[2:])
-            return x if keep is None else x[keep]
-
-        b_obs = flat(batch.obs)
-        b_actions = flat(batch.actions)
-        b_logprobs = flat(batch.extras["log_prob"])
-        b_values = flat(batch.extras["value"])
-        b_advantages = flat(advantages)
-        b_returns = flat(returns)
+        # GAE (truncations bootstrapped from their true final observations), then the batch
+        # flattened to the rows the losses learn from
+        flat = self.flat_batch(batch)
+        b_obs, b_actions, b_logprobs = flat.obs, flat.actions, flat.log_probs
+        b_values, b_advantages, b_returns = flat.values, flat.advantages, flat.returns
 
         n = b_obs.shape[0]
         minibatch_size = max(1, n // cfg.num_minibatches)

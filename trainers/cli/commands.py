@@ -205,7 +205,7 @@ def _train(args: argparse.Namespace) -> int:
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
         from vecaccel.trainers.runners.asynchronous import runner as async_runner
 
-        code = async_runner.train_async(
+        code = async_runner.train(
             cls,
             env_id,
             args.total_steps,

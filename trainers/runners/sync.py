@@ -34,6 +34,7 @@ from vecaccel.trainers import distributed
 from vecaccel.trainers.algos.base import Algorithm, Callback, call_callback
 from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
 from vecaccel.trainers.logger import RunLogger, mean_or_none
+from vecaccel.trainers.runners.state import RunState
 from vecaccel.trainers.seeding import set_rng_state
 from vecaccel.trainers.signals import SignalCheckpoint, TrainingInterrupted
 from vecaccel.trainers.team_returns import team_returns_for
@@ -62,7 +63,7 @@ def open_run_logger(agent: Algorithm, horizon: int, resume_step: int | None) -> 
         progress=agent.progress and main,
         resume_step=resume_step,
     )
-    agent.logger = logger
+    agent.start_logging(logger)
     return logger
 
 
@@ -139,18 +140,16 @@ class SyncRunner:
             TrainingInterrupted: SIGINT or SIGTERM arrived (after the checkpoint was written).
         """
         agent = self.agent
-        loop: _OnPolicyLoop | _OffPolicyLoop
-        if agent.family == "on_policy":
-            loop = _OnPolicyLoop(agent, total_steps)
-        else:
-            loop = _OffPolicyLoop(agent, total_steps, reset_num_timesteps)
+        loop = _loop_for(agent, total_steps, reset_num_timesteps)
         logger = open_run_logger(agent, loop.horizon, loop.resume_step)
         loop.start(logger)
         guard = SignalCheckpoint()
         try:
             with guard:
                 while agent.global_step < loop.horizon:
-                    metrics, log, stop = loop.iterate(guard.requested)
+                    experience = loop.collect()
+                    metrics = loop.update(experience)
+                    metrics, log, stop = loop.report(metrics, guard.requested)
                     if log:
                         logger.log(agent.global_step, metrics)
                     if stop:
@@ -165,9 +164,24 @@ class SyncRunner:
                 loop.write_checkpoint()
         finally:
             loop.end()
-            agent.elapsed_before = logger.elapsed
+            agent.end_run(logger.elapsed)
             announce_run_dir(logger, agent, logger.close())
         return agent
+
+
+def _loop_for(agent: Algorithm, total_steps: int | None, reset_num_timesteps: bool) -> Any:
+    """The family's side of the loop, chosen by the algorithm's base class."""
+    from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
+    from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+
+    if isinstance(agent, OnPolicyAlgorithm):
+        return _OnPolicyLoop(agent, total_steps)
+    if isinstance(agent, OffPolicyAlgorithm):
+        return _OffPolicyLoop(agent, total_steps, reset_num_timesteps)
+    raise TypeError(
+        f"SyncRunner trains an OnPolicyAlgorithm or an OffPolicyAlgorithm, got "
+        f"{type(agent).__name__}"
+    )
 
 
 class _OnPolicyLoop:
@@ -177,7 +191,7 @@ class _OnPolicyLoop:
         self.agent = agent
         cfg = agent.config
         agent.set_budget(total_steps)
-        agent.async_run, agent.async_options = False, {}
+        agent.set_run_mode(None)
         if agent.envs is None:
             agent.attach_env(cfg.env_id)
             agent.make_sampler()
@@ -192,22 +206,35 @@ class _OnPolicyLoop:
     def start(self, logger: RunLogger) -> None:
         self.start_step, self.start_time = self.agent.global_step, time.perf_counter()
 
-    def iterate(self, stop_requested: bool) -> tuple[dict[str, Any], bool, bool]:
+    def collect(self) -> Any:
+        """A rollout batch, in the model's action numbering, with the learning rate set for
+        the update it feeds."""
         agent = self.agent
-        progress_remaining = agent.progress_remaining()
-        lr_now = agent.apply_learning_rate(progress_remaining)
+        self.progress_remaining = agent.progress_remaining()
+        self.lr_now = agent.apply_learning_rate(self.progress_remaining)
         with agent.acting():
             batch = agent.sampler.collect()
-        team = None
+        self.team_return = None
         if self.team is not None and batch.active is not None:
-            team = mean_or_none(self.team.record_batch(batch))
-        batch = agent.to_model_actions(batch)
-        agent.global_step += agent.batch_size
-        metrics = agent.update(batch, progress_remaining)
-        agent.num_updates += 1
+            self.team_return = mean_or_none(self.team.record_batch(batch))
+        agent.record_progress(steps=agent.batch_size)
+        return agent.to_model_actions(batch)
 
+    def update(self, batch: Any) -> dict[str, Any]:
+        """One update from the batch."""
+        agent = self.agent
+        metrics = agent.update(batch, self.progress_remaining)
+        agent.record_progress(updates=1)
+        return metrics
+
+    def report(
+        self, metrics: dict[str, Any], stop_requested: bool
+    ) -> tuple[dict[str, Any], bool, bool]:
+        """The iteration's row (reduced over ranks), whether to log it and whether to stop."""
+        agent = self.agent
+        lr_now, team = self.lr_now, self.team_return
         episodes = agent.sampler.pop_episodes()
-        agent.last_episodes = episodes
+        agent.record_episodes(episodes)
         elapsed = time.perf_counter() - self.start_time
         metrics.update(
             {
@@ -263,13 +290,13 @@ class _OnPolicyLoop:
 
 
 class _OffPolicyLoop:
-    """One vector step per iteration, then the updates from replay samples that the replay
-    ratio allows, target-network updates, and ε and β annealed over the run.
+    """One vector step per iteration into the replay buffer, then the updates from replay
+    samples that the replay ratio allows, target-network updates, and ε and β annealed over
+    the run.
 
-    The counters this loop keeps (``horizon``, ``learn_from``, ``updates_at_start``, ``beta``,
-    ``next_log``, ``last_target_update``) are saved with each checkpoint as
-    ``agent.loop_state``; a loaded agent that continues its run with the same budget restores
-    them, so that on CPU it ends bit-identical to a run never interrupted.
+    The loop's counters are a :class:`~vecaccel.trainers.runners.state.RunState`, saved with
+    each checkpoint; a loaded agent that continues its run with the same budget restores them,
+    so that on CPU it ends bit-identical to a run never interrupted.
     """
 
     def __init__(self, agent: Any, total_steps: int | None, reset_num_timesteps: bool) -> None:
@@ -278,7 +305,7 @@ class _OffPolicyLoop:
         if agent.envs is None:
             raise RuntimeError("this agent has no env: pass env= when creating or loading it")
         resume = agent.take_resume_state()
-        agent.async_run, agent.async_options = False, {}
+        agent.set_run_mode(None)
         if total_steps is None:
             agent.set_budget(None)  # raises unless a loaded run has steps left
             total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
@@ -294,51 +321,47 @@ class _OffPolicyLoop:
         self.steps_per_vector_step = num_envs * self.world
         self.effective_batch = cfg.batch_size * self.world
         if reset_num_timesteps:
-            agent.global_step = 0
-            agent.num_updates = 0
+            agent.reset_counters()
         new_buffer = agent.buffer is None
         if new_buffer:
-            agent.buffer = agent.make_buffer(num_envs)
+            agent.set_buffer(agent.make_buffer(num_envs))
             new_buffer = not agent.restore_replay(agent.buffer)
         if reset_num_timesteps or agent.last_obs is None:
             # a second learn() keeps the buffer (as SB3 does), so it closes the open episodes
-            agent.buffer.end_episodes()
             if agent.last_obs is not None:
                 seed = None
             elif agent.global_step == 0:
                 seed = cfg.seed
             else:  # a loaded agent restarts where the checkpoint's run restarted its envs
                 seed = agent.restart_seed()
-            agent.last_obs, _ = agent.envs.reset(seed=seed)
-            agent.episode_stats.reset(agent.envs.num_envs)
+            agent.start_episodes(seed)
         # multi-agent envs: each env's team return beside the agents' own
         self.team = team_returns_for(agent.envs)
         self.team_finished: list[float] = []
         self.start_step = agent.global_step
-        self.horizon = self.start_step + int(total_steps)
-        agent.target_steps = self.horizon
+        horizon = self.start_step + int(total_steps)
+        agent.set_target_steps(horizon)
         # updates start once the buffer holds learning_starts steps (and enough to sample)
         warmup = cfg.learning_starts if (reset_num_timesteps or new_buffer) else 0
         warmup = max(
             warmup, self.steps_per_vector_step * (cfg.n_step + agent.buffer.frame_stack + 1)
         )
-        self.learn_from = self.start_step + warmup
-        self.updates_at_start = agent.num_updates
-        self.beta = cfg.priority_beta_start
-        next_log = self.start_step + cfg.log_every_steps
-        self.last_target_update = agent.global_step
+        self.state = RunState(
+            horizon=horizon,
+            learn_from=self.start_step + warmup,
+            updates_at_start=agent.num_updates,
+            beta=cfg.priority_beta_start,
+            next_log=self.start_step + cfg.log_every_steps,
+            last_target_update=agent.global_step,
+        )
         if exact:
             assert resume is not None
-            self.learn_from = resume["learn_from"]
-            self.updates_at_start = resume["updates_at_start"]
-            self.beta = resume["beta"]
-            next_log = resume["next_log"]
-            self.last_target_update = resume["last_target_update"]
-            agent.episode_stats.saw_info = resume["saw_episode_info"]
+            self.state = RunState.from_dict({**resume, "horizon": horizon})
             # after the envs are made and reset, whatever that drew from the global generators
             set_rng_state(resume["rng"])
-            agent.rng.bit_generator.state = resume["agent_rng"]
-        self.log_period = _LogPeriod(cfg.log_every_steps, next_log)
+            agent.restore_exploration(self.state.saw_episode_info, resume["agent_rng"])
+        self.horizon = horizon
+        self.log_period = _LogPeriod(cfg.log_every_steps, self.state.next_log)
         self.resume_step = None if reset_num_timesteps else self.start_step
         self.restart_points = agent.run_dir is not None and cfg.checkpoint_every > 0
         self.restart_pending = False
@@ -355,59 +378,56 @@ class _OffPolicyLoop:
         self.start_time = time.perf_counter()
 
     def loop_state(self) -> dict[str, Any]:
-        return {
-            "horizon": self.horizon,
-            "learn_from": self.learn_from,
-            "updates_at_start": self.updates_at_start,
-            "beta": self.beta,
-            "next_log": self.log_period.next_step,
-            "last_target_update": self.last_target_update,
-            "saw_episode_info": self.agent.episode_stats.saw_info,
-        }
+        """The run state as a checkpoint saves it."""
+        state = self.state
+        state.next_log = self.log_period.next_step
+        state.saw_episode_info = self.agent.collector.episodes.saw_info
+        return state.as_dict()
 
-    def iterate(self, stop_requested: bool) -> tuple[dict[str, Any], bool, bool]:
-        agent, cfg = self.agent, self.agent.config
-        obs = agent.last_obs
-        epsilon = agent.epsilon(agent.global_step, self.horizon)
-        actions = agent.act(obs, epsilon)
-        next_obs, reward, terminated, truncated, infos = agent.envs.step(actions)
-        done = terminated | truncated
-        # a multi-agent env's rows whose agent is not live are no transitions: not stored
-        active = infos.get("active")
-        agent.buffer.add(
-            obs, actions, reward, terminated, truncated, infos.get("final_obs"), active=active
-        )
-        agent.last_obs = next_obs
-        agent.global_step += self.steps_per_vector_step
+    def collect(self) -> None:
+        """One ε-greedy vector step into the replay buffer."""
+        agent = self.agent
+        self.epsilon = agent.epsilon(agent.global_step, self.horizon)
+        transition, finished = agent.collect(self.epsilon)
+        agent.record_progress(steps=self.steps_per_vector_step)
         self.vector_steps += 1
-        for episode_return, length in agent.episode_stats.record(reward, done, infos):
+        for episode_return, length in finished:
             agent.episode_log.append((agent.global_step, episode_return, length))
             self.finished.append((episode_return, length))
-        if self.team is not None and active is not None:
-            self.team_finished += self.team.record(reward, done, active)
+        if self.team is not None and transition.active is not None:
+            done = transition.terminated | transition.truncated
+            self.team_finished += self.team.record(transition.reward, done, transition.active)
 
-        # enforce the replay ratio: updates × batch ≤ ratio × steps since learning began
-        if agent.global_step > self.learn_from:
-            learned = agent.global_step - self.learn_from
+    def update(self, experience: None) -> dict[str, Any]:
+        """The updates the replay ratio allows now (updates × batch ≤ ratio × steps since
+        learning began), and the target network's when due."""
+        agent, cfg, state = self.agent, self.agent.config, self.state
+        if agent.global_step > state.learn_from:
+            learned = agent.global_step - state.learn_from
             due = int(cfg.replay_ratio * learned // self.effective_batch)
-            while agent.num_updates - self.updates_at_start < due:
-                self.beta, batch = agent.sample_batch(agent.global_step / self.horizon)
+            while agent.num_updates - state.updates_at_start < due:
+                state.beta, batch = agent.sample_batch(agent.global_step / self.horizon)
                 self.recent_losses.append(agent.update(batch))
-                agent.num_updates += 1
+                agent.record_progress(updates=1)
                 if cfg.checkpoint_every and agent.num_updates % cfg.checkpoint_every == 0:
                     self.restart_pending = self.restart_points
-            agent.measured_replay_ratio = (
-                (agent.num_updates - self.updates_at_start) * self.effective_batch / learned
+            agent.set_measured_replay_ratio(
+                (agent.num_updates - state.updates_at_start) * self.effective_batch / learned
             )
-        if agent.global_step - self.last_target_update >= cfg.target_update_period:
-            self.last_target_update = agent.global_step
+        if agent.global_step - state.last_target_update >= cfg.target_update_period:
+            state.last_target_update = agent.global_step
             if agent.num_updates > 0:
                 agent.update_target()
+        return {}
 
-        metrics: dict[str, Any] = {}
+    def report(
+        self, metrics: dict[str, Any], stop_requested: bool
+    ) -> tuple[dict[str, Any], bool, bool]:
+        """The row when one is due (reduced over ranks), whether to log it, whether to stop."""
+        agent = self.agent
         log = self.log_period.due(agent.global_step) or agent.global_step >= self.horizon
         if log:
-            metrics = self._row(epsilon)
+            metrics = self._row(self.epsilon)
         stop = stop_requested
         if self.world > 1:  # agree at the same step on all ranks
             stop = self.vector_steps % STOP_AGREEMENT_PERIOD == 0 and distributed.all_reduce_any(
@@ -418,7 +438,7 @@ class _OffPolicyLoop:
     def _row(self, epsilon: float) -> dict[str, Any]:
         agent = self.agent
         elapsed = time.perf_counter() - self.start_time
-        learned_steps = agent.global_step - self.learn_from
+        learned_steps = agent.global_step - self.state.learn_from
         metrics: dict[str, Any] = {
             "charts/SPS": (agent.global_step - self.start_step) / max(elapsed, 1e-9),
             "charts/epsilon": epsilon,
@@ -438,7 +458,7 @@ class _OffPolicyLoop:
             for key in losses[0]:
                 metrics[key] = float(np.mean([m[key] for m in losses]))
         if agent.config.prioritized and agent.num_updates:
-            metrics["charts/beta"] = self.beta
+            metrics["charts/beta"] = self.state.beta
         if self.world > 1:  # every rank reaches this step: reduce over ranks
             metrics = distributed.reduce_log_row(
                 metrics,
@@ -462,16 +482,14 @@ class _OffPolicyLoop:
         """Reset the envs at a seed a resumed run can reproduce."""
         agent = self.agent
         if agent.config.reset_envs_at_checkpoint:
-            agent.buffer.end_episodes()
-            agent.last_obs, _ = agent.envs.reset(seed=agent.restart_seed())
-            agent.episode_stats.reset(agent.envs.num_envs)
+            agent.start_episodes(agent.restart_seed())
             if self.team is not None:
                 self.team.reset()
 
     def write_checkpoint(self) -> None:
         agent = self.agent
-        agent.loop_state = self.loop_state()
+        agent.set_loop_state(self.loop_state())
         agent.write_checkpoint(agent.run_dir, replay=agent.config.checkpoint_replay)
 
     def end(self) -> None:
-        self.agent.loop_state = self.loop_state()
+        self.agent.set_loop_state(self.loop_state())

@@ -219,7 +219,7 @@ def run_async(
             end = time.perf_counter()
         feed.stop()
         feed.final_checkpoint(every_rank_here, logger)
-        agent.elapsed_before = logger.elapsed
+        agent.end_run(logger.elapsed)
         logger.close()
     seconds = max(end - start, 1e-9)
     env_steps = int(agent.global_step) - start_step

@@ -120,7 +120,7 @@ class ReplayFeed:
             1, min(_MAX_UPDATES_BETWEEN_MEETINGS, math.ceil(self.log_every * updates_per_step))
         )
         exploration = cfg.exploration_steps or int(cfg.exploration_fraction * horizon)
-        agent.buffer = LockedBuffer(buffer, self.buffer_lock, self.sampler.check)
+        agent.set_buffer(LockedBuffer(buffer, self.buffer_lock, self.sampler.check))
         self.episodes = self.sampler.ctx.Queue()
         self.spec = dict(
             self.sampler.spec(),
@@ -192,7 +192,7 @@ class ReplayFeed:
         agent, cfg, counters = self.agent, self.cfg, self.counters
         _, batch = agent.sample_batch(self.steps / self.local_total)
         self.recent_losses.append(agent.update(batch))
-        agent.num_updates += 1
+        agent.record_progress(updates=1)
         self.updates_done += 1
         counters[UPDATES] = agent.num_updates
         if behaviour is None:
@@ -211,11 +211,12 @@ class ReplayFeed:
         """Write the agent's checkpoint (with the buffer's lock held): it saves the buffer
         itself, not the locked view."""
         agent = self.agent
-        locked, agent.buffer = agent.buffer, self.buffer
+        locked = agent.buffer
+        agent.set_buffer(self.buffer)
         try:
             agent.write_checkpoint(agent.run_dir, replay=self.cfg.checkpoint_replay)
         finally:
-            agent.buffer = locked
+            agent.set_buffer(locked)
 
     def _record(self, ended: list[tuple[float, float]]) -> None:
         self.finished.extend(ended)
@@ -237,7 +238,7 @@ class ReplayFeed:
         agent = self.agent
         self.sampler.check()
         self.steps = steps = int(self.counters[STEPS])
-        agent.global_step = steps * self.world
+        agent.record_progress(steps=steps * self.world - agent.global_step)
         updated = False
         if agent.num_updates < self._due_at(steps):
             self._update(None)
@@ -281,7 +282,7 @@ class ReplayFeed:
                 )
         counters[full] = 0  # the slot may be refilled now
         self.steps += length * self.num_envs
-        agent.global_step = self.steps * self.world
+        agent.record_progress(steps=self.steps * self.world - agent.global_step)
         self._record(self._chunk_episodes())
         while agent.num_updates < self._due_at(self.steps):
             self._update(behaviour)
@@ -348,7 +349,8 @@ class ReplayFeed:
             measured = (
                 self.updates_done * self.cfg.batch_size / max(1, self.steps - self.learn_from)
             )
-            self.replay_ratio = self.agent.measured_replay_ratio = measured
+            self.replay_ratio = measured
+            self.agent.set_measured_replay_ratio(measured)
         self.sampler.stop(self.episodes)
 
     def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:

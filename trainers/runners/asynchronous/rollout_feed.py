@@ -141,8 +141,7 @@ class RolloutFeed:
         self.in_update = True
         metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
         counters[SLOT_STATE + slot] = 0  # the slot may be refilled now
-        agent.num_updates += 1
-        agent.global_step += agent.batch_size
+        agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
         if self.fixed_lag:  # not before batch m has taken update m - 1's weights
@@ -229,5 +228,5 @@ def num_batches_for(agent: Any, total_steps: int | None) -> int:
     else:
         num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
         agent.set_budget(num_batches * agent.batch_size)
-    agent.target_steps = agent.global_step + num_batches * agent.batch_size
+    agent.end_after_batches(num_batches)
     return num_batches

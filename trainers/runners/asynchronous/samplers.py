@@ -46,63 +46,49 @@ _MAX_PENDING_STEPS = 32
 
 
 class Actor:
-    """The DQN sampler's envs: ε-greedy steps with the weights last pulled, episodes counted."""
+    """The DQN sampler's envs, stepped by the algorithm's own acting policy and collector
+    (:class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy`) with the weights last pulled."""
 
     def __init__(self, spec: dict[str, Any], link: ChildLink) -> None:
+        from vecaccel.trainers.algos.exploration import EpsilonGreedy, TransitionCollector
         from vecaccel.trainers.envs import action_start, make_env_for_training
-        from vecaccel.trainers.episodes import EpisodeStats
         from vecaccel.trainers.seeding import seed_everything, split_seed
 
         # its own draws (e.g. noisy nets' noise), new ones for a resumed run
         seed_everything(split_seed(int(spec["env_seed"]), CHILD_SEED_KEY, spec["updates_at_start"]))
         self.link = link
-        self.network: torch.nn.Module = spec["network"]
-        self.support: torch.Tensor | None = spec["support"]
-        self.params = list(self.network.state_dict().values())
+        network: torch.nn.Module = spec["network"]
+        self.params = list(network.state_dict().values())
         cfg = spec["config"]
         self.epsilon = (cfg["start_epsilon"], cfg["end_epsilon"], spec["exploration_steps"])
-        self.envs = make_env_for_training(
+        envs = make_env_for_training(
             spec["env_id"],
             spec["num_envs"],
             backend=cfg["backend"],
             seed=cfg["seed"],
             autoreset_mode="SameStep",
         )
-        self.num_envs = self.envs.num_envs
         self.rng = np.random.default_rng(spec["env_seed"] + 1)
-        self.num_actions = int(spec["action_space"].n)
-        # a Discrete(n, start) env acts in start..start+n-1, the network's outputs are 0..n-1:
-        # the env and the replay buffer get the env's actions (as in DQN.act), and
-        # DQN.update moves them back before indexing the Q-values
-        self.action_start = action_start(spec["action_space"])
-        self.obs, _ = self.envs.reset(seed=spec["env_seed"])
-        self.episodes = EpisodeStats()
-        self.episodes.reset(self.num_envs)
+        policy = EpsilonGreedy(
+            network,
+            int(spec["action_space"].n),
+            action_start(spec["action_space"]),
+            spec["support"],
+        )
+        self.collector = TransitionCollector(envs, policy)
+        self.num_envs = self.collector.num_envs
+        self.collector.reset(seed=spec["env_seed"])
 
     def step(self, steps: int) -> tuple[tuple[Any, ...], list[tuple[float, float]]]:
         """One ε-greedy step of every env, ``steps`` env steps into the run: the transition
         ``(obs, actions, reward, terminated, truncated, final_obs)`` and the episodes it ended."""
         from vecaccel.trainers.schedules import linear_schedule
 
-        num_envs = self.num_envs
-        epsilon = linear_schedule(*self.epsilon, steps)
-        explore = self.rng.random(num_envs) < epsilon
-        actions = self.rng.integers(0, self.num_actions, size=num_envs)
-        obs = self.obs
-        if not explore.all():
-            with torch.no_grad():
-                out = self.network(torch.as_tensor(obs))
-                support = self.support
-                q = out if support is None else (torch.softmax(out, -1) * support).sum(-1)
-            actions = np.where(explore, actions, q.argmax(dim=1).numpy())
-        actions = actions + self.action_start
-        next_obs, reward, terminated, truncated, infos = self.envs.step(actions)
-        transition = (obs, actions, reward, terminated, truncated, infos.get("final_obs"))
-        self.obs = next_obs
-        return transition, self.episodes.record(reward, terminated | truncated, infos)
+        transition, finished = self.collector.step(linear_schedule(*self.epsilon, steps), self.rng)
+        return tuple(transition[:6]), finished
 
     def close(self) -> None:
-        self.envs.close()
+        self.collector.close()
 
 
 def replay_sampler_loop(spec: dict[str, Any]) -> None:

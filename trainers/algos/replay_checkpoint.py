@@ -1,4 +1,4 @@
-"""The DQN family's checkpoint: networks, optimizer, counters, RNG states and replay files.
+"""The off-policy family's checkpoint: networks, optimizer, counters, RNG states, replay files.
 
 The format is plain data (``weights_only`` loadable): the config, the observation space as
 shape, dtype and bounds, the online and target networks, Adam's state, the counters, every RNG
@@ -30,14 +30,20 @@ from vecaccel.trainers.config import config_from_dict, resolve_aliases
 from vecaccel.trainers.replay.files import write_replay
 from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state, split_seed
 
-__all__ = ["load_dqn", "replay_entry", "restore_counters", "save_dqn", "write_run_checkpoint"]
+__all__ = [
+    "load_off_policy",
+    "replay_entry",
+    "restore_counters",
+    "save_off_policy",
+    "write_run_checkpoint",
+]
 
 
-def save_dqn(
+def save_off_policy(
     agent: Any, path: Path, replay: bool, rank_replays: list[dict[str, Any]] | None
 ) -> Path:
-    """Write ``agent``'s checkpoint to ``path`` (see :meth:`DQN.save
-    <vecaccel.trainers.algos.dqn.DQN.save>`); replay files it no longer names are deleted."""
+    """Write ``agent``'s checkpoint to ``path`` (see :meth:`OffPolicyAlgorithm.save
+    <vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm.save>`); replay files it no longer names are deleted."""
     import gymnasium as gym
 
     space = agent.observation_space
@@ -91,8 +97,8 @@ def save_dqn(
 
 
 def write_run_checkpoint(agent: Any, run_dir: Path | None, replay: bool) -> Path | None:
-    """``agent``'s checkpoint in its run directory (see :meth:`DQN.write_checkpoint
-    <vecaccel.trainers.algos.dqn.DQN.write_checkpoint>`); every rank calls this."""
+    """``agent``'s checkpoint in its run directory (see :meth:`OffPolicyAlgorithm.write_checkpoint
+    <vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm.write_checkpoint>`); every rank calls this."""
     if agent.run_dir is None:  # no rank writes checkpoints: nothing to gather either
         return None
     # every rank writes its replay file into the run directory; rank 0 the checkpoint
@@ -173,9 +179,12 @@ def restore_counters(
     return rng_state, replay
 
 
-def load_dqn(cls: type, path: Path, env: Any, load_replay: bool, overrides: dict[str, Any]) -> Any:
+def load_off_policy(
+    cls: type, path: Path, env: Any, load_replay: bool, overrides: dict[str, Any]
+) -> Any:
     """A ``cls`` agent (DQN or a subclass) rebuilt from the checkpoint at ``path`` (see
-    :meth:`DQN.load <vecaccel.trainers.algos.dqn.DQN.load>`)."""
+    :meth:`OffPolicyAlgorithm.load
+    <vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm.load>`)."""
     import gymnasium as gym
 
     path = checkpoint_file(path)

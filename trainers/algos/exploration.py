@@ -1,0 +1,154 @@
+"""How the off-policy family acts and collects: one ε-greedy policy and one transition collector.
+
+:class:`EpsilonGreedy` is the acting policy of DQN, C51 and Rainbow (for the distributional
+variants it acts on the expectation of each action's return distribution). :class:`TransitionCollector`
+steps a ``SAME_STEP`` vector env with it, one vector step at a time, and counts the episodes
+that end. The synchronous runner collects through the algorithm's collector (which stores each
+step in the replay buffer); the asynchronous runner's sampler process builds its own collector
+around its copy of the network. Both therefore act, and draw their random numbers, alike.
+
+Example:
+    >>> import numpy as np, torch
+    >>> policy = EpsilonGreedy(torch.nn.Linear(4, 2), num_actions=2)
+    >>> rng = np.random.default_rng(0)
+    >>> policy(np.zeros((3, 4), dtype=np.float32), epsilon=1.0, rng=rng).shape
+    (3,)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from vecaccel.trainers.episodes import EpisodeCounter
+
+__all__ = ["EpsilonGreedy", "Transition", "TransitionCollector", "expected_q"]
+
+
+def expected_q(out: torch.Tensor, support: torch.Tensor | None) -> torch.Tensor:
+    """Q-values from a network's output: the output itself, or for a categorical head
+    (``[N, actions, atoms]`` logits on ``support``) the expectation of each distribution.
+
+    Example:
+        >>> expected_q(torch.zeros(1, 2, 3), torch.tensor([0.0, 1.0, 2.0]))
+        tensor([[1., 1.]])
+    """
+    if support is None:
+        return out
+    return (torch.softmax(out, dim=-1) * support).sum(-1)
+
+
+class EpsilonGreedy:
+    """ε-greedy actions of a Q-network, in the env's action numbering.
+
+    A ``Discrete(n, start)`` env acts in ``start..start+n-1`` while the network's outputs are
+    numbered from 0: the actions returned are the env's (the replay buffer stores those, and
+    the update moves them back before indexing the Q-values).
+
+    Args:
+        network: maps a ``[N, *obs_shape]`` tensor to Q-values (or categorical logits).
+        num_actions: ``n`` of the ``Discrete`` action space.
+        action_start: ``start`` of the action space.
+        support: the categorical support, or ``None`` for expected-value heads.
+        device: where observations go before the network sees them.
+    """
+
+    def __init__(
+        self,
+        network: torch.nn.Module,
+        num_actions: int,
+        action_start: int = 0,
+        support: torch.Tensor | None = None,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.network = network
+        self.num_actions = int(num_actions)
+        self.action_start = int(action_start)
+        self.support = support
+        self.device = torch.device(device)
+
+    @torch.no_grad()
+    def __call__(self, obs: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+        """Actions for the ``[N, ...]`` batch ``obs``: each random with probability ``epsilon``
+        (drawn from ``rng``), else the greedy one."""
+        n = obs.shape[0]
+        explore = rng.random(n) < epsilon
+        actions = rng.integers(0, self.num_actions, size=n)
+        if not explore.all():
+            q = expected_q(self.network(torch.as_tensor(obs, device=self.device)), self.support)
+            greedy = q.argmax(dim=1).cpu().numpy()
+            actions = np.where(explore, actions, greedy)
+        return actions + self.action_start
+
+
+class Transition(NamedTuple):
+    """One vector step of every env, as the replay buffer stores it.
+
+    Attributes:
+        obs: the observations acted on.
+        actions: the actions taken (the env's numbering).
+        reward: the rewards.
+        terminated: the envs whose episode terminated.
+        truncated: the envs whose episode was truncated.
+        final_obs: ``infos["final_obs"]`` (the true last observation of ended episodes).
+        active: a multi-agent env's rows whose agent was live, else ``None``.
+    """
+
+    obs: np.ndarray
+    actions: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: Any
+    active: np.ndarray | None
+
+
+class TransitionCollector:
+    """Steps a ``SAME_STEP`` vector env with an :class:`EpsilonGreedy` policy, one vector step
+    at a time, and counts the episodes that end.
+
+    Args:
+        envs: the vector env.
+        policy: the acting policy.
+
+    Attributes:
+        obs: the observations the envs are at (``None`` before :meth:`reset`).
+        episodes: the running returns and lengths of each env's episode.
+    """
+
+    def __init__(self, envs: Any, policy: EpsilonGreedy) -> None:
+        self.envs = envs
+        self.policy = policy
+        self.obs: np.ndarray | None = None
+        self.episodes = EpisodeCounter()
+
+    @property
+    def num_envs(self) -> int:
+        """Envs (rows) stepped together."""
+        return int(self.envs.num_envs)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Reset every env (``seed``: as ``envs.reset``); running episodes are dropped."""
+        self.obs, _ = self.envs.reset(seed=seed)
+        self.episodes.reset(self.num_envs)
+
+    def step(
+        self, epsilon: float, rng: np.random.Generator
+    ) -> tuple[Transition, list[tuple[float, float]]]:
+        """One ε-greedy step of every env: the transition, and the ``(return, length)`` of the
+        episodes that ended in it."""
+        obs = self.obs
+        actions = self.policy(obs, epsilon, rng)
+        next_obs, reward, terminated, truncated, infos = self.envs.step(actions)
+        active = infos.get("active")
+        transition = Transition(
+            obs, actions, reward, terminated, truncated, infos.get("final_obs"), active
+        )
+        self.obs = next_obs
+        return transition, self.episodes.record(reward, terminated | truncated, infos)
+
+    def close(self) -> None:
+        """Close the envs."""
+        self.envs.close()

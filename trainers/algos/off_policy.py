@@ -1,0 +1,485 @@
+"""The off-policy side of DQN, C51 and Rainbow: envs, replay buffer, target network, acting.
+
+:class:`OffPolicyAlgorithm` is the twin of :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`
+(as SB3's ``OffPolicyAlgorithm`` is of its ``OnPolicyAlgorithm``). It owns what the family shares:
+
+- the envs, a ``SAME_STEP`` vector env, so every step is a real transition and a truncated
+  episode bootstraps from its true final observation (``infos["final_obs"]``);
+- the replay buffer (n-step targets are computed at sample time, prioritized replay optional);
+- the online and target networks, the optimizer and the target update;
+- **one** acting policy, :class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy` (on the
+  expected return for distributional heads), and the collector that steps the envs with it;
+- checkpoints that hold the replay buffer too (``algos/replay_checkpoint.py``).
+
+A subclass holds its config, its network, its loss and ``update``. The loop is a runner's
+(:class:`~vecaccel.trainers.runners.sync.SyncRunner` or
+:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`); the sync runner
+collects through :meth:`OffPolicyAlgorithm.collect`, the asynchronous runner's sampler
+process through a :class:`~vecaccel.trainers.algos.exploration.TransitionCollector` of its own.
+
+Example:
+    >>> from vecaccel.trainers import DQN
+    >>> from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
+    >>> isinstance(DQN(env=None), OffPolicyAlgorithm)
+    True
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+
+from vecaccel.trainers import distributed
+from vecaccel.trainers.algos.base import Algorithm, Callback
+from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
+from vecaccel.trainers.algos.replay_checkpoint import (
+    load_off_policy,
+    save_off_policy,
+    write_run_checkpoint,
+)
+from vecaccel.trainers.checkpoint import check_env_matches
+from vecaccel.trainers.config import lr_scale
+from vecaccel.trainers.envs import check_tensor_spaces
+from vecaccel.trainers.models import check_observation_space
+from vecaccel.trainers.presets import AUTO
+from vecaccel.trainers.replay.buffer import ReplayBuffer, replay_buffer_kwargs
+from vecaccel.trainers.replay.files import restore_replay
+from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
+from vecaccel.trainers.schedules import linear_schedule
+
+__all__ = ["OffPolicyAlgorithm"]
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """Envs, replay buffer, networks, acting and checkpoints of the DQN family.
+
+    Args:
+        env: a Gymnasium id (``num_envs`` copies on ``backend``) or a
+            ``gymnasium.vector.VectorEnv`` created with ``autoreset_mode=AutoresetMode.SAME_STEP``;
+            ``None`` only for a loaded agent used to predict (or trained by the asynchronous
+            runner, whose sampler process has the envs).
+        config: a full config of the class's ``config_cls``; keyword arguments override its
+            fields.
+        preset: a name in the class's ``presets`` applied before ``**overrides`` (and over
+            ``config``); ``"auto"``, ``None`` and ``"none"`` as in
+            :meth:`Algorithm.preset_values`.
+        **overrides: config fields (``checkpoint_period`` and ``log_interval`` are accepted for
+            ``checkpoint_every`` and ``log_every_steps``).
+
+    Attributes:
+        config: the settings in force.
+        q_network: the online network; ``target_network`` its lagged copy.
+        policy: the acting policy (ε-greedy on ``q_network``).
+        collector: the :class:`TransitionCollector` stepping ``envs`` (``None`` without envs).
+        rng: the generator of exploration (and of nothing else).
+        episode_log: ``(env_step, return, length)`` of every finished episode.
+        buffer: the replay buffer (made by the first run).
+        loop_state: the runner's counters at the last checkpoint (saved with it).
+    """
+
+    family = "off_policy"
+    config: Any
+    #: the losses every update reports, reduced over ranks even on a rank that has none yet
+    loss_keys: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        env: str | gym.vector.VectorEnv | None = None,
+        config: Any = None,
+        preset: str | None = AUTO,
+        **overrides: Any,
+    ) -> None:
+        base = None if config is None else dataclasses.asdict(config)
+        values = self.preset_values(env, preset, overrides, base=base)
+        unknown = set(values) - {f.name for f in dataclasses.fields(self.config_cls)}
+        if unknown:
+            raise TypeError(f"unknown {type(self).__name__} settings: {sorted(unknown)}")
+        self._setup(values)
+        self.collector: TransitionCollector | None = None
+        if env is not None:
+            self.attach_env(env)
+            self.observation_space = self.envs.single_observation_space
+            self.action_space = self.envs.single_action_space
+        self.rng = np.random.default_rng(self.config.seed)
+        self.episode_log: list[tuple[int, float, float]] = []
+        self.buffer: ReplayBuffer | None = None
+        self.measured_replay_ratio: float | None = None
+        self.loop_state: dict[str, Any] | None = None
+        # a loaded agent's exact-resume state, and the replay file its checkpoint names (read
+        # when a buffer is made for it), both taken by the next run
+        self._resume: dict[str, Any] | None = None
+        self._pending_replay: tuple[Path, dict[str, Any]] | None = None
+        if self.observation_space is not None:
+            self.build_networks()
+
+    # -- what each algorithm provides -----------------------------------------------------------
+
+    @abc.abstractmethod
+    def make_q_network(self) -> torch.nn.Module:
+        """The online network for ``observation_space`` and ``action_space``."""
+
+    def make_support(self) -> torch.Tensor | None:
+        """The support of a categorical head (``None``: the network outputs Q-values)."""
+        return None
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
+        """Train on ``env``: an id (built on the config's backend) or a ``SAME_STEP`` vector env."""
+        self.env_id = env if isinstance(env, str) else getattr(env.spec, "id", None)
+        if isinstance(env, str):
+            self.envs = self.make_envs(env)
+            self.owns_envs = True
+        else:
+            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+            if mode is not AutoresetMode.SAME_STEP and mode != AutoresetMode.SAME_STEP.value:
+                raise ValueError(
+                    f"{type(self).__name__} needs a vector env created with "
+                    f"autoreset_mode=AutoresetMode.SAME_STEP (got {mode}), so that every step is "
+                    "a transition and truncated episodes bootstrap from infos['final_obs']"
+                )
+            self.envs = env
+        space = self.envs.single_action_space
+        try:
+            check_tensor_spaces(type(self).__name__, self.envs.single_observation_space, space)
+            if not isinstance(space, gym.spaces.Discrete):
+                raise TypeError(f"{type(self).__name__} needs a Discrete action space, got {space}")
+            check_observation_space(self.envs.single_observation_space)
+            if self.observation_space is not None:  # a loaded agent: its network must fit
+                check_env_matches(
+                    self.env_id,
+                    self.envs.single_observation_space,
+                    space,
+                    self.observation_space,
+                    self.action_space,
+                )
+        except (TypeError, ValueError):
+            if self.owns_envs:
+                self.envs.close()
+                self.envs = None
+            raise
+        if self.observation_space is not None:  # a loaded agent: its networks are built
+            self.collector = TransitionCollector(self.envs, self.policy)
+
+    def attach_spaces(
+        self, observation_space: gym.Space, action_space: gym.Space, env_id: str | None = None
+    ) -> None:
+        """Build the networks for these single-env spaces, without envs (they may live in
+        another process, as the asynchronous runner's sampler)."""
+        check_tensor_spaces(type(self).__name__, observation_space, action_space)
+        self.observation_space, self.action_space = observation_space, action_space
+        if env_id is not None:
+            self.env_id = env_id
+        self.build_networks()
+
+    def build_networks(self) -> None:
+        """The online and target networks, the optimizer, the support and the acting policy,
+        for the spaces set."""
+        cfg = self.config
+        self.q_network = self.make_q_network().to(self.device)
+        self.target_network = copy.deepcopy(self.q_network)
+        self.target_network.requires_grad_(False)
+        # the effective batch of an update is the sum of every rank's batch
+        self.lr_scale = lr_scale(
+            cfg.batch_size * self.world_size, cfg.base_batch_size, cfg.lr_scaling
+        )
+        self.learning_rate = cfg.learning_rate * self.lr_scale
+        try:  # the fused kernel cuts the per-parameter overhead that dominates small networks
+            self.optimizer = torch.optim.Adam(
+                self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps, fused=True
+            )
+        except (RuntimeError, TypeError):
+            self.optimizer = torch.optim.Adam(
+                self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps
+            )
+        # the loss goes through DistributedDataParallel when there are several ranks
+        self.train_network = distributed.wrap_model(self.q_network, self.device)
+        # wrapping broadcasts rank 0's parameters into the online network only: the target is
+        # copied from it again, or every rank would compute its TD targets with its own randomly
+        # initialised target network until the first target update (load() then overwrites
+        # both with the checkpoint's, which is the same on every rank)
+        self.target_network.load_state_dict(self.q_network.state_dict())
+        support = self.make_support()
+        self.support = None if support is None else support.to(self.device)
+        self.policy = EpsilonGreedy(
+            self.q_network,
+            int(self.action_space.n),
+            self.action_start,
+            self.support,
+            self.device,
+        )
+        if self.envs is not None:
+            self.collector = TransitionCollector(self.envs, self.policy)
+
+    def buffer_kwargs(self, num_envs: int) -> dict[str, Any]:
+        """The replay buffer's arguments (of this agent's buffer and of the asynchronous
+        runner's shared one, so that their checkpointed buffers fit each other)."""
+        return replay_buffer_kwargs(self.config, self.observation_space, num_envs)
+
+    def make_buffer(self, num_envs: int) -> ReplayBuffer:
+        """An empty replay buffer for ``num_envs`` envs, uniform or prioritized per the config."""
+        cls = PrioritizedReplayBuffer if self.config.prioritized else ReplayBuffer
+        return cls(self.observation_space, self.action_space, **self.buffer_kwargs(num_envs))
+
+    # -- acting and collecting ----------------------------------------------------------------
+
+    def act(self, obs: np.ndarray, epsilon: float) -> np.ndarray:
+        """ε-greedy actions of the env's space for the batch ``obs`` (see :attr:`policy`)."""
+        return self.policy(obs, epsilon, self.rng)
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, None]:
+        """Actions for ``obs`` (one observation or a batch), as SB3's ``predict``.
+
+        Args:
+            obs: an observation or a ``[N, *obs_shape]`` batch.
+            deterministic: greedy actions; otherwise ε-greedy with ``eval_epsilon``.
+
+        Returns:
+            ``(actions, None)``; a single action for a single observation.
+        """
+        obs = np.asarray(obs)
+        single = obs.shape == tuple(self.observation_space.shape)
+        batch = obs[None] if single else obs
+        epsilon = 0.0 if deterministic else self.config.eval_epsilon
+        actions = self.act(batch, epsilon)
+        return (actions[0] if single else actions), None
+
+    def epsilon(self, step: int, horizon: int) -> float:
+        """The exploration rate at env step ``step`` of a ``horizon``-step run."""
+        cfg = self.config
+        duration = cfg.exploration_steps or int(cfg.exploration_fraction * horizon)
+        return linear_schedule(cfg.start_epsilon, cfg.end_epsilon, duration, step)
+
+    @property
+    def last_obs(self) -> np.ndarray | None:
+        """The observations the envs are at, where the next run goes on from."""
+        return None if self.collector is None else self.collector.obs
+
+    def start_episodes(self, seed: int | None) -> None:
+        """Reset the envs (``seed``: as ``envs.reset``) and close the replay buffer's open
+        episodes, so that no transition links the old episodes to the new ones."""
+        self.buffer.end_episodes()
+        self.collector.reset(seed)
+
+    def collect(self, epsilon: float) -> tuple[Transition, list[tuple[float, float]]]:
+        """One ε-greedy vector step into the replay buffer: the transition and the
+        ``(return, length)`` of the episodes it ended.
+
+        A multi-agent env's rows whose agent is not live are no transitions: not stored.
+        """
+        transition, finished = self.collector.step(epsilon, self.rng)
+        self.buffer.add(*transition[:6], active=transition.active)
+        return transition, finished
+
+    # -- the update's other half ----------------------------------------------------------------
+
+    def sample_batch(self, progress: float) -> tuple[float, Any]:
+        """A training batch from the replay buffer, ``progress`` (0 to 1) into the run.
+
+        Returns:
+            ``(beta, batch)``: prioritized replay's importance-sampling exponent, annealed from
+            ``priority_beta_start`` to 1 over the run (unused without ``prioritized``), and the
+            batch.
+        """
+        cfg = self.config
+        beta = cfg.priority_beta_start + (1.0 - cfg.priority_beta_start) * min(1.0, progress)
+        if cfg.prioritized:
+            return beta, self.buffer.sample(cfg.batch_size, beta=beta)
+        return beta, self.buffer.sample(cfg.batch_size)
+
+    def update_target(self) -> None:
+        """Move the target network to the online one (a copy, or a ``tau`` blend)."""
+        tau = self.config.tau
+        with torch.no_grad():
+            for target, online in zip(
+                self.target_network.parameters(), self.q_network.parameters()
+            ):
+                if tau >= 1.0:
+                    target.copy_(online)
+                else:
+                    target.lerp_(online, tau)
+
+    # -- what the runner keeps between runs -----------------------------------------------------
+
+    def take_resume_state(self) -> dict[str, Any] | None:
+        """The exact-resume state of the checkpoint this agent was loaded from (its loop
+        counters and RNG states), once: the first run after loading takes it."""
+        resume, self._resume = self._resume, None
+        return resume
+
+    def restore_replay(self, buffer: ReplayBuffer) -> bool:
+        """Fill ``buffer`` from the replay file of the checkpoint this agent was loaded from, if
+        it names one not yet read; whether it did.
+
+        Raises:
+            CheckpointError: the file is missing or corrupt, or does not fit ``buffer``.
+        """
+        pending, self._pending_replay = self._pending_replay, None
+        if pending is None:
+            return False
+        restore_replay(buffer, *pending)
+        return True
+
+    def set_resume_point(
+        self,
+        checkpoint: Path,
+        replay: dict[str, Any] | None,
+        resume: dict[str, Any] | None,
+    ) -> None:
+        """Remember what a loaded checkpoint holds for the next run: the replay file it names
+        (read into the next buffer made) and its exact-resume state (loop counters, RNG states).
+        """
+        self._pending_replay = None if replay is None else (checkpoint, replay)
+        self._resume = resume
+
+    def restore_exploration(self, saw_episode_info: bool, rng_state: dict[str, Any]) -> None:
+        """Continue a loaded run's exploration exactly: its generator's state, and whether its
+        envs reported ``info["episode"]`` (then only that counts episodes)."""
+        self.collector.episodes.saw_info = bool(saw_episode_info)
+        self.rng.bit_generator.state = rng_state
+
+    def set_buffer(self, buffer: Any) -> None:
+        """Store and sample transitions in ``buffer`` from now on (the asynchronous runner's
+        shared one, say)."""
+        self.buffer = buffer
+
+    def set_loop_state(self, state: dict[str, Any]) -> None:
+        """Record the runner's loop counters (a
+        :class:`~vecaccel.trainers.runners.state.RunState` as plain data) for the checkpoints."""
+        self.loop_state = dict(state)
+
+    def set_measured_replay_ratio(self, ratio: float | None) -> None:
+        """Record the replay ratio the run in progress measured (see :attr:`replay_ratio`)."""
+        self.measured_replay_ratio = ratio
+
+    @property
+    def replay_ratio(self) -> float | None:
+        """The replay ratio measured over the last run (None before learning)."""
+        return self.measured_replay_ratio
+
+    def learn(
+        self,
+        total_steps: int | None = None,
+        reset_num_timesteps: bool = True,
+        callback: Callback | None = None,
+        *,
+        mode: str = "sync",
+        **async_options: Any,
+    ) -> OffPolicyAlgorithm:
+        """Collect ``total_steps`` env steps, training as the replay ratio prescribes.
+
+        With ``run_dir`` and ``checkpoint_every`` set, each periodic checkpoint is a restart
+        point: a loaded agent continues its run from there, on CPU bit-identical to a run never
+        interrupted (synchronous mode). The checkpoint written when ``learn`` ends (or is
+        stopped by SIGINT/SIGTERM) continues the run too, not identically; an error raised
+        inside the loop writes none. Under ``torchrun`` every rank saves its own replay buffer;
+        a run resumed on as many ranks gives each rank its own back.
+
+        Args:
+            total_steps: env steps to collect in this call; ``None`` finishes the run of the
+                checkpoint this agent was loaded from.
+            reset_num_timesteps: start the step count (and so the ε and β schedules and
+                ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
+            callback: ``callback(agent, metrics)`` after every vector step (``metrics``: the row
+                logged there, or ``{}``; ``callback(agent)`` works too); returning ``False``
+                stops training early, as SB3's callbacks do. Synchronous mode only.
+            mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: this process
+                steps the envs between updates) or ``"async"``
+                (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a sampler
+                process steps them while this one trains).
+            **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
+                <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
+                (``fixed_lag``, ``context``, ...).
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: ``total_steps`` is ``None`` but there is no unfinished loaded run, or
+                ``mode`` is neither ``"sync"`` nor ``"async"``.
+        """
+        from vecaccel.trainers.runners import run_in_mode
+
+        run_in_mode(
+            self,
+            mode,
+            total_steps,
+            callback=callback,
+            reset_num_timesteps=reset_num_timesteps,
+            **async_options,
+        )
+        return self
+
+    # -- saving and loading -------------------------------------------------------------------
+
+    def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
+        """Write ``run_dir/checkpoint.pt`` on rank 0 (other ranks may pass ``None``); on
+        several ranks every rank must call this.
+
+        With ``replay`` on several ranks, every rank writes its own replay buffer (each holds
+        different experience) and rank 0 names them all in the checkpoint, with each rank's
+        random generators, once they are written.
+        """
+        return write_run_checkpoint(self, run_dir, replay)
+
+    def save(
+        self,
+        path: str | Path,
+        replay: bool = False,
+        rank_replays: list[dict[str, Any]] | None = None,
+    ) -> Path:
+        """Write the config, networks, optimizer, counters and RNG states (atomically).
+
+        Args:
+            path: the checkpoint file.
+            replay: also write the replay buffer, to ``<stem>.replay-<step>-<id>.npz`` beside
+                ``path`` (its name and a matching id are recorded in the checkpoint); without
+                it (as in SB3) a loaded agent refills its buffer. Replay files no longer named
+                by the checkpoint at ``path`` are deleted once it is written.
+            rank_replays: (several ranks) the replay files every rank has written already,
+                with its generators' states, in rank order; the checkpoint names them all.
+
+        Returns:
+            The checkpoint's path.
+        """
+        return save_off_policy(self, Path(path), replay, rank_replays)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        env: str | gym.vector.VectorEnv | None = None,
+        load_replay: bool = True,
+        **overrides: Any,
+    ) -> Any:
+        """Rebuild an agent saved by :meth:`save`.
+
+        A checkpoint written with its replay buffer during :meth:`learn` (``checkpoint_replay``)
+        is a restart point: ``learn()`` without ``total_steps`` (or ``learn(remaining,
+        reset_num_timesteps=False)``) then continues its run exactly.
+
+        Args:
+            path: the checkpoint file, or the run directory holding ``checkpoint.pt``.
+            env: an env to go on training or to evaluate in (optional for ``predict``).
+            load_replay: read the replay buffer saved with the checkpoint (when it has one);
+                ``False`` starts with an empty buffer instead.
+            **overrides: config fields to change (``device``, ``run_dir``, ...).
+
+        Raises:
+            CheckpointError: the file is corrupt or truncated, or (with ``env``) the replay file
+                it names is missing, corrupt or from another checkpoint.
+        """
+        return load_off_policy(cls, Path(path), env, load_replay, overrides)
+
+    def close(self) -> None:
+        """Close the envs this agent built."""
+        super().close()
+        self.collector = None
