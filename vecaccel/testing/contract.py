@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -26,13 +27,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from gymnasium.vector.utils import concatenate, create_empty_array
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from vecaccel.errors import WorkerError
 from vecaccel.make import make_vec
 from vecaccel.manager import get_backend
 from vecaccel.testing.contract_envs import env_value, make_cartpole, make_dict_tuple
 from vecaccel.testing.leaks import LeakBaseline
+from vecaccel.vector import VecEnv
 
 __all__ = ["CONTRACT_ENVS", "NUM_ENVS", "STEPS", "check_backend"]
 
@@ -117,6 +119,9 @@ def check_backend(name: str, /, **options: Any) -> None:
             name, {**options, "copy": True}, "cartpole", CONTRACT_ENVS["cartpole"], mode
         )
         trajectory.run(steps=4, check_episodes=False)
+    # multiprocessing unlinks a spawn-context lock's semaphore when the lock object is
+    # collected: collect the closed vector envs' cycles before counting what is left
+    gc.collect()
     try:
         baseline.check()
     except AssertionError as exc:
@@ -168,10 +173,17 @@ def _difference(actual: Any, expected: Any, path: str) -> str | None:
             return f"{path} is {actual.tolist()!r}, expected {expected.tolist()!r}"
         return None
     if type(actual) is not type(expected):
-        return f"{path} is {actual!r} ({type(actual).__name__}), expected {expected!r}"
+        return (
+            f"{path} is {_show(actual)} ({type(actual).__name__}), expected {_show(expected)} "
+            f"({type(expected).__name__})"
+        )
     if actual != expected and not (actual != actual and expected != expected):  # NaN
-        return f"{path} is {actual!r}, expected {expected!r}"
+        return f"{path} is {_show(actual)}, expected {_show(expected)}"
     return None
+
+
+def _show(value: Any) -> str:
+    return repr(value.item() if isinstance(value, np.generic) else value)
 
 
 def _describe(value: Any) -> str:
@@ -189,6 +201,12 @@ def _item(space: gym.Space, batch: Any, position: int) -> Any:
     if isinstance(space, spaces.Tuple):
         return tuple(_item(sub, part, position) for sub, part in zip(space.spaces, batch))
     return batch[position]
+
+
+def _implements(envs: Any, method: str) -> bool:
+    """Whether ``envs`` has ``method``, beyond ``VecEnv``'s placeholder that raises."""
+    found = getattr(type(envs), method, None)
+    return found is not None and found is not getattr(VecEnv, method)
 
 
 def _batch_size(batch: Any) -> int:
@@ -349,6 +367,7 @@ class _Trajectory:
             #: terminated, truncated, info), reward and flags None for a reset result
             self.pending: list[tuple | None] = [None] * NUM_ENVS
             self.last_obs: list[Any] = [None] * NUM_ENVS
+            self.ended = np.zeros(NUM_ENVS, dtype=np.bool_)
             self.held = np.arange(0)
             self.lockstep = True
             yield envs
@@ -425,20 +444,29 @@ class _Trajectory:
         space = self.full.single_observation_space
         for position, index in enumerate(ids.tolist()):
             expected = self.pending[index]
-            got_obs = _item(space, obs, position)
-            parts = [("observation", got_obs, expected[0])]
+            # infos first: a missing final_obs says more than the observation that follows
+            parts = [("infos", _unbatch_info(infos, position), expected[4])]
+            parts.append(("observation", _item(space, obs, position), expected[0]))
             if expected[1] is not None and rewards is not None:
                 parts += [
                     ("reward", rewards[position], expected[1]),
                     ("terminated", terminated[position], expected[2]),
                     ("truncated", truncated[position], expected[3]),
                 ]
-            parts.append(("infos", _unbatch_info(infos, position), expected[4]))
             for label, got, want in parts:
                 found = _difference(got, want, label)
                 if found:
+                    if expected[1] is not None and self.ended[index]:
+                        found += ", on the step after the env's episode ended"
+                    if "final_obs" in expected[4] and "final_obs" not in parts[0][1]:
+                        found += (
+                            " (in SAME_STEP mode an env whose episode ends is reset in that "
+                            "step, its last observation and info in infos['final_obs'] and "
+                            "infos['final_info'])"
+                        )
                     raise self.fail(prop, f"{found} (as SyncVectorEnv returns it)", fix, index)
             self.last_obs[index] = expected[0]
+            self.ended[index] = expected[1] is not None and bool(expected[2] or expected[3])
             self.pending[index] = None
 
     def _compare_full(self, result: tuple, expected: tuple, prop: str, fix: str) -> None:
@@ -452,6 +480,17 @@ class _Trajectory:
         size = _batch_size(result[0])
         ids = self._returned_ids(result[-1], size)
         self._check_types(envs, result, size)
+        for attribute, single in (
+            ("observation_space", envs.single_observation_space),
+            ("action_space", envs.single_action_space),
+        ):
+            if getattr(envs, attribute, None) != batch_space(single, size):
+                raise self.fail(
+                    attribute,
+                    f"it is {getattr(envs, attribute, None)} for batches of {size} envs",
+                    "batch the single space over the envs each call returns "
+                    "(gymnasium.vector.utils.batch_space)",
+                )
         self.lockstep = self.lockstep and size == NUM_ENVS and ids.tolist() == list(range(size))
         expected_full = full()
         self._compare_envs(result, ids, prop, fix)
@@ -622,6 +661,7 @@ class _Trajectory:
         expect('call("add", x=1)', envs.call("add", x=1), tuple(range(2, n + 2)))
         envs.set_attr("value", 5)
         expect("set_attr with one value for all", envs.get_attr("value"), (5,) * n)
+        expect('get_attr("render_mode")', envs.get_attr("render_mode"), (None,) * n)
         expect(
             'get_attr("np_random_seed")',
             envs.get_attr("np_random_seed"),
@@ -637,7 +677,7 @@ class _Trajectory:
                 f"set_attr with 2 values for {n} envs was accepted",
                 "raise ValueError when the number of values is not num_envs",
             )
-        if hasattr(envs, "call_indices") and hasattr(envs, "set_attr_indices"):
+        if _implements(envs, "call_indices") and _implements(envs, "set_attr_indices"):
             envs.set_attr_indices("value", [7, 8], [2, 0])
             expect("set_attr_indices", envs.get_attr("value"), (8, 5, 7, 5))
             expect("call_indices", envs.call_indices("add", [2, 0], 100), (107, 108))
@@ -645,7 +685,18 @@ class _Trajectory:
                    (6, 8))  # fmt: skip
             expect("call with a lambda", envs.call(lambda e, k: e.get_wrapper_attr("value") * k, 2),
                    (16, 10, 14, 10))  # fmt: skip
-        has_indices = hasattr(envs, "call_indices")
+            try:
+                envs.call_indices("add", [n], 0)
+            except IndexError:
+                pass
+            else:
+                raise self.fail(
+                    "call/get_attr/set_attr",
+                    f"call_indices with index {n} of {n} envs was accepted",
+                    "raise IndexError for an env index out of range",
+                )
+        has_indices = _implements(envs, "call_indices")
+        before = envs.get_attr("value")
         try:
             if has_indices:
                 envs.call_indices("add", [1], "not a number")
@@ -672,7 +723,9 @@ class _Trajectory:
                 "an env's TypeError was swallowed",
                 "raise it as vecaccel.WorkerError",
             )
-        expect('get_attr("value") after a failed call', envs.get_attr("value")[0], 8)
+        expect('get_attr("value") after a failed call', envs.get_attr("value"), before)
+        self.step_label = "a step after a failed call"
+        self.step(envs, use_async=False)
 
     def _check_step_wait_without_step(self, envs: Any) -> None:
         self.step_label = "step_wait() with no step pending"
