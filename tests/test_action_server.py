@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 from helpers import assert_same
-from toy_envs import RaiseAt, SlowStep, counter_fns, make_cartpole, make_dict_tuple
+from toy_envs import RaiseAt, SlowStep
 
 import vecaccel
 from vecaccel.sampler import Sampler
+from vecaccel.testing.contract_envs import make_cartpole, make_dict_tuple
+from vecaccel.testing.envs import counter_fns
 
 torch.set_num_threads(1)
 

@@ -24,17 +24,15 @@ from helpers import (
     as_numpy,
     close_promptly,
     exit_worker,
-    leaked_shm,
     make_backend,
-    process_gone,
-    shm_entries,
-    wait_until,
     worker_pid,
     zeros,
 )
-from toy_envs import CounterEnv, ResetHangEnv, WrongShapeEnv, counter_fns
+from toy_envs import ResetHangEnv, WrongShapeEnv
 
 import vecaccel
+from vecaccel.testing.envs import CounterEnv, counter_fns
+from vecaccel.testing.leaks import leaked_shm, process_gone, shm_entries, wait_until
 
 pytestmark = pytest.mark.usefixtures("leak_check")
 
@@ -415,7 +413,7 @@ PARENT_SCRIPT = textwrap.dedent(
     import sys, time
     sys.path.insert(0, sys.argv[2])
     import vecaccel
-    from toy_envs import counter_fns
+    from vecaccel.testing.envs import counter_fns
     from helpers import worker_pid
 
     def main():

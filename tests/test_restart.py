@@ -13,20 +13,12 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import (
-    LONG_PROMPT,
-    NUM_ENVS,
-    as_numpy,
-    close_promptly,
-    make_backend,
-    process_gone,
-    wait_until,
-    worker_pid,
-    zeros,
-)
-from toy_envs import RebuildFailsEnv, WideSpacesEnv, counter_fns, tagged_counter
+from helpers import LONG_PROMPT, NUM_ENVS, as_numpy, close_promptly, make_backend, worker_pid, zeros
+from toy_envs import RebuildFailsEnv, tagged_counter
 
 import vecaccel
+from vecaccel.testing.envs import WideSpacesEnv, counter_fns
+from vecaccel.testing.leaks import process_gone, wait_until
 
 torch.set_num_threads(1)
 

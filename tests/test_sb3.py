@@ -35,7 +35,6 @@ from stable_baselines3.common.vec_env import (
     VecVideoRecorder,
 )
 from toy_envs import (
-    CounterEnv,
     CrashEnv,
     CurrentStepEnv,
     CustomGymEnv,
@@ -49,11 +48,11 @@ from toy_envs import (
     ShuffledDictEnv,
     StatefulInfoEnv,
     StepEnv,
-    counter_fns,
 )
 
 import vecaccel
 from vecaccel.sb3 import SB3VecEnv, VecAccelEnv, to_sb3
+from vecaccel.testing.envs import CounterEnv, counter_fns
 
 N_ENVS = 3
 
