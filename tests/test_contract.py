@@ -21,14 +21,38 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same
-from toy_envs import ShapeEnv, TextActionEnv, TextObsEnv
+from toy_envs import TextActionEnv, TextObsEnv
 
 import vecaccel
 from vecaccel.testing import check_backend
 from vecaccel.testing.contract_envs import make_cartpole, make_dict_tuple
 from vecaccel.testing.envs import CounterEnv, counter_fns
+
+
+class ShapeEnv(gym.Env):
+    """A constant env whose observation length and number of actions are parameters."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 7}
+
+    def __init__(self, obs_size: int = 3, num_actions: int = 2, render_mode: str | None = None):
+        self.observation_space = spaces.Box(-1.0, 1.0, (obs_size,), np.float32)
+        self.action_space = spaces.Discrete(num_actions)
+        self.render_mode = render_mode
+        self.obs_size = obs_size
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.full(self.obs_size, 0.5, np.float32), {}
+
+    def step(self, action):
+        return np.full(self.obs_size, 0.25, np.float32), float(action), False, False, {}
+
+    def render(self):
+        return np.full((2, 2, 3), 9, np.uint8)
+
 
 NUM_ENVS = 3
 

@@ -15,8 +15,10 @@ import textwrap
 import threading
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
 from helpers import (
     LONG_PROMPT,
     NUM_ENVS,
@@ -28,11 +30,52 @@ from helpers import (
     worker_pid,
     zeros,
 )
-from toy_envs import ResetHangEnv, WrongShapeEnv
 
 import vecaccel
 from vecaccel.testing.envs import CounterEnv, counter_fns
 from vecaccel.testing.leaks import leaked_shm, process_gone, shm_entries, wait_until
+
+
+class WrongShapeEnv(gym.Env):
+    """Observes ``Box(0, 10, (3,))``; with ``kind`` set, its steps return a wrong shape."""
+
+    WRONG = {
+        "scalar": lambda: np.float32(5.0),
+        "short": lambda: np.ones(1, dtype=np.float32),
+        "long": lambda: np.ones(4, dtype=np.float32),
+    }
+
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
+        self.observation_space = spaces.Box(0.0, 10.0, shape=(3,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, dtype=np.float32), {}
+
+    def step(self, action):
+        obs = self.WRONG[self.kind]() if self.kind else np.zeros(3, dtype=np.float32)
+        return obs, 0.0, False, False, {}
+
+
+class ResetHangEnv(CounterEnv):
+    """A ``CounterEnv`` whose reset hangs once a flag file appears (the file is taken first,
+    so the env rebuilt after its worker was killed resets normally)."""
+
+    def __init__(self, flag: str) -> None:
+        super().__init__()
+        self.flag = flag
+
+    def reset(self, *, seed=None, options=None):
+        try:
+            os.remove(self.flag)
+        except FileNotFoundError:
+            pass
+        else:
+            time.sleep(60)
+        return super().reset(seed=seed, options=options)
+
 
 pytestmark = pytest.mark.usefixtures("leak_check")
 

@@ -8,8 +8,9 @@ shared memory left behind, and :mod:`vecaccel.testing.action_server` the checks 
 ``action_server`` backend on a device.
 
 Example:
-    >>> from vecaccel.testing import check_backend
-    >>> check_backend("serial")
+    >>> from vecaccel.testing import CONTRACT_ENVS, NUM_ENVS
+    >>> NUM_ENVS, sorted(CONTRACT_ENVS)  # check_backend's vector envs: 4 of each of these
+    (4, ['cartpole', 'dict_tuple'])
 """
 
 from __future__ import annotations

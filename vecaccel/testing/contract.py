@@ -354,10 +354,8 @@ class _Trajectory:
             stack.callback(envs.close)
             self.full = SyncVectorEnv(fns, autoreset_mode=self.mode)
             stack.callback(self.full.close)
-            self.references = [SyncVectorEnv([self.env_fn], autoreset_mode=self.mode)]
-            self.references += [
-                SyncVectorEnv([self.env_fn], autoreset_mode=self.mode) for _ in fns[1:]
-            ]
+            #: one SyncVectorEnv per env, given the seeds and actions that env is given
+            self.references = [SyncVectorEnv([fn], autoreset_mode=self.mode) for fn in fns]
             for reference in self.references:
                 stack.callback(reference.close)
             self.action_spaces = [copy.deepcopy(self.full.single_action_space) for _ in fns]
