@@ -19,21 +19,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
-from helpers import (
-    LONG_PROMPT,
-    NUM_ENVS,
-    OPTIONS,
-    as_numpy,
-    close_promptly,
-    exit_worker,
-    make_backend,
-    worker_pid,
-    zeros,
-)
+from helpers import LONG_PROMPT, NUM_ENVS, OPTIONS, as_numpy, close_promptly, make_backend, zeros
 
 import vecaccel
 from vecaccel.testing.envs import CounterEnv, counter_fns
+from vecaccel.testing.envs import env_pid as worker_pid
 from vecaccel.testing.leaks import leaked_shm, process_gone, shm_entries, wait_until
+
+
+def exit_worker(env: gym.Env, code: int = 4) -> None:
+    """A function for ``call(fn)`` that ends the worker process at once."""
+    os._exit(code)
 
 
 class WrongShapeEnv(gym.Env):
@@ -457,7 +453,7 @@ PARENT_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[2])
     import vecaccel
     from vecaccel.testing.envs import counter_fns
-    from helpers import worker_pid
+    from vecaccel.testing.envs import env_pid as worker_pid
 
     def main():
         envs = vecaccel.make_vec(counter_fns(4), backend=sys.argv[3], num_workers=2,

@@ -20,11 +20,24 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import broken_plugin_site, run_vecaccel
+from helpers import run_vecaccel
 from toy_envs import FailingEnv, SlowEnv
 
 import vecaccel
 from vecaccel.manager import DEFAULT_PLUGINS, DISABLE_ENV_VAR, _reset_plugin_manager
+
+
+def broken_plugin_site(root, dist: str, entry_point: str, module: str):
+    """A folder to put on ``PYTHONPATH``: an installed distribution ``dist`` whose ``vecaccel``
+    entry point ``entry_point`` names ``module``, which raises at import."""
+    site = root / "site"
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[vecaccel]\n{entry_point} = {module}\n")
+    (site / f"{module}.py").write_text('raise RuntimeError("boom at import")\n')
+    return site
+
 
 torch.set_num_threads(1)
 

@@ -13,11 +13,12 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import LONG_PROMPT, NUM_ENVS, as_numpy, close_promptly, make_backend, worker_pid, zeros
+from helpers import LONG_PROMPT, NUM_ENVS, as_numpy, close_promptly, make_backend, zeros
 from toy_envs import tagged_counter
 
 import vecaccel
 from vecaccel.testing.envs import CounterEnv, WideSpacesEnv, counter_fns
+from vecaccel.testing.envs import env_pid as worker_pid
 from vecaccel.testing.leaks import process_gone, wait_until
 
 

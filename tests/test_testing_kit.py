@@ -99,6 +99,15 @@ class BrokenBackends:
             autoreset_modes=["SameStep"],
         )
 
+        registry.add("Recording", self._recording, "the serial backend, keeping its options")
+
+    #: the options each vector env of the ``Recording`` backend was built with
+    recorded: list[dict[str, Any]] = []
+
+    def _recording(self, env_fns, *, autoreset_mode, **options):
+        self.recorded.append(options)
+        return SerialVecEnv(env_fns, autoreset_mode=autoreset_mode)
+
     @staticmethod
     def _factory(cls: type[SerialVecEnv]):
         def factory(env_fns, *, autoreset_mode, **options):
@@ -147,6 +156,17 @@ def test_declared_autoreset_modes_are_the_ones_checked_and_built() -> None:
     check_backend("SameStepOnly")  # NEXT_STEP and DISABLED are not its to keep
     with pytest.raises(ValueError, match="does not implement autoreset_mode='NextStep'"):
         vecaccel.make_vec("CartPole-v1", 2, backend="SameStepOnly")
+
+
+@pytest.mark.usefixtures("broken_backends")
+def test_options_reach_the_backend_as_given() -> None:
+    BrokenBackends.recorded.clear()
+    check_backend("Recording", num_shards=2, placement={"a": [0, 1]})
+    assert BrokenBackends.recorded, "check_backend built no vector env"
+    assert all(
+        options == {"num_shards": 2, "placement": {"a": [0, 1]}}
+        for options in BrokenBackends.recorded
+    ), BrokenBackends.recorded
 
 
 def test_autoreset_modes_are_checked_at_registration() -> None:

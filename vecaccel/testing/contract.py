@@ -311,7 +311,7 @@ class _Trajectory:
             for t in range(steps):
                 if t == steps // 8:
                     self.step_label = f"masked reset before step {t}"
-                    self.masked_reset(envs, self.held[::2], seed=_MASKED_RESET_SEED)
+                    self.masked_reset(envs, self.held[::2], seed=_MASKED_RESET_SEED, tag=t)
                 if t == steps // 2:
                     seeds = [5 + 2 * i if i % 3 != 1 else None for i in range(NUM_ENVS)]
                     self.step_label = f"reset(seed={seeds}) before step {t}"
@@ -331,7 +331,7 @@ class _Trajectory:
                 ended += int(done.sum())
                 if self.mode is AutoresetMode.DISABLED and done.any():
                     self.step_label = f"masked reset of the envs that ended at step {t}"
-                    self.masked_reset(envs, self.held[done], seed=None)
+                    self.masked_reset(envs, self.held[done], seed=None, tag=t)
             if check_episodes and ended < 2:
                 raise self.fail(
                     "the trajectory",
@@ -522,7 +522,9 @@ class _Trajectory:
         obs, infos = self.full.reset(seed=seed)
         return (obs, None, None, None, infos)
 
-    def masked_reset(self, envs: Any, indices: np.ndarray, seed: int | None) -> None:
+    def masked_reset(self, envs: Any, indices: np.ndarray, seed: int | None, tag: int) -> None:
+        """Reset the envs ``indices`` with ``options={"reset_mask": ..., "tag": tag}``: the
+        envs are given ``{"tag": tag}`` (the dict-tuple env echoes it in its reset info)."""
         mask = np.zeros(NUM_ENVS, dtype=np.bool_)
         mask[indices] = True
         for index in self.held.tolist():
@@ -530,26 +532,26 @@ class _Trajectory:
                 reference = self.references[index]
                 env_seed = None if seed is None else seed + index
                 obs, infos = reference.reset(
-                    seed=env_seed, options={"reset_mask": np.ones(1, bool)}
+                    seed=env_seed, options={"reset_mask": np.ones(1, bool), "tag": tag}
                 )
                 self.pending[index] = (_item(reference.single_observation_space, obs, 0), None,
                                        None, None, _unbatch_info(infos, 0))  # fmt: skip
             else:
                 self.pending[index] = (self.last_obs[index], None, None, None, {})
-        result = envs.reset(seed=seed, options={"reset_mask": mask.copy()})
+        result = envs.reset(seed=seed, options={"reset_mask": mask.copy(), "tag": tag})
         self._after(
             envs,
             (result[0], None, None, None, result[1]),
             "masked reset",
             "reset exactly the envs in options['reset_mask'] (with seed + i), pass the other "
             "options on to them, and return the other envs' last observations unchanged",
-            lambda: self._full_masked_reset(seed, mask),
+            lambda: self._full_masked_reset(seed, mask, tag),
         )
 
-    def _full_masked_reset(self, seed: int | None, mask: np.ndarray) -> tuple:
+    def _full_masked_reset(self, seed: int | None, mask: np.ndarray, tag: int) -> tuple:
         if not self.lockstep:
             return ()
-        obs, infos = self.full.reset(seed=seed, options={"reset_mask": mask.copy()})
+        obs, infos = self.full.reset(seed=seed, options={"reset_mask": mask.copy(), "tag": tag})
         return (obs, None, None, None, infos)
 
     def step(self, envs: Any, use_async: bool) -> tuple:
