@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +22,26 @@ import numpy as np
 import pytest
 import torch
 from helpers import run_vecaccel
-from toy_envs import FailingEnv, SlowEnv
 
 import vecaccel
 from vecaccel.manager import DEFAULT_PLUGINS, DISABLE_ENV_VAR, _reset_plugin_manager
+
+
+class FailingEnv(gym.Wrapper):
+    """Raises in ``step`` once the env's ``fail_now`` is set."""
+
+    def step(self, action):
+        if self.get_wrapper_attr("fail_now"):
+            raise ValueError("boom")
+        return super().step(action)
+
+
+class SlowEnv(gym.Wrapper):
+    """Sleeps 0.3 s in every ``step``."""
+
+    def step(self, action):
+        time.sleep(0.3)
+        return super().step(action)
 
 
 def broken_plugin_site(root, dist: str, entry_point: str, module: str):

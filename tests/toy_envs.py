@@ -1,4 +1,6 @@
-"""The toy environments of the test suite, in one place.
+"""The toy environments that several test modules share (an env one module alone uses is
+defined in it; the envs benchmarks share with tests, and those ``check_backend`` runs on, are in
+:mod:`vecaccel.testing`).
 
 Everything here is module level so that env functions (``functools.partial`` of these classes
 and functions) pickle by reference under the ``spawn`` and ``forkserver`` start methods.
@@ -768,22 +770,6 @@ class BoundedActionEnv(gym.Env):
         BOUNDED_ACTIONS_SEEN.append(np.array(action, dtype=np.float64))
         self.t += 1
         return np.zeros(2, np.float32), -float(np.square(action).sum()), False, self.t >= 5, {}
-
-
-# -- envs that fail inside the process backends (used under fork) ---------------------------
-
-
-class FailingEnv(gym.Wrapper):
-    def step(self, action):
-        if self.get_wrapper_attr("fail_now"):
-            raise ValueError("boom")
-        return super().step(action)
-
-
-class SlowEnv(gym.Wrapper):
-    def step(self, action):
-        time.sleep(0.3)
-        return super().step(action)
 
 
 # -- envs that get stuck, for the errors that show a stuck worker's stack ---------------------
