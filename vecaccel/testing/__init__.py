@@ -1,8 +1,8 @@
 """A kit for testing vector envs and the backends that build them.
 
 :func:`check_backend` checks that a registered backend keeps the vector-env contract
-(:mod:`vecaccel.testing.contract`); :mod:`vecaccel.testing.contract_envs` holds the small envs it
-runs on, :mod:`vecaccel.testing.envs` small envs for tests and benchmarks (step counters, planted
+(:mod:`vecaccel.testing.contract`, comparing results with :mod:`vecaccel.testing.compare`);
+:mod:`vecaccel.testing.contract_envs` holds the small envs it runs on, :mod:`vecaccel.testing.envs` small envs for tests and benchmarks (step counters, planted
 faults, heavy-tailed step times), :mod:`vecaccel.testing.leaks` the probes for processes and
 shared memory left behind, and :mod:`vecaccel.testing.action_server` the checks of the
 ``action_server`` backend on a device.

@@ -25,13 +25,20 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from vecaccel.errors import WorkerError
 from vecaccel.make import make_vec
 from vecaccel.manager import get_backend
+from vecaccel.testing.compare import (
+    batch_size_of,
+    describe,
+    difference,
+    item_of,
+    leaf_problems,
+    unbatch_info,
+)
 from vecaccel.testing.contract_envs import env_value, make_cartpole, make_dict_tuple
 from vecaccel.testing.leaks import LeakBaseline
 from vecaccel.vector import VecEnv
@@ -132,128 +139,10 @@ def check_backend(name: str, /, **options: Any) -> None:
         ) from None
 
 
-# ---------------------------------------------------------------------------------------------
-# comparing results
-
-
-def _difference(actual: Any, expected: Any, path: str) -> str | None:
-    """The first difference between two results (trees of dicts, tuples and arrays), or
-    ``None``: same keys, types, dtypes, shapes and values (NaN equal to NaN)."""
-    if isinstance(expected, dict):
-        if not isinstance(actual, dict):
-            return f"{path} is {type(actual).__name__}, expected a dict"
-        if sorted(actual) != sorted(expected):
-            return f"{path} has keys {sorted(actual)}, expected {sorted(expected)}"
-        for key in expected:
-            found = _difference(actual[key], expected[key], f"{path}[{key!r}]")
-            if found:
-                return found
-        return None
-    if isinstance(expected, (tuple, list)):
-        if type(actual) is not type(expected) or len(actual) != len(expected):
-            return f"{path} is {_describe(actual)}, expected {_describe(expected)}"
-        for i, (a, b) in enumerate(zip(actual, expected)):
-            found = _difference(a, b, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    if isinstance(expected, np.ndarray):
-        if not isinstance(actual, np.ndarray):
-            return f"{path} is {_describe(actual)}, expected {_describe(expected)}"
-        if actual.dtype != expected.dtype or actual.shape != expected.shape:
-            return f"{path} is {_describe(actual)}, expected {_describe(expected)}"
-        if expected.dtype == object:
-            for index in np.ndindex(expected.shape):
-                found = _difference(actual[index], expected[index], f"{path}[{index}]")
-                if found:
-                    return found
-            return None
-        equal_nan = expected.dtype.kind in "fc"
-        if not np.array_equal(actual, expected, equal_nan=equal_nan):
-            return f"{path} is {actual.tolist()!r}, expected {expected.tolist()!r}"
-        return None
-    if type(actual) is not type(expected):
-        return (
-            f"{path} is {_show(actual)} ({type(actual).__name__}), expected {_show(expected)} "
-            f"({type(expected).__name__})"
-        )
-    if actual != expected and not (actual != actual and expected != expected):  # NaN
-        return f"{path} is {_show(actual)}, expected {_show(expected)}"
-    return None
-
-
-def _show(value: Any) -> str:
-    return repr(value.item() if isinstance(value, np.generic) else value)
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        return f"an array of dtype {value.dtype} and shape {value.shape}"
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of length {len(value)}"
-    return f"{type(value).__module__}.{type(value).__name__}"
-
-
-def _item(space: gym.Space, batch: Any, position: int) -> Any:
-    """The item of one env in a batch of ``space``."""
-    if isinstance(space, spaces.Dict):
-        return {key: _item(sub, batch[key], position) for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
-        return tuple(_item(sub, part, position) for sub, part in zip(space.spaces, batch))
-    return batch[position]
-
-
 def _implements(envs: Any, method: str) -> bool:
     """Whether ``envs`` has ``method``, beyond ``VecEnv``'s placeholder that raises."""
     found = getattr(type(envs), method, None)
     return found is not None and found is not getattr(VecEnv, method)
-
-
-def _batch_size(batch: Any) -> int:
-    """The number of envs in a batch: the length of its first leaf."""
-    while isinstance(batch, (dict, tuple)) and not (isinstance(batch, tuple) and not batch):
-        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
-    return len(batch)
-
-
-def _unbatch_info(infos: dict[str, Any], position: int) -> dict[str, Any]:
-    """What env ``position`` of a batch contributed to Gymnasium-batched infos."""
-    out: dict[str, Any] = {}
-    for key, value in infos.items():
-        if key.startswith("_") or key == "env_id":
-            continue
-        mask = infos.get(f"_{key}")
-        if mask is not None and not mask[position]:
-            continue
-        out[key] = _unbatch_info(value, position) if isinstance(value, dict) else value[position]
-    return out
-
-
-def _leaf_problems(space: gym.Space, value: Any, size: int, path: str) -> str | None:
-    """What is wrong with the dtype or shape of a batch of ``size`` items of ``space``."""
-    if isinstance(space, spaces.Dict):
-        if not isinstance(value, dict) or sorted(value) != sorted(space.spaces):
-            return f"{path} is {_describe(value)}, the space has keys {sorted(space.spaces)}"
-        for key, sub in space.spaces.items():
-            found = _leaf_problems(sub, value[key], size, f"{path}[{key!r}]")
-            if found:
-                return found
-        return None
-    if isinstance(space, spaces.Tuple):
-        if not isinstance(value, tuple) or len(value) != len(space.spaces):
-            return f"{path} is {_describe(value)}, the space is a Tuple of {len(space.spaces)}"
-        for i, (sub, part) in enumerate(zip(space.spaces, value)):
-            found = _leaf_problems(sub, part, size, f"{path}[{i}]")
-            if found:
-                return found
-        return None
-    shape = (size, *space.shape)
-    if not isinstance(value, np.ndarray) or value.dtype != space.dtype or value.shape != shape:
-        return (
-            f"{path} is {_describe(value)}, the space {space} says dtype {space.dtype} and "
-            f"shape {shape}"
-        )
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,7 +293,7 @@ class _Trajectory:
 
     def _returned_ids(self, infos: Any, size: int) -> np.ndarray:
         if not isinstance(infos, dict):
-            raise self.fail("infos", f"infos is {_describe(infos)}", "return infos as a dict")
+            raise self.fail("infos", f"infos is {describe(infos)}", "return infos as a dict")
         ids = infos.get("env_id")
         if ids is None:
             return np.arange(size)
@@ -418,7 +307,7 @@ class _Trajectory:
         return ids
 
     def _check_types(self, envs: Any, result: tuple, size: int) -> None:
-        problem = _leaf_problems(envs.single_observation_space, result[0], size, "observation")
+        problem = leaf_problems(envs.single_observation_space, result[0], size, "observation")
         for label, value, dtype in (
             ("rewards", result[1], np.float64),
             ("terminated", result[2], np.bool_),
@@ -427,7 +316,7 @@ class _Trajectory:
             if problem or value is None:
                 break
             if not isinstance(value, np.ndarray) or value.dtype != dtype or value.shape != (size,):
-                problem = f"{label} is {_describe(value)}, expected {np.dtype(dtype)} ({size},)"
+                problem = f"{label} is {describe(value)}, expected {np.dtype(dtype)} ({size},)"
         if problem:
             raise self.fail(
                 "dtypes and shapes",
@@ -443,8 +332,8 @@ class _Trajectory:
         for position, index in enumerate(ids.tolist()):
             expected = self.pending[index]
             # infos first: a missing final_obs says more than the observation that follows
-            parts = [("infos", _unbatch_info(infos, position), expected[4])]
-            parts.append(("observation", _item(space, obs, position), expected[0]))
+            parts = [("infos", unbatch_info(infos, position), expected[4])]
+            parts.append(("observation", item_of(space, obs, position), expected[0]))
             if expected[1] is not None and rewards is not None:
                 parts += [
                     ("reward", rewards[position], expected[1]),
@@ -452,7 +341,7 @@ class _Trajectory:
                     ("truncated", truncated[position], expected[3]),
                 ]
             for label, got, want in parts:
-                found = _difference(got, want, label)
+                found = difference(got, want, label)
                 if found:
                     if expected[1] is not None and self.ended[index]:
                         found += ", on the step after the env's episode ended"
@@ -470,12 +359,12 @@ class _Trajectory:
     def _compare_full(self, result: tuple, expected: tuple, prop: str, fix: str) -> None:
         """The whole batch (masks and info dtypes included) against ``SyncVectorEnv``'s."""
         infos = {key: value for key, value in result[4].items() if key != "env_id"}
-        found = _difference((*result[:4], infos), expected, "the result")
+        found = difference((*result[:4], infos), expected, "the result")
         if found:
             raise self.fail(prop, f"{found} (in SyncVectorEnv's batch)", fix)
 
     def _after(self, envs: Any, result: tuple, prop: str, fix: str, full: Callable[[], Any]):
-        size = _batch_size(result[0])
+        size = batch_size_of(result[0])
         ids = self._returned_ids(result[-1], size)
         self._check_types(envs, result, size)
         for attribute, single in (
@@ -504,11 +393,11 @@ class _Trajectory:
         )
         for index, reference in enumerate(self.references):
             obs, infos = reference.reset(seed=seeds[index])
-            self.pending[index] = (_item(reference.single_observation_space, obs, 0), None, None,
-                                   None, _unbatch_info(infos, 0))  # fmt: skip
+            self.pending[index] = (item_of(reference.single_observation_space, obs, 0), None, None,
+                                   None, unbatch_info(infos, 0))  # fmt: skip
         result = envs.reset(seed=seed)
         if not (isinstance(result, tuple) and len(result) == 2):
-            raise self.fail("reset", f"reset returned {_describe(result)}", "return (obs, infos)")
+            raise self.fail("reset", f"reset returned {describe(result)}", "return (obs, infos)")
         self._after(
             envs,
             (result[0], None, None, None, result[1]),
@@ -534,8 +423,8 @@ class _Trajectory:
                 obs, infos = reference.reset(
                     seed=env_seed, options={"reset_mask": np.ones(1, bool), "tag": tag}
                 )
-                self.pending[index] = (_item(reference.single_observation_space, obs, 0), None,
-                                       None, None, _unbatch_info(infos, 0))  # fmt: skip
+                self.pending[index] = (item_of(reference.single_observation_space, obs, 0), None,
+                                       None, None, unbatch_info(infos, 0))  # fmt: skip
             else:
                 self.pending[index] = (self.last_obs[index], None, None, None, {})
         result = envs.reset(seed=seed, options={"reset_mask": mask.copy(), "tag": tag})
@@ -564,11 +453,11 @@ class _Trajectory:
             batch = concatenate(space, [action], create_empty_array(space, 1))
             obs, rewards, terminated, truncated, infos = reference.step(batch)
             self.pending[index] = (
-                _item(reference.single_observation_space, obs, 0),
+                item_of(reference.single_observation_space, obs, 0),
                 rewards[0],
                 terminated[0],
                 truncated[0],
-                _unbatch_info(infos, 0),
+                unbatch_info(infos, 0),
             )
         if use_async:
             envs.step_async(copy.deepcopy(actions))
@@ -578,7 +467,7 @@ class _Trajectory:
         if not (isinstance(result, tuple) and len(result) == 5):
             raise self.fail(
                 "step",
-                f"step returned {_describe(result)}",
+                f"step returned {describe(result)}",
                 "return (obs, rewards, terminated, truncated, infos)",
             )
         how = "step_async/step_wait" if use_async else "step"
@@ -594,7 +483,7 @@ class _Trajectory:
     # -- the other properties ---------------------------------------------------------------
 
     def _check_not_overwritten(self, returned: tuple, saved: tuple) -> None:
-        found = _difference(returned, saved, "the previous step's result")
+        found = difference(returned, saved, "the previous step's result")
         if found:
             raise self.fail(
                 "returned arrays not overwritten by the next step",
