@@ -16,7 +16,7 @@ from vecaccel.manager import _reset_plugin_manager
 
 sys.path.insert(0, os.path.dirname(__file__))  # `import toy_envs`, also in spawned workers
 
-from helpers import LeakBaseline, child_pids, shm_entries, wait_until
+from vecaccel.testing.leaks import LeakBaseline, child_pids, shm_entries, wait_until
 
 #: Extra options each backend needs (or wants) in the contract tests. A backend not named here
 #: runs with no options, so a newly registered one is tested at once.
@@ -97,7 +97,7 @@ class LeakCheck:
         wait_until(lambda: not self.new_children(), timeout)
         leftover = self.new_children()
         assert not leftover, f"child processes left behind: {sorted(leftover)}"
-        from helpers import leaked_shm  # ignores entries that other jobs on the machine hold
+        from vecaccel.testing.leaks import leaked_shm
 
         new_shm = leaked_shm(self.shm)
         assert not new_shm, f"/dev/shm entries left behind: {sorted(new_shm)}"

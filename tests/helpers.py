@@ -17,10 +17,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecaccel.testing.leaks import (  # noqa: F401  (the suite's probes are the kit's)
-    LeakBaseline,
+# the benchmark scripts import these from here; test modules import them from the kit
+from vecaccel.testing.envs import env_pid as worker_pid  # noqa: F401
+from vecaccel.testing.leaks import (  # noqa: F401
     child_pids,
-    descendants,
     leaked_shm,
     open_fds,
     process_gone,
@@ -114,32 +114,6 @@ def reorder_batch(space: gym.Space, batch: Any, order: np.ndarray) -> Any:
     if is_fixed_leaf(space):
         return batch[order]
     return tuple(batch[i] for i in order)
-
-
-def worker_pid(env: gym.Env) -> int:
-    """A function for ``call(fn)``: the pid of the process the env lives in."""
-    return os.getpid()
-
-
-def exit_worker(env: gym.Env, code: int = 4) -> None:
-    """A function for ``call(fn)`` that ends the worker process at once."""
-    os._exit(code)
-
-
-def broken_plugin_site(root, dist: str, entry_point: str, module: str):
-    """A folder to put on ``PYTHONPATH``: an installed distribution ``dist`` whose ``vecaccel``
-    entry point ``entry_point`` names ``module``, which raises at import."""
-    site = root / "site"
-    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[vecaccel]\n{entry_point} = {module}\n")
-    (site / f"{module}.py").write_text('raise RuntimeError("boom at import")\n')
-    return site
-
-
-# ---------------------------------------------------------------------------------------------
-# leak checks on a machine shared with other jobs
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,16 +6,34 @@ from __future__ import annotations
 
 import functools
 import signal
+import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from helpers import assert_same
-from toy_envs import RaiseAt, SlowStep, counter_fns, make_cartpole, make_dict_tuple
+from toy_envs import RaiseAt
 
 import vecaccel
 from vecaccel.sampler import Sampler
+from vecaccel.testing.contract_envs import make_cartpole, make_dict_tuple
+from vecaccel.testing.envs import counter_fns
+
+
+class SlowStep(gym.Wrapper):
+    """CartPole whose ``sleep_at``-th step sleeps ``seconds`` (to time out / interrupt a step)."""
+
+    def __init__(self, env: gym.Env, sleep_at: int | None, seconds: float) -> None:
+        super().__init__(env)
+        self.sleep_at, self.seconds, self.count = sleep_at, seconds, 0
+
+    def step(self, action):
+        self.count += 1
+        if self.count == self.sleep_at:
+            time.sleep(self.seconds)
+        return self.env.step(action)
+
 
 torch.set_num_threads(1)
 

@@ -11,9 +11,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from toy_envs import make_cartpole, tagged_counter
+from toy_envs import tagged_counter
 
 import vecaccel
+from vecaccel.testing.contract_envs import make_cartpole
 
 torch.set_num_threads(1)
 

@@ -194,6 +194,25 @@ PYTHON_SNIPPETS = [
         60,
     ),
     (
+        "readme-check-backend",
+        "README.md",
+        'check_backend("serial")',
+        {},
+        "",
+        "",
+        90,
+    ),
+    (
+        "backends-check-backend",
+        "docs/backends.md",
+        "def test_async_keeps_the_contract(options):",
+        {},
+        "",
+        '\nif __name__ == "__main__":\n    for options in ({}, {"batch_size": 2}):\n'
+        "        test_async_keeps_the_contract(options)\n",
+        120,
+    ),
+    (
         "backends-async-send-recv",
         "docs/backends.md",
         "envs.send(envs.action_space.sample()[:4], env_ids)",

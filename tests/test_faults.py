@@ -15,26 +15,63 @@ import textwrap
 import threading
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
-from helpers import (
-    LONG_PROMPT,
-    NUM_ENVS,
-    OPTIONS,
-    as_numpy,
-    close_promptly,
-    exit_worker,
-    leaked_shm,
-    make_backend,
-    process_gone,
-    shm_entries,
-    wait_until,
-    worker_pid,
-    zeros,
-)
-from toy_envs import CounterEnv, ResetHangEnv, WrongShapeEnv, counter_fns
+from gymnasium import spaces
+from helpers import LONG_PROMPT, NUM_ENVS, OPTIONS, as_numpy, close_promptly, make_backend, zeros
 
 import vecaccel
+from vecaccel.testing.envs import CounterEnv, counter_fns
+from vecaccel.testing.envs import env_pid as worker_pid
+from vecaccel.testing.leaks import leaked_shm, process_gone, shm_entries, wait_until
+
+
+def exit_worker(env: gym.Env, code: int = 4) -> None:
+    """A function for ``call(fn)`` that ends the worker process at once."""
+    os._exit(code)
+
+
+class WrongShapeEnv(gym.Env):
+    """Observes ``Box(0, 10, (3,))``; with ``kind`` set, its steps return a wrong shape."""
+
+    WRONG = {
+        "scalar": lambda: np.float32(5.0),
+        "short": lambda: np.ones(1, dtype=np.float32),
+        "long": lambda: np.ones(4, dtype=np.float32),
+    }
+
+    def __init__(self, kind: str | None = None) -> None:
+        self.kind = kind
+        self.observation_space = spaces.Box(0.0, 10.0, shape=(3,), dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, dtype=np.float32), {}
+
+    def step(self, action):
+        obs = self.WRONG[self.kind]() if self.kind else np.zeros(3, dtype=np.float32)
+        return obs, 0.0, False, False, {}
+
+
+class ResetHangEnv(CounterEnv):
+    """A ``CounterEnv`` whose reset hangs once a flag file appears (the file is taken first,
+    so the env rebuilt after its worker was killed resets normally)."""
+
+    def __init__(self, flag: str) -> None:
+        super().__init__()
+        self.flag = flag
+
+    def reset(self, *, seed=None, options=None):
+        try:
+            os.remove(self.flag)
+        except FileNotFoundError:
+            pass
+        else:
+            time.sleep(60)
+        return super().reset(seed=seed, options=options)
+
 
 pytestmark = pytest.mark.usefixtures("leak_check")
 
@@ -415,8 +452,8 @@ PARENT_SCRIPT = textwrap.dedent(
     import sys, time
     sys.path.insert(0, sys.argv[2])
     import vecaccel
-    from toy_envs import counter_fns
-    from helpers import worker_pid
+    from vecaccel.testing.envs import counter_fns
+    from vecaccel.testing.envs import env_pid as worker_pid
 
     def main():
         envs = vecaccel.make_vec(counter_fns(4), backend=sys.argv[3], num_workers=2,

@@ -139,7 +139,8 @@ def test_spinning_workers_step_fail_and_close_cleanly(context, leak_check):
     import signal
     import time
 
-    from helpers import process_gone, wait_until, worker_pid
+    from vecaccel.testing.envs import env_pid as worker_pid
+    from vecaccel.testing.leaks import process_gone, wait_until
 
     options = dict(num_workers=2, context=context, autoreset_mode="SameStep")
     spinning = vecaccel.make_vec("CartPole-v1", 4, backend="shm", worker_spin_us=500_000, **options)

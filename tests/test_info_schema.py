@@ -22,16 +22,10 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same
-from toy_envs import (
-    ODD_INFOS,
-    SchemaInfoEnv,
-    make_pong,
-    schema_info,
-    schema_text_action,
-    schema_text_obs,
-)
+from toy_envs import TextActionEnv, TextObsEnv
 
 import vecaccel
 from vecaccel.vector import EnvRunner
@@ -45,6 +39,135 @@ from vecaccel.worker.info_schema import (
     info_fields,
 )
 from vecaccel.worker.replies import Replies
+
+
+def schema_info(tag: int, t: int) -> dict[str, Any]:
+    """The info :class:`SchemaInfoEnv` returns at step ``t`` of an episode: every kind of value
+    an info schema holds (Python and numpy scalars, arrays of several dtypes, a 0-d array)."""
+    return {
+        "count": t,
+        "ratio": t / 7,
+        "even": t % 2 == 0,
+        "score": np.float32(tag + t / 4),
+        "level": np.int16(tag - 2),
+        "pos": np.array([t, -t], dtype=np.float32),
+        "grid": (np.arange(6, dtype=np.uint8) + t).reshape(2, 3),
+        "scale": np.array(t * 1.5),
+    }
+
+
+#: How :class:`SchemaInfoEnv` makes an info differ from the schema now and then.
+ODD_INFOS = (
+    "extra",
+    "type",
+    "missing",
+    "renamed",
+    "order",
+    "shape",
+    "dtype",
+    "nested",
+    "text",
+    "empty",
+)
+
+
+class SchemaInfoEnv(gym.Env):
+    """Infos of one fixed schema, except every ``odd_every`` steps (shifted by ``tag``), where
+    they differ as ``odd`` says (see :data:`ODD_INFOS`). Episodes end every ``episode`` steps
+    (terminated, or truncated for odd tags); the reset info has a schema of its own. From its
+    ``switch_at``-th step on (over all episodes), every info has one more key: a new schema.
+    ``big`` adds an array too large for an env's block of the info area."""
+
+    def __init__(
+        self,
+        tag: int = 0,
+        odd_every: int = 0,
+        odd: str = "extra",
+        episode: int = 9,
+        switch_at: int = 0,
+        big: bool = False,
+    ):
+        self.observation_space = spaces.Box(-1e6, 1e6, (2,), np.float32)
+        self.action_space = spaces.Discrete(3)
+        self.tag, self.odd_every, self.odd, self.episode = tag, odd_every, odd, episode
+        self.switch_at, self.big = switch_at, big
+        self.t = self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.tag, 0], np.float32), {"tag": self.tag, "seeded": seed is not None}
+
+    def step(self, action):
+        self.t += 1
+        self.steps += 1
+        info = schema_info(self.tag, self.t)
+        info["count"] += int(action)
+        if self.switch_at and self.steps >= self.switch_at:
+            info["phase"] = 2
+        if self.big:
+            info["big"] = np.full(300, self.t, np.float64)
+        if self.odd_every and (self.t + self.tag) % self.odd_every == 0:
+            info = odd_info(info, self.odd, self.t)
+        end = self.t % self.episode == 0
+        obs = np.array([self.tag, self.t], np.float32)
+        return obs, float(self.t), end and self.tag % 2 == 0, end and self.tag % 2 == 1, info
+
+
+def odd_info(info: dict[str, Any], odd: str, t: int) -> dict[str, Any]:
+    """``info`` changed in the way ``odd`` names, so that it no longer fits its schema."""
+    info = dict(info)
+    if odd == "extra":
+        info["bonus"] = t
+    elif odd == "type":
+        info["count"] = float(info["count"])
+    elif odd == "missing":
+        del info["ratio"]
+    elif odd == "renamed":  # the same types in the same places, under another key
+        info = {("counter" if key == "count" else key): value for key, value in info.items()}
+    elif odd == "order":
+        info = dict(reversed(list(info.items())))
+    elif odd == "shape":
+        info["pos"] = np.zeros(3, np.float32)
+    elif odd == "dtype":
+        info["grid"] = info["grid"].astype(np.int64)
+    elif odd == "nested":
+        info["stats"] = {"t": t, "half": t / 2}
+    elif odd == "text":
+        info["note"] = f"step {t}"
+    elif odd == "empty":
+        info = {}
+    return info
+
+
+class SchemaInfos(gym.Wrapper):
+    """Gives any env :func:`schema_info`'s infos (for envs with leaves of no fixed size)."""
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, _ = self.env.step(action)
+        self.t += 1
+        return obs, reward, terminated, truncated, schema_info(0, self.t)
+
+
+def schema_text_obs() -> gym.Env:
+    return SchemaInfos(TextObsEnv())
+
+
+def schema_text_action() -> gym.Env:
+    return SchemaInfos(TextActionEnv())
+
+
+def make_pong(max_episode_steps: int | None = None) -> gym.Env:
+    """ALE Pong (frame skip 4, sticky actions), importable in a spawned worker too."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    return gym.make("ALE/Pong-v5", max_episode_steps=max_episode_steps)
+
 
 NUM_ENVS = 4
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
@@ -205,7 +328,6 @@ def test_slots_rebuild_each_value_with_its_type_and_batch_as_gymnasium_does():
 
 @pytest.mark.parametrize("odd", [o for o in ODD_INFOS if o != "empty"])
 def test_an_info_that_differs_is_refused_by_the_slots(odd):
-    from toy_envs import odd_info
 
     slots = InfoSlots(
         InfoSchema(1, info_fields(schema_info(0, 1))),

@@ -21,23 +21,11 @@ import time
 
 import numpy as np
 import pytest
-from helpers import (
-    NUM_ENVS,
-    as_numpy,
-    close_promptly,
-    descendants,
-    last_json,
-    leaked_shm,
-    make_backend,
-    process_gone,
-    run_child,
-    shm_entries,
-    wait_until,
-    zeros,
-)
-from toy_envs import counter_fns, env_pid, fault_env_fns
+from helpers import NUM_ENVS, as_numpy, close_promptly, last_json, make_backend, run_child, zeros
 
 import vecaccel
+from vecaccel.testing.envs import counter_fns, env_pid, fault_env_fns
+from vecaccel.testing.leaks import descendants, leaked_shm, process_gone, shm_entries, wait_until
 
 #: Bounds for things that must happen "at once"; generous, as the machine is shared. They catch
 #: hangs and orphans (a worker stuck in a 300 s step), not slowness.
@@ -54,8 +42,8 @@ CHILD_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import numpy as np
     import vecaccel
-    from toy_envs import env_pid, fault_env_fns
-    from helpers import leaked_shm
+    from vecaccel.testing.envs import env_pid, fault_env_fns
+    from vecaccel.testing.leaks import leaked_shm
 
     def make(backend, context):
         options = {"device": "cpu"} if backend == "action_server" else {}
@@ -317,7 +305,7 @@ INTERRUPTED_CALL_SCRIPT = textwrap.dedent(
     import json, os, signal, sys, threading, time
     sys.path.insert(0, sys.argv[1])
     import vecaccel
-    from toy_envs import fault_env_fns
+    from vecaccel.testing.envs import fault_env_fns
 
     def nap(env, seconds):
         time.sleep(seconds)
@@ -378,8 +366,8 @@ INTERRUPTED_STEP_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import numpy as np
     import vecaccel
-    from toy_envs import env_pid, fault_env_fns
-    from helpers import process_gone, wait_until
+    from vecaccel.testing.envs import env_pid, fault_env_fns
+    from vecaccel.testing.leaks import process_gone, wait_until
 
     def main():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C

@@ -21,22 +21,24 @@ import torch
 from helpers import (
     LONG_PROMPT,
     NUM_ENVS,
-    child_pids,
     close_promptly,
     last_json,
-    leaked_shm,
     make_backend,
-    open_fds,
-    process_gone,
     run_child,
-    shm_entries,
-    wait_until,
     worker_pid,
     zeros,
 )
-from toy_envs import WideSpacesEnv, counter_fns
 
 import vecaccel
+from vecaccel.testing.envs import WideSpacesEnv, counter_fns
+from vecaccel.testing.leaks import (
+    child_pids,
+    leaked_shm,
+    open_fds,
+    process_gone,
+    shm_entries,
+    wait_until,
+)
 from vecaccel.worker import process as worker_process
 
 torch.set_num_threads(1)
@@ -214,8 +216,8 @@ FORK_CHILD_SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     import numpy as np
     import vecaccel
-    from toy_envs import counter_fns
-    from helpers import process_gone, wait_until, worker_pid
+    from vecaccel.testing.envs import counter_fns, env_pid as worker_pid
+    from vecaccel.testing.leaks import process_gone, wait_until
 
     def main():
         context, backend = sys.argv[2], sys.argv[3]

@@ -7,6 +7,7 @@ where tensors are needed such spaces are refused up front.
 from __future__ import annotations
 
 import contextlib
+import copy
 import multiprocessing
 from functools import partial
 from typing import Any
@@ -21,7 +22,7 @@ from helpers import assert_same, reorder_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from space_strategies import payload_leaves, space_trees
-from toy_envs import PayloadSpaceEnv, TokenSpace, raising_payload_env
+from toy_envs import RaiseAt
 
 import vecaccel
 from vecaccel.payload_spaces import (
@@ -34,6 +35,82 @@ from vecaccel.payload_spaces import (
 )
 from vecaccel.spaces import PayloadLeaf, check_actions, item_reader, leaf_specs
 from vecaccel.worker import derived_seed
+
+
+class TokenSpace(spaces.Space):
+    """A space Gymnasium and vecaccel know nothing about: sets of up to ``size`` tokens."""
+
+    def __init__(self, tokens: tuple[str, ...] = ("go", "stop", "left", "right"), size: int = 2):
+        super().__init__(None, None)
+        self.tokens = tuple(tokens)
+        self.size = size
+
+    def sample(self, mask=None, probability=None) -> frozenset:
+        count = int(self.np_random.integers(self.size + 1))
+        return frozenset(self.np_random.choice(self.tokens, size=count, replace=False).tolist())
+
+    def contains(self, x) -> bool:
+        return isinstance(x, frozenset) and len(x) <= self.size and x <= set(self.tokens)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, TokenSpace)
+            and other.tokens == self.tokens
+            and other.size == self.size
+        )
+
+    def __repr__(self) -> str:
+        return f"TokenSpace({self.size})"
+
+
+def describe(value: Any) -> str:
+    """A deterministic text for any space's item (for an info echoing the action)."""
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype}{value.shape}{value.tolist()}"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (tuple, list)):
+        return "(" + ",".join(describe(v) for v in value) + ")"
+    if isinstance(value, frozenset):
+        return "{" + ",".join(sorted(value)) + "}"
+    return f"{type(value).__name__}:{value!r}"
+
+
+class PayloadSpaceEnv(gym.Env):
+    """Seeded samples of any space as observations; the info echoes the action as text (so a
+    wrongly delivered action shows in the comparison); episodes end at random."""
+
+    def __init__(self, obs_space, act_space, p_end: float = 0.3):
+        self.observation_space = obs_space
+        self.action_space = act_space
+        self._sampler = copy.deepcopy(obs_space)
+        self.p_end = p_end
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._sampler.seed(int(self.np_random.integers(2**31)))
+        self.t = 0
+        return self._sampler.sample(), {"start": int(self.np_random.integers(100))}
+
+    def step(self, action):
+        assert self.action_space.contains(action), (action, self.action_space)
+        self.t += 1
+        info: dict[str, Any] = {"action": describe(action)}
+        if self.t % 2:
+            info["odd"] = self.t
+        terminated = bool(self.np_random.random() < self.p_end)
+        return self._sampler.sample(), float(self.t), terminated, self.t % 5 == 0, info
+
+
+def raising_payload_env(obs_space, act_space, at: int) -> gym.Env:
+    """A :class:`PayloadSpaceEnv` whose ``at``-th step raises (each rebuilt one's too)."""
+    return RaiseAt(PayloadSpaceEnv(obs_space, act_space, p_end=0.0), at)
+
 
 NUM_ENVS = 3
 STEPS = 8

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,11 +21,40 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import broken_plugin_site, run_vecaccel
-from toy_envs import FailingEnv, SlowEnv
+from helpers import run_vecaccel
 
 import vecaccel
 from vecaccel.manager import DEFAULT_PLUGINS, DISABLE_ENV_VAR, _reset_plugin_manager
+
+
+class FailingEnv(gym.Wrapper):
+    """Raises in ``step`` once the env's ``fail_now`` is set."""
+
+    def step(self, action):
+        if self.get_wrapper_attr("fail_now"):
+            raise ValueError("boom")
+        return super().step(action)
+
+
+class SlowEnv(gym.Wrapper):
+    """Sleeps 0.3 s in every ``step``."""
+
+    def step(self, action):
+        time.sleep(0.3)
+        return super().step(action)
+
+
+def broken_plugin_site(root, dist: str, entry_point: str, module: str):
+    """A folder to put on ``PYTHONPATH``: an installed distribution ``dist`` whose ``vecaccel``
+    entry point ``entry_point`` names ``module``, which raises at import."""
+    site = root / "site"
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[vecaccel]\n{entry_point} = {module}\n")
+    (site / f"{module}.py").write_text('raise RuntimeError("boom at import")\n')
+    return site
+
 
 torch.set_num_threads(1)
 

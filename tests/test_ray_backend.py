@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 
 import vecaccel
-from tests.helpers import assert_same, descendants, wait_until
+from tests.helpers import assert_same
 from tests.ray_cluster import (
     RAY_NODE_ARGS,
     is_loopback,
     listening_addresses,
     loopback_namespace,
 )
-from tests.toy_envs import make_dict_tuple
+from vecaccel.testing.contract_envs import make_dict_tuple
 from vecaccel.testing.envs import CounterEnv
+from vecaccel.testing.leaks import descendants, wait_until
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402

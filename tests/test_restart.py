@@ -13,20 +13,23 @@ import time
 import numpy as np
 import pytest
 import torch
-from helpers import (
-    LONG_PROMPT,
-    NUM_ENVS,
-    as_numpy,
-    close_promptly,
-    make_backend,
-    process_gone,
-    wait_until,
-    worker_pid,
-    zeros,
-)
-from toy_envs import RebuildFailsEnv, WideSpacesEnv, counter_fns, tagged_counter
+from helpers import LONG_PROMPT, NUM_ENVS, as_numpy, close_promptly, make_backend, zeros
+from toy_envs import tagged_counter
 
 import vecaccel
+from vecaccel.testing.envs import CounterEnv, WideSpacesEnv, counter_fns
+from vecaccel.testing.envs import env_pid as worker_pid
+from vecaccel.testing.leaks import process_gone, wait_until
+
+
+class RebuildFailsEnv(CounterEnv):
+    """A ``CounterEnv`` whose constructor raises once ``flag`` exists: a rebuild fails."""
+
+    def __init__(self, flag: str) -> None:
+        if os.path.exists(flag):
+            raise ValueError("cannot rebuild: the flag is set")
+        super().__init__()
+
 
 torch.set_num_threads(1)
 

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from helpers import descendants, process_gone
+from vecaccel.testing.leaks import descendants, process_gone
 
 from vecaccel.bench import load_result
 

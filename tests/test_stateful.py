@@ -1,7 +1,7 @@
 """Stateful fuzzing of every backend.
 
-A ``hypothesis`` state machine drives one vector env of :class:`toy_envs.FaultEnv` through
-random interleavings of ``reset`` (seeded or not, masked), ``step``, ``step_async`` +
+A ``hypothesis`` state machine drives one vector env of :class:`vecaccel.testing.envs.FaultEnv`
+through random interleavings of ``reset`` (seeded or not, masked), ``step``, ``step_async`` +
 ``step_wait(timeout)``, waiting on a step that timed out, ``call``, ``set_attr``, bad actions,
 armed faults (an exception, ``os._exit``, SIGKILL, a segfault, a slow step) and ``close``
 followed by a new env, under both failure policies and both autoreset modes that return every
@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
-from helpers import child_pids, leaked_shm, open_fds, shm_entries, wait_until
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -43,9 +42,10 @@ from hypothesis.stateful import (
     invariant,
     rule,
 )
-from toy_envs import HARD_FAULTS, FaultEnv, env_state, fault_env_fns
 
 import vecaccel
+from vecaccel.testing.envs import HARD_FAULTS, FaultEnv, env_state, fault_env_fns
+from vecaccel.testing.leaks import child_pids, leaked_shm, open_fds, shm_entries, wait_until
 from vecaccel.vector import EnvRunner
 
 NUM_ENVS = 4

@@ -24,10 +24,12 @@ from functools import partial
 
 import numpy as np
 import pytest
-from helpers import CHILD_TIMEOUT, last_json, make_backend, open_fds, run_child, wait_until
-from toy_envs import CounterEnv, WaitingEnv, wait_in_constructor
+from helpers import CHILD_TIMEOUT, last_json, make_backend, run_child
+from toy_envs import WaitingEnv, wait_in_constructor
 
 import vecaccel
+from vecaccel.testing.envs import CounterEnv
+from vecaccel.testing.leaks import open_fds, wait_until
 
 
 def _have(*modules: str) -> bool:
@@ -133,7 +135,8 @@ CAP_SCRIPT = textwrap.dedent(
     import json, sys
     sys.path.insert(0, sys.argv[1])
     import vecaccel
-    from toy_envs import CounterEnv, Cv2ImportingEnv, cv2_threads, torch_threads
+    from toy_envs import Cv2ImportingEnv, cv2_threads, torch_threads
+    from vecaccel.testing.envs import CounterEnv
 
     def threads_in_workers(env_fn, fn, context, worker_threads):
         envs = vecaccel.make_vec([env_fn] * 2, backend="shm", num_workers=2, context=context,

@@ -1,4 +1,6 @@
-"""The toy environments of the test suite, in one place.
+"""The toy environments that several test modules share (an env one module alone uses is
+defined in it; the envs benchmarks share with tests, and those ``check_backend`` runs on, are in
+:mod:`vecaccel.testing`).
 
 Everything here is module level so that env functions (``functools.partial`` of these classes
 and functions) pickle by reference under the ``spawn`` and ``forkserver`` start methods.
@@ -7,7 +9,6 @@ and functions) pickle by reference under the ``spawn`` and ``forkserver`` start 
 from __future__ import annotations
 
 import copy
-import os
 import threading
 import time
 from typing import Any
@@ -16,129 +17,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from vecaccel.testing.envs import (  # noqa: F401  (the suite's envs are the kit's and these)
-    COUNTER_HARD_FAULTS,
-    FAULTS,
-    HARD_FAULTS,
-    CounterEnv,
-    FaultEnv,
-    HeavyTailEnv,
-    InjectedFault,
-    WideSpacesEnv,
-    arm,
-    counter_fns,
-    env_pid,
-    env_state,
-    fault_env_fns,
-)
-
-
-class DictTupleEnv(gym.Env):
-    """A seeded env with nested Dict/Tuple spaces, irregular infos and an ``rgb_array`` render.
-
-    Episodes end at random (terminated) and, through ``make_dict_tuple``, at a time limit.
-    """
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
-
-    def __init__(self, render_mode: str | None = None) -> None:
-        self.render_mode = render_mode
-        self.observation_space = spaces.Dict(
-            {
-                "position": spaces.Box(-100.0, 100.0, shape=(2,), dtype=np.float32),
-                "mode": spaces.Discrete(4, start=-1),
-                "flags": spaces.MultiBinary(3),
-                "pair": spaces.Tuple(
-                    (
-                        spaces.MultiDiscrete([3, 5]),
-                        spaces.Box(0, 255, shape=(2, 2), dtype=np.uint8),
-                    )
-                ),
-            }
-        )
-        self.action_space = spaces.Tuple(
-            (
-                spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
-                spaces.Dict({"choice": spaces.Discrete(3), "bits": spaces.MultiBinary(2)}),
-            )
-        )
-        self.value = 0  # read and written by get_attr/set_attr tests
-        self.t = 0
-        self.position = np.zeros(2, dtype=np.float32)
-
-    def add(self, x: int) -> int:
-        return self.value + x
-
-    def _obs(self) -> dict:
-        rng = self.np_random
-        return {
-            "position": self.position.copy(),
-            "mode": np.int64(self.t % 4 - 1),
-            "flags": rng.integers(0, 2, size=3, dtype=np.int8),
-            "pair": (
-                np.array([self.t % 3, int(rng.integers(0, 5))], dtype=np.int64),
-                rng.integers(0, 256, size=(2, 2), dtype=np.uint8),
-            ),
-        }
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        self.position = self.np_random.uniform(-1, 1, size=2).astype(np.float32)
-        info: dict[str, Any] = {"start": self.position.copy()}
-        if options and "tag" in options:
-            info["tag"] = options["tag"]
-        return self._obs(), info
-
-    def step(self, action):
-        move, discrete = action
-        self.t += 1
-        self.position = np.clip(self.position + move, -100, 100).astype(np.float32)
-        reward = float(discrete["choice"]) - float(np.sum(discrete["bits"])) * 0.5
-        terminated = bool(self.np_random.random() < 0.15)
-        info: dict[str, Any] = {"t": self.t}
-        if self.t % 2 == 0:
-            info["even"] = np.array([self.t, -self.t], dtype=np.int32)
-        if self.t % 3 == 0:
-            info["nested"] = {"third": float(self.t) / 3, "label": f"t{self.t}"}
-        return self._obs(), reward, terminated, False, info
-
-    def render(self):
-        if self.render_mode != "rgb_array":
-            return None
-        frame = np.zeros((6, 4, 3), dtype=np.uint8)
-        frame[..., 0] = self.t % 256
-        frame[0, 0] = (np.abs(self.position[0]) * 10) % 256
-        return frame
-
-
-def make_dict_tuple(max_episode_steps: int = 7, render_mode: str | None = None) -> gym.Env:
-    env = DictTupleEnv(render_mode=render_mode)
-    return gym.wrappers.TimeLimit(env, max_episode_steps=max_episode_steps)
-
-
-class InfoWrapper(gym.Wrapper):
-    """Adds irregular infos of several types to an env (ints, floats, arrays, objects)."""
-
-    def reset(self, *, seed=None, options=None):
-        obs, info = self.env.reset(seed=seed, options=options)
-        self.count = 0
-        return obs, {**info, "reset_count": np.int32(7)}
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self.count += 1
-        info = dict(info)
-        info["count"] = self.count
-        if self.count % 2:
-            info["odd"] = np.float32(self.count) / 2
-            info["label"] = f"step-{self.count}"
-        return obs, reward, terminated, truncated, info
-
-
-def make_cartpole(max_episode_steps: int = 10, infos: bool = True) -> gym.Env:
-    env = gym.make("CartPole-v1", max_episode_steps=max_episode_steps)
-    return InfoWrapper(env) if infos else env
+# CounterEnv is the base of envs below; the benchmark scripts import the others from here (test
+# modules import the kit's envs from the kit)
+from vecaccel.testing.envs import CounterEnv, HeavyTailEnv, counter_fns, fault_env_fns  # noqa: F401
 
 
 class EchoEnv(gym.Env):
@@ -155,11 +36,6 @@ class EchoEnv(gym.Env):
 
     def step(self, action):
         return action, 0.0, False, False, {}
-
-
-def env_value(env: gym.Env, offset: int = 0) -> int:
-    """A function for ``call_indices(fn, ...)``: reads ``value`` through the wrappers."""
-    return env.get_wrapper_attr("value") + offset
 
 
 # -- envs of the async and action-server tests: tagged counters, heavy-tailed step times ----
@@ -200,20 +76,6 @@ def tagged_counter(tag: int = 0, **kwargs) -> TaggedCounterEnv:
 # -- wrappers that slow down or fail a step ----------------------------------------------------
 
 
-class SlowStep(gym.Wrapper):
-    """CartPole whose ``sleep_at``-th step sleeps ``seconds`` (to time out / interrupt a step)."""
-
-    def __init__(self, env: gym.Env, sleep_at: int | None, seconds: float) -> None:
-        super().__init__(env)
-        self.sleep_at, self.seconds, self.count = sleep_at, seconds, 0
-
-    def step(self, action):
-        self.count += 1
-        if self.count == self.sleep_at:
-            time.sleep(self.seconds)
-        return self.env.step(action)
-
-
 class RaiseAt(gym.Wrapper):
     def __init__(self, env: gym.Env, at: int) -> None:
         super().__init__(env)
@@ -227,28 +89,6 @@ class RaiseAt(gym.Wrapper):
 
 
 # -- envs for the Gymnasium API parity checks -------------------------------------------------
-
-
-class ShapeEnv(gym.Env):
-    """A constant env whose observation length and number of actions are parameters."""
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 7}
-
-    def __init__(self, obs_size: int = 3, num_actions: int = 2, render_mode: str | None = None):
-        self.observation_space = spaces.Box(-1.0, 1.0, (obs_size,), np.float32)
-        self.action_space = spaces.Discrete(num_actions)
-        self.render_mode = render_mode
-        self.obs_size = obs_size
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.full(self.obs_size, 0.5, np.float32), {}
-
-    def step(self, action):
-        return np.full(self.obs_size, 0.25, np.float32), float(action), False, False, {}
-
-    def render(self):
-        return np.full((2, 2, 3), 9, np.uint8)
 
 
 class TextObsEnv(gym.Env):
@@ -932,72 +772,6 @@ class BoundedActionEnv(gym.Env):
         return np.zeros(2, np.float32), -float(np.square(action).sum()), False, self.t >= 5, {}
 
 
-# -- envs that fail inside the process backends (used under fork) ---------------------------
-
-
-class WrongShapeEnv(gym.Env):
-    """Observes ``Box(0, 10, (3,))``; with ``kind`` set, its steps return a wrong shape."""
-
-    WRONG = {
-        "scalar": lambda: np.float32(5.0),
-        "short": lambda: np.ones(1, dtype=np.float32),
-        "long": lambda: np.ones(4, dtype=np.float32),
-    }
-
-    def __init__(self, kind: str | None = None) -> None:
-        self.kind = kind
-        self.observation_space = spaces.Box(0.0, 10.0, shape=(3,), dtype=np.float32)
-        self.action_space = spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros(3, dtype=np.float32), {}
-
-    def step(self, action):
-        obs = self.WRONG[self.kind]() if self.kind else np.zeros(3, dtype=np.float32)
-        return obs, 0.0, False, False, {}
-
-
-class RebuildFailsEnv(CounterEnv):
-    """A ``CounterEnv`` whose constructor raises once ``flag`` exists: a rebuild fails."""
-
-    def __init__(self, flag: str) -> None:
-        if os.path.exists(flag):
-            raise ValueError("cannot rebuild: the flag is set")
-        super().__init__()
-
-
-class ResetHangEnv(CounterEnv):
-    """A ``CounterEnv`` whose reset hangs once a flag file appears (the file is taken first,
-    so the env rebuilt after its worker was killed resets normally)."""
-
-    def __init__(self, flag: str) -> None:
-        super().__init__()
-        self.flag = flag
-
-    def reset(self, *, seed=None, options=None):
-        try:
-            os.remove(self.flag)
-        except FileNotFoundError:
-            pass
-        else:
-            time.sleep(60)
-        return super().reset(seed=seed, options=options)
-
-
-class FailingEnv(gym.Wrapper):
-    def step(self, action):
-        if self.get_wrapper_attr("fail_now"):
-            raise ValueError("boom")
-        return super().step(action)
-
-
-class SlowEnv(gym.Wrapper):
-    def step(self, action):
-        time.sleep(0.3)
-        return super().step(action)
-
-
 # -- envs that get stuck, for the errors that show a stuck worker's stack ---------------------
 
 
@@ -1048,212 +822,3 @@ def torch_threads(env: gym.Env) -> int:
     import torch
 
     return torch.get_num_threads()
-
-
-# -- spaces with leaves of no fixed size (Text, Graph, Sequence, OneOf, a custom space) -------
-
-
-class TokenSpace(spaces.Space):
-    """A space Gymnasium and vecaccel know nothing about: sets of up to ``size`` tokens."""
-
-    def __init__(self, tokens: tuple[str, ...] = ("go", "stop", "left", "right"), size: int = 2):
-        super().__init__(None, None)
-        self.tokens = tuple(tokens)
-        self.size = size
-
-    def sample(self, mask=None, probability=None) -> frozenset:
-        count = int(self.np_random.integers(self.size + 1))
-        return frozenset(self.np_random.choice(self.tokens, size=count, replace=False).tolist())
-
-    def contains(self, x) -> bool:
-        return isinstance(x, frozenset) and len(x) <= self.size and x <= set(self.tokens)
-
-    @property
-    def is_np_flattenable(self) -> bool:
-        return False
-
-    def __eq__(self, other) -> bool:
-        return (
-            isinstance(other, TokenSpace)
-            and other.tokens == self.tokens
-            and other.size == self.size
-        )
-
-    def __repr__(self) -> str:
-        return f"TokenSpace({self.size})"
-
-
-def describe(value: Any) -> str:
-    """A deterministic text for any space's item (for an info echoing the action)."""
-    if isinstance(value, np.ndarray):
-        return f"{value.dtype}{value.shape}{value.tolist()}"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{describe(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (tuple, list)):
-        return "(" + ",".join(describe(v) for v in value) + ")"
-    if isinstance(value, frozenset):
-        return "{" + ",".join(sorted(value)) + "}"
-    return f"{type(value).__name__}:{value!r}"
-
-
-class PayloadSpaceEnv(gym.Env):
-    """Seeded samples of any space as observations; the info echoes the action as text (so a
-    wrongly delivered action shows in the comparison); episodes end at random."""
-
-    def __init__(self, obs_space, act_space, p_end: float = 0.3):
-        self.observation_space = obs_space
-        self.action_space = act_space
-        self._sampler = copy.deepcopy(obs_space)
-        self.p_end = p_end
-        self.t = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self._sampler.seed(int(self.np_random.integers(2**31)))
-        self.t = 0
-        return self._sampler.sample(), {"start": int(self.np_random.integers(100))}
-
-    def step(self, action):
-        assert self.action_space.contains(action), (action, self.action_space)
-        self.t += 1
-        info: dict[str, Any] = {"action": describe(action)}
-        if self.t % 2:
-            info["odd"] = self.t
-        terminated = bool(self.np_random.random() < self.p_end)
-        return self._sampler.sample(), float(self.t), terminated, self.t % 5 == 0, info
-
-
-def raising_payload_env(obs_space, act_space, at: int) -> gym.Env:
-    """A :class:`PayloadSpaceEnv` whose ``at``-th step raises (each rebuilt one's too)."""
-    return RaiseAt(PayloadSpaceEnv(obs_space, act_space, p_end=0.0), at)
-
-
-# -- infos of a fixed schema (shared-memory info slots) --------------------------------------
-
-
-def schema_info(tag: int, t: int) -> dict[str, Any]:
-    """The info :class:`SchemaInfoEnv` returns at step ``t`` of an episode: every kind of value
-    an info schema holds (Python and numpy scalars, arrays of several dtypes, a 0-d array)."""
-    return {
-        "count": t,
-        "ratio": t / 7,
-        "even": t % 2 == 0,
-        "score": np.float32(tag + t / 4),
-        "level": np.int16(tag - 2),
-        "pos": np.array([t, -t], dtype=np.float32),
-        "grid": (np.arange(6, dtype=np.uint8) + t).reshape(2, 3),
-        "scale": np.array(t * 1.5),
-    }
-
-
-#: How :class:`SchemaInfoEnv` makes an info differ from the schema now and then.
-ODD_INFOS = (
-    "extra",
-    "type",
-    "missing",
-    "renamed",
-    "order",
-    "shape",
-    "dtype",
-    "nested",
-    "text",
-    "empty",
-)
-
-
-class SchemaInfoEnv(gym.Env):
-    """Infos of one fixed schema, except every ``odd_every`` steps (shifted by ``tag``), where
-    they differ as ``odd`` says (see :data:`ODD_INFOS`). Episodes end every ``episode`` steps
-    (terminated, or truncated for odd tags); the reset info has a schema of its own. From its
-    ``switch_at``-th step on (over all episodes), every info has one more key: a new schema.
-    ``big`` adds an array too large for an env's block of the info area."""
-
-    def __init__(
-        self,
-        tag: int = 0,
-        odd_every: int = 0,
-        odd: str = "extra",
-        episode: int = 9,
-        switch_at: int = 0,
-        big: bool = False,
-    ):
-        self.observation_space = spaces.Box(-1e6, 1e6, (2,), np.float32)
-        self.action_space = spaces.Discrete(3)
-        self.tag, self.odd_every, self.odd, self.episode = tag, odd_every, odd, episode
-        self.switch_at, self.big = switch_at, big
-        self.t = self.steps = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.array([self.tag, 0], np.float32), {"tag": self.tag, "seeded": seed is not None}
-
-    def step(self, action):
-        self.t += 1
-        self.steps += 1
-        info = schema_info(self.tag, self.t)
-        info["count"] += int(action)
-        if self.switch_at and self.steps >= self.switch_at:
-            info["phase"] = 2
-        if self.big:
-            info["big"] = np.full(300, self.t, np.float64)
-        if self.odd_every and (self.t + self.tag) % self.odd_every == 0:
-            info = odd_info(info, self.odd, self.t)
-        end = self.t % self.episode == 0
-        obs = np.array([self.tag, self.t], np.float32)
-        return obs, float(self.t), end and self.tag % 2 == 0, end and self.tag % 2 == 1, info
-
-
-def odd_info(info: dict[str, Any], odd: str, t: int) -> dict[str, Any]:
-    """``info`` changed in the way ``odd`` names, so that it no longer fits its schema."""
-    info = dict(info)
-    if odd == "extra":
-        info["bonus"] = t
-    elif odd == "type":
-        info["count"] = float(info["count"])
-    elif odd == "missing":
-        del info["ratio"]
-    elif odd == "renamed":  # the same types in the same places, under another key
-        info = {("counter" if key == "count" else key): value for key, value in info.items()}
-    elif odd == "order":
-        info = dict(reversed(list(info.items())))
-    elif odd == "shape":
-        info["pos"] = np.zeros(3, np.float32)
-    elif odd == "dtype":
-        info["grid"] = info["grid"].astype(np.int64)
-    elif odd == "nested":
-        info["stats"] = {"t": t, "half": t / 2}
-    elif odd == "text":
-        info["note"] = f"step {t}"
-    elif odd == "empty":
-        info = {}
-    return info
-
-
-class SchemaInfos(gym.Wrapper):
-    """Gives any env :func:`schema_info`'s infos (for envs with leaves of no fixed size)."""
-
-    def reset(self, *, seed=None, options=None):
-        self.t = 0
-        return self.env.reset(seed=seed, options=options)
-
-    def step(self, action):
-        obs, reward, terminated, truncated, _ = self.env.step(action)
-        self.t += 1
-        return obs, reward, terminated, truncated, schema_info(0, self.t)
-
-
-def schema_text_obs() -> gym.Env:
-    return SchemaInfos(TextObsEnv())
-
-
-def schema_text_action() -> gym.Env:
-    return SchemaInfos(TextActionEnv())
-
-
-def make_pong(max_episode_steps: int | None = None) -> gym.Env:
-    """ALE Pong (frame skip 4, sticky actions), importable in a spawned worker too."""
-    import ale_py
-
-    gym.register_envs(ale_py)
-    return gym.make("ALE/Pong-v5", max_episode_steps=max_episode_steps)

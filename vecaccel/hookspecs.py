@@ -28,8 +28,9 @@ def vecaccel_register_backends(registry: BackendRegistry) -> None:
     the plugin in a note, and a name registered before is a ``ValueError`` naming both plugins.
 
     Args:
-        registry: call ``registry.add(name, factory, description="", options=None)`` for each
-            backend. ``env_fns`` is a list of zero-argument callables that each return a
+        registry: call ``registry.add(name, factory, description="", options=None,
+            autoreset_modes=None)`` for each backend (``autoreset_modes``: the Gymnasium modes
+            it implements, all three unless it says otherwise). ``env_fns`` is a list of zero-argument callables that each return a
             ``gymnasium.Env``, and the factory returns a ``gymnasium.vector.VectorEnv``. A
             backend that declares its options (a :class:`vecaccel.options.BackendOptions`
             subclass) has them checked by ``make_vec`` and is called as

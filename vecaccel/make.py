@@ -221,6 +221,13 @@ def _build(
     options: dict[str, Any],
 ) -> gym.vector.VectorEnv:
     info, checked = backend
+    mode = parse_autoreset_mode(autoreset_mode)
+    if mode not in info.autoreset_modes:
+        claimed = ", ".join(m.value for m in info.autoreset_modes)
+        raise ValueError(
+            f"backend {info.name!r} does not implement autoreset_mode={mode.value!r}; it "
+            f"implements: {claimed}"
+        )
     if checked is None:  # a backend that declares no options gets them as given
         return info.factory(env_fns, autoreset_mode=autoreset_mode, **options)
     return info.factory(env_fns, autoreset_mode=autoreset_mode, options=checked)

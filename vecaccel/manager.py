@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pluggy
+from gymnasium.vector import AutoresetMode
 
 from vecaccel import hookspecs
 from vecaccel.options import BackendOptions
@@ -68,6 +69,9 @@ class BackendInfo:
     plugin: str
     options: type[BackendOptions] | None = None
     """The backend's options, checked by ``make_vec``; ``None``: passed on unchecked."""
+    autoreset_modes: tuple[AutoresetMode, ...] = tuple(AutoresetMode)
+    """The autoreset modes the backend implements; ``make_vec`` refuses the others, and
+    :func:`vecaccel.testing.check_backend` checks each of these against ``SyncVectorEnv``."""
 
 
 class BackendRegistry(Mapping[str, BackendInfo]):
@@ -91,6 +95,7 @@ class BackendRegistry(Mapping[str, BackendInfo]):
         description: str = "",
         *,
         options: type[BackendOptions] | None = None,
+        autoreset_modes: Iterable[AutoresetMode | str] | None = None,
     ) -> None:
         """Register ``factory`` under ``name``.
 
@@ -104,9 +109,12 @@ class BackendRegistry(Mapping[str, BackendInfo]):
             options: a :class:`vecaccel.options.BackendOptions` subclass declaring the
                 backend's options, so that ``make_vec`` checks them (aliases, misspellings,
                 values) before the backend starts anything.
+            autoreset_modes: the Gymnasium autoreset modes the backend implements (default:
+                all three); ``make_vec`` refuses any other with a ``ValueError``.
 
         Raises:
-            ValueError: if ``name`` is taken by another plugin or is not a non-empty string.
+            ValueError: if ``name`` is taken by another plugin or is not a non-empty string,
+                or ``autoreset_modes`` is empty or names an unknown mode.
             TypeError: if ``factory`` is not callable, or ``options`` not a ``BackendOptions``
                 subclass.
         """
@@ -120,6 +128,7 @@ class BackendRegistry(Mapping[str, BackendInfo]):
             raise TypeError(
                 f"backend {name!r}: options must be a BackendOptions subclass, got {options!r}"
             )
+        modes = _autoreset_modes(name, autoreset_modes)
         if name in self._backends:
             other = self._backends[name].plugin
             raise ValueError(
@@ -127,7 +136,7 @@ class BackendRegistry(Mapping[str, BackendInfo]):
                 f"); set {DISABLE_ENV_VAR}={self._current_plugin} to leave the second one out"
             )
         self._backends[name] = BackendInfo(
-            name, factory, description, self._current_plugin, options
+            name, factory, description, self._current_plugin, options, modes
         )
 
     def __getitem__(self, name: str) -> BackendInfo:
@@ -138,6 +147,27 @@ class BackendRegistry(Mapping[str, BackendInfo]):
 
     def __len__(self) -> int:
         return len(self._backends)
+
+
+def _autoreset_modes(
+    name: str, modes: Iterable[AutoresetMode | str] | None
+) -> tuple[AutoresetMode, ...]:
+    if modes is None:
+        return tuple(AutoresetMode)
+    if isinstance(modes, (str, AutoresetMode)):
+        modes = [modes]
+    parsed: list[AutoresetMode] = []
+    for mode in modes:
+        try:
+            parsed.append(AutoresetMode(mode))
+        except ValueError:
+            valid = ", ".join(m.value for m in AutoresetMode)
+            raise ValueError(
+                f"backend {name!r}: unknown autoreset mode {mode!r}; valid: {valid}"
+            ) from None
+    if not parsed:
+        raise ValueError(f"backend {name!r}: autoreset_modes must name at least one mode")
+    return tuple(dict.fromkeys(parsed))
 
 
 _lock = threading.RLock()
