@@ -70,10 +70,21 @@ def test_bench_writes_table_json_and_plot(tmp_path, capsys: pytest.CaptureFixtur
     assert "| CartPole-v1 | 2 | vecaccel-serial |" in table
 
     payload = json.loads(out_json.read_text())
-    assert payload["meta"]["command"].startswith("vecaccel bench --env CartPole-v1")
-    assert payload["meta"]["options"]["backend_options"] == {"serial": {"copy": False}}
+    assert payload == bench.load_result(out_json)  # the one result format, as it was written
+    meta = payload["meta"]
+    assert meta["format"] == bench.RESULT_FORMAT and meta["benchmark"] == "vecaccel bench"
+    assert meta["command"].startswith("vecaccel bench --env CartPole-v1")
+    assert meta["options"]["backend_options"] == {"serial": {"copy": False}}
     results = payload["results"]
     by_key = {(r["impl"], r["num_envs"]): r for r in results}
+    (ceiling,) = [r for r in results if r["impl"] == "ceiling"]
+    assert meta["ceilings"] == [
+        {
+            "env": "CartPole-v1",
+            "steps_per_s": ceiling["steps_per_s"],
+            "processes": ceiling["num_envs"],
+        }
+    ]
     assert by_key[("raw", 1)]["status"] == "ok"
     for n in (1, 2):
         for impl in ("vecaccel-serial", "gym-sync", "gym-async"):

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
 
 import pytest
 import torch
+
+from vecaccel.bench import RESULT_FORMAT, load_result
 
 pytest.importorskip("ale_py")
 
@@ -30,7 +32,7 @@ def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_run")
     completed = run_script("--smoke", str(out))
     assert completed.returncode == 0, completed.stderr[-3000:]
-    report = json.loads((out / "gpu_run.json").read_text())
+    report = load_result(out / "gpu_run.json")
     return out, report, {record["part"]: record for record in report["results"]}
 
 
@@ -39,9 +41,11 @@ def test_smoke_runs_every_part_and_writes_one_json_and_one_plot(smoke):
     assert sorted(os.listdir(out)) == ["gpu_run.json", "gpu_run.png"]
     assert (out / "gpu_run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     meta = report["meta"]
+    assert meta["format"] == RESULT_FORMAT and meta["benchmark"] == "gpu/gpu_run"
     assert meta["complete"] is True
     assert meta["device"] == "cpu" and meta["cuda_version"] == torch.version.cuda
-    assert meta["command"].startswith("python benchmarks/gpu/gpu_run.py --smoke")
+    # ``nice -n N`` in front when the test runs niced
+    assert re.match(r"(nice -n \d+ )?python benchmarks/gpu/gpu_run\.py --smoke ", meta["command"])
     assert meta["usable_cpus"] >= 1 and meta["versions"]["vecaccel"]
     assert [r["part"] for r in report["results"]] == ["check", "action_server", "dqn", "ppo"]
     for record in parts.values():
@@ -136,7 +140,7 @@ def test_sigterm_during_ppo_keeps_its_curve_and_draws_the_plot(tmp_path):
             if process.poll() is not None:
                 break
             try:
-                ppo = json.loads(report.read_text())["results"][0]
+                ppo = load_result(report)["results"][0]
             except (OSError, ValueError, IndexError):  # not written yet, or half written
                 ppo = {}
             if ppo.get("curve"):
@@ -149,7 +153,7 @@ def test_sigterm_during_ppo_keeps_its_curve_and_draws_the_plot(tmp_path):
         process.kill()
         process.wait()
     assert process.returncode != 0
-    written = json.loads(report.read_text())
+    written = load_result(report)
     ppo = written["results"][0]
     assert written["meta"]["complete"] is False
     assert ppo["status"] == "interrupted", stderr[-3000:]

@@ -7,7 +7,7 @@ import pytest
 from helpers import run_main
 from toy_vector_envs import not_a_vector_env
 
-from vecaccel.bench import run_benchmark
+from vecaccel.bench import load_result, run_benchmark
 from vecaccel.bench.ceiling import measure_vector_ceiling
 
 
@@ -46,7 +46,8 @@ def test_a_failing_ceiling_process_is_reported():
         measure_vector_ceiling(not_a_vector_env, 4, 0.01, 0.0, 0, processes=2)
 
 
-def test_the_command_line_takes_vectorized(capsys):
+def test_the_command_line_takes_vectorized(capsys, tmp_path):
+    out_json = tmp_path / "bench.json"
     code = run_main(
         [
             "bench",
@@ -62,8 +63,15 @@ def test_the_command_line_takes_vectorized(capsys):
             "--warmup",
             "0",
             "-q",
+            "--json",
+            str(out_json),
         ]
     )
     assert code == 0
     out = capsys.readouterr().out
     assert "native vector env" in out and "| native |" in out
+    written = load_result(out_json)
+    (ceiling,) = [r for r in written["results"] if r["impl"] == "ceiling"]
+    (noted,) = written["meta"]["ceilings"]
+    assert noted["vector_env"] is True and noted["num_envs"] == 4
+    assert noted["steps_per_s"] == ceiling["steps_per_s"] and 1 <= noted["processes"] <= 4

@@ -27,15 +27,16 @@ or ``nvidia-smi`` where NVML's Python binding is missing; null on the CPU), as
     steps (the running mean of the last ``--return-window`` episodes). It runs last, so that a
     run stopped during its fixed wall-clock still leaves the other parts' figures.
 
-Everything goes to ``OUT/gpu_run.json`` (one record per part, with the machine and the command)
-and ``OUT/gpu_run.png``. A part that fails is recorded with its error and the others still run;
+Everything goes to ``OUT/gpu_run.json`` (in the one result format of ``vecaccel.bench.record``:
+one row per part, with the machine and the command in ``meta``) and ``OUT/gpu_run.png``; the
+kept figures live in ``benchmarks/results/``. A part that fails is recorded with its error and the others still run;
 the exit code is then 1. SIGTERM (as ``timeout`` sends) stops the run like Ctrl-C: the part
 running is recorded as interrupted, with what it had, and the plot is drawn. With the defaults
 the run takes about 7.5 minutes on one GPU and 16 CPU cores. ``--smoke`` runs every part on
 the CPU with tiny sizes in well under a minute::
 
-    python benchmarks/gpu/gpu_run.py OUT            # on a machine with CUDA
-    python benchmarks/gpu/gpu_run.py --smoke OUT    # anywhere
+    python benchmarks/gpu/gpu_run.py benchmarks/results   # on a machine with CUDA
+    python benchmarks/gpu/gpu_run.py --smoke OUT          # anywhere
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ import argparse
 import contextlib
 import math
 import os
-import shlex
 import signal
 import sys
 import time
@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 import vecaccel
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, command_line
 from vecaccel.bench.device_usage import DeviceUsage
 from vecaccel.bench.policy_loop import policy_steps_per_second
 from vecaccel.testing.action_server import check_action_server
@@ -119,19 +119,28 @@ MEANING: dict[str, str] = dict(
 
 
 class Report:
-    """The run's JSON, rewritten after every part (and as PPO goes), so that a run stopped
-    part-way still leaves what it measured."""
+    """The run's JSON in the one result format (one row per part), rewritten after every part
+    (and as PPO goes), so that a run stopped part-way still leaves what it measured.
 
-    def __init__(self, path: Path, **meta: Any) -> None:
+    Args:
+        path: the JSON file.
+        run_record: the run's command, machine and start, from before the first part.
+        **settings: the run's own fields of ``meta`` (device, versions, options).
+    """
+
+    def __init__(self, path: Path, run_record: RunRecord, **settings: Any) -> None:
         self.path = path
-        self.meta = meta
+        self.run_record = run_record
+        self.settings = settings
         self.records: list[dict[str, Any]] = []
         self.started = time.perf_counter()
 
     def save(self, complete: bool = False) -> None:
         """Write every record so far; ``complete`` once every part has run."""
         seconds = round(time.perf_counter() - self.started, 1)
-        write_json(self.path, self.records, complete=complete, total_seconds=seconds, **self.meta)
+        self.run_record.write(
+            self.path, self.records, complete=complete, total_seconds=seconds, **self.settings
+        )
 
 
 #: a part's body: ``body(args, progress)``; ``progress(fields)`` records partial results
@@ -651,13 +660,13 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     cuda = args.device.type == "cuda"
     device_name = torch.cuda.get_device_name(args.device) if cuda else "cpu"
-    shown = sys.argv[1:] if argv is None else argv
     options = {
         k: str(v) if isinstance(v, (Path, torch.device)) else v for k, v in vars(args).items()
     }
     report = Report(
         args.out / "gpu_run.json",
-        command=" ".join(shlex.quote(p) for p in ["python", "benchmarks/gpu/gpu_run.py", *shown]),
+        # as run from the repository root, wherever this run's working folder is
+        RunRecord(command_line(argv, "benchmarks/gpu/gpu_run.py")),
         device=device_name,
         torch_version=torch.__version__,
         cuda_version=torch.version.cuda,

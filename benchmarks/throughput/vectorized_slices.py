@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -40,7 +39,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 import vecaccel
-from vecaccel.bench import write_json
+from vecaccel.bench import RunRecord, check_output_path, command_line
 from vecaccel.bench.ceiling import measure_vector_ceiling
 from vecaccel.bench.timing import measure
 from vecaccel.vectorized import VectorEnvFn
@@ -162,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         help="where the results go (default: %(default)s)",
     )
     args = parser.parse_args(argv)
+    if args.json:
+        check_output_path(args.json)
+    run_record = RunRecord(command_line(argv, __file__))
     workers = usable_cpus()
     best: dict[tuple[str, str, int], float] = {}
     sizes = [int(n) for n in args.num_envs.split(",")]
@@ -211,11 +213,13 @@ def main(argv: list[str] | None = None) -> int:
             + "  ".join(f"{k}={v:.2f}" for k, v in row.items() if k.startswith(("x_", "share")))
         )
     if args.json:
-        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        write_json(
+        for (env_name, name, n), rate in best.items():
+            if name == "ceiling":
+                processes = min(workers, n)
+                run_record.add_ceiling(env_name, rate, processes, num_envs=n, vector_env=True)
+        run_record.write(
             args.json,
             rows,
-            command="python " + " ".join(sys.argv),
             ceiling="one process per usable CPU, each stepping its own native CartPoleVectorEnv "
             "of n / processes envs, summed",
             workers=workers,

@@ -13,7 +13,7 @@ The package's modules hold one part each: :mod:`~vecaccel.bench.workloads` (what
 :mod:`~vecaccel.bench.peers` (what vecaccel is compared with), :mod:`~vecaccel.bench.timing` (the
 clock), :mod:`~vecaccel.bench.ceiling` (the processes that measure the ceiling),
 :mod:`~vecaccel.bench.sweep` (one run over backends, peers and ``num_envs``),
-:mod:`~vecaccel.bench.report` (table, JSON, plot), :mod:`~vecaccel.bench.command` (the CLI),
+:mod:`~vecaccel.bench.report` (table, machine, plot), :mod:`~vecaccel.bench.command` (the CLI),
 :mod:`~vecaccel.bench.record` (the run record and the one result format every benchmark
 writes) and :mod:`~vecaccel.bench.seeds` (one child process per run, for the learning
 benchmarks); :mod:`~vecaccel.bench.policy_loop` times a rollout loop with a torch policy in it,
@@ -49,7 +49,6 @@ from vecaccel.bench.report import (
     machine_info,
     plot_results,
     shares_of_ceiling,
-    write_json,
 )
 from vecaccel.bench.seeds import ChildRunError, run_in_child, run_seeds
 from vecaccel.bench.sweep import (
@@ -88,5 +87,4 @@ __all__ = [
     "run_in_child",
     "run_seeds",
     "shares_of_ceiling",
-    "write_json",
 ]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import os
 import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from vecaccel.bench.report import format_table, machine_info, plot_results, write_json
+from vecaccel.bench.record import RunRecord, check_output_path
+from vecaccel.bench.report import format_table, machine_info, plot_results
 from vecaccel.bench.sweep import parse_list, run_benchmark
 from vecaccel.bench.workloads import resolve_env
 
@@ -40,19 +40,6 @@ def parse_backend_options(items: Sequence[str]) -> dict[str, dict[str, Any]]:
     return options
 
 
-def _output_path_problem(flag: str, path: str) -> str | None:
-    """Why ``path`` cannot be written, or None; checked before measuring so that a typo in the
-    folder does not throw away a whole benchmark's results."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        return f"{flag} {path}: is a folder, not a file"
-    if not os.path.isdir(folder):
-        return f"{flag} {path}: folder {folder} does not exist"
-    if not os.access(folder, os.W_OK):
-        return f"{flag} {path}: folder {folder} is not writable"
-    return None
-
-
 def bench_command(args: Any) -> int:
     """Handler of ``vecaccel bench`` (see ``vecaccel bench --help``)."""
     try:
@@ -62,9 +49,11 @@ def bench_command(args: Any) -> int:
         print(f"vecaccel bench: {exc}", file=sys.stderr)
         return 2
     for flag, path in (("--json", args.json), ("--plot", args.plot)):
-        problem = path and _output_path_problem(flag, path)
-        if problem:
-            print(f"vecaccel bench: error: {problem}", file=sys.stderr)
+        try:
+            if path:
+                check_output_path(path, flag)
+        except ValueError as exc:
+            print(f"vecaccel bench: error: {exc}", file=sys.stderr)
             return 2
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         print(
@@ -80,6 +69,10 @@ def bench_command(args: Any) -> int:
         if not args.quiet:
             print(line, file=sys.stderr, flush=True)
 
+    vectorized = bool(getattr(args, "vectorized", False))
+    run_record = RunRecord(
+        shlex.join(["vecaccel", *getattr(args, "argv", sys.argv[1:])]), benchmark="vecaccel bench"
+    )
     results: list[dict[str, Any]] = []
     try:
         targets = [resolve_env(env) for env in parse_list(args.env) or []]
@@ -95,7 +88,7 @@ def bench_command(args: Any) -> int:
                 seed=args.seed,
                 backend_options=backend_options,
                 progress=progress,
-                vectorized=getattr(args, "vectorized", False),
+                vectorized=vectorized,
             )
     except ValueError as exc:
         print(f"vecaccel bench: {exc}", file=sys.stderr)
@@ -107,24 +100,31 @@ def bench_command(args: Any) -> int:
         + (
             "ceiling: one process per usable CPU, each stepping its own native vector env "
             "(num_envs split among them), summed"
-            if getattr(args, "vectorized", False)
+            if vectorized
             else "ceiling: one process per usable CPU, each stepping its own raw env, summed"
         )
     )
     print(format_table(results))
     if args.json:
+        for row in results:
+            if row["kind"] == "ceiling" and row["status"] == "ok" and row["steps_per_s"]:
+                if vectorized:  # one native vector env per process, num_envs among them
+                    processes = min(info["usable_cpus"], row["num_envs"])
+                    extra = {"num_envs": row["num_envs"], "vector_env": True}
+                else:  # the row's num_envs is the processes, one raw env each
+                    processes, extra = row["num_envs"], {}
+                run_record.add_ceiling(row["env"], row["steps_per_s"], processes, **extra)
         try:
-            write_json(
+            run_record.write(
                 args.json,
                 results,
-                command=shlex.join(["vecaccel", *getattr(args, "argv", sys.argv[1:])]),
                 options={
                     "seconds": args.seconds,
                     "warmup": args.warmup,
                     "repeat": args.repeat,
                     "seed": args.seed,
                     "backend_options": backend_options,
-                    "vectorized": getattr(args, "vectorized", False),
+                    "vectorized": vectorized,
                 },
             )
         except OSError as exc:  # the table above still holds the results

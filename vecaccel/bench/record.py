@@ -8,7 +8,7 @@ file:
     {
       "meta": {
         "format": 1,                    # RESULT_FORMAT
-        "benchmark": "learning/cartpole",  # the script, as benchmarks/<subject>/<name>.py
+        "benchmark": "learning/cartpole",  # benchmarks/<subject>/<name>.py, or "vecaccel bench"
         "date": "2026-12-03T08:00:00+0000",   # when the run started
         "command": "python benchmarks/learning/cartpole.py --seeds 1 2 3",
         "python": ..., "platform": ..., "processor": ..., "cpu_model": ...,
@@ -27,12 +27,14 @@ file:
 ``summary`` the headline figures (any JSON value), recomputable from ``results``. A ceiling is
 one process per usable CPU, each stepping its own raw env, summed
 (:func:`~vecaccel.bench.ceiling.measure_ceiling`): one entry per env (and trial) measured in the
-run; benchmarks that measure none leave the list empty.
+run; benchmarks that measure none leave the list empty. Where a benchmark of batched simulators
+measures one native vector env per process instead, its entries say so (``vector_env``) with
+the envs they held (``num_envs``).
 
 :func:`load_result` reads files written before the format as format 0: ``vecaccel bench``'s
-``--json`` (:func:`~vecaccel.bench.write_json`: the same ``meta`` and ``results`` keys, the
-ceilings among the rows) and older scripts' files, whose rows (``runs``, ``arms`` or
-``records``) become ``results`` and whose other keys go to ``meta`` unchanged.
+``--json`` of that time (the same ``meta`` and ``results`` keys, the ceilings among the rows
+only) and older scripts' files, whose rows (``runs``, ``arms`` or ``records``) become
+``results`` and whose other keys go to ``meta`` unchanged.
 
 Example:
     >>> import pathlib, tempfile

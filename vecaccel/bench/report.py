@@ -1,4 +1,4 @@
-"""The report of a benchmark run: a Markdown table, a JSON file with the machine, a plot.
+"""The report of a benchmark run: a Markdown table, the machine it ran on, a plot.
 
 The table gives the ceiling (one process per usable CPU stepping its own raw env, summed) as a
 column, and each row's share of it, beside the ratios to the peers.
@@ -6,14 +6,12 @@ column, and each row's share of it, beside the ratios to the peers.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["format_table", "machine_info", "plot_results", "shares_of_ceiling", "write_json"]
+__all__ = ["format_table", "machine_info", "plot_results", "shares_of_ceiling"]
 
 
 def _ratio(value: float | None) -> str:
@@ -157,36 +155,6 @@ def machine_info() -> dict[str, Any]:
         "load_average": load,
         "versions": _versions(),
     }
-
-
-def write_json(
-    path: str | os.PathLike[str], results: Sequence[dict[str, Any]], **meta: Any
-) -> None:
-    """Write ``{"meta": ..., "results": [...]}`` to ``path``.
-
-    Args:
-        path: the output file.
-        results: records from :func:`run_benchmark`.
-        **meta: extra fields for ``meta`` (the command line, the options...).
-
-    Example:
-        >>> import json, tempfile, pathlib
-        >>> path = pathlib.Path(tempfile.mkdtemp()) / "bench.json"
-        >>> write_json(path, [], command="vecaccel bench")
-        >>> json.loads(path.read_text())["meta"]["command"]
-        'vecaccel bench'
-    """
-    payload = {
-        "meta": {
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            **machine_info(),
-            **meta,
-        },
-        "results": list(results),
-    }
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.write("\n")
 
 
 def plot_results(results: Sequence[dict[str, Any]], path: str | os.PathLike[str]) -> None:
