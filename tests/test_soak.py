@@ -11,9 +11,8 @@ import os
 import subprocess
 import sys
 
-from vecaccel.testing.leaks import descendants, process_gone
-
 from vecaccel.bench import load_result
+from vecaccel.testing.leaks import descendants, process_gone
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 #: How long the whole soak may take before the test calls it stuck (it steps for 12 s).
