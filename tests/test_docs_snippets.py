@@ -530,7 +530,11 @@ NOT_RUN_COMMANDS = [
         "vecaccel train ppo --preset atari",
         "3 million Pong steps: the learning run the page reports",
     ),
-    ("docs/soak.md", "benchmarks/soak.py", "a 30-minute soak; tests/test_soak.py runs a short one"),
+    (
+        "docs/soak.md",
+        "benchmarks/reliability/soak.py",
+        "a 30-minute soak; tests/test_soak.py runs a short one",
+    ),
     ("docs/multiagent.md", "pip install", "installs from the network"),
     ("README.md", 'pip install "vecaccel[ray]"', "installs from the network"),
     (

@@ -10,6 +10,7 @@ print; their env class lives in the script's ``__main__``, which cloudpickle shi
 from __future__ import annotations
 
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -96,8 +97,10 @@ def test_an_uncaught_env_error_prints_the_envs_own_line_first(tmp_path, backend,
     assert lines[lines.index(where) + 1].strip() == "1 / 0  # the env's own line"
     cause = "The above exception was the direct cause of the following exception:"
     assert lines.index(where) < lines.index(cause), completed.stderr
-    assert lines[-1].startswith(
-        "vecaccel.errors.WorkerError: env 0 raised ZeroDivisionError in step: division by zero"
+    # every env fails on the same step; which worker reports first is a race
+    assert re.match(
+        r"vecaccel\.errors\.WorkerError: env \d raised ZeroDivisionError in step: division by zero",
+        lines[-1],
     ), completed.stderr
     assert "Warning" not in completed.stderr
 
