@@ -33,7 +33,16 @@ from vecaccel.vector import (
     snapshot,
     split_reset_mask,
 )
-from vecaccel.vectorized import VectorProbeEnv, is_vectorized, vector_env_fn_of
+from vecaccel.vectorized import (
+    SubEnvError,
+    VectorProbeEnv,
+    call_vector_env,
+    inner_seed,
+    is_vectorized,
+    set_vector_env_attr,
+    takes_seed_list,
+    vector_env_fn_of,
+)
 
 __all__ = ["SerialVecEnv", "VectorizedSerialVecEnv"]
 
@@ -203,8 +212,8 @@ class VectorizedSerialVecEnv(VecEnv):
 
     Actions are checked, rewards come as ``float64`` and flags as ``bool`` (as on every
     backend), infos pass through as the inner env batched them, and an error inside it is a
-    :class:`vecaccel.WorkerError` naming the env range. Reset seeds the inner env with the
-    first env's seed.
+    :class:`vecaccel.WorkerError` naming the env range. Reset seeds the inner env so that
+    env ``i`` gets seed ``i`` of ``reset``'s seeds (:func:`vecaccel.vectorized.inner_seed`).
 
     Args:
         env_fns: ``num_envs`` :class:`vecaccel.vectorized.SliceEnvFn` of one vector env function.
@@ -261,7 +270,9 @@ class VectorizedSerialVecEnv(VecEnv):
         if reset_mask is not None and not reset_mask.all():
             options = {**(options or {}), "reset_mask": reset_mask}
         try:
-            obs, infos = self.envs.reset(seed=seeds[0], options=options)
+            rows = range(self.num_envs) if reset_mask is None else np.flatnonzero(reset_mask)
+            seed = inner_seed(seeds, list(rows), takes_seed_list(self.envs))
+            obs, infos = self.envs.reset(seed=seed, options=options)
         except Exception as exc:
             raise self._error(exc, "reset") from exc
         self._state = AsyncState.DEFAULT
@@ -295,32 +306,17 @@ class VectorizedSerialVecEnv(VecEnv):
         self._check_open()
         indices = self._normalize_indices(indices)
         try:
-            if not callable(name) and callable(getattr(self.envs, "call", None)):
-                results = self.envs.call(name, *args, **kwargs)
-                return tuple(results[i] for i in indices)
-            if callable(name):
-                value = name(self.envs, *args, **kwargs)
-            else:
-                attribute = getattr(self.envs, name)
-                value = attribute(*args, **kwargs) if callable(attribute) else attribute
+            return tuple(call_vector_env(self.envs, name, indices, args, kwargs))
+        except SubEnvError as exc:
+            raise env_error(exc.error, exc.index, f"call({name!r})") from exc.error
         except Exception as exc:
             raise self._error(exc, f"call({name!r})") from exc
-        return tuple(value for _ in indices)
 
     def set_attr_indices(self, name: str, values: Any, indices) -> None:
         self._check_open()
         indices = self._normalize_indices(indices)
         values = self._values_for(values, len(indices))
-        if hasattr(self.envs, "set_attr") and sorted(indices) == list(range(self.num_envs)):
-            order = np.argsort(indices)
-            self.envs.set_attr(name, [values[k] for k in order])
-        elif all(value is values[0] or value == values[0] for value in values):
-            setattr(self.envs, name, values[0])
-        else:
-            raise ValueError(
-                f"{self._where} takes one value of {name!r} for all its envs, or one per env "
-                "for all of them at once"
-            )
+        set_vector_env_attr(self.envs, name, list(zip(indices, values)), self._where)
 
     def close_extras(self, **kwargs: Any) -> None:
         envs = getattr(self, "envs", None)

@@ -17,17 +17,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-# the benchmark scripts import these from here; test modules import them from the kit
-from vecaccel.testing.envs import env_pid as worker_pid  # noqa: F401
-from vecaccel.testing.leaks import (  # noqa: F401
-    child_pids,
-    leaked_shm,
-    open_fds,
-    process_gone,
-    shm_entries,
-    wait_until,
-)
-
 #: The repository root, put on ``PYTHONPATH`` of the interpreters ``run_vecaccel`` starts.
 REPO = Path(__file__).resolve().parents[1]
 

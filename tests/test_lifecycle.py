@@ -25,12 +25,12 @@ from helpers import (
     last_json,
     make_backend,
     run_child,
-    worker_pid,
     zeros,
 )
 
 import vecaccel
 from vecaccel.testing.envs import WideSpacesEnv, counter_fns
+from vecaccel.testing.envs import env_pid as worker_pid
 from vecaccel.testing.leaks import (
     child_pids,
     leaked_shm,

@@ -21,6 +21,7 @@ from tests.ray_cluster import (
     listening_addresses,
     loopback_namespace,
 )
+from vecaccel.testing import check_backend
 from vecaccel.testing.contract_envs import make_dict_tuple
 from vecaccel.testing.envs import CounterEnv
 from vecaccel.testing.leaks import descendants, wait_until
@@ -338,3 +339,16 @@ def test_ppo_and_dqn_train_over_ray(cluster):
     finally:
         agent.close()
     assert agent.global_step == 96
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_shards": 2, "shard_backend": "serial"},
+        {"num_shards": 2, "shard_backend": "serial", "batch_size": 2},
+    ],
+    ids=["lockstep", "first-ready-shard"],
+)
+def test_the_backend_kit_passes_over_ray(cluster, options):
+    _two_idle_nodes(cluster)
+    check_backend("ray", **options)

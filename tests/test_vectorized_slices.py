@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
-from helpers import as_numpy, assert_same, process_gone, wait_until
+from helpers import as_numpy, assert_same
 from toy_vector_envs import (
     failing_cartpole,
     native_cartpole,
@@ -25,6 +25,8 @@ from toy_vector_envs import (
 
 import vecaccel
 from vecaccel.errors import WorkerError
+from vecaccel.testing import check_backend
+from vecaccel.testing.leaks import process_gone, wait_until
 from vecaccel.vectorized import merge_slice_infos, unbatch_infos
 from vecaccel.worker import derived_seed
 
@@ -536,3 +538,19 @@ def test_sampler_takes_alternating_halves_of_slices():
         assert [g.tolist() for g in envs.groups] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize(
+    "backend, options",
+    [
+        ("serial", {}),
+        ("shm", {"num_workers": 2, "context": "fork"}),
+        ("shm", {"num_workers": 2, "context": "fork", "copy": False}),
+        ("hybrid", {"num_workers": 1, "context": "fork"}),
+        ("async", {"num_workers": 2, "context": "fork", "batch_size": 2}),
+    ],
+    ids=["serial", "shm", "shm-views", "hybrid", "async-batch-2"],
+)
+def test_vectorized_slices_keep_the_backend_contract(backend, options):
+    # every worker slice one SyncVectorEnv of the kit's envs, compared with one SyncVectorEnv
+    check_backend(backend, vectorized=True, **options)

@@ -17,9 +17,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-# CounterEnv is the base of envs below; the benchmark scripts import the others from here (test
-# modules import the kit's envs from the kit)
-from vecaccel.testing.envs import CounterEnv, HeavyTailEnv, counter_fns, fault_env_fns  # noqa: F401
+from vecaccel.testing.envs import CounterEnv
 
 
 class EchoEnv(gym.Env):

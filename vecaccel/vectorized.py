@@ -38,11 +38,16 @@ from gymnasium.vector import AutoresetMode
 __all__ = [
     "SliceEnvFn",
     "SliceInfos",
+    "SubEnvError",
     "VectorEnvFn",
     "VectorProbeEnv",
+    "call_vector_env",
     "check_vector_env",
+    "inner_seed",
     "is_vectorized",
     "merge_slice_infos",
+    "set_vector_env_attr",
+    "takes_seed_list",
     "unbatch_infos",
     "vector_env_fn_of",
 ]
@@ -316,13 +321,177 @@ def merge_slice_infos(
     return into
 
 
+def inner_seed(
+    seeds: Sequence[int | None], rows: Sequence[int], takes_list: bool = True
+) -> int | list[int | None] | None:
+    """The ``seed`` for an inner vector env's ``reset`` that gives its env ``j`` the seed
+    ``seeds[j]``, for the envs ``rows`` being reset.
+
+    One int where the seeds run on by one (``seed + j``, which every vector env takes), ``None``
+    where no env gets a seed, else the list, one per env (``None`` lets that env's generator
+    run on), which ``SyncVectorEnv`` takes. A vector env that takes one int only
+    (``takes_list=False``: Gymnasium's ``CartPoleVectorEnv`` seeds one generator for all its
+    envs) gets the first reset env's seed, less its index.
+
+    Example:
+        >>> inner_seed([7, 8, 9], range(3)), inner_seed([None, 8, None], [1])
+        (7, 7)
+        >>> inner_seed([5, None, 9], range(3)), inner_seed([5, None, 9], range(3), takes_list=False)
+        ([5, None, 9], 5)
+    """
+    chosen = [seeds[j] for j in rows]
+    if all(seed is None for seed in chosen):
+        return None
+    first = int(rows[0])
+    base = seeds[first]
+    if base is not None and base >= first and all(seeds[j] == base - first + j for j in rows):
+        return int(base) - first
+    if not takes_list:
+        seed = next(seeds[j] for j in rows if seeds[j] is not None)
+        return max(int(seed) - first, 0)
+    return [None if seed is None else int(seed) for seed in seeds]
+
+
+class SubEnvError(Exception):
+    """An exception that sub-env ``index`` (local to its vector env) raised in ``call``, so
+    that the error can name that env rather than the whole slice.
+
+    Attributes:
+        index: the sub-env's index in its vector env.
+        error: the exception it raised.
+    """
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(f"sub-env {index}: {type(error).__name__}: {error}")
+        self.index = index
+        self.error = error
+
+
+def call_vector_env(
+    envs: gym.vector.VectorEnv,
+    name: str | Callable[..., Any],
+    indices: Sequence[int],
+    args: tuple = (),
+    kwargs: dict | None = None,
+) -> list[Any]:
+    """``call(name)`` for the sub-envs ``indices`` (local) of an inner vector env.
+
+    A function is applied to each sub-env where the vector env holds them in ``envs``
+    (``SyncVectorEnv``), and a name goes through the vector env's own ``call`` where it has
+    one, once per sub-env, as on any vector env; else either is called once on the vector env
+    itself (``CartPoleVectorEnv`` holds no sub-envs), the result given to each of ``indices``.
+
+    Example:
+        >>> envs = gym.make_vec("CartPole-v1", 3, vectorization_mode="sync")
+        >>> call_vector_env(envs, lambda env: env.spec.id, [0, 2])
+        ['CartPole-v1', 'CartPole-v1']
+        >>> envs.close()
+    """
+    kwargs = kwargs or {}
+    sub_envs = getattr(envs, "envs", None)
+    if callable(name) and isinstance(sub_envs, (list, tuple)) and len(sub_envs) == envs.num_envs:
+        results = []
+        for j in indices:
+            try:
+                results.append(name(sub_envs[j], *args, **kwargs))
+            except Exception as exc:
+                raise SubEnvError(j, exc) from exc
+        return results
+    if isinstance(sub_envs, (list, tuple)) and len(sub_envs) == envs.num_envs:
+        return call_vector_env(envs, _SubEnvCall(name), indices, args, kwargs)
+    if not callable(name) and callable(getattr(envs, "call", None)):
+        results = envs.call(name, *args, **kwargs)
+        return [results[j] for j in indices]
+    if callable(name):
+        value = name(envs, *args, **kwargs)
+    else:
+        attribute = getattr(envs, name)
+        value = attribute(*args, **kwargs) if callable(attribute) else attribute
+    return [value] * len(indices)
+
+
+class _SubEnvCall:
+    """``call(name)`` on one sub-env, as ``SyncVectorEnv.call`` makes it: a method is called,
+    an attribute is returned (read through wrappers)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, env: gym.Env, *args: Any, **kwargs: Any) -> Any:
+        attribute = env.get_wrapper_attr(self.name)
+        return attribute(*args, **kwargs) if callable(attribute) else attribute
+
+
+def set_vector_env_attr(
+    envs: gym.vector.VectorEnv, name: str, pairs: Sequence[tuple[int, Any]], where: str
+) -> None:
+    """Set ``name`` to ``value`` on each ``(local index, value)`` of ``pairs`` in an inner
+    vector env.
+
+    On each named sub-env where the vector env holds its envs in ``envs`` (``SyncVectorEnv``),
+    through wrappers as ``set_attr`` does; through its ``set_attr`` when every env is named;
+    else one value on the vector env itself, which then must be the same for all.
+
+    Raises:
+        ValueError: if the values differ and the vector env cannot take one per env.
+
+    Example:
+        >>> envs = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync")
+        >>> set_vector_env_attr(envs, "gravity", [(1, 5.0)], "a slice")
+        >>> envs.get_attr("gravity")
+        (9.8, 5.0)
+        >>> envs.close()
+    """
+    if not pairs:
+        return
+    values = [value for _, value in pairs]
+    sub_envs = getattr(envs, "envs", None)
+    if isinstance(sub_envs, (list, tuple)) and len(sub_envs) == envs.num_envs:
+        for j, value in pairs:
+            env = sub_envs[j]
+            if hasattr(env, "set_wrapper_attr"):
+                env.set_wrapper_attr(name, value)
+            else:
+                setattr(env, name, value)
+    elif hasattr(envs, "set_attr") and len(pairs) == envs.num_envs:
+        envs.set_attr(name, [value for _, value in sorted(pairs, key=lambda pair: pair[0])])
+    elif all(value is values[0] or value == values[0] for value in values):
+        setattr(envs, name, values[0])
+    else:
+        raise ValueError(
+            f"{where} takes one value of {name!r} for all its envs, or one per env for all of "
+            "them at once"
+        )
+
+
+def takes_seed_list(envs: gym.vector.VectorEnv) -> bool:
+    """Whether ``envs.reset`` takes one seed per env: Gymnasium's ``SyncVectorEnv`` and
+    ``AsyncVectorEnv``, a vecaccel vector env, or any vector env that holds its envs in
+    ``envs``.
+
+    Example:
+        >>> envs = gym.make_vec("CartPole-v1", 2, vectorization_mode="vector_entry_point")
+        >>> takes_seed_list(envs)
+        False
+        >>> envs.close()
+    """
+    from vecaccel.vector import VecEnv
+
+    if isinstance(envs, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv, VecEnv)):
+        return True
+    return isinstance(getattr(envs, "envs", None), (list, tuple))
+
+
 def unbatch_infos(infos: dict, count: int) -> list[dict]:
-    """One info dict per env from batched ``infos`` over ``count`` envs (masked keys only;
-    NumPy scalars become Python ones, as an env's own info holds them).
+    """One info dict per env from batched ``infos`` over ``count`` envs (masked keys only).
+
+    Numbers keep their NumPy type (an ``int32`` entry stays ``numpy.int32``) and bools become
+    Python's, so that batching the dicts again, as Gymnasium does, gives arrays of the dtypes
+    the inner vector env returned.
 
     Example:
         >>> unbatch_infos({"x": np.array([1, 2]), "_x": np.array([False, True])}, 2)
-        [{}, {'x': 2}]
+        [{}, {'x': np.int64(2)}]
     """
     out: list[dict] = [{} for _ in range(count)]
     for key, value in infos.items():
@@ -337,5 +506,7 @@ def unbatch_infos(infos: dict, count: int) -> list[dict]:
         else:
             for j in rows:
                 item = value[j]
-                out[j][key] = item.item() if isinstance(item, np.generic) else item
+                # Gymnasium batches a NumPy number into an array of its dtype, but a NumPy bool
+                # into an object array: a bool goes back as Python's
+                out[j][key] = bool(item) if isinstance(item, np.bool_) else item
     return out

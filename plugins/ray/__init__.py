@@ -25,7 +25,7 @@ from gymnasium.vector import AutoresetMode
 from vecaccel import BackendRegistry, hookimpl
 from vecaccel.options import RayOptions
 
-from .shard import ShardActor, ShardFailure, shard_bounds, unbatch_infos
+from .shard import ShardActor, ShardFailure, shard_bounds
 from .vec_env import RayVecEnv
 
 __all__ = [
@@ -34,7 +34,6 @@ __all__ = [
     "ShardFailure",
     "make_ray",
     "shard_bounds",
-    "unbatch_infos",
     "vecaccel_register_backends",
 ]
 

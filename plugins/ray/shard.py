@@ -18,8 +18,9 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel.errors import WorkerError
 from vecaccel.vector import reset_mask_only
+from vecaccel.vectorized import unbatch_infos
 
-__all__ = ["ShardActor", "ShardFailure", "shard_bounds", "unbatch_infos"]
+__all__ = ["ShardActor", "ShardFailure", "shard_bounds"]
 
 
 def shard_bounds(num_envs: int, num_shards: int) -> list[tuple[int, int]]:
@@ -98,7 +99,8 @@ class ShardActor:
         if self.envs.per_env_infos:
             pairs = self.envs.last_infos
         else:
-            pairs = unbatch_infos(infos, self.num_envs)
+            per_env = unbatch_infos(infos, self.num_envs)
+            pairs = [(j, info) for j, info in enumerate(per_env) if info]
         return [(self.start + j, info) for j, info in pairs]
 
     def start_envs(
@@ -222,28 +224,3 @@ class ShardActor:
         if self.envs is not None:
             self.envs.close()
             self.envs = None
-
-
-def unbatch_infos(infos: dict, num_envs: int) -> list[tuple[int, dict]]:
-    """Split Gymnasium-batched infos (``key`` with its ``_key`` mask) into ``(env, info)`` pairs.
-
-    Example:
-        >>> unbatch_infos({"a": np.array([1, 0]), "_a": np.array([True, False])}, 2)
-        [(0, {'a': 1})]
-    """
-    per_env: list[dict] = [{} for _ in range(num_envs)]
-    for key, value in infos.items():
-        if key.startswith("_") and key[1:] in infos:
-            continue
-        mask = infos.get(f"_{key}")
-        for i in range(num_envs):
-            if mask is not None and not mask[i]:
-                continue
-            if isinstance(value, dict):
-                nested = dict(unbatch_infos(value, num_envs)).get(i)
-                if nested is not None:
-                    per_env[i][key] = nested
-            else:
-                item = value[i]
-                per_env[i][key] = item.item() if isinstance(item, np.generic) else item
-    return [(i, info) for i, info in enumerate(per_env) if info]

@@ -39,7 +39,12 @@ from vecaccel.testing.compare import (
     leaf_problems,
     unbatch_info,
 )
-from vecaccel.testing.contract_envs import env_value, make_cartpole, make_dict_tuple
+from vecaccel.testing.contract_envs import (
+    SyncVectorEnvFn,
+    env_value,
+    make_cartpole,
+    make_dict_tuple,
+)
 from vecaccel.testing.leaks import LeakBaseline
 from vecaccel.vector import VecEnv
 
@@ -239,7 +244,13 @@ class _Trajectory:
     def _opened(self) -> Iterator[gym.vector.VectorEnv]:
         with ExitStack() as stack:
             fns = [self.env_fn] * NUM_ENVS
-            envs = make_vec(fns, backend=self.name, autoreset_mode=self.mode, **self.options)
+            if self.options.get("vectorized"):  # one SyncVectorEnv of the env per worker slice
+                source: Any = SyncVectorEnvFn(self.env_fn, self.mode)
+                envs = make_vec(
+                    source, NUM_ENVS, backend=self.name, autoreset_mode=self.mode, **self.options
+                )
+            else:
+                envs = make_vec(fns, backend=self.name, autoreset_mode=self.mode, **self.options)
             stack.callback(envs.close)
             self.full = SyncVectorEnv(fns, autoreset_mode=self.mode)
             stack.callback(self.full.close)

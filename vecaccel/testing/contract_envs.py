@@ -20,13 +20,21 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["DictTupleEnv", "InfoWrapper", "env_value", "make_cartpole", "make_dict_tuple"]
+__all__ = [
+    "DictTupleEnv",
+    "InfoWrapper",
+    "SyncVectorEnvFn",
+    "env_value",
+    "make_cartpole",
+    "make_dict_tuple",
+]
 
 
 class DictTupleEnv(gym.Env):
@@ -144,3 +152,35 @@ def make_cartpole(max_episode_steps: int = 10, infos: bool = True) -> gym.Env:
 def env_value(env: gym.Env, offset: int = 0) -> int:
     """A function for ``call_indices(fn, ...)``: reads ``value`` through the wrappers."""
     return env.get_wrapper_attr("value") + offset
+
+
+class SyncVectorEnvFn:
+    """A vector env function, ``fn(n)``: ``n`` copies of one env in a ``SyncVectorEnv``.
+
+    What :func:`~vecaccel.testing.check_backend` hands a backend with ``vectorized=True``: each
+    worker slice is one such vector env, and seeding a slice with ``seed + start`` seeds its
+    ``j``-th env with ``seed + start + j``, as one ``SyncVectorEnv`` of all the envs would.
+
+    Args:
+        env_fn: builds one env (module level, so that the function pickles under ``spawn``).
+        autoreset_mode: the mode of the vector envs it builds.
+
+    Example:
+        >>> from gymnasium.vector import AutoresetMode
+        >>> build = SyncVectorEnvFn(make_cartpole, AutoresetMode.NEXT_STEP)
+        >>> envs = build(3)
+        >>> envs.num_envs, envs.metadata["autoreset_mode"].value
+        (3, 'NextStep')
+        >>> envs.close()
+    """
+
+    def __init__(
+        self, env_fn: Callable[[], gym.Env], autoreset_mode: gym.vector.AutoresetMode
+    ) -> None:
+        self.env_fn = env_fn
+        self.autoreset_mode = autoreset_mode
+
+    def __call__(self, num_envs: int) -> gym.vector.SyncVectorEnv:
+        return gym.vector.SyncVectorEnv(
+            [self.env_fn] * num_envs, autoreset_mode=self.autoreset_mode
+        )

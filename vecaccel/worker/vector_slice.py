@@ -19,7 +19,17 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.spaces import assign_tree, copy_tree, has_fixed_layout, index_tree
-from vecaccel.vectorized import SliceInfos, is_vectorized, unbatch_infos, vector_env_fn_of
+from vecaccel.vectorized import (
+    SliceInfos,
+    SubEnvError,
+    call_vector_env,
+    inner_seed,
+    is_vectorized,
+    set_vector_env_attr,
+    takes_seed_list,
+    unbatch_infos,
+    vector_env_fn_of,
+)
 from vecaccel.worker.env_slice import ENV_ERRORS, EnvMakeError, EnvSlice, derived_seed
 from vecaccel.worker.info_schema import InfoSchema
 from vecaccel.worker.protocol import ErrorReport, SharedViews, error_report
@@ -252,9 +262,12 @@ class VectorSlice:
         if mask is not None and not np.any(mask):
             return [], []
         partial = mask is not None and not np.all(mask)
-        seed = seeds[int(np.flatnonzero(mask)[0])] if partial else seeds[0]
-        if seed is not None:
+        rows = np.flatnonzero(mask).tolist() if partial else range(self.count)
+        seed = inner_seed(seeds, rows, takes_seed_list(self.envs))
+        if isinstance(seed, int):
             self.last_seed = seed
+        elif seed is not None:
+            self.last_seed = next(s for s in seed if s is not None)
         if partial:
             options = {**(options or {}), "reset_mask": np.asarray(mask, dtype=np.bool_)}
         try:
@@ -266,7 +279,6 @@ class VectorSlice:
                 assign_tree(self.views.obs, self._slots, obs)
         except ENV_ERRORS as exc:
             return [], [self._report(exc, "reset")]
-        rows = np.flatnonzero(mask).tolist() if partial else range(self.count)
         self.views.terminations[self.start + np.asarray(rows, dtype=np.int64)] = False
         self.views.truncations[self.start + np.asarray(rows, dtype=np.int64)] = False
         self.views.rewards[self.start + np.asarray(rows, dtype=np.int64)] = 0.0
@@ -281,42 +293,23 @@ class VectorSlice:
         args: tuple,
         kwargs: dict,
     ) -> tuple[list[Any], list[ErrorReport]]:
-        """Call ``name`` on the slice: through the inner vector env's own ``call`` when it has
-        one (``SyncVectorEnv``: one result per sub-env), else once on the vector env itself
-        (``CartPoleVectorEnv``), the result given to each of ``local_indices``. A function
-        ``name`` is applied to the vector env itself."""
+        """Call ``name`` on the sub-envs ``local_indices`` of the slice
+        (:func:`vecaccel.vectorized.call_vector_env`)."""
         if not local_indices:
             return [], []
         try:
-            if callable(name):
-                value = name(self.envs, *args, **kwargs)
-                return [value] * len(local_indices), []
-            if callable(getattr(self.envs, "call", None)):
-                results = self.envs.call(name, *args, **kwargs)
-                return [results[j] for j in local_indices], []
-            attribute = getattr(self.envs, name)
-            value = attribute(*args, **kwargs) if callable(attribute) else attribute
+            return call_vector_env(self.envs, name, local_indices, args, kwargs), []
+        except SubEnvError as exc:
+            report = error_report(self.start + exc.index, exc.error, f"call({name!r})")
+            return [], [report]
         except ENV_ERRORS as exc:
             return [], [self._report(exc, f"call({name!r})")]
-        return [value] * len(local_indices), []
 
     def set_attrs(self, name: str, pairs: Sequence[tuple[int, Any]]) -> list[ErrorReport]:
-        """Set ``name`` on the inner vector env: per sub-env through its ``set_attr`` when it
-        has one and every env of the slice is named, else one value on the vector env."""
-        if not pairs:
-            return []
-        values = [value for _, value in pairs]
+        """Set ``name`` on the sub-envs ``pairs`` names
+        (:func:`vecaccel.vectorized.set_vector_env_attr`)."""
         try:
-            if hasattr(self.envs, "set_attr") and len(pairs) == self.count:
-                ordered = [value for _, value in sorted(pairs, key=lambda p: p[0])]
-                self.envs.set_attr(name, ordered)
-            elif all(value is values[0] or value == values[0] for value in values):
-                setattr(self.envs, name, values[0])
-            else:
-                raise ValueError(
-                    f"{self.where} takes one value of {name!r} for all its envs, or one per env "
-                    "for all of them at once"
-                )
+            set_vector_env_attr(self.envs, name, pairs, self.where)
         except ENV_ERRORS as exc:
             return [self._report(exc, f"set_attr({name!r})")]
         return []
