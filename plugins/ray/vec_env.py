@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -29,46 +28,13 @@ from .cluster import (
     shard_bundle,
     shard_options,
 )
+from .records import Shard, ShardLost, ShardSpaces
 from .shard import ShardFailure, shard_bounds
 
 __all__ = ["CLOSE_TIMEOUT_S", "RayVecEnv"]
 
 #: Seconds ``close()`` gives each shard to close its local backend before its actor is killed.
 CLOSE_TIMEOUT_S = 10.0
-
-
-@dataclass
-class _Shard:
-    """The caller's record of one shard."""
-
-    index: int
-    start: int
-    stop: int
-    actor: Any = None
-    node: str = "?"
-    pending: Any = None  # the ObjectRef of the step in flight
-    sent_at: float = 0.0
-    result: tuple | None = None  # a step's result received, not yet returned
-    restart_result: tuple | None = None  # a restart's truncation, owed to the next step
-    env_fns: list = field(default_factory=list)
-
-    @property
-    def env_indices(self) -> list[int]:
-        return list(range(self.start, self.stop))
-
-    def describe(self) -> str:
-        return f"shard {self.index} (envs {self.start}..{self.stop - 1}, node {self.node})"
-
-
-class _ShardSpaces:
-    """What :class:`VecEnv` reads from an env, as shard 0 reported it (no env is built here)."""
-
-    def __init__(self, described: dict[str, Any]) -> None:
-        self.observation_space = described["observation_space"]
-        self.action_space = described["action_space"]
-        self.metadata = described["metadata"]
-        self.render_mode = described["render_mode"]
-        self.spec = described["spec"]
 
 
 class RayVecEnv(VecEnv):
@@ -113,7 +79,7 @@ class RayVecEnv(VecEnv):
         self._ray = ray
         self._session = True
         self._placement_group = None
-        self._shards: list[_Shard] = []
+        self._shards: list[Shard] = []
         self._broken: str | None = None
         self._broken_envs: tuple[int, ...] = ()
         self.failures = 0
@@ -125,7 +91,7 @@ class RayVecEnv(VecEnv):
             check_batch_size(batch_size, num_envs, bounds)
             self.batch_size = batch_size
             self._shards = [
-                _Shard(k, start, stop, env_fns=list(env_fns[start:stop]))
+                Shard(k, start, stop, env_fns=list(env_fns[start:stop]))
                 for k, (start, stop) in enumerate(bounds)
             ]
             self._autoreset_value = _mode_value(autoreset_mode)
@@ -135,7 +101,7 @@ class RayVecEnv(VecEnv):
                 env_fns,
                 autoreset_mode=autoreset_mode,
                 copy=options.copy,
-                probe_env=_ShardSpaces(described),
+                probe_env=ShardSpaces(described),
             )
         except BaseException:
             self._teardown()
@@ -187,7 +153,7 @@ class RayVecEnv(VecEnv):
                     )
         return first
 
-    def _launch(self, shard: _Shard) -> Any:
+    def _launch(self, shard: Shard) -> Any:
         """Start ``shard``'s actor; return the reference of its ``start_envs`` call."""
         options = actor_options(self.options.shard_resources, self._placement_group, shard.index)
         shard.actor = actor_class(self._ray).options(**options).remote(shard.start)
@@ -196,7 +162,7 @@ class RayVecEnv(VecEnv):
             shard.env_fns, self._autoreset_value, self.options.shard_backend, self._shard_options
         )
 
-    def _await_started(self, shards: list[_Shard], refs: list) -> list[dict[str, Any]]:
+    def _await_started(self, shards: list[Shard], refs: list) -> list[dict[str, Any]]:
         ray = self._ray
         timeout = self.options.start_timeout_s
         ready, waiting = ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -224,7 +190,7 @@ class RayVecEnv(VecEnv):
             described.append(info)
         return described
 
-    def _restart(self, shard: _Shard, reason: str) -> tuple:
+    def _restart(self, shard: Shard, reason: str) -> tuple:
         """Start ``shard`` again, reseed its envs, return the truncated step reporting it."""
         self._kill(shard)
         envs = shard.env_indices
@@ -268,7 +234,7 @@ class RayVecEnv(VecEnv):
         if self._broken is not None:
             raise WorkerError(self._broken, env_indices=self._broken_envs)
 
-    def _kill(self, shard: _Shard) -> None:
+    def _kill(self, shard: Shard) -> None:
         if shard.actor is not None:
             try:
                 self._ray.kill(shard.actor, no_restart=True)
@@ -278,7 +244,7 @@ class RayVecEnv(VecEnv):
 
     # -- calls to shards ------------------------------------------------------------------------
 
-    def _lost(self, shard: _Shard, what: str, exc: BaseException | None) -> str:
+    def _lost(self, shard: Shard, what: str, exc: BaseException | None) -> str:
         if exc is None:
             return (
                 f"{shard.describe()} overran step_timeout_s={self.options.step_timeout_s} in "
@@ -286,7 +252,7 @@ class RayVecEnv(VecEnv):
             )
         return f"{shard.describe()} was lost in {what} ({type(exc).__name__}: {exc})"
 
-    def _get(self, shard: _Shard, ref: Any, what: str) -> Any:
+    def _get(self, shard: Shard, ref: Any, what: str) -> Any:
         """The result of ``ref``, a call to ``shard`` outside a step; a lost shard is raised
         (restarting it is up to the caller of this method)."""
         ray = self._ray
@@ -294,28 +260,26 @@ class RayVecEnv(VecEnv):
             result = ray.get(ref, timeout=self.options.step_timeout_s)
         except ray.exceptions.GetTimeoutError:
             self._kill(shard)
-            raise _ShardLost(self._lost(shard, what, None), shard) from None
+            raise ShardLost(self._lost(shard, what, None), shard) from None
         except ray.exceptions.RayError as exc:
-            raise _ShardLost(self._lost(shard, what, exc), shard) from exc
+            raise ShardLost(self._lost(shard, what, exc), shard) from exc
         if isinstance(result, ShardFailure):
             raise result.error(shard.index, shard.node)
         return result
 
-    def _control(
-        self, shard: _Shard, what: str, call: Callable[[Any], Any], ref: Any = None
-    ) -> Any:
+    def _control(self, shard: Shard, what: str, call: Callable[[Any], Any], ref: Any = None) -> Any:
         """The result of ``call(actor)`` on ``shard`` (``ref``: that call, made already); a
         lost shard is restarted (its truncation owed to its next step) and the call made
         again, or raised."""
         while True:
             try:
                 return self._get(shard, call(shard.actor) if ref is None else ref, what)
-            except _ShardLost as lost:
+            except ShardLost as lost:
                 ref = None
                 self._on_lost(shard, lost)
                 shard.restart_result = self._restart(shard, str(lost))
 
-    def _on_lost(self, shard: _Shard, lost: _ShardLost) -> None:
+    def _on_lost(self, shard: Shard, lost: ShardLost) -> None:
         if self.options.on_worker_failure != "restart":
             self._kill(shard)
             self._break(str(lost), shard.env_indices)
@@ -515,7 +479,7 @@ class RayVecEnv(VecEnv):
                 for shard in flying:
                     if shard.pending is not None and now - shard.sent_at >= step_timeout:
                         self._kill(shard)
-                        self._step_lost(shard, _ShardLost(self._lost(shard, "step", None), shard))
+                        self._step_lost(shard, ShardLost(self._lost(shard, "step", None), shard))
             if not done() and deadline is not None and time.monotonic() >= deadline:
                 running = [s.index for s in self._shards if s.pending is not None]
                 raise TimeoutError(
@@ -547,13 +511,13 @@ class RayVecEnv(VecEnv):
             self._ready.append(shard.index)
         return True
 
-    def _receive(self, shard: _Shard) -> None:
+    def _receive(self, shard: Shard) -> None:
         ray = self._ray
         ref, shard.pending = shard.pending, None
         try:
             result = ray.get(ref)
         except ray.exceptions.RayError as exc:
-            self._step_lost(shard, _ShardLost(self._lost(shard, "step", exc), shard))
+            self._step_lost(shard, ShardLost(self._lost(shard, "step", exc), shard))
             return
         if isinstance(result, ShardFailure):
             raise result.error(shard.index, shard.node)
@@ -561,7 +525,7 @@ class RayVecEnv(VecEnv):
         self._note_restarts(result[4])
         self._ready.append(shard.index)
 
-    def _step_lost(self, shard: _Shard, lost: _ShardLost) -> None:
+    def _step_lost(self, shard: Shard, lost: ShardLost) -> None:
         self._on_lost(shard, lost)
         shard.result = self._restart(shard, str(lost))
         self._ready.append(shard.index)
@@ -571,7 +535,7 @@ class RayVecEnv(VecEnv):
             if info.get("worker_restarted"):
                 self._count_failure([i], str(info.get("restart_reason", "env failed")))
 
-    def _assemble(self, shards: list[_Shard]):
+    def _assemble(self, shards: list[Shard]):
         """One batch from the results of ``shards`` (in index order), copied once."""
         whole = len(shards) == len(self._shards)
         n = sum(s.stop - s.start for s in shards)
@@ -709,14 +673,6 @@ class RayVecEnv(VecEnv):
 
     def __repr__(self) -> str:
         return f"RayVecEnv(num_envs={self.num_envs}, num_shards={len(self._shards)})"
-
-
-class _ShardLost(Exception):
-    """A shard's actor died, its node was lost, or it overran ``step_timeout_s``."""
-
-    def __init__(self, message: str, shard: _Shard) -> None:
-        super().__init__(message)
-        self.shard = shard
 
 
 def _mode_value(mode: str | AutoresetMode) -> str:
