@@ -455,6 +455,16 @@ COMMAND_RUNS = [
 
 # (doc, marker, why the command lines of doc holding marker are not run here)
 NOT_RUN_COMMANDS = [
+    (
+        "benchmarks/README.md",
+        "spin_vs_block.py --help",
+        "prints a script's help; test_benchmark_help runs every script's --help",
+    ),
+    (
+        "examples/vecaccel-example-plugin/README.md",
+        "pytest examples/vecaccel-example-plugin/tests",
+        "the example plugin's tests; tests/test_testing_kit.py runs them",
+    ),
     ("README.md", "make run", "trains for about a minute; tests/test_run_dir.py checks its line"),
     ("README.md", "make test", "the whole test suite"),
     (
@@ -565,6 +575,12 @@ NOT_RUN_COMMANDS = [
 
 # (doc, language, marker, why the block is not run)
 NOT_RUN_BLOCKS = [
+    (
+        "docs/backends.md",
+        "text",
+        "AssertionError: check_backend('mine')",
+        "a sample failure; tests/test_testing_kit.py checks the kit's messages on broken backends",
+    ),
     (
         "docs/training.md",
         "text",
