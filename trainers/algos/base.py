@@ -29,13 +29,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from vecaccel.trainers import distributed
+from vecaccel.trainers.batched_envs import is_batched_source
 from vecaccel.trainers.config import RunConfig, resolve_aliases, resolve_device
-from vecaccel.trainers.envs import (
-    action_start,
-    backend_options_of,
-    is_batched_source,
-    make_env_for_training,
-)
+from vecaccel.trainers.envs import action_start, backend_options_of, make_env_for_training
 from vecaccel.trainers.seeding import configure_torch_threads, seed_everything, split_seed
 
 __all__ = ["Algorithm", "Callback", "call_callback"]

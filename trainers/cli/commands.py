@@ -391,7 +391,8 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
         raise ValueError(unknown_backend_message(cfg.backend, registered))
     from vecaccel.manager import get_backend
     from vecaccel.multiagent import is_module_env_path
-    from vecaccel.trainers.envs import backend_options_of, batched_env_fn, is_batched_source
+    from vecaccel.trainers.batched_envs import batched_env_fn, is_batched_source
+    from vecaccel.trainers.envs import backend_options_of
 
     options_cls = get_backend(cfg.backend).options
     if options_cls is not None:  # a misspelled --backend-option: TypeError suggesting the name

@@ -216,7 +216,8 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
 def rollout_loop(spec: dict[str, Any]) -> None:
     """The on-policy sampler: ``[T, B]`` rollouts into the two shared slots in turn."""
     import vecaccel
-    from vecaccel.trainers.envs import backend_options_of, is_batched_source, make_env_for_training
+    from vecaccel.trainers.batched_envs import is_batched_source
+    from vecaccel.trainers.envs import backend_options_of, make_env_for_training
     from vecaccel.trainers.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
