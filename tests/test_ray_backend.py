@@ -352,3 +352,24 @@ def test_ppo_and_dqn_train_over_ray(cluster):
 def test_the_backend_kit_passes_over_ray(cluster, options):
     _two_idle_nodes(cluster)
     check_backend("ray", **options)
+
+
+def test_train_command_passes_backend_options_to_ray(cluster, tmp_path, capsys, trainers_plugin):
+    pytest.importorskip("torch")
+    from helpers import run_main
+
+    from vecaccel.trainers.checkpoint import load_checkpoint
+
+    _two_idle_nodes(cluster)
+    run_dir = tmp_path / "run"
+    argv = ["train", "ppo", "--env", "CartPole-v1", "--backend", "ray", "--num-envs", "4"]
+    argv += ["--num-steps", "8", "--num-workers", "1", "--backend-option", "num_shards=2"]
+    argv += ["--no-progress", "--torch-threads", "1", "--no-tensorboard"]
+    assert run_main([*argv, "--total-steps", "32", "--run-dir", str(run_dir)]) == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["config"]["backend_options"] == {"num_shards": 2}
+    assert state["global_step"] == 32
+    capsys.readouterr()
+    bad = [*argv, "--backend-option", "num_shard=2", "--total-steps", "8"]
+    assert run_main([*bad, "--run-dir", str(tmp_path / "bad")]) == 2
+    assert "did you mean 'num_shards'?" in capsys.readouterr().err

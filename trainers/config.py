@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 __all__ = [
+    "ENV_SOURCES",
     "LR_SCALE_MODES",
     "RunConfig",
     "check_dqn_config",
@@ -37,6 +38,8 @@ __all__ = [
 ]
 
 LR_SCALE_MODES = ("none", "linear", "sqrt")
+#: where an Atari game's frames come from (``RunConfig.env_source``)
+ENV_SOURCES = ("ale", "envpool")
 
 
 @dataclass
@@ -56,6 +59,16 @@ class RunConfig:
     backend: str = "auto"
     """vecaccel backend that runs the environments (auto: chosen from one env's step cost;
     serial, shm, ...)."""
+    backend_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Options passed to the backend, checked by make_vec (ray: address, num_shards,
+    shard_backend, shard_options...; shm: context, step_timeout_s...)."""
+    vectorized: bool = False
+    """Step one batched vector env per worker over its slice of the envs: the id's Gymnasium
+    vector_entry_point (CartPole-v1), or EnvPool's pool with env_source=envpool. Such envs
+    autoreset NextStep; the DQN family cannot train on them."""
+    env_source: str = "ale"
+    """Where Atari frames come from: ale (Gymnasium's ALE with its wrappers) or envpool
+    (EnvPool's C++ pools, the same preprocessing, one pool per worker)."""
     num_workers: int = 0
     """Worker processes for process backends (0: the backend's default)."""
     seed: int = 1
@@ -98,6 +111,29 @@ class RunConfig:
             if not isinstance(value, (int, np.integer)) or value < least:
                 expected = "a positive integer" if least == 1 else f"an integer >= {least}{meaning}"
                 raise ValueError(f"{name} must be {expected}, got {value!r}")
+        self._check_env_settings()
+
+    def _check_env_settings(self) -> None:
+        if not isinstance(self.backend_options, dict) or not all(
+            isinstance(key, str) and key.isidentifier() for key in self.backend_options
+        ):
+            raise ValueError(
+                "backend_options must be a dict of option names to values, got "
+                f"{self.backend_options!r}"
+            )
+        self.backend_options = dict(self.backend_options)
+        given = self.backend_options.get("num_workers")
+        if self.num_workers > 0 and given is not None and given != self.num_workers:
+            raise ValueError(
+                f"num_workers={self.num_workers} and backend_options num_workers={given!r} "
+                "disagree; give it once"
+            )
+        if not isinstance(self.vectorized, (bool, np.bool_)):
+            raise ValueError(f"vectorized must be True or False, got {self.vectorized!r}")
+        if self.env_source not in ENV_SOURCES:
+            raise ValueError(
+                f"env_source must be one of {', '.join(ENV_SOURCES)}, got {self.env_source!r}"
+            )
 
 
 def resolve_aliases(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
@@ -264,6 +300,14 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
 def check_dqn_config(cfg: Any) -> None:
     """Raise ``ValueError`` naming the field for a DQN-family config that cannot train (the
     shared fields are checked by :class:`RunConfig`)."""
+    if cfg.vectorized or cfg.env_source == "envpool":
+        setting = "vectorized=True" if cfg.vectorized else "env_source='envpool'"
+        raise ValueError(
+            f"{setting}: batched simulators autoreset NextStep (the step after an episode's end "
+            "is a reset step whose action does nothing), and the DQN family's replay buffer "
+            "stores SameStep transitions with infos['final_obs']; train this env without it, "
+            "or with A2C or PPO"
+        )
     if cfg.batch_size < 1 or cfg.base_batch_size < 1:
         raise ValueError("batch_size and base_batch_size must be positive")
     if cfg.replay_ratio <= 0:

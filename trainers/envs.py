@@ -1,5 +1,12 @@
 """The envs trainers sample from: the standard Atari set-up, classic-control envs, and
-PettingZoo parallel envs named by their module path (one row per agent, a shared policy)."""
+PettingZoo parallel envs named by their module path (one row per agent, a shared policy).
+
+Batched simulators come in two ways, both one vector env per worker over its slice of the envs
+(``make_vec(..., vectorized=True)``), both ``NextStep`` autoreset: ``vectorized=True`` builds an
+id through its Gymnasium ``vector_entry_point``, and ``env_source="envpool"`` takes an Atari
+game's frames from EnvPool with the preprocessing of :class:`AtariEnvFactory`; see
+:mod:`vecaccel.trainers.batched_envs`.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 
 from vecaccel.multiagent import ModuleEnvFn, as_parallel, is_module_env_path
+from vecaccel.trainers.batched_envs import batched_env_fn, is_batched_source
 
 __all__ = [
     "AtariEnvFactory",
@@ -17,6 +25,7 @@ __all__ = [
     "EpisodicLifeEnv",
     "action_start",
     "agents_per_env",
+    "backend_options_of",
     "check_tensor_spaces",
     "is_atari_id",
     "is_parallel_env_path",
@@ -228,14 +237,35 @@ def make_env_fn(
     return ClassicEnvFactory(env_id, render_mode=render_mode)
 
 
+def backend_options_of(config: Any) -> dict[str, Any]:
+    """The backend options a run's config asks for: its ``backend_options``, with
+    ``num_workers`` from the config's own field where it is set (``serial`` has no workers).
+
+    Args:
+        config: a :class:`~vecaccel.trainers.config.RunConfig`, or the dict of its values.
+
+    Example:
+        >>> backend_options_of({"backend": "shm", "num_workers": 2, "backend_options": {"context": "spawn"}})
+        {'context': 'spawn', 'num_workers': 2}
+    """
+    values = config if isinstance(config, dict) else vars(config)
+    options = dict(values.get("backend_options") or {})
+    num_workers = int(values.get("num_workers") or 0)
+    if num_workers > 0 and values.get("backend") != "serial":
+        options.setdefault("num_workers", num_workers)
+    return options
+
+
 def make_env_for_training(
     env_id: str,
     num_envs: int,
     backend: str = "auto",
     seed: int | None = None,
     atari: bool | None = None,
-    autoreset_mode: str = "SameStep",
+    autoreset_mode: str | None = None,
     training: bool = True,
+    vectorized: bool = False,
+    env_source: str = "ale",
     **backend_options: Any,
 ) -> gym.vector.VectorEnv:
     """Build the vectorized env a trainer samples from.
@@ -243,7 +273,8 @@ def make_env_for_training(
     Every env records episode statistics (``info["episode"]``, real scores for Atari); Atari
     envs get the standard set-up of :class:`AtariEnvFactory`. A PettingZoo module path
     (:func:`is_parallel_env_path`) gives ``num_envs`` copies of its ``parallel_env()`` with one
-    row per agent (``num_envs * agents_per_env(env_id)`` rows), and no wrappers.
+    row per agent (``num_envs * agents_per_env(env_id)`` rows), and no wrappers. Batched
+    simulators (``vectorized``, ``env_source="envpool"``) give one vector env per worker.
 
     Args:
         env_id: a Gymnasium id, or the module path of a PettingZoo env.
@@ -252,21 +283,56 @@ def make_env_for_training(
         seed: seeds the batched action space; the sampler's first ``reset(seed=...)`` seeds the
             envs themselves.
         atari: force the Atari set-up on or off (``None``: detect from ``env_id``).
-        autoreset_mode: Gymnasium autoreset mode; trainers use ``SameStep`` so that no step is
-            wasted on a reset and ``info["final_obs"]`` gives the truncation bootstrap.
+        autoreset_mode: Gymnasium autoreset mode (``None``: ``SameStep``, so that no step is
+            wasted on a reset and ``info["final_obs"]`` gives the truncation bootstrap;
+            ``NextStep`` for batched simulators, the only mode they have).
         training: include the training-only Atari wrappers (life-loss terminal, clipped reward).
+        vectorized: build the id through its Gymnasium ``vector_entry_point``, one vector env
+            per worker (:class:`~vecaccel.trainers.batched_envs.EntryPointVectorFn`); an Atari game needs
+            ``env_source``.
+        env_source: ``"ale"`` (Gymnasium's ALE) or ``"envpool"``: an Atari game's frames from
+            EnvPool's pools, one per worker
+            (:func:`~vecaccel.trainers.batched_envs.envpool_atari_fn`).
         **backend_options: passed to the backend (``num_workers``, ``context``, ...).
 
     Returns:
         A ``gymnasium.vector.VectorEnv``.
+
+    Raises:
+        ValueError: for a batched source an env cannot have (a PettingZoo env; an Atari game
+            with ``vectorized`` but not ``env_source="envpool"``; EnvPool for a non-Atari id).
     """
     import vecaccel
+    from vecaccel.trainers.config import ENV_SOURCES
 
+    if env_source not in ENV_SOURCES:
+        raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {env_source!r}")
+    batched = is_batched_source(vectorized, env_source)
+    if autoreset_mode is None:
+        autoreset_mode = "NextStep" if batched else "SameStep"
     if is_module_env_path(env_id):
         if atari:
             raise ValueError(f"atari=True: {env_id} is a PettingZoo env, not an Atari game")
+        if batched:
+            raise ValueError(
+                f"vectorized=True and env_source='envpool' build Gymnasium ids; {env_id} is a "
+                "PettingZoo env"
+            )
         envs = vecaccel.make_vec(
             env_id, num_envs, backend=backend, autoreset_mode=autoreset_mode, **backend_options
+        )
+        if seed is not None:
+            envs.action_space.seed(seed)
+        return envs
+    if batched:
+        vector_fn = batched_env_fn(env_id, atari, training, env_source)
+        envs = vecaccel.make_vec(
+            vector_fn,
+            num_envs,
+            backend=backend,
+            autoreset_mode=autoreset_mode,
+            vectorized=True,
+            **backend_options,
         )
         if seed is not None:
             envs.action_space.seed(seed)

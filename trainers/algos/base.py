@@ -29,8 +29,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from vecaccel.trainers import distributed
+from vecaccel.trainers.batched_envs import is_batched_source
 from vecaccel.trainers.config import RunConfig, resolve_aliases, resolve_device
-from vecaccel.trainers.envs import action_start, make_env_for_training
+from vecaccel.trainers.envs import action_start, backend_options_of, make_env_for_training
 from vecaccel.trainers.seeding import configure_torch_threads, seed_everything, split_seed
 
 __all__ = ["Algorithm", "Callback", "call_callback"]
@@ -177,19 +178,21 @@ class Algorithm(abc.ABC):
     # -- envs ----------------------------------------------------------------------------------
 
     def make_envs(self, env_id: str, **options: Any) -> gym.vector.VectorEnv:
-        """The training envs of ``env_id`` on the config's backend, with ``SameStep`` autoreset
-        unless the config says otherwise; ``options`` go to the backend."""
+        """The training envs of ``env_id`` on the config's backend with its
+        ``backend_options`` (which win over ``options``), ``SameStep`` autoreset unless the
+        config says otherwise (batched simulators: ``NextStep``, their only mode)."""
         cfg = self.config
-        if cfg.num_workers > 0 and cfg.backend != "serial":  # serial has no workers
-            options.setdefault("num_workers", cfg.num_workers)
+        batched = is_batched_source(cfg.vectorized, cfg.env_source)
         return make_env_for_training(
             env_id,
             cfg.num_envs,
             backend=cfg.backend,
             seed=cfg.seed,
             atari=getattr(cfg, "atari", None),
-            autoreset_mode=getattr(cfg, "autoreset_mode", "SameStep"),
-            **options,
+            autoreset_mode=None if batched else getattr(cfg, "autoreset_mode", "SameStep"),
+            vectorized=cfg.vectorized,
+            env_source=cfg.env_source,
+            **{**options, **backend_options_of(cfg)},
         )
 
     def restart_seed(self) -> int:

@@ -389,11 +389,27 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
     registered = vecaccel.list_backends()
     if cfg.backend not in registered:
         raise ValueError(unknown_backend_message(cfg.backend, registered))
+    from vecaccel.manager import get_backend
     from vecaccel.multiagent import is_module_env_path
+    from vecaccel.trainers.batched_envs import batched_env_fn, is_batched_source
+    from vecaccel.trainers.envs import backend_options_of
 
+    options_cls = get_backend(cfg.backend).options
+    if options_cls is not None:  # a misspelled --backend-option: TypeError suggesting the name
+        options_cls.from_kwargs(cfg.backend, backend_options_of(cfg))
+    batched = is_batched_source(
+        getattr(cfg, "vectorized", False), getattr(cfg, "env_source", "ale")
+    )
     if is_module_env_path(env_id):
         if getattr(cfg, "atari", None):
             raise ValueError(f"--atari: {env_id} is a PettingZoo env, not an Atari game")
+        if batched:
+            raise ValueError(
+                f"--vectorized and --env-source envpool build Gymnasium ids; {env_id} is a "
+                "PettingZoo env"
+            )
         return
     register_envs()
     gym.spec(env_id)  # gymnasium.error.Error naming the id (and close matches) if unknown
+    if batched:  # the source the env cannot have, refused before a process starts
+        batched_env_fn(env_id, getattr(cfg, "atari", None), True, cfg.env_source)

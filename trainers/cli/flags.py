@@ -22,16 +22,18 @@ from vecaccel.trainers import registry
 
 __all__ = [
     "AlgorithmParser",
+    "BackendOptionAction",
     "ConfigAction",
     "add_common_flags",
     "add_mode_flags",
     "algorithm_class",
+    "parse_backend_option",
     "positive_int",
     "presets",
 ]
 
 #: config fields that have a common flag of their own
-_COMMON_FIELDS = {"env_id", "num_envs", "backend", "seed", "device", "preset"}
+_COMMON_FIELDS = {"env_id", "num_envs", "backend", "backend_options", "seed", "device", "preset"}
 
 
 # -- resolving an algorithm lazily, through the registry ---------------------------------------
@@ -132,6 +134,40 @@ def positive_int(text: str) -> int:
     return value
 
 
+def parse_backend_option(text: str) -> tuple[str, Any]:
+    """argparse type of ``--backend-option``: ``KEY=VALUE``, the value a Python literal when it
+    parses as one (as ``vecaccel bench -o`` reads it), else a string.
+
+    Example:
+        >>> parse_backend_option("num_shards=2"), parse_backend_option("address=auto")
+        (('num_shards', 2), ('address', 'auto'))
+        >>> parse_backend_option("shard_options={'num_workers': 2}")
+        ('shard_options', {'num_workers': 2})
+    """
+    from vecaccel.bench.command import parse_backend_options
+
+    key, sep, _ = text.partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"expected KEY=VALUE (num_shards=2, address='ray://head:10001'), got {text!r}"
+        )
+    value = parse_backend_options([f"backend.{key}={text.partition('=')[2]}"])["backend"][key]
+    return key, value
+
+
+class BackendOptionAction(argparse.Action):
+    """Add a ``--backend-option KEY=VALUE`` to ``namespace.config["backend_options"]``."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        config = getattr(namespace, "config", None)
+        if config is None:
+            config = {}
+            namespace.config = config
+        key, value = values
+        config.setdefault("backend_options", {})[key] = value
+
+
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
     """The flags every ``vecaccel train ALGO`` has, whatever the algorithm: env, backend,
     budget, seed, device, run directory, resume, output and ranks."""
@@ -141,7 +177,24 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         "(pettingzoo.butterfly.pistonball_v6: one row per agent, one shared policy); "
         "default: the config's",
     )
-    parser.add_argument("--backend", help="vecaccel backend (default: the config's)")
+    parser.add_argument(
+        "--backend",
+        help="vecaccel backend (default: the config's); its options with --backend-option, "
+        "e.g. --backend ray --backend-option address=auto --backend-option num_shards=4",
+    )
+    parser.add_argument(
+        "--backend-option",
+        action=BackendOptionAction,
+        type=parse_backend_option,
+        metavar="KEY=VALUE",
+        dest="_unused_backend_options",
+        default=argparse.SUPPRESS,
+        help="an option of the backend, repeatable; VALUE is a Python literal or else a string "
+        "(ray: address=auto, address='ray://head:10001', num_shards=4, shard_backend=shm, "
+        "shard_options={'num_workers':8}, shard_resources={'num_cpus':8}, placement=PACK; "
+        "shm: context=spawn, step_timeout_s=30...). Checked before the run starts; kept by "
+        "--resume, where options given replace the run's",
+    )
     parser.add_argument(
         "--num-envs",
         type=positive_int,

@@ -53,7 +53,16 @@ __all__ = ["ReplayFeed"]
 # ranks meet at least every this many updates (to agree on a stop and reduce metrics)
 _MAX_UPDATES_BETWEEN_MEETINGS = 16
 # what the sampler process reads of the run's config
-_SAMPLER_CONFIG = ("backend", "seed", "batch_size", "replay_ratio", "start_epsilon", "end_epsilon")
+_SAMPLER_CONFIG = (
+    "backend",
+    "backend_options",
+    "num_workers",
+    "seed",
+    "batch_size",
+    "replay_ratio",
+    "start_epsilon",
+    "end_epsilon",
+)
 
 
 class ReplayFeed:

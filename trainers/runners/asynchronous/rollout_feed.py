@@ -34,10 +34,13 @@ _ROLLOUT_CONFIG = (
     "env_id",
     "num_envs",
     "backend",
+    "backend_options",
     "num_workers",
     "seed",
     "atari",
     "autoreset_mode",
+    "vectorized",
+    "env_source",
     "num_steps",
 )
 

@@ -51,7 +51,7 @@ class Actor:
 
     def __init__(self, spec: dict[str, Any], link: ChildLink) -> None:
         from vecaccel.trainers.algos.exploration import EpsilonGreedy, TransitionCollector
-        from vecaccel.trainers.envs import action_start, make_env_for_training
+        from vecaccel.trainers.envs import action_start, backend_options_of, make_env_for_training
         from vecaccel.trainers.seeding import seed_everything, split_seed
 
         # its own draws (e.g. noisy nets' noise), new ones for a resumed run
@@ -67,6 +67,7 @@ class Actor:
             backend=cfg["backend"],
             seed=cfg["seed"],
             autoreset_mode="SameStep",
+            **backend_options_of(cfg),
         )
         self.rng = np.random.default_rng(spec["env_seed"] + 1)
         policy = EpsilonGreedy(
@@ -215,7 +216,8 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
 def rollout_loop(spec: dict[str, Any]) -> None:
     """The on-policy sampler: ``[T, B]`` rollouts into the two shared slots in turn."""
     import vecaccel
-    from vecaccel.trainers.envs import make_env_for_training
+    from vecaccel.trainers.batched_envs import is_batched_source
+    from vecaccel.trainers.envs import backend_options_of, make_env_for_training
     from vecaccel.trainers.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
@@ -225,17 +227,17 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     first_version = int(counters[VERSION])  # published before this process started
     # the policy's action sampling, new draws for a resumed run
     seed_everything(split_seed(int(cfg["seed"]), CHILD_SEED_KEY, first_version))
-    options: dict[str, Any] = {}
-    if cfg["num_workers"] > 0 and cfg["backend"] != "serial":
-        options["num_workers"] = cfg["num_workers"]
+    batched = is_batched_source(cfg["vectorized"], cfg["env_source"])
     env = make_env_for_training(
         cfg["env_id"],
         cfg["num_envs"],
         backend=cfg["backend"],
         seed=cfg["seed"],
         atari=cfg["atari"],
-        autoreset_mode=cfg["autoreset_mode"],
-        **options,
+        autoreset_mode=None if batched else cfg["autoreset_mode"],
+        vectorized=cfg["vectorized"],
+        env_source=cfg["env_source"],
+        **backend_options_of(cfg),
     )
     try:
         model.eval()

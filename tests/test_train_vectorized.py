@@ -1,0 +1,231 @@
+"""Training on batched simulators: ``--vectorized`` (a Gymnasium ``vector_entry_point``, one
+vector env per worker) and ``--env-source envpool`` (Atari frames from EnvPool with the ALE
+route's preprocessing), both ``NextStep`` autoreset."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+from helpers import run_main
+
+from vecaccel.trainers import DQN, PPO
+from vecaccel.trainers.batched_envs import EntryPointVectorFn, batched_env_fn, envpool_task_id
+from vecaccel.trainers.checkpoint import load_checkpoint
+from vecaccel.trainers.envs import make_env_for_training
+
+torch.set_num_threads(1)
+
+pytestmark = pytest.mark.usefixtures("trainers_plugin")
+
+HAS_ALE = importlib.util.find_spec("ale_py") is not None
+HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
+
+
+def train(*argv: str) -> int:
+    return run_main(["train", *argv, "--no-progress", "--torch-threads", "1"])
+
+
+def test_help_shows_the_batched_and_backend_option_flags(capsys):
+    assert run_main(["train", "ppo", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--vectorized" in text and "vector_entry_point" in text
+    assert "--env-source ENV_SOURCE" in text and "envpool" in text
+    assert "--backend-option KEY=VALUE" in text and "num_shards=4" in text
+
+
+def test_cli_trains_ppo_on_vectorized_cartpole_and_resumes_alike(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = ["--env", "CartPole-v1", "--num-envs", "16", "--num-steps", "16", "--vectorized"]
+    argv += ["--backend", "shm", "--num-workers", "2", "--run-dir", str(run_dir)]
+    assert train("ppo", *argv, "--total-steps", "512") == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["config"]["vectorized"] is True and state["global_step"] == 512
+    rows = (run_dir / "metrics.csv").read_text().splitlines()
+    assert len(rows) > 1 and "charts/episodic_return" in rows[0]
+    # the resumed run builds the same batched envs from the checkpoint's config
+    assert train("ppo", "--resume", str(run_dir), "--total-steps", "768") == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["config"]["vectorized"] is True and state["global_step"] == 768
+
+
+def test_python_ppo_on_vectorized_cartpole_samples_next_step_slices(tmp_path):
+    agent = PPO(
+        "CartPole-v1",
+        vectorized=True,
+        backend="shm",
+        num_workers=2,
+        num_envs=8,
+        num_steps=32,
+        seed=3,
+        torch_threads=1,
+        run_dir=tmp_path,
+        tensorboard=False,
+    )
+    try:
+        assert agent.envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+        agent.learn(total_steps=8 * 32 * 2)
+        assert agent.global_step == 512
+        assert all(torch.isfinite(p).all() for p in agent.model.parameters())
+    finally:
+        agent.close()
+    # random CartPole episodes end within 64 steps: their scores reached the metrics
+    with open(tmp_path / "metrics.csv") as rows:
+        returns = [row["charts/episodic_return"] for row in csv.DictReader(rows)]
+    assert any(returns) and all(float(r) >= 1 for r in returns if r)
+
+
+def test_vectorized_episodes_are_scored_from_the_vector_env_infos():
+    envs = make_env_for_training("CartPole-v1", 4, backend="serial", seed=0, vectorized=True)
+    try:
+        assert envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+        envs.reset(seed=0)
+        rewards = np.zeros(4)
+        scores: list[float] = []
+        pending = np.zeros(4, dtype=bool)  # NextStep: the step after an end is a reset step
+        for _ in range(200):
+            _, reward, terminated, truncated, infos = envs.step(np.ones(4, dtype=np.int64))
+            rewards += np.where(pending, 0.0, reward)
+            ended = (terminated | truncated) & ~pending
+            if "episode" in infos:
+                scores += list(infos["episode"]["r"][infos["_episode"]])
+                np.testing.assert_array_equal(infos["_episode"], ended)
+                np.testing.assert_allclose(infos["episode"]["r"][ended], rewards[ended])
+            rewards[ended] = 0.0
+            pending = ended
+        assert scores and all(score >= 1 for score in scores)
+    finally:
+        envs.close()
+
+
+def test_dqn_family_refuses_batched_sources_with_the_reason(capsys):
+    for setting in ({"vectorized": True}, {"env_source": "envpool"}):
+        with pytest.raises(ValueError, match="NextStep.*SameStep"):
+            DQN(None, env_id="CartPole-v1", **setting)
+    code = train("dqn", "--env", "CartPole-v1", "--vectorized", "--total-steps", "64")
+    assert code == 2
+    assert "replay buffer stores SameStep transitions" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--env", "Acrobot-v1", "--vectorized"], "registers no Gymnasium vector_entry_point"),
+        (["--env", "CartPole-v1", "--env-source", "envpol"], "env_source must be one of"),
+        (
+            ["--env", "pettingzoo.butterfly.pistonball_v6", "--vectorized"],
+            "PettingZoo env",
+        ),
+    ],
+)
+def test_a_source_the_env_cannot_have_is_a_usage_error(tmp_path, capsys, argv, message):
+    code = train("ppo", *argv, "--total-steps", "64", "--run-dir", str(tmp_path / "run"))
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
+def test_batched_env_fn_names_the_missing_piece():
+    assert isinstance(batched_env_fn("CartPole-v1", None, True, "ale"), EntryPointVectorFn)
+    with pytest.raises(ValueError, match="env-source envpool"):
+        batched_env_fn("PongNoFrameskip-v4", True, True, "ale")
+    with pytest.raises(ValueError, match="not an Atari id"):
+        batched_env_fn("CartPole-v1", False, True, "envpool")
+
+
+@pytest.mark.parametrize(
+    ("env_id", "task"),
+    [
+        ("ALE/Pong-v5", "Pong-v5"),
+        ("PongNoFrameskip-v4", "Pong-v5"),
+        ("SpaceInvadersDeterministic-v4", "SpaceInvaders-v5"),
+        ("ALE/MontezumaRevenge-v5", "MontezumaRevenge-v5"),
+    ],
+)
+def test_envpool_task_ids_of_gymnasium_ale_ids(env_id, task):
+    assert envpool_task_id(env_id) == task
+
+
+def _play(env_id: str, env_source: str, steps: int, seed: int = 0) -> dict:
+    """Random play on 4 envs: frames, rewards, ends (life losses in training) and the whole
+    games' scores the envs report."""
+    envs = make_env_for_training(
+        env_id, 4, backend="shm", seed=seed, env_source=env_source, num_workers=2
+    )
+    try:
+        obs, _ = envs.reset(seed=seed)
+        first = obs.copy()
+        rng = np.random.default_rng(seed)
+        n = int(envs.single_action_space.n)
+        rewards, ends, games = [], 0, []
+        for _ in range(steps):
+            obs, reward, terminated, truncated, infos = envs.step(rng.integers(0, n, 4))
+            rewards.append(np.asarray(reward, dtype=np.float64))
+            ends += int(np.sum(terminated | truncated))
+            source = infos if "episode" in infos else infos.get("final_info", {})
+            if "episode" in source:
+                mask = np.asarray(source["_episode"])
+                games += list(zip(source["episode"]["r"][mask], source["episode"]["l"][mask]))
+        return {
+            "space": (envs.single_observation_space, envs.single_action_space),
+            "first": first,
+            "obs": obs,
+            "rewards": np.array(rewards),
+            "ends": ends,
+            "games": games,
+        }
+    finally:
+        envs.close()
+
+
+@pytest.mark.skipif(
+    not HAS_ALE, reason="the ALE route needs ale-py (pip install 'vecaccel[atari]')"
+)
+@pytest.mark.skipif(
+    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
+)
+def test_envpool_source_matches_the_ale_route_on_breakout():
+    # Breakout: random play loses all five lives within a few hundred steps, so whole games
+    # end inside the test; Pong's take a thousand
+    ale = _play("ALE/Breakout-v5", "ale", 400)
+    pool = _play("ALE/Breakout-v5", "envpool", 400)
+    assert ale["space"] == pool["space"]
+    for route in (ale, pool):
+        assert route["obs"].shape == (4, 4, 84, 84) and route["obs"].dtype == np.uint8
+        # frame stacking from a reset: the first observation's four frames are one frame
+        assert all((frames == frames[0]).all() for frames in route["first"])
+        # clipped rewards in training; Breakout's bricks score 1 to 7
+        assert set(np.unique(route["rewards"])) <= {0.0, 1.0}
+        # grey levels of the same screen: the mean pixel within a few levels
+    assert abs(float(ale["obs"].mean()) - float(pool["obs"].mean())) < 8.0
+    for route in (ale, pool):
+        assert route["games"], "no whole game ended in 400 steps"
+        # a game is several lives: more ends (life-loss terminals) than games reported
+        assert route["ends"] > len(route["games"])
+        # true scores of whole games: a random Breakout game scores 0 to ~10
+        assert all(0 <= score <= 15 for score, _ in route["games"])
+    # a whole game lasts over 100 agent steps; the ALE route counts emulator frames (its
+    # episode statistics sit under the frame skip of 4), EnvPool agent steps
+    assert all(length >= 400 for _, length in ale["games"])
+    assert all(100 <= length <= 400 for _, length in pool["games"])
+    mean_ale = np.mean([score for score, _ in ale["games"]])
+    mean_pool = np.mean([score for score, _ in pool["games"]])
+    assert abs(mean_ale - mean_pool) < 3.0
+
+
+@pytest.mark.skipif(
+    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
+)
+def test_cli_trains_ppo_on_envpool_frames(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = ["--env", "PongNoFrameskip-v4", "--env-source", "envpool", "--num-envs", "2"]
+    argv += ["--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
+    argv += ["--backend", "shm", "--backend-option", "num_workers=2", "--run-dir", str(run_dir)]
+    assert train("ppo", *argv, "--total-steps", "64", "--checkpoint-every", "0") == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["config"]["env_source"] == "envpool" and state["global_step"] == 64
+    assert state["config"]["backend_options"] == {"num_workers": 2}
