@@ -78,17 +78,6 @@ def _to_numpy(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def _kept_by_multiprocessing(fd: int) -> bool:
-    """Whether ``fd`` is one of multiprocessing's heap arenas (``/dev/shm/pym-*``, unlinked at
-    once): the heap keeps a small arena for the life of the process once a buffer of its size
-    was made, so one appears the first time a vector env of a new size is built. A descriptor
-    gone by now (the one ``open_fds`` lists its folder with) is no leak either."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}").startswith("/dev/shm/pym-")
-    except OSError:
-        return True
-
-
 def _worker_envs(env: int) -> tuple[int, ...]:
     return next(group for group in WORKER_ENVS if env in group)
 
@@ -195,9 +184,7 @@ class VecEnvMachine(RuleBasedStateMachine):
     def check_no_leaks(self) -> None:
         new_children = lambda: child_pids() - self.base_children  # noqa: E731
         assert wait_until(lambda: not new_children(), 10.0), f"children left: {new_children()}"
-        new_fds = lambda: {  # noqa: E731
-            fd for fd in open_fds() - self.base_fds if not _kept_by_multiprocessing(fd)
-        }
+        new_fds = lambda: open_fds() - self.base_fds  # noqa: E731
         if new_fds():
             gc.collect()  # (slow with torch loaded: only when needed)
             assert wait_until(lambda: not new_fds(), 5.0), f"fds left open: {new_fds()}"

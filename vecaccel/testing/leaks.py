@@ -93,7 +93,23 @@ def shm_entries() -> set[str]:
 
 
 def open_fds() -> set[int]:
-    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+    """This process's open file descriptors, less multiprocessing's heap arenas.
+
+    Multiprocessing's heap (which holds ``RawArray`` buffers, such as a worker pool's shared
+    memory) keeps a small arena (``/dev/shm/pym-*``, unlinked at once) for the life of the
+    process once a buffer of its size was made, and reuses it: it appears the first time a
+    vector env of a new size is built, and is no leak. A descriptor gone by now (the one that
+    lists the folder) is left out too.
+    """
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if not target.startswith("/dev/shm/pym-"):
+            found.add(int(name))
+    return found
 
 
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
