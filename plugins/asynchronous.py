@@ -30,7 +30,7 @@ from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import WorkerError
 from vecaccel.options import AsyncOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
-from vecaccel.vector import AsyncState, normalize_seeds, split_reset_mask
+from vecaccel.vector import AsyncState, check_reset_mask_held, normalize_seeds, split_reset_mask
 from vecaccel.vectorized import SliceInfos, is_vectorized, unbatch_infos
 from vecaccel.worker import (
     ENV_PAYLOAD_FLAG,
@@ -443,7 +443,7 @@ class AsyncVecEnv(ProcessVecEnv):
         self.pool.check_usable()
         reset_mask, options = split_reset_mask(options, self.num_envs)
         if reset_mask is not None:
-            self._check_held(reset_mask)
+            check_reset_mask_held(reset_mask, self._last_ids)
         try:
             self._prepare_control()
         except WorkerError:
@@ -465,18 +465,6 @@ class AsyncVecEnv(ProcessVecEnv):
             return self._after_masked_reset()
         self._ready = deque([i for i in self._ready if i not in reset_set] + reset_ids)
         return self._after_reset()
-
-    def _check_held(self, reset_mask: np.ndarray) -> None:
-        held = self._last_ids
-        if held is None:
-            raise RuntimeError("call reset() without a reset_mask before resetting some envs")
-        outside = np.setdiff1d(np.flatnonzero(reset_mask), held)
-        if outside.size:
-            raise ValueError(
-                f"reset_mask names envs {outside.tolist()}, which are not in the batch last "
-                f"returned (info['env_id'] {held.tolist()}); a masked reset may only reset envs "
-                "the caller holds"
-            )
 
     def _after_reset(self):
         obs, _, _, _, infos = self.recv()

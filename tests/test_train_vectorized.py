@@ -114,7 +114,7 @@ def test_dqn_family_refuses_batched_sources_with_the_reason(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--env", "Acrobot-v1", "--vectorized"], "registers no Gymnasium vector_entry_point"),
+        (["--env", "Acrobot-v1", "--vectorized"], "has no vector_entry_point"),
         (["--env", "CartPole-v1", "--env-source", "envpol"], "env_source must be one of"),
         (
             ["--env", "pettingzoo.butterfly.pistonball_v6", "--vectorized"],

@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 import gymnasium as gym
 
+from vecaccel.vectorized import require_vector_entry_point
+
 __all__ = [
     "EntryPointVectorFn",
     "batched_env_fn",
@@ -43,18 +45,9 @@ class EntryPointVectorFn:
     """
 
     def __init__(self, env_id: str) -> None:
-        from vecaccel.manager import register_envs
-
-        register_envs()
-        try:
-            spec = gym.spec(env_id)
-        except gym.error.Error as exc:
-            raise ValueError(f"unknown environment id {env_id!r}: {exc}") from None
-        if spec.vector_entry_point is None:
-            raise ValueError(
-                f"vectorized=True: {env_id} registers no Gymnasium vector_entry_point (a batched "
-                "simulator of its own); train it without vectorized=True"
-            )
+        require_vector_entry_point(
+            env_id, "a batched simulator of its own: train it without vectorized=True"
+        )
         self.env_id = env_id
 
     def __call__(self, num_envs: int) -> gym.vector.VectorEnv:

@@ -26,6 +26,7 @@ __all__ = [
     "VecEnv",
     "AsyncState",
     "check_env_spaces",
+    "check_reset_mask_held",
     "make_env",
     "normalize_seeds",
     "reset_mask_only",
@@ -194,6 +195,33 @@ def reset_mask_only(reset_mask: np.ndarray) -> dict:
         (array([ True, False]), {})
     """
     return _ResetMaskOnly(reset_mask=reset_mask)
+
+
+def check_reset_mask_held(reset_mask: np.ndarray, held: np.ndarray | None) -> None:
+    """Refuse a masked reset of envs the caller does not hold, on a backend that returns some
+    envs per step: ``held`` is the batch last returned (its ``info["env_id"]``), ``None``
+    before the first full reset.
+
+    Raises:
+        RuntimeError: before the first full reset.
+        ValueError: naming the envs outside ``held``.
+
+    Example:
+        >>> check_reset_mask_held(np.array([True, False, False]), np.array([0, 2]))
+        >>> check_reset_mask_held(np.array([False, True, False]), np.array([0, 2]))
+        Traceback (most recent call last):
+        ...
+        ValueError: reset_mask names envs [1], which are not in the batch last returned ...
+    """
+    if held is None:
+        raise RuntimeError("call reset() without a reset_mask before resetting some envs")
+    outside = np.setdiff1d(np.flatnonzero(reset_mask), held)
+    if outside.size:
+        raise ValueError(
+            f"reset_mask names envs {outside.tolist()}, which are not in the batch last "
+            f"returned (info['env_id'] {held.tolist()}); a masked reset may only reset envs "
+            "the caller holds"
+        )
 
 
 def split_reset_mask(options: dict | None, num_envs: int) -> tuple[np.ndarray | None, dict | None]:

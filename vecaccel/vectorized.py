@@ -46,11 +46,38 @@ __all__ = [
     "inner_seed",
     "is_vectorized",
     "merge_slice_infos",
+    "require_vector_entry_point",
     "set_vector_env_attr",
     "takes_seed_list",
     "unbatch_infos",
     "vector_env_fn_of",
 ]
+
+
+def require_vector_entry_point(env_id: str, advice: str) -> None:
+    """Check that the registered Gymnasium id ``env_id`` has a ``vector_entry_point`` (a batched
+    simulator of its own).
+
+    Raises:
+        ValueError: for an unknown id, or one without a vector entry point (then ending with
+            ``advice``).
+
+    Example:
+        >>> require_vector_entry_point("CartPole-v1", "")
+        >>> require_vector_entry_point("Acrobot-v1", "drop vectorized=True")
+        Traceback (most recent call last):
+        ...
+        ValueError: environment id 'Acrobot-v1' has no vector_entry_point, drop vectorized=True
+    """
+    from vecaccel.manager import register_envs
+
+    register_envs()
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise ValueError(f"unknown environment id {env_id!r}: {exc}") from None
+    if spec.vector_entry_point is None:
+        raise ValueError(f"environment id {env_id!r} has no vector_entry_point, {advice}")
 
 
 class VectorEnvFn:
@@ -82,19 +109,11 @@ class VectorEnvFn:
         env_kwargs: dict[str, Any] | None = None,
     ) -> None:
         if isinstance(fn, str):
-            from vecaccel.manager import register_envs
-
-            register_envs()
-            try:
-                spec = gym.spec(fn)
-            except gym.error.Error as exc:
-                raise ValueError(f"unknown environment id {fn!r}: {exc}") from None
-            if spec.vector_entry_point is None:
-                raise ValueError(
-                    f"environment id {fn!r} has no vector_entry_point, so vectorized=True cannot "
-                    "build it as one vector env per worker: pass a vector env function "
-                    "fn(n) -> VectorEnv instead, or drop vectorized=True"
-                )
+            require_vector_entry_point(
+                fn,
+                "so vectorized=True cannot build it as one vector env per worker: pass a vector "
+                "env function fn(n) -> VectorEnv instead, or drop vectorized=True",
+            )
         elif not callable(fn):
             raise TypeError(
                 "vectorized=True takes a vector env function fn(n) -> gymnasium.vector.VectorEnv "

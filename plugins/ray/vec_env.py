@@ -15,7 +15,13 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.options import RayOptions
 from vecaccel.spaces import assign_tree, has_fixed_layout, index_tree, read_item
-from vecaccel.vector import AsyncState, VecEnv, normalize_seeds, split_reset_mask
+from vecaccel.vector import (
+    AsyncState,
+    VecEnv,
+    check_reset_mask_held,
+    normalize_seeds,
+    split_reset_mask,
+)
 from vecaccel.worker import derived_seed, restarted_info
 
 from .cluster import (
@@ -303,7 +309,7 @@ class RayVecEnv(VecEnv):
         reset_mask, options = split_reset_mask(options, self.num_envs)
         partial = self.batch_size < self.num_envs
         if reset_mask is not None and partial:
-            self._check_held(reset_mask)
+            check_reset_mask_held(reset_mask, self._last_ids)
         try:
             self._finish_pending()
         except WorkerError:
@@ -349,18 +355,6 @@ class RayVecEnv(VecEnv):
             self._ready.clear()
             obs, _, _, _, infos = self._assemble(shards)
         return obs, infos
-
-    def _check_held(self, reset_mask: np.ndarray) -> None:
-        held = self._last_ids
-        if held is None:
-            raise RuntimeError("call reset() without a reset_mask before resetting some envs")
-        outside = np.setdiff1d(np.flatnonzero(reset_mask), held)
-        if outside.size:
-            raise ValueError(
-                f"reset_mask names envs {outside.tolist()}, which are not in the batch last "
-                f"returned (info['env_id'] {held.tolist()}); a masked reset may only reset envs "
-                "the caller holds"
-            )
 
     def step_async(self, actions: Any) -> None:
         if self.batch_size == self.num_envs:
