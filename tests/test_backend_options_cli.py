@@ -28,8 +28,10 @@ def train(*argv: str) -> int:
     return run_main(["train", *argv, "--no-progress", "--torch-threads", "1"])
 
 
+# finite floats: repr(inf) and repr(nan) are no Python literals
+finite = st.floats(allow_nan=False, allow_infinity=False)
 literals = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers() | finite | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
     max_leaves=6,
 )
