@@ -247,7 +247,7 @@ def _render_offscreen() -> None:
 
     An ``rgb_array`` renderer (Gymnasium's classic control, PettingZoo's butterfly envs) only
     draws into a surface, but ``pygame.init()`` opens SDL's video and audio drivers; on a
-    machine without a desktop session SDL then prints ``error: XDG_RUNTIME_DIR is invalid``
+    machine with no display or desktop login SDL then prints ``error: XDG_RUNTIME_DIR is invalid``
     on a run that succeeds. SDL's dummy drivers open nothing. Settings the user made stay.
     """
     import os
