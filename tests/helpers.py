@@ -222,6 +222,33 @@ SMALL_DQN = dict(
 )
 
 
+#: A DQN that learns within a few hundred steps of CartPole: the sync trainer's tests.
+TINY_DQN = dict(
+    learning_starts=64,
+    batch_size=16,
+    buffer_size=512,
+    replay_ratio=8.0,
+    target_update_period=50,
+    log_interval=100,
+    hidden_sizes=(32, 32),
+    progress=False,
+    tensorboard=False,
+)
+
+#: The DQN of the asynchronous runs' tests: a replay that fills in a few hundred steps.
+TINY_ASYNC_DQN = dict(
+    batch_size=16,
+    buffer_size=2_000,
+    learning_starts=200,
+    replay_ratio=4.0,
+    progress=False,
+    tensorboard=False,
+    torch_threads=1,
+    log_interval=250,
+    hidden_sizes=(32, 32),
+)
+
+
 def serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
     """CartPole as the trainers build it, on the serial backend."""
     from vecaccel.trainers.envs import make_env_for_training

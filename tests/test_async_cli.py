@@ -9,24 +9,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import run_main, run_vecaccel
+from helpers import TINY_ASYNC_DQN, run_main, run_vecaccel
 
 from vecaccel.cli import main
 from vecaccel.trainers.algos.dqn import DQN
 
 torch.set_num_threads(1)
 
-TINY = dict(
-    batch_size=16,
-    buffer_size=2_000,
-    learning_starts=200,
-    replay_ratio=4.0,
-    progress=False,
-    tensorboard=False,
-    torch_threads=1,
-    log_interval=250,
-    hidden_sizes=(32, 32),
-)
+TINY = TINY_ASYNC_DQN
 
 
 def test_cli_async_flag(tmp_path) -> None:

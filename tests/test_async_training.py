@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers import TINY_ASYNC_DQN
 
 from vecaccel.trainers import AsyncRunner
 from vecaccel.trainers.algos.dqn import DQN
@@ -31,17 +32,7 @@ def run_async(agent: Any, total_steps: int, **options: Any) -> AsyncStats:
     return runner.stats
 
 
-TINY = dict(
-    batch_size=16,
-    buffer_size=2_000,
-    learning_starts=200,
-    replay_ratio=4.0,
-    progress=False,
-    tensorboard=False,
-    torch_threads=1,
-    log_interval=250,
-    hidden_sizes=(32, 32),
-)
+TINY = TINY_ASYNC_DQN
 
 
 def test_async_replay_ratio_is_enforced_throughout(tmp_path) -> None:

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from helpers import SMALL_DQN, serial_cartpole
+from helpers import SMALL_DQN, TINY_DQN, serial_cartpole
 from toy_envs import ShiftedActions, TinyImageEnv
 
 import vecaccel
@@ -29,17 +29,7 @@ from vecaccel.trainers.envs import make_env_for_training
 
 torch.set_num_threads(1)
 
-TINY = dict(
-    learning_starts=64,
-    batch_size=16,
-    buffer_size=512,
-    replay_ratio=8.0,
-    target_update_period=50,
-    log_interval=100,
-    hidden_sizes=(32, 32),
-    progress=False,
-    tensorboard=False,
-)
+TINY = TINY_DQN
 
 
 def _backends() -> list[str]:

@@ -12,7 +12,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from helpers import SMALL_DQN, serial_cartpole
+from helpers import SMALL_DQN, TINY_DQN, serial_cartpole
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,17 +25,7 @@ from vecaccel.trainers.replay.buffer import ReplaySample
 
 torch.set_num_threads(1)
 
-TINY = dict(
-    learning_starts=64,
-    batch_size=16,
-    buffer_size=512,
-    replay_ratio=8.0,
-    target_update_period=50,
-    log_interval=100,
-    hidden_sizes=(32, 32),
-    progress=False,
-    tensorboard=False,
-)
+TINY = TINY_DQN
 
 
 # -- the update ---------------------------------------------------------------------------------
