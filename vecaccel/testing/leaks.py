@@ -124,27 +124,50 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
 
 
 def _shm_holders(names: set[str]) -> dict[str, set[int]]:
-    """The processes that map or hold open each ``/dev/shm`` entry in ``names``."""
-    paths = {f"/dev/shm/{name}": name for name in names}
+    """The processes that map or hold open each ``/dev/shm`` entry in ``names``.
+
+    An entry is matched by its file (device and inode), not by its path: glibc's ``sem_open``
+    builds a named semaphore under a temporary name, maps it and then links it to its real
+    name, so ``/proc/PID/maps`` shows a process's semaphores as ``/dev/shm/sem.XXXXXX
+    (deleted)``.
+    """
     holders: dict[str, set[int]] = {name: set() for name in names}
+    files: dict[tuple[int, int], str] = {}
+    for name in names:
+        try:
+            info = os.stat(f"/dev/shm/{name}")
+        except OSError:  # gone already
+            continue
+        files[(os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)] = name
+    if not files:
+        return holders
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         pid = int(entry)
+        held: set[str] = set()
         try:
             with open(f"/proc/{pid}/maps") as file:
-                maps = file.read()
-            targets = set()
+                for line in file:
+                    fields = line.split(maxsplit=5)
+                    if len(fields) < 5 or fields[4] == "0":
+                        continue
+                    major, minor = fields[3].split(":")
+                    name = files.get((int(major, 16), int(minor, 16), int(fields[4])))
+                    if name is not None:
+                        held.add(name)
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 try:
-                    targets.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+                    info = os.stat(f"/proc/{pid}/fd/{fd}")
                 except OSError:
-                    pass
+                    continue
+                name = files.get((os.major(info.st_dev), os.minor(info.st_dev), info.st_ino))
+                if name is not None:
+                    held.add(name)
         except OSError:
             continue
-        for path, name in paths.items():
-            if path in maps or path in targets:
-                holders[name].add(pid)
+        for name in held:
+            holders[name].add(pid)
     return holders
 
 
