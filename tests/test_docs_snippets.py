@@ -14,11 +14,10 @@ snippet is noticed rather than silently no longer tested. Placeholders the prose
 A snippet must also run quietly: a warning on its stderr fails it (on a 2-core machine torch's
 threads and the env workers compete, and the examples set torch's threads as the prose advises).
 
-The ``vecaccel ...`` command lines of the bash blocks are parsed by the real command-line parser,
-and the cheap ones are run too, in order, in one folder (``COMMAND_RUNS``: the README's train,
-resume and ``eval --video`` lines, with budgets cut), with no warning and no ``error:`` line
-allowed; the flags of the ``python benchmarks/*/*.py`` lines are checked against each script's
-``--help``: a renamed flag, or a line that cannot be pasted as written, fails.
+The cheap ``vecaccel ...`` command lines of the bash blocks are run too, in order, in one folder
+(``COMMAND_RUNS``: the README's train, resume and ``eval --video`` lines, with budgets cut), with
+no warning and no ``error:`` line allowed. ``test_docs_lines.py`` parses every command line and
+checks the benchmarks' flags, the ``make`` targets and the links.
 
 Every block of every page is either run here or named with the reason it is not: Python blocks
 in ``NOT_RUN``, command lines in ``NOT_RUN_COMMANDS``, other blocks (sample output, TOML) in
@@ -28,69 +27,14 @@ run: learning runs and benchmarks of minutes are cut to a few steps or not run.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-import os
 import re
 import shlex
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _doc_files() -> tuple[str, ...]:
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    for folder in ("benchmarks", "examples"):
-        pages += sorted((ROOT / folder).glob("**/README.md"))
-    return tuple(str(page.relative_to(ROOT)) for page in pages if page.is_file())
-
-
-DOC_FILES = _doc_files()
-FENCE = re.compile(r"^( *)```(\w*)\s*$")
-
-
-def _blocks() -> list[tuple[str, int, str, str]]:
-    """Every fenced block: (file, line of its first body line, language, body).
-
-    A block indented under a list item has that indentation removed from its body.
-    """
-    found = []
-    for name in DOC_FILES:
-        lines = (ROOT / name).read_text().splitlines()
-        i = 0
-        while i < len(lines):
-            match = FENCE.match(lines[i])
-            if not match:
-                i += 1
-                continue
-            indent = len(match.group(1))
-            j = i + 1
-            while j < len(lines) and not lines[j].lstrip().startswith("```"):
-                j += 1
-            body = [
-                line[indent:] if not line[:indent].strip() else line for line in lines[i + 1 : j]
-            ]
-            found.append((name, i + 2, match.group(2), "\n".join(body) + "\n"))
-            i = j + 1
-    return found
-
-
-BLOCKS = _blocks()
-
-
-def _block(doc: str, marker: str, lang: str = "python") -> str:
-    hits = [b for b in BLOCKS if b[0] == doc and b[2] == lang and marker in b[3]]
-    assert len(hits) == 1, (
-        f"expected one ```{lang} block of {doc} containing {marker!r}, found {len(hits)}: "
-        "the snippet changed; update this test's marker"
-    )
-    return hits[0][3]
+from doc_blocks import BLOCKS, COMMANDS, block
 
 
 def _run_python(tmp_path: Path, code: str, timeout: float) -> None:
@@ -360,7 +304,7 @@ NOT_RUN = [
 def test_every_python_block_is_run_or_named():
     markers = [(s[1], s[2]) for s in PYTHON_SNIPPETS] + [(doc, m) for doc, m, _ in NOT_RUN]
     for doc, marker in markers:  # each marker names exactly one block
-        _block(doc, marker)
+        block(doc, marker)
     unaccounted = [
         f"{doc}:{line}"
         for doc, line, lang, body in BLOCKS
@@ -377,34 +321,11 @@ def test_every_python_block_is_run_or_named():
     [pytest.param(*s[1:], id=s[0]) for s in PYTHON_SNIPPETS],
 )
 def test_python_snippet_runs(tmp_path, doc, marker, subs, preamble, epilogue, timeout):
-    code = _block(doc, marker)
+    code = block(doc, marker)
     for old, new in subs.items():
         assert old in code, f"{old!r} is no longer in the snippet: update this test"
         code = code.replace(old, new)
     _run_python(tmp_path, preamble + code + epilogue, timeout)
-
-
-def _command_lines() -> list[tuple[str, str]]:
-    """(doc:line, command) for each shell command of the bash and untyped blocks."""
-    commands = []
-    for doc, first, lang, body in BLOCKS:
-        if lang not in ("bash", ""):
-            continue
-        pending, start = "", None
-        for offset, line in enumerate(body.splitlines()):
-            if start is None:
-                start = first + offset
-            if line.rstrip().endswith("\\"):
-                pending += line.rstrip()[:-1] + " "
-                continue
-            command, pending = pending + line, ""
-            if command.strip() and not command.lstrip().startswith("#"):
-                commands.append((f"{doc}:{start}", command))
-            start = None
-    return commands
-
-
-COMMANDS = _command_lines()
 
 
 # (id, doc, steps, timeout): each step is (marker of one command line of doc, substitutions
@@ -633,7 +554,7 @@ def test_every_command_line_and_block_is_run_or_named():
         "NOT_RUN_COMMANDS"
     )
     for doc, lang, marker, _ in NOT_RUN_BLOCKS:
-        _block(doc, marker, lang)
+        block(doc, marker, lang)
     others = [
         f"{doc}:{line} ({lang})"
         for doc, line, lang, body in BLOCKS
@@ -667,185 +588,5 @@ def test_command_lines_run(tmp_path, doc, steps, timeout):
         _assert_quiet(proc.stderr, f"`{command}`")
         outputs.append(proc.stderr)
     if doc == "docs/training.md":  # the page shows what the line prints
-        shown = _block(doc, "preset: cartpole, made for CartPole-v1", "text").strip()
+        shown = block(doc, "preset: cartpole, made for CartPole-v1", "text").strip()
         assert shown in outputs[0], outputs[0]
-
-
-def _vecaccel_argv(command: str) -> list[str] | None:
-    tokens = shlex.split(command, comments=True)
-    if "vecaccel" not in tokens:  # also `nice ... vecaccel ARGS`, `torchrun ... -m vecaccel ARGS`
-        return None
-    return tokens[tokens.index("vecaccel") + 1 :]
-
-
-VECACCEL_LINES = [
-    pytest.param(argv, id=where)
-    for where, command in COMMANDS
-    if (argv := _vecaccel_argv(command)) is not None
-    and "..." not in argv
-    and "--help" not in argv
-    and not any("HOST" in token or token == "NODE" for token in command.split())
-]
-
-
-def test_vecaccel_lines_found():
-    assert len(VECACCEL_LINES) >= 10, "the docs' vecaccel command lines were not found"
-
-
-@pytest.mark.parametrize("argv", VECACCEL_LINES)
-def test_vecaccel_command_line_parses(argv):
-    from vecaccel.cli import build_parser
-
-    err = io.StringIO()
-    args, refused = None, None
-    try:
-        with contextlib.redirect_stderr(err):
-            args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # argparse's usage error
-        refused = exc.code
-    assert refused is None, (
-        f"`vecaccel {shlex.join(argv)}` is refused (exit {refused}):\n{err.getvalue()}"
-    )
-    assert getattr(args, "handler", None) is not None, f"no command in `vecaccel {argv}`"
-
-
-def _benchmark_argv(command: str) -> list[str] | None:
-    tokens = shlex.split(command, comments=True)
-    for i, token in enumerate(tokens):
-        if token.startswith("benchmarks/") and token.endswith(".py"):
-            return tokens[i:]
-    return None
-
-
-#: Runs ``SCRIPT [SUBCOMMAND] --help`` for each pair of its argument (JSON) as ``python SCRIPT``
-#: would (as ``__main__``, its folder first on the path) in one interpreter, which the scripts'
-#: imports (torch...) then load once; prints {"SCRIPT SUBCOMMAND": [exit code, stdout, stderr]}.
-HELP_SCRIPT = """
-import contextlib, io, json, os, runpy, sys, traceback
-
-results = {}
-for script, subcommand in json.loads(sys.argv[1]):
-    sys.argv = [script] + ([subcommand] if subcommand else []) + ["--help"]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            runpy.run_path(script, run_name="__main__")
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (exc.code is not None)
-        except BaseException:
-            code, _ = 1, traceback.print_exc()
-    results[f"{script} {subcommand or ''}"] = [code, out.getvalue(), err.getvalue()]
-print(json.dumps(results))
-"""
-
-
-def _help_key(argv: list[str]) -> tuple[str, str | None]:
-    script, rest = argv[0], argv[1:]
-    return script, rest[0] if rest and not rest[0].startswith("-") else None
-
-
-@cache
-def _helps() -> dict[str, list]:
-    """Every benchmark line's ``--help`` (one child interpreter for all of them)."""
-    keys = sorted({_help_key(param.values[0]) for param in BENCHMARK_LINES}, key=str)
-    keys = [key for key in keys if (ROOT / key[0]).is_file()]
-    proc = subprocess.run(
-        [sys.executable, "-c", HELP_SCRIPT, json.dumps(keys)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.splitlines()[-1])
-
-
-def _help(script: str, subcommand: str | None) -> str:
-    code, out, err = _helps()[f"{script} {subcommand or ''}"]
-    argv = [script] + ([subcommand] if subcommand else []) + ["--help"]
-    assert code == 0, f"{shlex.join(argv)} failed:\n{err[-2000:]}"
-    return out
-
-
-BENCHMARK_LINES = [
-    pytest.param(argv, id=where)
-    for where, command in COMMANDS
-    if (argv := _benchmark_argv(command)) is not None
-]
-
-
-def test_benchmark_lines_found():
-    assert len(BENCHMARK_LINES) >= 5, "the docs' benchmark command lines were not found"
-
-
-@pytest.mark.parametrize("argv", BENCHMARK_LINES)
-def test_benchmark_command_line_flags_exist(argv):
-    script, rest = argv[0], argv[1:]
-    assert (ROOT / script).is_file(), f"{script} does not exist"
-    text = _help(*_help_key(argv))
-    flags = {token.split("=", 1)[0] for token in rest if token.startswith("--")}
-    missing = sorted(f for f in flags if not re.search(re.escape(f) + r"\b", text))
-    assert not missing, f"{script} has no {missing} (see its --help)"
-
-
-def test_make_targets_exist():
-    wanted = sorted(
-        {m.group(1) for _, c in COMMANDS if (m := re.match(r"\s*make (\w+)", c))} | {"bench"}
-    )
-    assert "run" in wanted and "test" in wanted
-    proc = subprocess.run(
-        ["make", "-n", *wanted],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, "MAKEFLAGS": ""},
-    )
-    assert proc.returncode == 0, proc.stderr
-
-
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
-
-
-def _anchor(heading: str) -> str:
-    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
-    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return text.replace(" ", "-")
-
-
-def _anchors(page: Path) -> set[str]:
-    anchors, in_code = set(), False
-    for line in page.read_text().splitlines():
-        if line.lstrip().startswith("```"):
-            in_code = not in_code
-        elif not in_code and (match := re.match(r"#{1,6} (.+)", line)):
-            anchors.add(_anchor(match.group(1)))
-    return anchors
-
-
-def _relative_links() -> list[tuple[str, str]]:
-    """(doc, target) for each link of the prose that points into the repository."""
-    links = []
-    for doc in DOC_FILES:
-        prose, in_code = [], False
-        for line in (ROOT / doc).read_text().splitlines():
-            if line.lstrip().startswith("```"):
-                in_code = not in_code
-            elif not in_code:
-                prose.append(line)
-        # joined, so that a link whose text wraps onto the next line is found too
-        targets = LINK.findall("\n".join(prose))
-        links += [(doc, t) for t in targets if not re.match(r"\w+:", t)]
-    return links
-
-
-@pytest.mark.parametrize("doc, target", _relative_links())
-def test_relative_link_resolves(doc, target):
-    path, _, anchor = target.partition("#")
-    page = (ROOT / doc).parent / path if path else ROOT / doc
-    assert page.exists(), f"{doc} links to {target}, but {page.relative_to(ROOT)} does not exist"
-    if anchor:
-        assert anchor in _anchors(page), (
-            f"{doc} links to {target}, but {path or doc} has no heading with that anchor"
-        )
