@@ -85,6 +85,32 @@ def test_train_into_a_used_run_dir_exits_2_and_leaves_the_run_alone(tmp_path, ca
                  "--no-progress", "--torch-threads", "1"]) == 0  # fmt: skip
 
 
+def test_a_resumed_run_never_writes_over_another_run(tmp_path, capsys):
+    first, second = tmp_path / "first", tmp_path / "second"
+    for run_dir in (first, second):
+        assert main(["train", *TINY, "--run-dir", str(run_dir)]) == 0
+    theirs = _files(second)
+    resume = ["train", "ppo", "--resume", str(first), "--total-steps", "64", "--no-progress",
+              "--torch-threads", "1"]  # fmt: skip
+    capsys.readouterr()
+
+    # continued into a directory that holds another run: refused, as a new run would be
+    assert main([*resume, "--run-dir", str(second)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {second} already holds a run"), err
+    assert _files(second) == theirs
+    # --overwrite means nothing for a run continued in place: refused, naming the way
+    mine = _files(first)
+    assert main([*resume, "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --overwrite replaces the run in a new run's --run-dir"), err
+    assert "--run-dir" in err.split(";")[1] and _files(first) == mine
+    # with --overwrite, the continued run replaces the other one
+    assert main([*resume, "--run-dir", str(second), "--overwrite"]) == 0
+    assert _files(second)["checkpoint.pt"] != theirs["checkpoint.pt"]
+    assert _files(first) == mine  # the source run stays as it was
+
+
 def test_without_run_dir_each_run_gets_a_new_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for _ in range(2):  # in the same second too: the second gets a -2

@@ -249,7 +249,19 @@ def _resume(
             file=sys.stderr,
         )
         return 2
-    run_dir = args.run_dir or (args.resume if args.resume.is_dir() else args.resume.parent)
+    source = args.resume if args.resume.is_dir() else args.resume.parent
+    run_dir = args.run_dir or source
+    if Path(run_dir).resolve() != source.resolve():  # continued elsewhere: never over a run
+        if refused := refuse_used_run_dir(run_dir, args.overwrite):
+            print(refused, file=sys.stderr)
+            return 2
+    elif args.overwrite:
+        print(
+            f"error: --overwrite replaces the run in a new run's --run-dir; --resume continues "
+            f"the run of {source} in place (give --run-dir to continue it in another directory)",
+            file=sys.stderr,
+        )
+        return 2
     checkpoint = checkpoint_file(args.resume)
     state = read_checkpoint(checkpoint, "cannot resume: ")
     if state is None:
