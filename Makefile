@@ -8,10 +8,13 @@ STAMP := $(VENV)/.vecaccel-installed
 # The CPU wheel of this release lies on the project's machines; a bare `torch` would pull a CUDA build.
 TORCH_CPU_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
+# test worker processes (pytest-xdist): one per core and one more, since many tests wait on the
+# processes they start (at most 8); 0 runs the tests in this process
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n + 1 : 8 )))
 # `make bench` rewrites the throughput results that docs/benchmarks.md shows.
 BENCH_RESULTS ?= benchmarks/results
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test test-learning lint bench clean
 
 setup: $(STAMP)
 
@@ -30,8 +33,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/vecaccel train ppo --preset cartpole --env CartPole-v1 --backend shm --num-envs 8 --total-steps 100000 --seed 1
 
+# how the tests are spread over the workers: tests/conftest.py, pytest_xdist_make_scheduler
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+# the learning runs: a few tiny trainings that must reach a score (minutes)
+test-learning: $(STAMP)
+	$(BIN)/python -m pytest -m slow tests $(PYTEST_ARGS)
 
 LINT_PATHS := vecaccel plugins trainers tests examples benchmarks
 

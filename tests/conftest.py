@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,3 +193,32 @@ def checkpoints(tmp_path_factory) -> Path:
     dqn.save(root / "dqn" / "checkpoint.pt")
     dqn.close()
     return root
+
+
+def _has_module_fixture(path: Path, cache: dict[Path, bool] = {}) -> bool:  # noqa: B006 - a cache
+    """Whether the test file ``path`` defines a module-scoped fixture."""
+    if path not in cache:
+        try:
+            text = path.read_text()
+        except OSError:
+            text = ""
+        cache[path] = re.search(r"@pytest\.fixture\([^)]*scope=\"module\"", text) is not None
+    return cache[path]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """How ``make test`` (pytest-xdist, ``-n``) spreads the tests over its workers: one test at a
+    time, to whichever worker is free, except that the tests of a file that defines a
+    module-scoped fixture (a Ray cluster, one torchrun launch, the GPU script's smoke run) go to
+    one worker together, so that the set-up runs once. That also keeps the heaviest tests (the
+    torchrun and Ray ones, which start several processes each) from running side by side on the
+    machine's few cores: spread one by one they doubled each other's time."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedSetUpScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if _has_module_fixture(config.rootpath / path) else nodeid
+
+    return SharedSetUpScheduling(config, log)
