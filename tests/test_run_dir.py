@@ -105,6 +105,11 @@ def test_a_resumed_run_never_writes_over_another_run(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: --overwrite replaces the run in a new run's --run-dir"), err
     assert "--run-dir" in err.split(";")[1] and _files(first) == mine
+    # under --nproc, refused by the launcher before any rank starts
+    assert main([*resume, "--run-dir", str(second), "--nproc", "2"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {second} already holds a run")
+    assert main([*resume, "--overwrite", "--nproc", "2"]) == 2
+    assert capsys.readouterr().err.startswith("error: --overwrite replaces")
     # with --overwrite, the continued run replaces the other one
     assert main([*resume, "--run-dir", str(second), "--overwrite"]) == 0
     assert _files(second)["checkpoint.pt"] != theirs["checkpoint.pt"]

@@ -132,10 +132,9 @@ def train_command(args: argparse.Namespace) -> int:
     nproc = getattr(args, "nproc", None)
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
         argv = getattr(args, "argv", None) or sys.argv[1:]
-        if args.resume is None and args.run_dir is not None:  # refused before any rank starts
-            if refused := refuse_used_run_dir(args.run_dir, args.overwrite):
-                print(refused, file=sys.stderr)
-                return 2
+        if refused := _run_dir_refusal(args):  # refused before any rank starts
+            print(refused, file=sys.stderr)
+            return 2
         return distributed.launch_torchrun(nproc, distributed.strip_nproc(argv))
     # the ranks meet at a barrier before leaving the process group only when they all got here
     # the same way (done, or stopped by a signal every rank saw); after an error on this rank the
@@ -231,6 +230,30 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resumed_dir(resume: Path) -> Path:
+    """The run directory of ``--resume`` (a run directory or a checkpoint file)."""
+    return resume if resume.is_dir() else resume.parent
+
+
+def _run_dir_refusal(args: argparse.Namespace) -> str | None:
+    """The ``error:`` line for a run given a ``--run-dir`` that holds another run (``None``:
+    it may go on; with ``--overwrite``, once that run's files are removed). A run continued in
+    another directory (``--resume DIR --run-dir OTHER``) gets the check a new run gets."""
+    if args.run_dir is None and (args.resume is None or not args.overwrite):
+        return None
+    if args.resume is None:
+        return refuse_used_run_dir(args.run_dir, args.overwrite)
+    source = _resumed_dir(args.resume)
+    if args.run_dir is not None and Path(args.run_dir).resolve() != source.resolve():
+        return refuse_used_run_dir(args.run_dir, args.overwrite)
+    if args.overwrite:
+        return (
+            f"error: --overwrite replaces the run in a new run's --run-dir; --resume continues "
+            f"the run of {source} in place (give --run-dir to continue it in another directory)"
+        )
+    return None
+
+
 def _resume(
     args: argparse.Namespace,
     cls: type,
@@ -249,19 +272,10 @@ def _resume(
             file=sys.stderr,
         )
         return 2
-    source = args.resume if args.resume.is_dir() else args.resume.parent
-    run_dir = args.run_dir or source
-    if Path(run_dir).resolve() != source.resolve():  # continued elsewhere: never over a run
-        if refused := refuse_used_run_dir(run_dir, args.overwrite):
-            print(refused, file=sys.stderr)
-            return 2
-    elif args.overwrite:
-        print(
-            f"error: --overwrite replaces the run in a new run's --run-dir; --resume continues "
-            f"the run of {source} in place (give --run-dir to continue it in another directory)",
-            file=sys.stderr,
-        )
+    if refused := _run_dir_refusal(args):
+        print(refused, file=sys.stderr)
         return 2
+    run_dir = args.run_dir or _resumed_dir(args.resume)
     checkpoint = checkpoint_file(args.resume)
     state = read_checkpoint(checkpoint, "cannot resume: ")
     if state is None:
