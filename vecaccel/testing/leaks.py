@@ -128,8 +128,8 @@ def _shm_holders(names: set[str]) -> dict[str, set[int]]:
 
     An entry is matched by its file (device and inode), not by its path: glibc's ``sem_open``
     builds a named semaphore under a temporary name, maps it and then links it to its real
-    name, so ``/proc/PID/maps`` shows a process's semaphores as ``/dev/shm/sem.XXXXXX
-    (deleted)``.
+    name, so ``/proc/PID/maps`` shows a process's semaphores under the temporary name, as
+    ``/dev/shm/sem.<random> (deleted)``.
     """
     holders: dict[str, set[int]] = {name: set() for name in names}
     files: dict[tuple[int, int], str] = {}
