@@ -15,7 +15,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -39,7 +40,33 @@ from vecaccel.worker.protocol import (
 from vecaccel.worker.stacks import arm_stack_dump
 from vecaccel.worker.vector_slice import make_env_slice
 
-__all__ = ["worker_main"]
+__all__ = ["FORK_BLOCKED_SIGNALS", "signals_blocked_for_fork", "worker_main"]
+
+#: The signals a forked worker starts with blocked, until it has handlers of its own: a handler
+#: the parent installed in Python (Ray's, a trainer's), run in a child just forked, would run the
+#: parent's code there (an exception it raises unwinds into a copy of the parent's program).
+FORK_BLOCKED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextmanager
+def signals_blocked_for_fork(forking: bool) -> Iterator[None]:
+    """Block :data:`FORK_BLOCKED_SIGNALS` in this thread around the start of a forked worker
+    (``forking``); the child inherits the mask and :func:`worker_main` lifts it. A signal that
+    arrives meanwhile waits, and reaches the parent once the mask is restored.
+
+    Example:
+        >>> with signals_blocked_for_fork(True):
+        ...     signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        True
+    """
+    if not forking:
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _pickled(dumps: Callable, payload: Any, index: int, what: str) -> tuple[bool, Any]:
@@ -155,8 +182,12 @@ def worker_main(
     inherited = frozenset(sys.modules) if forked else frozenset()
     arm_stack_dump(stack_conn)
     # Ctrl-C belongs to the parent, which shuts workers down cleanly (no tracebacks). SIGTERM
-    # keeps its default: multiprocessing's exit handler terminates daemonic workers with it.
+    # takes its default: multiprocessing's exit handler terminates daemonic workers with it, and a
+    # forked worker must not run a handler the parent installed (Ray's, a trainer's). A forked
+    # worker starts with both blocked (WorkerPool): they are let through from here on.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED_SIGNALS)
     # A process group of its own: a signal to the parent's group (torchrun stops a rank with
     # killpg(SIGTERM)) is the parent's to handle, e.g. by writing a checkpoint while its envs
     # still run; the worker goes when the parent closes it or dies (_die_with_parent).
