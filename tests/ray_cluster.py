@@ -14,6 +14,7 @@ import ctypes
 import fcntl
 import ipaddress
 import os
+import signal
 import socket
 import struct
 import sys
@@ -125,3 +126,22 @@ def is_loopback(address: str) -> bool:
     ip = ipaddress.ip_address(address)
     mapped = getattr(ip, "ipv4_mapped", None)
     return (mapped or ip).is_loopback
+
+
+@contextmanager
+def sigterm_handler_kept() -> Iterator[None]:
+    """Put this process's SIGTERM handler back on exit: ``ray.init`` and an in-process head
+    node install their own (which exits) and leave them after ``ray.shutdown``, so a later test
+    of the same worker process would run Ray's handler on a SIGTERM.
+
+    Example:
+        >>> with sigterm_handler_kept():
+        ...     _ = signal.signal(signal.SIGTERM, lambda *_: None)
+        >>> signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        True
+    """
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

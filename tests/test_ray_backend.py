@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import time
 
 import gymnasium as gym
@@ -20,6 +21,7 @@ from tests.ray_cluster import (
     is_loopback,
     listening_addresses,
     loopback_namespace,
+    sigterm_handler_kept,
 )
 from vecaccel.testing import check_backend
 from vecaccel.testing.contract_envs import make_dict_tuple
@@ -52,15 +54,17 @@ def loopback_net():
 def cluster(loopback_net):
     """A head node and one more node, each with ``NODE_CPUS`` CPUs, this process connected."""
     assert not ray.is_initialized()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": NODE_CPUS, **RAY_NODE_ARGS})
-    try:
-        cluster.add_node(num_cpus=NODE_CPUS, **RAY_NODE_ARGS)
-        ray.init(address=cluster.address, logging_level="WARNING")
-        cluster.wait_for_nodes()
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    with sigterm_handler_kept():
+        head = {"num_cpus": NODE_CPUS, **RAY_NODE_ARGS}
+        cluster = Cluster(initialize_head=True, head_node_args=head)
+        try:
+            cluster.add_node(num_cpus=NODE_CPUS, **RAY_NODE_ARGS)
+            ray.init(address=cluster.address, logging_level="WARNING")
+            cluster.wait_for_nodes()
+            yield cluster
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
 
 
 def _worker_node(cluster):
@@ -84,6 +88,7 @@ def test_local_ray_is_loopback_only_and_stopped_at_close(loopback_net):
     """With no address and no Ray running, the backend starts one bound to 127.0.0.1 that
     listens on loopback only, and stops it at close()."""
     assert not ray.is_initialized()
+    handler = signal.getsignal(signal.SIGTERM)
     envs = vecaccel.make_vec("CartPole-v1", 4, backend="ray", num_shards=2, num_workers=1)
     try:
         assert ray.is_initialized()
@@ -97,6 +102,8 @@ def test_local_ray_is_loopback_only_and_stopped_at_close(loopback_net):
         envs.close()
     envs.close()  # idempotent
     assert not ray.is_initialized()
+    # ray.init replaced the SIGTERM handler while Ray ran; the caller's is back
+    assert signal.getsignal(signal.SIGTERM) is handler
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -12,7 +12,7 @@ import pytest
 
 import vecaccel
 from tests.helpers import assert_same
-from tests.ray_cluster import RAY_NODE_ARGS, loopback_namespace
+from tests.ray_cluster import RAY_NODE_ARGS, loopback_namespace, sigterm_handler_kept
 from tests.toy_vector_envs import sync_info_cartpole
 
 ray = pytest.importorskip("ray")
@@ -27,7 +27,7 @@ def cluster():
     saved = os.environ.get("RAY_USAGE_STATS_ENABLED")
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     try:
-        with loopback_namespace():
+        with loopback_namespace(), sigterm_handler_kept():
             assert not ray.is_initialized()
             cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, **RAY_NODE_ARGS})
             try:

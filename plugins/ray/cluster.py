@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -33,6 +34,8 @@ class RaySession:
     _lock = threading.Lock()
     _started_here = False
     _users = 0
+    #: this process's SIGTERM handler before ``ray.init`` replaced it; put back at shutdown
+    _sigterm: Any = None
 
     @classmethod
     def acquire(cls, address: str | None) -> None:
@@ -46,6 +49,8 @@ class RaySession:
                 return
             address = address or os.environ.get("RAY_ADDRESS") or None
             common = {"include_dashboard": False, "logging_level": "WARNING"}
+            main_thread = threading.current_thread() is threading.main_thread()
+            cls._sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
             if address is None:
                 ray.init(_node_ip_address="127.0.0.1", **common)
             else:
@@ -63,6 +68,11 @@ class RaySession:
             if cls._users <= 0:
                 cls._started_here, cls._users = False, 0
                 ray.shutdown()
+                # ray.init installs a SIGTERM handler of its own (which exits) and leaves it
+                main_thread = threading.current_thread() is threading.main_thread()
+                if cls._sigterm is not None and main_thread:
+                    signal.signal(signal.SIGTERM, cls._sigterm)
+                cls._sigterm = None
 
 
 def import_ray() -> Any:
