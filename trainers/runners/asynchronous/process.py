@@ -31,6 +31,7 @@ from vecaccel.trainers.runners.asynchronous.shared import (
     VERSION,
     GuardedLock,
 )
+from vecaccel.worker.process import FORK_BLOCKED_SIGNALS, signals_blocked_for_fork
 
 __all__ = [
     "ChildLink",
@@ -107,6 +108,8 @@ class ChildLink:
         # torchrun sends SIGTERM to each rank's whole process group, this process included
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
+        # forked, it started with both blocked (ProcessLink.start): ignored now, let through
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED_SIGNALS)
         if spec["affinity"]:
             os.sched_setaffinity(0, spec["affinity"])
         torch.set_num_threads(int(spec["torch_threads"]))
@@ -228,7 +231,9 @@ class SamplerHandle:
         self.process = self.ctx.Process(
             target=child_main, args=(loop, spec), name=f"vecaccel-async-{self.role}"
         )
-        self.process.start()
+        # a forked child must not run the optimiser's handlers before it sets its own
+        with signals_blocked_for_fork(self.ctx.get_start_method() == "fork"):
+            self.process.start()
 
     def check(self) -> None:
         """Raise :class:`SamplerError` if the process died before the run's normal end."""
