@@ -145,3 +145,42 @@ def sigterm_handler_kept() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def loopback_ray() -> Iterator[bool]:
+    """Where a Ray test module runs: :func:`loopback_namespace`, with Ray's usage statistics
+    off; yields whether the namespace could be made."""
+    saved = os.environ.get("RAY_USAGE_STATS_ENABLED")
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    try:
+        with loopback_namespace() as isolated:
+            yield isolated
+    finally:
+        if saved is None:
+            os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
+        else:
+            os.environ["RAY_USAGE_STATS_ENABLED"] = saved
+
+
+@contextmanager
+def connected_cluster(num_nodes: int, num_cpus: int) -> Iterator[object]:
+    """A ``ray.cluster_utils.Cluster`` of ``num_nodes`` nodes with ``num_cpus`` CPUs each, all at
+    127.0.0.1, this process connected; shut down, and this process's SIGTERM handler put back,
+    on exit. Run it inside :func:`loopback_ray`."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    assert not ray.is_initialized()
+    with sigterm_handler_kept():
+        node = {"num_cpus": num_cpus, **RAY_NODE_ARGS}
+        cluster = Cluster(initialize_head=True, head_node_args=node)
+        try:
+            for _ in range(num_nodes - 1):
+                cluster.add_node(**node)
+            ray.init(address=cluster.address, logging_level="WARNING")
+            cluster.wait_for_nodes()
+            yield cluster
+        finally:
+            ray.shutdown()
+            cluster.shutdown()

@@ -18,10 +18,10 @@ import vecaccel
 from tests.helpers import assert_same
 from tests.ray_cluster import (
     RAY_NODE_ARGS,
+    connected_cluster,
     is_loopback,
     listening_addresses,
-    loopback_namespace,
-    sigterm_handler_kept,
+    loopback_ray,
 )
 from vecaccel.testing import check_backend
 from vecaccel.testing.contract_envs import make_dict_tuple
@@ -29,7 +29,6 @@ from vecaccel.testing.envs import CounterEnv
 from vecaccel.testing.leaks import descendants, wait_until
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 NODE_CPUS = 2
 MODES = ["NextStep", "SameStep", "Disabled"]
@@ -38,33 +37,15 @@ MODES = ["NextStep", "SameStep", "Disabled"]
 @pytest.fixture(scope="module")
 def loopback_net():
     """The module's network: a namespace with only ``lo`` (where allowed); Ray stats off."""
-    saved = os.environ.get("RAY_USAGE_STATS_ENABLED")
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    try:
-        with loopback_namespace() as isolated:
-            yield isolated
-    finally:
-        if saved is None:
-            os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
-        else:
-            os.environ["RAY_USAGE_STATS_ENABLED"] = saved
+    with loopback_ray() as isolated:
+        yield isolated
 
 
 @pytest.fixture(scope="module")
 def cluster(loopback_net):
     """A head node and one more node, each with ``NODE_CPUS`` CPUs, this process connected."""
-    assert not ray.is_initialized()
-    with sigterm_handler_kept():
-        head = {"num_cpus": NODE_CPUS, **RAY_NODE_ARGS}
-        cluster = Cluster(initialize_head=True, head_node_args=head)
-        try:
-            cluster.add_node(num_cpus=NODE_CPUS, **RAY_NODE_ARGS)
-            ray.init(address=cluster.address, logging_level="WARNING")
-            cluster.wait_for_nodes()
-            yield cluster
-        finally:
-            ray.shutdown()
-            cluster.shutdown()
+    with connected_cluster(2, NODE_CPUS) as cluster:
+        yield cluster
 
 
 def _worker_node(cluster):

@@ -5,18 +5,16 @@ tests: a one-node cluster at 127.0.0.1 inside a namespace with only ``lo`` where
 from __future__ import annotations
 
 import functools
-import os
 
 import numpy as np
 import pytest
 
 import vecaccel
 from tests.helpers import assert_same
-from tests.ray_cluster import RAY_NODE_ARGS, loopback_namespace, sigterm_handler_kept
+from tests.ray_cluster import connected_cluster, loopback_ray
 from tests.toy_vector_envs import sync_info_cartpole
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 N = 8
 
@@ -24,24 +22,8 @@ N = 8
 @pytest.fixture(scope="module")
 def cluster():
     """One node with 2 CPUs at 127.0.0.1, this process connected; Ray stats off."""
-    saved = os.environ.get("RAY_USAGE_STATS_ENABLED")
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    try:
-        with loopback_namespace(), sigterm_handler_kept():
-            assert not ray.is_initialized()
-            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, **RAY_NODE_ARGS})
-            try:
-                ray.init(address=cluster.address, logging_level="WARNING")
-                cluster.wait_for_nodes()
-                yield cluster
-            finally:
-                ray.shutdown()
-                cluster.shutdown()
-    finally:
-        if saved is None:
-            os.environ.pop("RAY_USAGE_STATS_ENABLED", None)
-        else:
-            os.environ["RAY_USAGE_STATS_ENABLED"] = saved
+    with loopback_ray(), connected_cluster(1, 2) as cluster:
+        yield cluster
 
 
 @pytest.mark.parametrize(("mode", "shard_backend"), [("NextStep", "shm"), ("SameStep", "serial")])
