@@ -13,6 +13,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.env_ids import unknown_env_id_message
 from vecaccel.manager import get_backend, register_envs
 from vecaccel.vector import make_env, parse_autoreset_mode
 
@@ -55,7 +56,7 @@ def _env_fns(
             try:
                 gym.spec(env)  # raises a helpful error with close matches
             except gym.error.Error as exc:
-                raise ValueError(f"unknown environment id {env!r}: {exc}") from None
+                raise ValueError(unknown_env_id_message(env, exc)) from None
         if num_envs is None:
             raise ValueError("num_envs is required when env is an environment id")
         return [EnvFactory(env, env_kwargs) for _ in range(num_envs)]

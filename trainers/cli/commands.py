@@ -351,17 +351,18 @@ def _with_preset(args: argparse.Namespace, cls: type, explicit: dict[str, Any]) 
     """
     import os
 
-    from vecaccel.trainers.presets import ATARI, AUTO, resolve_preset, suited_env_ids
+    from vecaccel.trainers.presets import ATARI, AUTO, MINATAR, resolve_preset, suited_env_ids
 
     named = presets(args.algo)
     chosen = getattr(args, "preset", None)
-    env_id = _env_id(args, cls.config_cls, explicit) if chosen is None else None
+    # a named preset is checked against the env given (its own env_id fits it)
+    given = args.env or explicit.get("env_id")
+    env_id = _env_id(args, cls.config_cls, explicit) if chosen is None else given
     name = resolve_preset(args.algo, named, AUTO if chosen is None else chosen, env_id)
     config = {**(named[name] if name is not None else {}), **explicit, "preset": name}
     if chosen is None and name is not None and os.environ.get("RANK", "0") == "0":
-        suits = ", ".join(
-            "Atari games" if env == ATARI else env for env in suited_env_ids(args.algo, name)
-        )
+        families = {ATARI: "Atari games", MINATAR: "MinAtar games"}
+        suits = ", ".join(families.get(env, env) for env in suited_env_ids(args.algo, name))
         print(
             f"preset: {name}, made for {suits} (flags given override it; --preset none for the "
             "plain defaults)",
@@ -405,6 +406,7 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
     import gymnasium as gym
 
     import vecaccel
+    from vecaccel.env_ids import unknown_env_id_message
     from vecaccel.manager import register_envs, unknown_backend_message
 
     names = {field.name for field in dataclasses.fields(config_cls)}
@@ -436,6 +438,9 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
             )
         return
     register_envs()
-    gym.spec(env_id)  # gymnasium.error.Error naming the id (and close matches) if unknown
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as exc:  # naming the id, close matches and a missing package
+        raise ValueError(unknown_env_id_message(env_id, exc)) from None
     if batched:  # the source the env cannot have, refused before a process starts
         batched_env_fn(env_id, getattr(cfg, "atari", None), True, cfg.env_source)

@@ -1,0 +1,85 @@
+"""What to tell a user whose Gymnasium id does not resolve: the package a namespace comes from
+and the vecaccel extra that installs it, or the registered id they most likely meant.
+
+Gymnasium's own messages already suggest a close name inside a namespace (``MinAtar/Breakot-v1``:
+did you mean ``Breakout``?) and a close namespace (``Minatar/...``: did you mean ``MinAtar``?).
+They cannot say that a namespace belongs to a package that is not installed, nor that a bare
+``Breakout-v1`` is a MinAtar game: :func:`env_id_hint` adds those.
+
+Example:
+    >>> from gymnasium.error import NameNotFound
+    >>> env_id_hint("MinAtar/Breakout-v1", installed=lambda module: False)
+    "the MinAtar namespace comes from the 'minatar' package, which is not installed: pip install 'vecaccel[minatar]'"
+    >>> env_id_hint("CartPol-v1") is None
+    True
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+from collections.abc import Callable
+
+__all__ = ["NAMESPACE_PACKAGES", "env_id_hint", "unknown_env_id_message"]
+
+#: Gymnasium namespaces that an installable package registers: namespace -> (the module to
+#: import, the distribution to install, the vecaccel extra that brings it).
+NAMESPACE_PACKAGES: dict[str, tuple[str, str, str]] = {
+    "ALE": ("ale_py", "ale-py", "atari"),
+    "MinAtar": ("minatar", "minatar", "minatar"),
+}
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _namespace_of(env_id: str) -> str | None:
+    head, sep, _ = env_id.partition("/")
+    return head if sep else None
+
+
+def env_id_hint(env_id: str, installed: Callable[[str], bool] = _installed) -> str | None:
+    """One sentence that helps with an ``env_id`` Gymnasium could not resolve, or ``None``.
+
+    Args:
+        env_id: the id as the user wrote it.
+        installed: whether a module can be imported (a parameter for tests).
+
+    Returns:
+        The package and extra to install when the id's namespace (in any letter case) belongs
+        to one that is missing; else the registered namespaced id whose name matches a bare
+        id of one of :data:`NAMESPACE_PACKAGES` (``Breakout-v1`` -> ``MinAtar/Breakout-v1``);
+        else ``None``.
+    """
+    namespace = _namespace_of(env_id)
+    if namespace is not None:
+        for known, (module, distribution, extra) in NAMESPACE_PACKAGES.items():
+            if namespace.lower() == known.lower() and not installed(module):
+                return (
+                    f"the {known} namespace comes from the {distribution!r} package, which is "
+                    f"not installed: pip install 'vecaccel[{extra}]'"
+                )
+        return None
+    import gymnasium as gym
+
+    wanted = env_id.lower()
+    namespaced = {  # the ids of the packages' namespaces only: Gymnasium's own (phys2d/...)
+        registered.partition("/")[2].lower(): registered  # are variants of ids it has bare
+        for registered in gym.registry
+        if _namespace_of(registered) in NAMESPACE_PACKAGES
+    }
+    if wanted in namespaced:
+        return f"did you mean {namespaced[wanted]!r}?"
+    close = difflib.get_close_matches(wanted, list(namespaced), n=1, cutoff=0.85)
+    if close:
+        return f"did you mean {namespaced[close[0]]!r}?"
+    return None
+
+
+def unknown_env_id_message(env_id: str, error: BaseException) -> str:
+    """``unknown environment id ...: <Gymnasium's message>``, with :func:`env_id_hint`'s
+    sentence where it has one."""
+    hint = env_id_hint(env_id)
+    message = f"unknown environment id {env_id!r}: {error}"
+    return f"{message.rstrip('.')}; {hint}" if hint else message
