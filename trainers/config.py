@@ -27,6 +27,7 @@ import numpy as np
 __all__ = [
     "ENV_SOURCES",
     "LR_SCALE_MODES",
+    "NETWORKS",
     "RunConfig",
     "check_dqn_config",
     "check_on_policy_config",
@@ -38,6 +39,8 @@ __all__ = [
 ]
 
 LR_SCALE_MODES = ("none", "linear", "sqrt")
+#: the torsos a config's ``network`` names (:func:`vecaccel.trainers.models.make_encoder`)
+NETWORKS = ("auto", "cnn", "minatar", "mlp")
 #: where an Atari game's frames come from (``RunConfig.env_source``)
 ENV_SOURCES = ("ale", "envpool")
 
@@ -241,8 +244,8 @@ def check_on_policy_config(cfg: Any) -> None:
         raise ValueError(f"bf16 must be 'off', 'on' or 'auto', got {cfg.bf16!r}")
     if cfg.activation not in ("tanh", "relu"):
         raise ValueError(f"activation must be 'tanh' or 'relu', got {cfg.activation!r}")
-    if cfg.network not in ("auto", "cnn", "mlp"):
-        raise ValueError(f"network must be 'auto', 'cnn' or 'mlp', got {cfg.network!r}")
+    if cfg.network not in NETWORKS:
+        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {cfg.network!r}")
     lr_scale(cfg.num_envs * cfg.num_steps, cfg.base_batch_size, cfg.lr_scaling)  # the mode
 
 
@@ -312,6 +315,8 @@ def check_dqn_config(cfg: Any) -> None:
         raise ValueError("batch_size and base_batch_size must be positive")
     if cfg.replay_ratio <= 0:
         raise ValueError(f"replay_ratio must be positive, got {cfg.replay_ratio}")
+    if cfg.network not in NETWORKS:
+        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {cfg.network!r}")
     if cfg.loss not in ("huber", "mse"):
         raise ValueError(f"loss must be 'huber' or 'mse', got {cfg.loss!r}")
     if cfg.categorical and (cfg.num_atoms < 2 or not cfg.v_min < cfg.v_max):

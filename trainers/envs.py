@@ -11,6 +11,7 @@ game's frames from EnvPool with the preprocessing of :class:`AtariEnvFactory`; s
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "backend_options_of",
     "check_tensor_spaces",
     "is_atari_id",
+    "is_minatar_id",
     "is_parallel_env_path",
     "make_env_fn",
     "make_env_for_training",
@@ -90,6 +92,16 @@ def is_atari_id(env_id: str) -> bool:
         return False
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
     return entry.startswith("ale_py") or "AtariEnv" in entry
+
+
+def is_minatar_id(env_id: str) -> bool:
+    """Whether ``env_id`` names a MinAtar game (``MinAtar/Breakout-v0``...), in any letter case.
+
+    Example:
+        >>> is_minatar_id("MinAtar/Breakout-v1"), is_minatar_id("ALE/Breakout-v5")
+        (True, False)
+    """
+    return env_id.lower().startswith("minatar/")
 
 
 def check_tensor_spaces(
@@ -220,7 +232,13 @@ class ClassicEnvFactory:
         kwargs = dict(self.kwargs)
         if self.render_mode is not None:
             kwargs["render_mode"] = self.render_mode
-        return gym.wrappers.RecordEpisodeStatistics(gym.make(self.env_id, **kwargs))
+        with warnings.catch_warnings():
+            if is_minatar_id(self.env_id):
+                # MinAtar's -v0 (every action) and -v1 (the minimal set) are two settings of one
+                # game; Gymnasium calls -v0 out of date only because a higher version exists
+                warnings.filterwarnings("ignore", ".*is out of date", DeprecationWarning)
+            env = gym.make(self.env_id, **kwargs)
+        return gym.wrappers.RecordEpisodeStatistics(env)
 
     def __repr__(self) -> str:
         return f"ClassicEnvFactory({self.env_id!r})"

@@ -1,10 +1,11 @@
-"""Networks for the bundled trainers: Nature-CNN and MLP actor-critics and Q-networks.
+"""Networks for the bundled trainers: Nature-CNN, MinAtar and MLP actor-critics and Q-networks.
 
 Every layer is orthogonally initialised (gain sqrt(2) in the body, 0.01 for policy logits, 1 for
 values), as in the baselines, SB3 and CleanRL. Image observations (uint8, ``[C, H, W]``) are
 scaled by 1/255 inside the network, so buffers stay uint8. Images laid out ``[H, W, C]`` (the
 renders PettingZoo envs such as pistonball observe) go to the same CNN, which reads them in
-place as NHWC.
+place as NHWC. MinAtar's ``bool`` ``[10, 10, C]`` grids go to the MinAtar paper's network
+(:class:`MinAtarNet`), which turns them into float channels-first tensors on the device.
 
 Example:
     >>> import gymnasium as gym, torch
@@ -25,9 +26,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from vecaccel.trainers.config import NETWORKS
+
 __all__ = [
     "ActorCritic",
     "MLP",
+    "MinAtarNet",
     "NatureCNN",
     "QNetwork",
     "TwinMLP",
@@ -81,6 +85,16 @@ def check_observation_space(space: gym.Space) -> None:
 
 def _is_image_space(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+def _is_minatar_space(space: gym.Space) -> bool:
+    """MinAtar's observation: a ``bool`` ``Box`` of shape ``[10, 10, C]``."""
+    return (
+        isinstance(space, gym.spaces.Box)
+        and space.dtype == np.bool_
+        and len(space.shape) == 3
+        and space.shape[:2] == (10, 10)
+    )
 
 
 class NatureCNN(nn.Module):
@@ -149,6 +163,48 @@ class NatureCNN(nn.Module):
         return x.float()
 
 
+class MinAtarNet(nn.Module):
+    """The torso of the MinAtar paper (Young & Tian, 2019): one 3x3 convolution of 16 channels,
+    stride 1, ReLU, then a 128-unit linear layer with ReLU; the heads go on top.
+
+    Observations come as MinAtar gives them, ``[N, H, W, C]`` (``bool`` or any number type), and
+    are read as NCHW floats on the device; ``channels_last_input=False`` takes ``[N, C, H, W]``.
+
+    Args:
+        in_channels: the game's channels (Breakout 4, Freeway 7, Seaquest 10...).
+        image_size: height and width of a square input, or ``(height, width)`` (MinAtar: 10).
+        features: output width (128 in the paper).
+        channels_last_input: observations come as ``[N, H, W, C]`` (else ``[N, C, H, W]``).
+
+    Example:
+        >>> net = MinAtarNet(4)
+        >>> net(torch.zeros(2, 10, 10, 4, dtype=torch.bool)).shape
+        torch.Size([2, 128])
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        image_size: int | tuple[int, int] = 10,
+        features: int = 128,
+        channels_last_input: bool = True,
+    ) -> None:
+        super().__init__()
+        height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+        self.conv = nn.Sequential(
+            layer_init(nn.Conv2d(in_channels, 16, 3, stride=1)), nn.ReLU(), nn.Flatten()
+        )
+        flat = 16 * (height - 2) * (width - 2)
+        self.linear = nn.Sequential(layer_init(nn.Linear(flat, features)), nn.ReLU())
+        self.out_features = features
+        self.channels_last_input = channels_last_input
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.channels_last_input:
+            obs = obs.permute(0, 3, 1, 2)
+        return self.linear(self.conv(obs.to(torch.float32)))
+
+
 class MLP(nn.Module):
     """A multilayer perceptron torso over flattened observations.
 
@@ -185,10 +241,19 @@ def make_encoder(
     channels_last: bool = False,
     bf16: bool = False,
 ) -> nn.Module:
-    """A Nature-CNN for image observations, an MLP otherwise (``network``: auto/cnn/mlp)."""
+    """The torso ``network`` names (:data:`NETWORKS`); ``auto``: a Nature-CNN for uint8 images,
+    the MinAtar network for MinAtar's boolean ``[10, 10, C]`` grids, an MLP otherwise."""
     check_observation_space(observation_space)
-    if network not in ("auto", "cnn", "mlp"):
-        raise ValueError(f"network must be 'auto', 'cnn' or 'mlp', got {network!r}")
+    if network not in NETWORKS:
+        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+    if network == "minatar" or (network == "auto" and _is_minatar_space(observation_space)):
+        shape = observation_space.shape
+        if shape is None or len(shape) != 3 or min(shape) < 3:
+            raise ValueError(
+                "the MinAtar network needs [H, W, C] grids of at least 3x3 (MinAtar's "
+                f"[10, 10, C]), got shape {shape}"
+            )
+        return MinAtarNet(shape[2], (shape[0], shape[1]))
     if network == "cnn" or (network == "auto" and _is_image_space(observation_space)):
         shape = observation_space.shape
         if shape is None or len(shape) != 3:
@@ -271,7 +336,7 @@ class ActorCritic(nn.Module):
     """Policy and value function for A2C and PPO, callable as a :class:`vecaccel.Sampler` policy.
 
     Image observations share one Nature-CNN torso between the policy and value heads (as in
-    the paper and CleanRL's Atari scripts); vector observations get separate actor and critic
+    the paper and CleanRL's Atari scripts), MinAtar grids one :class:`MinAtarNet`; vector observations get separate actor and critic
     MLPs (SB3's default ``MlpPolicy``), run together as a :class:`TwinMLP`. Discrete actions use
     a categorical distribution, Box actions a diagonal Gaussian with a state-independent log
     standard deviation.
@@ -302,7 +367,7 @@ class ActorCritic(nn.Module):
         encoder = make_encoder(
             observation_space, network, hidden_sizes, activation, channels_last, bf16
         )
-        self.shared = isinstance(encoder, NatureCNN)
+        self.shared = isinstance(encoder, (NatureCNN, MinAtarNet))
         if not self.shared:
             in_features = int(np.prod(observation_space.shape or (1,)))
             encoder = TwinMLP(in_features, hidden_sizes, activation, copies=2)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vecaccel.trainers.registry import ALGORITHMS, ATARI
+from vecaccel.trainers.registry import ALGORITHMS, ATARI, MINATAR
 
 #: Says, at INFO, which preset a run took by itself (the CLI prints the same on stdout).
 logger = logging.getLogger(__name__)
@@ -34,9 +34,11 @@ __all__ = [
     "AUTO",
     "DQN_PRESETS",
     "ENV_PRESETS",
+    "MINATAR",
     "NONE",
     "PPO_PRESETS",
     "apply_preset",
+    "check_preset_fits",
     "preset_for_env",
     "resolve_preset",
     "suited_env_ids",
@@ -107,6 +109,30 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         vf_coef=0.25,  # CleanRL's value-loss weight, as in "atari"
         bf16="auto",
     ),
+    # MinAtar's five games with one setting (no per-game tuning, as the MinAtar paper), in the
+    # seed paper's large-batch regime: 128 envs x 32 steps = 4,096 samples an update, 4 epochs
+    # of 4 minibatches of 1,024. The learning rate is the one tuned at this batch; another
+    # num_envs or num_steps scales it by sqrt(batch / 4096) (Stooke & Abbeel, 2018, section 4;
+    # Krizhevsky, 2014, "One weird trick")
+    "minatar": dict(
+        env_id="MinAtar/Breakout-v0",
+        num_envs=128,
+        num_steps=32,
+        num_minibatches=4,
+        update_epochs=4,
+        learning_rate=5e-4,
+        lr_scaling="sqrt",
+        base_batch_size=4096,
+        anneal_lr=True,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_coef=0.2,
+        ent_coef=0.01,
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        network="minatar",
+        bf16="off",
+    ),
 }
 
 
@@ -146,6 +172,21 @@ A2C_PRESETS: dict[str, dict[str, Any]] = {
         base_batch_size=80,
         ent_coef=0.01,
         bf16="auto",
+    ),
+    # MinAtar's five games with one setting, large batch: 128 envs x 5 steps, the classic
+    # A2C learning rate (7e-4 at 16 x 5 = 80 samples) scaled by sqrt(640 / 80) as the seed
+    # paper does
+    "minatar": dict(
+        env_id="MinAtar/Breakout-v0",
+        num_envs=128,
+        num_steps=5,
+        learning_rate=7e-4,
+        lr_scaling="sqrt",
+        base_batch_size=80,
+        gamma=0.99,
+        ent_coef=0.01,
+        network="minatar",
+        bf16="off",
     ),
 }
 
@@ -188,6 +229,32 @@ _CARTPOLE: dict[str, Any] = dict(
     n_step=3,
     hidden_sizes=(128, 128),
     loss="mse",
+)
+
+# MinAtar's five games (Young & Tian, 2019), one setting for all: its DQN's schedule (replay of
+# 100k, learning from 5k frames, ε from 1 to 0.1 over the first 100k frames, γ 0.99) in the seed
+# paper's large-batch form: 64 envs, Adam, replay ratio 8 (8 samples trained on per env step),
+# the learning rate scaled from its batch-32 value by sqrt(batch / 32) (Stooke & Abbeel, 2018,
+# section 4), and the target network updated after as many samples as MinAtar's (1,000 updates
+# of 32 = 32k samples, 4,000 env steps at replay ratio 8)
+_MINATAR_COMMON: dict[str, Any] = dict(
+    env_id="MinAtar/Breakout-v0",
+    num_envs=64,
+    backend="auto",
+    buffer_size=100_000,
+    gamma=0.99,
+    replay_ratio=8.0,
+    learning_starts=5_000,
+    target_update_period=4_000,
+    start_epsilon=1.0,
+    end_epsilon=0.1,
+    exploration_steps=100_000,
+    eval_epsilon=0.0,
+    max_grad_norm=10.0,
+    network="minatar",
+    base_batch_size=32,
+    lr_scaling="sqrt",
+    log_every_steps=10_000,
 )
 
 #: The DQN family's named settings (DQN, C51 and Rainbow share them):
@@ -240,6 +307,38 @@ DQN_PRESETS: dict[str, dict[str, Any]] = {
         lr_scaling="sqrt",
         adam_eps=1.5e-4,
     ),
+    "minatar-dqn": dict(
+        _MINATAR_COMMON,
+        batch_size=512,
+        learning_rate=1e-4,
+        adam_eps=1.5e-4,
+        double=True,
+    ),
+    # MinAtar's rewards are 0 or 1 a step and unclipped: discounted returns reach tens, so the
+    # support spans [-10, 100] (as Obando-Ceron & Castro's MinAtar Rainbow, 2021)
+    "minatar-c51": dict(
+        _MINATAR_COMMON,
+        categorical=True,
+        v_min=-10.0,
+        v_max=100.0,
+        batch_size=2048,
+        learning_rate=2.5e-4,
+        adam_eps=0.01 / 32,
+    ),
+    "minatar-rainbow": dict(
+        _MINATAR_COMMON,
+        double=True,
+        dueling=True,
+        n_step=3,
+        prioritized=True,
+        priority_alpha=0.5,
+        categorical=True,
+        v_min=-10.0,
+        v_max=100.0,
+        batch_size=512,
+        learning_rate=6.25e-5,
+        adam_eps=1.5e-4,
+    ),
 }
 
 
@@ -254,12 +353,17 @@ def suited_env_ids(algo: str, preset: str) -> tuple[str, ...]:
 
 
 def preset_for_env(algo: str, env_id: str) -> str | None:
-    """The preset of ``algo`` made for ``env_id``, or ``None`` when it has none."""
-    from vecaccel.trainers.envs import is_atari_id
+    """The preset of ``algo`` made for ``env_id``, or ``None`` when it has none.
+
+    Example:
+        >>> preset_for_env("ppo", "MinAtar/Breakout-v0"), preset_for_env("dqn", "MinAtar/Seaquest-v1")
+        ('minatar', 'minatar-dqn')
+    """
+    from vecaccel.trainers.envs import is_atari_id, is_minatar_id
 
     atari: bool | None = None  # resolving an id can import ale_py: only when a preset asks
     for preset, env_ids in ENV_PRESETS.get(algo, {}).items():
-        if env_id in env_ids:
+        if env_id in env_ids or (MINATAR in env_ids and is_minatar_id(env_id)):
             return preset
         if ATARI in env_ids:
             if atari is None:
@@ -267,6 +371,37 @@ def preset_for_env(algo: str, env_id: str) -> str | None:
             if atari:
                 return preset
     return None
+
+
+def check_preset_fits(algo: str, preset: str, env_id: str | None) -> None:
+    """Refuse a MinAtar preset for an env that is not a MinAtar game.
+
+    A MinAtar preset builds the MinAtar network over boolean ``[10, 10, C]`` grids, and its
+    schedule is counted in MinAtar frames: on any other env it could only fail later, or train
+    with settings made for another game. (The other presets apply anywhere by name.)
+
+    Raises:
+        ValueError: naming the preset, the env and the presets made for it.
+
+    Example:
+        >>> check_preset_fits("ppo", "minatar", "MinAtar/Asterix-v0")
+        >>> check_preset_fits("ppo", "minatar", "ALE/Pong-v5")
+        Traceback (most recent call last):
+        ...
+        ValueError: preset 'minatar' of ppo is made for MinAtar's games (boolean [10, 10, C] grids, the MinAtar network); 'ALE/Pong-v5' is not one: use the preset made for it ('atari') or name another with preset=... (--preset)
+    """
+    from vecaccel.trainers.envs import is_minatar_id
+
+    suits = suited_env_ids(algo, preset)
+    if env_id is None or MINATAR not in suits or is_minatar_id(env_id) or env_id in suits:
+        return
+    own = preset_for_env(algo, env_id)
+    instead = f"the preset made for it ({own!r})" if own else "the plain defaults (preset=None)"
+    raise ValueError(
+        f"preset {preset!r} of {algo} is made for MinAtar's games (boolean [10, 10, C] grids, "
+        f"the MinAtar network); {env_id!r} is not one: use {instead} or name another with "
+        "preset=... (--preset)"
+    )
 
 
 def resolve_preset(
@@ -282,7 +417,8 @@ def resolve_preset(
         env_id: the env id the run trains on, if the caller named one.
 
     Raises:
-        ValueError: ``preset`` is none of these, naming the choices.
+        ValueError: ``preset`` is none of these, naming the choices; a MinAtar preset for
+            another env (:func:`check_preset_fits`).
     """
     if preset is None or preset == NONE:
         return None
@@ -294,6 +430,7 @@ def resolve_preset(
             f"unknown preset {preset!r} for {algo}; choose one of {choices}, {NONE!r} (the plain "
             f"defaults) or {AUTO!r} (the preset made for the env id, if any)"
         )
+    check_preset_fits(algo, preset, env_id)
     return preset
 
 

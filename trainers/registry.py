@@ -33,6 +33,7 @@ __all__ = [
     "ALGORITHMS",
     "ATARI",
     "EXPORTS",
+    "MINATAR",
     "AlgorithmInfo",
     "exports",
     "get",
@@ -43,6 +44,9 @@ __all__ = [
 #: Stands for every ALE game id in an algorithm's ``made_for`` (``ALE/Pong-v5``,
 #: ``PongNoFrameskip-v4``...), as :func:`~vecaccel.trainers.envs.is_atari_id` decides.
 ATARI = "<every ALE id>"
+#: Stands for every MinAtar game id in an algorithm's ``made_for`` (``MinAtar/Breakout-v0``...),
+#: as :func:`~vecaccel.trainers.envs.is_minatar_id` decides.
+MINATAR = "<every MinAtar id>"
 
 
 def load(path: str) -> Any:
@@ -79,7 +83,8 @@ class AlgorithmInfo:
     presets: str | None = None
     """``"module:DICT"`` of its named settings (preset name -> config values), or ``None``."""
     made_for: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Preset name -> the env ids it is made for (:data:`ATARI`: every ALE game), in order: a
+    """Preset name -> the env ids it is made for (:data:`ATARI`: every ALE game, :data:`MINATAR`:
+    every MinAtar game), in order: a
     run on such an id that names no preset starts from the first that suits it. A preset left
     out here (``atari-large``) is only ever applied by name."""
 
@@ -120,7 +125,7 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
             f"{_ALGOS}.a2c:A2CConfig",
             "synchronous advantage actor-critic (large batch)",
             f"{_PRESETS}:A2C_PRESETS",
-            {"cartpole": ("CartPole-v1",), "atari": (ATARI,)},
+            {"cartpole": ("CartPole-v1",), "atari": (ATARI,), "minatar": (MINATAR,)},
         ),
         AlgorithmInfo(
             "ppo",
@@ -128,7 +133,7 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
             f"{_ALGOS}.ppo:PPOConfig",
             "proximal policy optimization",
             f"{_PRESETS}:PPO_PRESETS",
-            {"cartpole": ("CartPole-v1",), "atari": (ATARI,)},
+            {"cartpole": ("CartPole-v1",), "atari": (ATARI,), "minatar": (MINATAR,)},
         ),
         AlgorithmInfo(
             "dqn",
@@ -136,7 +141,11 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
             f"{_ALGOS}.dqn:DQNConfig",
             "DQN (double, dueling, n-step, prioritized replay)",
             f"{_PRESETS}:DQN_PRESETS",
-            {"cartpole": ("CartPole-v1",), "atari-dqn": (ATARI,)},
+            {
+                "cartpole": ("CartPole-v1",),
+                "atari-dqn": (ATARI,),
+                "minatar-dqn": (MINATAR,),
+            },
         ),
         AlgorithmInfo(
             "c51",
@@ -144,7 +153,11 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
             f"{_ALGOS}.dqn:DQNConfig",
             "categorical DQN",
             f"{_PRESETS}:DQN_PRESETS",
-            {"cartpole-c51": ("CartPole-v1",), "atari-c51": (ATARI,)},
+            {
+                "cartpole-c51": ("CartPole-v1",),
+                "atari-c51": (ATARI,),
+                "minatar-c51": (MINATAR,),
+            },
         ),
         AlgorithmInfo(
             "rainbow",
@@ -152,7 +165,11 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
             f"{_ALGOS}.dqn:DQNConfig",
             "epsilon-Rainbow: C51 with every DQN extension but noisy nets",
             f"{_PRESETS}:DQN_PRESETS",
-            {"cartpole-rainbow": ("CartPole-v1",), "atari-rainbow": (ATARI,)},
+            {
+                "cartpole-rainbow": ("CartPole-v1",),
+                "atari-rainbow": (ATARI,),
+                "minatar-rainbow": (MINATAR,),
+            },
         ),
     )
 }

@@ -128,7 +128,8 @@ class DQNConfig(RunConfig):
     max_grad_norm: float = 10.0
     """Gradient-norm clipping threshold (0 disables clipping)."""
     network: str = "auto"
-    """Torso: ``auto`` (Nature CNN for uint8 images, else MLP), ``cnn`` or ``mlp``."""
+    """Torso: ``auto`` (Nature CNN for uint8 images, the MinAtar network for MinAtar's grids,
+    else MLP), ``cnn``, ``minatar`` or ``mlp``."""
     hidden_sizes: tuple[int, ...] = (120, 84)
     """MLP widths."""
     frame_stack: int = 0

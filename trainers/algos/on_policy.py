@@ -99,7 +99,8 @@ class OnPolicyConfig(RunConfig):
     """Global gradient-norm clip."""
 
     network: str = "auto"
-    """Policy network: auto (Nature-CNN for images, MLP otherwise), cnn or mlp."""
+    """Policy network: auto (Nature-CNN for uint8 images, the MinAtar network for MinAtar's
+    grids, MLP otherwise), cnn, minatar or mlp."""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """MLP hidden layer widths (separate actor and critic MLPs)."""
     activation: str = "tanh"
