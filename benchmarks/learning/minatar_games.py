@@ -1,0 +1,562 @@
+"""MinAtar's five games: vecaccel's trainers against the published curves, large batches against
+small ones, and (with ``--setting sb3``) SB3's PPO on the same work.
+
+Every (algorithm, game, setting, seed) is one run in a child process, and writes its own result
+file under ``--runs`` as soon as it ends: the return curve against env steps and against
+wall-clock seconds, the score, the load average and the versions. ``run`` skips the runs whose
+file exists, so it resumes where a stopped sitting left off; ``report`` builds the table, the
+rliable aggregate and the plots from whatever run files exist.
+
+The games are the ``-v0`` ids (all six actions, sticky actions 0.1 and difficulty ramping: the
+MinAtar paper's setting). One frame is one env step (MinAtar has no frame skip). The score is the
+MinAtar paper's: the mean return of the last 100 training episodes. Each algorithm trains with
+its ``minatar`` preset (one setting for all five games); the other settings change one thing:
+
+- ``preset``: the preset as it is (PPO 128 envs x 32 steps; the DQN family at batch 512, C51 at
+  2,048, replay ratio 8; A2C 128 envs x 5 steps);
+- ``envs16`` and ``envs256`` (A2C, PPO): the number of envs, the learning rate following the
+  preset's ``sqrt`` rule;
+- ``batch32``, ``batch512`` and ``batch2048`` (the DQN family): the training batch at the same
+  replay ratio, the learning rate following the preset's ``sqrt`` rule from its batch-32 value;
+- ``sb3`` (PPO): Stable-Baselines3's PPO with the same network (a features extractor), envs and
+  hyperparameters.
+
+Run (niced, in the background; about 8 minutes a PPO run and 20 a DQN run on 2 CPU cores)::
+
+    nice -n 19 python benchmarks/learning/minatar_games.py run --algos ppo --seeds 1 2 3
+    python benchmarks/learning/minatar_games.py report
+
+Run files go to ``benchmarks/results/minatar_runs/``; the report to
+``benchmarks/results/minatar_games.{json,md,png}`` and ``minatar_games_batch.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vecaccel.bench import RunRecord, command_line, run_in_child
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+RUNS = RESULTS / "minatar_runs"
+GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+ALGOS = ("ppo", "dqn", "a2c", "c51", "rainbow")
+PRESET_OF = {
+    "a2c": "minatar",
+    "ppo": "minatar",
+    "dqn": "minatar-dqn",
+    "c51": "minatar-c51",
+    "rainbow": "minatar-rainbow",
+}
+#: setting -> the config values it changes (``sb3`` runs SB3's PPO instead)
+SETTINGS: dict[str, dict[str, Any]] = {
+    "preset": {},
+    "envs16": {"num_envs": 16},
+    "envs256": {"num_envs": 256},
+    "batch32": {"batch_size": 32},
+    "batch512": {"batch_size": 512},
+    "batch2048": {"batch_size": 2048},
+    "sb3": {},
+}
+#: the published scores at 5M frames, read off the learning curves of the MinAtar README (30
+#: seeds; approximate): DQN, and the actor-critic AC(lambda=0.8)
+PUBLISHED = {
+    "DQN": {
+        "Asterix": 17.0,
+        "Breakout": 10.0,
+        "Freeway": 50.0,
+        "Seaquest": 20.0,
+        "SpaceInvaders": 43.0,
+    },
+    "AC(lambda)": {
+        "Asterix": 19.0,
+        "Breakout": 17.5,
+        "Freeway": 47.0,
+        "Seaquest": 15.5,
+        "SpaceInvaders": 185.0,
+    },
+}
+WINDOW = 100  # the score: the mean return of the last 100 training episodes
+POINTS = 100  # curve points per run
+
+
+def run_file(runs: Path, algo: str, game: str, setting: str, seed: int) -> Path:
+    """Where the run's result lives."""
+    return runs / f"{algo}-{game}-{setting}-s{seed}.json"
+
+
+class Curve:
+    """Episode returns as they end, kept as ``POINTS`` points: at every ``steps / POINTS`` env
+    steps, the mean of the last ``WINDOW`` returns, the episodes so far and the seconds."""
+
+    def __init__(self, total_steps: int) -> None:
+        self.every = max(1, total_steps // POINTS)
+        self.next_point = self.every
+        self.returns: list[float] = []
+        self.points: list[dict[str, float]] = []
+        self.start = time.perf_counter()
+
+    def add(self, step: int, returns: Sequence[float]) -> None:
+        self.returns.extend(float(value) for value in returns)
+        while step >= self.next_point:
+            self.points.append(self._point(self.next_point))
+            self.next_point += self.every
+
+    def _point(self, step: int) -> dict[str, float]:
+        recent = self.returns[-WINDOW:]
+        return {
+            "step": step,
+            "wall_s": round(time.perf_counter() - self.start, 2),
+            "episodes": len(self.returns),
+            "return": round(statistics.fmean(recent), 3) if recent else math.nan,
+        }
+
+    def score(self) -> float:
+        recent = self.returns[-WINDOW:]
+        return statistics.fmean(recent) if recent else math.nan
+
+
+def run_vecaccel(algo: str, env_id: str, setting: str, seed: int, steps: int) -> dict[str, Any]:
+    from vecaccel.trainers import registry
+
+    cls = registry.get(algo).load_class()
+    agent = cls(
+        env_id,
+        preset=PRESET_OF[algo],
+        seed=seed,
+        progress=False,
+        tensorboard=False,
+        **SETTINGS[setting],
+    )
+    curve = Curve(steps)
+    seen = 0
+
+    def on_policy(model: Any, metrics: Any = None) -> bool:
+        episodes = model.last_episodes
+        curve.add(model.global_step, list(episodes.returns) if episodes is not None else [])
+        return True
+
+    def off_policy(model: Any, metrics: Any = None) -> bool:
+        nonlocal seen
+        ended = model.episode_log[seen:]
+        seen = len(model.episode_log)
+        curve.add(model.global_step, [episode_return for _, episode_return, _ in ended])
+        return True
+
+    callback = off_policy if hasattr(agent, "episode_log") else on_policy
+    try:
+        agent.learn(steps, callback=callback)
+        config = {key: value for key, value in vars(agent.config).items() if _json_value(value)}
+        return {
+            "curve": curve.points,
+            "score": curve.score(),
+            "episodes": len(curve.returns),
+            "wall_s": time.perf_counter() - curve.start,
+            "steps": int(agent.global_step),
+            "config": config,
+        }
+    finally:
+        agent.close()
+
+
+def run_sb3(env_id: str, seed: int, steps: int) -> dict[str, Any]:
+    """SB3's PPO with the MinAtar network and the vecaccel preset's hyperparameters."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    from vecaccel.manager import register_envs
+    from vecaccel.trainers.models import MinAtarNet
+    from vecaccel.trainers.presets import PPO_PRESETS
+
+    register_envs()
+    preset = PPO_PRESETS["minatar"]
+
+    class MinAtarExtractor(BaseFeaturesExtractor):
+        def __init__(self, observation_space: gym.spaces.Box) -> None:
+            super().__init__(observation_space, features_dim=128)
+            height, width, channels = observation_space.shape
+            self.net = MinAtarNet(channels, (height, width))
+
+        def forward(self, observations: torch.Tensor) -> torch.Tensor:
+            return self.net(observations)
+
+    curve = Curve(steps)
+
+    class Record(BaseCallback):
+        def _on_step(self) -> bool:
+            ended = [info["episode"]["r"] for info in self.locals["infos"] if "episode" in info]
+            curve.add(self.num_timesteps, ended)
+            return True
+
+    envs = make_vec_env(env_id, n_envs=preset["num_envs"], seed=seed)
+    batch = preset["num_envs"] * preset["num_steps"]
+    start_lr = preset["learning_rate"]
+    model = PPO(
+        "MlpPolicy",
+        envs,
+        n_steps=preset["num_steps"],
+        batch_size=batch // preset["num_minibatches"],
+        n_epochs=preset["update_epochs"],
+        learning_rate=lambda remaining: start_lr * remaining,
+        gamma=preset["gamma"],
+        gae_lambda=preset["gae_lambda"],
+        clip_range=preset["clip_coef"],
+        ent_coef=preset["ent_coef"],
+        vf_coef=preset["vf_coef"],
+        max_grad_norm=preset["max_grad_norm"],
+        policy_kwargs=dict(
+            features_extractor_class=MinAtarExtractor,
+            net_arch=[],
+            share_features_extractor=True,
+            normalize_images=False,
+        ),
+        seed=seed,
+        device="cpu",
+    )
+    model.learn(steps, callback=Record())
+    envs.close()
+    return {
+        "curve": curve.points,
+        "score": curve.score(),
+        "episodes": len(curve.returns),
+        "wall_s": time.perf_counter() - curve.start,
+        "steps": int(model.num_timesteps),
+        "config": dict(preset),
+    }
+
+
+def _json_value(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, type(None), list, tuple, dict))
+
+
+def one(algo: str, game: str, setting: str, seed: int, steps: int, runs: str, command: str) -> str:
+    """One run, written to its file; returns the file's path (called in a child process)."""
+    record = RunRecord(command, benchmark="learning/minatar_games")
+    env_id = f"MinAtar/{game}-v0"
+    if setting == "sb3":
+        outcome = run_sb3(env_id, seed, steps)
+    else:
+        outcome = run_vecaccel(algo, env_id, setting, seed, steps)
+    path = run_file(Path(runs), algo, game, setting, seed)
+    summary = {key: outcome[key] for key in ("score", "episodes", "wall_s", "steps")}
+    summary["steps_per_s"] = summary["steps"] / summary["wall_s"]
+    record.write(
+        path,
+        outcome["curve"],
+        summary=summary,
+        algo=algo,
+        game=game,
+        env_id=env_id,
+        setting=setting,
+        seed=seed,
+        total_steps=steps,
+        config=outcome["config"],
+    )
+    return str(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    runs = Path(args.runs)
+    runs.mkdir(parents=True, exist_ok=True)
+    for seed in args.seeds:  # seeds outermost: every game gets its first seed before any a second
+        for algo in args.algos:
+            for game in args.games:
+                path = run_file(runs, algo, game, args.setting, seed)
+                if path.exists():
+                    continue
+                print(f"{algo} {game} {args.setting} seed {seed} ...", flush=True)
+                started = time.perf_counter()
+                kwargs = dict(
+                    algo=algo,
+                    game=game,
+                    setting=args.setting,
+                    seed=seed,
+                    steps=args.steps,
+                    runs=str(runs),
+                    command=command_line(),
+                )
+                run_in_child(__file__, "one", kwargs)
+                print(f"  {path.name} in {time.perf_counter() - started:.0f} s", flush=True)
+    return 0
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def load_runs(runs: Path) -> list[dict[str, Any]]:
+    """Every run file under ``runs``: its settings, summary and curve, one dict each."""
+    found = []
+    for path in sorted(runs.glob("*.json")):
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        meta = payload["meta"]
+        found.append(
+            {
+                **{key: meta[key] for key in ("algo", "game", "setting", "seed", "total_steps")},
+                **payload["summary"],
+                "curve": payload["results"],
+                "load_average": meta.get("load_average"),
+                "load_average_after": meta.get("load_average_after"),
+                "date": meta.get("date"),
+                "file": path.name,
+            }
+        )
+    return found
+
+
+def arm_name(algo: str, setting: str) -> str:
+    """How a table or plot names an (algorithm, setting): ``PPO``, ``PPO envs16``, ``SB3 PPO``."""
+    if setting == "sb3":
+        return "SB3 PPO"
+    name = {"rainbow": "ε-Rainbow"}.get(algo, algo.upper())
+    return name if setting == "preset" else f"{name} {setting}"
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def score_table(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (algorithm, setting, game): the seeds' scores, their median and the
+    published levels; where the run reached 5M frames it says whether it beat them."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for entry in found:
+        groups.setdefault((entry["algo"], entry["setting"], entry["game"]), []).append(entry)
+    rows = []
+    for (algo, setting, game), entries in sorted(groups.items()):
+        entries.sort(key=lambda entry: entry["seed"])
+        scores = [entry["score"] for entry in entries]
+        median = _median(scores)
+        row = {
+            "algo": algo,
+            "setting": setting,
+            "game": game,
+            "arm": arm_name(algo, setting),
+            "seeds": [entry["seed"] for entry in entries],
+            "scores": scores,
+            "median": median,
+            "steps": min(entry["steps"] for entry in entries),
+            "wall_s": _median([entry["wall_s"] for entry in entries]),
+            "steps_per_s": _median([entry["steps_per_s"] for entry in entries]),
+        }
+        for name, levels in PUBLISHED.items():
+            row[f"published {name}"] = levels[game]
+            row[f"at or above {name}"] = median >= levels[game]
+        rows.append(row)
+    return rows
+
+
+def aggregate(found: list[dict[str, Any]], reps: int = 2000) -> dict[str, Any]:
+    """rliable's interquartile mean of the scores normalised per game by the published DQN
+    score, with 95 % stratified bootstrap intervals, for each arm run on the same seeds on
+    every game it has (Agarwal et al., 2021). An arm counts the seeds that every one of its
+    games has; its games are listed."""
+    import numpy as np
+    from rliable import library, metrics
+
+    arms: dict[str, dict[str, dict[int, float]]] = {}
+    for entry in found:
+        games = arms.setdefault(arm_name(entry["algo"], entry["setting"]), {})
+        games.setdefault(entry["game"], {})[entry["seed"]] = entry["score"]
+    matrices, games_of = {}, {}
+    for arm, games in arms.items():
+        seeds = sorted(set.intersection(*(set(by_seed) for by_seed in games.values())))
+        if not seeds:
+            continue
+        names = sorted(games)
+        matrices[arm] = np.array(
+            [[games[game][seed] / PUBLISHED["DQN"][game] for game in names] for seed in seeds]
+        )
+        games_of[arm] = {"games": names, "seeds": seeds}
+    if not matrices:
+        return {}
+    iqm = lambda scores: np.array([metrics.aggregate_iqm(scores)])  # noqa: E731
+    points, intervals = library.get_interval_estimates(matrices, iqm, reps=reps)
+    return {
+        arm: {
+            **games_of[arm],
+            "iqm": float(points[arm][0]),
+            "ci95": [float(intervals[arm][0][0]), float(intervals[arm][1][0])],
+        }
+        for arm in matrices
+    }
+
+
+def _plot(
+    found: list[dict[str, Any]],
+    games: Sequence[str],
+    arms: list[tuple[str, str]],
+    path: Path,
+    title: str,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(2, len(games), figsize=(4.2 * len(games), 7), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for column, game in enumerate(games):
+        for colour, (algo, setting) in zip(colours, arms):
+            entries = [
+                e for e in found if (e["algo"], e["setting"], e["game"]) == (algo, setting, game)
+            ]
+            if not entries:
+                continue
+            for row, axis_key in enumerate(("step", "wall_s")):
+                axis = axes[row][column]
+                for entry in entries:
+                    xs = [point[axis_key] for point in entry["curve"]]
+                    axis.plot(
+                        xs,
+                        [point["return"] for point in entry["curve"]],
+                        color=colour,
+                        lw=0.6,
+                        alpha=0.45,
+                    )
+                length = min(len(entry["curve"]) for entry in entries)
+                xs = [_median([e["curve"][i][axis_key] for e in entries]) for i in range(length)]
+                ys = [_median([e["curve"][i]["return"] for e in entries]) for i in range(length)]
+                axis.plot(
+                    xs,
+                    ys,
+                    color=colour,
+                    lw=2.2,
+                    label=f"{arm_name(algo, setting)} ({len(entries)} seeds)",
+                )
+        for row in range(2):
+            axis = axes[row][column]
+            for style, (name, levels) in zip(("--", ":"), PUBLISHED.items()):
+                axis.axhline(levels[game], color="black", ls=style, lw=1, label=f"published {name}")
+            axis.set_xlabel("env steps (frames)" if row == 0 else "wall-clock seconds")
+            axis.grid(alpha=0.3)
+        axes[0][column].set_title(game)
+        axes[0][0].set_ylabel("mean return, last 100 episodes")
+        axes[1][0].set_ylabel("mean return, last 100 episodes")
+    axes[0][0].legend(fontsize=7, loc="upper left")
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+
+
+def _cell(value: float, digits: int = 1) -> str:
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:,.{digits}f}"
+    )
+
+
+def markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    """The report as Markdown: the scores table, then the aggregate."""
+    lines = [
+        "| arm | game | seeds | score per seed | median | published DQN | published AC(λ) | "
+        "frames | wall-clock (median) | steps/s |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['arm']} | {row['game']} | {len(row['seeds'])} | "
+            f"{', '.join(_cell(score) for score in row['scores'])} | {_cell(row['median'])} | "
+            f"{_cell(row['published DQN'])} | {_cell(row['published AC(lambda)'])} | "
+            f"{row['steps'] / 1e6:.1f}M | {_cell(row['wall_s'] / 60)} min | "
+            f"{_cell(row['steps_per_s'], 0)} |"
+        )
+    lines += [
+        "",
+        "| arm | games | seeds | IQM of score / published DQN | 95 % CI |",
+        "| --- | --- | --- | ---: | --- |",
+    ]
+    for arm, figures in summary.items():
+        low, high = figures["ci95"]
+        lines.append(
+            f"| {arm} | {', '.join(figures['games'])} | {', '.join(map(str, figures['seeds']))} | "
+            f"{figures['iqm']:.2f} | {low:.2f} - {high:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(runs: Path, out: Path, command: str) -> dict[str, Any]:
+    """``minatar_games.json``, ``.md`` and the plots in ``out`` from the run files in ``runs``."""
+    found = load_runs(runs)
+    rows = score_table(found)
+    summary = aggregate(found)
+    record = RunRecord(command, benchmark="learning/minatar_games")
+    payload = record.write(
+        out / "minatar_games.json",
+        [{key: value for key, value in row.items()} for row in rows],
+        summary=summary,
+        runs=[entry["file"] for entry in found],
+        published=PUBLISHED,
+        window=WINDOW,
+    )
+    (out / "minatar_games.md").write_text(markdown(rows, summary), encoding="utf-8")
+    published_arms = [(algo, "preset") for algo in ALGOS] + [("ppo", "sb3")]
+    if found:
+        _plot(
+            found,
+            GAMES,
+            published_arms,
+            out / "minatar_games.png",
+            "MinAtar -v0: return against frames and wall-clock (thin: seeds, bold: median)",
+        )
+        batch_arms = [
+            ("ppo", "envs16"),
+            ("ppo", "preset"),
+            ("ppo", "envs256"),
+            ("dqn", "batch32"),
+            ("dqn", "preset"),
+            ("dqn", "batch2048"),
+        ]
+        if any(
+            (entry["algo"], entry["setting"]) in batch_arms[:1] + batch_arms[2:] for entry in found
+        ):
+            _plot(
+                found,
+                ("Breakout", "SpaceInvaders"),
+                batch_arms,
+                out / "minatar_games_batch.png",
+                "Large batches against small: the same frames, less wall-clock",
+            )
+    return payload
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    runner = commands.add_parser("run", help="train the runs whose result file is missing")
+    runner.add_argument("--algos", nargs="+", choices=ALGOS, default=["ppo"])
+    runner.add_argument("--games", nargs="+", choices=GAMES, default=list(GAMES))
+    runner.add_argument("--setting", choices=sorted(SETTINGS), default="preset")
+    runner.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    runner.add_argument("--steps", type=int, default=5_000_000, help="env steps (frames) a run")
+    runner.add_argument("--runs", default=str(RUNS), help="folder of the run files")
+    reporter = commands.add_parser("report", help="table, rliable aggregate and plots")
+    reporter.add_argument("--runs", default=str(RUNS), help="folder of the run files")
+    reporter.add_argument("--out", default=str(RESULTS), help="folder of the report")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        for algo in args.algos:
+            if args.setting == "sb3" and algo != "ppo":
+                parser.error("--setting sb3 is SB3's PPO: use it with --algos ppo")
+            wrong = {"batch": ("a2c", "ppo"), "envs": ("dqn", "c51", "rainbow")}
+            if any(args.setting.startswith(kind) and algo in wrong[kind] for kind in wrong):
+                parser.error(f"--setting {args.setting} does not apply to {algo}")
+        return run(args)
+    write_report(Path(args.runs), Path(args.out), command_line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
