@@ -495,8 +495,8 @@ def write_report(runs: Path, out: Path, command: str) -> dict[str, Any]:
     record = RunRecord(command, benchmark="learning/minatar_games")
     payload = record.write(
         out / "minatar_games.json",
-        [{key: value for key, value in row.items()} for row in rows],
-        summary=summary,
+        rows,
+        summary=summary or None,
         runs=[entry["file"] for entry in found],
         published=PUBLISHED,
         window=WINDOW,

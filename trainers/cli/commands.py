@@ -164,7 +164,10 @@ def _train(args: argparse.Namespace) -> int:
     if getattr(args, "no_replay", False):
         print("error: --no-replay only applies with --resume", file=sys.stderr)
         return 2
-    config = _with_preset(args, cls, explicit)
+    try:
+        config = _with_preset(args, cls, explicit)
+    except ValueError as exc:  # a preset made for other envs
+        return usage_error(exc)
     env_id = _env_id(args, cls.config_cls, config)
     config.pop("env_id", None)
     if env_id is None:

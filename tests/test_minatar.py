@@ -1,0 +1,171 @@
+"""MinAtar as a source: its ids in make_vec and the trainers, its network, its presets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import vecaccel
+from vecaccel.env_ids import env_id_hint, unknown_env_id_message
+
+pytest.importorskip("minatar")
+
+GAMES = {"Asterix": 4, "Breakout": 4, "Freeway": 7, "Seaquest": 10, "SpaceInvaders": 6}
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
+def test_ids_work_in_workers_under_every_start_method(context, no_leaks):
+    """The env plugin registers MinAtar's ids in the caller and in fresh interpreters, and
+    shared memory carries the bool grids as they are."""
+    envs = vecaccel.make_vec(
+        "MinAtar/Breakout-v1", 4, backend="shm", num_workers=2, context=context
+    )
+    try:
+        obs, _ = envs.reset(seed=3)
+        assert obs.dtype == np.bool_ and obs.shape == (4, 10, 10, 4)
+        assert envs.single_action_space.n == 3  # -v1: the minimal action set
+        obs, rewards, terminated, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
+        assert obs.dtype == np.bool_ and obs.any()
+    finally:
+        envs.close()
+
+
+def test_the_caller_sees_what_one_env_steps():
+    import gymnasium as gym
+
+    serial = vecaccel.make_vec("MinAtar/Seaquest-v0", 2, backend="serial")
+    try:
+        obs, _ = serial.reset(seed=7)
+        env = gym.make("MinAtar/Seaquest-v0")
+        alone, _ = env.reset(seed=7)
+        np.testing.assert_array_equal(obs[0], alone)
+        assert serial.single_observation_space.shape == (10, 10, 10)
+    finally:
+        serial.close()
+
+
+def test_an_id_names_the_extra_or_the_id_meant():
+    hint = env_id_hint("minatar/Breakout-v0", installed=lambda module: module != "minatar")
+    assert "pip install 'vecaccel[minatar]'" in hint
+    assert env_id_hint("Breakout-v1") == "did you mean 'MinAtar/Breakout-v1'?"
+    assert env_id_hint("spaceinvaders-v0") == "did you mean 'MinAtar/SpaceInvaders-v0'?"
+    with pytest.raises(ValueError, match=r"did you mean 'MinAtar/Freeway-v1'\?"):
+        vecaccel.make_vec("Freeway-v1", 2, backend="serial")
+    with pytest.raises(ValueError, match="Did you mean: `Breakout`"):
+        vecaccel.make_vec("MinAtar/Breakot-v1", 2, backend="serial")
+    message = unknown_env_id_message("MinAtar/Pong-v0", RuntimeError("no such game."))
+    assert message == "unknown environment id 'MinAtar/Pong-v0': no such game."
+
+
+@pytest.mark.parametrize(("game", "channels"), sorted(GAMES.items()))
+def test_the_minatar_network_is_picked_by_the_observation(game, channels):
+    from vecaccel.trainers.models import ActorCritic, MinAtarNet, QNetwork, make_encoder
+
+    envs = vecaccel.make_vec(f"MinAtar/{game}-v0", 2, backend="serial")
+    try:
+        space = envs.single_observation_space
+        assert isinstance(make_encoder(space), MinAtarNet)
+        obs, _ = envs.reset(seed=0)
+        model = ActorCritic(space, envs.single_action_space)
+        assert model.shared  # one torso, the policy and value heads on it
+        actions, extras = model(torch.as_tensor(obs))
+        assert actions.shape == (2,) and extras["value"].shape == (2,)
+        q = QNetwork(space, 6, dueling=True, num_atoms=51)
+        assert q(torch.as_tensor(obs)).shape == (2, 6, 51)
+        conv = model.encoder.conv[0]
+        assert (conv.in_channels, conv.out_channels, conv.kernel_size) == (channels, 16, (3, 3))
+        assert model.encoder.linear[0].out_features == 128
+    finally:
+        envs.close()
+
+
+def test_minatar_network_reads_channels_last_and_first_alike():
+    from vecaccel.trainers.models import MinAtarNet
+
+    torch.manual_seed(0)
+    last = MinAtarNet(4)
+    first = MinAtarNet(4, channels_last_input=False)
+    first.load_state_dict(last.state_dict())
+    grid = torch.rand(3, 10, 10, 4) > 0.7
+    torch.testing.assert_close(last(grid), first(grid.permute(0, 3, 1, 2)))
+    torch.testing.assert_close(last(grid), last(grid.float()))
+
+
+def test_network_minatar_by_name_refuses_other_shapes():
+    import gymnasium as gym
+
+    from vecaccel.trainers.models import make_encoder
+
+    with pytest.raises(ValueError, match="MinAtar network needs"):
+        make_encoder(gym.spaces.Box(0, 1, (4,)), network="minatar")
+    with pytest.raises(ValueError, match="network must be one of"):
+        make_encoder(gym.spaces.Box(0, 1, (4,)), network="resnet")
+
+
+def test_presets_are_made_for_every_minatar_id_and_refused_elsewhere():
+    from vecaccel.trainers.presets import check_preset_fits, preset_for_env
+
+    for game in GAMES:
+        for version in ("v0", "v1"):
+            env_id = f"MinAtar/{game}-{version}"
+            assert [preset_for_env(a, env_id) for a in ("ppo", "a2c", "dqn", "c51", "rainbow")] == [
+                "minatar", "minatar", "minatar-dqn", "minatar-c51", "minatar-rainbow",
+            ]  # fmt: skip
+    with pytest.raises(ValueError, match="'CartPole-v1' is not one: use the preset made for it"):
+        check_preset_fits("ppo", "minatar", "CartPole-v1")
+    from vecaccel.trainers import PPO
+
+    with pytest.raises(ValueError, match="preset 'minatar' of ppo is made for MinAtar's games"):
+        PPO(env=None, env_id="Pendulum-v1", preset="minatar", device="cpu")
+
+
+SMOKE = {
+    "a2c": dict(num_envs=8),
+    "ppo": dict(num_envs=8, num_steps=16, num_minibatches=2, update_epochs=1),
+    "dqn": dict(num_envs=4, batch_size=32, learning_starts=64, buffer_size=2_000),
+    "c51": dict(num_envs=4, batch_size=32, learning_starts=64, buffer_size=2_000),
+    "rainbow": dict(num_envs=4, batch_size=32, learning_starts=64, buffer_size=2_000),
+}
+
+
+@pytest.mark.parametrize("algo", sorted(SMOKE))
+def test_each_algorithm_trains_a_few_hundred_steps_with_its_preset(algo, tmp_path):
+    from vecaccel.trainers import registry
+    from vecaccel.trainers.models import MinAtarNet
+
+    cls = registry.get(algo).load_class()
+    agent = cls(
+        "MinAtar/SpaceInvaders-v1", backend="serial", seed=2, device="cpu", tensorboard=False,
+        run_dir=str(tmp_path), **SMOKE[algo],
+    )  # fmt: skip
+    try:
+        assert agent.config.preset.startswith("minatar")
+        network = agent.model if hasattr(agent, "model") else agent.q_network
+        assert any(isinstance(module, MinAtarNet) for module in network.modules())
+        agent.learn(400)
+        assert agent.global_step >= 400 and agent.num_updates > 0
+        obs, _ = agent.envs.reset(seed=0)
+        actions, _ = agent.predict(obs, deterministic=True)
+        assert actions.shape == (agent.envs.num_envs,)
+    finally:
+        agent.close()
+    assert (tmp_path / "checkpoint.pt").exists()
+
+
+def test_train_and_eval_on_the_command_line(tmp_path, capsys):
+    from vecaccel.cli import main
+
+    run_dir = tmp_path / "run"
+    code = main(
+        ["train", "ppo", "--env", "MinAtar/Breakout-v0", "--total-steps", "4096",
+         "--backend", "serial", "--run-dir", str(run_dir), "--no-progress", "--device", "cpu"]
+    )  # fmt: skip
+    assert code == 0
+    assert "preset: minatar, made for MinAtar games" in capsys.readouterr().err
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    code = main(
+        ["train", "ppo", "--env", "CartPole-v1", "--preset", "minatar", "--total-steps", "64"]
+    )
+    assert code != 0
+    assert "made for MinAtar's games" in capsys.readouterr().err

@@ -1,0 +1,98 @@
+"""``benchmarks/learning/minatar_games.py``: resumable runs, and a report from partial results."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from bench_scripts import load_benchmark
+
+from vecaccel.bench import RunRecord, load_result
+
+pytest.importorskip("minatar")
+pytest.importorskip("rliable")
+
+
+def _fake_run(bench, runs, algo, game, setting, seed, score, points=5):
+    """A run file as ``one`` writes it, with a made-up curve rising to ``score``."""
+    curve = [
+        {"step": 1000 * (i + 1), "wall_s": 2.0 * (i + 1), "episodes": 10 * (i + 1),
+         "return": score * (i + 1) / points}
+        for i in range(points)
+    ]  # fmt: skip
+    summary = {"score": score, "episodes": 10 * points, "wall_s": 2.0 * points,
+               "steps": 1000 * points, "steps_per_s": 500.0}  # fmt: skip
+    RunRecord("python benchmarks/learning/minatar_games.py run", "learning/minatar_games").write(
+        bench.run_file(runs, algo, game, setting, seed), curve, summary=summary, algo=algo,
+        game=game, setting=setting, seed=seed, total_steps=1000 * points, config={},
+    )  # fmt: skip
+
+
+def test_the_report_reads_whatever_runs_exist(tmp_path):
+    bench = load_benchmark("learning/minatar_games")
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    runs.mkdir()
+    out.mkdir()
+    # PPO: three seeds on Breakout, one on Freeway (its aggregate counts seed 1 on both games);
+    # DQN: Breakout only; the PPO batch-size arm: one seed
+    for seed, score in ((1, 12.0), (2, 20.0), (3, 16.0)):
+        _fake_run(bench, runs, "ppo", "Breakout", "preset", seed, score)
+    _fake_run(bench, runs, "ppo", "Freeway", "preset", 1, 55.0)
+    _fake_run(bench, runs, "dqn", "Breakout", "preset", 2, 5.0)
+    _fake_run(bench, runs, "ppo", "Breakout", "envs16", 1, 11.0, points=3)
+    payload = bench.write_report(runs, out, "python benchmarks/learning/minatar_games.py report")
+
+    rows = {(row["arm"], row["game"]): row for row in payload["results"]}
+    breakout = rows[("PPO", "Breakout")]
+    assert breakout["scores"] == [12.0, 20.0, 16.0] and breakout["median"] == 16.0
+    assert breakout["at or above DQN"] and not breakout["at or above AC(lambda)"]
+    assert rows[("PPO envs16", "Breakout")]["steps"] == 3000
+    summary = payload["summary"]
+    assert summary["PPO"]["games"] == ["Breakout", "Freeway"] and summary["PPO"]["seeds"] == [1]
+    assert summary["DQN"]["seeds"] == [2]
+    # one run a game: the IQM is the mean of the two normalised scores, and so is every interval
+    assert math.isclose(summary["PPO"]["iqm"], (12.0 / 10.0 + 55.0 / 50.0) / 2)
+    assert summary["PPO"]["ci95"][0] <= summary["PPO"]["iqm"] <= summary["PPO"]["ci95"][1]
+    written = load_result(out / "minatar_games.json")
+    assert written["meta"]["benchmark"] == "learning/minatar_games"
+    assert len(written["meta"]["runs"]) == 6
+    table = (out / "minatar_games.md").read_text()
+    assert "| PPO | Breakout | 3 | 12.0, 20.0, 16.0 | 16.0 | 10.0 | 17.5 |" in table
+    assert (out / "minatar_games.png").stat().st_size > 0
+    assert (out / "minatar_games_batch.png").stat().st_size > 0
+
+
+def test_an_empty_folder_gives_an_empty_report(tmp_path):
+    bench = load_benchmark("learning/minatar_games")
+    payload = bench.write_report(tmp_path, tmp_path, "report")
+    assert payload["results"] == [] and "summary" not in payload
+    assert not (tmp_path / "minatar_games.png").exists()
+
+
+def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
+    """Real training in child processes on a tiny budget: one PPO run (one update of the
+    preset's 128 x 32 batch) and SB3's PPO on the same work."""
+    bench = load_benchmark("learning/minatar_games")
+    runs = tmp_path / "runs"
+    common = ["--games", "Breakout", "--seeds", "1", "--steps", "256", "--runs", str(runs)]
+    assert bench.main(["run", "--algos", "ppo", *common]) == 0
+    assert bench.main(["run", "--algos", "ppo", "--setting", "sb3", *common]) == 0
+    for setting in ("preset", "sb3"):
+        written = json.loads(bench.run_file(runs, "ppo", "Breakout", setting, 1).read_text())
+        assert written["meta"]["env_id"] == "MinAtar/Breakout-v0"
+        assert written["summary"]["steps"] >= 4096 and written["summary"]["episodes"] > 0
+        assert written["results"], "the curve has points"
+    capsys.readouterr()
+    stamp = bench.run_file(runs, "ppo", "Breakout", "preset", 1).stat().st_mtime_ns
+    assert bench.main(["run", "--algos", "ppo", *common]) == 0
+    assert capsys.readouterr().out == ""  # nothing left to run
+    assert bench.run_file(runs, "ppo", "Breakout", "preset", 1).stat().st_mtime_ns == stamp
+
+
+def test_settings_that_do_not_apply_are_refused():
+    bench = load_benchmark("learning/minatar_games")
+    for argv in (["--algos", "dqn", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
+                 ["--algos", "dqn", "--setting", "envs16"]):  # fmt: skip
+        with pytest.raises(SystemExit):
+            bench.main(["run", *argv])
