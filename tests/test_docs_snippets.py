@@ -343,6 +343,10 @@ COMMAND_RUNS = [
             # the preset learns from step 500
             ("vecaccel train dqn --env CartPole-v1", {"--total-steps 30000": "--total-steps 600"}),
             (
+                "vecaccel train ppo --env MinAtar/Breakout-v0",
+                {"--total-steps 5000000": "--total-steps 256"},
+            ),
+            (
                 "vecaccel train ppo --resume runs/ppo-cartpole",
                 {"--total-steps 200000": "--total-steps 1024"},
             ),
@@ -357,6 +361,17 @@ COMMAND_RUNS = [
             (
                 "--total-steps 100000              # the cartpole preset",
                 {"--total-steps 100000": "--total-steps 256"},
+            )
+        ],
+        180,
+    ),
+    (
+        "minatar-train",
+        "docs/minatar.md",
+        [
+            (
+                "vecaccel train ppo --env MinAtar/Breakout-v0 --total-steps 5000000",
+                {"--total-steps 5000000": "--total-steps 256 --no-progress"},
             )
         ],
         180,
@@ -479,6 +494,12 @@ NOT_RUN_COMMANDS = [
         "needs a Ray cluster's head (HEAD) and Pong at scale; tests/test_ray_backend.py runs the backend",
     ),
     ("docs/ray.md", "pip install", "installs from the network"),
+    ("docs/minatar.md", "pip install", "installs from the network"),
+    (
+        "docs/minatar.md",
+        "benchmarks/learning/minatar_games.py",
+        "hours of training; tests/test_minatar_games_bench.py runs and reports tiny runs",
+    ),
     ("docs/ray.md", "ray start", "starts a Ray cluster node (HEAD_IP)"),
     ("docs/ray.md", "RAY_ADDRESS=HEAD_IP", "points at a Ray cluster's head (HEAD_IP)"),
     (
