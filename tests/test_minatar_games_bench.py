@@ -96,3 +96,18 @@ def test_settings_that_do_not_apply_are_refused():
                  ["--algos", "dqn", "--setting", "envs16"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
+
+
+def test_the_race_stops_both_libraries_at_the_score(tmp_path):
+    """vecaccel's PPO and SB3's, one seed each, to a score every policy reaches at once."""
+    bench = load_benchmark("learning/minatar_games")
+    argv = ["race", "--game", "Breakout", "--score", "0", "--seeds", "1", "--max-steps", "40000"]
+    assert bench.main([*argv, "--out", str(tmp_path)]) == 0
+    written = load_result(tmp_path / "minatar_race.json")
+    assert sorted(run["library"] for run in written["results"]) == ["sb3", "vecaccel"]
+    for run in written["results"]:
+        # the first full window of 100 episodes reaches 0: both stop long before the budget
+        assert run["reached"]["step"] == run["steps"] < 40000
+    summary = written["summary"]
+    assert summary["vecaccel"]["reached"] == summary["sb3"]["reached"] == "1 of 1"
+    assert summary["time_to_score_ratio"] > 0

@@ -21,13 +21,21 @@ its ``minatar`` preset (one setting for all five games); the other settings chan
 - ``sb3`` (PPO): Stable-Baselines3's PPO with the same network (a features extractor), envs and
   hyperparameters.
 
+``race`` times vecaccel's PPO against SB3's on the same work: both with the PPO preset's
+network, envs and hyperparameters, seed by seed in alternating order, each stopped when the
+mean return of the last 100 episodes reaches ``--score``; reported are the seconds and env steps
+to that score (from before the envs are made) and the steps per second. Run it on a quiet
+machine, alone.
+
 Run (niced, in the background; about 8 minutes a PPO run and 20 a DQN run on 2 CPU cores)::
 
     nice -n 19 python benchmarks/learning/minatar_games.py run --algos ppo --seeds 1 2 3
     python benchmarks/learning/minatar_games.py report
+    python benchmarks/learning/minatar_games.py race --game Breakout --score 15
 
 Run files go to ``benchmarks/results/minatar_runs/``; the report to
-``benchmarks/results/minatar_games.{json,md,png}`` and ``minatar_games_batch.png``.
+``benchmarks/results/minatar_games.{json,md,png}`` and ``minatar_games_batch.png``; the race to
+``benchmarks/results/minatar_race.json``.
 """
 
 from __future__ import annotations
@@ -94,20 +102,30 @@ def run_file(runs: Path, algo: str, game: str, setting: str, seed: int) -> Path:
 
 class Curve:
     """Episode returns as they end, kept as ``POINTS`` points: at every ``steps / POINTS`` env
-    steps, the mean of the last ``WINDOW`` returns, the episodes so far and the seconds."""
+    steps, the mean of the last ``WINDOW`` returns, the episodes so far and the seconds since
+    the curve was made (before the envs and the agent are). With ``stop_at``, it notes the first
+    step and second at which that mean (over a full window) reaches it."""
 
-    def __init__(self, total_steps: int) -> None:
+    def __init__(self, total_steps: int, stop_at: float | None = None) -> None:
         self.every = max(1, total_steps // POINTS)
         self.next_point = self.every
         self.returns: list[float] = []
         self.points: list[dict[str, float]] = []
+        self.stop_at = stop_at
+        self.reached: dict[str, float] | None = None
         self.start = time.perf_counter()
 
-    def add(self, step: int, returns: Sequence[float]) -> None:
+    def add(self, step: int, returns: Sequence[float]) -> bool:
+        """Record the episodes that ended by ``step``; False once ``stop_at`` is reached."""
         self.returns.extend(float(value) for value in returns)
         while step >= self.next_point:
             self.points.append(self._point(self.next_point))
             self.next_point += self.every
+        if self.stop_at is None or self.reached is not None or len(self.returns) < WINDOW:
+            return self.reached is None
+        if self.score() >= self.stop_at:
+            self.reached = {"step": int(step), "wall_s": time.perf_counter() - self.start}
+        return self.reached is None
 
     def _point(self, step: int) -> dict[str, float]:
         recent = self.returns[-WINDOW:]
@@ -122,11 +140,25 @@ class Curve:
         recent = self.returns[-WINDOW:]
         return statistics.fmean(recent) if recent else math.nan
 
+    def outcome(self, steps: int, config: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "curve": self.points,
+            "score": self.score(),
+            "episodes": len(self.returns),
+            "wall_s": time.perf_counter() - self.start,
+            "steps": int(steps),
+            "reached": self.reached,
+            "config": config,
+        }
 
-def run_vecaccel(algo: str, env_id: str, setting: str, seed: int, steps: int) -> dict[str, Any]:
+
+def run_vecaccel(
+    algo: str, env_id: str, setting: str, seed: int, steps: int, stop_at: float | None = None
+) -> dict[str, Any]:
     from vecaccel.trainers import registry
 
     cls = registry.get(algo).load_class()
+    curve = Curve(steps, stop_at)
     agent = cls(
         env_id,
         preset=PRESET_OF[algo],
@@ -135,38 +167,28 @@ def run_vecaccel(algo: str, env_id: str, setting: str, seed: int, steps: int) ->
         tensorboard=False,
         **SETTINGS[setting],
     )
-    curve = Curve(steps)
     seen = 0
 
     def on_policy(model: Any, metrics: Any = None) -> bool:
         episodes = model.last_episodes
-        curve.add(model.global_step, list(episodes.returns) if episodes is not None else [])
-        return True
+        return curve.add(model.global_step, list(episodes.returns) if episodes else [])
 
     def off_policy(model: Any, metrics: Any = None) -> bool:
         nonlocal seen
         ended = model.episode_log[seen:]
         seen = len(model.episode_log)
-        curve.add(model.global_step, [episode_return for _, episode_return, _ in ended])
-        return True
+        return curve.add(model.global_step, [episode_return for _, episode_return, _ in ended])
 
     callback = off_policy if hasattr(agent, "episode_log") else on_policy
     try:
         agent.learn(steps, callback=callback)
         config = {key: value for key, value in vars(agent.config).items() if _json_value(value)}
-        return {
-            "curve": curve.points,
-            "score": curve.score(),
-            "episodes": len(curve.returns),
-            "wall_s": time.perf_counter() - curve.start,
-            "steps": int(agent.global_step),
-            "config": config,
-        }
+        return curve.outcome(agent.global_step, config)
     finally:
         agent.close()
 
 
-def run_sb3(env_id: str, seed: int, steps: int) -> dict[str, Any]:
+def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) -> dict[str, Any]:
     """SB3's PPO with the MinAtar network and the vecaccel preset's hyperparameters."""
     import gymnasium as gym
     import torch
@@ -191,13 +213,12 @@ def run_sb3(env_id: str, seed: int, steps: int) -> dict[str, Any]:
         def forward(self, observations: torch.Tensor) -> torch.Tensor:
             return self.net(observations)
 
-    curve = Curve(steps)
+    curve = Curve(steps, stop_at)
 
     class Record(BaseCallback):
         def _on_step(self) -> bool:
             ended = [info["episode"]["r"] for info in self.locals["infos"] if "episode" in info]
-            curve.add(self.num_timesteps, ended)
-            return True
+            return curve.add(self.num_timesteps, ended)
 
     envs = make_vec_env(env_id, n_envs=preset["num_envs"], seed=seed)
     batch = preset["num_envs"] * preset["num_steps"]
@@ -226,14 +247,7 @@ def run_sb3(env_id: str, seed: int, steps: int) -> dict[str, Any]:
     )
     model.learn(steps, callback=Record())
     envs.close()
-    return {
-        "curve": curve.points,
-        "score": curve.score(),
-        "episodes": len(curve.returns),
-        "wall_s": time.perf_counter() - curve.start,
-        "steps": int(model.num_timesteps),
-        "config": dict(preset),
-    }
+    return curve.outcome(model.num_timesteps, dict(preset))
 
 
 def _json_value(value: Any) -> bool:
@@ -264,6 +278,46 @@ def one(algo: str, game: str, setting: str, seed: int, steps: int, runs: str, co
         config=outcome["config"],
     )
     return str(path)
+
+
+def race_one(library: str, game: str, seed: int, score: float, max_steps: int) -> dict[str, Any]:
+    """One run of the race: PPO's preset (vecaccel) or SB3's PPO on the same work, stopped when
+    the mean return of the last 100 episodes reaches ``score`` (called in a child process)."""
+    env_id = f"MinAtar/{game}-v0"
+    if library == "sb3":
+        outcome = run_sb3(env_id, seed, max_steps, stop_at=score)
+    else:
+        outcome = run_vecaccel("ppo", env_id, "preset", seed, max_steps, stop_at=score)
+    outcome.pop("config")
+    outcome["steps_per_s"] = outcome["steps"] / outcome["wall_s"]
+    return outcome
+
+
+def race(args: argparse.Namespace) -> dict[str, Any]:
+    """vecaccel's PPO and SB3's, seed by seed in alternating order, each to the same score."""
+    from vecaccel.bench import run_seeds
+
+    record = RunRecord(command_line(), benchmark="learning/minatar_games")
+    arms = [{"library": "vecaccel"}, {"library": "sb3"}]
+    common = dict(game=args.game, score=args.score, max_steps=args.max_steps)
+    runs = run_seeds(__file__, "race_one", args.seeds, arms, common=common, alternate=True)
+    summary: dict[str, Any] = {}
+    for library in ("vecaccel", "sb3"):
+        mine = [run for run in runs if run["library"] == library]
+        times = [run["reached"]["wall_s"] for run in mine if run["reached"]]
+        summary[library] = {
+            "reached": f"{len(times)} of {len(mine)}",
+            "median_time_to_score_s": _median(times) if len(times) == len(mine) else None,
+            "median_steps_to_score": _median(
+                [run["reached"]["step"] for run in mine if run["reached"]]
+            ),
+            "median_steps_per_s": _median([run["steps_per_s"] for run in mine]),
+        }
+    fast, slow = (summary[name]["median_time_to_score_s"] for name in ("vecaccel", "sb3"))
+    summary["time_to_score_ratio"] = fast / slow if fast and slow else None
+    for run in runs:
+        run.pop("curve", None)
+    return record.write(Path(args.out) / "minatar_race.json", runs, summary=summary, **common)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -542,6 +596,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     runner.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     runner.add_argument("--steps", type=int, default=5_000_000, help="env steps (frames) a run")
     runner.add_argument("--runs", default=str(RUNS), help="folder of the run files")
+    racer = commands.add_parser(
+        "race", help="time to score: vecaccel's PPO against SB3's, seed by seed, alternating"
+    )
+    racer.add_argument("--game", choices=GAMES, default="Breakout")
+    racer.add_argument("--score", type=float, default=15.0, help="mean of the last 100 returns")
+    racer.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    racer.add_argument("--max-steps", type=int, default=5_000_000, help="a run's step budget")
+    racer.add_argument("--out", default=str(RESULTS), help="folder of minatar_race.json")
     reporter = commands.add_parser("report", help="table, rliable aggregate and plots")
     reporter.add_argument("--runs", default=str(RUNS), help="folder of the run files")
     reporter.add_argument("--out", default=str(RESULTS), help="folder of the report")
@@ -554,6 +616,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if any(args.setting.startswith(kind) and algo in wrong[kind] for kind in wrong):
                 parser.error(f"--setting {args.setting} does not apply to {algo}")
         return run(args)
+    if args.command == "race":
+        summary = race(args)["summary"]
+        print(json.dumps(summary, indent=1))
+        return 0
     write_report(Path(args.runs), Path(args.out), command_line())
     return 0
 
