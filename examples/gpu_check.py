@@ -23,8 +23,8 @@ import torch
 import vecaccel
 from vecaccel.bench.policy_loop import policy_steps_per_second
 from vecaccel.testing.action_server import check_action_server
-from vecaccel.trainers.envs import AtariEnvFactory
-from vecaccel.trainers.models import ActorCritic
+from vecaccel.trainers.envs.make import AtariEnvFactory
+from vecaccel.trainers.nets.networks import ActorCritic
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,7 +51,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
     """Train one agent on every rank; rank 0 returns what the test checks (others ``None``)."""
     import torch.distributed as dist
 
-    from vecaccel.trainers import distributed
+    from vecaccel.trainers.run import distributed
 
     rank = int(os.environ["RANK"])
     pid_file = out.parent / f"pid-{rank}"
@@ -191,7 +191,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from vecaccel.trainers import distributed
+    from vecaccel.trainers.run import distributed
 
     if args.train:
         results = {}

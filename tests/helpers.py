@@ -251,6 +251,6 @@ TINY_ASYNC_DQN = dict(
 
 def serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
     """CartPole as the trainers build it, on the serial backend."""
-    from vecaccel.trainers.envs import make_env_for_training
+    from vecaccel.trainers.envs.make import make_env_for_training
 
     return make_env_for_training("CartPole-v1", num_envs, backend="serial", seed=0)

@@ -95,7 +95,7 @@ def test_cli_async_a2c(tmp_path) -> None:
 
 
 def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     common = [
         "--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard",
@@ -134,7 +134,7 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
 
 
 def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -> None:
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     def run(run_dir, *extra):
         return main(
@@ -282,7 +282,7 @@ def test_async_resume_that_cannot_start_leaves_the_checkpoint_as_it_was(tmp_path
     which `vecaccel train` refuses up front, reaching the runner directly) must not rewrite the
     run's checkpoint with its options: every later resume would then fail the same way."""
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.runners.asynchronous.runner import resume_async
+    from vecaccel.trainers.cli.async_flags import resume_async
 
     run_dir = tmp_path / "run"
     if algo == "ppo":

@@ -9,7 +9,8 @@ import torch
 
 from vecaccel.trainers import A2C, C51, DQN, PPO, AsyncRunner, Rainbow
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
-from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME, load_checkpoint
+from vecaccel.trainers.cli import async_flags
 from vecaccel.trainers.runners.asynchronous import loop as async_loop
 from vecaccel.trainers.runners.asynchronous import runner as async_runner
 from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
@@ -61,20 +62,17 @@ def test_every_algorithm_trains_async_through_the_one_loop(
     assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["async"] is True
 
 
-def test_train_async_serves_both_families_under_their_old_names(tmp_path: Any) -> None:
-    assert async_runner.train_async_dqn is async_runner.train_async
-    assert async_runner.train_async_on_policy is async_runner.train_async
-    with pytest.warns(DeprecationWarning, match="AsyncRunner"):
-        code = async_runner.train_async(
-            PPO, "CartPole-v1", 32, run_dir=str(tmp_path), weight_sync_period=2,
-            num_envs=2, num_steps=8, **RUNTIME,
-        )  # fmt: skip
+def test_the_command_lines_entry_point_trains_and_records_the_async_options(tmp_path: Any) -> None:
+    code = async_flags.train(
+        PPO, "CartPole-v1", 32, run_dir=str(tmp_path), weight_sync_period=2,
+        num_envs=2, num_steps=8, **RUNTIME,
+    )  # fmt: skip
     assert code == 0
     assert PPO.load(tmp_path).async_options == {"weight_sync_period": 2, "fixed_lag": False}
 
 
 def test_train_async_refuses_a_weight_sync_period_below_one() -> None:
     with pytest.raises(ValueError, match="weight_sync_period must be at least 1, got 0"):
-        async_runner.train(
+        async_flags.train(
             PPO, "CartPole-v1", 32, weight_sync_period=0, num_envs=2, num_steps=8, **RUNTIME
         )

@@ -285,7 +285,7 @@ def test_single_rank_async_ppo_error_inside_an_update_keeps_the_last_checkpoint(
     a later minibatch) leaves weights part-way through an update the counters do not count: the
     run's last checkpoint must stay as it was, as after an error on several ranks."""
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     agent = PPO(None, env_id="CartPole-v1", backend="serial", num_envs=2, num_steps=16, update_epochs=1,
         num_minibatches=2, run_dir=str(tmp_path), hidden_sizes=(16,), torch_threads=1,

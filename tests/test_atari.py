@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vecaccel.trainers.envs import EpisodicLifeEnv, make_env_for_training
+from vecaccel.trainers.envs.make import EpisodicLifeEnv, make_env_for_training
 
 torch.set_num_threads(1)
 

@@ -280,8 +280,8 @@ def test_the_sb3_adapter_and_the_trainers_default_to_auto(no_leaks):
     import inspect
 
     from vecaccel.sb3 import VecAccelEnv
-    from vecaccel.trainers.config import RunConfig
-    from vecaccel.trainers.envs import make_env_for_training
+    from vecaccel.trainers.config.settings import RunConfig
+    from vecaccel.trainers.envs.make import make_env_for_training
 
     assert RunConfig().backend == "auto"
     venv = VecAccelEnv([lambda: gym.make("CartPole-v1")] * 2)

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vecaccel.trainers import PPO
-from vecaccel.trainers.checkpoint import load_checkpoint
+from vecaccel.trainers.checkpoints.format import load_checkpoint
 from vecaccel.trainers.cli.flags import parse_backend_option
-from vecaccel.trainers.envs import backend_options_of
+from vecaccel.trainers.envs.make import backend_options_of
 
 torch.set_num_threads(1)
 

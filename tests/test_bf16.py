@@ -19,7 +19,7 @@ import torch
 pytest.importorskip("ale_py")
 
 from vecaccel.trainers import PPO
-from vecaccel.trainers.models import ActorCritic, NatureCNN, bf16_autocast_helps
+from vecaccel.trainers.nets.networks import ActorCritic, NatureCNN, bf16_autocast_helps
 
 ENV_ID = "PongNoFrameskip-v4"
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from vecaccel.trainers import A2C, DQN, PPO
-from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from vecaccel.trainers.checkpoints.format import CheckpointError, load_checkpoint, save_checkpoint
 
 torch.set_num_threads(1)
 
@@ -112,7 +112,7 @@ def test_load_on_cpu_of_a_checkpoint_trained_on_cuda(algo, checkpoints, tmp_path
 KILL_DURING_SAVE = textwrap.dedent(
     """
     import os, signal, sys, threading, torch
-    from vecaccel.trainers.checkpoint import save_checkpoint
+    from vecaccel.trainers.checkpoints.format import save_checkpoint
     path = sys.argv[1]
     save_checkpoint(path, {"weights": torch.zeros(10), "step": 1})
     big = {"weights": torch.randn(20_000_000), "step": 2}
@@ -125,7 +125,7 @@ KILL_DURING_SAVE = textwrap.dedent(
 
 
 def test_checkpoint_killed_mid_write_leaves_the_previous_one(tmp_path):
-    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
+    from vecaccel.trainers.checkpoints.format import CheckpointError, load_checkpoint
 
     path = tmp_path / "checkpoint.pt"
     script = tmp_path / "kill_during_save.py"

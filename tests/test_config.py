@@ -15,7 +15,7 @@ from vecaccel.trainers import A2C, DQN, PPO, DQNConfig
 from vecaccel.trainers.algos.a2c import A2CConfig
 from vecaccel.trainers.algos.ppo import PPOConfig
 from vecaccel.trainers.cli.commands import vecaccel_add_commands
-from vecaccel.trainers.config import RunConfig, config_help, resolve_aliases
+from vecaccel.trainers.config.settings import RunConfig, config_help, resolve_aliases
 
 torch.set_num_threads(1)
 

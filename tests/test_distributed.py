@@ -240,7 +240,7 @@ def test_killed_rank_ends_job_with_error_within_30s(tmp_path: Path) -> None:
 
 
 def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> None:
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     run_dir = tmp_path / "run"
     common = ["--no-progress", "--no-tensorboard", "--torch-threads", "1"]
@@ -358,7 +358,7 @@ def test_async_dead_sampler_or_rank_ends_job_within_30s(victim: str, tmp_path: P
 
 
 def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     run_dir = tmp_path / "run"
     returncode, output = _preempt(
@@ -394,7 +394,7 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
     """Two ranks collect different experience: a checkpoint holds both buffers, and a run resumed
     on two ranks gives each rank its own back (rank 1 does not restart from rank 0's)."""
 
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     run_dir = tmp_path / "run"
     common = [

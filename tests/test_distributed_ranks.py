@@ -66,7 +66,7 @@ def _rank_entry(
         results.put((rank, False, traceback.format_exc()))
     finally:
         gc.collect()  # DDP models go before their process group
-        from vecaccel.trainers import distributed
+        from vecaccel.trainers.run import distributed
 
         try:
             distributed.cleanup()
@@ -368,7 +368,7 @@ def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
 
 def _next_draws() -> dict[str, list[float]]:
     """What this process's torch and NumPy streams draw next, the streams left where they were."""
-    from vecaccel.trainers.seeding import get_rng_state, set_rng_state
+    from vecaccel.trainers.run.seeding import get_rng_state, set_rng_state
 
     state = get_rng_state()
     draws = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())
@@ -377,7 +377,8 @@ def _next_draws() -> dict[str, list[float]]:
 
 
 def _resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
-    from vecaccel.trainers import PPO, distributed
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.run import distributed
 
     common = dict(
         num_envs=1,
@@ -433,7 +434,7 @@ def test_ranks_keep_distinct_random_streams_after_a_resume(tmp_path: Path) -> No
 
 
 def _identity_rank(rank: int, world: int) -> dict[str, Any]:
-    from vecaccel.trainers import distributed
+    from vecaccel.trainers.run import distributed
 
     assert distributed.init_from_env("cpu")
     if rank == 0:  # 3 episodes of mean return 10, loss 1
@@ -487,8 +488,8 @@ def test_rank_identity_seeds_and_metric_reduction(method: str) -> None:
 
 
 def _dqn_resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
-    from vecaccel.trainers import distributed
     from vecaccel.trainers.algos.dqn import DQN
+    from vecaccel.trainers.run import distributed
 
     common = dict(
         backend="serial", hidden_sizes=(16,), batch_size=8, buffer_size=400, learning_starts=32,
@@ -531,8 +532,8 @@ def _failing_rank(rank: int, world: int) -> dict[str, Any]:
 
     import torch.distributed as dist
 
-    from vecaccel.trainers import distributed
     from vecaccel.trainers.cli import commands as cli
+    from vecaccel.trainers.run import distributed
 
     assert distributed.init_from_env("cpu")
 
@@ -565,7 +566,8 @@ def test_an_error_on_one_rank_fails_the_others_at_once_not_at_the_timeout() -> N
 
 def _async_on_policy_failing_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     """Async PPO on two ranks; rank 1's second update raises, so rank 0's collective fails."""
-    from vecaccel.trainers import PPO, AsyncRunner, distributed
+    from vecaccel.trainers import PPO, AsyncRunner
+    from vecaccel.trainers.run import distributed
 
     agent = PPO(
         None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=1, update_epochs=1,

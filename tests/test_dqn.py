@@ -24,8 +24,8 @@ from vecaccel.trainers.algos.dqn import (
     DQNConfig,
     Rainbow,
 )
-from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from vecaccel.trainers.envs import make_env_for_training
+from vecaccel.trainers.checkpoints.format import CheckpointError, load_checkpoint, save_checkpoint
+from vecaccel.trainers.envs.make import make_env_for_training
 
 torch.set_num_threads(1)
 

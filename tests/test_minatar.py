@@ -60,7 +60,7 @@ def test_an_id_names_the_extra_or_the_id_meant():
 
 @pytest.mark.parametrize(("game", "channels"), sorted(GAMES.items()))
 def test_the_minatar_network_is_picked_by_the_observation(game, channels):
-    from vecaccel.trainers.models import ActorCritic, MinAtarNet, QNetwork, make_encoder
+    from vecaccel.trainers.nets.networks import ActorCritic, MinAtarNet, QNetwork, make_encoder
 
     envs = vecaccel.make_vec(f"MinAtar/{game}-v0", 2, backend="serial")
     try:
@@ -81,7 +81,7 @@ def test_the_minatar_network_is_picked_by_the_observation(game, channels):
 
 
 def test_minatar_network_reads_channels_last_and_first_alike():
-    from vecaccel.trainers.models import MinAtarNet
+    from vecaccel.trainers.nets.networks import MinAtarNet
 
     torch.manual_seed(0)
     last = MinAtarNet(4)
@@ -95,7 +95,7 @@ def test_minatar_network_reads_channels_last_and_first_alike():
 def test_network_minatar_by_name_refuses_other_shapes():
     import gymnasium as gym
 
-    from vecaccel.trainers.models import make_encoder
+    from vecaccel.trainers.nets.networks import make_encoder
 
     with pytest.raises(ValueError, match="MinAtar network needs"):
         make_encoder(gym.spaces.Box(0, 1, (4,)), network="minatar")
@@ -104,7 +104,7 @@ def test_network_minatar_by_name_refuses_other_shapes():
 
 
 def test_presets_are_made_for_every_minatar_id_and_refused_elsewhere():
-    from vecaccel.trainers.presets import check_preset_fits, preset_for_env
+    from vecaccel.trainers.config.presets import check_preset_fits, preset_for_env
 
     for game in GAMES:
         for version in ("v0", "v1"):
@@ -131,8 +131,8 @@ SMOKE = {
 
 @pytest.mark.parametrize("algo", sorted(SMOKE))
 def test_each_algorithm_trains_a_few_hundred_steps_with_its_preset(algo, tmp_path):
-    from vecaccel.trainers import registry
-    from vecaccel.trainers.models import MinAtarNet
+    from vecaccel.trainers.config import registry
+    from vecaccel.trainers.nets.networks import MinAtarNet
 
     cls = registry.get(algo).load_class()
     agent = cls(

@@ -9,7 +9,7 @@ import torch
 from helpers import pendulum_agent
 
 from vecaccel.trainers import DQN, PPO
-from vecaccel.trainers.models import NatureCNN
+from vecaccel.trainers.nets.networks import NatureCNN
 
 torch.set_num_threads(1)
 
@@ -94,7 +94,7 @@ def test_a_nested_part_with_no_fixed_size_is_named(cls):
 
 
 def test_cnn_scales_only_uint8_images():
-    """``models.py`` says uint8 images are scaled by 1/255 in the network; NatureCNN divides
+    """``nets/networks.py`` says uint8 images are scaled by 1/255 in the network; NatureCNN divides
     every input by 255, so a float image already in [0, 1] (``network="cnn"`` on a float Box)
     reaches the convolutions 255 times too small. SB3 scales uint8 image spaces only."""
     cnn = NatureCNN(4, 84)

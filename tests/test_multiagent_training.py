@@ -16,9 +16,9 @@ from gymnasium.vector import AutoresetMode
 
 import vecaccel
 from vecaccel.trainers import A2C, DQN, PPO
-from vecaccel.trainers.advantages import compute_gae, learning_rows
+from vecaccel.trainers.algos.advantages import compute_gae, learning_rows
 from vecaccel.trainers.replay.buffer import ReplayBuffer
-from vecaccel.trainers.team_returns import TeamReturns
+from vecaccel.trainers.run.team_returns import TeamReturns
 
 
 class AgentRowsVectorEnv(gym.vector.VectorEnv):
@@ -369,7 +369,7 @@ def test_eval_team_return_is_the_sum_of_the_agents():
 
 
 def test_pistonball_gets_a_cnn_over_its_hwc_images():
-    from vecaccel.trainers.models import NatureCNN
+    from vecaccel.trainers.nets.networks import NatureCNN
 
     agent = PPO(
         "pettingzoo.butterfly.pistonball_v6",
@@ -442,7 +442,7 @@ def test_agents_dying_early_are_masked_on_a_real_pettingzoo_env(backend):
 
 
 def test_resume_a_pettingzoo_run(tmp_path, capsys):
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     run_dir = tmp_path / "run"
     argv = ["ppo", "--env", SPREAD, "--num-envs", "2", "--backend", "serial", "--num-steps", "16"]

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vecaccel.trainers.optim import FlatAdam, FlatRMSprop
+from vecaccel.trainers.nets.optim import FlatAdam, FlatRMSprop
 
 
 def _net(seed: int = 0) -> torch.nn.Module:

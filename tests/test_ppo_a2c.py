@@ -25,8 +25,8 @@ from toy_envs import (
 import vecaccel
 import vecaccel.trainers.algos.base as algorithm
 from vecaccel.trainers import A2C, PPO
-from vecaccel.trainers.checkpoint import load_checkpoint
-from vecaccel.trainers.config import lr_scale
+from vecaccel.trainers.checkpoints.format import load_checkpoint
+from vecaccel.trainers.config.settings import lr_scale
 
 torch.set_num_threads(1)
 

@@ -17,8 +17,8 @@ import torch
 import vecaccel
 from vecaccel.sampler import SampleBatch
 from vecaccel.trainers import A2C, PPO
-from vecaccel.trainers.advantages import compute_gae
-from vecaccel.trainers.optim import FlatAdam
+from vecaccel.trainers.algos.advantages import compute_gae
+from vecaccel.trainers.nets.optim import FlatAdam
 
 torch.set_num_threads(1)
 

@@ -13,8 +13,8 @@ from helpers import run_main, serial_cartpole
 pytest.importorskip("torch")
 
 from vecaccel.trainers import A2C, C51, DQN, PPO, DQNConfig, Rainbow
-from vecaccel.trainers.checkpoint import load_checkpoint
-from vecaccel.trainers.presets import (
+from vecaccel.trainers.checkpoints.format import load_checkpoint
+from vecaccel.trainers.config.presets import (
     ATARI,
     ENV_PRESETS,
     preset_for_env,
@@ -93,7 +93,7 @@ def test_an_env_id_starts_from_its_preset_and_explicit_arguments_win() -> None:
 
 
 def test_the_preset_taken_by_itself_is_logged_once(caplog) -> None:
-    with caplog.at_level(logging.INFO, logger="vecaccel.trainers.presets"):
+    with caplog.at_level(logging.INFO, logger="vecaccel.trainers.config.presets"):
         PPO(env=None, env_id="CartPole-v1", device="cpu")
         PPO(env=None, env_id="CartPole-v1", preset="cartpole", device="cpu")  # named: not logged
     [record] = caplog.records

@@ -346,7 +346,7 @@ def test_train_command_passes_backend_options_to_ray(cluster, tmp_path, capsys, 
     pytest.importorskip("torch")
     from helpers import run_main
 
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     _two_idle_nodes(cluster)
     run_dir = tmp_path / "run"

@@ -13,8 +13,8 @@ pytest.importorskip("torch")
 
 import vecaccel.trainers
 from vecaccel.cli import build_parser
-from vecaccel.trainers import registry
-from vecaccel.trainers.presets import ATARI, ENV_PRESETS, preset_for_env
+from vecaccel.trainers.config import registry
+from vecaccel.trainers.config.presets import ATARI, ENV_PRESETS, preset_for_env
 
 NAMES = registry.names()
 
@@ -81,7 +81,7 @@ def test_reading_the_registry_imports_no_torch() -> None:
     presets with it: none of it may import torch or an algorithm."""
     code = (
         "import sys\n"
-        "from vecaccel.trainers import registry, presets\n"
+        "from vecaccel.trainers.config import registry, presets\n"
         "[info.load_presets() for info in registry.ALGORITHMS.values()]\n"
         "presets.preset_for_env('ppo', 'CartPole-v1')\n"
         "print(sorted(m for m in sys.modules if m == 'torch' or '.algos' in m))\n"

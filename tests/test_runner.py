@@ -1,5 +1,5 @@
 """The two runners, SyncRunner and AsyncRunner, and the public interface they drive every
-algorithm through; the asynchronous functions of earlier releases, deprecated."""
+algorithm through."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from vecaccel.trainers import A2C, C51, DQN, PPO, AsyncRunner, Rainbow, SyncRunn
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
-from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME, load_checkpoint
 from vecaccel.trainers.runners import sync as runner
 
 ON_POLICY = dict(num_envs=2, num_steps=8, hidden_sizes=(8,))
@@ -98,46 +98,6 @@ def test_the_async_runner_needs_an_env_id_for_its_sampler():
             AsyncRunner(agent).run(16, context="fork")
     finally:
         envs.close()
-
-
-# -- the asynchronous functions of earlier releases: deprecated, still working ---------------
-
-
-def test_deprecated_off_policy_functions_warn_and_still_train():
-    from vecaccel.trainers.runners.asynchronous.runner import learn_async, make_async_agent
-
-    with pytest.warns(DeprecationWarning, match="make_async_agent.*AsyncRunner"):
-        agent = make_async_agent(DQN, "CartPole-v1", **settings_of("dqn"))
-    with pytest.warns(DeprecationWarning, match=r"learn_async.*AsyncRunner\(agent\)\.run"):
-        stats = learn_async(agent, "CartPole-v1", 64, context="fork")
-    assert stats.env_steps == agent.global_step == 64 and stats.updates == agent.num_updates
-
-
-def test_deprecated_on_policy_functions_warn_and_still_train():
-    from vecaccel.trainers.runners.asynchronous.runner import (
-        learn_async_on_policy,
-        make_async_on_policy_agent,
-    )
-
-    with pytest.warns(DeprecationWarning, match="make_async_on_policy_agent.*AsyncRunner"):
-        agent = make_async_on_policy_agent(A2C, "CartPole-v1", **settings_of("a2c"))
-    with pytest.warns(DeprecationWarning, match="learn_async_on_policy.*AsyncRunner"):
-        stats = learn_async_on_policy(agent, 32, context="fork")
-    assert stats.env_steps == agent.global_step == 32 and stats.updates == agent.num_updates == 2
-
-
-@pytest.mark.parametrize("name", ["train_async", "train_async_dqn", "train_async_on_policy"])
-def test_deprecated_train_functions_warn_and_forward_to_train(name, monkeypatch):
-    """The command line's entry point under its earlier names (``vecaccel train --async`` runs
-    it end to end in test_async_cli.py)."""
-    from vecaccel.trainers.runners.asynchronous import command_line
-    from vecaccel.trainers.runners.asynchronous import runner as async_runner
-
-    calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(command_line, "train", lambda *args, **kwargs: calls.append(args) or 0)
-    with pytest.warns(DeprecationWarning, match=r"train_async\(.*AsyncRunner"):
-        assert getattr(async_runner, name)(PPO, "CartPole-v1", 32) == 0
-    assert calls == [(PPO, "CartPole-v1", 32)]
 
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))

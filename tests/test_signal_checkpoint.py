@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import run_main
 
-from vecaccel.trainers.checkpoint import load_checkpoint
+from vecaccel.trainers.checkpoints.format import load_checkpoint
 
 ROOT = Path(__file__).parent.parent
 

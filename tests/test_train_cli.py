@@ -19,7 +19,7 @@ from toy_envs import SHIFTED_ID
 
 from vecaccel.cli import build_parser, main
 from vecaccel.trainers import DQN
-from vecaccel.trainers.checkpoint import load_checkpoint
+from vecaccel.trainers.checkpoints.format import load_checkpoint
 
 torch.set_num_threads(1)
 
@@ -139,7 +139,7 @@ def test_preset_and_explicit_flags(tmp_path):
     run_dir = tmp_path / "run"
     assert train("a2c", "--preset", "cartpole", "--backend", "serial", "--num-envs", "2",
                  "--total-steps", "40", "--run-dir", str(run_dir)) == 0  # fmt: skip
-    from vecaccel.trainers.checkpoint import load_checkpoint
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     config = load_checkpoint(run_dir / "checkpoint.pt")["config"]
     assert config["num_envs"] == 2  # the flag beats the preset

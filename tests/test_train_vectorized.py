@@ -14,9 +14,9 @@ from gymnasium.vector import AutoresetMode
 from helpers import run_main
 
 from vecaccel.trainers import DQN, PPO
-from vecaccel.trainers.batched_envs import EntryPointVectorFn, batched_env_fn, envpool_task_id
-from vecaccel.trainers.checkpoint import load_checkpoint
-from vecaccel.trainers.envs import make_env_for_training
+from vecaccel.trainers.checkpoints.format import load_checkpoint
+from vecaccel.trainers.envs.batched import EntryPointVectorFn, batched_env_fn, envpool_task_id
+from vecaccel.trainers.envs.make import make_env_for_training
 
 torch.set_num_threads(1)
 

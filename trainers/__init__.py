@@ -3,7 +3,7 @@
 Each algorithm holds its config, networks, loss and ``update``; a runner owns the loop
 (:class:`SyncRunner`, or :class:`AsyncRunner` for ``--async``), the same for every one. The
 algorithms, with their summaries and presets, are listed once, in
-:mod:`vecaccel.trainers.registry`; what this package exports is read from there.
+:mod:`vecaccel.trainers.config.registry`; what this package exports is read from there.
 
 Everything here imports torch, lazily: ``import vecaccel.trainers`` alone stays light.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from vecaccel.trainers.registry import exports
+from vecaccel.trainers.config.registry import exports
 
 # name -> "module:attribute", from the registry: each algorithm and its config, the runners...
 _LOCATIONS: dict[str, str] = exports()

@@ -63,8 +63,8 @@ from vecaccel.bench.device_usage import DeviceUsage
 from vecaccel.bench.policy_loop import policy_steps_per_second
 from vecaccel.testing.action_server import check_action_server
 from vecaccel.trainers import DQN, PPO
-from vecaccel.trainers.envs import AtariEnvFactory
-from vecaccel.trainers.models import ActorCritic
+from vecaccel.trainers.envs.make import AtariEnvFactory
+from vecaccel.trainers.nets.networks import ActorCritic
 
 #: the short parts first, so that a run stopped during PPO's fixed wall-clock still leaves them
 PARTS = ("check", "action_server", "dqn", "ppo")

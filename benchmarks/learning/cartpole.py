@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         + "), and the wall ms per 1k steps is the speed of learning itself. Both clocks include "
         "building the envs and the model. SB3's also includes about 1 CPU second for the import "
         "of `torch._dynamo` that constructing a `torch.optim` optimizer triggers; vecaccel's "
-        "MLP agents use the flat-buffer optimizers of `trainers/optim.py` and never import it.",
+        "MLP agents use the flat-buffer optimizers of `trainers/nets/optim.py` and never import it.",
     ]
     run_record.write(
         args.out / "learning_cartpole.json",

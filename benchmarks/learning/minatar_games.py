@@ -155,7 +155,7 @@ class Curve:
 def run_vecaccel(
     algo: str, env_id: str, setting: str, seed: int, steps: int, stop_at: float | None = None
 ) -> dict[str, Any]:
-    from vecaccel.trainers import registry
+    from vecaccel.trainers.config import registry
 
     cls = registry.get(algo).load_class()
     curve = Curve(steps, stop_at)
@@ -198,8 +198,8 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     from vecaccel.manager import register_envs
-    from vecaccel.trainers.models import MinAtarNet
-    from vecaccel.trainers.presets import PPO_PRESETS
+    from vecaccel.trainers.config.presets import PPO_PRESETS
+    from vecaccel.trainers.nets.networks import MinAtarNet
 
     register_envs()
     preset = PPO_PRESETS["minatar"]

@@ -21,7 +21,7 @@ import numpy as np
 
 from vecaccel.bench import RunRecord, command_line
 from vecaccel.trainers.algos.ppo import PPO, PRESETS
-from vecaccel.trainers.envs import make_env_for_training
+from vecaccel.trainers.envs.make import make_env_for_training
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 

@@ -42,7 +42,7 @@ import torch
 
 from vecaccel.bench import RunRecord, command_line
 from vecaccel.trainers.algos.dqn import DQN
-from vecaccel.trainers.envs import make_env_for_training
+from vecaccel.trainers.envs.make import make_env_for_training
 from vecaccel.trainers.runners.asynchronous.runner import AsyncRunner, AsyncStats
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"

@@ -28,8 +28,8 @@ from torch import nn
 
 import vecaccel
 from vecaccel.bench import RunRecord, command_line
-from vecaccel.trainers.envs import AtariEnvFactory
-from vecaccel.trainers.models import NatureCNN
+from vecaccel.trainers.envs.make import AtariEnvFactory
+from vecaccel.trainers.nets.networks import NatureCNN
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
 

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.advantages import explained_variance
+from vecaccel.trainers.algos.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
-from vecaccel.trainers.optim import FlatRMSprop
-from vecaccel.trainers.presets import A2C_PRESETS
+from vecaccel.trainers.config.presets import A2C_PRESETS
+from vecaccel.trainers.nets.optim import FlatRMSprop
 
 __all__ = ["A2C", "A2CConfig", "PRESETS"]
 
@@ -58,7 +58,7 @@ class A2CConfig(OnPolicyConfig):
 
 
 #: Named settings: ``A2C(env, preset=NAME)`` and ``vecaccel train a2c --preset NAME``
-#: (they live with the others in :mod:`vecaccel.trainers.presets`).
+#: (they live with the others in :mod:`vecaccel.trainers.config.presets`).
 PRESETS = A2C_PRESETS
 
 
@@ -78,7 +78,7 @@ class A2C(OnPolicyAlgorithm):
 
     def make_optimizer(self, learning_rate: float) -> Any:
         cfg = self.config
-        if self._flat_optimizer_fits():  # RMSprop on one flat buffer: see trainers/optim.py
+        if self._flat_optimizer_fits():  # RMSprop on one flat buffer: see trainers/nets/optim.py
             return FlatRMSprop(
                 self.model.parameters(), lr=learning_rate, alpha=cfg.rms_alpha, eps=cfg.rms_eps
             )

@@ -28,11 +28,11 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from vecaccel.trainers import distributed
-from vecaccel.trainers.batched_envs import is_batched_source
-from vecaccel.trainers.config import RunConfig, resolve_aliases, resolve_device
-from vecaccel.trainers.envs import action_start, backend_options_of, make_env_for_training
-from vecaccel.trainers.seeding import configure_torch_threads, seed_everything, split_seed
+from vecaccel.trainers.config.settings import RunConfig, resolve_aliases, resolve_device
+from vecaccel.trainers.envs.batched import is_batched_source
+from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
+from vecaccel.trainers.run import distributed
+from vecaccel.trainers.run.seeding import configure_torch_threads, seed_everything, split_seed
 
 __all__ = ["Algorithm", "Callback", "call_callback"]
 
@@ -45,7 +45,7 @@ class Algorithm(abc.ABC):
     """What every algorithm holds, and the interface a runner drives it through.
 
     Attributes:
-        config: the settings in force (a :class:`~vecaccel.trainers.config.RunConfig` subclass).
+        config: the settings in force (a :class:`~vecaccel.trainers.config.settings.RunConfig` subclass).
         device: the torch device of the networks.
         world_size: ranks of a ``torchrun`` job (1 otherwise); ``is_main`` is rank 0.
         envs: the vector env trained on, or ``None`` (a loaded agent used to predict, or one
@@ -53,7 +53,7 @@ class Algorithm(abc.ABC):
         global_step: env steps collected so far, over all ranks.
         num_updates: gradient updates done so far.
         target_steps: the step total of the run in progress, or ``None`` before one.
-        logger: the :class:`~vecaccel.trainers.logger.RunLogger` of the last run, if any.
+        logger: the :class:`~vecaccel.trainers.run.logger.RunLogger` of the last run, if any.
         elapsed_before: seconds of training before this process took over (a resumed run).
         async_run: whether the asynchronous runner trained this agent last; with
             ``async_options`` it is saved in checkpoints, so that a resumed run goes on alike.
@@ -64,7 +64,7 @@ class Algorithm(abc.ABC):
     config_cls: ClassVar[type] = RunConfig
     #: config values this class uses by default, before a preset and the keywords given
     defaults: ClassVar[dict[str, Any]] = {}
-    #: the named settings ``preset=NAME`` applies (which env ids each suits: trainers/presets.py)
+    #: the named settings ``preset=NAME`` applies (which env ids each suits: trainers/config/presets.py)
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
 
     @classmethod
@@ -83,7 +83,7 @@ class Algorithm(abc.ABC):
         (``base``); a ready vector env gets none, its wrappers and size being the caller's.
         ``None`` or ``"none"``: the plain defaults.
         """
-        from vecaccel.trainers.presets import AUTO, apply_preset
+        from vecaccel.trainers.config.presets import AUTO, apply_preset
 
         explicit = resolve_aliases(cls.config_cls, explicit)
         if base is not None and preset == AUTO:  # a whole config is explicit
@@ -229,7 +229,7 @@ class Algorithm(abc.ABC):
         self.num_updates += int(updates)
 
     def start_logging(self, logger: Any) -> None:
-        """Make ``logger`` (a :class:`~vecaccel.trainers.logger.RunLogger`) the run's logger."""
+        """Make ``logger`` (a :class:`~vecaccel.trainers.run.logger.RunLogger`) the run's logger."""
         self.logger = logger
 
     def end_run(self, elapsed_s: float) -> None:

@@ -39,11 +39,11 @@ import torch.nn.functional as F
 
 from vecaccel.trainers.algos.exploration import expected_q
 from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
-from vecaccel.trainers.config import RunConfig, check_dqn_config
-from vecaccel.trainers.models import QNetwork
-from vecaccel.trainers.presets import DQN_PRESETS as PRESETS
+from vecaccel.trainers.config.presets import DQN_PRESETS as PRESETS
+from vecaccel.trainers.config.settings import RunConfig, check_dqn_config
+from vecaccel.trainers.nets.networks import QNetwork
 from vecaccel.trainers.replay.buffer import ReplaySample
-from vecaccel.trainers.schedules import linear_schedule
+from vecaccel.trainers.run.schedules import linear_schedule
 
 __all__ = [
     "C51",

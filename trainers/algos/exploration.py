@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from vecaccel.trainers.episodes import EpisodeCounter
+from vecaccel.trainers.run.episodes import EpisodeCounter
 
 __all__ = ["EpsilonGreedy", "Transition", "TransitionCollector", "expected_q"]
 

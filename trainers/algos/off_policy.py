@@ -37,23 +37,23 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.trainers import distributed
 from vecaccel.trainers.algos.base import Algorithm, Callback
 from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
-from vecaccel.trainers.algos.replay_checkpoint import (
+from vecaccel.trainers.checkpoints.format import check_env_matches
+from vecaccel.trainers.checkpoints.replay import (
     load_off_policy,
     save_off_policy,
     write_run_checkpoint,
 )
-from vecaccel.trainers.checkpoint import check_env_matches
-from vecaccel.trainers.config import lr_scale
-from vecaccel.trainers.envs import check_tensor_spaces
-from vecaccel.trainers.models import check_observation_space
-from vecaccel.trainers.presets import AUTO
+from vecaccel.trainers.config.presets import AUTO
+from vecaccel.trainers.config.settings import lr_scale
+from vecaccel.trainers.envs.make import check_tensor_spaces
+from vecaccel.trainers.nets.networks import check_observation_space
 from vecaccel.trainers.replay.buffer import ReplayBuffer, replay_buffer_kwargs
 from vecaccel.trainers.replay.files import restore_replay
 from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
-from vecaccel.trainers.schedules import linear_schedule
+from vecaccel.trainers.run import distributed
+from vecaccel.trainers.run.schedules import linear_schedule
 
 __all__ = ["OffPolicyAlgorithm"]
 

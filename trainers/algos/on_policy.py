@@ -29,9 +29,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vecaccel.trainers import distributed
 from vecaccel.trainers.algos.base import Algorithm, Callback
-from vecaccel.trainers.checkpoint import (
+from vecaccel.trainers.checkpoints.format import (
     CHECKPOINT_NAME,
     CheckpointError,
     check_env_matches,
@@ -42,22 +41,23 @@ from vecaccel.trainers.checkpoint import (
     space_to_dict,
     usable_device,
 )
-from vecaccel.trainers.config import (
+from vecaccel.trainers.config.presets import AUTO
+from vecaccel.trainers.config.settings import (
     RunConfig,
     check_on_policy_config,
     lr_scale,
     resolve_aliases,
     resolve_device,
 )
-from vecaccel.trainers.envs import (
+from vecaccel.trainers.envs.make import (
     agents_per_env,
     check_tensor_spaces,
     is_parallel_env_path,
     make_env_fn,
     parallel_env_spaces,
 )
-from vecaccel.trainers.presets import AUTO
-from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state
+from vecaccel.trainers.run import distributed
+from vecaccel.trainers.run.seeding import get_rng_state, restore_rank_rng_state
 
 __all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
 
@@ -134,7 +134,7 @@ class OnPolicyAlgorithm(Algorithm):
         action_space: likewise, the single-env action space.
         preset: the named settings to start from (``PRESETS``): ``"auto"`` (the default) takes
             the one made for the env id given (``env``, or ``env_id`` with ``env=None``), if any
-            (``vecaccel.trainers.presets.ENV_PRESETS``); ``None`` or ``"none"`` the plain
+            (``vecaccel.trainers.config.presets.ENV_PRESETS``); ``None`` or ``"none"`` the plain
             defaults. The name applied is kept in ``config.preset``.
         **config: fields of the algorithm's config dataclass (``run_dir``, ``progress``,
             ``tensorboard`` among them), each winning over the preset's; ``log_every``
@@ -154,7 +154,7 @@ class OnPolicyAlgorithm(Algorithm):
         preset: str | None = AUTO,
         **config: Any,
     ) -> None:
-        from vecaccel.trainers.models import ActorCritic, check_observation_space
+        from vecaccel.trainers.nets.networks import ActorCritic, check_observation_space
 
         if isinstance(env, str):
             config["env_id"] = env
@@ -249,7 +249,7 @@ class OnPolicyAlgorithm(Algorithm):
         """Return the optimizer over ``self.model.parameters()``."""
 
     def _flat_optimizer_fits(self) -> bool:
-        """Whether to keep the parameters in one flat buffer (``trainers/optim.py``): for models
+        """Whether to keep the parameters in one flat buffer (``trainers/nets/optim.py``): for models
         without convolutions (MLPs), on one device with one dtype. Convolution weights keep
         their own layout (channels_last) and ``torch.optim``, whatever the run's options, so a
         checkpoint's optimizer state loads into any run of the same network."""
@@ -271,7 +271,7 @@ class OnPolicyAlgorithm(Algorithm):
         """
         import torch
 
-        from vecaccel.trainers.optim import FlatOptimizer
+        from vecaccel.trainers.nets.optim import FlatOptimizer
 
         optimizer = self.optimizer
         if isinstance(optimizer, FlatOptimizer):
@@ -300,8 +300,8 @@ class OnPolicyAlgorithm(Algorithm):
     def flat_batch(self, batch: Any) -> Any:
         """``batch`` with GAE advantages and returns, flattened to the rows the losses learn
         from: the step A2C and PPO share before their losses (see
-        :func:`~vecaccel.trainers.advantages.flat_batch_with_advantages`)."""
-        from vecaccel.trainers.advantages import flat_batch_with_advantages
+        :func:`~vecaccel.trainers.algos.advantages.flat_batch_with_advantages`)."""
+        from vecaccel.trainers.algos.advantages import flat_batch_with_advantages
 
         cfg = self.config
         return flat_batch_with_advantages(batch, self.model.value, cfg.gamma, cfg.gae_lambda)
@@ -666,7 +666,7 @@ def _has_mode_dependent_layers(model: Any) -> bool:
     """
     from torch import nn
 
-    from vecaccel.trainers import models
+    from vecaccel.trainers.nets import networks
 
     mode_free = (
         nn.Linear,
@@ -678,16 +678,17 @@ def _has_mode_dependent_layers(model: Any) -> bool:
         nn.Sequential,
         nn.ModuleList,
         nn.ParameterList,
-        models.ActorCritic,
-        models.TwinMLP,
-        models.MLP,
-        models.NatureCNN,
+        networks.ActorCritic,
+        networks.TwinMLP,
+        networks.MLP,
+        networks.NatureCNN,
+        networks.MinAtarNet,
     )
     return any(type(module) not in mode_free for module in model.modules())
 
 
 def _bf16_helps(device: str) -> bool:
-    from vecaccel.trainers.models import bf16_autocast_helps
+    from vecaccel.trainers.nets.networks import bf16_autocast_helps
 
     return bf16_autocast_helps(device)
 

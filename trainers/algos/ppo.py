@@ -23,11 +23,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.advantages import explained_variance
+from vecaccel.trainers.algos.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
-from vecaccel.trainers.distributed import all_reduce_mean
-from vecaccel.trainers.optim import FlatAdam
-from vecaccel.trainers.presets import PPO_PRESETS
+from vecaccel.trainers.config.presets import PPO_PRESETS
+from vecaccel.trainers.nets.optim import FlatAdam
+from vecaccel.trainers.run.distributed import all_reduce_mean
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
 
@@ -54,7 +54,7 @@ class PPOConfig(OnPolicyConfig):
 
 
 #: Named settings: ``PPO(env, preset=NAME)`` and ``vecaccel train ppo --preset NAME``
-#: (they live with the others in :mod:`vecaccel.trainers.presets`).
+#: (they live with the others in :mod:`vecaccel.trainers.config.presets`).
 PRESETS = PPO_PRESETS
 
 
@@ -73,7 +73,7 @@ class PPO(OnPolicyAlgorithm):
     config: PPOConfig
 
     def make_optimizer(self, learning_rate: float) -> Any:
-        if self._flat_optimizer_fits():  # Adam on one flat buffer: see trainers/optim.py
+        if self._flat_optimizer_fits():  # Adam on one flat buffer: see trainers/nets/optim.py
             return FlatAdam(self.model.parameters(), lr=learning_rate, eps=self.config.adam_eps)
         # fused: one kernel for the whole parameter list instead of a loop over tensors
         return torch.optim.Adam(

@@ -2,7 +2,7 @@
 
 The plugin manager imports this module when it is built, so nothing here imports torch or an
 algorithm at module level: the algorithms and their summaries come from
-:mod:`vecaccel.trainers.registry`, and each algorithm's flags (:mod:`.flags`) are generated from
+:mod:`vecaccel.trainers.config.registry`, and each algorithm's flags (:mod:`.flags`) are generated from
 its config dataclass only when that algorithm's sub-command is parsed.
 
 Example:
@@ -25,7 +25,7 @@ from typing import Any
 
 from vecaccel import hookimpl
 from vecaccel.cli import Commands
-from vecaccel.trainers.checkpoint import CHECKPOINT_NAME, checkpoint_file
+from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME, checkpoint_file
 from vecaccel.trainers.cli.errors import read_checkpoint, setup_errors, usage_error
 from vecaccel.trainers.cli.evaluate import eval_command
 from vecaccel.trainers.cli.flags import (
@@ -36,8 +36,8 @@ from vecaccel.trainers.cli.flags import (
     positive_int,
     presets,
 )
-from vecaccel.trainers.logger import refuse_used_run_dir, unused_run_dir
-from vecaccel.trainers.registry import ALGORITHMS
+from vecaccel.trainers.config.registry import ALGORITHMS
+from vecaccel.trainers.run.logger import refuse_used_run_dir, unused_run_dir
 
 __all__ = ["eval_command", "train_command", "vecaccel_add_commands"]
 
@@ -126,8 +126,8 @@ def train_command(args: argparse.Namespace) -> int:
     """Handle ``vecaccel train ALGO ...``; returns the exit code."""
     import os
 
-    from vecaccel.trainers import distributed
-    from vecaccel.trainers.signals import TrainingInterrupted
+    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.run.signals import TrainingInterrupted
 
     nproc = getattr(args, "nproc", None)
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
@@ -205,9 +205,9 @@ def _train(args: argparse.Namespace) -> int:
             )
             return 2
         # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
-        from vecaccel.trainers.runners.asynchronous import runner as async_runner
+        from vecaccel.trainers.cli import async_flags
 
-        code = async_runner.train(
+        code = async_flags.train(
             cls,
             env_id,
             args.total_steps,
@@ -266,7 +266,7 @@ def _resume(
     weight_sync_period: int | None,
 ) -> int:
     """``vecaccel train ALGO --resume DIR``: continue the run of DIR's checkpoint."""
-    from vecaccel.trainers.checkpoint import CheckpointError
+    from vecaccel.trainers.checkpoints.format import CheckpointError
 
     if getattr(args, "preset", None) is not None:
         print(
@@ -300,10 +300,10 @@ def _resume(
     # --sync asks otherwise; the DQN family's replay file is read by either mode
     wants_async = bool(args.async_mode or state.get("async", False))
     if wants_async and not args.sync_mode:
-        from vecaccel.trainers.runners.asynchronous import runner as async_runner
+        from vecaccel.trainers.cli import async_flags
 
         try:
-            code = async_runner.resume_async(
+            code = async_flags.resume_async(
                 cls,
                 checkpoint,
                 env_id,
@@ -354,7 +354,13 @@ def _with_preset(args: argparse.Namespace, cls: type, explicit: dict[str, Any]) 
     """
     import os
 
-    from vecaccel.trainers.presets import ATARI, AUTO, MINATAR, resolve_preset, suited_env_ids
+    from vecaccel.trainers.config.presets import (
+        ATARI,
+        AUTO,
+        MINATAR,
+        resolve_preset,
+        suited_env_ids,
+    )
 
     named = presets(args.algo)
     chosen = getattr(args, "preset", None)
@@ -422,8 +428,8 @@ def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
         raise ValueError(unknown_backend_message(cfg.backend, registered))
     from vecaccel.manager import get_backend
     from vecaccel.multiagent import is_module_env_path
-    from vecaccel.trainers.batched_envs import batched_env_fn, is_batched_source
-    from vecaccel.trainers.envs import backend_options_of
+    from vecaccel.trainers.envs.batched import batched_env_fn, is_batched_source
+    from vecaccel.trainers.envs.make import backend_options_of
 
     options_cls = get_backend(cfg.backend).options
     if options_cls is not None:  # a misspelled --backend-option: TypeError suggesting the name

@@ -37,7 +37,7 @@ def read_checkpoint(path: Path, doing: str = "") -> dict[str, Any] | None:
         path: the checkpoint file.
         doing: what the command was about to do, for the message (``"cannot resume: "``).
     """
-    from vecaccel.trainers.checkpoint import CheckpointError, load_checkpoint
+    from vecaccel.trainers.checkpoints.format import CheckpointError, load_checkpoint
 
     try:
         return load_checkpoint(path)
@@ -52,7 +52,7 @@ def setup_errors() -> tuple[type[BaseException], ...]:
     import gymnasium as gym
 
     from vecaccel.errors import WorkerError
-    from vecaccel.trainers.checkpoint import CheckpointError
+    from vecaccel.trainers.checkpoints.format import CheckpointError
 
     return (ValueError, TypeError, CheckpointError, WorkerError, gym.error.Error)
 

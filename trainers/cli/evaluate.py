@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from vecaccel.trainers.checkpoint import checkpoint_file
+from vecaccel.trainers.checkpoints.format import checkpoint_file
 from vecaccel.trainers.cli.errors import (
     missing_dependency,
     read_checkpoint,
     setup_errors,
     usage_error,
 )
-from vecaccel.trainers.registry import ALGORITHMS
+from vecaccel.trainers.config.registry import ALGORITHMS
 
 __all__ = ["AgentReturns", "eval_command", "evaluate_agent", "evaluate_agents"]
 
@@ -54,8 +54,8 @@ def eval_command(args: argparse.Namespace) -> int:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2
     from vecaccel.multiagent import is_module_env_path
-    from vecaccel.trainers.checkpoint import check_env_matches
-    from vecaccel.trainers.envs import make_env_fn, parallel_env_spaces
+    from vecaccel.trainers.checkpoints.format import check_env_matches
+    from vecaccel.trainers.envs.make import make_env_fn, parallel_env_spaces
 
     multi_agent = is_module_env_path(env_id)
     try:
@@ -206,7 +206,7 @@ def evaluate_agent(
     """
     import numpy as np
 
-    from vecaccel.trainers.envs import make_env_fn
+    from vecaccel.trainers.envs.make import make_env_fn
 
     if video is not None:
         _render_offscreen()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel.cli import ArgumentParser
-from vecaccel.trainers import registry
+from vecaccel.trainers.config import registry
 
 __all__ = [
     "AlgorithmParser",
@@ -64,7 +64,7 @@ def _aliases(config_cls: type) -> dict[str, str]:
 
 
 def _field_docs(config_cls: type) -> dict[str, str]:
-    from vecaccel.trainers.config import config_help
+    from vecaccel.trainers.config.settings import config_help
 
     return config_help(config_cls)
 
@@ -335,7 +335,7 @@ class AlgorithmParser(ArgumentParser):
     command free of torch.
 
     Args:
-        algo: the algorithm's name in :mod:`vecaccel.trainers.registry`.
+        algo: the algorithm's name in :mod:`vecaccel.trainers.config.registry`.
         add_class_flags: called as ``add_class_flags(parser, cls)`` once the algorithm's class
             is imported, for the flags that depend on what the class is (its family's).
     """

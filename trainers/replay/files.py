@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vecaccel.trainers.checkpoint import CheckpointError
+from vecaccel.trainers.checkpoints.format import CheckpointError
 
 if TYPE_CHECKING:
     from vecaccel.trainers.replay.buffer import ReplayBuffer

@@ -30,14 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from vecaccel.trainers import distributed
 from vecaccel.trainers.algos.base import Algorithm, Callback, call_callback
-from vecaccel.trainers.checkpoint import CHECKPOINT_NAME
-from vecaccel.trainers.logger import RunLogger, mean_or_none
+from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME
+from vecaccel.trainers.run import distributed
+from vecaccel.trainers.run.logger import RunLogger, mean_or_none
+from vecaccel.trainers.run.seeding import set_rng_state
+from vecaccel.trainers.run.signals import SignalCheckpoint, TrainingInterrupted
+from vecaccel.trainers.run.team_returns import team_returns_for
 from vecaccel.trainers.runners.state import RunState
-from vecaccel.trainers.seeding import set_rng_state
-from vecaccel.trainers.signals import SignalCheckpoint, TrainingInterrupted
-from vecaccel.trainers.team_returns import team_returns_for
 
 __all__ = ["SyncRunner", "announce_interrupt", "announce_run_dir", "open_run_logger"]
 

@@ -133,7 +133,7 @@ def _reduce(
 ) -> tuple[dict[str, float | None], bool]:
     """Reduce one meeting's metrics over the ranks (identity on one rank) and agree on a stop
     in the same collective."""
-    from vecaccel.trainers import distributed
+    from vecaccel.trainers.run import distributed
 
     if distributed.world_size() == 1:
         return metrics, stop
@@ -169,8 +169,8 @@ def run_async(
         SamplerError: the sampler process died or raised.
         TrainingInterrupted: SIGINT or SIGTERM arrived (a checkpoint was written first).
     """
+    from vecaccel.trainers.run.signals import SignalCheckpoint, TrainingInterrupted
     from vecaccel.trainers.runners.sync import announce_interrupt, open_run_logger
-    from vecaccel.trainers.signals import SignalCheckpoint, TrainingInterrupted
 
     world = agent.world_size
     # before the sampler process starts: an error here (a run directory that cannot be made)

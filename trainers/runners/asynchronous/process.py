@@ -248,7 +248,7 @@ class SamplerHandle:
             remote = self.errors.get(timeout=0.2)
         except (queue.Empty, OSError, EOFError):
             pass
-        from vecaccel.trainers import distributed
+        from vecaccel.trainers.run import distributed
 
         where = f" of rank {distributed.rank()}" if distributed.is_distributed() else ""
         raise SamplerError(

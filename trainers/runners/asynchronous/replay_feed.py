@@ -371,7 +371,7 @@ class ReplayFeed:
         still holds means that it died in the middle of an add and left the buffer torn (on any
         rank): then nothing is written and the last checkpoint stays the restart point.
         """
-        from vecaccel.trainers import distributed
+        from vecaccel.trainers.run import distributed
 
         agent = self.agent
         progressed = agent.global_step > self.start_global

@@ -164,7 +164,7 @@ class RolloutFeed:
         return True  # every rank meets after every update (a collective cannot be skipped)
 
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
-        from vecaccel.trainers.logger import mean_or_none
+        from vecaccel.trainers.run.logger import mean_or_none
 
         metrics, returns, lengths, lr_now, lag = self._last
         metrics.update(

@@ -30,7 +30,7 @@ With ``fixed_lag=True`` either family repeats a seeded run exactly.
 **Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, an optimiser with
 its own sampler process, envs seeded by rank, and its own replay buffer or rollout double buffer.
 The optimisers are data-parallel: the algorithm's model is wrapped in
-``DistributedDataParallel`` (``distributed.py``: gloo on CPUs, NCCL with one GPU per rank), so
+``DistributedDataParallel`` (``run/distributed.py``: gloo on CPUs, NCCL with one GPU per rank), so
 each update's gradients are averaged over ranks and the parameters stay identical. Every update
 is therefore a collective and the ranks update in lockstep; each rank enforces the replay ratio on
 its own sampler, which makes it the same ratio globally. The ranks meet for their metrics and to
@@ -56,7 +56,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from vecaccel.trainers.runners.asynchronous.loop import AsyncStats, run_async
@@ -199,7 +198,7 @@ def _env_id(agent: Any) -> str:
 
 def _build_networks_for(agent: Any, env_id: str) -> None:
     """Give an off-policy agent without spaces its networks, from one env of ``env_id``."""
-    from vecaccel.trainers.envs import make_env_fn
+    from vecaccel.trainers.envs.make import make_env_fn
 
     env = make_env_fn(env_id)()
     try:
@@ -272,25 +271,3 @@ def _run_on_policy(
         horizon=agent.target_steps,
         resume_step=agent.global_step if agent.global_step > 0 else None,
     )
-
-
-# the command line's entry points and the functions of earlier releases live in modules of
-# their own (which build on AsyncRunner) and are importable from here as before
-_ELSEWHERE = {
-    "resume_async": "command_line",
-    "train": "command_line",
-    "learn_async": "deprecated",
-    "learn_async_on_policy": "deprecated",
-    "make_async_agent": "deprecated",
-    "make_async_on_policy_agent": "deprecated",
-    "train_async": "deprecated",
-    "train_async_dqn": "deprecated",
-    "train_async_on_policy": "deprecated",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _ELSEWHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__package__}.{module}"), name)

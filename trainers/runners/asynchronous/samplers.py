@@ -51,8 +51,12 @@ class Actor:
 
     def __init__(self, spec: dict[str, Any], link: ChildLink) -> None:
         from vecaccel.trainers.algos.exploration import EpsilonGreedy, TransitionCollector
-        from vecaccel.trainers.envs import action_start, backend_options_of, make_env_for_training
-        from vecaccel.trainers.seeding import seed_everything, split_seed
+        from vecaccel.trainers.envs.make import (
+            action_start,
+            backend_options_of,
+            make_env_for_training,
+        )
+        from vecaccel.trainers.run.seeding import seed_everything, split_seed
 
         # its own draws (e.g. noisy nets' noise), new ones for a resumed run
         seed_everything(split_seed(int(spec["env_seed"]), CHILD_SEED_KEY, spec["updates_at_start"]))
@@ -83,7 +87,7 @@ class Actor:
     def step(self, steps: int) -> tuple[tuple[Any, ...], list[tuple[float, float]]]:
         """One ε-greedy step of every env, ``steps`` env steps into the run: the transition
         ``(obs, actions, reward, terminated, truncated, final_obs)`` and the episodes it ended."""
-        from vecaccel.trainers.schedules import linear_schedule
+        from vecaccel.trainers.run.schedules import linear_schedule
 
         transition, finished = self.collector.step(linear_schedule(*self.epsilon, steps), self.rng)
         return tuple(transition[:6]), finished
@@ -216,9 +220,9 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
 def rollout_loop(spec: dict[str, Any]) -> None:
     """The on-policy sampler: ``[T, B]`` rollouts into the two shared slots in turn."""
     import vecaccel
-    from vecaccel.trainers.batched_envs import is_batched_source
-    from vecaccel.trainers.envs import backend_options_of, make_env_for_training
-    from vecaccel.trainers.seeding import seed_everything, split_seed
+    from vecaccel.trainers.envs.batched import is_batched_source
+    from vecaccel.trainers.envs.make import backend_options_of, make_env_for_training
+    from vecaccel.trainers.run.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
     counters = link.counters

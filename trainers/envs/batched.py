@@ -79,7 +79,7 @@ def envpool_task_id(env_id: str) -> str:
 
 def envpool_atari_fn(env_id: str, training: bool = True) -> Callable[[int], gym.vector.VectorEnv]:
     """The vector env function of EnvPool's pool of the Atari game ``env_id`` names, with the
-    preprocessing of :class:`~vecaccel.trainers.envs.AtariEnvFactory`: 84x84 grey, frame skip 4 with max-pooling, a
+    preprocessing of :class:`~vecaccel.trainers.envs.make.AtariEnvFactory`: 84x84 grey, frame skip 4 with max-pooling, a
     stack of 4, up to 30 no-op starts, and in training life-loss terminals (the game goes on) and
     clipped rewards; ``info["episode"]`` holds true scores of whole games either way.
 
@@ -139,7 +139,7 @@ def batched_env_fn(
         >>> batched_env_fn("CartPole-v1", None, True, "ale")
         EntryPointVectorFn('CartPole-v1')
     """
-    from vecaccel.trainers.envs import is_atari_id
+    from vecaccel.trainers.envs.make import is_atari_id
 
     if env_source == "envpool":
         if atari is False or (atari is None and not is_atari_id(env_id)):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vecaccel.trainers.config import NETWORKS
+from vecaccel.trainers.config.settings import NETWORKS
 
 __all__ = [
     "ActorCritic",

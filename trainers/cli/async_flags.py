@@ -98,7 +98,7 @@ def resume_async(
     ``None`` keeps what the checkpoint records (``False`` and 1 for a run trained synchronously
     until now).
     """
-    from vecaccel.trainers.checkpoint import apply_runtime_settings
+    from vecaccel.trainers.checkpoints.format import apply_runtime_settings
 
     agent = cls.load(checkpoint, env=None, **load_kwargs)
     runtime = ("progress", "tensorboard")

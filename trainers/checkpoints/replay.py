@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vecaccel.trainers import distributed
-from vecaccel.trainers.checkpoint import (
+from vecaccel.trainers.checkpoints.format import (
     CHECKPOINT_NAME,
     CheckpointError,
     checkpoint_file,
@@ -26,9 +25,10 @@ from vecaccel.trainers.checkpoint import (
     save_checkpoint,
     usable_device,
 )
-from vecaccel.trainers.config import config_from_dict, resolve_aliases
+from vecaccel.trainers.config.settings import config_from_dict, resolve_aliases
 from vecaccel.trainers.replay.files import write_replay
-from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state, split_seed
+from vecaccel.trainers.run import distributed
+from vecaccel.trainers.run.seeding import get_rng_state, restore_rank_rng_state, split_seed
 
 __all__ = [
     "load_off_policy",

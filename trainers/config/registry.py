@@ -3,13 +3,13 @@
 Everything that needs to know which algorithms exist reads :data:`ALGORITHMS`: the lazy exports
 of :mod:`vecaccel.trainers`, ``vecaccel train ALGO`` (its sub-commands and their ``--help``),
 ``vecaccel eval`` (which class loads a checkpoint) and the map from env ids to the presets made
-for them (:mod:`vecaccel.trainers.presets`). Classes and presets are named by module path and
+for them (:mod:`vecaccel.trainers.config.presets`). Classes and presets are named by module path and
 imported only when asked for, so reading the registry imports neither torch nor an algorithm:
 the command line's plugin reads it while ``vecaccel --help`` is built.
 
 Adding an algorithm touches its own module and this one: write the module (config dataclass,
 loss, ``update``, on one of the two bases), then add an :class:`AlgorithmInfo` here. Its
-``presets`` may name any dict of named settings, in :mod:`vecaccel.trainers.presets` beside the
+``presets`` may name any dict of named settings, in :mod:`vecaccel.trainers.config.presets` beside the
 others or in the algorithm's own module.
 
 Example:
@@ -42,10 +42,10 @@ __all__ = [
 ]
 
 #: Stands for every ALE game id in an algorithm's ``made_for`` (``ALE/Pong-v5``,
-#: ``PongNoFrameskip-v4``...), as :func:`~vecaccel.trainers.envs.is_atari_id` decides.
+#: ``PongNoFrameskip-v4``...), as :func:`~vecaccel.trainers.envs.make.is_atari_id` decides.
 ATARI = "<every ALE id>"
 #: Stands for every MinAtar game id in an algorithm's ``made_for`` (``MinAtar/Breakout-v0``...),
-#: as :func:`~vecaccel.trainers.envs.is_minatar_id` decides.
+#: as :func:`~vecaccel.trainers.envs.make.is_minatar_id` decides.
 MINATAR = "<every MinAtar id>"
 
 
@@ -53,7 +53,7 @@ def load(path: str) -> Any:
     """The object a ``"module:attribute"`` path names, importing the module.
 
     Example:
-        >>> load("vecaccel.trainers.registry:ATARI")
+        >>> load("vecaccel.trainers.config.registry:ATARI")
         '<every ALE id>'
     """
     module_path, sep, attribute = path.partition(":")
@@ -113,7 +113,7 @@ class AlgorithmInfo:
 
 
 _ALGOS = "vecaccel.trainers.algos"
-_PRESETS = "vecaccel.trainers.presets"
+_PRESETS = "vecaccel.trainers.config.presets"
 
 #: The bundled algorithms by name, in the order ``vecaccel train --help`` lists them.
 ALGORITHMS: dict[str, AlgorithmInfo] = {
@@ -178,7 +178,7 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
 #: ``"module:attribute"``.
 EXPORTS: dict[str, str] = {
     "Algorithm": f"{_ALGOS}.base:Algorithm",
-    "RunConfig": "vecaccel.trainers.config:RunConfig",
+    "RunConfig": "vecaccel.trainers.config.settings:RunConfig",
     "SyncRunner": "vecaccel.trainers.runners.sync:SyncRunner",
     "AsyncRunner": "vecaccel.trainers.runners.asynchronous.runner:AsyncRunner",
 }

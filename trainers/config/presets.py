@@ -2,7 +2,7 @@
 
 A preset is a dict of config values: :data:`PPO_PRESETS`, :data:`A2C_PRESETS` and
 :data:`DQN_PRESETS` (which DQN, C51 and Rainbow share). Which env ids each preset is made for
-is part of each algorithm's entry in :mod:`vecaccel.trainers.registry` (``made_for``); a run on
+is part of each algorithm's entry in :mod:`vecaccel.trainers.config.registry` (``made_for``); a run on
 such an id that names no preset starts from it (``PPO("CartPole-v1")``, ``vecaccel train ppo
 --env CartPole-v1``). Explicit settings always win over a preset's, and ``preset=None``
 (``--preset none``) gives the plain defaults. Nothing here imports torch.
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from vecaccel.trainers.registry import ALGORITHMS, ATARI, MINATAR
+from vecaccel.trainers.config.registry import ALGORITHMS, ATARI, MINATAR
 
 #: Says, at INFO, which preset a run took by itself (the CLI prints the same on stdout).
 logger = logging.getLogger(__name__)
@@ -359,7 +359,7 @@ def preset_for_env(algo: str, env_id: str) -> str | None:
         >>> preset_for_env("ppo", "MinAtar/Breakout-v0"), preset_for_env("dqn", "MinAtar/Seaquest-v1")
         ('minatar', 'minatar-dqn')
     """
-    from vecaccel.trainers.envs import is_atari_id, is_minatar_id
+    from vecaccel.trainers.envs.make import is_atari_id, is_minatar_id
 
     atari: bool | None = None  # resolving an id can import ale_py: only when a preset asks
     for preset, env_ids in ENV_PRESETS.get(algo, {}).items():
@@ -390,7 +390,7 @@ def check_preset_fits(algo: str, preset: str, env_id: str | None) -> None:
         ...
         ValueError: preset 'minatar' of ppo is made for MinAtar's games (boolean [10, 10, C] grids, the MinAtar network); 'ALE/Pong-v5' is not one: use the preset made for it ('atari') or name another with preset=... (--preset)
     """
-    from vecaccel.trainers.envs import is_minatar_id
+    from vecaccel.trainers.envs.make import is_minatar_id
 
     suits = suited_env_ids(algo, preset)
     if env_id is None or MINATAR not in suits or is_minatar_id(env_id) or env_id in suits:

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 LR_SCALE_MODES = ("none", "linear", "sqrt")
-#: the torsos a config's ``network`` names (:func:`vecaccel.trainers.models.make_encoder`)
+#: the torsos a config's ``network`` names (:func:`vecaccel.trainers.nets.networks.make_encoder`)
 NETWORKS = ("auto", "cnn", "minatar", "mlp")
 #: where an Atari game's frames come from (``RunConfig.env_source``)
 ENV_SOURCES = ("ale", "envpool")

@@ -5,7 +5,7 @@ Batched simulators come in two ways, both one vector env per worker over its sli
 (``make_vec(..., vectorized=True)``), both ``NextStep`` autoreset: ``vectorized=True`` builds an
 id through its Gymnasium ``vector_entry_point``, and ``env_source="envpool"`` takes an Atari
 game's frames from EnvPool with the preprocessing of :class:`AtariEnvFactory`; see
-:mod:`vecaccel.trainers.batched_envs`.
+:mod:`vecaccel.trainers.envs.batched`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from vecaccel.multiagent import ModuleEnvFn, as_parallel, is_module_env_path
-from vecaccel.trainers.batched_envs import batched_env_fn, is_batched_source
+from vecaccel.trainers.envs.batched import batched_env_fn, is_batched_source
 
 __all__ = [
     "AtariEnvFactory",
@@ -260,7 +260,7 @@ def backend_options_of(config: Any) -> dict[str, Any]:
     ``num_workers`` from the config's own field where it is set (``serial`` has no workers).
 
     Args:
-        config: a :class:`~vecaccel.trainers.config.RunConfig`, or the dict of its values.
+        config: a :class:`~vecaccel.trainers.config.settings.RunConfig`, or the dict of its values.
 
     Example:
         >>> backend_options_of({"backend": "shm", "num_workers": 2, "backend_options": {"context": "spawn"}})
@@ -306,11 +306,11 @@ def make_env_for_training(
             ``NextStep`` for batched simulators, the only mode they have).
         training: include the training-only Atari wrappers (life-loss terminal, clipped reward).
         vectorized: build the id through its Gymnasium ``vector_entry_point``, one vector env
-            per worker (:class:`~vecaccel.trainers.batched_envs.EntryPointVectorFn`); an Atari game needs
+            per worker (:class:`~vecaccel.trainers.envs.batched.EntryPointVectorFn`); an Atari game needs
             ``env_source``.
         env_source: ``"ale"`` (Gymnasium's ALE) or ``"envpool"``: an Atari game's frames from
             EnvPool's pools, one per worker
-            (:func:`~vecaccel.trainers.batched_envs.envpool_atari_fn`).
+            (:func:`~vecaccel.trainers.envs.batched.envpool_atari_fn`).
         **backend_options: passed to the backend (``num_workers``, ``context``, ...).
 
     Returns:
@@ -321,7 +321,7 @@ def make_env_for_training(
             with ``vectorized`` but not ``env_source="envpool"``; EnvPool for a non-Atari id).
     """
     import vecaccel
-    from vecaccel.trainers.config import ENV_SOURCES
+    from vecaccel.trainers.config.settings import ENV_SOURCES
 
     if env_source not in ENV_SOURCES:
         raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {env_source!r}")

@@ -1,0 +1,1 @@
+"""What runs around the training loop: logging, signals, seeding, ranks, schedules and episode counts."""
