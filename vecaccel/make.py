@@ -293,6 +293,9 @@ def make_vec(
     if isinstance(env, Iterable) and not isinstance(env, (str, gym.Env)) and not callable(env):
         env = list(env)  # looked at twice below: a generator would be spent
     checked = _checked_backend(backend, options)  # before an env function is called
+    # before the first env is built here: a user's function calling gym.make("ALE/Pong-v5")
+    # finds the namespaces of installed plugin packages, as the workers do
+    register_envs()
     if not vectorized and isinstance(env, list) and _are_slice_fns(env, num_envs):
         # a block of another vector env's slice env functions (a Ray shard's): built as such
         return _build(env, checked, autoreset_mode, options)
