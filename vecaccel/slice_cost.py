@@ -14,8 +14,11 @@ that matter; :func:`choose_vector_backend` turns that into a backend by this rul
 3. The vector env keeps several cores busy by itself (its CPU time over its wall time, as
    EnvPool with ``num_threads`` above 1 does): only as many workers as such envs fit in the
    cores; where one fits, ``serial``.
-4. Splitting the batch into slices saves less than a worker round trip
-   (``step(num_envs) - step(slice) <= HYBRID_ROUND_TRIP_S``): ``serial``.
+4. Splitting the batch into slices saves no more than :data:`MIN_SAVING_S`, twice a quiet
+   worker round trip (``step(num_envs) - step(slice) <= MIN_SAVING_S``): ``serial``. Twice,
+   because the two mistakes cost unlike: a busy machine lengthens a round trip several times
+   over but never a step in the caller, so keeping the envs in the caller loses at most the
+   saving, while a worker backend chosen at the margin can lose most of the speed.
 5. A slice's step at least :data:`SHM_MIN_SLICE_S`: ``shm``, one worker per slice, since the
    round trip is small next to it and every env keeps a worker's isolation.
 6. Otherwise ``hybrid``: the caller steps one slice while the workers step the others, so no
@@ -49,6 +52,7 @@ from vecaccel.probe import PROBE_S, Choice
 
 __all__ = [
     "HYBRID_ROUND_TRIP_S",
+    "MIN_SAVING_S",
     "MULTICORE_RATIO",
     "SHM_MIN_SLICE_S",
     "SHM_ROUND_TRIP_S",
@@ -64,6 +68,9 @@ HYBRID_ROUND_TRIP_S = 80e-6
 
 #: What ``shm`` (one worker per CPU, the caller waiting) adds to a vectorized step.
 SHM_ROUND_TRIP_S = 190e-6
+
+#: What slicing must save per step before workers are worth it (see the module's rule, 4).
+MIN_SAVING_S = 2 * HYBRID_ROUND_TRIP_S
 
 #: A slice whose step costs at least this goes to ``shm``: its round trip is small next to it.
 SHM_MIN_SLICE_S = 10 * SHM_ROUND_TRIP_S
@@ -233,7 +240,7 @@ def choose_vector_backend(
     Example:
         >>> choose_vector_backend(VectorStepCost(8e-3, 4e-3, 2.0), 16, 2).reason
         'the vector env keeps 2.0 cores busy by itself (its own threads), and 2 CPU(s) hold 1 such env: workers cannot add cores'
-        >>> choose_vector_backend(VectorStepCost(400e-6, 200e-6), 8192, 2).options
+        >>> choose_vector_backend(VectorStepCost(500e-6, 250e-6), 8192, 2).options
         {'num_workers': 1, 'inline_envs': 4096}
     """
     num_envs = _check_count("num_envs", num_envs)
@@ -263,13 +270,13 @@ def choose_vector_backend(
         )
     saved = cost.step_s - cost.slice_step_s
     sliced = f"a slice of {slice_size(num_envs, slots)} costs {_us(cost.slice_step_s)}"
-    if not workers and saved <= HYBRID_ROUND_TRIP_S:
+    if not workers and saved <= MIN_SAVING_S:
         return Choice(
             "serial",
             {},
             f"{whole}, {sliced}: slicing would save {_us(max(saved, 0.0))} a step, no more "
-            f"than a worker round trip (~{_us(HYBRID_ROUND_TRIP_S)}), so the vector env stays "
-            "in the caller",
+            f"than twice a worker round trip (~{_us(HYBRID_ROUND_TRIP_S)}), so the vector env "
+            "stays in the caller",
         )
     if cost.slice_step_s >= SHM_MIN_SLICE_S or slots == 1:
         return Choice(
