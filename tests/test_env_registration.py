@@ -117,3 +117,23 @@ def test_the_hint_only_answers_a_namespace_not_found():
     assert "gymnasium.register_envs(ale_py)" in namespace_hint(error, installed=lambda m: True)
     assert namespace_hint(ValueError("Namespace ALE not found")) is None
     assert env_error_message(KeyError("x")) == "'x'"
+
+
+def test_the_async_sampler_process_knows_plugin_ids_under_spawn():
+    pytest.importorskip("torch")
+    from user_env_fns import report_whether_ale_is_known
+
+    from vecaccel.trainers.runners.asynchronous.process import child_main
+
+    context = mp.get_context("spawn")
+    result, errors = context.Queue(), context.Queue()
+    process = context.Process(
+        target=child_main,
+        args=(report_whether_ale_is_known, {"result": result, "errors": errors}),
+    )
+    process.start()
+    try:
+        assert result.get(timeout=120) is True
+    finally:
+        process.join(timeout=30)
+    assert process.exitcode == 0

@@ -15,3 +15,8 @@ def make_pong() -> gym.Env:
 def make_from_an_unknown_namespace() -> gym.Env:
     """An id whose namespace no installed package registers."""
     return gym.make("NoSuchPackage/Game-v0")
+
+
+def report_whether_ale_is_known(spec: dict) -> None:
+    """A sampler loop that only reports whether ``ALE/Pong-v5`` is a known id in its process."""
+    spec["result"].put("ALE/Pong-v5" in gym.registry)
