@@ -9,8 +9,9 @@ vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` li
 With ``vectorized=True`` (a vector env function, or an EnvPool task through
 :func:`vecaccel.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at the
 requested size and at one worker slice's size instead, and keeps it in the caller (``serial``)
-unless slicing saves more than a worker round trip (:mod:`vecaccel.slice_cost`): a cheap batched
-simulator, or one whose own threads already use the cores, is never made slower by workers.
+unless slicing saves more than twice a worker round trip (:mod:`vecaccel.slice_cost`): a cheap
+batched simulator, or one whose own threads already use the cores, is not handed to workers that
+would slow it down.
 
 Options given to ``auto`` are kept: they go to the chosen backend, and a backend that does not
 take one is not chosen (``num_workers`` or ``context`` rule out ``serial``).
