@@ -6,6 +6,13 @@ inline share by the rule of :func:`vecaccel.probe.choose_backend`, and returns t
 vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` line on the
 ``vecaccel.plugins.auto`` logger.
 
+With ``vectorized=True`` (a vector env function, or an EnvPool task through
+:func:`vecaccel.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at the
+requested size and at one worker slice's size instead, and keeps it in the caller (``serial``)
+unless slicing saves more than twice a worker round trip (:mod:`vecaccel.slice_cost`): a cheap
+batched simulator, or one whose own threads already use the cores, is not handed to workers that
+would slow it down.
+
 Options given to ``auto`` are kept: they go to the chosen backend, and a backend that does not
 take one is not chosen (``num_workers`` or ``context`` rule out ``serial``).
 ``on_worker_failure="restart"`` and ``step_timeout_s`` keep every env in a worker process: the
@@ -29,7 +36,14 @@ from vecaccel import BackendRegistry, hookimpl
 from vecaccel.manager import get_backend
 from vecaccel.options import ShmOptions
 from vecaccel.probe import Choice
-from vecaccel.vectorized import is_vectorized
+from vecaccel.slice_cost import (
+    VectorStepCost,
+    choose_vector_backend,
+    probe_vector_step_cost,
+    slice_size,
+    worker_slots,
+)
+from vecaccel.vectorized import is_vectorized, vector_env_fn_of
 from vecaccel.worker import usable_cpus
 
 __all__ = ["AutoOptions", "make_auto"]
@@ -95,24 +109,39 @@ def _choose(num_envs: int, step_s: float | None, options: AutoOptions) -> Choice
     return choice
 
 
-def _choose_vectorized(num_envs: int, options: AutoOptions) -> Choice:
-    """Vectorized slices (:mod:`vecaccel.vectorized`): no probe, since one worker's round trip
-    is shared by its whole slice; ``shm``, one worker per CPU, or ``serial`` where there is one
-    CPU or one env. ``hybrid`` is left out: its spinning caller and worker cost a batched
-    simulator more than a wake-up per slice."""
+def _choose_vectorized(
+    env_fns: Sequence[Callable[[], gym.Env]], options: AutoOptions
+) -> tuple[Choice, VectorStepCost | None]:
+    """Vectorized slices (:mod:`vecaccel.vectorized`): the inner vector env is stepped in the
+    caller at the requested size and at one slice's, and :func:`choose_vector_backend` weighs
+    the saving against a worker round trip."""
     given = options.given()
+    num_envs = len(env_fns)
     cpus = usable_cpus()
     if "inline_envs" in given:
         backend = "hybrid" if given["inline_envs"] > 0 else "shm"
-        return Choice(backend, {}, f"inline_envs={given['inline_envs']} was given")
-    if (cpus == 1 or num_envs == 1) and not _isolated(options):
-        return Choice("serial", {}, "vectorized slices on one CPU (or one env): the inner env")
-    workers = options.num_workers or min(num_envs, cpus)
-    return Choice(
-        "shm",
-        {"num_workers": workers},
-        "vectorized slices: one native vector env per worker, one worker per CPU",
+        return Choice(backend, {}, f"inline_envs={given['inline_envs']} was given"), None
+    isolate = _isolated(options)
+    workers = any(name not in AutoOptions.ANYWHERE for name in given)
+    cost = None
+    if options.step_cost_s is not None:  # one env's step: the batch costs it per env
+        slots = worker_slots(num_envs, cpus, 1.0, options.num_workers)
+        per_env = options.step_cost_s
+        cost = VectorStepCost(per_env * num_envs, per_env * slice_size(num_envs, slots))
+    elif not isolate:
+        vector_fn = vector_env_fn_of(env_fns, 0)
+        try:
+            cost = probe_vector_step_cost(vector_fn, num_envs, cpus, options.num_workers)
+        except Exception as exc:
+            raise RuntimeError(
+                "backend='auto' steps the vector env in the calling process to measure its "
+                f"step cost, and that failed: {type(exc).__name__}: {exc} (choose a backend, "
+                "or give step_cost_s to skip the probe)"
+            ) from exc
+    choice = choose_vector_backend(
+        cost, num_envs, cpus, isolate=isolate, workers=workers, num_workers=options.num_workers
     )
+    return choice, cost
 
 
 def make_auto(
@@ -122,7 +151,8 @@ def make_auto(
     options: AutoOptions | None = None,
     **kwargs: Any,
 ) -> gym.vector.VectorEnv:
-    """Probe ``env_fns[0]``'s step cost and build the backend it calls for.
+    """Probe ``env_fns[0]``'s step cost (for vectorized slices, the vector env's) and build
+    the backend it calls for.
 
     Args:
         env_fns: one zero-argument env function per sub-environment.
@@ -132,7 +162,9 @@ def make_auto(
     Returns:
         The chosen backend's vector env, with ``metadata["backend"]`` holding ``name`` (the
         backend), ``options`` (everything it was given), ``step_cost_s``, ``probed`` (whether
-        the cost was measured here) and ``reason``.
+        the cost was measured here) and ``reason``; for vectorized slices also
+        ``vector_step_cost`` (:class:`vecaccel.slice_cost.VectorStepCost` as a dict), of which
+        ``step_cost_s`` is the per-env share.
 
     Raises:
         RuntimeError: if the env used for the probe cannot be built or stepped in the caller
@@ -150,8 +182,11 @@ def make_auto(
     step_s = options.step_cost_s
     # an env that may hang or crash (why a timeout or restarts were asked for) is not stepped
     # in the caller even for the probe: the choice does not depend on its cost then
+    vector_cost = None
     if is_vectorized(env_fns):
-        choice = _choose_vectorized(num_envs, options)
+        choice, vector_cost = _choose_vectorized(env_fns, options)
+        if vector_cost is not None:
+            step_s = vector_cost.step_s / num_envs
     elif step_s is None and not _isolated(options):
         try:
             step_s = vecaccel.probe.probe_step_cost(env_fns[0]).step_s
@@ -174,6 +209,8 @@ def make_auto(
         "probed": options.step_cost_s is None and step_s is not None,
         "reason": choice.reason,
     }
+    if vector_cost is not None:
+        record["vector_step_cost"] = dataclasses.asdict(vector_cost)
     envs.metadata = {**envs.metadata, "backend": record}
     logger.info(
         "backend='auto' chose %s(%s) for %d envs: %s",

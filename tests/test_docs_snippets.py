@@ -135,16 +135,7 @@ PYTHON_SNIPPETS = [
         {},
         "",
         '\nassert "mine" in vecaccel.list_backends(), vecaccel.list_backends()\n',
-        60,
-    ),
-    (
-        "readme-check-backend",
-        "README.md",
-        'check_backend("serial")',
-        {},
-        "",
-        "",
-        90,
+        120,
     ),
     (
         "backends-check-backend",

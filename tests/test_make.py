@@ -127,3 +127,46 @@ def test_atari_ids_without_register_envs(env_id, context, tmp_path):
     assert report["registered_before"] is False  # the check means something
     assert report["shape"] == [2, 210, 160, 3]
     assert report["dtype"] == "uint8"
+
+
+# ---------------------------------------------------------------------------------------------
+# per-env functions and vector env functions are not mixed up
+
+
+def _per_env() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def _vector(n: int) -> gym.vector.VectorEnv:
+    return gym.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point")
+
+
+def test_a_per_env_function_with_vectorized_is_refused_naming_fn_of_n():
+    with pytest.raises(TypeError, match=r"vector env function fn\(n\) -> gymnasium.vector") as info:
+        vecaccel.make_vec(_per_env, 4, backend="serial", vectorized=True)
+    assert "_per_env takes no argument" in str(info.value)
+    assert "without vectorized=True" in str(info.value)
+
+
+@pytest.mark.parametrize("as_list", [False, True])
+def test_a_vector_env_function_without_vectorized_is_refused_naming_the_flag(as_list):
+    env = [_per_env, _vector] if as_list else _vector
+    with pytest.raises(TypeError, match=r"_vector.* needs 1 argument.*pass vectorized=True"):
+        vecaccel.make_vec(env, None if as_list else 4, backend="serial")
+
+
+def test_a_function_returning_a_vector_env_is_refused_naming_the_flag():
+    def builds_a_vector_env():
+        return _vector(2)
+
+    with pytest.raises(TypeError, match="returned a CartPoleVectorEnv, a vector env.*vectorized"):
+        vecaccel.make_vec(builds_a_vector_env, 2, backend="serial")
+
+
+def test_a_vector_env_function_with_an_optional_count_is_taken():
+    def either(n: int = 1):
+        return _vector(n)
+
+    envs = vecaccel.make_vec(either, 4, backend="serial", vectorized=True)
+    with envs:
+        assert envs.num_envs == 4

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
@@ -21,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 import vecaccel
 from vecaccel.plugins.serial import SerialVecEnv
 from vecaccel.testing import NUM_ENVS, check_backend
-from vecaccel.vector import EnvRunner
+from vecaccel.vector import EnvRunner, VecEnv
 
 EXAMPLE_PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "vecaccel-example-plugin"
 
@@ -76,6 +77,21 @@ class ActionsUnchecked(SerialVecEnv):
         return actions
 
 
+class WithoutCall(SerialVecEnv):
+    """``serial`` with ``vecaccel.VecEnv``'s placeholders for ``call`` and ``set_attr``."""
+
+    call = VecEnv.call
+    call_indices = VecEnv.call_indices
+    get_attr = VecEnv.get_attr
+    set_attr = VecEnv.set_attr
+    set_attr_indices = VecEnv.set_attr_indices
+
+
+def plain_sync_vector_env(env_fns, *, autoreset_mode, **options):
+    """A backend built on ``gymnasium.vector.VectorEnv`` alone: Gymnasium's ``SyncVectorEnv``."""
+    return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
+
+
 class BrokenBackends:
     """A plugin registering each broken backend under its class name."""
 
@@ -86,6 +102,7 @@ class BrokenBackends:
         ObservationsOverwritten,
         SameStepClaimedNotDone,
         ActionsUnchecked,
+        WithoutCall,
     )
 
     @vecaccel.hookimpl
@@ -100,6 +117,7 @@ class BrokenBackends:
         )
 
         registry.add("Recording", self._recording, "the serial backend, keeping its options")
+        registry.add("PlainSync", plain_sync_vector_env, "gymnasium's SyncVectorEnv as it is")
 
     #: the options each vector env of the ``Recording`` backend was built with
     recorded: list[dict[str, Any]] = []
@@ -138,6 +156,10 @@ BROKEN = {
     r"autoreset_mode=SameStep.*final_obs",
     "ActionsUnchecked": r"the action checks broke at step 2 .*was accepted|the action checks "
     r"broke at step 2 .*raised",
+    "WithoutCall": r"the vector-env methods broke at construction .*WithoutCall has no call\(\), "
+    r"get_attr\(\), set_attr\(\).*How to fix: call: subclass vecaccel.VecEnv and implement call",
+    "PlainSync": r"the vector-env methods broke at construction .*SyncVectorEnv has no "
+    r"step_async\(\), step_wait\(\) .*How to fix: step_async: subclass vecaccel.VecEnv",
 }
 
 
@@ -211,3 +233,17 @@ def test_example_plugin_tests_pass_with_the_kit() -> None:
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "3 passed" in completed.stdout
+
+
+def test_the_readmes_plugin_example_passes_the_kit_as_written(tmp_path) -> None:
+    """The README's backend, pasted into a script as it stands, ends with ``check_backend``."""
+    from doc_blocks import block
+
+    code = block("README.md", "def vecaccel_register_backends(registry):")
+    assert 'check_backend("mine")' in code and "(vecaccel.VecEnv)" in code
+    script = tmp_path / "plugin.py"
+    script.write_text(code)
+    completed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]

@@ -3,6 +3,7 @@ spawned workers: the tests folder is on their path)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import gymnasium as gym
@@ -71,3 +72,12 @@ def wrong_count(n: int) -> gym.vector.VectorEnv:
 
 def not_a_vector_env(n: int) -> Any:
     return np.zeros(n)
+
+
+def costly_sync(n: int, cpu_s: float = 0.0006) -> gym.vector.VectorEnv:
+    """A ``SyncVectorEnv`` whose envs each busy-wait ``cpu_s`` per step: a batch costs ``n``
+    times that, so slicing it over workers pays."""
+    from vecaccel.testing.envs import HeavyTailEnv
+
+    env_fn = functools.partial(HeavyTailEnv, cpu_s=cpu_s, p_slow=0.0)
+    return SyncVectorEnv([env_fn] * n)

@@ -18,9 +18,16 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import re
 from collections.abc import Callable
 
-__all__ = ["NAMESPACE_PACKAGES", "env_id_hint", "unknown_env_id_message"]
+__all__ = [
+    "NAMESPACE_PACKAGES",
+    "env_error_message",
+    "env_id_hint",
+    "namespace_hint",
+    "unknown_env_id_message",
+]
 
 #: Gymnasium namespaces that an installable package registers: namespace -> (the module to
 #: import, the distribution to install, the vecaccel extra that brings it).
@@ -82,4 +89,67 @@ def unknown_env_id_message(env_id: str, error: BaseException) -> str:
     sentence where it has one."""
     hint = env_id_hint(env_id)
     message = f"unknown environment id {env_id!r}: {error}"
+    return f"{message.rstrip('.')}; {hint}" if hint else message
+
+
+#: Gymnasium's message for an id whose namespace no registered env has.
+_NAMESPACE_NOT_FOUND = re.compile(r"Namespace (\S+) not found")
+
+
+def namespace_hint(
+    error: BaseException, installed: Callable[[str], bool] = _installed
+) -> str | None:
+    """One sentence for a ``gymnasium.error.NamespaceNotFound`` that an env function raised (a
+    ``gym.make("ALE/Pong-v5")`` of its own), or ``None`` for any other error.
+
+    Args:
+        error: what the env function raised.
+        installed: whether a module can be imported (a parameter for tests).
+
+    Returns:
+        The package and extra to install for a namespace of :data:`NAMESPACE_PACKAGES` whose
+        package is missing; the registration line for one whose package is installed; else
+        how Gymnasium registers a namespace.
+
+    Example:
+        >>> from gymnasium.error import NamespaceNotFound
+        >>> error = NamespaceNotFound("Namespace MinAtar not found. Have you installed ...?")
+        >>> namespace_hint(error, installed=lambda module: False)
+        "the MinAtar namespace comes from the 'minatar' package, which is not installed: pip install 'vecaccel[minatar]'"
+        >>> namespace_hint(ValueError("Namespace ALE not found")) is None
+        True
+    """
+    from gymnasium.error import NamespaceNotFound
+
+    found = _NAMESPACE_NOT_FOUND.search(str(error))
+    if not isinstance(error, NamespaceNotFound) or found is None:
+        return None
+    namespace = found.group(1)
+    for known, (module, _, _) in NAMESPACE_PACKAGES.items():
+        if namespace.lower() == known.lower():
+            if installed(module):
+                return (
+                    f"{module} is installed but did not register the {known} namespace in this "
+                    f"process: import {module}; gymnasium.register_envs({module}) before "
+                    "gymnasium.make"
+                )
+            return env_id_hint(f"{namespace}/", installed)
+    return (
+        f"Gymnasium knows the {namespace} namespace only once the package that provides it "
+        "has registered its envs in this process: import that package (and call "
+        "gymnasium.register_envs(package) for Gymnasium 1.x) inside the env function, or from "
+        "a plugin's vecaccel_register_envs hook, which vecaccel runs in every worker"
+    )
+
+
+def env_error_message(error: BaseException) -> str:
+    """``str(error)``, with :func:`namespace_hint`'s sentence where it has one: what the
+    error of an env function says wherever the env was built (caller or worker).
+
+    Example:
+        >>> env_error_message(ValueError("bad"))
+        'bad'
+    """
+    hint = namespace_hint(error)
+    message = str(error)
     return f"{message.rstrip('.')}; {hint}" if hint else message

@@ -96,9 +96,11 @@ def env_error(exc: BaseException, index: int, what: str) -> WorkerError:
     """
     import traceback
 
+    from vecaccel.env_ids import env_error_message
+
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return WorkerError(
-        f"env {index} raised {type(exc).__name__} in {what}: {exc}",
+        f"env {index} raised {type(exc).__name__} in {what}: {env_error_message(exc)}",
         env_indices=[index],
         remote_traceback=text,
         original_type=type(exc).__name__,

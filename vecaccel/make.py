@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import inspect
+import math
 import numbers
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -85,6 +87,54 @@ def _env_fns(
     if num_envs is not None and num_envs != len(env_fns):
         raise ValueError(f"num_envs={num_envs} but {len(env_fns)} env functions were given")
     return env_fns
+
+
+def _required_positional(fn: Any) -> tuple[int, float] | None:
+    """``(required, most)`` positional arguments ``fn`` takes, or ``None`` where its signature
+    cannot be read (a builtin, say): then it is called as it is, and its own error stands."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is p.empty for p in positional)
+    varargs = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    return required, math.inf if varargs else len(positional)
+
+
+def _name_of(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
+
+
+def _check_env_fn_kind(env: Any, vectorized: bool) -> None:
+    """Refuse, before anything is called, an env function of the other kind than
+    ``vectorized`` says: a per-env ``fn()`` with ``vectorized=True``, or a vector env function
+    ``fn(n)`` without it."""
+    if vectorized:
+        if isinstance(env, str) or not callable(env):
+            return  # an id, or VectorEnvFn's own error for what is not a function
+        arity = _required_positional(env)
+        if arity is not None and not arity[0] <= 1 <= arity[1]:
+            raise TypeError(
+                "vectorized=True takes a vector env function fn(n) -> gymnasium.vector.VectorEnv "
+                f"that builds n envs at once, but {_name_of(env)} takes no argument: a per-env "
+                "function fn() -> gymnasium.Env goes without vectorized=True "
+                f"(make_vec({_name_of(env)}, num_envs))"
+            )
+        return
+    if isinstance(env, str) or isinstance(env, gym.Env):
+        return
+    fns = [env] if callable(env) else env if isinstance(env, list) else []
+    for index, fn in enumerate(fns):
+        arity = _required_positional(fn) if callable(fn) else None
+        if arity is not None and arity[0] >= 1:
+            which = "" if callable(env) else f" (env function {index})"
+            raise TypeError(
+                f"make_vec calls each env function as fn() -> gymnasium.Env, but "
+                f"{_name_of(fn)}{which} needs {arity[0]} argument(s): for a vector env function "
+                "fn(n) -> gymnasium.vector.VectorEnv pass vectorized=True "
+                f"(make_vec({_name_of(fn)}, num_envs, vectorized=True))"
+            )
 
 
 @functools.lru_cache(maxsize=1)
@@ -293,6 +343,10 @@ def make_vec(
     if isinstance(env, Iterable) and not isinstance(env, (str, gym.Env)) and not callable(env):
         env = list(env)  # looked at twice below: a generator would be spent
     checked = _checked_backend(backend, options)  # before an env function is called
+    _check_env_fn_kind(env, vectorized)
+    # before the first env is built here: a user's function calling gym.make("ALE/Pong-v5")
+    # finds the namespaces of installed plugin packages, as the workers do
+    register_envs()
     if not vectorized and isinstance(env, list) and _are_slice_fns(env, num_envs):
         # a block of another vector env's slice env functions (a Ray shard's): built as such
         return _build(env, checked, autoreset_mode, options)

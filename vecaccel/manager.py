@@ -31,6 +31,7 @@ __all__ = [
     "get_plugin_manager",
     "list_backends",
     "get_backend",
+    "register_envs",
     "unknown_backend_message",
 ]
 
@@ -326,7 +327,20 @@ def get_backend(name: str) -> BackendInfo:
 
 
 def register_envs() -> None:
-    """Let plugins register the Gymnasium environments of installed packages (once)."""
+    """Let plugins register the Gymnasium environments of installed packages (once per process).
+
+    ``make_vec`` runs it in the caller, and the worker processes, Ray shard actors and the
+    async trainers' sampler run it before they call an env function, under every start method.
+    A backend that builds envs in processes of its own calls it there first: Gymnasium 1.x
+    knows a plugin package's namespace (``ALE/``, ``MinAtar/``) only once its registration
+    has run in that process.
+
+    Example:
+        >>> register_envs()
+        >>> import gymnasium as gym
+        >>> "CartPole-v1" in gym.registry
+        True
+    """
     global _envs_registered
     with _lock:
         if _envs_registered:

@@ -68,9 +68,17 @@ def make_env(env_fn: Callable[[], gym.Env], index: int) -> gym.Env:
     """Call env function ``index``; if it raises, raise :class:`WorkerError` naming the env,
     as a worker process does, so a construction error has one type wherever the env is built."""
     try:
-        return env_fn()
+        env = env_fn()
     except Exception as exc:
         raise env_error(exc, index, "make") from exc
+    if isinstance(env, gym.vector.VectorEnv):
+        env.close()
+        raise TypeError(
+            f"env function {index} returned a {type(env).__name__}, a vector env, where one "
+            "gymnasium.Env per env function is expected: pass a vector env function "
+            "fn(n) -> VectorEnv with vectorized=True (make_vec(fn, num_envs, vectorized=True))"
+        )
+    return env
 
 
 def check_env_spaces(

@@ -165,9 +165,15 @@ def check_vector_env(envs: Any, num_envs: int, autoreset_mode: AutoresetMode, so
         >>> envs.close()
     """
     if not isinstance(envs, gym.vector.VectorEnv):
+        per_env = (
+            ": it looks like a per-env function fn() -> gymnasium.Env, which goes without "
+            "vectorized=True"
+            if isinstance(envs, gym.Env)
+            else ""
+        )
         raise TypeError(
             f"vector env function {source} returned {type(envs).__name__}, not a "
-            "gymnasium.vector.VectorEnv"
+            f"gymnasium.vector.VectorEnv{per_env}"
         )
     if envs.num_envs != num_envs:
         raise ValueError(

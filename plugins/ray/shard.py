@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.errors import WorkerError
+from vecaccel.manager import register_envs
 from vecaccel.vector import reset_mask_only
 from vecaccel.vectorized import unbatch_infos
 
@@ -70,6 +71,7 @@ class ShardActor:
     """
 
     def __init__(self, start: int) -> None:
+        register_envs()  # a fresh actor process: plugin packages' Gymnasium namespaces first
         self.start = start
         self.envs: Any = None
         self.num_envs = 0

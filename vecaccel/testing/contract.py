@@ -31,6 +31,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 from vecaccel.errors import WorkerError
 from vecaccel.make import make_vec
 from vecaccel.manager import get_backend
+from vecaccel.testing.api_methods import missing_methods
 from vecaccel.testing.compare import (
     batch_size_of,
     describe,
@@ -276,6 +277,16 @@ class _Trajectory:
                 "the vector env's type",
                 f"the factory returned {type(envs).__name__}",
                 "return a gymnasium.vector.VectorEnv (subclass vecaccel.VecEnv)",
+            )
+        missing = missing_methods(envs)
+        if missing:
+            raise self.fail(
+                "the vector-env methods",
+                f"{type(envs).__name__} has no "
+                + ", ".join(f"{method}()" for method, _ in missing)
+                + " (gymnasium.vector.VectorEnv declares none of step_async, step_wait, call, "
+                "get_attr, set_attr)",
+                "; ".join(f"{method}: {fix}" for method, fix in missing),
             )
         if getattr(envs, "num_envs", None) != NUM_ENVS:
             raise self.fail(
@@ -538,7 +549,10 @@ class _Trajectory:
                     "the action checks",
                     f"{label} was refused, but envs {changed} stepped (step counts {counts} "
                     f"became {after})",
-                    "check the whole batch of actions before sending any to an env",
+                    "check the whole batch of actions before sending any to an env "
+                    "(vecaccel.VecEnv's _check_actions does; a plain gymnasium.vector.VectorEnv "
+                    "steps the envs it can before it finds the bad action: subclass "
+                    "vecaccel.VecEnv)",
                     changed[0],
                 )
 

@@ -24,6 +24,7 @@ import cloudpickle
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.manager import register_envs
 from vecaccel.worker.cpus import current_cpu, limit_threads_after_envs, limit_threads_before_envs
 from vecaccel.worker.env_slice import EnvMakeError
 from vecaccel.worker.protocol import (
@@ -236,6 +237,10 @@ def worker_main(
 
     limit_threads_before_envs(worker_threads)
     try:
+        # a spawned worker starts from a fresh interpreter, where Gymnasium 1.x knows no
+        # namespace of a plugin package (ALE, MinAtar) until its registration runs: a user's
+        # env function calling gym.make("ALE/Pong-v5") must work here as in the caller
+        register_envs()
         env_fns: list[Callable] = cloudpickle.loads(pickled_env_fns)
         envs = make_env_slice(
             start,

@@ -34,6 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
+from vecaccel.env_ids import env_error_message
 from vecaccel.payload_spaces import layout_specs
 from vecaccel.spaces import nbytes_of, views_from_buffer
 from vecaccel.worker.info_schema import INFO_BLOCK_BYTES
@@ -202,7 +203,7 @@ def error_report(index: int, exc: BaseException, what: str) -> ErrorReport:
         (3, 'ValueError', 'bad action')
     """
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return ErrorReport(index, type(exc).__name__, str(exc), text, what)
+    return ErrorReport(index, type(exc).__name__, env_error_message(exc), text, what)
 
 
 # -- the startup message: a worker's env functions and the buffer's layout ---------------------

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vecaccel.manager import register_envs
 from vecaccel.trainers.runners.asynchronous.shared import (
     NUM_COUNTERS,
     NUM_TIMERS,
@@ -84,6 +85,7 @@ class OptimiserGone(Exception):
 def child_main(loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
     """Entry point of a sampler process: run ``loop(spec)``, reporting what it raises."""
     try:
+        register_envs()  # the sampler builds envs: under spawn it starts knowing no plugin ids
         loop(spec)
     except OptimiserGone:
         return
