@@ -260,8 +260,8 @@ def make_vec(
             must be ``autoreset_mode``; the build fails naming both otherwise.
         **options: backend options, e.g. ``num_workers``, ``context``, ``copy``,
             ``step_timeout_s``; each backend's are one dataclass of
-            :mod:`vecaccel.options` (``ShmOptions`` for ``shm``...). Older spellings such as
-            ``step_timeout`` are aliases.
+            :mod:`vecaccel.options` (``ShmOptions`` for ``shm``...). Alias spellings such as
+            ``step_timeout`` are accepted too.
 
     Returns:
         A ``gymnasium.vector.VectorEnv``.

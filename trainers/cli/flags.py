@@ -1,8 +1,8 @@
 """The flags of ``vecaccel train ALGO``: those every algorithm has, its family's, and one per
 field of its config dataclass.
 
-Each config field becomes a flag (its docstring the ``--help`` text); earlier spellings of
-renamed settings stay as flags of their own. Nothing here imports torch or an algorithm at module level:
+Each config field becomes a flag (its docstring the ``--help`` text); a setting's alias
+spellings are flags of their own. Nothing here imports torch or an algorithm at module level:
 an algorithm's flags are added only when its sub-command is parsed.
 """
 
@@ -50,9 +50,9 @@ def presets(algo: str) -> dict[str, dict[str, Any]]:
 
 
 def _aliases(config_cls: type) -> dict[str, str]:
-    """Earlier flag spellings of ``config_cls``'s settings: old name -> current field.
+    """Alias flag spellings of ``config_cls``'s settings: alias -> field.
 
-    They are the config's renamed settings (``ALIASES``) and the keywords its constructor takes
+    They are the config's ``ALIASES`` and the keywords its constructor takes
     beside its fields (``InitVar`` spellings converted on the way in).
     """
     fields = {field.name for field in dataclasses.fields(config_cls)}

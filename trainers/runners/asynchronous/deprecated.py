@@ -1,9 +1,10 @@
-"""The asynchronous functions of earlier releases, kept for one release with a warning.
+"""Deprecated asynchronous functions, each a wrapper that warns and forwards to the runner.
 
 Each warns with a :class:`DeprecationWarning` naming the call that replaces it
 (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`, or ``agent.learn(...,
-mode="async")``) and forwards to it. They stay importable from
-``vecaccel.trainers.runners.asynchronous.runner`` as before.
+mode="async")``) and forwards to it. They are importable from
+``vecaccel.trainers.runners.asynchronous.runner`` too. They follow the deprecation
+policy in ``CHANGELOG.md``.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ def train_async(
     fixed_lag: bool = False,
     **config: Any,
 ) -> int:
-    """:func:`train` under its earlier name (deprecated).
+    """:func:`train` under another name (deprecated).
 
     .. deprecated:: use ``AsyncRunner(agent).run(total_steps)`` from Python
        (``vecaccel train ALGO --async`` on the command line).
@@ -170,6 +171,6 @@ def train_async(
     )
 
 
-# the names `vecaccel train` used for each family (deprecated with train_async)
+# one name per family for the same function (deprecated with train_async)
 train_async_dqn = train_async
 train_async_on_policy = train_async

@@ -274,8 +274,8 @@ def _run_on_policy(
     )
 
 
-# the command line's entry points and the functions of earlier releases live in modules of
-# their own (which build on AsyncRunner) and are importable from here as before
+# the command line's entry points and the deprecated functions live in modules of their own
+# (which build on AsyncRunner) and are importable from here too
 _ELSEWHERE = {
     "resume_async": "command_line",
     "train": "command_line",
