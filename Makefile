@@ -14,7 +14,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n +
 # `make bench` rewrites the throughput results that docs/benchmarks.md shows.
 BENCH_RESULTS ?= benchmarks/results
 
-.PHONY: setup run test test-learning lint bench clean
+.PHONY: setup run test test-learning lint bench dist clean
 
 setup: $(STAMP)
 
@@ -54,5 +54,11 @@ bench: $(STAMP)
 	$(BIN)/vecaccel bench --env pong --num-envs 8,16 --seconds 3 --repeat 3 \
 		--json $(BENCH_RESULTS)/vecaccel_bench_pong.json --plot $(BENCH_RESULTS)/vecaccel_bench_pong.png
 
+# the sdist and the wheel in dist/, checked by twine (tests/test_wheel.py installs them)
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .hypothesis
