@@ -14,7 +14,7 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n +
 # `make bench` rewrites the throughput results that docs/benchmarks.md shows.
 BENCH_RESULTS ?= benchmarks/results
 
-.PHONY: setup run test test-learning lint bench dist clean
+.PHONY: setup run test test-learning lint typecheck bench dist clean
 
 setup: $(STAMP)
 
@@ -46,6 +46,21 @@ LINT_PATHS := vecaccel plugins trainers tests examples benchmarks
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(MAKE) --no-print-directory typecheck
+
+# mypy over the package as installed: plugins/ and trainers/ are vecaccel.plugins and
+# vecaccel.trainers there, so it reads a tree of links that has that layout; its report names
+# the files in the checkout
+TYPECHECK_TREE := build/typecheck
+typecheck: $(STAMP)
+	rm -rf $(TYPECHECK_TREE) && mkdir -p $(TYPECHECK_TREE)/vecaccel
+	for f in vecaccel/*; do ln -s "$(CURDIR)/$$f" $(TYPECHECK_TREE)/$$f; done
+	ln -s "$(CURDIR)/plugins" $(TYPECHECK_TREE)/vecaccel/plugins
+	ln -s "$(CURDIR)/trainers" $(TYPECHECK_TREE)/vecaccel/trainers
+	cd $(TYPECHECK_TREE) && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" \
+		--cache-dir "$(CURDIR)/.mypy_cache" -p vecaccel > report.txt; status=$$?; \
+		sed -e 's#^vecaccel/plugins/#plugins/#' -e 's#^vecaccel/trainers/#trainers/#' report.txt; \
+		exit $$status
 
 bench: $(STAMP)
 	-$(BIN)/python -m pip install -q envpool

@@ -242,3 +242,34 @@ def test_without_extras_the_core_steps_a_shm_env_without_torch(built, elsewhere)
     python = make_venv(built["root"] / "core-venv", [built["wheel"]], [str(folder)])
     where = run([str(python), "-c", CORE_ONLY], elsewhere).strip()
     assert Path(where).is_relative_to(python.parent.parent), where
+
+
+#: what an editor shows a user of ``vecaccel.trainers``: the classes, not ``Any``
+REVEAL = """
+import vecaccel
+import vecaccel.trainers
+
+reveal_type(vecaccel.trainers.PPO)
+reveal_type(vecaccel.trainers.SyncRunner)
+reveal_type(vecaccel.make_vec)
+"""
+
+
+def test_the_typed_example_checks_against_the_installed_package(installed, elsewhere, tmp_path):
+    """``mypy --strict`` on ``examples/typed_user.py``, with the package as installed from the
+    wheel (its ``py.typed``); the trainers' lazily loaded names have their real types."""
+    shutil.copy(REPO / "examples" / "typed_user.py", elsewhere / "typed_user.py")
+    (elsewhere / "reveal.py").write_text(REVEAL)
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--python-executable", str(installed)]
+    out = run(
+        [*mypy, "--cache-dir", str(tmp_path / "cache"), "typed_user.py", "reveal.py"],
+        elsewhere,
+        timeout=280,
+    )
+    assert "Success: no issues found in 2 source files" in out, out
+    assert (
+        'Revealed type is "def (env: builtins.str' in out
+        or "vecaccel.trainers.algos.ppo.PPO" in out
+    ), out
+    assert "vecaccel.trainers.runners.sync.SyncRunner" in out, out
+    assert '"Any"' not in out, out

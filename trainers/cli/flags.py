@@ -39,7 +39,7 @@ _COMMON_FIELDS = {"env_id", "num_envs", "backend", "backend_options", "seed", "d
 # -- resolving an algorithm lazily, through the registry ---------------------------------------
 
 
-def algorithm_class(algo: str) -> type:
+def algorithm_class(algo: str) -> type[Any]:
     """The class of the algorithm registered as ``algo`` (imports it, and torch)."""
     return registry.get(algo).load_class()
 
@@ -49,7 +49,7 @@ def presets(algo: str) -> dict[str, dict[str, Any]]:
     return registry.get(algo).load_presets()
 
 
-def _aliases(config_cls: type) -> dict[str, str]:
+def _aliases(config_cls: type[Any]) -> dict[str, str]:
     """Alias flag spellings of ``config_cls``'s settings: alias -> field.
 
     They are the config's ``ALIASES`` and the keywords its constructor takes
@@ -63,7 +63,7 @@ def _aliases(config_cls: type) -> dict[str, str]:
     return aliases
 
 
-def _field_docs(config_cls: type) -> dict[str, str]:
+def _field_docs(config_cls: type[Any]) -> dict[str, str]:
     from vecaccel.trainers.config import config_help
 
     return config_help(config_cls)
@@ -242,7 +242,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_mode_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+def add_mode_flags(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
     """``--async``/``--sync`` and the asynchronous mode's flags, which differ by family: what
     the algorithm's class is decides which (it is imported by then)."""
     from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
