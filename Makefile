@@ -11,10 +11,10 @@ PYTEST_ARGS ?=
 # test worker processes (pytest-xdist): one per core and one more, since many tests wait on the
 # processes they start (at most 8); 0 runs the tests in this process
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n + 1 : 8 )))
-# `make bench` rewrites the throughput results that docs/benchmarks.md shows.
+# `make bench` rewrites the throughput results that docs/benchmarks/throughput.md shows.
 BENCH_RESULTS ?= benchmarks/results
 
-.PHONY: setup run test test-learning lint typecheck bench dist clean
+.PHONY: setup run test test-learning lint typecheck docs bench dist clean
 
 setup: $(STAMP)
 
@@ -41,12 +41,13 @@ test: $(STAMP)
 test-learning: $(STAMP)
 	$(BIN)/python -m pytest -m slow tests $(PYTEST_ARGS)
 
-LINT_PATHS := vecaccel plugins trainers tests examples benchmarks
+LINT_PATHS := vecaccel plugins trainers tests examples benchmarks docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(MAKE) --no-print-directory typecheck
+	$(MAKE) --no-print-directory docs
 
 # mypy over the package as installed: plugins/ and trainers/ are vecaccel.plugins and
 # vecaccel.trainers there, so it reads a tree of links that has that layout; its report names
@@ -68,6 +69,14 @@ bench: $(STAMP)
 		--json $(BENCH_RESULTS)/vecaccel_bench_cartpole.json --plot $(BENCH_RESULTS)/vecaccel_bench_cartpole.png
 	$(BIN)/vecaccel bench --env pong --num-envs 8,16 --seconds 3 --repeat 3 \
 		--json $(BENCH_RESULTS)/vecaccel_bench_pong.json --plot $(BENCH_RESULTS)/vecaccel_bench_pong.png
+
+# the documentation site (mkdocs.yml) in site/, built strictly: a broken link or reference, or a
+# public name without a docstring (docs/hooks.py), fails it
+docs: $(STAMP)
+	@$(BIN)/python -c "import mkdocs, material, mkdocstrings_handlers.python" 2>/dev/null || { \
+		echo "make docs needs the docs extra (mkdocs, mkdocs-material, mkdocstrings[python]):" \
+			"pip install -e '.[docs]', or make setup, which installs the dev extra" >&2; exit 2; }
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 # the sdist and the wheel in dist/, checked by twine (tests/test_wheel.py installs them)
 dist: $(STAMP)

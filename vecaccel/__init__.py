@@ -47,8 +47,9 @@ def _read_version() -> str:
 #: The package's version, from its metadata (``importlib.metadata.version("vecaccel")``).
 __version__: str = _read_version()
 
-#: Marker for hook implementations: ``@vecaccel.hookimpl``.
 hookimpl = pluggy.HookimplMarker("vecaccel")
+"""Marker for hook implementations: ``@vecaccel.hookimpl`` on a plugin's functions named after
+the hooks of :mod:`vecaccel.hookspecs`."""
 
 __all__ = [
     "AutoresetMode",

@@ -356,9 +356,12 @@ class VecEnv(VectorEnv[Any, Any, Any]):
 
     if TYPE_CHECKING:  # every backend defines both; the base class holds no placeholder
 
-        def step_async(self, actions: Any) -> None: ...
+        def step_async(self, actions: Any) -> None:
+            """Send ``actions`` to the envs and return at once; ``step_wait`` collects the step."""
 
-        def step_wait(self, timeout: float | None = None) -> StepReturn: ...
+        def step_wait(self, timeout: float | None = None) -> StepReturn:
+            """Wait (at most ``timeout`` seconds, ``None``: no limit) for the step that
+            ``step_async`` started, and return it as ``step`` does."""
 
     def step(self, actions: Any) -> StepReturn:
         """Step every env with ``actions`` (``step_async`` then ``step_wait``)."""
@@ -380,6 +383,7 @@ class VecEnv(VectorEnv[Any, Any, Any]):
         raise TypeError(f"{type(self).__name__} does not implement this method")
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute ``name`` of every sub-environment (searched through its wrappers)."""
         return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:

@@ -88,6 +88,7 @@ def process_gone(pid: int) -> bool:
 
 
 def shm_entries() -> set[str]:
+    """The names in ``/dev/shm`` now (none where the folder does not exist)."""
     try:
         return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
@@ -206,6 +207,9 @@ class LeakBaseline:
         self.shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
     def check(self, timeout: float = 10.0) -> None:
+        """Fail (``AssertionError``) on child processes still running after ``timeout``
+        seconds, or ``/dev/shm`` entries, that were not there at the baseline."""
+
         def new_children() -> set[int]:
             # reaps finished ones; a started child has a pid
             active = {cast(int, p.pid) for p in multiprocessing.active_children()}
