@@ -58,7 +58,7 @@ typecheck: $(STAMP)
 	for f in vecaccel/*; do ln -s "$(CURDIR)/$$f" $(TYPECHECK_TREE)/$$f; done
 	ln -s "$(CURDIR)/plugins" $(TYPECHECK_TREE)/vecaccel/plugins
 	ln -s "$(CURDIR)/trainers" $(TYPECHECK_TREE)/vecaccel/trainers
-	cd $(TYPECHECK_TREE) && "$(CURDIR)/$(BIN)/mypy" --config-file "$(CURDIR)/pyproject.toml" \
+	cd $(TYPECHECK_TREE) && "$(abspath $(BIN))/mypy" --config-file "$(CURDIR)/pyproject.toml" \
 		--cache-dir "$(CURDIR)/.mypy_cache" -p vecaccel > report.txt; status=$$?; \
 		sed -e 's#^vecaccel/plugins/#plugins/#' -e 's#^vecaccel/trainers/#trainers/#' report.txt; \
 		exit $$status
