@@ -131,9 +131,14 @@ def missing_docstrings(
     return sorted(set(missing))
 
 
+def on_startup(command: str, dirty: bool) -> None:
+    """Lay the package out as installed before mkdocstrings first looks for it."""
+    build_package_tree()
+
+
 def on_pre_build(config: Any) -> None:
-    """Lay the package out as installed, and warn of every public name without a docstring."""
-    for name in missing_docstrings():
+    """Warn of every public name of the reference without a docstring."""
+    for name in missing_docstrings(search_path=PACKAGE_TREE):
         log.warning("%s has no docstring; the API reference needs one", name)
 
 
