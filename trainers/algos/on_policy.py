@@ -226,7 +226,7 @@ class OnPolicyAlgorithm(Algorithm):
             self.close()
             raise
 
-    # -- other names of the attributes above ----------------------------------------------------
+    # -- envs and num_updates under other names -------------------------------------------------
 
     @property
     def env(self) -> Any:
