@@ -11,10 +11,10 @@ PYTEST_ARGS ?=
 # test worker processes (pytest-xdist): one per core and one more, since many tests wait on the
 # processes they start (at most 8); 0 runs the tests in this process
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 8 ? n + 1 : 8 )))
-# `make bench` rewrites the throughput results that docs/benchmarks.md shows.
+# `make bench` rewrites the throughput results that docs/benchmarks/throughput.md shows.
 BENCH_RESULTS ?= benchmarks/results
 
-.PHONY: setup run test test-learning lint bench clean
+.PHONY: setup run test test-learning lint typecheck docs bench dist clean
 
 setup: $(STAMP)
 
@@ -41,11 +41,27 @@ test: $(STAMP)
 test-learning: $(STAMP)
 	$(BIN)/python -m pytest -m slow tests $(PYTEST_ARGS)
 
-LINT_PATHS := vecaccel plugins trainers tests examples benchmarks
+LINT_PATHS := vecaccel plugins trainers tests examples benchmarks docs
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(MAKE) --no-print-directory typecheck
+	$(MAKE) --no-print-directory docs
+
+# mypy over the package as installed: plugins/ and trainers/ are vecaccel.plugins and
+# vecaccel.trainers there, so it reads a tree of links that has that layout; its report names
+# the files in the checkout
+TYPECHECK_TREE := build/typecheck
+typecheck: $(STAMP)
+	rm -rf $(TYPECHECK_TREE) && mkdir -p $(TYPECHECK_TREE)/vecaccel
+	for f in vecaccel/*; do ln -s "$(CURDIR)/$$f" $(TYPECHECK_TREE)/$$f; done
+	ln -s "$(CURDIR)/plugins" $(TYPECHECK_TREE)/vecaccel/plugins
+	ln -s "$(CURDIR)/trainers" $(TYPECHECK_TREE)/vecaccel/trainers
+	cd $(TYPECHECK_TREE) && "$(abspath $(BIN))/mypy" --config-file "$(CURDIR)/pyproject.toml" \
+		--cache-dir "$(CURDIR)/.mypy_cache" -p vecaccel > report.txt; status=$$?; \
+		sed -e 's#^vecaccel/plugins/#plugins/#' -e 's#^vecaccel/trainers/#trainers/#' report.txt; \
+		exit $$status
 
 bench: $(STAMP)
 	-$(BIN)/python -m pip install -q envpool
@@ -54,5 +70,19 @@ bench: $(STAMP)
 	$(BIN)/vecaccel bench --env pong --num-envs 8,16 --seconds 3 --repeat 3 \
 		--json $(BENCH_RESULTS)/vecaccel_bench_pong.json --plot $(BENCH_RESULTS)/vecaccel_bench_pong.png
 
+# the documentation site (mkdocs.yml) in site/, built strictly: a broken link or reference, or a
+# public name without a docstring (docs/hooks.py), fails it
+docs: $(STAMP)
+	@$(BIN)/python -c "import mkdocs, material, mkdocstrings_handlers.python" 2>/dev/null || { \
+		echo "make docs needs the docs extra (mkdocs, mkdocs-material, mkdocstrings[python]):" \
+			"pip install -e '.[docs]', or make setup, which installs the dev extra" >&2; exit 2; }
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# the sdist and the wheel in dist/, checked by twine (tests/test_wheel.py installs them)
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --no-isolation --outdir dist .
+	$(BIN)/twine check --strict dist/*
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .mypy_cache .hypothesis

@@ -26,6 +26,7 @@ from vecaccel.errors import WorkerError
 from vecaccel.options import ActionServerOptions
 from vecaccel.payload_spaces import require_fixed_layout
 from vecaccel.plugins.asynchronous import AsyncVecEnv
+from vecaccel.vector import StepReturn
 from vecaccel.vectorized import is_vectorized
 from vecaccel.worker import usable_cpus, warn_if_torch_oversubscribes
 
@@ -141,7 +142,7 @@ class ActionServerVecEnv(AsyncVecEnv):
                 f"alternating=True over vectorized slices needs an even num_workers (each half "
                 f"is whole slices), got {self.num_workers}"
             )
-        halves = [[], []]
+        halves: list[list[int]] = [[], []]
         for worker in self.pool.workers:
             halves[worker.index % 2].extend(worker.env_indices)
         return [np.array(half, dtype=np.int64) for half in halves]
@@ -261,7 +262,7 @@ class ActionServerVecEnv(AsyncVecEnv):
             raise
         self._step_pending = True
 
-    def step_wait(self, timeout: float | None = None):
+    def step_wait(self, timeout: float | None = None) -> StepReturn:
         self._check_open()
         if not self._step_pending:
             raise RuntimeError("step_wait() called without a pending step_async()")

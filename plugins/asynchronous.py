@@ -30,7 +30,15 @@ from vecaccel import BackendRegistry, hookimpl
 from vecaccel.errors import WorkerError
 from vecaccel.options import AsyncOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
-from vecaccel.vector import AsyncState, check_reset_mask_held, normalize_seeds, split_reset_mask
+from vecaccel.vector import (
+    AsyncState,
+    ResetReturn,
+    Seed,
+    StepReturn,
+    check_reset_mask_held,
+    normalize_seeds,
+    split_reset_mask,
+)
 from vecaccel.vectorized import SliceInfos, is_vectorized, unbatch_infos
 from vecaccel.worker import (
     ENV_PAYLOAD_FLAG,
@@ -432,7 +440,7 @@ class AsyncVecEnv(ProcessVecEnv):
     def _busy(self) -> bool:
         return bool(self._in_flight.any())
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: Seed = None, options: dict[str, Any] | None = None) -> ResetReturn:
         """Reset every env and return the first batch, or reset some envs of the batch in hand.
 
         With ``options["reset_mask"]`` only the envs of the batch last returned (the envs the
@@ -479,7 +487,7 @@ class AsyncVecEnv(ProcessVecEnv):
             raise RuntimeError("call reset() before step()")
         self.send(actions, self._last_ids)
 
-    def step_wait(self, timeout: float | None = None):
+    def step_wait(self, timeout: float | None = None) -> StepReturn:
         return self.recv(timeout)
 
 

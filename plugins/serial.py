@@ -26,6 +26,9 @@ from vecaccel.spaces import (
 from vecaccel.vector import (
     AsyncState,
     EnvRunner,
+    ResetReturn,
+    Seed,
+    StepReturn,
     VecEnv,
     check_env_spaces,
     make_env,
@@ -113,7 +116,7 @@ class SerialVecEnv(VecEnv):
             return concatenate(space, self._obs_items, create_empty_array(space, self.num_envs))
         return copy_tree(self._obs) if self.copy else self._obs
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: Seed = None, options: dict[str, Any] | None = None) -> ResetReturn:
         self._check_open()
         seeds = normalize_seeds(seed, self.num_envs)
         reset_mask, options = split_reset_mask(options, self.num_envs)
@@ -143,7 +146,7 @@ class SerialVecEnv(VecEnv):
         self._late = None
         self._state = AsyncState.WAITING_STEP
 
-    def step_wait(self, timeout: float | None = None):
+    def step_wait(self, timeout: float | None = None) -> StepReturn:
         self._check_open()
         if self._state is not AsyncState.WAITING_STEP:
             raise RuntimeError("step_wait() called without a pending step_async()")
@@ -263,7 +266,7 @@ class VectorizedSerialVecEnv(VecEnv):
         error.env_indices = tuple(range(self.num_envs))
         return error
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: Seed = None, options: dict[str, Any] | None = None) -> ResetReturn:
         self._check_open()
         seeds = normalize_seeds(seed, self.num_envs)
         reset_mask, options = split_reset_mask(options, self.num_envs)
@@ -285,7 +288,7 @@ class VectorizedSerialVecEnv(VecEnv):
         self._actions = self._check_actions(actions)
         self._state = AsyncState.WAITING_STEP
 
-    def step_wait(self, timeout: float | None = None):
+    def step_wait(self, timeout: float | None = None) -> StepReturn:
         self._check_open()
         if self._state is not AsyncState.WAITING_STEP:
             raise RuntimeError("step_wait() called without a pending step_async()")

@@ -16,7 +16,15 @@ from vecaccel.errors import WorkerError
 from vecaccel.options import HybridOptions, ShmOptions
 from vecaccel.payload_spaces import batch_view
 from vecaccel.spaces import assign_tree, copy_tree
-from vecaccel.vector import AsyncState, normalize_seeds, snapshot, split_reset_mask
+from vecaccel.vector import (
+    AsyncState,
+    ResetReturn,
+    Seed,
+    StepReturn,
+    normalize_seeds,
+    snapshot,
+    split_reset_mask,
+)
 from vecaccel.vectorized import SliceInfos, merge_slice_infos, unbatch_infos
 from vecaccel.worker import (
     Command,
@@ -224,7 +232,7 @@ class ShmVecEnv(ProcessVecEnv):
 
     # -- the VectorEnv API ----------------------------------------------------------------------
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: Seed = None, options: dict[str, Any] | None = None) -> ResetReturn:
         """Reset every env (or those in ``options["reset_mask"]``).
 
         A step that timed out is finished first; an env error it reports is not raised, as on
@@ -335,7 +343,7 @@ class ShmVecEnv(ProcessVecEnv):
         self._results = {}
         self._state = AsyncState.WAITING_STEP
 
-    def step_wait(self, timeout: float | None = None):
+    def step_wait(self, timeout: float | None = None) -> StepReturn:
         self._check_open()
         if self._state is not AsyncState.WAITING_STEP:
             raise RuntimeError("step_wait() called without a pending step_async()")

@@ -67,6 +67,15 @@ def _assert_quiet(stderr: str, what: str) -> None:
 # (id, doc, marker, substitutions {old: new} that must each match, preamble, epilogue, timeout)
 PYTHON_SNIPPETS = [
     (
+        "docs-home-quick-start",
+        "docs/index.md",
+        'make_vec("CartPole-v1", 8, backend="shm")',
+        {},
+        "",
+        "",
+        60,
+    ),
+    (
         "readme-vectorized-envs",
         "README.md",
         'make_vec("CartPole-v1", 64, backend="shm")',
@@ -455,15 +464,53 @@ NOT_RUN_COMMANDS = [
         "vecaccel tune",
         "a minute of timing per line; tests/test_tune.py runs the command",
     ),
-    ("docs/benchmarks.md", "vecaccel bench", "benchmarks of minutes; tests/test_bench.py"),
-    ("docs/benchmarks.md", "make bench", "the benchmarks of minutes that rewrite results"),
     (
-        "docs/benchmarks.md",
+        "docs/benchmarks/throughput.md",
+        "vecaccel bench",
+        "benchmarks of minutes; tests/test_bench.py",
+    ),
+    (
+        "docs/benchmarks/throughput.md",
+        "make bench",
+        "the benchmarks of minutes that rewrite results",
+    ),
+    (
+        "docs/benchmarks/throughput.md",
         "benchmarks/",
         "benchmarks of minutes; their flags are checked against each script's --help here",
     ),
     (
-        "docs/benchmarks.md",
+        "docs/benchmarks/rollouts.md",
+        "benchmarks/",
+        "benchmarks of minutes; their flags are checked against each script's --help here",
+    ),
+    (
+        "docs/benchmarks/waits.md",
+        "benchmarks/",
+        "benchmarks of minutes; their flags are checked against each script's --help here",
+    ),
+    (
+        "docs/benchmarks/learning.md",
+        "benchmarks/",
+        "benchmarks of minutes; their flags are checked against each script's --help here",
+    ),
+    (
+        "docs/benchmarks/scale-out.md",
+        "benchmarks/",
+        "benchmarks of minutes; their flags are checked against each script's --help here",
+    ),
+    (
+        "docs/benchmarks/reliability.md",
+        "benchmarks/",
+        "benchmarks of minutes; their flags are checked against each script's --help here",
+    ),
+    (
+        "docs/benchmarks/gpu.md",
+        "benchmarks/",
+        "benchmarks of minutes; their flags are checked against each script's --help here",
+    ),
+    (
+        "docs/benchmarks/learning.md",
         "vecaccel train ppo --preset atari",
         "3 million Pong steps: the learning run the page reports",
     ),

@@ -17,14 +17,36 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vecaccel.trainers.config.registry import exports
+
+if TYPE_CHECKING:  # what checkers and editors see; at run time __getattr__ imports on first use
+    from vecaccel.trainers.algos.a2c import A2C, A2CConfig
+    from vecaccel.trainers.algos.base import Algorithm
+    from vecaccel.trainers.algos.dqn import C51, DQN, DQNConfig, Rainbow
+    from vecaccel.trainers.algos.ppo import PPO, PPOConfig
+    from vecaccel.trainers.config.settings import RunConfig
+    from vecaccel.trainers.runners.asynchronous.runner import AsyncRunner
+    from vecaccel.trainers.runners.sync import SyncRunner
 
 # name -> "module:attribute", from the registry: each algorithm and its config, the runners...
 _LOCATIONS: dict[str, str] = exports()
 
-__all__ = sorted(_LOCATIONS)
+__all__ = [  # the registry's exports, written out for checkers (a test keeps them equal)
+    "A2C",
+    "A2CConfig",
+    "Algorithm",
+    "AsyncRunner",
+    "C51",
+    "DQN",
+    "DQNConfig",
+    "PPO",
+    "PPOConfig",
+    "Rainbow",
+    "RunConfig",
+    "SyncRunner",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -351,7 +351,7 @@ def _add_plugin_commands(pm: pluggy.PluginManager, commands: Commands) -> None:
 
     for impl in pm.hook.vecaccel_add_commands.get_hookimpls():
         # only the arguments it asks for, as pluggy calls a hook: specs may grow. ``subparsers``
-        # is the earlier name of ``commands``, which answers its ``add_parser`` as argparse did
+        # is an alias of ``commands``, whose ``add_parser`` answers as argparse's does
         offered = (("commands", commands), ("subparsers", commands))
         arguments = {name: value for name, value in offered if name in impl.argnames}
         try:

@@ -16,7 +16,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.env_ids import unknown_env_id_message
-from vecaccel.manager import get_backend, register_envs
+from vecaccel.manager import BackendInfo, get_backend, register_envs
 from vecaccel.vector import make_env, parse_autoreset_mode
 
 __all__ = ["make_vec", "EnvFactory"]
@@ -146,7 +146,9 @@ def _pettingzoo_installed() -> bool:
     return "pettingzoo" in sys.modules or _installed("pettingzoo")
 
 
-def _find_multiagent(env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None):
+def _find_multiagent(
+    env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None
+) -> tuple[Any, Any]:
     """``(env functions, env 0)`` when ``env`` makes PettingZoo envs, else ``(None, env)`` with
     ``env`` as given, or with its first function handing over the env made to look at it.
 
@@ -188,7 +190,7 @@ def _find_multiagent(env: Any, num_envs: int | None, env_kwargs: dict[str, Any] 
     probe = make_env(first, 0)
     if multiagent.is_multiagent_env(probe):
         if fns is None:
-            return [first] * num_envs, probe
+            return [first] * num_envs, probe  # type: ignore[operator]  # set: checked above
         if env_kwargs:
             return [multiagent.ParallelEnvFn(fn, env_kwargs) for fn in fns], probe
         return fns, probe
@@ -203,10 +205,10 @@ def _make_multiagent(
     env_fns: list[Callable[[], Any]],
     probe: Any,
     num_envs: int | None,
-    backend: tuple[Any, Any],
+    backend: tuple[BackendInfo, Any],
     autoreset_mode: str | AutoresetMode,
     options: dict[str, Any],
-) -> gym.vector.VectorEnv:
+) -> gym.vector.VectorEnv[Any, Any, Any]:
     from vecaccel.multiagent import StackedAgentsFn, as_parallel, common_spaces
     from vecaccel.multiagent_vec import MultiAgentVecEnv
 
@@ -226,7 +228,7 @@ def _make_multiagent(
     return MultiAgentVecEnv(vec_env, agents, observation_space, action_space)
 
 
-def _checked_backend(backend: str, options: dict[str, Any]) -> tuple[Any, Any]:
+def _checked_backend(backend: str, options: dict[str, Any]) -> tuple[BackendInfo, Any]:
     """The backend's registry entry and its checked options (``None`` for a backend that
     declares none): a misspelled option is refused here, before any env is built."""
     info = get_backend(backend)
@@ -234,7 +236,7 @@ def _checked_backend(backend: str, options: dict[str, Any]) -> tuple[Any, Any]:
     return info, checked
 
 
-def _are_slice_fns(env_fns: list, num_envs: int | None) -> bool:
+def _are_slice_fns(env_fns: list[Any], num_envs: int | None) -> bool:
     """Whether ``env_fns`` are the env functions of vectorized slices (one vector env
     function for all), handed on as they are."""
     from vecaccel.vectorized import is_vectorized, vector_env_fn_of
@@ -266,11 +268,11 @@ def _slice_fns(
 
 
 def _build(
-    env_fns: list[Callable[[], gym.Env]],
-    backend: tuple[Any, Any],
+    env_fns: Sequence[Callable[[], Any]],
+    backend: tuple[BackendInfo, Any],
     autoreset_mode: str | AutoresetMode,
     options: dict[str, Any],
-) -> gym.vector.VectorEnv:
+) -> gym.vector.VectorEnv[Any, Any, Any]:
     info, checked = backend
     mode = parse_autoreset_mode(autoreset_mode)
     if mode not in info.autoreset_modes:
@@ -310,8 +312,8 @@ def make_vec(
             must be ``autoreset_mode``; the build fails naming both otherwise.
         **options: backend options, e.g. ``num_workers``, ``context``, ``copy``,
             ``step_timeout_s``; each backend's are one dataclass of
-            :mod:`vecaccel.options` (``ShmOptions`` for ``shm``...). Older spellings such as
-            ``step_timeout`` are aliases.
+            :mod:`vecaccel.options` (``ShmOptions`` for ``shm``...). Alias spellings such as
+            ``step_timeout`` are accepted too.
 
     Returns:
         A ``gymnasium.vector.VectorEnv``.

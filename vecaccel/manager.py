@@ -10,6 +10,7 @@ import difflib
 import importlib
 import importlib.metadata
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pluggy
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecaccel import hookspecs
 from vecaccel.options import BackendOptions
@@ -53,7 +54,7 @@ DISABLE_ENV_VAR = "VECACCEL_DISABLE_PLUGINS"
 
 ENTRY_POINT_GROUP = "vecaccel"
 
-BackendFactory = Callable[..., Any]
+BackendFactory = Callable[..., VectorEnv[Any, Any, Any]]
 
 
 class PluginWarning(UserWarning):
@@ -273,7 +274,10 @@ def _collect_backends() -> BackendRegistry:
         try:
             impl.function(**arguments)
         except Exception as exc:
-            exc.add_note(f"(in plugin {registry._current_plugin!r}, vecaccel_register_backends)")
+            if sys.version_info >= (3, 11):  # notes are new in 3.11
+                exc.add_note(
+                    f"(in plugin {registry._current_plugin!r}, vecaccel_register_backends)"
+                )
             raise
     registry._current_plugin = "<unknown>"
     return registry

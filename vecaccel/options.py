@@ -3,7 +3,7 @@
 Each backend declares one dataclass of options when it registers
 (``registry.add(name, factory, description, options=ShmOptions)``). ``make_vec`` turns the
 keyword arguments it was given into that dataclass with :meth:`BackendOptions.from_kwargs`:
-older spellings are accepted as aliases (``step_timeout`` for ``step_timeout_s``), and a name
+alias spellings are accepted (``step_timeout`` for ``step_timeout_s``), and a name
 that is neither an option nor an alias is a ``TypeError`` naming the backend, the option and
 the closest valid name. Durations carry their unit in the name: ``_s`` for seconds, ``_us``
 for microseconds.
@@ -53,8 +53,8 @@ OptionsT = TypeVar("OptionsT", bound="BackendOptions")
 class BackendOptions:
     """What every backend takes. Subclass it to declare a backend's own options.
 
-    A subclass adds fields (with defaults: every option is optional) and may add spellings
-    that keep working in ``ALIASES`` (``{old name: field name}``); aliases of the base classes
+    A subclass adds fields (with defaults: every option is optional) and may add other
+    spellings in ``ALIASES`` (``{alias: field name}``); aliases of the base classes
     apply too.
     """
 
@@ -145,7 +145,7 @@ class BackendOptions:
     @staticmethod
     def _unknown(backend: str, key: str, names: list[str], aliases: dict[str, str]) -> str:
         candidates = {name: name for name in names}
-        candidates.update(aliases)  # a near-miss of an old spelling suggests the new one
+        candidates.update(aliases)  # a near-miss of an alias suggests the field's name
         close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
         hint = f"; did you mean {candidates[close[0]]!r}?" if close else ""
         return f"backend {backend!r} has no option {key!r}{hint} (its options: {', '.join(names)})"

@@ -41,7 +41,7 @@ import functools
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -223,7 +223,9 @@ class SB3VecEnv(SB3BaseVecEnv):
                     f"{vec_env!r} has no {method}(); to_sb3 wraps vector envs made by "
                     "vecaccel.make_vec"
                 )
-        self.vec_env = vec_env
+        # a vecaccel backend: beyond Gymnasium's VectorEnv it has call_indices,
+        # set_attr_indices and per_env_infos, checked above
+        self.vec_env: Any = vec_env
         self.autoreset_mode = mode
         # SB3 wants one info dict per env: where the backend can, take the envs' dicts instead
         # of batching them Gymnasium-style and splitting the batch again. Only during the
@@ -331,7 +333,7 @@ class SB3VecEnv(SB3BaseVecEnv):
         # (VecMonitor, VecNormalize) compute bit for bit what they compute on DummyVecEnv
         return self._to_sb3_obs(obs), np.asarray(rewards).astype(np.float32), dones, infos
 
-    def set_options(self, options: list[dict] | dict | None = None) -> None:
+    def set_options(self, options: list[dict[str, Any]] | dict[str, Any] | None = None) -> None:
         """Set the options of the next reset: one dict for every env, or one per env.
 
         A falsy entry of a per-env list (``None``, ``{}``) resets that env with
@@ -425,7 +427,13 @@ class SB3VecEnv(SB3BaseVecEnv):
             chosen.append(index % self.num_envs)
         return chosen
 
-    def _call(self, name: str | Callable[[gym.Env], Any], indices: VecEnvIndices, *args, **kwargs):
+    def _call(
+        self,
+        name: str | Callable[[gym.Env[Any, Any]], Any],
+        indices: VecEnvIndices,
+        *args: Any,
+        **kwargs: Any,
+    ) -> list[Any]:
         chosen = self._indices(indices)
         if not chosen:
             return []
@@ -467,7 +475,7 @@ class SB3VecEnv(SB3BaseVecEnv):
             per_env = _is_per_env(actions, self.num_envs, tuple)
         if per_env:
             out = create_empty_array(space, self.num_envs)
-            return concatenate(space, list(actions), out)
+            return concatenate(space, list(actions), out)  # type: ignore[arg-type]
         return actions
 
     def _to_sb3_obs(self, obs: Any) -> VecEnvObs:
@@ -477,7 +485,7 @@ class SB3VecEnv(SB3BaseVecEnv):
             obs = copy_tree(obs)
         if isinstance(self.observation_space, spaces.Dict):
             return OrderedDict((key, obs[key]) for key in self.observation_space.spaces)
-        return obs
+        return cast(VecEnvObs, obs)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.vec_env!r})"

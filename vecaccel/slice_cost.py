@@ -26,7 +26,7 @@ that matter; :func:`choose_vector_backend` turns that into a backend by this rul
 
 The round trips were measured on a quiet 2-vCPU x86_64 VM with Gymnasium's CartPole vector
 env: ``shm`` with two workers took 180-200 µs a step more than the slowest slice alone, ``hybrid``
-with one worker about 80 µs (see ``docs/benchmarks.md``). A loaded machine's round trips are
+with one worker about 80 µs (see ``docs/benchmarks/throughput.md``). A loaded machine's round trips are
 longer, which only moves the choice towards ``serial``.
 
 Example:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, SupportsFloat, TypeAlias
 
 import gymnasium as gym
 import numpy as np
@@ -20,11 +20,26 @@ from gymnasium.vector.utils import batch_space
 from vecaccel.errors import ClosedEnvError, env_error
 from vecaccel.spaces import check_actions
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+#: The ``seed`` that ``reset`` takes, as Gymnasium's ``VectorEnv.reset``: one seed for the
+#: envs (``seed + i`` for env ``i``), one per env (``None`` leaves that env unseeded), or none.
+Seed: TypeAlias = "int | list[int | None] | None"
+#: What ``reset`` returns: the batched observations and the infos dict.
+ResetReturn: TypeAlias = "tuple[Any, dict[str, Any]]"
+#: What ``step`` and ``step_wait`` return, as Gymnasium's ``VectorEnv.step``: observations,
+#: rewards, terminations, truncations (arrays, or tensors on the action server) and infos.
+StepReturn: TypeAlias = "tuple[Any, Any, Any, Any, dict[str, Any]]"
+
 __all__ = [
     "AutoresetMode",
     "EnvRunner",
     "VecEnv",
     "AsyncState",
+    "ResetReturn",
+    "Seed",
+    "StepReturn",
     "check_env_spaces",
     "check_reset_mask_held",
     "make_env",
@@ -82,7 +97,10 @@ def make_env(env_fn: Callable[[], gym.Env], index: int) -> gym.Env:
 
 
 def check_env_spaces(
-    env: gym.Env, index: int, observation_space: gym.Space, action_space: gym.Space
+    env: gym.Env[Any, Any],
+    index: int,
+    observation_space: gym.Space[Any],
+    action_space: gym.Space[Any],
 ) -> None:
     """Raise ``RuntimeError`` naming env ``index`` if its spaces differ from env 0's, as
     ``SyncVectorEnv`` does: batching needs one observation and one action space for all."""
@@ -135,16 +153,19 @@ class EnvRunner:
         self.index = index
         self.needs_reset = False
 
-    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self.needs_reset = False
         return obs, info
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         mode = self.autoreset_mode
         if mode is AutoresetMode.NEXT_STEP and self.needs_reset:
             obs, info = self.env.reset()
-            reward, terminated, truncated = 0.0, False, False
+            reward: SupportsFloat = 0.0
+            terminated, truncated = False, False
         else:
             if mode is AutoresetMode.DISABLED and self.needs_reset:
                 raise RuntimeError(
@@ -160,7 +181,9 @@ class EnvRunner:
         self.needs_reset = bool(terminated or truncated)
         return obs, reward, terminated, truncated, info
 
-    def call(self, name: str | Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def call(
+        self, name: str | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         if callable(name):  # a function applied to the env itself (picklable under spawn)
             return name(self.env, *args, **kwargs)
         attribute = self.env.get_wrapper_attr(name)
@@ -182,12 +205,12 @@ def parse_autoreset_mode(mode: str | AutoresetMode) -> AutoresetMode:
         raise ValueError(f"unknown autoreset_mode {mode!r}; valid: {valid}") from None
 
 
-class _ResetMaskOnly(dict):
+class _ResetMaskOnly(dict[str, Any]):
     """Reset options holding a ``reset_mask`` and nothing else for the envs (see
     :func:`reset_mask_only`); a ``dict`` still, for backends that do not know it."""
 
 
-def reset_mask_only(reset_mask: np.ndarray) -> dict:
+def reset_mask_only(reset_mask: np.ndarray) -> dict[str, Any]:
     """``options`` for ``reset`` that reset the envs in ``reset_mask`` with ``options=None``.
 
     ``reset(options={"reset_mask": mask})`` passes what is left of the dict, ``{}``, to the
@@ -232,7 +255,9 @@ def check_reset_mask_held(reset_mask: np.ndarray, held: np.ndarray | None) -> No
         )
 
 
-def split_reset_mask(options: dict | None, num_envs: int) -> tuple[np.ndarray | None, dict | None]:
+def split_reset_mask(
+    options: dict[str, Any] | None, num_envs: int
+) -> tuple[np.ndarray | None, dict[str, Any] | None]:
     """Pop and validate ``options['reset_mask']`` exactly as ``SyncVectorEnv`` does.
 
     Returns:
@@ -262,7 +287,7 @@ def split_reset_mask(options: dict | None, num_envs: int) -> tuple[np.ndarray | 
     return reset_mask, None if mask_only and not options else options
 
 
-class VecEnv(VectorEnv):
+class VecEnv(VectorEnv[Any, Any, Any]):
     """Base class of every vecaccel backend: a ``gymnasium.vector.VectorEnv``.
 
     Subclasses implement ``reset``, ``step_async``, ``step_wait``, ``call`` and ``set_attr``
@@ -323,9 +348,9 @@ class VecEnv(VectorEnv):
     per_env_infos = False
     #: The ``(env index, info)`` pairs of the last ``step``/``reset`` made with
     #: :attr:`per_env_infos`; empty after one made without.
-    last_infos: list[tuple[int, dict]] = []
+    last_infos: list[tuple[int, dict[str, Any]]] = []
 
-    def _batch_infos(self, pairs: Sequence[tuple[int, dict]]) -> dict[str, Any]:
+    def _batch_infos(self, pairs: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
         if self.per_env_infos:
             self.last_infos = list(pairs)
             return {}
@@ -337,7 +362,17 @@ class VecEnv(VectorEnv):
                 infos = self._add_info(infos, info, index)
         return infos
 
-    def step(self, actions: Any):
+    if TYPE_CHECKING:  # every backend defines both; the base class holds no placeholder
+
+        def step_async(self, actions: Any) -> None:
+            """Send ``actions`` to the envs and return at once; ``step_wait`` collects the step."""
+
+        def step_wait(self, timeout: float | None = None) -> StepReturn:
+            """Wait (at most ``timeout`` seconds, ``None``: no limit) for the step that
+            ``step_async`` started, and return it as ``step`` does."""
+
+    def step(self, actions: Any) -> StepReturn:
+        """Step every env with ``actions`` (``step_async`` then ``step_wait``)."""
         self.step_async(actions)
         return self.step_wait()
 
@@ -356,6 +391,7 @@ class VecEnv(VectorEnv):
         raise TypeError(f"{type(self).__name__} does not implement this method")
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute ``name`` of every sub-environment (searched through its wrappers)."""
         return self.call(name)
 
     def set_attr(self, name: str, values: Any) -> None:
@@ -370,7 +406,7 @@ class VecEnv(VectorEnv):
         if indices is None:
             return list(range(self.num_envs))
         if isinstance(indices, (int, np.integer)):
-            indices = [indices]
+            indices = [int(indices)]
         out = []
         for index in indices:
             index = int(index)
@@ -390,16 +426,16 @@ class VecEnv(VectorEnv):
         return list(values)
 
     @property
-    def np_random_seed(self) -> tuple[int | None, ...]:
+    def np_random_seed(self) -> tuple[int | None, ...]:  # type: ignore[override]
         """The sub-environments' seeds, one per env (as ``SyncVectorEnv``)."""
         return self.get_attr("np_random_seed")
 
-    @property
-    def np_random(self) -> tuple[np.random.Generator, ...]:
+    @property  # type: ignore[misc]  # read-only, as SyncVectorEnv's
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
         """The sub-environments' random generators, one per env (as ``SyncVectorEnv``)."""
         return self.get_attr("np_random")
 
-    def render(self):
+    def render(self) -> tuple[Any, ...] | None:
         return self.call("render")
 
     def close(self, **kwargs: Any) -> None:
@@ -410,10 +446,10 @@ class VecEnv(VectorEnv):
         finally:
             self.closed = True
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info: Any) -> bool:
+    def __exit__(self, *exc_info: object) -> Literal[False]:
         self.close()
         return False
 

@@ -17,6 +17,9 @@ from vecaccel.options import RayOptions
 from vecaccel.spaces import assign_tree, has_fixed_layout, index_tree, read_item
 from vecaccel.vector import (
     AsyncState,
+    ResetReturn,
+    Seed,
+    StepReturn,
     VecEnv,
     check_reset_mask_held,
     normalize_seeds,
@@ -300,7 +303,7 @@ class RayVecEnv(VecEnv):
 
     # -- the VectorEnv API --------------------------------------------------------------------
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: Seed = None, options: dict[str, Any] | None = None) -> ResetReturn:
         """Reset every env (or those in ``options["reset_mask"]``); with ``batch_size`` below
         ``num_envs``, return the first batch (a masked reset may only name envs of the batch
         last returned, which comes back again)."""
@@ -364,7 +367,7 @@ class RayVecEnv(VecEnv):
             raise RuntimeError("call reset() before step()")
         self.send(actions, self._last_ids)
 
-    def step_wait(self, timeout: float | None = None):
+    def step_wait(self, timeout: float | None = None) -> StepReturn:
         self._check_open()
         if self._state is not AsyncState.WAITING_STEP and not self._ready:
             raise RuntimeError("step_wait() called without a pending step_async()")

@@ -322,7 +322,7 @@ class DQN(OffPolicyAlgorithm):
         }
 
     def train_step(self, batch: ReplaySample) -> dict[str, float]:
-        """:meth:`update` (its earlier name)."""
+        """:meth:`update` under another name."""
         return self.update(batch)
 
 

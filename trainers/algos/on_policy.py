@@ -111,7 +111,7 @@ class OnPolicyConfig(RunConfig):
     """bfloat16 autocast in the CNN torso: off, on, or auto (on where the hardware has bf16 units)."""
 
     log_every: InitVar[int | None] = None
-    """Updates between metric rows: the earlier spelling of the log period, converted to
+    """Updates between metric rows: another spelling of the log period, converted to
     log_every_steps with this rank's batch (num_envs * num_steps)."""
 
     def __post_init__(self, log_every: int | None = None) -> None:
@@ -158,7 +158,7 @@ class OnPolicyAlgorithm(Algorithm):
 
         if isinstance(env, str):
             config["env_id"] = env
-        if "log_every_steps" in config:  # the current name wins over the earlier one
+        if "log_every_steps" in config:  # the field's own name wins over the alias
             config.pop("log_every", None)
         explicit = config
         config = self.preset_values(env, preset, explicit)
@@ -226,7 +226,7 @@ class OnPolicyAlgorithm(Algorithm):
             self.close()
             raise
 
-    # -- names users of earlier releases read ----------------------------------------------------
+    # -- envs and num_updates under other names -------------------------------------------------
 
     @property
     def env(self) -> Any:

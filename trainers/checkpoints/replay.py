@@ -87,7 +87,7 @@ def save_off_policy(
         state["replay"] = replay_entry(agent, write_replay(agent.buffer, path, token), token)
         keep = {state["replay"]["file"]}
     written = save_checkpoint(path, state)
-    # older replay files, and the partial one of a save that was killed, are of no use now
+    # the replay files of earlier saves, and the partial one of a save that was killed, are of no use now
     stem = glob.escape(path.stem)
     for pattern in (f"{stem}.replay-*.npz", f".{stem}.replay-*.npz.*.tmp"):
         for stale in path.parent.glob(pattern):
@@ -211,7 +211,7 @@ def load_off_policy(
         tuple(observation["shape"]),
         dtype,
     )
-    # older checkpoints have no start: they could only have trained with 0
+    # a checkpoint without a start holds an action space that starts at 0
     agent.action_space = gym.spaces.Discrete(
         state["num_actions"], start=int(state.get("action_start", 0))
     )
@@ -228,11 +228,11 @@ def load_off_policy(
         group["eps"] = config.adam_eps
     rng_state, replay = restore_counters(agent, state, load_replay)
     if replay is not None:
-        # older checkpoints do not name the buffer's n_step or alpha; they were the config's
+        # a replay entry without the buffer's n_step or alpha takes the saved config's
         saved = state["config"]
         replay = {"n_step": saved.get("n_step"), "alpha": saved.get("priority_alpha"), **replay}
     resume = None
-    if "loop" in state:  # older checkpoints have no loop state: learn() starts afresh
+    if "loop" in state:  # a checkpoint without loop state: learn() starts afresh
         agent.loop_state = dict(state["loop"])
         agent.target_steps = int(state["loop"]["horizon"])
         resume = {

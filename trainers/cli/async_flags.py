@@ -16,7 +16,7 @@ __all__ = ["resume_async", "train"]
 
 
 def train(
-    cls: type,
+    cls: type[Any],
     env_id: str,
     total_steps: int,
     run_dir: str | None = None,
@@ -48,7 +48,7 @@ def train(
     return 0
 
 
-def _new_agent(cls: type, env_id: str, **config: Any) -> Any:
+def _new_agent(cls: type[Any], env_id: str, **config: Any) -> Any:
     """A ``cls`` agent for ``env_id`` without envs (the sampler process has them); an
     off-policy one gets its networks now (under ``torchrun`` it joins the process group)."""
     from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
@@ -80,7 +80,7 @@ def _report(runner: AsyncRunner) -> None:
 
 
 def resume_async(
-    cls: type,
+    cls: type[Any],
     checkpoint: str | os.PathLike[str],
     env_id: str,
     total_steps: int | None,

@@ -112,7 +112,9 @@ def _explicit_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def _env_id(args: argparse.Namespace, config_cls: type, *sources: dict[str, Any]) -> str | None:
+def _env_id(
+    args: argparse.Namespace, config_cls: type[Any], *sources: dict[str, Any]
+) -> str | None:
     if args.env:
         return args.env
     for source in sources:
@@ -259,7 +261,7 @@ def _run_dir_refusal(args: argparse.Namespace) -> str | None:
 
 def _resume(
     args: argparse.Namespace,
-    cls: type,
+    cls: type[Any],
     explicit: dict[str, Any],
     runtime: dict[str, Any],
     fixed_lag: bool | None,
@@ -346,7 +348,9 @@ def _resume(
     return 0
 
 
-def _with_preset(args: argparse.Namespace, cls: type, explicit: dict[str, Any]) -> dict[str, Any]:
+def _with_preset(
+    args: argparse.Namespace, cls: type[Any], explicit: dict[str, Any]
+) -> dict[str, Any]:
     """The config of a new run: its preset's values (``--preset``, or else the one made for the
     env trained on), then the flags given; the preset's name under ``"preset"``.
 
@@ -380,7 +384,7 @@ def _with_preset(args: argparse.Namespace, cls: type, explicit: dict[str, Any]) 
     return config
 
 
-def _default_run_dir(algo: str, env_id: str, config: dict[str, Any], config_cls: type) -> Path:
+def _default_run_dir(algo: str, env_id: str, config: dict[str, Any], config_cls: type[Any]) -> Path:
     """``runs/ALGO-ENV-SEED-TIME``; under torchrun the time is the launcher's run id, or each
     rank would stamp its own."""
     import os
@@ -409,7 +413,7 @@ def _print_run_dir(run_dir: Path) -> None:
     )
 
 
-def _preflight(config_cls: type, env_id: str, config: dict[str, Any]) -> None:
+def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> None:
     """Check what can be checked before any process starts (the async runners start theirs
     first): the config's values, the backend, and that the env id is registered."""
     import gymnasium as gym

@@ -1,8 +1,8 @@
 """The flags of ``vecaccel train ALGO``: those every algorithm has, its family's, and one per
 field of its config dataclass.
 
-Each config field becomes a flag (its docstring the ``--help`` text); earlier spellings of
-renamed settings stay as flags of their own. Nothing here imports torch or an algorithm at module level:
+Each config field becomes a flag (its docstring the ``--help`` text); a setting's alias
+spellings are flags of their own. Nothing here imports torch or an algorithm at module level:
 an algorithm's flags are added only when its sub-command is parsed.
 """
 
@@ -39,7 +39,7 @@ _COMMON_FIELDS = {"env_id", "num_envs", "backend", "backend_options", "seed", "d
 # -- resolving an algorithm lazily, through the registry ---------------------------------------
 
 
-def algorithm_class(algo: str) -> type:
+def algorithm_class(algo: str) -> type[Any]:
     """The class of the algorithm registered as ``algo`` (imports it, and torch)."""
     return registry.get(algo).load_class()
 
@@ -49,10 +49,10 @@ def presets(algo: str) -> dict[str, dict[str, Any]]:
     return registry.get(algo).load_presets()
 
 
-def _aliases(config_cls: type) -> dict[str, str]:
-    """Earlier flag spellings of ``config_cls``'s settings: old name -> current field.
+def _aliases(config_cls: type[Any]) -> dict[str, str]:
+    """Alias flag spellings of ``config_cls``'s settings: alias -> field.
 
-    They are the config's renamed settings (``ALIASES``) and the keywords its constructor takes
+    They are the config's ``ALIASES`` and the keywords its constructor takes
     beside its fields (``InitVar`` spellings converted on the way in).
     """
     fields = {field.name for field in dataclasses.fields(config_cls)}
@@ -63,7 +63,7 @@ def _aliases(config_cls: type) -> dict[str, str]:
     return aliases
 
 
-def _field_docs(config_cls: type) -> dict[str, str]:
+def _field_docs(config_cls: type[Any]) -> dict[str, str]:
     from vecaccel.trainers.config.settings import config_help
 
     return config_help(config_cls)
@@ -242,7 +242,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_mode_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+def add_mode_flags(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
     """``--async``/``--sync`` and the asynchronous mode's flags, which differ by family: what
     the algorithm's class is decides which (it is imported by then)."""
     from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm

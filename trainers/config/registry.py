@@ -98,7 +98,7 @@ class AlgorithmInfo:
         """The config class's name, as :mod:`vecaccel.trainers` exports it."""
         return self.config.partition(":")[2]
 
-    def load_class(self) -> type:
+    def load_class(self) -> type[Any]:
         """Import and return the algorithm's class (this imports torch)."""
         return load(self.cls)
 

@@ -2,9 +2,9 @@
 
 Every algorithm's config dataclass subclasses :class:`RunConfig`, which holds what a run needs
 whatever it trains: the env, the backend, seed and device, where and how often it logs and
-checkpoints. Settings renamed to that vocabulary keep their old spelling as an alias
-(:data:`RunConfig.ALIASES`), accepted as keyword arguments and in the config dicts of older
-checkpoints; when both spellings are given, the new one wins.
+checkpoints. Some settings also answer to an alias spelling
+(:data:`RunConfig.ALIASES`), accepted as keyword arguments and in the config dicts of
+checkpoints; when both spellings are given, the field's own name wins.
 
 Example:
     >>> resolve_aliases(RunConfig, {"checkpoint_period": 5})
@@ -53,7 +53,7 @@ class RunConfig:
         "checkpoint_period": "checkpoint_every",
         "log_interval": "log_every_steps",
     }
-    """Old setting name -> the name it goes by now."""
+    """Alias spelling -> the field it names."""
 
     env_id: str = "CartPole-v1"
     """Gymnasium environment id (ALE ids get the standard Atari set-up)."""
@@ -295,7 +295,7 @@ def config_help(config_cls: type) -> dict[str, str]:
 
 
 def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
-    """Build ``config_cls`` from a dict, ignoring keys it does not have (older checkpoints)."""
+    """Build ``config_cls`` from a dict, ignoring keys it does not have (a checkpoint may hold more)."""
     names = {field.name for field in dataclasses.fields(config_cls)}
     return config_cls(**{key: value for key, value in values.items() if key in names})
 

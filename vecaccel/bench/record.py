@@ -31,10 +31,10 @@ run; benchmarks that measure none leave the list empty. Where a benchmark of bat
 measures one native vector env per process instead, its entries say so (``vector_env``) with
 the envs they held (``num_envs``).
 
-:func:`load_result` reads files written before the format as format 0: ``vecaccel bench``'s
-``--json`` of that time (the same ``meta`` and ``results`` keys, the ceilings among the rows
-only) and older scripts' files, whose rows (``runs``, ``arms`` or ``records``) become
-``results`` and whose other keys go to ``meta`` unchanged.
+:func:`load_result` reads files without a ``format`` key as format 0: files with the same
+``meta`` and ``results`` keys (the ceilings among the rows only) and files whose rows are under
+``runs``, ``arms`` or ``records``, which become ``results`` while the other keys go to ``meta``
+unchanged.
 
 Example:
     >>> import pathlib, tempfile
@@ -251,10 +251,10 @@ class RunRecord:
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a result file as the one format, whichever version of a script wrote it.
 
-    A file of the format is returned as it is. An older file's rows (its first list under
+    A file of the format is returned as it is. A file without ``format`` has its rows (its first list under
     ``results``, ``runs``, ``arms`` or ``records``) become ``results``, its ``summary`` stays,
-    and every other key goes to ``meta`` under its own name (an older ``meta`` object's keys
-    first), with ``meta["format"]`` 0.
+    and every other key goes to ``meta`` under its own name (the keys of a ``meta`` object it
+    holds first), with ``meta["format"]`` 0.
 
     Raises:
         ValueError: if the file holds no JSON object, or an object with no list of rows.

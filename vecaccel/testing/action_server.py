@@ -95,7 +95,7 @@ def check_action_server(
     actions = [np.stack([space.sample() for _ in range(num_envs)]) for _ in range(steps)]
     expected = _serial_trajectory(env_fns, actions, seed)
 
-    envs = vecaccel.make_vec(
+    envs: Any = vecaccel.make_vec(
         list(env_fns), backend="action_server", device=device, alternating=True, **options
     )
     try:

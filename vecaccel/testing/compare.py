@@ -87,7 +87,7 @@ def describe(value: Any) -> str:
     return f"{type(value).__module__}.{type(value).__name__}"
 
 
-def item_of(space: gym.Space, batch: Any, position: int) -> Any:
+def item_of(space: gym.Space[Any], batch: Any, position: int) -> Any:
     """The item of one env in a batch of ``space``."""
     if isinstance(space, spaces.Dict):
         return {key: item_of(sub, batch[key], position) for key, sub in space.spaces.items()}
@@ -116,7 +116,7 @@ def unbatch_info(infos: dict[str, Any], position: int) -> dict[str, Any]:
     return out
 
 
-def leaf_problems(space: gym.Space, value: Any, size: int, path: str) -> str | None:
+def leaf_problems(space: gym.Space[Any], value: Any, size: int, path: str) -> str | None:
     """What is wrong with the dtype or shape of a batch of ``size`` items of ``space``."""
     if isinstance(space, spaces.Dict):
         if not isinstance(value, dict) or sorted(value) != sorted(space.spaces):
@@ -134,7 +134,7 @@ def leaf_problems(space: gym.Space, value: Any, size: int, path: str) -> str | N
             if found:
                 return found
         return None
-    shape = (size, *space.shape)
+    shape = (size, *space.shape)  # type: ignore[misc]  # a leaf space has a shape
     if not isinstance(value, np.ndarray) or value.dtype != space.dtype or value.shape != shape:
         return (
             f"{path} is {describe(value)}, the space {space} says dtype {space.dtype} and "

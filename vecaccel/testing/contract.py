@@ -264,7 +264,7 @@ class _Trajectory:
                 space.seed(1000 + i)
             #: what each env shows the next time the backend returns it: (obs, reward,
             #: terminated, truncated, info), reward and flags None for a reset result
-            self.pending: list[tuple | None] = [None] * NUM_ENVS
+            self.pending: list[tuple[Any, ...] | None] = [None] * NUM_ENVS
             self.last_obs: list[Any] = [None] * NUM_ENVS
             self.ended = np.zeros(NUM_ENVS, dtype=np.bool_)
             self.held = np.arange(0)
@@ -328,7 +328,7 @@ class _Trajectory:
             )
         return ids
 
-    def _check_types(self, envs: Any, result: tuple, size: int) -> None:
+    def _check_types(self, envs: Any, result: tuple[Any, ...], size: int) -> None:
         problem = leaf_problems(envs.single_observation_space, result[0], size, "observation")
         for label, value, dtype in (
             ("rewards", result[1], np.float64),
@@ -347,7 +347,7 @@ class _Trajectory:
                 "(create_empty_array); rewards float64 and flags bool, as SyncVectorEnv",
             )
 
-    def _compare_envs(self, result: tuple, ids: np.ndarray, prop: str, fix: str) -> None:
+    def _compare_envs(self, result: tuple[Any, ...], ids: np.ndarray, prop: str, fix: str) -> None:
         """Each returned env's part of ``result`` against what its reference gave."""
         obs, rewards, terminated, truncated, infos = result
         space = self.full.single_observation_space
@@ -378,14 +378,18 @@ class _Trajectory:
             self.ended[index] = expected[1] is not None and bool(expected[2] or expected[3])
             self.pending[index] = None
 
-    def _compare_full(self, result: tuple, expected: tuple, prop: str, fix: str) -> None:
+    def _compare_full(
+        self, result: tuple[Any, ...], expected: tuple[Any, ...], prop: str, fix: str
+    ) -> None:
         """The whole batch (masks and info dtypes included) against ``SyncVectorEnv``'s."""
         infos = {key: value for key, value in result[4].items() if key != "env_id"}
         found = difference((*result[:4], infos), expected, "the result")
         if found:
             raise self.fail(prop, f"{found} (in SyncVectorEnv's batch)", fix)
 
-    def _after(self, envs: Any, result: tuple, prop: str, fix: str, full: Callable[[], Any]):
+    def _after(
+        self, envs: Any, result: tuple[Any, ...], prop: str, fix: str, full: Callable[[], Any]
+    ) -> Any:
         size = batch_size_of(result[0])
         ids = self._returned_ids(result[-1], size)
         self._check_types(envs, result, size)
@@ -407,7 +411,7 @@ class _Trajectory:
             self._compare_full(result, expected_full, prop, fix)
         self.held = ids
 
-    def reset(self, envs: Any, seed: int | list | None) -> None:
+    def reset(self, envs: Any, seed: int | list[Any] | None) -> None:
         seeds = (
             [seed + i for i in range(NUM_ENVS)]
             if isinstance(seed, int)
@@ -429,7 +433,7 @@ class _Trajectory:
             lambda: self._full_reset(seed),
         )
 
-    def _full_reset(self, seed: int | list | None) -> tuple:
+    def _full_reset(self, seed: int | list[Any] | None) -> tuple[Any, ...]:
         obs, infos = self.full.reset(seed=seed)
         return (obs, None, None, None, infos)
 
@@ -459,20 +463,20 @@ class _Trajectory:
             lambda: self._full_masked_reset(seed, mask, tag),
         )
 
-    def _full_masked_reset(self, seed: int | None, mask: np.ndarray, tag: int) -> tuple:
+    def _full_masked_reset(self, seed: int | None, mask: np.ndarray, tag: int) -> tuple[Any, ...]:
         if not self.lockstep:
             return ()
         obs, infos = self.full.reset(seed=seed, options={"reset_mask": mask.copy(), "tag": tag})
         return (obs, None, None, None, infos)
 
-    def step(self, envs: Any, use_async: bool) -> tuple:
+    def step(self, envs: Any, use_async: bool) -> tuple[Any, ...]:
         held = self.held.tolist()
         items = [self.action_spaces[index].sample() for index in held]
         space = self.full.single_action_space
-        actions = concatenate(space, items, create_empty_array(space, len(held)))
+        actions = concatenate(space, items, create_empty_array(space, len(held)))  # type: ignore[arg-type]
         for index, action in zip(held, items):
             reference = self.references[index]
-            batch = concatenate(space, [action], create_empty_array(space, 1))
+            batch = concatenate(space, [action], create_empty_array(space, 1))  # type: ignore[arg-type]
             obs, rewards, terminated, truncated, infos = reference.step(batch)
             self.pending[index] = (
                 item_of(reference.single_observation_space, obs, 0),
@@ -504,7 +508,7 @@ class _Trajectory:
 
     # -- the other properties ---------------------------------------------------------------
 
-    def _check_not_overwritten(self, returned: tuple, saved: tuple) -> None:
+    def _check_not_overwritten(self, returned: tuple[Any, ...], saved: tuple[Any, ...]) -> None:
         found = difference(returned, saved, "the previous step's result")
         if found:
             raise self.fail(
@@ -664,7 +668,7 @@ class _Trajectory:
             ("reset", lambda: envs.reset(seed=0)),
         ):
             try:
-                call()
+                call()  # type: ignore[no-untyped-call]
             except gym.error.ClosedEnvironmentError:
                 continue
             except Exception as exc:

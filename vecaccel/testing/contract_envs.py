@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -74,7 +74,7 @@ class DictTupleEnv(gym.Env):
         """``value + x`` (for ``call``)."""
         return self.value + x
 
-    def _obs(self) -> dict:
+    def _obs(self) -> dict[str, Any]:
         rng = self.np_random
         return {
             "position": self.position.copy(),
@@ -86,7 +86,9 @@ class DictTupleEnv(gym.Env):
             ),
         }
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
         self.t = 0
         self.position = self.np_random.uniform(-1, 1, size=2).astype(np.float32)
@@ -95,7 +97,7 @@ class DictTupleEnv(gym.Env):
             info["tag"] = options["tag"]
         return self._obs(), info
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         move, discrete = action
         self.t += 1
         self.position = np.clip(self.position + move, -100, 100).astype(np.float32)
@@ -108,7 +110,7 @@ class DictTupleEnv(gym.Env):
             info["nested"] = {"third": float(self.t) / 3, "label": f"t{self.t}"}
         return self._obs(), reward, terminated, False, info
 
-    def render(self):
+    def render(self) -> np.ndarray | None:
         if self.render_mode != "rgb_array":
             return None
         frame = np.zeros((6, 4, 3), dtype=np.uint8)
@@ -126,12 +128,14 @@ def make_dict_tuple(max_episode_steps: int = 7, render_mode: str | None = None) 
 class InfoWrapper(gym.Wrapper):
     """Adds irregular infos of several types to an env (ints, floats, arrays, objects)."""
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self.count = 0
         return obs, {**info, "reset_count": np.int32(7)}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.count += 1
         info = dict(info)
@@ -151,7 +155,7 @@ def make_cartpole(max_episode_steps: int = 10, infos: bool = True) -> gym.Env:
 
 def env_value(env: gym.Env, offset: int = 0) -> int:
     """A function for ``call_indices(fn, ...)``: reads ``value`` through the wrappers."""
-    return env.get_wrapper_attr("value") + offset
+    return cast(int, env.get_wrapper_attr("value")) + offset
 
 
 class SyncVectorEnvFn:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -113,14 +113,16 @@ class CounterEnv(gym.Env):
     def _obs(self) -> np.ndarray:
         return np.array([self.steps], dtype=np.int64)
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
         self.resets += 1
         if self.fault_reset is not None and self.resets == self.fault_reset:
             self._do_fault(f"reset {self.resets}")
         return self._obs(), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         self.steps += 1
         if self.sleep_step is not None and self.sleep_step in (0, self.steps):
             time.sleep(self.sleep_seconds)
@@ -137,18 +139,22 @@ class WideSpacesEnv(gym.Env):
     observation_space = gym.spaces.Box(0, 255, (480, 480, 3), np.uint8)
     action_space = gym.spaces.Discrete(2)
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
         return np.full(self.observation_space.shape, 7, np.uint8), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         return np.full(self.observation_space.shape, int(action), np.uint8), 0.0, False, False, {}
 
 
-def counter_fns(num_envs: int, faulty: dict[int, dict[str, Any]] | None = None) -> list:
+def counter_fns(
+    num_envs: int, faulty: dict[int, dict[str, Any]] | None = None
+) -> list[Callable[[], CounterEnv]]:
     """One ``CounterEnv`` function per env; ``faulty`` maps env index to its fault kwargs."""
     faulty = faulty or {}
-    safe = {"safe_pid": os.getpid()}
+    safe: dict[str, Any] = {"safe_pid": os.getpid()}
     return [partial(CounterEnv, **safe, **faulty.get(i, {})) for i in range(num_envs)]
 
 
@@ -164,12 +170,14 @@ class HeavyTailEnv(gym.Env):
         self.action_space = spaces.Discrete(2)
         self.t = 0
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         super().reset(seed=seed)
         self.t = 0
         return np.zeros(4, np.float32), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         end = time.perf_counter() + self.cpu_s
         while time.perf_counter() < end:
             pass
@@ -256,7 +264,7 @@ class FaultEnv(gym.Env):
     # -- faults -----------------------------------------------------------------------------
 
     def _claim_control_file(self) -> str | None:
-        path = os.path.join(self.control_dir, str(self.env_id))
+        path = os.path.join(cast(str, self.control_dir), str(self.env_id))  # armed envs have one
         if not os.path.exists(path):
             return None
         claimed = f"{path}.{os.getpid()}.claimed"
@@ -300,7 +308,9 @@ class FaultEnv(gym.Env):
     def _obs(self) -> np.ndarray:
         return np.array([self.value, self.t, self.last_action], dtype=np.float64)
 
-    def reset(self, *, seed=None, options=None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         if seed is None and options is None:  # an autoreset (explicit resets pass options)
             self._advance("autoreset")
         super().reset(seed=seed)
@@ -309,7 +319,7 @@ class FaultEnv(gym.Env):
         self.last_action = -1
         return self._obs(), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         self._advance("step")
         action = int(action)
         noise = int(self.np_random.integers(0, 7))
@@ -323,7 +333,7 @@ class FaultEnv(gym.Env):
 
     # -- helpers for call() -----------------------------------------------------------------
 
-    def get_state(self) -> tuple:
+    def get_state(self) -> tuple[Any, ...]:
         """Everything the next observations depend on (compared with the twin's)."""
         return (
             self.value,
@@ -334,7 +344,9 @@ class FaultEnv(gym.Env):
         )
 
 
-def fault_env_fns(num_envs: int, *, safe: bool = True, **kwargs) -> list[Callable[[], FaultEnv]]:
+def fault_env_fns(
+    num_envs: int, *, safe: bool = True, **kwargs: Any
+) -> list[Callable[[], FaultEnv]]:
     """One env function per env; ``safe`` refuses hard faults in this (the calling) process."""
     if safe:
         kwargs.setdefault("safe_pid", os.getpid())
@@ -352,9 +364,9 @@ def arm(control_dir: str, env_id: int, kind: str) -> None:
     os.replace(temporary, path)  # the env never sees a half-written file
 
 
-def env_state(env: gym.Env) -> tuple:
+def env_state(env: gym.Env[Any, Any]) -> tuple[Any, ...]:
     """A function for ``call(fn)``: the env's :meth:`FaultEnv.get_state`."""
-    return env.unwrapped.get_state()
+    return cast(FaultEnv, env.unwrapped).get_state()
 
 
 def env_pid(env: gym.Env) -> int:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
+from typing import Any, cast
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -86,6 +88,7 @@ def process_gone(pid: int) -> bool:
 
 
 def shm_entries() -> set[str]:
+    """The names in ``/dev/shm`` now (none where the folder does not exist)."""
     try:
         return set(os.listdir("/dev/shm"))
     except FileNotFoundError:
@@ -112,7 +115,7 @@ def open_fds() -> set[int]:
     return found
 
 
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02) -> bool:
+def wait_until(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> bool:
     """Poll ``predicate`` until it is true or ``timeout`` seconds pass; return its last value."""
     deadline = time.monotonic() + timeout
     while True:
@@ -132,7 +135,7 @@ def _shm_holders(names: set[str]) -> dict[str, set[int]]:
     ``/dev/shm/sem.<random> (deleted)``.
     """
     holders: dict[str, set[int]] = {name: set() for name in names}
-    files: dict[tuple[int, int], str] = {}
+    files: dict[tuple[int, int, int], str] = {}
     for name in names:
         try:
             info = os.stat(f"/dev/shm/{name}")
@@ -153,17 +156,17 @@ def _shm_holders(names: set[str]) -> dict[str, set[int]]:
                     if len(fields) < 5 or fields[4] == "0":
                         continue
                     major, minor = fields[3].split(":")
-                    name = files.get((int(major, 16), int(minor, 16), int(fields[4])))
-                    if name is not None:
-                        held.add(name)
+                    mapped = files.get((int(major, 16), int(minor, 16), int(fields[4])))
+                    if mapped is not None:
+                        held.add(mapped)
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 try:
                     info = os.stat(f"/proc/{pid}/fd/{fd}")
                 except OSError:
                     continue
-                name = files.get((os.major(info.st_dev), os.minor(info.st_dev), info.st_ino))
-                if name is not None:
-                    held.add(name)
+                opened = files.get((os.major(info.st_dev), os.minor(info.st_dev), info.st_ino))
+                if opened is not None:
+                    held.add(opened)
         except OSError:
             continue
         for name in held:
@@ -204,8 +207,12 @@ class LeakBaseline:
         self.shm = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
     def check(self, timeout: float = 10.0) -> None:
+        """Fail (``AssertionError``) on child processes still running after ``timeout``
+        seconds, or ``/dev/shm`` entries, that were not there at the baseline."""
+
         def new_children() -> set[int]:
-            active = {p.pid for p in multiprocessing.active_children()}  # reaps finished ones
+            # reaps finished ones; a started child has a pid
+            active = {cast(int, p.pid) for p in multiprocessing.active_children()}
             return (child_pids() | active) - self.children
 
         deadline = time.monotonic() + timeout

@@ -33,7 +33,15 @@ from vecaccel.spaces import (
     views_from_buffer,
     write_item,
 )
-from vecaccel.vector import AsyncState, EnvRunner, normalize_seeds, split_reset_mask
+from vecaccel.vector import (
+    AsyncState,
+    EnvRunner,
+    ResetReturn,
+    Seed,
+    StepReturn,
+    normalize_seeds,
+    split_reset_mask,
+)
 
 __all__ = ["ThreadOptions", "ThreadVecEnv", "make_thread_vec_env"]
 
@@ -116,7 +124,12 @@ class ThreadVecEnv(VecEnv):
     # -- work done by the pool's threads ----------------------------------------------------
 
     def _reset_slice(
-        self, start: int, stop: int, seeds: list[int | None], options: dict | None, mask: Any
+        self,
+        start: int,
+        stop: int,
+        seeds: list[int | None],
+        options: dict[str, Any] | None,
+        mask: Any,
     ) -> InfoPairs:
         pairs = []
         for i in range(start, stop):
@@ -171,7 +184,7 @@ class ThreadVecEnv(VecEnv):
                 self._state.value,
             )
 
-    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict | None = None):
+    def reset(self, *, seed: Seed = None, options: dict[str, Any] | None = None) -> ResetReturn:
         """Reset all sub-environments (or those of ``options["reset_mask"]``)."""
         self._check_idle("reset")
         seeds = normalize_seeds(seed, self.num_envs)
@@ -194,7 +207,7 @@ class ThreadVecEnv(VecEnv):
         ]
         self._state = AsyncState.WAITING_STEP
 
-    def step_wait(self, timeout: float | None = None):
+    def step_wait(self, timeout: float | None = None) -> StepReturn:
         """Wait for the pending step.
 
         Raises:
