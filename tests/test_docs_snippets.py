@@ -204,7 +204,7 @@ PYTHON_SNIPPETS = [
     (
         "sb3-atari",
         "docs/sb3.md",
-        "vec_env_cls=vecaccel.sb3.VecAccelEnv,   # instead of SubprocVecEnv",
+        "vec_env_cls=vecaccel.sb3.VecAccelEnv,  # instead of SubprocVecEnv",
         {
             "n_envs=8,": "n_envs=2,",
             "n_steps=128, n_epochs=4, batch_size=256": "n_steps=16, n_epochs=1, batch_size=32",
