@@ -24,13 +24,13 @@ import os
 from collections.abc import Iterator
 from dataclasses import InitVar, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import gymnasium as gym
 import numpy as np
 
 from vecaccel.trainers import distributed
-from vecaccel.trainers.algos.base import Algorithm, Callback
+from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -56,7 +56,6 @@ from vecaccel.trainers.envs import (
     make_env_fn,
     parallel_env_spaces,
 )
-from vecaccel.trainers.presets import AUTO
 from vecaccel.trainers.seeding import get_rng_state, restore_rank_rng_state
 
 __all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
@@ -126,46 +125,44 @@ class OnPolicyConfig(RunConfig):
 class OnPolicyAlgorithm(Algorithm):
     """Model, optimizer, sampler and checkpoints of A2C and PPO; the loop is the runner's.
 
-    Args:
-        env: a Gymnasium id (built on ``config.backend``), a ready vector env, or ``None``
-            (only to ``predict``; ``learn`` then builds ``config.env_id``).
-        observation_space: the single-env observation space when ``env`` is ``None`` (else
-            one env of ``config.env_id`` is made to read it).
-        action_space: likewise, the single-env action space.
-        preset: the named settings to start from (``PRESETS``): ``"auto"`` (the default) takes
-            the one made for the env id given (``env``, or ``env_id`` with ``env=None``), if any
-            (``vecaccel.trainers.presets.ENV_PRESETS``); ``None`` or ``"none"`` the plain
-            defaults. The name applied is kept in ``config.preset``.
-        **config: fields of the algorithm's config dataclass (``run_dir``, ``progress``,
-            ``tensorboard`` among them), each winning over the preset's; ``log_every``
-            (updates) is accepted for ``log_every_steps``.
+    Built as every algorithm is (:class:`~vecaccel.trainers.algos.base.Algorithm`):
+    ``PPO(env, *, preset="auto", **config)``. With ``env=None`` and no spaces given, one env
+    of ``env_id`` is made to read them; ``log_every`` (updates) is accepted for
+    ``log_every_steps``.
     """
 
     family = "on_policy"
     config_cls: type = OnPolicyConfig
     config: Any
 
-    def __init__(
+    def config_values(
         self,
-        env: str | gym.vector.VectorEnv | None = None,
-        *,
-        observation_space: gym.Space | None = None,
-        action_space: gym.Space | None = None,
-        preset: str | None = AUTO,
-        **config: Any,
+        env: Any,
+        preset: str | None,
+        explicit: dict[str, Any],
+        base: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The preset's values and the keywords, with ``log_every`` (updates) taken for the log
+        period when given (over a preset's ``log_every_steps``)."""
+        if isinstance(env, str):
+            explicit["env_id"] = env
+        if "log_every_steps" in explicit:  # the current name wins over the earlier one
+            explicit.pop("log_every", None)
+        values = self.preset_values(env, preset, explicit, base)
+        if "log_every" in explicit:  # given, it beats a preset's log period
+            values.pop("log_every_steps", None)
+        self._log_every_updates = values.get("log_every")
+        return values
+
+    def _build(
+        self,
+        env: str | gym.vector.VectorEnv | None,
+        observation_space: gym.Space | None,
+        action_space: gym.Space | None,
     ) -> None:
         from vecaccel.trainers.models import ActorCritic, check_observation_space
 
-        if isinstance(env, str):
-            config["env_id"] = env
-        if "log_every_steps" in config:  # the current name wins over the earlier one
-            config.pop("log_every", None)
-        explicit = config
-        config = self.preset_values(env, preset, explicit)
-        if "log_every" in explicit:  # given, it beats a preset's log period
-            config.pop("log_every_steps", None)
-        log_every = config.get("log_every")
-        self._setup(config)
+        log_every = self._log_every_updates
         cfg = self.config
         self.sampler: Any = None
         self.schedule_start_update = 0
@@ -422,42 +419,6 @@ class OnPolicyAlgorithm(Algorithm):
         schedule unchanged (a budget rounded to whole batches)."""
         self.target_steps = self.global_step + int(num_batches) * self.batch_size
 
-    def learn(
-        self,
-        total_steps: int | None = None,
-        callback: Callback | None = None,
-        *,
-        mode: str = "sync",
-        **async_options: Any,
-    ) -> OnPolicyAlgorithm:
-        """Train for ``total_steps`` more env steps (``None``: finish a resumed run's budget).
-
-        Args:
-            total_steps: environment steps to add; the learning rate anneals over them.
-            callback: ``callback(agent, metrics)`` after every update (the episodes that ended
-                in it are in ``agent.last_episodes``); returning ``False`` stops training.
-                Synchronous mode only.
-            mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: collect a
-                batch, then update, in this process) or ``"async"``
-                (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a rollout
-                process collects the next batch while this one updates). An agent trained
-                asynchronously has no envs in this process: create it with ``env=None`` and
-                ``env_id=...`` (an agent with envs of its own has them closed first).
-            **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
-                <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
-                (``weight_sync_period``, ``fixed_lag``, ``context``, ...).
-
-        Returns:
-            ``self``.
-
-        Raises:
-            ValueError: ``mode`` is neither ``"sync"`` nor ``"async"``.
-        """
-        from vecaccel.trainers.runners import run_in_mode
-
-        run_in_mode(self, mode, total_steps, callback=callback, **async_options)
-        return self
-
     # -- save, load, predict ---------------------------------------------------------------------
 
     def state_dict(self, rank_rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -489,8 +450,8 @@ class OnPolicyAlgorithm(Algorithm):
             **extra,
         }
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Save a checkpoint (atomically) that :meth:`load` restores and training resumes from."""
+    def _save_to(self, path: Path) -> Path:
+        """Write :meth:`state_dict` to ``path`` (atomically)."""
         return save_checkpoint(path, self.state_dict())
 
     def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
@@ -510,30 +471,16 @@ class OnPolicyAlgorithm(Algorithm):
         return save_checkpoint(Path(run_dir) / CHECKPOINT_NAME, self.state_dict(rank_rng))
 
     @classmethod
-    def load(
-        cls,
-        path: str | os.PathLike[str],
-        env: str | gym.vector.VectorEnv | None = None,
-        *,
-        run_dir: str | os.PathLike[str] | None = None,
-        restore_rng: bool = True,
-        **overrides: Any,
-    ) -> OnPolicyAlgorithm:
-        """Load a checkpoint written by :meth:`save` (a file, or a run directory).
+    def _load_from(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
+        """The on-policy side of :meth:`~vecaccel.trainers.algos.base.Algorithm.load`.
 
-        Args:
-            path: the checkpoint file or the run directory holding ``checkpoint.pt``.
-            env: an env to continue training on (``None``: built from the config on ``learn``).
-            run_dir: where a continued run logs and checkpoints (``None``: nowhere).
-            restore_rng: restore the RNG states saved with the checkpoint (for exact resume).
-            **overrides: config fields to change (e.g. ``device``, ``backend``, ``num_workers``).
-
-        Returns:
-            The restored trainer.
-
-        Raises:
-            CheckpointError: if the file is corrupt or holds another algorithm.
+        ``options``: config fields to change, ``run_dir`` (where a continued run logs and
+        checkpoints; default: nowhere) and ``restore_rng`` (restore the RNG states saved with
+        the checkpoint, for an exact resume; default ``True``).
         """
+        overrides = dict(options)
+        run_dir = overrides.pop("run_dir", None)
+        restore_rng = bool(overrides.pop("restore_rng", True))
         path = checkpoint_file(path)
         overrides = resolve_aliases(cls.config_cls, overrides)
         state = load_checkpoint(path, map_location=resolve_device(overrides.get("device", "cpu")))
@@ -602,37 +549,20 @@ class OnPolicyAlgorithm(Algorithm):
             if self.num_updates > 0:
                 self.reset_envs()
 
-    def predict(
-        self,
-        observation: Any,
-        state: Any = None,
-        episode_start: Any = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, None]:
-        """Actions for one observation or a batch, SB3 style: ``(actions, None)``.
-
-        Args:
-            observation: one observation, or a batch with a leading env axis.
-            state: unused (no recurrent policies); kept for SB3 compatibility.
-            episode_start: unused; kept for SB3 compatibility.
-            deterministic: take the most likely action instead of sampling.
-
-        Returns:
-            ``(actions, None)`` with actions as a NumPy array.
-        """
+    def act_for_predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        """Actions of the model for the batch ``obs``: sampled, or the most likely with
+        ``deterministic``; within a ``Box`` action space's bounds, as SB3 clips them."""
         import torch
 
-        obs = np.asarray(observation)
-        single = obs.shape == tuple(self.observation_space.shape)
-        tensor = torch.as_tensor(obs[None] if single else obs, device=self.device)
+        tensor = torch.as_tensor(obs, device=self.device)
         self.model.eval()
         actions = self.model.act(tensor, deterministic=deterministic).cpu().numpy()
         if self.action_start:
             actions = actions + self.action_start
         space = self.action_space
-        if isinstance(space, gym.spaces.Box):  # as SB3: the env gets actions within bounds
+        if isinstance(space, gym.spaces.Box):
             actions = np.clip(actions, space.low, space.high).astype(actions.dtype, copy=False)
-        return (actions[0] if single else actions), None
+        return actions
 
     def close(self) -> None:
         """Close the env this trainer built."""
