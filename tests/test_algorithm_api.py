@@ -294,3 +294,50 @@ def test_sb3_and_our_callbacks_together() -> None:
     finally:
         agent.close()
     assert ours == [16, 32] and sb3.n_calls == 16
+
+
+# -- one gradient step, the base's ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["dqn", "c51", "rainbow"])
+@pytest.mark.parametrize("max_grad_norm", [10.0, 0.0])
+def test_the_dqn_family_refuses_a_non_finite_step(name, max_grad_norm) -> None:
+    """A NaN observation makes the loss NaN: the base's gradient step raises before the optimizer
+    would make every parameter NaN, with clipping or without."""
+    from vecaccel.trainers.replay.buffer import ReplaySample
+
+    agent = make(name, max_grad_norm=max_grad_norm)
+    try:
+        agent.learn(32)
+        _, batch = agent.sample_batch(0.5)
+        before = [p.detach().clone() for p in agent.q_network.parameters()]
+        poisoned = batch._replace(obs=np.full_like(batch.obs, np.nan))
+        assert isinstance(poisoned, ReplaySample)
+        with pytest.raises(FloatingPointError, match="non-finite loss"):
+            agent.update(poisoned)
+        after = list(agent.q_network.parameters())
+        assert all(torch.equal(a, b) for a, b in zip(before, after))
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_update_takes_the_bases_gradient_step(name, monkeypatch) -> None:
+    agent = make(name)
+    steps: list[float] = []
+    step = agent.backward_step
+
+    def counted(loss: Any, max_grad_norm: float) -> Any:
+        steps.append(max_grad_norm)
+        return step(loss, max_grad_norm)
+
+    monkeypatch.setattr(agent, "backward_step", counted)
+    try:
+        agent.learn(32)
+    finally:
+        agent.close()
+    assert steps and set(steps) == {agent.config.max_grad_norm}
+    assert "backward_step" not in vars(type(agent)) and all(
+        "backward_step" not in vars(klass)
+        for klass in type(agent).__mro__[: type(agent).__mro__.index(Algorithm)]
+    )

@@ -317,6 +317,53 @@ class Algorithm(abc.ABC):
         """Write ``run_dir/checkpoint.pt``; on several ranks every rank calls this at the same
         point (``run_dir`` is ``None`` off rank 0). Returns the path written, if any."""
 
+    #: the parameters the optimizer trains, as a list (clipping then makes no generator per step)
+    model_parameters: list[Any]
+
+    def backward_step(self, loss: Any, max_grad_norm: float) -> Any:
+        """The gradient step of every algorithm: zero the gradients, backpropagate ``loss``,
+        clip their norm to ``max_grad_norm`` (0: no clipping), step the optimizer.
+
+        Returns:
+            The gradient norm before clipping (a tensor; 0 without clipping).
+
+        Raises:
+            FloatingPointError: the gradient is not finite (a NaN or infinite loss), before the
+                step would make every parameter NaN.
+        """
+        import torch
+
+        from vecaccel.trainers.optim import FlatOptimizer
+
+        optimizer = self.optimizer
+        flat = isinstance(optimizer, FlatOptimizer)
+        if flat:
+            optimizer.zero_grad()
+        else:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if max_grad_norm <= 0:  # no norm computed: a non-finite loss is what makes it so
+            norm, checked = torch.zeros(()), loss.detach()
+        elif flat:
+            norm = checked = optimizer.clip_grad_norm_(max_grad_norm)
+        else:
+            norm = checked = torch.nn.utils.clip_grad_norm_(
+                self.model_parameters, max_grad_norm, foreach=True
+            )
+        # One sync per step, on a value computed anyway: a NaN or infinite loss makes it
+        # non-finite, and Adam/RMSprop would then turn every parameter NaN and training would
+        # go on silently. The norm is of the all-reduced gradients, so on several ranks every
+        # rank decides alike.
+        if not bool(torch.isfinite(checked)):
+            raise FloatingPointError(
+                f"{self.algo_name.upper()} update {self.num_updates} (global step "
+                f"{self.global_step}): non-finite loss {float(loss.detach()):g} (gradient norm "
+                f"{float(norm):g}); this optimizer step was not taken. A NaN or infinite "
+                "reward or observation from the env is the usual cause."
+            )
+        optimizer.step()
+        return norm
+
     # -- the public API, the same for every algorithm (SB3's shape) -----------------------------
 
     def learn(

@@ -296,16 +296,7 @@ class DQN(OffPolicyAlgorithm):
             q_taken = out.detach()
         loss = (b_weights * per_sample).mean()
 
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = (
-            torch.nn.utils.clip_grad_norm_(
-                self.q_network.parameters(), cfg.max_grad_norm, foreach=True
-            )
-            if cfg.max_grad_norm > 0
-            else torch.zeros(())
-        )
-        self.optimizer.step()
+        grad_norm = self.backward_step(loss, cfg.max_grad_norm)
         if cfg.prioritized:
             self.buffer.update_priorities(batch.indices, priorities.cpu().numpy())
         return {

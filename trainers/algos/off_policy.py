@@ -210,6 +210,7 @@ class OffPolicyAlgorithm(Algorithm):
             self.optimizer = torch.optim.Adam(
                 self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps
             )
+        self.model_parameters = list(self.q_network.parameters())
         # the loss goes through DistributedDataParallel when there are several ranks
         self.train_network = distributed.wrap_model(self.q_network, self.device)
         # wrapping broadcasts rank 0's parameters into the online network only: the target is

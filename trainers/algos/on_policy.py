@@ -210,7 +210,6 @@ class OnPolicyAlgorithm(Algorithm):
             )
             self.learning_rate = cfg.learning_rate * self.lr_scale
             self.optimizer = self.make_optimizer(self.learning_rate)
-            #: the model's parameters as a list, for gradient clipping without a generator per step
             self.model_parameters = list(self.model.parameters())
             # eval() and train() walk every submodule twice per update; skip them for a model
             # whose layers all act the same in both modes
@@ -258,41 +257,6 @@ class OnPolicyAlgorithm(Algorithm):
             and p.dtype == params[0].dtype
             for p in params
         )
-
-    def backward_step(self, loss: Any, max_grad_norm: float) -> None:
-        """Zero the gradients, backpropagate ``loss``, clip to ``max_grad_norm``, step.
-
-        Raises:
-            FloatingPointError: the gradient is not finite (a NaN or infinite loss), before the
-                step would make every parameter NaN.
-        """
-        import torch
-
-        from vecaccel.trainers.optim import FlatOptimizer
-
-        optimizer = self.optimizer
-        if isinstance(optimizer, FlatOptimizer):
-            optimizer.zero_grad()
-            loss.backward()
-            norm = optimizer.clip_grad_norm_(max_grad_norm)
-        else:
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(
-                self.model_parameters, max_grad_norm, foreach=True
-            )
-        # One sync per step, on the norm clipping computed anyway: a NaN or infinite loss makes
-        # it non-finite, and Adam/RMSprop would then turn every parameter NaN and training would
-        # go on silently. The norm is of the all-reduced gradients, so on several ranks every
-        # rank decides alike.
-        if not bool(torch.isfinite(norm)):
-            raise FloatingPointError(
-                f"{self.algo_name.upper()} update {self.num_updates} (global step "
-                f"{self.global_step}): non-finite loss {float(loss.detach()):g} (gradient norm "
-                f"{float(norm):g}); this optimizer step was not taken. A NaN or infinite "
-                "reward or observation from the env is the usual cause."
-            )
-        optimizer.step()
 
     def flat_batch(self, batch: Any) -> Any:
         """``batch`` with GAE advantages and returns, flattened to the rows the losses learn
