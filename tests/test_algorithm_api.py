@@ -341,3 +341,31 @@ def test_every_update_takes_the_bases_gradient_step(name, monkeypatch) -> None:
         "backward_step" not in vars(klass)
         for klass in type(agent).__mro__[: type(agent).__mro__.index(Algorithm)]
     )
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_sb3s_own_eval_and_checkpoint_callbacks_work(name, tmp_path) -> None:
+    """SB3's EvalCallback evaluates with the agent's predict and logs through its logger;
+    CheckpointCallback saves with its save."""
+    pytest.importorskip("stable_baselines3")
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    eval_env = DummyVecEnv([lambda: Monitor(gym.make("CartPole-v1"))])
+    evaluate = EvalCallback(eval_env, n_eval_episodes=2, eval_freq=8, log_path=str(tmp_path))
+    save = CheckpointCallback(save_freq=8, save_path=str(tmp_path / "saves"), name_prefix=name)
+    agent = make(name, run_dir=str(tmp_path / "run"))
+    try:
+        with pytest.warns(UserWarning, match="not of the same type"):
+            agent.learn(64, [evaluate, save])
+    finally:
+        agent.close()
+        eval_env.close()
+    assert evaluate.n_calls == 32 and len(evaluate.evaluations_results) == 4
+    assert any("eval/mean_reward" in row for row in agent.logger.history)
+    saved = sorted((tmp_path / "saves").iterdir())
+    assert len(saved) == 4
+    loaded = type(agent).load(saved[-1])
+    assert loaded.global_step == agent.global_step

@@ -523,6 +523,10 @@ class Algorithm(abc.ABC):
         """The vector env trained on (``None`` without one), as SB3's ``get_env``."""
         return self.envs
 
+    def get_vec_normalize_env(self) -> None:
+        """``None``: no SB3 ``VecNormalize`` wraps the envs (SB3's callbacks ask)."""
+        return None
+
     def close(self) -> None:
         """Close the envs this agent built."""
         if self.envs is not None and self.owns_envs:
