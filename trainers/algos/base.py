@@ -9,6 +9,12 @@ PPO) updates from rollout batches its sampler collects,
 :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm` (DQN, C51, Rainbow) from replay
 samples of the transitions its collector stores. ``family`` names the base for display.
 
+The public API is declared here once, in SB3's shape, for all five algorithms: the constructor
+``Algo(env, *, preset="auto", **config)``, :meth:`Algorithm.learn`, :meth:`Algorithm.predict`,
+:meth:`Algorithm.save` and :meth:`Algorithm.load`; a family supplies the parts behind them
+(``_build``, ``act_for_predict``, ``_save_to``, ``_load_from``). So is the gradient step every
+update takes, :meth:`Algorithm.backward_step`.
+
 Example:
     >>> from vecaccel.trainers import PPO, DQN
     >>> from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
@@ -45,7 +51,7 @@ Callback = Callable[..., "bool | None"]
 
 
 class Algorithm(abc.ABC):
-    """What every algorithm holds, and the interface a runner drives it through.
+    """What every algorithm holds, its public API, and the interface a runner drives it through.
 
     Attributes:
         config: the settings in force (a :class:`~vecaccel.trainers.config.RunConfig` subclass).
