@@ -224,6 +224,15 @@ PYTHON_SNIPPETS = [
         90,
     ),
     (
+        "training-callbacks",
+        "docs/training.md",
+        "def stop_when_solved(agent, metrics):",
+        {"agent.learn(50_000, stop_when_solved)": "agent.learn(600, stop_when_solved)"},
+        "",
+        "",
+        90,
+    ),
+    (
         "training-presets",
         "docs/training.md",
         'plain = PPO("CartPole-v1", backend="serial", preset=None)',

@@ -511,7 +511,7 @@ def test_loaded_replay_with_other_n_step_samples_only_complete_windows(tmp_path)
     try:
         agent = Rainbow(env=envs, **{**SMALL_DQN, "learning_starts": 32}, n_step=1)
         agent.learn(100)
-        path = agent.save(tmp_path / "agent.pt", replay=True)
+        path = agent.save_with_replay(tmp_path / "agent.pt")
     finally:
         envs.close()
     envs = serial_cartpole(1)
@@ -534,7 +534,7 @@ def test_loaded_replay_with_other_priority_alpha_holds_the_new_exponent(tmp_path
         agent = Rainbow(env=envs, **{**SMALL_DQN, "learning_starts": 32}, priority_alpha=0.5)
         agent.learn(100)
         saved = agent.buffer.tree.priorities().copy()
-        path = agent.save(tmp_path / "agent.pt", replay=True)
+        path = agent.save_with_replay(tmp_path / "agent.pt")
     finally:
         envs.close()
     envs = serial_cartpole(1)

@@ -144,47 +144,46 @@ def compute_gae(
         next_values[final_index[:, 0], final_index[:, 1]] = final_values.float()
     if rewards.device.type == "cpu":
         # the recursion is T row operations on B numbers: NumPy does each in about a
-        # microsecond, torch pays its per-op dispatch (several microseconds) T * 3 times
+        # microsecond, torch pays its per-op dispatch (several microseconds) T times; the
+        # arrays are views of the tensors, and the equations the same
+        ended, cut = terminated.numpy(), truncated.numpy()
         advantages = torch.from_numpy(
-            _gae_numpy(
+            _gae_recursion(
                 rewards.numpy(),
                 values.numpy(),
                 next_values.numpy(),
-                terminated.numpy(),
-                (terminated | truncated).numpy(),
+                (~ended).astype(np.float32),
+                (~(ended | cut)).astype(np.float32),
                 gamma,
                 gae_lambda,
             )
         )
-        return advantages, advantages + values
-    not_terminal = (~terminated).float()
-    not_done = (~(terminated | truncated)).float()
-    deltas = rewards + gamma * next_values * not_terminal - values
-    advantages = torch.zeros_like(rewards)
-    last = torch.zeros_like(rewards[0])
-    for t in reversed(range(rewards.shape[0])):
-        last = deltas[t] + gamma * gae_lambda * not_done[t] * last
-        advantages[t] = last
+    else:
+        not_terminal = (~terminated).float()
+        not_done = (~(terminated | truncated)).float()
+        advantages = _gae_recursion(
+            rewards, values, next_values, not_terminal, not_done, gamma, gae_lambda
+        )
     return advantages, advantages + values
 
 
-def _gae_numpy(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    next_values: np.ndarray,
-    terminated: np.ndarray,
-    done: np.ndarray,
+def _gae_recursion(
+    rewards: Any,
+    values: Any,
+    next_values: Any,
+    not_terminal: Any,
+    not_done: Any,
     gamma: float,
     gae_lambda: float,
-) -> np.ndarray:
-    """:func:`compute_gae`'s recursion in float32 NumPy, the same operations in the same order."""
-    float32 = np.float32
-    not_terminal = (~terminated).astype(float32)
-    decay = (~done).astype(float32) * float32(gamma * gae_lambda)
-    deltas = rewards + float32(gamma) * next_values * not_terminal - values
-    advantages = np.empty_like(deltas)
-    last = np.zeros_like(deltas[0])
-    for t in range(deltas.shape[0] - 1, -1, -1):
+) -> Any:
+    """GAE's equations on float32 ``[T, B]`` NumPy arrays or torch tensors alike:
+    ``delta_t = r_t + gamma * V(s_{t+1}) * (1 - terminal_t) - V(s_t)`` and, from the last row
+    back, ``A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}`` (``A_T = 0``)."""
+    deltas = rewards + gamma * next_values * not_terminal - values
+    decay = not_done * (gamma * gae_lambda)
+    advantages = deltas * 1  # a new array or tensor of the same kind, written over below
+    last = deltas[-1]
+    for t in range(deltas.shape[0] - 2, -1, -1):
         last = deltas[t] + decay[t] * last
         advantages[t] = last
     return advantages

@@ -9,6 +9,12 @@ PPO) updates from rollout batches its sampler collects,
 :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm` (DQN, C51, Rainbow) from replay
 samples of the transitions its collector stores. ``family`` names the base for display.
 
+The public API is declared here once, in SB3's shape, for all five algorithms: the constructor
+``Algo(env, *, preset="auto", **config)``, :meth:`Algorithm.learn`, :meth:`Algorithm.predict`,
+:meth:`Algorithm.save` and :meth:`Algorithm.load`; a family supplies the parts behind them
+(``_build``, ``act_for_predict``, ``_save_to``, ``_load_from``). So is the gradient step every
+update takes, :meth:`Algorithm.backward_step`.
+
 Example:
     >>> from vecaccel.trainers import PPO, DQN
     >>> from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
@@ -24,25 +30,31 @@ import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 
+from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import RunConfig, resolve_aliases, resolve_device
 from vecaccel.trainers.envs.batched import is_batched_source
 from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.seeding import configure_torch_threads, seed_everything, split_seed
 
+if TYPE_CHECKING:  # typing.Self is Python 3.11's
+    from typing_extensions import Self
+
 __all__ = ["Algorithm", "Callback", "call_callback"]
 
-#: ``callback(agent, metrics)``, called by the runner after every iteration of its loop;
-#: returning ``False`` stops training. One-parameter callables ``callback(agent)`` work too.
+#: ``callback(agent, metrics)``, called by the runner after every iteration of its loop (see
+#: :mod:`vecaccel.trainers.runners.callbacks`); returning ``False`` stops training.
+#: One-parameter callables ``callback(agent)`` work too, and so do SB3's ``BaseCallback``\ s.
 Callback = Callable[..., "bool | None"]
 
 
 class Algorithm(abc.ABC):
-    """What every algorithm holds, and the interface a runner drives it through.
+    """What every algorithm holds, its public API, and the interface a runner drives it through.
 
     Attributes:
         config: the settings in force (a :class:`~vecaccel.trainers.config.settings.RunConfig` subclass).
@@ -66,6 +78,57 @@ class Algorithm(abc.ABC):
     defaults: ClassVar[dict[str, Any]] = {}
     #: the named settings ``preset=NAME`` applies (which env ids each suits: trainers/config/presets.py)
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __init__(
+        self,
+        env: str | gym.vector.VectorEnv | None = None,
+        *,
+        preset: str | None = AUTO,
+        observation_space: gym.Space | None = None,
+        action_space: gym.Space | None = None,
+        **config: Any,
+    ) -> None:
+        """Build the algorithm, its envs and its networks.
+
+        Args:
+            env: a Gymnasium id (``num_envs`` copies on the config's ``backend``), a ready
+                vector env, or ``None`` (an agent that predicts, or whose envs the asynchronous
+                runner's sampler process builds from ``env_id``).
+            preset: the named settings to start from (the class's ``presets``): ``"auto"``
+                (the default) takes the one made for the env id given (``env``, or ``env_id``
+                with ``env=None``), if any; ``None`` or ``"none"`` the plain defaults. The name
+                applied is kept in ``config.preset``.
+            observation_space: the single-env observation space of an agent built without
+                ``env`` (the networks are built for it).
+            action_space: likewise, the single-env action space.
+            **config: fields of the algorithm's config dataclass, each winning over the
+                preset's; ``config=`` a whole config object to start from instead of the
+                class defaults.
+        """
+        whole = config.pop("config", None)
+        base = None if whole is None else dataclasses.asdict(whole)
+        self._setup(self.config_values(env, preset, config, base))
+        self._build(env, observation_space, action_space)
+
+    def config_values(
+        self,
+        env: Any,
+        preset: str | None,
+        explicit: dict[str, Any],
+        base: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The config values of a new agent (see :meth:`preset_values`); a family adds its
+        checks or earlier setting names here."""
+        return self.preset_values(env, preset, explicit, base)
+
+    @abc.abstractmethod
+    def _build(
+        self,
+        env: str | gym.vector.VectorEnv | None,
+        observation_space: gym.Space | None,
+        action_space: gym.Space | None,
+    ) -> None:
+        """The family's part of construction, once the config is set: envs and networks."""
 
     @classmethod
     def preset_values(
@@ -263,13 +326,218 @@ class Algorithm(abc.ABC):
         """Write ``run_dir/checkpoint.pt``; on several ranks every rank calls this at the same
         point (``run_dir`` is ``None`` off rank 0). Returns the path written, if any."""
 
-    @abc.abstractmethod
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Save a checkpoint (atomically) that ``load`` restores."""
+    #: the parameters the optimizer trains, as a list (clipping then makes no generator per step)
+    model_parameters: list[Any]
+    #: the family's optimizer over ``model_parameters`` (``torch.optim`` or a flat one)
+    optimizer: Any
+
+    def backward_step(self, loss: Any, max_grad_norm: float) -> Any:
+        """The gradient step of every algorithm: zero the gradients, backpropagate ``loss``,
+        clip their norm to ``max_grad_norm`` (0: no clipping), step the optimizer.
+
+        Returns:
+            The gradient norm before clipping (a tensor; 0 without clipping).
+
+        Raises:
+            FloatingPointError: the gradient is not finite (a NaN or infinite loss), before the
+                step would make every parameter NaN.
+        """
+        import torch
+
+        from vecaccel.trainers.nets.optim import FlatOptimizer
+
+        optimizer = self.optimizer
+        flat = isinstance(optimizer, FlatOptimizer)
+        if flat:
+            optimizer.zero_grad()
+        else:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if max_grad_norm <= 0:  # no norm computed: a non-finite loss is what makes it so
+            norm, checked = torch.zeros(()), loss.detach()
+        elif flat:
+            norm = checked = optimizer.clip_grad_norm_(max_grad_norm)
+        else:
+            norm = checked = torch.nn.utils.clip_grad_norm_(
+                self.model_parameters, max_grad_norm, foreach=True
+            )
+        # One sync per step, on a value computed anyway: a NaN or infinite loss makes it
+        # non-finite, and Adam/RMSprop would then turn every parameter NaN and training would
+        # go on silently. The norm is of the all-reduced gradients, so on several ranks every
+        # rank decides alike.
+        if not bool(torch.isfinite(checked)):
+            raise FloatingPointError(
+                f"{self.algo_name.upper()} update {self.num_updates} (global step "
+                f"{self.global_step}): non-finite loss {float(loss.detach()):g} (gradient norm "
+                f"{float(norm):g}); this optimizer step was not taken. A NaN or infinite "
+                "reward or observation from the env is the usual cause."
+            )
+        optimizer.step()
+        return norm
+
+    # -- the public API, the same for every algorithm (SB3's shape) -----------------------------
+
+    def learn(
+        self,
+        total_timesteps: int | None = None,
+        callback: Any = None,
+        *,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool | None = None,
+        mode: str = "sync",
+        total_steps: int | None = None,
+        **async_options: Any,
+    ) -> Self:
+        """Train for ``total_timesteps`` more env steps.
+
+        With ``run_dir`` and ``checkpoint_every`` set, each periodic checkpoint is a restart
+        point: a loaded agent continues its run from there, on CPU bit-identical to a run never
+        interrupted (synchronous mode). The checkpoint written when ``learn`` ends (or SIGINT or
+        SIGTERM stops it) continues the run too.
+
+        Args:
+            total_timesteps: env steps to collect, over all ranks (on-policy: rounded up to
+                whole batches, the learning rate annealing over them); ``None`` finishes the
+                run of the checkpoint this agent was loaded from.
+            callback: called once per collect-then-update iteration, for every algorithm:
+                ``callback(agent, metrics)`` (or ``callback(agent)``), returning ``False`` to
+                stop; or an SB3 ``BaseCallback`` (or a list of them), whose hooks run where
+                SB3 runs them. See :mod:`vecaccel.trainers.runners.callbacks`. Synchronous
+                mode only.
+            reset_num_timesteps: count env steps and updates (and so the schedules and
+                ``learning_starts``) from zero, as SB3 does; ``False`` continues them. A loaded
+                run finished with ``total_timesteps=None`` always continues.
+            progress_bar: show a progress bar for this run (``None``: the config's
+                ``progress``).
+            mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: collect,
+                then update, in this process) or ``"async"``
+                (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a
+                sampler process collects while this one updates; the agent needs ``env_id``).
+            total_steps: the same as ``total_timesteps`` (the name the trainers used first), keyword only.
+            **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
+                <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
+                (``fixed_lag``, ``context``, ...).
+
+        Returns:
+            ``self``.
+
+        Raises:
+            ValueError: ``total_timesteps`` is ``None`` but there is no unfinished loaded run,
+                ``mode`` is neither ``"sync"`` nor ``"async"``, or a callback with
+                ``mode="async"``.
+            TypeError: both ``total_timesteps`` and ``total_steps``.
+        """
+        from vecaccel.trainers.runners import run_in_mode
+
+        if total_steps is not None:
+            if total_timesteps is not None:
+                raise TypeError("learn() takes total_timesteps or total_steps, not both")
+            total_timesteps = total_steps
+        progress = self.config.progress
+        if progress_bar is not None:
+            self.config.progress = bool(progress_bar)
+        try:
+            run_in_mode(
+                self,
+                mode,
+                total_timesteps,
+                callback=callback,
+                reset_num_timesteps=reset_num_timesteps,
+                **async_options,
+            )
+        finally:
+            self.config.progress = progress
+        return self
+
+    def predict(
+        self,
+        observation: Any,
+        state: Any = None,
+        episode_start: Any = None,
+        deterministic: bool = False,
+    ) -> tuple[np.ndarray, None]:
+        """Actions for one observation or a batch with a leading env axis, as SB3's ``predict``.
+
+        Args:
+            observation: one observation, or a batch of them.
+            state: unused (no recurrent policies); SB3's argument.
+            episode_start: unused; SB3's argument.
+            deterministic: the policy's most likely action; otherwise A2C and PPO sample from
+                the policy and the DQN family acts ε-greedily with ``eval_epsilon``.
+
+        Returns:
+            ``(actions, None)``: a NumPy array of the env's actions, one action for one
+            observation.
+        """
+        obs = np.asarray(observation)
+        shape = getattr(self.observation_space, "shape", None)
+        single = shape is not None and obs.shape == tuple(shape)
+        actions = self.act_for_predict(obs[None] if single else obs, bool(deterministic))
+        return (actions[0] if single else actions), None
 
     @abc.abstractmethod
-    def predict(self, observation: Any, *args: Any, **kwargs: Any) -> tuple[Any, None]:
-        """Actions for an observation or a batch, SB3 style: ``(actions, None)``."""
+    def act_for_predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        """The env's actions for the ``[N, *obs_shape]`` batch ``obs`` (see :meth:`predict`)."""
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Save a checkpoint (atomically) that :meth:`load` restores and training resumes from;
+        returns its path."""
+        return self._save_to(Path(path))
+
+    @abc.abstractmethod
+    def _save_to(self, path: Path) -> Path:
+        """Write the family's checkpoint to ``path`` (see :meth:`save`)."""
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        env: str | gym.vector.VectorEnv | None = None,
+        *,
+        device: str | None = None,
+        **options: Any,
+    ) -> Self:
+        """Rebuild an agent saved by :meth:`save` (or written into a run directory).
+
+        Args:
+            path: the checkpoint file, or the run directory holding ``checkpoint.pt``.
+            env: an env to go on training or to evaluate in (``None``: none, or built from the
+                config by ``learn``).
+            device: the torch device of the networks (``None``: the saved one where it exists
+                here, else the CPU).
+            **options: config fields to change (``run_dir``, ``backend``, ...), and the
+                family's loading options: ``restore_rng`` (A2C, PPO: the saved RNG states, for
+                an exact resume; default ``True``) and ``load_replay`` (the DQN family: the
+                replay buffer saved with the checkpoint; default ``True``).
+
+        Returns:
+            The restored agent.
+
+        Raises:
+            CheckpointError: the file is corrupt or truncated, holds another algorithm, or
+                (with ``env``) names a replay file that is missing or from another checkpoint.
+        """
+        if device is not None:
+            options["device"] = device
+        return cls._load_from(Path(path), env, options)
+
+    @classmethod
+    @abc.abstractmethod
+    def _load_from(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
+        """The family's side of :meth:`load`."""
+
+    @property
+    def num_timesteps(self) -> int:
+        """Env steps collected so far (``global_step``), under SB3's name."""
+        return self.global_step
+
+    def get_env(self) -> Any:
+        """The vector env trained on (``None`` without one), as SB3's ``get_env``."""
+        return self.envs
+
+    def get_vec_normalize_env(self) -> None:
+        """``None``: no SB3 ``VecNormalize`` wraps the envs (SB3's callbacks ask)."""
+        return None
 
     def close(self) -> None:
         """Close the envs this agent built."""

@@ -99,8 +99,9 @@ class DQNConfig(RunConfig):
     """Fraction of the step budget over which epsilon decays linearly."""
     exploration_steps: int = 0
     """Env steps of the epsilon decay; overrides ``exploration_fraction`` when positive."""
-    eval_epsilon: float = 0.0
-    """Exploration rate of ``predict(deterministic=False)``."""
+    eval_epsilon: float = 0.05
+    """Exploration rate of ``predict(deterministic=False)`` (SB3's final exploration rate, and
+    Nature DQN's in evaluation)."""
     double: bool = False
     """Double DQN: the online network picks the next action, the target network values it."""
     dueling: bool = False
@@ -205,19 +206,11 @@ def categorical_projection(
 class DQN(OffPolicyAlgorithm):
     """Deep Q-learning over a vecaccel vector env, with every DQN-family option.
 
-    The envs, the replay buffer, the target network, ε-greedy acting, ``learn``, saving and
-    loading are :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s; this class
-    holds the network and the loss.
-
-    Args:
-        env: a Gymnasium id (``num_envs`` copies on ``backend``) or a
-            ``gymnasium.vector.VectorEnv`` created with ``autoreset_mode=AutoresetMode.SAME_STEP``;
-            ``None`` only for a loaded agent used to predict.
-        config: a full :class:`DQNConfig`; keyword arguments override its fields.
-        preset: a name in :data:`PRESETS` applied before ``**overrides`` (and over ``config``);
-            ``"auto"``, ``None`` and ``"none"`` as in :meth:`Algorithm.preset_values`.
-        **overrides: :class:`DQNConfig` fields (``checkpoint_period`` and ``log_interval`` are
-            accepted for ``checkpoint_every`` and ``log_every_steps``).
+    ``DQN(env, *, preset="auto", **config)`` with :class:`DQNConfig` fields, as every
+    algorithm is built (:class:`~vecaccel.trainers.algos.base.Algorithm`). The envs, the replay
+    buffer, the target network, ε-greedy acting, ``learn``, saving and loading are
+    :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s; this class holds the
+    network and the loss.
     """
 
     algo_name = "dqn"
@@ -303,16 +296,7 @@ class DQN(OffPolicyAlgorithm):
             q_taken = out.detach()
         loss = (b_weights * per_sample).mean()
 
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = (
-            torch.nn.utils.clip_grad_norm_(
-                self.q_network.parameters(), cfg.max_grad_norm, foreach=True
-            )
-            if cfg.max_grad_norm > 0
-            else torch.zeros(())
-        )
-        self.optimizer.step()
+        grad_norm = self.backward_step(loss, cfg.max_grad_norm)
         if cfg.prioritized:
             self.buffer.update_priorities(batch.indices, priorities.cpu().numpy())
         return {

@@ -30,14 +30,14 @@ import abc
 import copy
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.trainers.algos.base import Algorithm, Callback
+from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
 from vecaccel.trainers.checkpoints.format import check_env_matches
 from vecaccel.trainers.checkpoints.replay import (
@@ -45,7 +45,6 @@ from vecaccel.trainers.checkpoints.replay import (
     save_off_policy,
     write_run_checkpoint,
 )
-from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import lr_scale
 from vecaccel.trainers.envs.make import check_tensor_spaces
 from vecaccel.trainers.nets.networks import check_observation_space
@@ -54,25 +53,27 @@ from vecaccel.trainers.replay.files import restore_replay
 from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.schedules import linear_schedule
+from vecaccel.trainers.run.seeding import split_seed
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's
+    from typing_extensions import Self
 
 __all__ = ["OffPolicyAlgorithm"]
+
+#: the key of the seed of predict's generator, apart from exploration's
+_PREDICT_STREAM = 0x9D
 
 
 class OffPolicyAlgorithm(Algorithm):
     """Envs, replay buffer, networks, acting and checkpoints of the DQN family.
 
-    Args:
-        env: a Gymnasium id (``num_envs`` copies on ``backend``) or a
-            ``gymnasium.vector.VectorEnv`` created with ``autoreset_mode=AutoresetMode.SAME_STEP``;
-            ``None`` only for a loaded agent used to predict (or trained by the asynchronous
-            runner, whose sampler process has the envs).
-        config: a full config of the class's ``config_cls``; keyword arguments override its
-            fields.
-        preset: a name in the class's ``presets`` applied before ``**overrides`` (and over
-            ``config``); ``"auto"``, ``None`` and ``"none"`` as in
-            :meth:`Algorithm.preset_values`.
-        **overrides: config fields (``checkpoint_period`` and ``log_interval`` are accepted for
-            ``checkpoint_every`` and ``log_every_steps``).
+    Built as every algorithm is (:class:`~vecaccel.trainers.algos.base.Algorithm`):
+    ``DQN(env, *, preset="auto", **config)``. ``env`` is a Gymnasium id (``num_envs`` copies on
+    ``backend``) or a ``gymnasium.vector.VectorEnv`` created with
+    ``autoreset_mode=AutoresetMode.SAME_STEP``, or ``None`` for an agent that predicts (or is
+    trained by the asynchronous runner, whose sampler process has the envs);
+    ``checkpoint_period`` and ``log_interval`` are accepted for ``checkpoint_every`` and
+    ``log_every_steps``.
 
     Attributes:
         config: the settings in force.
@@ -90,25 +91,37 @@ class OffPolicyAlgorithm(Algorithm):
     #: the losses every update reports, reduced over ranks even on a rank that has none yet
     loss_keys: tuple[str, ...] = ()
 
-    def __init__(
+    def config_values(
         self,
-        env: str | gym.vector.VectorEnv | None = None,
-        config: Any = None,
-        preset: str | None = AUTO,
-        **overrides: Any,
-    ) -> None:
-        base = None if config is None else dataclasses.asdict(config)
-        values = self.preset_values(env, preset, overrides, base=base)
+        env: Any,
+        preset: str | None,
+        explicit: dict[str, Any],
+        base: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The preset's values and the keywords; an unknown setting is an error."""
+        values = self.preset_values(env, preset, explicit, base=base)
         unknown = set(values) - {f.name for f in dataclasses.fields(self.config_cls)}
         if unknown:
             raise TypeError(f"unknown {type(self).__name__} settings: {sorted(unknown)}")
-        self._setup(values)
+        return values
+
+    def _build(
+        self,
+        env: str | gym.vector.VectorEnv | None,
+        observation_space: gym.Space | None,
+        action_space: gym.Space | None,
+    ) -> None:
         self.collector: TransitionCollector | None = None
         if env is not None:
             self.attach_env(env)
             self.observation_space = self.envs.single_observation_space
             self.action_space = self.envs.single_action_space
+        if env is None and observation_space is not None and action_space is not None:
+            check_tensor_spaces(type(self).__name__, observation_space, action_space)
+            self.observation_space, self.action_space = observation_space, action_space
         self.rng = np.random.default_rng(self.config.seed)
+        # predict's own generator: a callback that predicts leaves exploration's draws alone
+        self.predict_rng = np.random.default_rng(split_seed(self.config.seed, _PREDICT_STREAM))
         self.episode_log: list[tuple[int, float, float]] = []
         self.buffer: ReplayBuffer | None = None
         self.measured_replay_ratio: float | None = None
@@ -200,6 +213,7 @@ class OffPolicyAlgorithm(Algorithm):
             self.optimizer = torch.optim.Adam(
                 self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps
             )
+        self.model_parameters = list(self.q_network.parameters())
         # the loss goes through DistributedDataParallel when there are several ranks
         self.train_network = distributed.wrap_model(self.q_network, self.device)
         # wrapping broadcasts rank 0's parameters into the online network only: the target is
@@ -235,22 +249,11 @@ class OffPolicyAlgorithm(Algorithm):
         """ε-greedy actions of the env's space for the batch ``obs`` (see :attr:`policy`)."""
         return self.policy(obs, epsilon, self.rng)
 
-    def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple[np.ndarray, None]:
-        """Actions for ``obs`` (one observation or a batch), as SB3's ``predict``.
-
-        Args:
-            obs: an observation or a ``[N, *obs_shape]`` batch.
-            deterministic: greedy actions; otherwise ε-greedy with ``eval_epsilon``.
-
-        Returns:
-            ``(actions, None)``; a single action for a single observation.
-        """
-        obs = np.asarray(obs)
-        single = obs.shape == tuple(self.observation_space.shape)
-        batch = obs[None] if single else obs
+    def act_for_predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        """Greedy actions for the batch ``obs``, or with probability ``eval_epsilon`` random
+        ones (drawn from ``predict_rng``)."""
         epsilon = 0.0 if deterministic else self.config.eval_epsilon
-        actions = self.act(batch, epsilon)
-        return (actions[0] if single else actions), None
+        return self.policy(obs, epsilon, self.predict_rng)
 
     def epsilon(self, step: int, horizon: int) -> float:
         """The exploration rate at env step ``step`` of a ``horizon``-step run."""
@@ -365,59 +368,6 @@ class OffPolicyAlgorithm(Algorithm):
         """The replay ratio measured over the last run (None before learning)."""
         return self.measured_replay_ratio
 
-    def learn(
-        self,
-        total_steps: int | None = None,
-        reset_num_timesteps: bool = True,
-        callback: Callback | None = None,
-        *,
-        mode: str = "sync",
-        **async_options: Any,
-    ) -> OffPolicyAlgorithm:
-        """Collect ``total_steps`` env steps, training as the replay ratio prescribes.
-
-        With ``run_dir`` and ``checkpoint_every`` set, each periodic checkpoint is a restart
-        point: a loaded agent continues its run from there, on CPU bit-identical to a run never
-        interrupted (synchronous mode). The checkpoint written when ``learn`` ends (or is
-        stopped by SIGINT/SIGTERM) continues the run too, not identically; an error raised
-        inside the loop writes none. Under ``torchrun`` every rank saves its own replay buffer;
-        a run resumed on as many ranks gives each rank its own back.
-
-        Args:
-            total_steps: env steps to collect in this call; ``None`` finishes the run of the
-                checkpoint this agent was loaded from.
-            reset_num_timesteps: start the step count (and so the ε and β schedules and
-                ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
-            callback: ``callback(agent, metrics)`` after every vector step (``metrics``: the row
-                logged there, or ``{}``; ``callback(agent)`` works too); returning ``False``
-                stops training early, as SB3's callbacks do. Synchronous mode only.
-            mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: this process
-                steps the envs between updates) or ``"async"``
-                (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a sampler
-                process steps them while this one trains).
-            **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
-                <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
-                (``fixed_lag``, ``context``, ...).
-
-        Returns:
-            ``self``.
-
-        Raises:
-            ValueError: ``total_steps`` is ``None`` but there is no unfinished loaded run, or
-                ``mode`` is neither ``"sync"`` nor ``"async"``.
-        """
-        from vecaccel.trainers.runners import run_in_mode
-
-        run_in_mode(
-            self,
-            mode,
-            total_steps,
-            callback=callback,
-            reset_num_timesteps=reset_num_timesteps,
-            **async_options,
-        )
-        return self
-
     # -- saving and loading -------------------------------------------------------------------
 
     def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
@@ -430,54 +380,38 @@ class OffPolicyAlgorithm(Algorithm):
         """
         return write_run_checkpoint(self, run_dir, replay)
 
-    def save(
-        self,
-        path: str | Path,
-        replay: bool = False,
-        rank_replays: list[dict[str, Any]] | None = None,
+    def _save_to(self, path: Path) -> Path:
+        """Write the checkpoint without the replay buffer (a loaded agent refills it, as in
+        SB3); :meth:`save_with_replay` writes it too."""
+        return save_off_policy(self, path, False, None)
+
+    def save_with_replay(
+        self, path: str | Path, rank_replays: list[dict[str, Any]] | None = None
     ) -> Path:
-        """Write the config, networks, optimizer, counters and RNG states (atomically).
+        """:meth:`save`, and the replay buffer to ``<stem>.replay-<step>-<id>.npz`` beside
+        ``path`` (its name and a matching id are recorded in the checkpoint). Replay files no
+        longer named by the checkpoint at ``path`` are deleted once it is written.
 
         Args:
             path: the checkpoint file.
-            replay: also write the replay buffer, to ``<stem>.replay-<step>-<id>.npz`` beside
-                ``path`` (its name and a matching id are recorded in the checkpoint); without
-                it (as in SB3) a loaded agent refills its buffer. Replay files no longer named
-                by the checkpoint at ``path`` are deleted once it is written.
             rank_replays: (several ranks) the replay files every rank has written already,
                 with its generators' states, in rank order; the checkpoint names them all.
-
-        Returns:
-            The checkpoint's path.
         """
-        return save_off_policy(self, Path(path), replay, rank_replays)
+        return save_off_policy(self, Path(path), True, rank_replays)
 
     @classmethod
-    def load(
-        cls,
-        path: str | Path,
-        env: str | gym.vector.VectorEnv | None = None,
-        load_replay: bool = True,
-        **overrides: Any,
-    ) -> Any:
-        """Rebuild an agent saved by :meth:`save`.
+    def _load_from(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
+        """The off-policy side of :meth:`~vecaccel.trainers.algos.base.Algorithm.load`.
 
-        A checkpoint written with its replay buffer during :meth:`learn` (``checkpoint_replay``)
-        is a restart point: ``learn()`` without ``total_steps`` (or ``learn(remaining,
-        reset_num_timesteps=False)``) then continues its run exactly.
-
-        Args:
-            path: the checkpoint file, or the run directory holding ``checkpoint.pt``.
-            env: an env to go on training or to evaluate in (optional for ``predict``).
-            load_replay: read the replay buffer saved with the checkpoint (when it has one);
-                ``False`` starts with an empty buffer instead.
-            **overrides: config fields to change (``device``, ``run_dir``, ...).
-
-        Raises:
-            CheckpointError: the file is corrupt or truncated, or (with ``env``) the replay file
-                it names is missing, corrupt or from another checkpoint.
+        ``options``: config fields to change, and ``load_replay`` (read the replay buffer saved
+        with the checkpoint, when it has one; default ``True``; ``False`` starts with an empty
+        buffer). A checkpoint written with its replay buffer during ``learn``
+        (``checkpoint_replay``) is a restart point: ``learn()`` without ``total_timesteps`` (or
+        ``learn(remaining, reset_num_timesteps=False)``) then continues its run exactly.
         """
-        return load_off_policy(cls, Path(path), env, load_replay, overrides)
+        overrides = dict(options)
+        load_replay = bool(overrides.pop("load_replay", True))
+        return load_off_policy(cls, path, env, load_replay, overrides)
 
     def close(self) -> None:
         """Close the envs this agent built."""

@@ -24,12 +24,12 @@ import os
 from collections.abc import Iterator
 from dataclasses import InitVar, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from vecaccel.trainers.algos.base import Algorithm, Callback
+from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.checkpoints.format import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -41,7 +41,6 @@ from vecaccel.trainers.checkpoints.format import (
     space_to_dict,
     usable_device,
 )
-from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import (
     RunConfig,
     check_on_policy_config,
@@ -58,6 +57,9 @@ from vecaccel.trainers.envs.make import (
 )
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.seeding import get_rng_state, restore_rank_rng_state
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's
+    from typing_extensions import Self
 
 __all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
 
@@ -126,46 +128,44 @@ class OnPolicyConfig(RunConfig):
 class OnPolicyAlgorithm(Algorithm):
     """Model, optimizer, sampler and checkpoints of A2C and PPO; the loop is the runner's.
 
-    Args:
-        env: a Gymnasium id (built on ``config.backend``), a ready vector env, or ``None``
-            (only to ``predict``; ``learn`` then builds ``config.env_id``).
-        observation_space: the single-env observation space when ``env`` is ``None`` (else
-            one env of ``config.env_id`` is made to read it).
-        action_space: likewise, the single-env action space.
-        preset: the named settings to start from (``PRESETS``): ``"auto"`` (the default) takes
-            the one made for the env id given (``env``, or ``env_id`` with ``env=None``), if any
-            (``vecaccel.trainers.config.presets.ENV_PRESETS``); ``None`` or ``"none"`` the plain
-            defaults. The name applied is kept in ``config.preset``.
-        **config: fields of the algorithm's config dataclass (``run_dir``, ``progress``,
-            ``tensorboard`` among them), each winning over the preset's; ``log_every``
-            (updates) is accepted for ``log_every_steps``.
+    Built as every algorithm is (:class:`~vecaccel.trainers.algos.base.Algorithm`):
+    ``PPO(env, *, preset="auto", **config)``. With ``env=None`` and no spaces given, one env
+    of ``env_id`` is made to read them; ``log_every`` (updates) is accepted for
+    ``log_every_steps``.
     """
 
     family = "on_policy"
     config_cls: type = OnPolicyConfig
     config: Any
 
-    def __init__(
+    def config_values(
         self,
-        env: str | gym.vector.VectorEnv | None = None,
-        *,
-        observation_space: gym.Space | None = None,
-        action_space: gym.Space | None = None,
-        preset: str | None = AUTO,
-        **config: Any,
+        env: Any,
+        preset: str | None,
+        explicit: dict[str, Any],
+        base: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The preset's values and the keywords, with ``log_every`` (updates) taken for the log
+        period when given (over a preset's ``log_every_steps``)."""
+        if isinstance(env, str):
+            explicit["env_id"] = env
+        if "log_every_steps" in explicit:  # the field's own name wins over the alias
+            explicit.pop("log_every", None)
+        values = self.preset_values(env, preset, explicit, base)
+        if "log_every" in explicit:  # given, it beats a preset's log period
+            values.pop("log_every_steps", None)
+        self._log_every_updates = values.get("log_every")
+        return values
+
+    def _build(
+        self,
+        env: str | gym.vector.VectorEnv | None,
+        observation_space: gym.Space | None,
+        action_space: gym.Space | None,
     ) -> None:
         from vecaccel.trainers.nets.networks import ActorCritic, check_observation_space
 
-        if isinstance(env, str):
-            config["env_id"] = env
-        if "log_every_steps" in config:  # the field's own name wins over the alias
-            config.pop("log_every", None)
-        explicit = config
-        config = self.preset_values(env, preset, explicit)
-        if "log_every" in explicit:  # given, it beats a preset's log period
-            config.pop("log_every_steps", None)
-        log_every = config.get("log_every")
-        self._setup(config)
+        log_every = self._log_every_updates
         cfg = self.config
         self.sampler: Any = None
         self.schedule_start_update = 0
@@ -213,7 +213,6 @@ class OnPolicyAlgorithm(Algorithm):
             )
             self.learning_rate = cfg.learning_rate * self.lr_scale
             self.optimizer = self.make_optimizer(self.learning_rate)
-            #: the model's parameters as a list, for gradient clipping without a generator per step
             self.model_parameters = list(self.model.parameters())
             # eval() and train() walk every submodule twice per update; skip them for a model
             # whose layers all act the same in both modes
@@ -261,41 +260,6 @@ class OnPolicyAlgorithm(Algorithm):
             and p.dtype == params[0].dtype
             for p in params
         )
-
-    def backward_step(self, loss: Any, max_grad_norm: float) -> None:
-        """Zero the gradients, backpropagate ``loss``, clip to ``max_grad_norm``, step.
-
-        Raises:
-            FloatingPointError: the gradient is not finite (a NaN or infinite loss), before the
-                step would make every parameter NaN.
-        """
-        import torch
-
-        from vecaccel.trainers.nets.optim import FlatOptimizer
-
-        optimizer = self.optimizer
-        if isinstance(optimizer, FlatOptimizer):
-            optimizer.zero_grad()
-            loss.backward()
-            norm = optimizer.clip_grad_norm_(max_grad_norm)
-        else:
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(
-                self.model_parameters, max_grad_norm, foreach=True
-            )
-        # One sync per step, on the norm clipping computed anyway: a NaN or infinite loss makes
-        # it non-finite, and Adam/RMSprop would then turn every parameter NaN and training would
-        # go on silently. The norm is of the all-reduced gradients, so on several ranks every
-        # rank decides alike.
-        if not bool(torch.isfinite(norm)):
-            raise FloatingPointError(
-                f"{self.algo_name.upper()} update {self.num_updates} (global step "
-                f"{self.global_step}): non-finite loss {float(loss.detach()):g} (gradient norm "
-                f"{float(norm):g}); this optimizer step was not taken. A NaN or infinite "
-                "reward or observation from the env is the usual cause."
-            )
-        optimizer.step()
 
     def flat_batch(self, batch: Any) -> Any:
         """``batch`` with GAE advantages and returns, flattened to the rows the losses learn
@@ -422,42 +386,6 @@ class OnPolicyAlgorithm(Algorithm):
         schedule unchanged (a budget rounded to whole batches)."""
         self.target_steps = self.global_step + int(num_batches) * self.batch_size
 
-    def learn(
-        self,
-        total_steps: int | None = None,
-        callback: Callback | None = None,
-        *,
-        mode: str = "sync",
-        **async_options: Any,
-    ) -> OnPolicyAlgorithm:
-        """Train for ``total_steps`` more env steps (``None``: finish a resumed run's budget).
-
-        Args:
-            total_steps: environment steps to add; the learning rate anneals over them.
-            callback: ``callback(agent, metrics)`` after every update (the episodes that ended
-                in it are in ``agent.last_episodes``); returning ``False`` stops training.
-                Synchronous mode only.
-            mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: collect a
-                batch, then update, in this process) or ``"async"``
-                (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a rollout
-                process collects the next batch while this one updates). An agent trained
-                asynchronously has no envs in this process: create it with ``env=None`` and
-                ``env_id=...`` (an agent with envs of its own has them closed first).
-            **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
-                <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
-                (``weight_sync_period``, ``fixed_lag``, ``context``, ...).
-
-        Returns:
-            ``self``.
-
-        Raises:
-            ValueError: ``mode`` is neither ``"sync"`` nor ``"async"``.
-        """
-        from vecaccel.trainers.runners import run_in_mode
-
-        run_in_mode(self, mode, total_steps, callback=callback, **async_options)
-        return self
-
     # -- save, load, predict ---------------------------------------------------------------------
 
     def state_dict(self, rank_rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -489,8 +417,8 @@ class OnPolicyAlgorithm(Algorithm):
             **extra,
         }
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Save a checkpoint (atomically) that :meth:`load` restores and training resumes from."""
+    def _save_to(self, path: Path) -> Path:
+        """Write :meth:`state_dict` to ``path`` (atomically)."""
         return save_checkpoint(path, self.state_dict())
 
     def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
@@ -510,30 +438,16 @@ class OnPolicyAlgorithm(Algorithm):
         return save_checkpoint(Path(run_dir) / CHECKPOINT_NAME, self.state_dict(rank_rng))
 
     @classmethod
-    def load(
-        cls,
-        path: str | os.PathLike[str],
-        env: str | gym.vector.VectorEnv | None = None,
-        *,
-        run_dir: str | os.PathLike[str] | None = None,
-        restore_rng: bool = True,
-        **overrides: Any,
-    ) -> OnPolicyAlgorithm:
-        """Load a checkpoint written by :meth:`save` (a file, or a run directory).
+    def _load_from(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
+        """The on-policy side of :meth:`~vecaccel.trainers.algos.base.Algorithm.load`.
 
-        Args:
-            path: the checkpoint file or the run directory holding ``checkpoint.pt``.
-            env: an env to continue training on (``None``: built from the config on ``learn``).
-            run_dir: where a continued run logs and checkpoints (``None``: nowhere).
-            restore_rng: restore the RNG states saved with the checkpoint (for exact resume).
-            **overrides: config fields to change (e.g. ``device``, ``backend``, ``num_workers``).
-
-        Returns:
-            The restored trainer.
-
-        Raises:
-            CheckpointError: if the file is corrupt or holds another algorithm.
+        ``options``: config fields to change, ``run_dir`` (where a continued run logs and
+        checkpoints; default: nowhere) and ``restore_rng`` (restore the RNG states saved with
+        the checkpoint, for an exact resume; default ``True``).
         """
+        overrides = dict(options)
+        run_dir = overrides.pop("run_dir", None)
+        restore_rng = bool(overrides.pop("restore_rng", True))
         path = checkpoint_file(path)
         overrides = resolve_aliases(cls.config_cls, overrides)
         state = load_checkpoint(path, map_location=resolve_device(overrides.get("device", "cpu")))
@@ -602,37 +516,20 @@ class OnPolicyAlgorithm(Algorithm):
             if self.num_updates > 0:
                 self.reset_envs()
 
-    def predict(
-        self,
-        observation: Any,
-        state: Any = None,
-        episode_start: Any = None,
-        deterministic: bool = False,
-    ) -> tuple[np.ndarray, None]:
-        """Actions for one observation or a batch, SB3 style: ``(actions, None)``.
-
-        Args:
-            observation: one observation, or a batch with a leading env axis.
-            state: unused (no recurrent policies); kept for SB3 compatibility.
-            episode_start: unused; kept for SB3 compatibility.
-            deterministic: take the most likely action instead of sampling.
-
-        Returns:
-            ``(actions, None)`` with actions as a NumPy array.
-        """
+    def act_for_predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        """Actions of the model for the batch ``obs``: sampled, or the most likely with
+        ``deterministic``; within a ``Box`` action space's bounds, as SB3 clips them."""
         import torch
 
-        obs = np.asarray(observation)
-        single = obs.shape == tuple(self.observation_space.shape)
-        tensor = torch.as_tensor(obs[None] if single else obs, device=self.device)
+        tensor = torch.as_tensor(obs, device=self.device)
         self.model.eval()
         actions = self.model.act(tensor, deterministic=deterministic).cpu().numpy()
         if self.action_start:
             actions = actions + self.action_start
         space = self.action_space
-        if isinstance(space, gym.spaces.Box):  # as SB3: the env gets actions within bounds
+        if isinstance(space, gym.spaces.Box):
             actions = np.clip(actions, space.low, space.high).astype(actions.dtype, copy=False)
-        return (actions[0] if single else actions), None
+        return actions
 
     def close(self) -> None:
         """Close the env this trainer built."""

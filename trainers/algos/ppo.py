@@ -93,39 +93,23 @@ class PPO(OnPolicyAlgorithm):
 
         n = b_obs.shape[0]
         minibatch_size = max(1, n // cfg.num_minibatches)
-        # one minibatch is the whole batch: no shuffle, no gathers (the mean is the same), and
-        # its advantages are normalised once for every epoch
-        whole_batch = minibatch_size >= n
-        if whole_batch and cfg.norm_adv and n > 1:
-            b_advantages = (b_advantages - b_advantages.mean()) / (b_advantages.std() + 1e-8)
-        b_neg_advantages = -b_advantages
         zero = torch.zeros((), device=b_obs.device)
         clipfrac_sum, minibatches = zero.clone(), 0
         approx_kl = old_approx_kl = pg_loss = v_loss = entropy_loss = zero
         for epoch in range(cfg.update_epochs):
-            if whole_batch:
-                batches: Any = (None,)
-            else:
-                batches = torch.randperm(n, device=b_obs.device).split(minibatch_size)
+            if minibatch_size < n:
+                b_inds: Any = torch.randperm(n, device=b_obs.device).split(minibatch_size)
+            else:  # one minibatch, the whole batch: in order, as views (no shuffle, no gather)
+                b_inds = (slice(None),)
             # KL and clip fraction: every minibatch for early stopping, else the last epoch's
             diagnose = cfg.target_kl is not None or epoch == cfg.update_epochs - 1
-            for mb in batches:
-                if mb is None:
-                    mb_obs, mb_actions, mb_logprobs = b_obs, b_actions, b_logprobs
-                    mb_values, mb_returns = b_values, b_returns
-                    mb_neg_advantages = b_neg_advantages
-                else:
-                    mb_obs, mb_actions, mb_logprobs = b_obs[mb], b_actions[mb], b_logprobs[mb]
-                    mb_values, mb_returns, mb_advantages = (
-                        b_values[mb],
-                        b_returns[mb],
-                        b_advantages[mb],
+            for mb in b_inds:
+                mb_obs, mb_actions, mb_logprobs = b_obs[mb], b_actions[mb], b_logprobs[mb]
+                mb_values, mb_returns, mb_advantages = b_values[mb], b_returns[mb], b_advantages[mb]
+                if cfg.norm_adv and len(mb_advantages) > 1:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (
+                        mb_advantages.std() + 1e-8
                     )
-                    if cfg.norm_adv and len(mb) > 1:
-                        mb_advantages = (mb_advantages - mb_advantages.mean()) / (
-                            mb_advantages.std() + 1e-8
-                        )
-                    mb_neg_advantages = -mb_advantages
                 new_logprob, entropy, new_value = self.train_model.evaluate(mb_obs, mb_actions)
                 log_ratio = new_logprob - mb_logprobs
                 ratio = log_ratio.exp()
@@ -138,10 +122,9 @@ class PPO(OnPolicyAlgorithm):
                         minibatches += 1
 
                 # clipped surrogate objective
-                pg_loss = torch.max(
-                    mb_neg_advantages * ratio,
-                    mb_neg_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef),
-                ).mean()
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - clip_coef, 1 + clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
                 # value loss, optionally clipped around the values the batch was collected with
                 if cfg.clip_vloss:

@@ -112,8 +112,8 @@ def write_run_checkpoint(agent: Any, run_dir: Path | None, replay: bool) -> Path
     if not agent.is_main:
         return None
     if ranks is not None:
-        return agent.save(path, rank_replays=ranks)
-    return agent.save(path, replay=replay)
+        return agent.save_with_replay(path, rank_replays=ranks)
+    return save_off_policy(agent, path, replay, None)
 
 
 def replay_entry(agent: Any, file: Path, token: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from vecaccel import hookimpl
 from vecaccel.cli import Commands
 from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME, checkpoint_file
 from vecaccel.trainers.cli.errors import read_checkpoint, setup_errors, usage_error
-from vecaccel.trainers.cli.evaluate import eval_command
+from vecaccel.trainers.cli.evaluate import DEFAULT_EVAL_EPSILON, eval_command, probability
 from vecaccel.trainers.cli.flags import (
     AlgorithmParser,
     add_common_flags,
@@ -90,7 +90,17 @@ def vecaccel_add_commands(commands: Commands) -> None:
     evaluate.add_argument("--video", type=Path, metavar="OUT.mp4", help="record the first episode")
     evaluate.add_argument("--seed", type=int, default=0, help="seed of the first episode")
     evaluate.add_argument(
-        "--stochastic", action="store_true", help="sample actions instead of taking the mode"
+        "--stochastic",
+        action="store_true",
+        help="sample actions instead of taking the most likely one (A2C, PPO: from the policy; "
+        "the DQN family: ε-greedy, see --epsilon)",
+    )
+    evaluate.add_argument(
+        "--epsilon",
+        type=probability,
+        metavar="EPS",
+        help="the DQN family's ε with --stochastic (default: the agent's eval_epsilon, or "
+        f"{DEFAULT_EVAL_EPSILON} where that is 0)",
     )
     evaluate.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     evaluate.add_argument("--env", help="environment id (default: the one the agent trained on)")

@@ -21,7 +21,47 @@ from vecaccel.trainers.cli.errors import (
 )
 from vecaccel.trainers.config.registry import ALGORITHMS
 
-__all__ = ["AgentReturns", "eval_command", "evaluate_agent", "evaluate_agents"]
+__all__ = [
+    "DEFAULT_EVAL_EPSILON",
+    "AgentReturns",
+    "acting_mode",
+    "eval_command",
+    "evaluate_agent",
+    "evaluate_agents",
+    "probability",
+]
+
+#: The DQN family's ε of ``--stochastic`` for an agent whose ``eval_epsilon`` is 0: Nature
+#: DQN's evaluation ε, and SB3's final exploration rate.
+DEFAULT_EVAL_EPSILON = 0.05
+
+
+def probability(text: str) -> float:
+    """argparse type: a number from 0 to 1, or a message saying what the text is not."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1, got {value}")
+    return value
+
+
+def acting_mode(agent: Any, stochastic: bool, epsilon: float | None = None) -> str:
+    """Set how ``agent`` acts in evaluation and say it in words.
+
+    With ``stochastic``, A2C and PPO sample from their policy; the DQN family acts ε-greedily
+    (``predict(deterministic=False)``) with ``epsilon``, else its ``eval_epsilon``, else
+    :data:`DEFAULT_EVAL_EPSILON` where that is 0 (a greedy "sample" would be no sample).
+    """
+    if not stochastic:
+        return "deterministic"
+    if not hasattr(agent.config, "eval_epsilon"):
+        return "stochastic: actions sampled from the policy"
+    if epsilon is None:
+        epsilon = agent.config.eval_epsilon or DEFAULT_EVAL_EPSILON
+    agent.config.eval_epsilon = float(epsilon)
+    return f"stochastic: ε-greedy, ε={epsilon:g}"
 
 
 def eval_command(args: argparse.Namespace) -> int:
@@ -76,8 +116,9 @@ def eval_command(args: argparse.Namespace) -> int:
                 env.close()
     except setup_errors() as exc:
         return usage_error(exc)
+    mode = acting_mode(agent, args.stochastic, args.epsilon)
     if multi_agent:
-        return _report_agents(agent, algo, env_id, args)
+        return _report_agents(agent, algo, env_id, args, mode)
     try:
         returns, lengths = evaluate_agent(
             agent,
@@ -96,7 +137,7 @@ def eval_command(args: argparse.Namespace) -> int:
     print(
         f"{algo} on {env_id}: {len(returns)} episodes, return {np.mean(returns):.2f} "
         f"+- {np.std(returns):.2f} (min {np.min(returns):.2f}, max {np.max(returns):.2f}), "
-        f"mean length {np.mean(lengths):.1f}"
+        f"mean length {np.mean(lengths):.1f} ({mode})"
     )
     if args.video is not None:
         print(f"video: {args.video}")
@@ -166,7 +207,7 @@ def evaluate_agents(
     return result
 
 
-def _report_agents(agent: Any, algo: str, env_id: str, args: argparse.Namespace) -> int:
+def _report_agents(agent: Any, algo: str, env_id: str, args: argparse.Namespace, mode: str) -> int:
     """Print the team return and each agent's return of a PettingZoo env's episodes."""
     import numpy as np
 
@@ -182,7 +223,7 @@ def _report_agents(agent: Any, algo: str, env_id: str, args: argparse.Namespace)
     print(
         f"{algo} on {env_id}: {len(team)} episodes, team return {np.mean(team):.2f} "
         f"+- {np.std(team):.2f} (min {np.min(team):.2f}, max {np.max(team):.2f}), "
-        f"mean length {np.mean(result.lengths):.1f}"
+        f"mean length {np.mean(result.lengths):.1f} ({mode})"
     )
     for name, returns in result.agents.items():
         print(f"  {name}: return {np.mean(returns):.2f} +- {np.std(returns):.2f}")

@@ -233,6 +233,7 @@ class RunLogger:
             self.csv_path = self.run_dir / "metrics.csv"
             self.curve_path = self.run_dir / "learning_curve.png"
         self._rows: list[dict[str, Any]] = []
+        self._recorded: dict[str, Any] = {}
         self._keys: list[str] = ["step", "time"]
         self._time_offset = 0.0
         self._start_step = 0
@@ -317,6 +318,9 @@ class RunLogger:
             metrics: metric name to number (``charts/...``, ``losses/...``); ``None`` values
                 and NaNs are skipped.
         """
+        if self._recorded:
+            metrics = {**self._recorded, **metrics}
+            self._recorded = {}
         clean = {}
         for key, value in metrics.items():
             if value is None:
@@ -347,6 +351,17 @@ class RunLogger:
                 postfix["return"] = f"{np.mean(self._recent_returns):.1f}"
             self._bar.set_postfix(postfix, refresh=False)
         self._last_step = int(step)
+
+    def record(self, key: str, value: Any, exclude: Any = None) -> None:
+        """Add ``key`` to the next row written (SB3's ``Logger.record``, which SB3 callbacks
+        such as ``EvalCallback`` call); a value that is no number is left out."""
+        if isinstance(value, (int, float, np.integer, np.floating)):
+            self._recorded[key] = float(value)
+
+    def dump(self, step: int = 0) -> None:
+        """Write the values :meth:`record` holds as a row at ``step`` (SB3's ``Logger.dump``)."""
+        if self._recorded:
+            self.log(step, {})
 
     def write(self, message: str) -> None:
         """Print a line without breaking the progress bar."""

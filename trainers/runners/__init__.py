@@ -2,8 +2,8 @@
 
 :class:`~vecaccel.trainers.runners.sync.SyncRunner` and
 :class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner` are twins: each takes any
-algorithm and ``run(total_steps)`` trains it. ``agent.learn(total_steps, mode=...)`` picks one
-of them with :func:`run_in_mode`.
+algorithm and ``run(total_steps)`` trains it. ``agent.learn(total_timesteps, mode=...)`` picks
+one of them with :func:`run_in_mode`. Callbacks: :mod:`vecaccel.trainers.runners.callbacks`.
 """
 
 from __future__ import annotations

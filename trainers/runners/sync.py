@@ -30,13 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from vecaccel.trainers.algos.base import Algorithm, Callback, call_callback
+from vecaccel.trainers.algos.base import Algorithm, Callback
 from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.logger import RunLogger, mean_or_none
 from vecaccel.trainers.run.seeding import set_rng_state
 from vecaccel.trainers.run.signals import SignalCheckpoint, TrainingInterrupted
 from vecaccel.trainers.run.team_returns import team_returns_for
+from vecaccel.trainers.runners.callbacks import Callbacks
 from vecaccel.trainers.runners.state import RunState
 
 __all__ = ["SyncRunner", "announce_interrupt", "announce_run_dir", "open_run_logger"]
@@ -127,11 +128,11 @@ class SyncRunner:
 
         Args:
             total_steps: env steps to collect.
-            callback: ``callback(agent, metrics)`` after every iteration (on-policy: every
-                update, with its metrics; off-policy: every vector step, with the row logged
-                there or ``{}``); returning ``False`` stops training.
-            reset_num_timesteps: off-policy only: count steps (and the schedules) from zero,
-                as SB3 does; ``False`` continues them.
+            callback: ``callback(agent, metrics)`` after every iteration (a collect and its
+                update), an SB3 ``BaseCallback``, or a list of them; see
+                :mod:`vecaccel.trainers.runners.callbacks`.
+            reset_num_timesteps: count env steps and updates (and the schedules) from zero, as
+                SB3 does; ``False`` continues them.
 
         Returns:
             The agent.
@@ -140,14 +141,21 @@ class SyncRunner:
             TrainingInterrupted: SIGINT or SIGTERM arrived (after the checkpoint was written).
         """
         agent = self.agent
+        callbacks = Callbacks(callback)
         loop = _loop_for(agent, total_steps, reset_num_timesteps)
         logger = open_run_logger(agent, loop.horizon, loop.resume_step)
         loop.start(logger)
         guard = SignalCheckpoint()
+        sb3, plain = callbacks.sb3 is not None, bool(callbacks.plain)
         try:
             with guard:
+                callbacks.training_start(agent, loop.horizon)
                 while agent.global_step < loop.horizon:
+                    if sb3:
+                        callbacks.rollout_start()
                     experience = loop.collect()
+                    if sb3 and not callbacks.rollout_end(loop.step_locals(experience)):
+                        break
                     metrics = loop.update(experience)
                     metrics, log, stop = loop.report(metrics, guard.requested)
                     if log:
@@ -156,12 +164,13 @@ class SyncRunner:
                         loop.write_checkpoint()
                         announce_interrupt(logger, agent, guard.signal_name or "SIGTERM")
                         raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
-                    if callback is not None and not call_callback(callback, agent, metrics):
+                    if plain and not callbacks.iteration_end(agent, loop.callback_metrics(metrics)):
                         break
                     if loop.restart_due():
                         loop.restart_point()
                         loop.write_checkpoint()
                 loop.write_checkpoint()
+                callbacks.training_end()
         finally:
             loop.end()
             agent.end_run(logger.elapsed)
@@ -175,7 +184,7 @@ def _loop_for(agent: Algorithm, total_steps: int | None, reset_num_timesteps: bo
     from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
 
     if isinstance(agent, OnPolicyAlgorithm):
-        return _OnPolicyLoop(agent, total_steps)
+        return _OnPolicyLoop(agent, total_steps, reset_num_timesteps)
     if isinstance(agent, OffPolicyAlgorithm):
         return _OffPolicyLoop(agent, total_steps, reset_num_timesteps)
     raise TypeError(
@@ -187,9 +196,11 @@ def _loop_for(agent: Algorithm, total_steps: int | None, reset_num_timesteps: bo
 class _OnPolicyLoop:
     """One update per iteration, from a rollout batch the sampler collects."""
 
-    def __init__(self, agent: Any, total_steps: int | None) -> None:
+    def __init__(self, agent: Any, total_steps: int | None, reset_num_timesteps: bool) -> None:
         self.agent = agent
         cfg = agent.config
+        if reset_num_timesteps and total_steps is not None:
+            agent.reset_counters()
         agent.set_budget(total_steps)
         agent.set_run_mode(None)
         if agent.envs is None:
@@ -219,6 +230,12 @@ class _OnPolicyLoop:
             self.team_return = mean_or_none(self.team.record_batch(batch))
         agent.record_progress(steps=agent.batch_size)
         return agent.to_model_actions(batch)
+
+    def step_locals(self, batch: Any) -> list[dict[str, Any]]:
+        """Each vector step's rewards and episode ends, as SB3 callbacks read them."""
+        rewards = batch.rewards.cpu().numpy()
+        dones = (batch.terminated | batch.truncated).cpu().numpy()
+        return [{"rewards": rewards[t], "dones": dones[t]} for t in range(len(rewards))]
 
     def update(self, batch: Any) -> dict[str, Any]:
         """One update from the batch."""
@@ -264,7 +281,17 @@ class _OnPolicyLoop:
             or metrics.get("charts/episodic_return") is not None
             or agent.global_step >= self.horizon
         )
+        self.episodes = len(episodes.returns)
         return metrics, log, stop
+
+    def callback_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The iteration's metrics as callbacks get them: the row, with the step and the
+        episode count."""
+        return {
+            "charts/episodes": self.episodes,
+            **metrics,
+            "global_step": self.agent.global_step,
+        }
 
     def restart_due(self) -> bool:
         agent = self.agent
@@ -391,23 +418,35 @@ class _OffPolicyLoop:
         transition, finished = agent.collect(self.epsilon)
         agent.record_progress(steps=self.steps_per_vector_step)
         self.vector_steps += 1
+        self.transition, self.step_finished = transition, finished
         for episode_return, length in finished:
             agent.episode_log.append((agent.global_step, episode_return, length))
             self.finished.append((episode_return, length))
+        self.step_team: list[float] = []
         if self.team is not None and transition.active is not None:
             done = transition.terminated | transition.truncated
-            self.team_finished += self.team.record(transition.reward, done, transition.active)
+            self.step_team = self.team.record(transition.reward, done, transition.active)
+            self.team_finished += self.step_team
+
+    def step_locals(self, experience: None) -> list[dict[str, Any]]:
+        """The vector step's rewards, episode ends and actions, as SB3 callbacks read them."""
+        transition = self.transition
+        dones = transition.terminated | transition.truncated
+        return [{"rewards": transition.reward, "dones": dones, "actions": transition.actions}]
 
     def update(self, experience: None) -> dict[str, Any]:
         """The updates the replay ratio allows now (updates × batch ≤ ratio × steps since
         learning began), and the target network's when due."""
         agent, cfg, state = self.agent, self.agent.config, self.state
+        self.step_losses: list[dict[str, float]] = []
         if agent.global_step > state.learn_from:
             learned = agent.global_step - state.learn_from
             due = int(cfg.replay_ratio * learned // self.effective_batch)
             while agent.num_updates - state.updates_at_start < due:
                 state.beta, batch = agent.sample_batch(agent.global_step / self.horizon)
-                self.recent_losses.append(agent.update(batch))
+                losses = agent.update(batch)
+                self.recent_losses.append(losses)
+                self.step_losses.append(losses)
                 agent.record_progress(updates=1)
                 if cfg.checkpoint_every and agent.num_updates % cfg.checkpoint_every == 0:
                     self.restart_pending = self.restart_points
@@ -473,6 +512,29 @@ class _OffPolicyLoop:
             )
         self.finished, self.recent_losses = [], []
         return metrics
+
+    def callback_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The iteration's metrics as callbacks get them: this vector step's episodes and
+        updates (not the logged row's, which may span many steps), on this rank."""
+        agent = self.agent
+        finished, losses = self.step_finished, self.step_losses
+        elapsed = time.perf_counter() - self.start_time
+        values: dict[str, Any] = {
+            "global_step": agent.global_step,
+            "charts/updates": agent.num_updates,
+            "charts/episodes": len(finished),
+            "charts/episodic_return": mean_or_none(r for r, _ in finished),
+            "charts/episodic_length": mean_or_none(n for _, n in finished),
+            "charts/SPS": (agent.global_step - self.start_step) / max(elapsed, 1e-9),
+            "charts/learning_rate": agent.learning_rate,
+            "charts/epsilon": self.epsilon,
+        }
+        if self.step_team:
+            values["charts/team_episodic_return"] = float(np.mean(self.step_team))
+        if losses:
+            for key in losses[0]:
+                values[key] = float(np.mean([m[key] for m in losses]))
+        return values
 
     def restart_due(self) -> bool:
         due, self.restart_pending = self.restart_pending, False

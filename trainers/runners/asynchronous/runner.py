@@ -145,7 +145,7 @@ class AsyncRunner:
 
         Args:
             total_steps: env steps to collect.
-            reset_num_timesteps: off-policy only: count steps (and the ε and β schedules and
+            reset_num_timesteps: count env steps and updates (and so the schedules and
                 ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
             weight_sync_period: updates between weight copies to the sampler process
                 (``None``: 1 for A2C and PPO, ``config.async_weight_sync_period`` for the DQN
@@ -172,6 +172,8 @@ class AsyncRunner:
         options = SamplerOptions(context, poll_interval, sampler_threads, sampler_affinity)
         if self.on_policy:
             period = 1 if weight_sync_period is None else int(weight_sync_period)
+            if reset_num_timesteps and total_steps is not None:
+                self.agent.reset_counters()
             self.stats = _run_on_policy(self.agent, total_steps, period, fixed_lag, options)
         else:
             if weight_sync_period is not None:

@@ -1,0 +1,385 @@
+"""One public API for every algorithm, declared on the base and in SB3's shape: ``learn``,
+``predict``, ``save``, ``load`` and the constructor, checked for every algorithm the registry
+lists, and the callbacks ``learn`` takes (ours and SB3's ``BaseCallback``)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from vecaccel.trainers.algos.base import Algorithm
+from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+from vecaccel.trainers.config import registry
+from vecaccel.trainers.runners.callbacks import CALLBACK_KEYS
+
+torch.set_num_threads(1)
+
+NAMES = registry.names()
+API = ("__init__", "learn", "predict", "save", "load")
+
+#: tiny runs of every algorithm on CartPole: on-policy 8-step batches of 2 envs, off-policy
+#: 2 envs updating from the 16th step
+SETTINGS: dict[str, dict[str, Any]] = {
+    "on_policy": dict(num_envs=2, num_steps=8),
+    "off_policy": dict(num_envs=2, learning_starts=16, batch_size=8, buffer_size=500),
+}
+
+
+def make(name: str, **extra: Any) -> Algorithm:
+    cls = registry.get(name).load_class()
+    settings = SETTINGS["on_policy" if issubclass(cls, OnPolicyAlgorithm) else "off_policy"]
+    return cls(
+        "CartPole-v1",
+        backend="serial",
+        seed=0,
+        progress=False,
+        tensorboard=False,
+        **settings,
+        **extra,
+    )
+
+
+def vector_steps_per_iteration(agent: Algorithm) -> int:
+    return agent.config.num_steps if isinstance(agent, OnPolicyAlgorithm) else 1
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("method", API)
+def test_every_algorithm_has_the_bases_api(name: str, method: str) -> None:
+    cls = registry.get(name).load_class()
+    assert inspect.signature(getattr(cls, method)) == inspect.signature(
+        getattr(Algorithm, method)
+    ), f"{cls.__name__}.{method} differs from Algorithm.{method}"
+    # declared once: no algorithm or family overrides it
+    for klass in cls.__mro__[: cls.__mro__.index(Algorithm)]:
+        assert method not in vars(klass), f"{klass.__name__} overrides {method}"
+
+
+def test_the_api_is_sb3s_shape() -> None:
+    def parameters(function: Any) -> list[tuple[str, Any, Any]]:
+        return [
+            (p.name, p.kind, p.default)
+            for p in inspect.signature(function).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD
+        ]
+
+    positional, keyword = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+    learn = parameters(Algorithm.learn)
+    assert learn[:3] == [
+        ("self", positional, inspect.Parameter.empty),
+        ("total_timesteps", positional, None),
+        ("callback", positional, None),
+    ]
+    assert {(n, k) for n, k, _ in learn[3:]} >= {
+        ("reset_num_timesteps", keyword),
+        ("progress_bar", keyword),
+        ("mode", keyword),
+        ("total_steps", keyword),
+    }
+    assert parameters(Algorithm.predict) == [
+        ("self", positional, inspect.Parameter.empty),
+        ("observation", positional, inspect.Parameter.empty),
+        ("state", positional, None),
+        ("episode_start", positional, None),
+        ("deterministic", positional, False),
+    ]
+    init = inspect.signature(Algorithm.__init__).parameters
+    assert list(init)[:2] == ["self", "env"]
+    assert all(p.kind is not positional for name, p in init.items() if name not in ("self", "env"))
+    load = inspect.signature(Algorithm.load)
+    assert list(load.parameters)[:2] == ["path", "env"]
+    assert load.parameters["device"].kind is keyword
+    assert load.return_annotation == "Self"
+    assert inspect.signature(Algorithm.learn).return_annotation == "Self"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_positional_callback_is_called_once_per_iteration_with_the_same_keys(name) -> None:
+    seen: list[dict[str, Any]] = []
+    agent = make(name)
+    try:
+        agent.learn(64, lambda agent, metrics: seen.append(metrics))
+        per_iteration = agent.config.num_envs * vector_steps_per_iteration(agent)
+    finally:
+        agent.close()
+    assert len(seen) == 64 // per_iteration
+    assert [m["global_step"] for m in seen] == [per_iteration * (i + 1) for i in range(len(seen))]
+    for metrics in seen:
+        assert set(CALLBACK_KEYS) <= metrics.keys()
+    assert seen[-1]["charts/updates"] == agent.num_updates > 0
+    assert any(key.startswith("losses/") for key in seen[-1])
+
+
+def test_dqn_calls_a_callback_passed_positionally_and_stops_on_false() -> None:
+    from vecaccel.trainers import DQN
+
+    steps: list[int] = []
+    agent = DQN("CartPole-v1", backend="serial", num_envs=2, learning_starts=8, batch_size=8,
+                progress=False, tensorboard=False)  # fmt: skip
+    try:
+        agent.learn(1_000, lambda agent, metrics: steps.append(agent.global_step) or len(steps) < 5)
+    finally:
+        agent.close()
+    assert steps == [2, 4, 6, 8, 10] and agent.global_step == 10
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_predict_takes_sb3s_positional_form(name) -> None:
+    agent = make(name)
+    try:
+        obs = np.stack([agent.observation_space.sample() for _ in range(5)])
+        actions, state = agent.predict(obs, None, None, True)
+        assert state is None and actions.shape == (5,)
+        np.testing.assert_array_equal(actions, agent.predict(obs, deterministic=True)[0])
+        single, _ = agent.predict(obs[0], None, None, True)
+        assert np.ndim(single) == 0 and single == actions[0]
+    finally:
+        agent.close()
+
+
+def test_dqn_predict_is_epsilon_greedy_unless_deterministic() -> None:
+    from vecaccel.trainers import DQN
+
+    agent = DQN(None, observation_space=CARTPOLE_OBS, action_space=TWO, eval_epsilon=1.0,
+                preset=None)  # fmt: skip
+    obs = np.zeros((200, 4), np.float32)
+    greedy, _ = agent.predict(obs, deterministic=True)
+    assert len(set(greedy.tolist())) == 1
+    sampled, _ = agent.predict(obs)  # SB3's default: deterministic=False
+    assert set(sampled.tolist()) == {0, 1}
+    # predict draws from its own generator: exploration's stream is left as it was
+    assert agent.rng.bit_generator.state == DQN(None, preset=None).rng.bit_generator.state
+
+
+CARTPOLE_OBS = __import__("gymnasium").spaces.Box(-np.inf, np.inf, (4,), np.float32)
+TWO = __import__("gymnasium").spaces.Discrete(2)
+
+
+@pytest.mark.parametrize("name", ["a2c", "rainbow"])
+def test_load_returns_the_class_and_takes_a_device(name, tmp_path) -> None:
+    agent = make(name)
+    try:
+        agent.learn(32)
+        path = agent.save(tmp_path / "agent.pt")
+    finally:
+        agent.close()
+    cls = type(agent)
+    loaded = cls.load(path, device="cpu")
+    assert type(loaded) is cls and loaded.global_step == 32
+    assert loaded.device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_total_steps_is_total_timesteps(name) -> None:
+    agent = make(name)
+    try:
+        agent.learn(total_steps=16)
+        assert agent.global_step == 16
+        with pytest.raises(TypeError, match="not both"):
+            agent.learn(16, total_steps=16)
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_reset_num_timesteps_counts_from_zero_or_goes_on(name) -> None:
+    agent = make(name)
+    try:
+        agent.learn(32)
+        agent.learn(16)
+        assert agent.global_step == 16
+        agent.learn(16, reset_num_timesteps=False)
+        assert agent.global_step == 32
+    finally:
+        agent.close()
+
+
+def test_the_async_runner_counts_on_policy_steps_from_zero_too() -> None:
+    cls = registry.get("a2c").load_class()
+    agent = cls(None, env_id="CartPole-v1", backend="serial", num_envs=2, num_steps=8, seed=0,
+                progress=False, tensorboard=False)  # fmt: skip
+    try:
+        agent.learn(32, mode="async", context="fork")
+        agent.learn(16, mode="async", context="fork")
+        assert agent.global_step == 16 and agent.num_updates == 1
+        agent.learn(16, mode="async", context="fork", reset_num_timesteps=False)
+        assert agent.global_step == 32 and agent.num_updates == 2
+    finally:
+        agent.close()
+
+
+def test_progress_bar_is_for_the_run_only() -> None:
+    agent = make("a2c")
+    try:
+        agent.learn(16, progress_bar=True)
+        assert agent.progress is False
+    finally:
+        agent.close()
+
+
+def test_a_callback_that_is_not_callable_is_refused() -> None:
+    agent = make("ppo")
+    try:
+        with pytest.raises(TypeError, match="BaseCallback"):
+            agent.learn(16, callback=3)
+    finally:
+        agent.close()
+
+
+# -- SB3's callbacks as they are ---------------------------------------------------------------
+
+
+def sb3_recorder(stop_after_steps: int | None = None) -> Any:
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Recorder(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.events: list[str] = []
+            self.timesteps: list[int] = []
+
+        def _on_training_start(self) -> None:
+            self.events.append("training_start")
+            self.env = self.training_env
+
+        def _on_rollout_start(self) -> None:
+            self.events.append("rollout_start")
+
+        def _on_step(self) -> bool:
+            self.events.append("step")
+            self.timesteps.append(self.num_timesteps)
+            assert {"rewards", "dones"} <= self.locals.keys()
+            return stop_after_steps is None or self.n_calls < stop_after_steps
+
+        def _on_rollout_end(self) -> None:
+            self.events.append("rollout_end")
+
+        def _on_training_end(self) -> None:
+            self.events.append("training_end")
+
+    return Recorder()
+
+
+@pytest.mark.parametrize("name", ["a2c", "ppo", "dqn", "c51", "rainbow"])
+def test_an_sb3_callback_is_called_where_sb3_calls_it(name) -> None:
+    pytest.importorskip("stable_baselines3")
+    callback = sb3_recorder()
+    agent = make(name)
+    try:
+        agent.learn(32, callback)
+        steps = vector_steps_per_iteration(agent)
+        num_envs = agent.config.num_envs
+    finally:
+        agent.close()
+    assert callback.model is agent and callback.env is not None
+    iterations = 32 // (num_envs * steps)
+    one = ["rollout_start", *["step"] * steps, "rollout_end"]
+    assert callback.events == ["training_start", *one * iterations, "training_end"]
+    assert callback.n_calls == iterations * steps  # vector steps, as SB3 counts them
+    assert callback.num_timesteps == 32
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_an_sb3_callback_stops_training_before_the_update(name) -> None:
+    pytest.importorskip("stable_baselines3")
+    callback = sb3_recorder(stop_after_steps=1)
+    agent = make(name)
+    try:
+        agent.learn(1_000, callback)
+        collected = agent.global_step
+        updates = agent.num_updates
+    finally:
+        agent.close()
+    assert callback.events[-2:] == ["step", "training_end"] and callback.n_calls == 1
+    assert updates == 0 and 0 < collected < 1_000
+
+
+def test_sb3_and_our_callbacks_together() -> None:
+    pytest.importorskip("stable_baselines3")
+    ours: list[int] = []
+    sb3 = sb3_recorder()
+    agent = make("a2c")
+    try:
+        agent.learn(32, [sb3, lambda agent: ours.append(agent.global_step)])
+    finally:
+        agent.close()
+    assert ours == [16, 32] and sb3.n_calls == 16
+
+
+# -- one gradient step, the base's ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["dqn", "c51", "rainbow"])
+@pytest.mark.parametrize("max_grad_norm", [10.0, 0.0])
+def test_the_dqn_family_refuses_a_non_finite_step(name, max_grad_norm) -> None:
+    """A NaN observation makes the loss NaN: the base's gradient step raises before the optimizer
+    would make every parameter NaN, with clipping or without."""
+    from vecaccel.trainers.replay.buffer import ReplaySample
+
+    agent = make(name, max_grad_norm=max_grad_norm)
+    try:
+        agent.learn(32)
+        _, batch = agent.sample_batch(0.5)
+        before = [p.detach().clone() for p in agent.q_network.parameters()]
+        poisoned = batch._replace(obs=np.full_like(batch.obs, np.nan))
+        assert isinstance(poisoned, ReplaySample)
+        with pytest.raises(FloatingPointError, match="non-finite loss"):
+            agent.update(poisoned)
+        after = list(agent.q_network.parameters())
+        assert all(torch.equal(a, b) for a, b in zip(before, after))
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_update_takes_the_bases_gradient_step(name, monkeypatch) -> None:
+    agent = make(name)
+    steps: list[float] = []
+    step = agent.backward_step
+
+    def counted(loss: Any, max_grad_norm: float) -> Any:
+        steps.append(max_grad_norm)
+        return step(loss, max_grad_norm)
+
+    monkeypatch.setattr(agent, "backward_step", counted)
+    try:
+        agent.learn(32)
+    finally:
+        agent.close()
+    assert steps and set(steps) == {agent.config.max_grad_norm}
+    assert "backward_step" not in vars(type(agent)) and all(
+        "backward_step" not in vars(klass)
+        for klass in type(agent).__mro__[: type(agent).__mro__.index(Algorithm)]
+    )
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_sb3s_own_eval_and_checkpoint_callbacks_work(name, tmp_path) -> None:
+    """SB3's EvalCallback evaluates with the agent's predict and logs through its logger;
+    CheckpointCallback saves with its save."""
+    pytest.importorskip("stable_baselines3")
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    eval_env = DummyVecEnv([lambda: Monitor(gym.make("CartPole-v1"))])
+    evaluate = EvalCallback(eval_env, n_eval_episodes=2, eval_freq=8, log_path=str(tmp_path))
+    save = CheckpointCallback(save_freq=8, save_path=str(tmp_path / "saves"), name_prefix=name)
+    agent = make(name, run_dir=str(tmp_path / "run"))
+    try:
+        with pytest.warns(UserWarning, match="not of the same type"):
+            agent.learn(64, [evaluate, save])
+    finally:
+        agent.close()
+        eval_env.close()
+    assert evaluate.n_calls == 32 and len(evaluate.evaluations_results) == 4
+    assert any("eval/mean_reward" in row for row in agent.logger.history)
+    saved = sorted((tmp_path / "saves").iterdir())
+    assert len(saved) == 4
+    loaded = type(agent).load(saved[-1])
+    assert loaded.global_step == agent.global_step
