@@ -212,11 +212,17 @@ def test_numpy_to_torch(backend, backend_options):
 
 
 def test_torch_actions_accepted(backend, backend_options):
+    """A step with a torch tensor of actions is the same step as with the NumPy array."""
     torch = pytest.importorskip("torch")
-    env = vecaccel.make_vec([ENV_FNS["cartpole"]] * 2, backend=backend, **backend_options)
-    with contextlib.closing(env):
-        env.reset(seed=0)
-        env.step(torch.tensor([0, 1]))
+    results = []
+    for actions in (torch.tensor([0, 1]), np.array([0, 1])):
+        env = vecaccel.make_vec([ENV_FNS["cartpole"]] * 2, backend=backend, **backend_options)
+        with contextlib.closing(env):
+            env.reset(seed=0)
+            obs, rewards, terminated, truncated, _ = env.step(actions)
+            results.append([np.asarray(x).copy() for x in (obs, rewards, terminated, truncated)])
+    for with_torch, with_numpy in zip(*results):
+        np.testing.assert_array_equal(with_torch, with_numpy)
 
 
 #: (backend, options) per test id: the serial reference, shm under both start methods, hybrid
