@@ -35,6 +35,7 @@ from vecaccel.vector import (
     ResetReturn,
     Seed,
     StepReturn,
+    add_info,
     check_reset_mask_held,
     normalize_seeds,
     split_reset_mask,
@@ -409,17 +410,9 @@ class AsyncVecEnv(ProcessVecEnv):
             info = self._infos.pop(index, None)
             if info is None and in_slots[position]:
                 info = tracker.slots(int(generations[position])).decode([index])[0]
-            if info:
-                infos = self._add_info_batch(infos, info, position)
+            if info:  # batched over the returned batch, not over all envs
+                infos = add_info(infos, info, position, self.batch_size)
         return infos
-
-    def _add_info_batch(self, infos: dict, info: dict, position: int) -> dict:
-        # infos are batched over the returned batch, not over all envs
-        saved, self.num_envs = self.num_envs, self.batch_size
-        try:
-            return self._add_info(infos, info, position)
-        finally:
-            self.num_envs = saved
 
     # -- the VectorEnv API ----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from gymnasium.vector.utils import batch_space
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.multiagent import zero_row
 from vecaccel.spaces import check_actions
-from vecaccel.vector import AsyncState, VecEnv, reset_mask_only, split_reset_mask
+from vecaccel.vector import AsyncState, VecEnv, batch_infos, reset_mask_only, split_reset_mask
 
 __all__ = ["MultiAgentVecEnv"]
 
@@ -355,20 +355,15 @@ class MultiAgentVecEnv(VecEnv):
         return rows_obs, reward, terminated, truncated, batched
 
     def _batch_rows(self, size: int, row_infos: dict[int, dict], finals: dict) -> dict:
-        infos: dict[str, Any] = {}
-        saved, self.num_envs = self.num_envs, size  # batched over the rows returned
-        try:
-            for row in sorted(set(row_infos) | set(finals)):
-                info = dict(row_infos.get(row, {}))
-                if row in finals:
-                    final_obs, final_info = finals[row]
-                    info["final_obs"] = final_obs
-                    info["final_info"] = dict(final_info)
-                if info:
-                    infos = self._add_info(infos, info, row)
-        finally:
-            self.num_envs = saved
-        return infos
+        pairs = []
+        for row in sorted(set(row_infos) | set(finals)):
+            info = dict(row_infos.get(row, {}))
+            if row in finals:
+                final_obs, final_info = finals[row]
+                info["final_obs"] = final_obs
+                info["final_info"] = dict(final_info)
+            pairs.append((row, info))
+        return batch_infos(pairs, size)  # over the rows returned
 
     # -- the envs' attributes ----------------------------------------------------------------------
 

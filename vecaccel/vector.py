@@ -40,6 +40,8 @@ __all__ = [
     "ResetReturn",
     "Seed",
     "StepReturn",
+    "add_info",
+    "batch_infos",
     "check_env_spaces",
     "check_reset_mask_held",
     "make_env",
@@ -287,6 +289,50 @@ def split_reset_mask(
     return reset_mask, None if mask_only and not options else options
 
 
+def add_info(infos: dict[str, Any], info: dict[str, Any], index: int, size: int) -> dict[str, Any]:
+    """Gymnasium's info batching (``VectorEnv._add_info``) over a batch of ``size`` rows: each
+    key of ``info`` goes to row ``index`` of an array of ``size`` (``final_obs`` and unknown
+    types: object arrays; nested dicts: recursively), with a ``_key`` mask beside it.
+
+    Backends that return a subset of their envs (asynchronous stepping, Ray shards, agent rows)
+    batch over what they return, not over ``num_envs``.
+
+    Example:
+        >>> infos = add_info({}, {"lives": 3}, 1, size=2)
+        >>> infos["lives"].tolist(), infos["_lives"].tolist()
+        ([0, 3], [False, True])
+    """
+    for key, value in info.items():
+        if key == "final_obs":  # kept as the objects they are, for users who read them one by one
+            array = infos["final_obs"] if "final_obs" in infos else np.full(size, None, object)
+            array[index] = value
+        elif isinstance(value, dict):
+            array = add_info(infos.get(key, {}), value, index, size)
+        else:
+            if key in infos:
+                array = infos[key]
+            elif type(value) in (int, float, bool) or isinstance(value, np.number):
+                array = np.zeros(size, dtype=type(value))
+            elif isinstance(value, np.ndarray):
+                array = np.zeros((size, *value.shape), dtype=value.dtype)
+            else:
+                array = np.full(size, None, dtype=object)
+            array[index] = value
+        mask = infos.get(f"_{key}", np.zeros(size, dtype=np.bool_))
+        mask[index] = True
+        infos[key], infos[f"_{key}"] = array, mask
+    return infos
+
+
+def batch_infos(pairs: Sequence[tuple[int, dict[str, Any]]], size: int) -> dict[str, Any]:
+    """The infos of ``(row, info)`` pairs batched over ``size`` rows (:func:`add_info`)."""
+    infos: dict[str, Any] = {}
+    for index, info in pairs:
+        if info:
+            infos = add_info(infos, info, index, size)
+    return infos
+
+
 class VecEnv(VectorEnv[Any, Any, Any]):
     """Base class of every vecaccel backend: a ``gymnasium.vector.VectorEnv``.
 
@@ -350,17 +396,22 @@ class VecEnv(VectorEnv[Any, Any, Any]):
     #: :attr:`per_env_infos`; empty after one made without.
     last_infos: list[tuple[int, dict[str, Any]]] = []
 
-    def _batch_infos(self, pairs: Sequence[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+    def _add_info(
+        self, vector_infos: dict[str, Any], env_info: dict[str, Any], env_num: int
+    ) -> dict[str, Any]:
+        return add_info(vector_infos, env_info, env_num, self.num_envs)
+
+    def _batch_infos(
+        self, pairs: Sequence[tuple[int, dict[str, Any]]], size: int | None = None
+    ) -> dict[str, Any]:
+        """The infos of ``(row, info)`` pairs, batched over ``size`` rows (default: every env),
+        or kept in :attr:`last_infos` with :attr:`per_env_infos`."""
         if self.per_env_infos:
             self.last_infos = list(pairs)
             return {}
         # never stale: a caller that switches per_env_infos on and off reads no old pairs
         self.last_infos = []
-        infos: dict[str, Any] = {}
-        for index, info in pairs:
-            if info:
-                infos = self._add_info(infos, info, index)
-        return infos
+        return batch_infos(pairs, self.num_envs if size is None else size)
 
     if TYPE_CHECKING:  # every backend defines both; the base class holds no placeholder
 
