@@ -20,7 +20,14 @@ from gymnasium.vector.utils import batch_space
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.multiagent import zero_row
 from vecaccel.spaces import check_actions
-from vecaccel.vector import AsyncState, VecEnv, batch_infos, reset_mask_only, split_reset_mask
+from vecaccel.vector import (
+    AsyncState,
+    Capabilities,
+    VecEnv,
+    batch_infos,
+    reset_mask_only,
+    split_reset_mask,
+)
 
 __all__ = ["MultiAgentVecEnv"]
 
@@ -122,11 +129,12 @@ class MultiAgentVecEnv(VecEnv):
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = getattr(vec_env, "render_mode", None)
         self.spec = None
-        self.batch_size = int(getattr(vec_env, "batch_size", envs) or envs) * n
+        capabilities = Capabilities.of(vec_env)
+        self.batch_size = capabilities.batch_size * n
         self.observation_space = batch_space(observation_space, self.batch_size)
         self.action_space = batch_space(action_space, self.batch_size)
-        self.returns_envs_in_order = bool(getattr(vec_env, "returns_envs_in_order", True))
-        self.alternating = bool(getattr(vec_env, "alternating", False))
+        self.returns_envs_in_order = capabilities.in_index_order
+        self.alternating = capabilities.alternating
         self.device = getattr(vec_env, "device", None)
         if callable(getattr(vec_env, "recv_ids", None)):
             # backends that return envs as they finish or in halves: SB3 refuses them by this

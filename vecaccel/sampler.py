@@ -53,6 +53,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.payload_spaces import require_fixed_layout
+from vecaccel.vector import Capabilities
 
 __all__ = ["EpisodeStats", "SampleBatch", "Sampler"]
 
@@ -178,25 +179,24 @@ class Sampler:
         self._returns: list[float] = []
         self._lengths: list[int] = []
 
-        batch_size = int(getattr(env, "batch_size", self.num_envs) or self.num_envs)
-        if batch_size != self.num_envs and not getattr(env, "alternating", False):
+        capabilities = Capabilities.of(env)
+        batch_size = capabilities.batch_size
+        if batch_size != self.num_envs and not capabilities.alternating:
             raise ValueError(
                 f"the Sampler needs every env back from each step, or the action server's "
                 f"alternating halves; this env returns {batch_size} of {self.num_envs} envs "
                 "per step in no fixed order"
             )
-        if not getattr(env, "returns_envs_in_order", True) and not getattr(
-            env, "alternating", False
-        ):
+        if not capabilities.in_index_order and not capabilities.alternating:
             raise ValueError(
                 f"{type(env).__name__} returns its envs in the order they finish; the Sampler "
                 "needs every env in index order each step (a lock-step backend such as shm, or "
                 "the action server)"
             )
-        if getattr(env, "alternating", False) and self.autoreset_mode is AutoresetMode.DISABLED:
+        if capabilities.alternating and self.autoreset_mode is AutoresetMode.DISABLED:
             raise ValueError("alternating envs need autoreset (SameStep or NextStep)")
         self._all_ids = np.arange(self.num_envs)
-        self._alternating = bool(getattr(env, "alternating", False))
+        self._alternating = capabilities.alternating
 
         obs, infos = env.reset(seed=seed)
         self._tensor_env = isinstance(obs, torch.Tensor)

@@ -8,6 +8,7 @@ definition of the semantics.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, SupportsFloat, TypeAlias
@@ -37,6 +38,7 @@ __all__ = [
     "EnvRunner",
     "VecEnv",
     "AsyncState",
+    "Capabilities",
     "ResetReturn",
     "Seed",
     "StepReturn",
@@ -333,13 +335,56 @@ def batch_infos(pairs: Sequence[tuple[int, dict[str, Any]]], size: int) -> dict[
     return infos
 
 
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What each step of a vector env returns, as the Sampler and the adapters need to know.
+
+    Example:
+        >>> Capabilities.of(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2))
+        Capabilities(batch_size=2, in_index_order=True, alternating=False)
+    """
+
+    batch_size: int
+    """Envs each step returns (every env, unless the backend returns them as they finish)."""
+    in_index_order: bool
+    """Whether they come in index order (``False``: in the order they finish)."""
+    alternating: bool
+    """Whether two fixed halves of the envs take turns (the action server's ``alternating``)."""
+
+    @classmethod
+    def of(cls, env: Any) -> Capabilities:
+        """A vecaccel backend's own (:attr:`VecEnv.capabilities`); any other vector env (a
+        Gymnasium one, an adapter's) returns every env in index order each step."""
+        if isinstance(env, VecEnv):
+            return env.capabilities
+        return cls(int(env.num_envs), True, False)
+
+
 class VecEnv(VectorEnv[Any, Any, Any]):
     """Base class of every vecaccel backend: a ``gymnasium.vector.VectorEnv``.
 
     Subclasses implement ``reset``, ``step_async``, ``step_wait``, ``call`` and ``set_attr``
     (plus ``close_extras``); this class provides spaces, metadata, action checking, info
-    batching and the async state bookkeeping.
+    batching and the async state bookkeeping. A backend that returns part of its envs each
+    step, or returns them out of order, says so in the three attributes below, which
+    :attr:`capabilities` reads.
     """
+
+    #: Envs each step returns (``None``: every env).
+    batch_size: int | None = None
+    #: Whether each step returns its envs in index order (``False``: in the order they finish).
+    returns_envs_in_order: bool = True
+    #: Whether two fixed halves of the envs take turns.
+    alternating: bool = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What each step returns (:class:`Capabilities`)."""
+        return Capabilities(
+            batch_size=int(self.batch_size or self.num_envs),
+            in_index_order=bool(self.returns_envs_in_order),
+            alternating=bool(self.alternating),
+        )
 
     def __init__(
         self,

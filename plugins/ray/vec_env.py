@@ -68,6 +68,8 @@ class RayVecEnv(VecEnv):
         >>> envs.close()  # doctest: +SKIP
     """
 
+    batch_size: int
+
     supports_per_env_infos = True
 
     def __init__(
