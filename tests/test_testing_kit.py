@@ -76,6 +76,17 @@ class ActionsUnchecked(SerialVecEnv):
         return actions
 
 
+class ReadOnlyFinalObs(SerialVecEnv):
+    """Returns ``infos["final_obs"]`` read-only, as arrays received from another process are."""
+
+    def step_wait(self, timeout: float | None = None):
+        obs, rewards, terminated, truncated, infos = super().step_wait(timeout)
+        for item in infos.get("final_obs", ()):
+            if isinstance(item, np.ndarray):
+                item.flags.writeable = False
+        return obs, rewards, terminated, truncated, infos
+
+
 class BrokenBackends:
     """A plugin registering each broken backend under its class name."""
 
@@ -86,6 +97,7 @@ class BrokenBackends:
         ObservationsOverwritten,
         SameStepClaimedNotDone,
         ActionsUnchecked,
+        ReadOnlyFinalObs,
     )
 
     @vecaccel.hookimpl
@@ -136,6 +148,8 @@ BROKEN = {
     r" .*changed in place.*copy=False",
     "SameStepClaimedNotDone": r"the trajectory .* broke at env \d, step \d+ .*"
     r"autoreset_mode=SameStep.*final_obs",
+    "ReadOnlyFinalObs": r"writable arrays broke at step \d+ .*autoreset_mode=SameStep.*"
+    r"infos\['final_obs'\]\[\d\] are read-only",
     "ActionsUnchecked": r"the action checks broke at step 2 .*was accepted|the action checks "
     r"broke at step 2 .*raised",
 }
