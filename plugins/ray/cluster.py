@@ -1,11 +1,7 @@
-"""The ``ray`` backend's link to Ray: joining or starting it, and what a shard asks of it
-(its local backend's options, its resources, its actor class)."""
+"""What a shard asks of Ray: its local backend's options, its resources, its actor class."""
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,7 +10,6 @@ from vecaccel.options import RayOptions
 from .shard import ShardActor
 
 __all__ = [
-    "RaySession",
     "actor_class",
     "actor_options",
     "check_batch_size",
@@ -26,53 +21,6 @@ __all__ = [
 
 #: Ray resources a shard reserves unless ``shard_resources`` says otherwise.
 DEFAULT_SHARD_RESOURCES = {"num_cpus": 1}
-
-
-class RaySession:
-    """Ray as this process found it, or started (bound to 127.0.0.1) and later stopped."""
-
-    _lock = threading.Lock()
-    _started_here = False
-    _users = 0
-    #: this process's SIGTERM handler before ``ray.init`` replaced it; put back at shutdown
-    _sigterm: Any = None
-
-    @classmethod
-    def acquire(cls, address: str | None) -> None:
-        import ray
-
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        with cls._lock:
-            if ray.is_initialized():
-                if cls._started_here:
-                    cls._users += 1
-                return
-            address = address or os.environ.get("RAY_ADDRESS") or None
-            common = {"include_dashboard": False, "logging_level": "WARNING"}
-            main_thread = threading.current_thread() is threading.main_thread()
-            cls._sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
-            if address is None:
-                ray.init(_node_ip_address="127.0.0.1", **common)
-            else:
-                ray.init(address=address, **common)
-            cls._started_here, cls._users = True, 1
-
-    @classmethod
-    def release(cls) -> None:
-        import ray
-
-        with cls._lock:
-            if not cls._started_here:
-                return
-            cls._users -= 1
-            if cls._users <= 0:
-                cls._started_here, cls._users = False, 0
-                ray.shutdown()
-                # ray.init installs a SIGTERM handler of its own (which exits) and leaves it
-                main_thread = threading.current_thread() is threading.main_thread()
-                if cls._sigterm is not None and main_thread:
-                    signal.signal(signal.SIGTERM, cls._sigterm)
-                cls._sigterm = None
 
 
 def import_ray() -> Any:

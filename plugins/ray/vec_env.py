@@ -25,7 +25,6 @@ from vecaccel.vector import (
 from vecaccel.worker import derived_seed, restarted_info
 
 from .cluster import (
-    RaySession,
     actor_class,
     actor_options,
     check_batch_size,
@@ -35,6 +34,7 @@ from .cluster import (
     shard_options,
 )
 from .records import Shard, ShardLost, ShardSpaces
+from .session import RaySession
 from .shard import ShardFailure, shard_bounds
 
 __all__ = ["CLOSE_TIMEOUT_S", "RayVecEnv"]
@@ -81,7 +81,7 @@ class RayVecEnv(VecEnv):
         if num_envs == 0:
             raise ValueError("a vector env needs at least one env function")
         self._shard_options = shard_options(options)
-        RaySession.acquire(options.address)
+        RaySession.acquire(options.address, options.connect_timeout_s)
         self._ray = ray
         self._session = True
         self._placement_group = None
@@ -109,6 +109,9 @@ class RayVecEnv(VecEnv):
                 copy=options.copy,
                 probe_env=ShardSpaces(described),
             )
+        except KeyboardInterrupt:
+            self._teardown(polite=False)  # at once: Ctrl-C asks to stop, not to tidy up
+            raise KeyboardInterrupt("interrupted while starting the Ray shards") from None
         except BaseException:
             self._teardown()
             raise
