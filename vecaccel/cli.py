@@ -404,8 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as interrupt:
         # Ctrl-C before a command's own handler took over (while a backend starts, as Ray's
         # start-up does for seconds): one line, as for any other way the command ends
-        reason = str(interrupt)
-        print(f"interrupted{': ' + reason if reason else ''}", file=sys.stderr)
+        print(str(interrupt) or "interrupted", file=sys.stderr)
         return 128 + 2
     return code
 
