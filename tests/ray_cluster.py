@@ -202,9 +202,12 @@ def free_port() -> int:
 
 
 @contextmanager
-def ray_start_head(env: dict[str, str], num_cpus: int = 2, timeout_s: float = 60) -> Iterator[str]:
-    """A head node started as users start one, ``ray start --head --node-ip-address
-    127.0.0.1``, with ``env`` (a temporary ``HOME``, ``RAY_AUTH_MODE``...); yields its address.
+def ray_start(
+    env: dict[str, str], join: str | None = None, num_cpus: int = 2, timeout_s: float = 60
+) -> Iterator[str]:
+    """A node started as users start one, ``ray start --head --node-ip-address 127.0.0.1``
+    (or ``ray start --address JOIN`` for a node joining the head at ``join``), with ``env`` (a
+    temporary ``HOME``, ``RAY_AUTH_MODE``...); yields the cluster's address.
 
     Its temp dir is a fresh one (not /tmp/ray, whose ``ray_current_cluster`` other Ray users of
     the machine read) and is removed on exit. The node runs with ``--block`` as one process
@@ -219,16 +222,15 @@ def ray_start_head(env: dict[str, str], num_cpus: int = 2, timeout_s: float = 60
     from vecaccel.testing.leaks import descendants, wait_until
 
     temp_dir = tempfile.mkdtemp(prefix="ray")  # short: Ray's socket paths must fit 107 bytes
-    port = free_port()
-    command = [
-        os.path.join(os.path.dirname(sys.executable), "ray"),
-        "start",
-        "--head",
-        "--block",
+    address = join or f"127.0.0.1:{free_port()}"
+    command = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--block"]
+    if join is None:
+        command += ["--head", f"--port={address.rsplit(':', 1)[1]}", "--include-dashboard=false"]
+    else:
+        command += [f"--address={join}"]
+    command += [
         "--node-ip-address=127.0.0.1",
-        f"--port={port}",
         f"--num-cpus={num_cpus}",
-        "--include-dashboard=false",
         "--disable-usage-stats",
         f"--temp-dir={temp_dir}",
     ]
@@ -256,10 +258,10 @@ def ray_start_head(env: dict[str, str], num_cpus: int = 2, timeout_s: float = 60
             if "Ray runtime started" in text:
                 break
             if head.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"`ray start --head` did not start:\n{text}")
+                raise RuntimeError(f"`{' '.join(command[1:])}` did not start:\n{text}")
             time.sleep(0.2)
         note_processes()
-        yield f"127.0.0.1:{port}"
+        yield address
     finally:
         note_processes()
         try:

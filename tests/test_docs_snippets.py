@@ -479,8 +479,16 @@ NOT_RUN_COMMANDS = [
         "needs a Ray cluster's head (HEAD) and Pong at scale; tests/test_ray_backend.py runs the backend",
     ),
     ("docs/ray.md", "pip install", "installs from the network"),
-    ("docs/ray.md", "ray start", "starts a Ray cluster node (HEAD_IP)"),
-    ("docs/ray.md", "RAY_ADDRESS=HEAD_IP", "points at a Ray cluster's head (HEAD_IP)"),
+    (
+        "docs/ray.md",
+        "ray start",
+        "starts a Ray cluster node (HEAD_IP); tests/test_ray_join.py runs these lines on 127.0.0.1",
+    ),
+    (
+        "docs/ray.md",
+        "ray get-auth-token",
+        "writes a token to ~/.ray; tests/test_ray_join.py runs it in a temporary home",
+    ),
     (
         "docs/ray.md",
         "--backend ray --num-envs 256",

@@ -3,7 +3,7 @@ authentication on or off, joined by ``make_vec(..., backend="ray", address=...)`
 
 Each client is its own process with its own temporary ``HOME`` (Ray reads the token from
 ``~/.ray/auth_token`` and caches it per process), inside the module's loopback-only network
-namespace, as are the head nodes (see :func:`tests.ray_cluster.ray_start_head`).
+namespace, as are the head nodes (see :func:`tests.ray_cluster.ray_start`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import vecaccel
-from tests.ray_cluster import free_port, loopback_ray, ray_start_head
+from tests.ray_cluster import free_port, loopback_ray, ray_start
 
 ray = pytest.importorskip("ray")
 from vecaccel.plugins.ray import RayConnectionError  # noqa: E402
@@ -91,12 +91,16 @@ def generate_token(home: Path) -> str:
 
 @pytest.fixture(scope="module")
 def token_head(tmp_path_factory):
-    """A head node with token authentication on (``RAY_AUTH_MODE=token``), its token in its
-    home; yields ``(address, home)``."""
+    """docs/ray.md's cluster: a head node with token authentication on, and a second node
+    joined with the token copied to its home; yields ``(address, home of the head)``."""
     home = tmp_path_factory.mktemp("head_home")
-    generate_token(home)
-    with ray_start_head({"HOME": str(home), "RAY_AUTH_MODE": "token"}) as address:
-        yield address, home
+    token = generate_token(home)
+    node_home = tmp_path_factory.mktemp("node_home")
+    (node_home / ".ray").mkdir()
+    (node_home / ".ray" / "auth_token").write_text(token)
+    with ray_start({"HOME": str(home), "RAY_AUTH_MODE": "token"}) as address:
+        with ray_start({"HOME": str(node_home), "RAY_AUTH_MODE": "token"}, join=address):
+            yield address, home
 
 
 def test_token_cluster_is_joined_with_the_token_ray_finds(token_head, tmp_path):
@@ -150,6 +154,28 @@ def test_a_local_run_leaves_home_alone_and_a_later_ray_start_is_still_joinable(t
     assert local.returncode == 0 and local.stdout.strip() == "stepped", local.stdout + local.stderr
     assert local.stderr == "", f"a loopback start printed: {local.stderr}"
     assert not (tmp_path / ".ray").exists(), sorted((tmp_path / ".ray").iterdir())
-    with ray_start_head({"HOME": str(tmp_path)}) as address:
+    with ray_start({"HOME": str(tmp_path)}) as address:
         joined = run_client(tmp_path, address)
     assert joined.returncode == 0 and "stepped" in joined.stdout, joined.stdout + joined.stderr
+
+
+def test_train_joins_the_token_cluster_with_backend_option_address(token_head, tmp_path):
+    """docs/ray.md's last line: ``vecaccel train ... --backend ray --backend-option
+    address=...``, the token in the learner's home."""
+    pytest.importorskip("torch")
+    address, head_home = token_head
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "vecaccel.cli", "train", "ppo", "--env", "CartPole-v1"]
+    argv += ["--backend", "ray", "--num-envs", "4", "--num-steps", "8", "--num-workers", "1"]
+    argv += ["--backend-option", f"address={address}", "--backend-option", "num_shards=2"]
+    argv += ["--no-progress", "--torch-threads", "1", "--no-tensorboard", "--total-steps", "32"]
+    done = subprocess.run(
+        [*argv, "--run-dir", str(run_dir)],
+        env=client_env(head_home),
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_BOUND_S,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (run_dir / "checkpoint.pt").exists()
+    assert "Traceback" not in done.stderr and "Failed to" not in done.stderr, done.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray_cluster import loopback_ray, ray_start_head
+from tests.ray_cluster import loopback_ray, ray_start
 from vecaccel.testing.leaks import descendants, wait_until
 
 ray = pytest.importorskip("ray")
@@ -202,7 +202,7 @@ def test_a_signalled_training_run_ends_quietly(tmp_path, signum, ray_started_by)
     run_dir = tmp_path / "run"
     env = run_env(tmp_path, RAY_AUTH_MODE="disabled")
     head = (
-        ray_start_head({"HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"})
+        ray_start({"HOME": str(tmp_path), "RAY_AUTH_MODE": "disabled"})
         if ray_started_by == "ray start"
         else contextlib.nullcontext()
     )
