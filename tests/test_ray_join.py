@@ -22,6 +22,12 @@ from tests.ray_cluster import free_port, loopback_ray, ray_start
 ray = pytest.importorskip("ray")
 from vecaccel.plugins.ray import RayConnectionError  # noqa: E402
 
+#: Ray's token authentication (``RAY_AUTH_MODE``, ``ray get-auth-token``) came with Ray 2.5x
+needs_token_auth = pytest.mark.skipif(
+    not hasattr(ray._raylet, "AuthenticationTokenLoader"),
+    reason=f"Ray {ray.__version__} has no token authentication",
+)
+
 #: What a client prints when it joined and stepped; it exits 1 with the error's type and text
 #: on stdout when it could not.
 CLIENT = textwrap.dedent(
@@ -103,6 +109,7 @@ def token_head(tmp_path_factory):
             yield address, home
 
 
+@needs_token_auth
 def test_token_cluster_is_joined_with_the_token_ray_finds(token_head, tmp_path):
     """The token in ``~/.ray/auth_token`` (no ``RAY_AUTH_MODE`` set), or in
     ``RAY_AUTH_TOKEN``, is sent to a cluster that asks for one."""
@@ -115,6 +122,7 @@ def test_token_cluster_is_joined_with_the_token_ray_finds(token_head, tmp_path):
     assert by_variable.returncode == 0, by_variable.stdout + by_variable.stderr
 
 
+@needs_token_auth
 def test_token_cluster_refuses_a_client_without_its_token_saying_how_to_fix_it(
     token_head, tmp_path
 ):
@@ -159,6 +167,7 @@ def test_a_local_run_leaves_home_alone_and_a_later_ray_start_is_still_joinable(t
     assert joined.returncode == 0 and "stepped" in joined.stdout, joined.stdout + joined.stderr
 
 
+@needs_token_auth
 def test_train_joins_the_token_cluster_with_backend_option_address(token_head, tmp_path):
     """docs/ray.md's last line: ``vecaccel train ... --backend ray --backend-option
     address=...``, the token in the learner's home."""

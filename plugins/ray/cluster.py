@@ -1,13 +1,20 @@
-"""What a shard asks of Ray: its local backend's options, its resources, its actor class."""
+"""What a shard asks of Ray (its local backend's options, its resources, its actor class), and
+what ending its actor and taking its arrays back from Ray involve."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from vecaccel.options import RayOptions
 
 from .shard import ShardActor
+
+if TYPE_CHECKING:
+    from .records import Shard
 
 __all__ = [
     "actor_class",
@@ -15,8 +22,10 @@ __all__ = [
     "check_batch_size",
     "default_num_shards",
     "import_ray",
+    "owned",
     "shard_bundle",
     "shard_options",
+    "stop_actors",
 ]
 
 #: Ray resources a shard reserves unless ``shard_resources`` says otherwise.
@@ -115,3 +124,53 @@ def actor_options(
     if resources:
         options["resources"] = resources
     return options
+
+
+def stop_actors(ray: Any, shards: list[Shard], timeout_s: float) -> None:
+    """Close ``shards``' local backends, then let their actors exit as Ray means them to
+    (``__ray_terminate__``), and wait until they have, ``timeout_s`` seconds at most; the
+    actors that did are set to ``None``, the others are left for ``ray.kill``. A placement
+    group removed under an actor still exiting makes Ray's worker abort with a crash report
+    and a C++ stack."""
+    deadline = time.monotonic() + timeout_s
+    refs = [s.actor.close.remote() for s in shards]
+    closed, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    closed = set(closed)
+    exits = {}
+    for shard, ref in zip(shards, refs):
+        if ref in closed:  # an orderly exit: no signal lands in a finaliser
+            exits[shard.index] = shard.actor.__ray_terminate__.remote()
+    if exits:
+        left = max(0.1, deadline - time.monotonic())
+        ray.wait(list(exits.values()), num_returns=len(exits), timeout=left)
+    for shard in shards:
+        ref = exits.get(shard.index)
+        if ref is None:
+            continue
+        try:  # the call never returns: the actor's death is its answer
+            ray.get(ref, timeout=0)
+        except ray.exceptions.GetTimeoutError:
+            continue  # still exiting: killed with the others
+        except ray.exceptions.RayError:
+            pass
+        shard.actor = None
+
+
+def owned(value: Any) -> Any:
+    """``value`` (an env's info) with its arrays the caller's own: arrays that came out of
+    Ray's object store are read-only views of it, unlike every other backend's."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            items = np.empty(value.shape, dtype=object)
+            for index, item in np.ndenumerate(value):
+                items[index] = owned(item)
+            return items
+        return value if value.flags.writeable else value.copy()
+    if isinstance(value, dict):
+        return {key: owned(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [owned(item) for item in value]
+    if isinstance(value, tuple):
+        items = [owned(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    return value

@@ -123,9 +123,14 @@ class RaySession:
             address = address or os.environ.get("RAY_ADDRESS") or None
             main_thread = threading.current_thread() is threading.main_thread()
             cls._sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
-            settings = (
-                cls._local_auth() if address is None else cls._join_auth(address, connect_timeout_s)
-            )
+            try:
+                settings = (
+                    cls._local_auth()
+                    if address is None
+                    else cls._join_auth(address, connect_timeout_s)
+                )
+            except KeyboardInterrupt:
+                raise KeyboardInterrupt(f"interrupted while joining Ray at {address}") from None
             cls._saved_environ = {name: os.environ.get(name) for name in settings}
             try:
                 for name, value in settings.items():

@@ -30,8 +30,10 @@ from .cluster import (
     check_batch_size,
     default_num_shards,
     import_ray,
+    owned,
     shard_bundle,
     shard_options,
+    stop_actors,
 )
 from .records import Shard, ShardLost, ShardSpaces
 from .session import RaySession
@@ -556,7 +558,7 @@ class RayVecEnv(VecEnv):
             else:  # leaves with no fixed size: Gymnasium's tuples of items, rebuilt whole
                 items.extend(iterate(batch_space(self.single_observation_space, size), s_obs))
             rewards[where], terms[where], truncs[where] = s_rew, s_term, s_trunc
-            pairs.extend((i - shard.start + offset, _owned(info)) for i, info in s_pairs)
+            pairs.extend((i - shard.start + offset, owned(info)) for i, info in s_pairs)
             offset += size
         if not self._fixed_obs:
             obs = concatenate(self.single_observation_space, items, self._empty_obs(n))
@@ -648,7 +650,7 @@ class RayVecEnv(VecEnv):
             if ray.is_initialized():
                 shards = [s for s in getattr(self, "_shards", []) if s.actor is not None]
                 if polite and shards:
-                    self._stop_actors(shards)
+                    stop_actors(ray, shards, CLOSE_TIMEOUT_S)
                 for shard in shards:
                     self._kill(shard)
                 if self._placement_group is not None:
@@ -661,55 +663,8 @@ class RayVecEnv(VecEnv):
                 self._session = False
                 RaySession.release()
 
-    def _stop_actors(self, shards: list[Shard]) -> None:
-        """Close ``shards``' local backends, then let their actors exit as Ray means them to
-        (``__ray_terminate__``), and wait until they have: a placement group removed under an
-        actor still exiting makes Ray's worker abort with a crash report and a C++ stack."""
-        ray = self._ray
-        deadline = time.monotonic() + CLOSE_TIMEOUT_S
-        refs = [s.actor.close.remote() for s in shards]
-        closed, _ = ray.wait(refs, num_returns=len(refs), timeout=CLOSE_TIMEOUT_S)
-        closed = set(closed)
-        exits = {}
-        for shard, ref in zip(shards, refs):
-            if ref in closed:  # an orderly exit: no signal lands in a finaliser
-                exits[shard.index] = shard.actor.__ray_terminate__.remote()
-        left = max(0.1, deadline - time.monotonic())
-        ray.wait(list(exits.values()), num_returns=len(exits), timeout=left)
-        for shard in shards:
-            ref = exits.get(shard.index)
-            if ref is None:
-                continue
-            try:  # the call never returns: the actor's death is its answer
-                ray.get(ref, timeout=0)
-            except ray.exceptions.GetTimeoutError:
-                continue  # still exiting: killed with the others
-            except ray.exceptions.RayError:
-                pass
-            shard.actor = None
-
     def __repr__(self) -> str:
         return f"RayVecEnv(num_envs={self.num_envs}, num_shards={len(self._shards)})"
-
-
-def _owned(value: Any) -> Any:
-    """``value`` (an env's info) with its arrays the caller's own: arrays that came out of
-    Ray's object store are read-only views of it, unlike every other backend's."""
-    if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            owned = np.empty(value.shape, dtype=object)
-            for index, item in np.ndenumerate(value):
-                owned[index] = _owned(item)
-            return owned
-        return value if value.flags.writeable else value.copy()
-    if isinstance(value, dict):
-        return {key: _owned(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_owned(item) for item in value]
-    if isinstance(value, tuple):
-        items = [_owned(item) for item in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    return value
 
 
 def _mode_value(mode: str | AutoresetMode) -> str:
