@@ -24,7 +24,9 @@ __all__ = [
     "RayConnectionError",
     "Token",
     "find_token",
+    "has_grpc",
     "probe_cluster",
+    "wait_reachable",
 ]
 
 AUTH_MODE_VAR = "RAY_AUTH_MODE"
@@ -105,6 +107,39 @@ def gcs_address(address: str) -> str | None:
 
         return get_ray_address_from_environment("auto", None)
     return address
+
+
+def has_grpc() -> bool:
+    """Whether gRPC's Python package is here (the ``ray`` extra installs it; Ray itself only
+    needs it for some of its parts)."""
+    import importlib.util
+
+    return importlib.util.find_spec("grpc") is not None
+
+
+def wait_reachable(address: str, target: str, timeout_s: float) -> None:
+    """Wait until something accepts a connection at ``target`` (``host:port``); raise
+    :class:`RayConnectionError` naming ``address`` after ``timeout_s``."""
+    import socket
+
+    host, _, port = target.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(left, 1.0)):
+                return
+        except OSError:
+            time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+    raise RayConnectionError(
+        f"nothing answered at {address} within connect_timeout_s={timeout_s}: check the "
+        "address (the head's GCS port, 6379 by default; Ray Client's, 10001) and that this "
+        "machine can reach it, or raise connect_timeout_s",
+        address=address,
+        reason="timeout",
+    )
 
 
 def probe_cluster(address: str, gcs: str, timeout_s: float, token: Token | None) -> str:

@@ -16,6 +16,7 @@ import os
 import secrets
 import signal
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,9 +28,11 @@ from .auth import (
     auth_mode_set,
     find_token,
     gcs_address,
+    has_grpc,
     probe_cluster,
     refresh_ray_config,
     refused_message,
+    wait_reachable,
 )
 
 __all__ = ["RaySession", "is_loopback_address"]
@@ -151,7 +154,9 @@ class RaySession:
         loopback = _loopback_node(ray) if is_loopback_address(address) else contextlib.nullcontext()
         before = _ray_children()
         try:
-            with loopback:
+            with loopback, warnings.catch_warnings():
+                # Ray's notes to its own users about its future defaults, not actionable here
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
                 if address is None:
                     # "local": a new Ray, not the last one `ray start` recorded in /tmp/ray
                     ray.init(address="local", _node_ip_address="127.0.0.1", **common)
@@ -182,8 +187,13 @@ class RaySession:
     def _join_auth(address: str, connect_timeout_s: float | None) -> dict[str, str]:
         """Ask the cluster at ``address`` whether it answers, and with which token; the
         ``RAY_AUTH_*`` settings that let ``ray.init`` join it."""
+        if connect_timeout_s is None:
+            return {}
         gcs = gcs_address(address)
-        if gcs is None or connect_timeout_s is None:
+        if gcs is None or not has_grpc():
+            # Ray Client's server, or no gRPC to ask a GCS with: a connection is all that is
+            # asked for, and the token is Ray's to send (RAY_AUTH_MODE=token)
+            wait_reachable(address, gcs or address.split("://", 1)[1], connect_timeout_s)
             return {}
         mode = auth_mode_set()
         token = None if mode == "disabled" else find_token()
