@@ -219,7 +219,8 @@ def refresh_ray_config(ray: Any) -> None:
     the token it loaded (as Ray itself does when it turns token mode on)."""
     try:
         from ray._raylet import AuthenticationTokenLoader, Config
-    except ImportError:  # a Ray without token authentication
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # a Ray without token authentication
         return
-    Config.initialize("")
-    AuthenticationTokenLoader.instance().reset_cache()
