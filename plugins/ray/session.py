@@ -163,12 +163,13 @@ class RaySession:
                 else:
                     ray.init(address=address, **common)
         except KeyboardInterrupt:
-            with contextlib.suppress(BaseException):
-                ray.shutdown()
-            # interrupted before Ray recorded them, its first processes are not shut down
+            # the processes of a Ray that was still starting go at once (Ctrl-C asks to stop,
+            # and those started before Ray recorded them would outlive ray.shutdown)
             for pid in _ray_children() - before:
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(BaseException):
+                ray.shutdown()
             where = "starting a local Ray" if address is None else f"joining Ray at {address}"
             raise KeyboardInterrupt(f"interrupted while {where}") from None
 
