@@ -37,7 +37,7 @@ from .auth import (
 
 __all__ = ["RaySession", "is_loopback_address"]
 
-#: Ray's warning for a local IP it cannot route to the internet: expected on loopback
+#: what turns Ray's lookup of a routable node address off (see _loopback_node)
 _IP_PROBE_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
