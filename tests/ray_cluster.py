@@ -184,3 +184,98 @@ def connected_cluster(num_nodes: int, num_cpus: int) -> Iterator[object]:
         finally:
             ray.shutdown()
             cluster.shutdown()
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            return file.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 (in this thread's network namespace)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def ray_start(
+    env: dict[str, str], join: str | None = None, num_cpus: int = 2, timeout_s: float = 60
+) -> Iterator[str]:
+    """A node started as users start one, ``ray start --head --node-ip-address 127.0.0.1``
+    (or ``ray start --address JOIN`` for a node joining the head at ``join``), with ``env`` (a
+    temporary ``HOME``, ``RAY_AUTH_MODE``...); yields the cluster's address.
+
+    Its temp dir is a fresh one (not /tmp/ray, whose ``ray_current_cluster`` other Ray users of
+    the machine read) and is removed on exit. The node runs with ``--block`` as one process
+    group, stopped on exit by signalling that group: ``ray stop`` would stop every Ray on the
+    machine. Run it inside :func:`loopback_ray`.
+    """
+    import shutil
+    import subprocess
+    import tempfile
+    import time
+
+    from vecaccel.testing.leaks import descendants, wait_until
+
+    temp_dir = tempfile.mkdtemp(prefix="ray")  # short: Ray's socket paths must fit 107 bytes
+    address = join or f"127.0.0.1:{free_port()}"
+    command = [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--block"]
+    if join is None:
+        command += ["--head", f"--port={address.rsplit(':', 1)[1]}", "--include-dashboard=false"]
+    else:
+        command += [f"--address={join}"]
+    command += [
+        "--node-ip-address=127.0.0.1",
+        f"--num-cpus={num_cpus}",
+        "--disable-usage-stats",
+        f"--temp-dir={temp_dir}",
+    ]
+    full_env = {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+        **env,
+    }
+    log = open(os.path.join(temp_dir, "ray_start.log"), "w+")
+    head = subprocess.Popen(
+        command, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    started: dict[int, str | None] = {}
+
+    def note_processes() -> None:
+        for pid in descendants(head.pid) | {head.pid}:
+            started.setdefault(pid, _start_time(pid))
+
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            log.seek(0)
+            text = log.read()
+            if "Ray runtime started" in text:
+                break
+            if head.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"`{' '.join(command[1:])}` did not start:\n{text}")
+            time.sleep(0.2)
+        note_processes()
+        yield address
+    finally:
+        note_processes()
+        try:
+            os.killpg(head.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        if not wait_until(lambda: head.poll() is not None, 20):
+            os.killpg(head.pid, signal.SIGKILL)
+        head.wait()
+        for pid, since in started.items():  # a Ray process outside the group, or slow to go
+            if _start_time(pid) == since:  # the same process, not a new one with its pid
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        log.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)

@@ -289,6 +289,28 @@ def test_sampler_and_sb3_adapter_over_ray(cluster):
         envs.close()
 
 
+def test_same_step_infos_are_writable_and_the_callers_own(cluster):
+    """What the shards send comes out of Ray's object store read-only; every array the caller
+    gets, ``infos["final_obs"]`` included, is writable and its own, as on ``shm``."""
+    envs = vecaccel.make_vec(
+        "CartPole-v1", 4, backend="ray", num_shards=2, num_workers=1, autoreset_mode="SameStep"
+    )
+    try:
+        envs.reset(seed=0)
+        finals = []
+        for _ in range(60):
+            obs, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+            assert all(a.flags.writeable for a in (obs, rewards, terminated, truncated))
+            if "final_obs" in infos:
+                finals += [x for x, ended in zip(infos["final_obs"], infos["_final_obs"]) if ended]
+        assert finals, "no episode ended"
+        for final in finals:
+            assert final.flags.writeable and final.flags.owndata, final.flags
+            final += 1.0  # a caller normalising in place
+    finally:
+        envs.close()
+
+
 def test_ppo_and_dqn_train_over_ray(cluster):
     torch = pytest.importorskip("torch")
     from vecaccel.trainers import DQN, PPO

@@ -24,6 +24,8 @@ ray = pytest.importorskip("ray")
         ({"shard_resources": {"num_cpus": 0}}, ValueError, "must reserve something"),
         ({"on_worker_failure": "retry"}, ValueError, "on_worker_failure"),
         ({"step_timeout_s": 0}, ValueError, "step_timeout_s"),
+        ({"connect_timeout_s": -1}, ValueError, "connect_timeout_s must be positive seconds"),
+        ({"connect_timeout": "10"}, ValueError, "connect_timeout_s must be positive seconds"),
     ],
 )
 def test_bad_options_are_refused_before_ray_starts(options, error, match):
@@ -34,8 +36,11 @@ def test_bad_options_are_refused_before_ray_starts(options, error, match):
 
 
 def test_aliases_and_defaults():
-    options = RayOptions.from_kwargs("ray", {"step_timeout": 5, "start_timeout": 9})
+    options = RayOptions.from_kwargs(
+        "ray", {"step_timeout": 5, "start_timeout": 9, "connect_timeout": 3}
+    )
     assert (options.step_timeout_s, options.start_timeout_s) == (5, 9)
+    assert options.connect_timeout_s == 3 and RayOptions().connect_timeout_s < 60
     assert options.shard_backend == "shm" and options.placement == "SPREAD"
     assert options.on_worker_failure == "raise" and options.copy
 

@@ -92,6 +92,17 @@ def plain_sync_vector_env(env_fns, *, autoreset_mode, **options):
     return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=autoreset_mode)
 
 
+class ReadOnlyFinalObs(SerialVecEnv):
+    """Returns ``infos["final_obs"]`` read-only, as arrays received from another process are."""
+
+    def step_wait(self, timeout: float | None = None):
+        obs, rewards, terminated, truncated, infos = super().step_wait(timeout)
+        for item in infos.get("final_obs", ()):
+            if isinstance(item, np.ndarray):
+                item.flags.writeable = False
+        return obs, rewards, terminated, truncated, infos
+
+
 class BrokenBackends:
     """A plugin registering each broken backend under its class name."""
 
@@ -103,6 +114,7 @@ class BrokenBackends:
         SameStepClaimedNotDone,
         ActionsUnchecked,
         WithoutCall,
+        ReadOnlyFinalObs,
     )
 
     @vecaccel.hookimpl
@@ -154,6 +166,8 @@ BROKEN = {
     r" .*changed in place.*copy=False",
     "SameStepClaimedNotDone": r"the trajectory .* broke at env \d, step \d+ .*"
     r"autoreset_mode=SameStep.*final_obs",
+    "ReadOnlyFinalObs": r"writable arrays broke at step \d+ .*autoreset_mode=SameStep.*"
+    r"infos\['final_obs'\]\[\d\] are read-only",
     "ActionsUnchecked": r"the action checks broke at step 2 .*was accepted|the action checks "
     r"broke at step 2 .*raised",
     "WithoutCall": r"the vector-env methods broke at construction .*WithoutCall has no call\(\), "

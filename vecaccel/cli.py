@@ -373,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: the arguments after the program name (default: ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0 on success, 2 for a usage error.
+        The exit code: 0 on success, 2 for a usage error, 130 when interrupted by Ctrl-C.
 
     Example:
         >>> main(["backends", "--json"])  # doctest: +ELLIPSIS
@@ -401,6 +401,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError):  # a stdout without a file descriptor
             pass
         return 128 + 13
+    except KeyboardInterrupt as interrupt:
+        # Ctrl-C before a command's own handler took over (while a backend starts, as Ray's
+        # start-up does for seconds): one line, as for any other way the command ends
+        print(str(interrupt) or "interrupted", file=sys.stderr)
+        return 128 + 2
     return code
 
 

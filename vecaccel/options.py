@@ -288,7 +288,12 @@ class RayOptions(BackendOptions):
     address: str | None = None
     """The Ray cluster to join (``"auto"``, ``"ray://host:10001"``, ``"host:6379"``...).
     ``None``: the Ray this process is already connected to, else ``RAY_ADDRESS`` if set, else a
-    local Ray started bound to 127.0.0.1 without dashboard and stopped at ``close()``."""
+    local Ray started bound to 127.0.0.1 without dashboard and stopped at ``close()``. A
+    cluster with token authentication gets the token Ray's own clients use (``RAY_AUTH_TOKEN``,
+    ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``) when it asks for one."""
+    connect_timeout_s: float | None = 15.0
+    """Seconds the cluster at ``address`` has to answer before a ``ConnectionError`` naming
+    it (``None``: Ray's own retries, which do not give up on an address that never answers)."""
     num_shards: int | None = None
     """Shards (Ray actors), each a contiguous block of envs (default: one per alive node with
     CPUs, at most one per env)."""
@@ -326,6 +331,7 @@ class RayOptions(BackendOptions):
     ALIASES: ClassVar[Mapping[str, str]] = {
         "step_timeout": "step_timeout_s",
         "start_timeout": "start_timeout_s",
+        "connect_timeout": "connect_timeout_s",
     }
 
     def __post_init__(self) -> None:
@@ -375,7 +381,7 @@ class RayOptions(BackendOptions):
             )
         if not _is_real(self.max_restarts) or self.max_restarts < 0:
             raise ValueError(f"max_restarts must be a number >= 0, got {self.max_restarts!r}")
-        for name in ("step_timeout_s", "start_timeout_s"):
+        for name in ("step_timeout_s", "start_timeout_s", "connect_timeout_s"):
             value = getattr(self, name)
             if value is not None and not _positive(value):
                 raise ValueError(f"{name} must be positive seconds, got {value!r}")

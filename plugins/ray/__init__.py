@@ -12,6 +12,10 @@ that overruns ``step_timeout_s`` raises a ``WorkerError`` naming the shard, its 
 node, or under ``on_worker_failure="restart"`` is started again (on any node with the
 resources) with its envs reseeded from derived seeds and their episodes ended as truncated
 with ``info["worker_restarted"]``.
+
+Joining a cluster (``address``) asks it first, within ``connect_timeout_s``: one that does not
+answer, or refuses this client's token, raises :class:`RayConnectionError` saying which and
+what to do. A cluster with token authentication gets the token Ray's own clients use.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ from gymnasium.vector import AutoresetMode
 from vecaccel import BackendRegistry, hookimpl
 from vecaccel.options import RayOptions
 
+from .auth import RayConnectionError
 from .shard import ShardActor, ShardFailure, shard_bounds
 from .vec_env import RayVecEnv
 
 __all__ = [
+    "RayConnectionError",
     "RayVecEnv",
     "ShardActor",
     "ShardFailure",

@@ -1,78 +1,35 @@
-"""The ``ray`` backend's link to Ray: joining or starting it, and what a shard asks of it
-(its local backend's options, its resources, its actor class)."""
+"""What a shard asks of Ray (its local backend's options, its resources, its actor class), and
+what ending its actor and taking its arrays back from Ray involve."""
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
+import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from vecaccel.options import RayOptions
 
 from .shard import ShardActor
 
+if TYPE_CHECKING:
+    from .records import Shard
+
 __all__ = [
-    "RaySession",
     "actor_class",
     "actor_options",
     "check_batch_size",
     "default_num_shards",
     "import_ray",
+    "owned",
     "shard_bundle",
     "shard_options",
+    "stop_actors",
 ]
 
 #: Ray resources a shard reserves unless ``shard_resources`` says otherwise.
 DEFAULT_SHARD_RESOURCES = {"num_cpus": 1}
-
-
-class RaySession:
-    """Ray as this process found it, or started (bound to 127.0.0.1) and later stopped."""
-
-    _lock = threading.Lock()
-    _started_here = False
-    _users = 0
-    #: this process's SIGTERM handler before ``ray.init`` replaced it; put back at shutdown
-    _sigterm: Any = None
-
-    @classmethod
-    def acquire(cls, address: str | None) -> None:
-        import ray
-
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        with cls._lock:
-            if ray.is_initialized():
-                if cls._started_here:
-                    cls._users += 1
-                return
-            address = address or os.environ.get("RAY_ADDRESS") or None
-            common = {"include_dashboard": False, "logging_level": "WARNING"}
-            main_thread = threading.current_thread() is threading.main_thread()
-            cls._sigterm = signal.getsignal(signal.SIGTERM) if main_thread else None
-            if address is None:
-                ray.init(_node_ip_address="127.0.0.1", **common)
-            else:
-                ray.init(address=address, **common)
-            cls._started_here, cls._users = True, 1
-
-    @classmethod
-    def release(cls) -> None:
-        import ray
-
-        with cls._lock:
-            if not cls._started_here:
-                return
-            cls._users -= 1
-            if cls._users <= 0:
-                cls._started_here, cls._users = False, 0
-                ray.shutdown()
-                # ray.init installs a SIGTERM handler of its own (which exits) and leaves it
-                main_thread = threading.current_thread() is threading.main_thread()
-                if cls._sigterm is not None and main_thread:
-                    signal.signal(signal.SIGTERM, cls._sigterm)
-                cls._sigterm = None
 
 
 def import_ray() -> Any:
@@ -167,3 +124,53 @@ def actor_options(
     if resources:
         options["resources"] = resources
     return options
+
+
+def stop_actors(ray: Any, shards: list[Shard], timeout_s: float) -> None:
+    """Close ``shards``' local backends, then let their actors exit as Ray means them to
+    (``__ray_terminate__``), and wait until they have, ``timeout_s`` seconds at most; the
+    actors that did are set to ``None``, the others are left for ``ray.kill``. A placement
+    group removed under an actor still exiting makes Ray's worker abort with a crash report
+    and a C++ stack."""
+    deadline = time.monotonic() + timeout_s
+    refs = [s.actor.close.remote() for s in shards]
+    closed, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    closed = set(closed)
+    exits = {}
+    for shard, ref in zip(shards, refs):
+        if ref in closed:  # an orderly exit: no signal lands in a finaliser
+            exits[shard.index] = shard.actor.__ray_terminate__.remote()
+    if exits:
+        left = max(0.1, deadline - time.monotonic())
+        ray.wait(list(exits.values()), num_returns=len(exits), timeout=left)
+    for shard in shards:
+        ref = exits.get(shard.index)
+        if ref is None:
+            continue
+        try:  # the call never returns: the actor's death is its answer
+            ray.get(ref, timeout=0)
+        except ray.exceptions.GetTimeoutError:
+            continue  # still exiting: killed with the others
+        except ray.exceptions.RayError:
+            pass
+        shard.actor = None
+
+
+def owned(value: Any) -> Any:
+    """``value`` (an env's info) with its arrays the caller's own: arrays that came out of
+    Ray's object store are read-only views of it, unlike every other backend's."""
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            items = np.empty(value.shape, dtype=object)
+            for index, item in np.ndenumerate(value):
+                items[index] = owned(item)
+            return items
+        return value if value.flags.writeable else value.copy()
+    if isinstance(value, dict):
+        return {key: owned(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [owned(item) for item in value]
+    if isinstance(value, tuple):
+        items = [owned(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    return value

@@ -28,16 +28,18 @@ from vecaccel.vector import (
 from vecaccel.worker import derived_seed, restarted_info
 
 from .cluster import (
-    RaySession,
     actor_class,
     actor_options,
     check_batch_size,
     default_num_shards,
     import_ray,
+    owned,
     shard_bundle,
     shard_options,
+    stop_actors,
 )
 from .records import Shard, ShardLost, ShardSpaces
+from .session import RaySession
 from .shard import ShardFailure, shard_bounds
 
 __all__ = ["CLOSE_TIMEOUT_S", "RayVecEnv"]
@@ -86,7 +88,7 @@ class RayVecEnv(VecEnv):
         if num_envs == 0:
             raise ValueError("a vector env needs at least one env function")
         self._shard_options = shard_options(options)
-        RaySession.acquire(options.address)
+        RaySession.acquire(options.address, options.connect_timeout_s)
         self._ray = ray
         self._session = True
         self._placement_group = None
@@ -114,6 +116,9 @@ class RayVecEnv(VecEnv):
                 copy=options.copy,
                 probe_env=ShardSpaces(described),
             )
+        except KeyboardInterrupt:
+            self._teardown(polite=False)  # at once: Ctrl-C asks to stop, not to tidy up
+            raise KeyboardInterrupt("interrupted while starting the Ray shards") from None
         except BaseException:
             self._teardown()
             raise
@@ -558,7 +563,7 @@ class RayVecEnv(VecEnv):
             else:  # leaves with no fixed size: Gymnasium's tuples of items, rebuilt whole
                 items.extend(iterate(batch_space(self.single_observation_space, size), s_obs))
             rewards[where], terms[where], truncs[where] = s_rew, s_term, s_trunc
-            pairs.extend((i - shard.start + offset, info) for i, info in s_pairs)
+            pairs.extend((i - shard.start + offset, owned(info)) for i, info in s_pairs)
             offset += size
         if not self._fixed_obs:
             obs = concatenate(self.single_observation_space, items, self._empty_obs(n))
@@ -649,15 +654,8 @@ class RayVecEnv(VecEnv):
         try:
             if ray.is_initialized():
                 shards = [s for s in getattr(self, "_shards", []) if s.actor is not None]
-                closed = set()
                 if polite and shards:
-                    refs = [s.actor.close.remote() for s in shards]
-                    closed, _ = ray.wait(refs, num_returns=len(refs), timeout=CLOSE_TIMEOUT_S)
-                    closed = {ref for ref in closed}
-                    for shard, ref in zip(shards, refs):
-                        if ref in closed:  # an orderly exit: no signal lands in a finaliser
-                            shard.actor.__ray_terminate__.remote()
-                            shard.actor = None
+                    stop_actors(ray, shards, CLOSE_TIMEOUT_S)
                 for shard in shards:
                     self._kill(shard)
                 if self._placement_group is not None:

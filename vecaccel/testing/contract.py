@@ -47,6 +47,7 @@ from vecaccel.testing.contract_envs import (
     make_dict_tuple,
 )
 from vecaccel.testing.leaks import LeakBaseline
+from vecaccel.testing.writable import read_only_arrays
 from vecaccel.vector import VecEnv
 
 __all__ = ["CONTRACT_ENVS", "NUM_ENVS", "STEPS", "check_backend"]
@@ -86,7 +87,8 @@ def check_backend(name: str, /, **options: Any) -> None:
     - reset seeding: ``reset(seed=int)`` seeds env ``i`` with ``seed + i``, a list gives one seed
       per env (``None`` in it, or ``reset(seed=None)``, lets the env's generator run on);
     - ``metadata["autoreset_mode"]``, the single spaces, and dtypes and shapes of what every
-      call returns as the spaces say (rewards ``float64``, flags ``bool``);
+      call returns as the spaces say (rewards ``float64``, flags ``bool``), and all of them,
+      with ``infos["final_obs"]``, writable;
     - returned arrays are not overwritten by the next call (checked with ``copy=True`` when
       the options ask for ``copy=False``);
     - actions of the wrong batch size, shape or out of range raise ``ValueError`` or
@@ -393,6 +395,13 @@ class _Trajectory:
         size = batch_size_of(result[0])
         ids = self._returned_ids(result[-1], size)
         self._check_types(envs, result, size)
+        if read_only := read_only_arrays(result):
+            raise self.fail(
+                "writable arrays",
+                f"{', '.join(read_only)} are read-only",
+                "copy a buffer received from elsewhere (a pickle-5 buffer, Ray's object "
+                "store) into an array of the backend's own, as SyncVectorEnv returns",
+            )
         for attribute, single in (
             ("observation_space", envs.single_observation_space),
             ("action_space", envs.single_action_space),
