@@ -149,7 +149,7 @@ def probe_cluster(address: str, gcs: str, timeout_s: float, token: Token | None)
     (missing or wrong). Raises :class:`RayConnectionError` when nothing answered in time, or
     what answered is not a Ray cluster's GCS.
     """
-    import grpc
+    import grpc  # type: ignore[import-untyped]
 
     metadata = () if token is None else (("authorization", f"Bearer {token.value}"),)
     deadline = time.monotonic() + timeout_s
@@ -218,7 +218,7 @@ def refresh_ray_config(ray: Any) -> None:
     """Make this process's Ray see changed ``RAY_AUTH_*`` variables: Ray caches its config and
     the token it loaded (as Ray itself does when it turns token mode on)."""
     try:
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()

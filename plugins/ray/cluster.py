@@ -171,6 +171,6 @@ def owned(value: Any) -> Any:
     if isinstance(value, list):
         return [owned(item) for item in value]
     if isinstance(value, tuple):
-        items = [owned(item) for item in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        parts = [owned(item) for item in value]
+        return type(value)(*parts) if hasattr(value, "_fields") else tuple(parts)
     return value

@@ -25,7 +25,7 @@ from vecaccel.vector import (
     normalize_seeds,
     split_reset_mask,
 )
-from vecaccel.worker import derived_seed, restarted_info
+from vecaccel.worker import FailureCounter, restarted_info
 
 from .cluster import (
     actor_class,
@@ -95,7 +95,7 @@ class RayVecEnv(VecEnv):
         self._shards: list[Shard] = []
         self._broken: str | None = None
         self._broken_envs: tuple[int, ...] = ()
-        self.failures = 0
+        self._failure_counter = FailureCounter(num_envs, options.max_restarts)
         try:
             num_shards = options.num_shards or default_num_shards(ray)
             num_shards = min(num_shards, num_envs)
@@ -134,7 +134,6 @@ class RayVecEnv(VecEnv):
         self._ready: deque[int] = deque()  # shards with a result received, in arrival order
         self._last_ids: np.ndarray | None = None
         self._last_seeds: list[int | None] = [None] * num_envs
-        self._failures_per_env = np.zeros(num_envs, dtype=np.int64)
 
     # -- starting and restarting shards -------------------------------------------------------
 
@@ -211,12 +210,9 @@ class RayVecEnv(VecEnv):
         self._kill(shard)
         envs = shard.env_indices
         self._count_failure(envs, reason)
-        self._failures_per_env[shard.start : shard.stop] += 1
         try:
             self._await_started([shard], [self._launch(shard)])
-            seeds = [
-                derived_seed(self._last_seeds[i], i, int(self._failures_per_env[i])) for i in envs
-            ]
+            seeds = [self._failure_counter.seed(self._last_seeds[i], i) for i in envs]
             result = self._get(shard, shard.actor.reset.remote(seeds, None, None, True), "restart")
         except WorkerError as exc:
             self._break(f"{shard.describe()} could not be restarted: {exc}", envs)
@@ -230,13 +226,19 @@ class RayVecEnv(VecEnv):
         truncs = np.ones(n, dtype=np.bool_)
         return obs, np.zeros(n), np.zeros(n, dtype=np.bool_), truncs, infos
 
+    @property
+    def failures(self) -> int:
+        """Shard and env failures recovered from so far."""
+        return self._failure_counter.total
+
+    @property
+    def failures_per_env(self) -> np.ndarray:
+        """Failures recovered from, per env."""
+        return self._failure_counter.per_env
+
     def _count_failure(self, env_indices: list[int], reason: str) -> None:
-        self.failures += 1
-        if self.failures > self.options.max_restarts:
-            message = (
-                f"envs {env_indices} failed ({reason}); {self.failures} failures exceed "
-                f"max_restarts={self.options.max_restarts}"
-            )
+        message = self._failure_counter.count(env_indices, reason)
+        if message is not None:
             self._break(message, env_indices)
             raise WorkerError(message, env_indices=env_indices)
 
@@ -535,9 +537,8 @@ class RayVecEnv(VecEnv):
         self._ready.append(shard.index)
 
     def _note_restarts(self, pairs: list[tuple[int, dict]]) -> None:
-        for i, info in pairs:
-            if info.get("worker_restarted"):
-                self._count_failure([i], str(info.get("restart_reason", "env failed")))
+        for i, reason in FailureCounter.restarts_in(pairs):
+            self._count_failure([i], reason)
 
     def _assemble(self, shards: list[Shard]):
         """One batch from the results of ``shards`` (in index order), copied once."""
@@ -578,12 +579,8 @@ class RayVecEnv(VecEnv):
 
     def _batch_of(self, ids: np.ndarray, by_env: dict[int, dict]) -> dict[str, Any]:
         """Infos batched over a batch of envs ``ids`` (not over all envs)."""
-        saved, self.num_envs = self.num_envs, len(ids)
-        try:
-            pairs = [(p, by_env[i]) for p, i in enumerate(ids.tolist()) if i in by_env]
-            return self._batch_infos(pairs)
-        finally:
-            self.num_envs = saved
+        pairs = [(p, by_env[i]) for p, i in enumerate(ids.tolist()) if i in by_env]
+        return self._batch_infos(pairs, size=len(ids))
 
     # -- observations --------------------------------------------------------------------------
 

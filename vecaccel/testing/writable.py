@@ -31,7 +31,7 @@ def _arrays(value: Any, path: str) -> Iterator[tuple[str, np.ndarray]]:
             yield from _arrays(item, f"{path}[{index}]")
 
 
-def read_only_arrays(result: tuple) -> list[str]:
+def read_only_arrays(result: tuple[Any, ...]) -> list[str]:
     """The parts of a ``step`` result ``(obs, rewards, terminated, truncated, infos)`` (or a
     ``reset`` result with ``None`` for the middle three) that are read-only numpy arrays:
     observations, rewards, flags and ``infos["final_obs"]``, each named as it is reached.

@@ -35,6 +35,7 @@ from vecaccel.worker.env_slice import (
     ENV_ERRORS,
     EnvMakeError,
     EnvSlice,
+    FailureCounter,
     derived_seed,
     restarted_info,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "Command",
     "EnvMakeError",
     "EnvSlice",
+    "FailureCounter",
     "ErrorReport",
     "InfoSchema",
     "InfoSchemaTracker",

@@ -51,6 +51,52 @@ def restarted_info(autoreset_mode: AutoresetMode, obs: Any, reason: str) -> dict
     return info
 
 
+class FailureCounter:
+    """Env failures recovered from, counted against ``max_restarts``, in total and per env (an
+    env's own count seeds its next rebuild, :func:`derived_seed`). The worker pool and the Ray
+    backend count with it alike.
+
+    Example:
+        >>> counter = FailureCounter(num_envs=4, max_restarts=1)
+        >>> counter.count([1], "env failed") is None, counter.total, counter.per_env.tolist()
+        (True, 1, [0, 1, 0, 0])
+        >>> counter.count([2, 3], "worker died")
+        'envs [2, 3] failed (worker died); 2 failures exceed max_restarts=1'
+    """
+
+    def __init__(self, num_envs: int, max_restarts: int) -> None:
+        self.max_restarts = int(max_restarts)
+        self.total = 0
+        self.per_env = np.zeros(num_envs, dtype=np.int64)
+
+    def count(self, env_indices: Sequence[int], reason: str) -> str | None:
+        """Count one failure of ``env_indices`` (a whole slice or shard fails once); the
+        message to raise once past ``max_restarts``, else ``None``."""
+        for i in env_indices:
+            self.per_env[i] += 1
+        self.total += 1
+        if self.total > self.max_restarts:
+            return (
+                f"envs {list(env_indices)} failed ({reason}); {self.total} failures exceed "
+                f"max_restarts={self.max_restarts}"
+            )
+        return None
+
+    @staticmethod
+    def restarts_in(pairs: Sequence[tuple[int, dict]]) -> list[tuple[int, str]]:
+        """``(env, reason)`` of the envs a worker rebuilt in place (their infos say
+        ``worker_restarted``)."""
+        return [
+            (i, str(info.get("restart_reason", "env failed")))
+            for i, info in pairs
+            if info.get("worker_restarted")
+        ]
+
+    def seed(self, base: int | None, env_index: int) -> int | None:
+        """The seed of env ``env_index``'s next episode after its failures so far."""
+        return derived_seed(base, env_index, int(self.per_env[env_index]))
+
+
 class EnvMakeError(Exception):
     """An env function raised while a slice built its envs.
 

@@ -29,7 +29,7 @@ from vecaccel.spaces import read_item
 from vecaccel.worker import pickling
 from vecaccel.worker.commands import ControlCommands
 from vecaccel.worker.cpus import current_cpu, usable_cpus
-from vecaccel.worker.env_slice import derived_seed, restarted_info
+from vecaccel.worker.env_slice import FailureCounter, restarted_info
 from vecaccel.worker.handle import (
     WorkerHandle,
     describe_exit,
@@ -129,8 +129,7 @@ class WorkerPool(Replies, ControlCommands):
         # Blocking by default: measured on 2 cores (benchmarks/waiting/spin_vs_block.py), spinning before
         # blocking gained nothing within noise with a free core, and cost up to 12% without one.
         self.spin_seconds = float(options.spin_us or 0.0) / 1e6
-        self.failures = 0
-        self.failures_per_env = np.zeros(num_envs, dtype=np.int64)
+        self.failure_counter = FailureCounter(num_envs, options.max_restarts)
         self.last_seeds: list[int | None] = [None] * num_envs
         self.layout = SharedLayout(observation_space, action_space, num_envs, num_workers)
         self._layout_args = (observation_space, action_space, num_envs, num_workers)
@@ -338,9 +337,7 @@ class WorkerPool(Replies, ControlCommands):
             self._await_ready([fresh])
             if self.info_schema.current is not None:  # before any step: it steps with slots
                 self.send(fresh, Command.INFO_SCHEMA, self.info_schema.current.schema)
-            seeds = []
-            for i in envs:
-                seeds.append(derived_seed(self.last_seeds[i], i, int(self.failures_per_env[i])))
+            seeds = [self.failure_counter.seed(self.last_seeds[i], i) for i in envs]
             needs_reset = self.autoreset_mode is not AutoresetMode.SAME_STEP
             self.send(fresh, Command.RESET, (seeds, None, None, needs_reset))
             status = self.wait([fresh], self.start_timeout_s, what="restart", restartable=False)
@@ -364,26 +361,28 @@ class WorkerPool(Replies, ControlCommands):
             infos[i] = restarted_info(self.autoreset_mode, read_item(views.obs, i), reason)
         return infos
 
+    @property
+    def failures(self) -> int:
+        """Failures recovered from so far."""
+        return self.failure_counter.total
+
+    @property
+    def failures_per_env(self) -> np.ndarray:
+        """Failures recovered from, per env."""
+        return self.failure_counter.per_env
+
     def count_failures(self, env_indices: Sequence[int], reason: str) -> None:
         """Count restarts; raise :class:`WorkerError` once ``max_restarts`` is exceeded."""
-        for i in env_indices:
-            self.failures_per_env[i] += 1
-        self.failures += 1
-        if self.failures > self.max_restarts:
-            envs = list(env_indices)
-            message = (
-                f"envs {envs} failed ({reason}); {self.failures} failures exceed "
-                f"max_restarts={self.max_restarts}"
-            )
+        message = self.failure_counter.count(env_indices, reason)
+        if message is not None:
             self.broken = message
-            self._broken_envs = tuple(envs)
-            raise WorkerError(message, env_indices=envs)
+            self._broken_envs = tuple(env_indices)
+            raise WorkerError(message, env_indices=list(env_indices))
 
     def note_restarts(self, pairs: Sequence[tuple[int, dict]]) -> None:
         """Count the envs a worker rebuilt in place (their infos say ``worker_restarted``)."""
-        for i, info in pairs:
-            if info.get("worker_restarted"):
-                self.count_failures([i], str(info.get("restart_reason", "env failed")))
+        for i, reason in FailureCounter.restarts_in(pairs):
+            self.count_failures([i], reason)
 
     # -- infos in shared memory ---------------------------------------------------------------
 
