@@ -113,6 +113,8 @@ def test_golden_files_read_as_their_version_and_save_as_the_current(algo, tmp_pa
     path = FIXTURES / algo / "checkpoint.pt"
     old = load_checkpoint(path)
     assert layout_version(old) == (1 if algo in ("ppo", "a2c") else 0)
+    current = load_checkpoint(FIXTURES / f"version{VERSION}" / algo / "checkpoint.pt")
+    assert layout_version(current) == VERSION
     state = read_checkpoint(path)
     assert state["version"] == VERSION and state["algorithm"] == algo
     assert set(state) - {"rank_rng"} == HEADER | {CLASSES[algo].family}
