@@ -517,8 +517,9 @@ class Algorithm(abc.ABC):
             The restored agent.
 
         Raises:
-            CheckpointError: the file is corrupt or truncated, holds another algorithm, or
-                (with ``env``) names a replay file that is missing or from another checkpoint.
+            CheckpointError: the file is corrupt or truncated, holds another algorithm or a
+                checkpoint version newer than this vecaccel reads, or (with ``env``) names a
+                replay file that is missing or from another checkpoint.
         """
         if device is not None:
             options["device"] = device
