@@ -487,7 +487,8 @@ class Algorithm(abc.ABC):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save a checkpoint (atomically) that :meth:`load` restores and training resumes from;
-        returns its path."""
+        returns its path. The DQN family saves without its replay buffer, which a loaded agent
+        refills as in SB3 (``save_with_replay`` writes it too)."""
         return save_agent(self, Path(path))
 
     @classmethod
