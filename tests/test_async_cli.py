@@ -115,9 +115,9 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
     assert "(async)" in err and "async DQN: 400 env steps" in err, err
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["global_step"] == 1000 and state["async"] is True
-    assert state["replay"]["file"].startswith("checkpoint.replay-1000-")
+    assert state["off_policy"]["replay"]["file"].startswith("checkpoint.replay-1000-")
     # one replay file: the one the checkpoint names
-    assert [p.name for p in tmp_path.glob("*.npz")] == [state["replay"]["file"]]
+    assert [p.name for p in tmp_path.glob("*.npz")] == [state["off_policy"]["replay"]["file"]]
     # a finished run says so
     assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
     assert "the run is complete" in capsys.readouterr().err
@@ -153,7 +153,8 @@ def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -
     assert a["num_updates"] == b["num_updates"] == (600 - 100) * 2 // 16
     assert a["async_options"] == {"fixed_lag": True}
     for network in ("q_network", "target_network"):
-        assert all(torch.equal(a[network][k], b[network][k]) for k in a[network])
+        a_net, b_net = a["off_policy"][network], b["off_policy"][network]
+        assert all(torch.equal(a_net[k], b_net[k]) for k in a_net)
     capsys.readouterr()
     common = ["--run-dir", str(tmp_path / "a"), "--no-progress", "--no-tensorboard"]
     assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-steps", "800",

@@ -294,7 +294,7 @@ def test_single_rank_async_ppo_error_inside_an_update_keeps_the_last_checkpoint(
     run_async(agent, 64, poll_interval=0.001)
     checkpoint = tmp_path / "checkpoint.pt"
     before = checkpoint.read_bytes()
-    assert load_checkpoint(checkpoint)["update_index"] == 2
+    assert load_checkpoint(checkpoint)["num_updates"] == 2
     update, calls = agent.update, []
 
     def failing_update(batch, progress_remaining):

@@ -379,7 +379,7 @@ def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert int(state["num_updates"]) > 0 and int(state["global_step"]) > 0
     # every rank's replay buffer went into the checkpoint, not rank 0's alone
-    ranks = state["rank_replays"]
+    ranks = state["off_policy"]["rank_replays"]
     assert [entry["token"].split("-")[1] for entry in ranks] == ["r0", "r1"]
     assert all((run_dir / entry["file"]).is_file() for entry in ranks)
 
@@ -410,8 +410,8 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
         ]
     )  # fmt: skip
     first = load_checkpoint(run_dir / "checkpoint.pt")
-    ranks = first["rank_replays"]
-    assert len(ranks) == 2 and first["replay"]["file"] == ranks[0]["file"]
+    ranks = first["off_policy"]["rank_replays"]
+    assert len(ranks) == 2 and first["off_policy"]["replay"]["file"] == ranks[0]["file"]
     before = [_replay_arrays(run_dir, entry) for entry in ranks]
     # the ranks' envs are seeded apart: their buffers differ
     assert not np.array_equal(before[0]["actions"], before[1]["actions"])
@@ -425,7 +425,7 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
     )  # fmt: skip
     second = load_checkpoint(run_dir / "checkpoint.pt")
     assert second["global_step"] == 600
-    after = [_replay_arrays(run_dir, entry) for entry in second["rank_replays"]]
+    after = [_replay_arrays(run_dir, entry) for entry in second["off_policy"]["rank_replays"]]
     for rank in (0, 1):  # the rows written before the checkpoint are each rank's own still
         rows = int(before[rank]["cursor"].min())
         assert rows > 0
@@ -434,5 +434,5 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
                 after[rank][name][:rows], before[rank][name][:rows], err_msg=f"rank {rank} {name}"
             )
     # only the files the checkpoint names are left
-    names = sorted(entry["file"] for entry in second["rank_replays"])
+    names = sorted(entry["file"] for entry in second["off_policy"]["rank_replays"])
     assert sorted(p.name for p in run_dir.glob("*.npz")) == names

@@ -297,14 +297,14 @@ def test_replay_file_is_validated(tmp_path) -> None:
     # a replay file left by another checkpoint is refused, not silently used
     replay.write_bytes(good)
     state = load_checkpoint(path)
-    state["replay"]["token"] = "0-00000000"
+    state["off_policy"]["replay"]["token"] = "0-00000000"
     save_checkpoint(path, state)
     with pytest.raises(CheckpointError, match="another checkpoint"):
         Rainbow.load(path, env="CartPole-v1")
 
     # a checkpoint from before replay files and loop state still loads and trains
     for key in ("replay", "loop"):
-        state.pop(key)
+        state["off_policy"].pop(key)
     state["config"].pop("checkpoint_replay")
     save_checkpoint(path, state)
     old = Rainbow.load(path, env="CartPole-v1", run_dir=None)

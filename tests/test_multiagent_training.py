@@ -449,5 +449,5 @@ def test_resume_a_pettingzoo_run(tmp_path, capsys):
     assert train(*argv, "--total-steps", "96", "--run-dir", str(run_dir)) == 0
     assert train("ppo", "--resume", str(run_dir), "--total-steps", "192") == 0
     state = load_checkpoint(run_dir / "checkpoint.pt")
-    assert state["global_step"] == 192 and state["update_index"] == 2
+    assert state["global_step"] == 192 and state["num_updates"] == 2
     assert state["config"]["num_envs"] == 2  # envs, each 3 rows

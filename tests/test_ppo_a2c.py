@@ -328,7 +328,7 @@ def test_nan_loss_stops_before_the_step_and_writes_no_checkpoint(algo, tmp_path)
                 torch.testing.assert_close(p, q, rtol=0, atol=0)
         assert all(bool(torch.isfinite(p).all()) for p in agent.model.parameters())
         checkpoint = tmp_path / "checkpoint.pt"
-        assert load_checkpoint(checkpoint)["update_index"] == 2, "update 1's, not after the error"
+        assert load_checkpoint(checkpoint)["num_updates"] == 2, "update 1's, not after the error"
     finally:
         envs.close()
 

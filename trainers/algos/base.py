@@ -12,8 +12,9 @@ samples of the transitions its collector stores. ``family`` names the base for d
 The public API is declared here once, in SB3's shape, for all five algorithms: the constructor
 ``Algo(env, *, preset="auto", **config)``, :meth:`Algorithm.learn`, :meth:`Algorithm.predict`,
 :meth:`Algorithm.save` and :meth:`Algorithm.load`; a family supplies the parts behind them
-(``_build``, ``act_for_predict``, ``_save_to``, ``_load_from``). So is the gradient step every
-update takes, :meth:`Algorithm.backward_step`.
+(``_build``, ``act_for_predict``). So are the gradient step every update takes,
+:meth:`Algorithm.backward_step`, and the checkpoint, one format with a section per family
+(:mod:`vecaccel.trainers.checkpoints.writer`).
 
 Example:
     >>> from vecaccel.trainers import PPO, DQN
@@ -35,6 +36,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from vecaccel.trainers.checkpoints.reader import load_agent
+from vecaccel.trainers.checkpoints.writer import save_agent, write_run_checkpoint
 from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import RunConfig, resolve_aliases, resolve_device
 from vecaccel.trainers.envs.batched import is_batched_source
@@ -321,10 +324,13 @@ class Algorithm(abc.ABC):
             progress_remaining: 1 at the start of the run's schedule, 0 at its end.
         """
 
-    @abc.abstractmethod
     def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
-        """Write ``run_dir/checkpoint.pt``; on several ranks every rank calls this at the same
-        point (``run_dir`` is ``None`` off rank 0). Returns the path written, if any."""
+        """Write ``run_dir/checkpoint.pt`` on rank 0; on several ranks every rank calls this at
+        the same point (``run_dir`` may be ``None`` off rank 0), and the ranks' random streams
+        (the DQN family: with ``replay``, their replay buffers) are gathered into it, so that a
+        run resumed on as many ranks continues each rank exactly. ``replay``: the DQN family
+        writes its replay buffer too. Returns the path written, if any."""
+        return write_run_checkpoint(self, run_dir, replay)
 
     #: the parameters the optimizer trains, as a list (clipping then makes no generator per step)
     model_parameters: list[Any]
@@ -481,12 +487,9 @@ class Algorithm(abc.ABC):
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Save a checkpoint (atomically) that :meth:`load` restores and training resumes from;
-        returns its path."""
-        return self._save_to(Path(path))
-
-    @abc.abstractmethod
-    def _save_to(self, path: Path) -> Path:
-        """Write the family's checkpoint to ``path`` (see :meth:`save`)."""
+        returns its path. The DQN family saves without its replay buffer, which a loaded agent
+        refills as in SB3 (``save_with_replay`` writes it too)."""
+        return save_agent(self, Path(path))
 
     @classmethod
     def load(
@@ -497,7 +500,8 @@ class Algorithm(abc.ABC):
         device: str | None = None,
         **options: Any,
     ) -> Self:
-        """Rebuild an agent saved by :meth:`save` (or written into a run directory).
+        """Rebuild an agent saved by :meth:`save` (or written into a run directory), in the
+        current checkpoint layout or an earlier one.
 
         Args:
             path: the checkpoint file, or the run directory holding ``checkpoint.pt``.
@@ -514,17 +518,14 @@ class Algorithm(abc.ABC):
             The restored agent.
 
         Raises:
-            CheckpointError: the file is corrupt or truncated, holds another algorithm, or
-                (with ``env``) names a replay file that is missing or from another checkpoint.
+            CheckpointError: the file is corrupt or truncated, holds another algorithm or a
+                checkpoint version newer than this vecaccel reads, or (with ``env``) names a
+                replay file that is missing or from another checkpoint.
         """
         if device is not None:
             options["device"] = device
-        return cls._load_from(Path(path), env, options)
-
-    @classmethod
-    @abc.abstractmethod
-    def _load_from(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
-        """The family's side of :meth:`load`."""
+        agent: Self = load_agent(cls, Path(path), env, options)
+        return agent
 
     @property
     def num_timesteps(self) -> int:

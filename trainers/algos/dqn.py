@@ -14,9 +14,9 @@ runner enforces it exactly (to within one update), and the measured value is log
 ``lr_scaling`` in the ratio ``batch_size / base_batch_size`` (logged as ``charts/lr_scale``).
 
 Checkpoints hold the replay buffer too (``checkpoint_replay``, in a ``.npz`` beside
-``checkpoint.pt``; see ``algos/replay_checkpoint.py``), and each periodic one is a restart point where the
-envs are reset with a derived seed, so on CPU a run resumed from it ends bit-identical to one
-never interrupted.
+``checkpoint.pt``; see :mod:`vecaccel.trainers.checkpoints.writer`), and each periodic one is a
+restart point where the envs are reset with a derived seed, so on CPU a run resumed from it ends
+bit-identical to one never interrupted.
 
 Example:
     >>> import torch; torch.set_num_threads(1)

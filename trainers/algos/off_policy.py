@@ -9,7 +9,8 @@
 - the online and target networks, the optimizer and the target update;
 - **one** acting policy, :class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy` (on the
   expected return for distributional heads), and the collector that steps the envs with it;
-- checkpoints that hold the replay buffer too (``algos/replay_checkpoint.py``).
+- its checkpoint section (networks, optimizer, exploration, the replay buffer when asked), written
+  and read in :mod:`vecaccel.trainers.checkpoints`.
 
 A subclass holds its config, its network, its loss and ``update``. The loop is a runner's
 (:class:`~vecaccel.trainers.runners.sync.SyncRunner` or
@@ -30,7 +31,7 @@ import abc
 import copy
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -40,11 +41,7 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
 from vecaccel.trainers.checkpoints.format import check_env_matches
-from vecaccel.trainers.checkpoints.replay import (
-    load_off_policy,
-    save_off_policy,
-    write_run_checkpoint,
-)
+from vecaccel.trainers.checkpoints.writer import save_agent
 from vecaccel.trainers.config.settings import lr_scale
 from vecaccel.trainers.envs.make import check_tensor_spaces
 from vecaccel.trainers.nets.networks import check_observation_space
@@ -54,9 +51,6 @@ from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.schedules import linear_schedule
 from vecaccel.trainers.run.seeding import split_seed
-
-if TYPE_CHECKING:  # typing.Self is Python 3.11's
-    from typing_extensions import Self
 
 __all__ = ["OffPolicyAlgorithm"]
 
@@ -370,21 +364,6 @@ class OffPolicyAlgorithm(Algorithm):
 
     # -- saving and loading -------------------------------------------------------------------
 
-    def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
-        """Write ``run_dir/checkpoint.pt`` on rank 0 (other ranks may pass ``None``); on
-        several ranks every rank must call this.
-
-        With ``replay`` on several ranks, every rank writes its own replay buffer (each holds
-        different experience) and rank 0 names them all in the checkpoint, with each rank's
-        random generators, once they are written.
-        """
-        return write_run_checkpoint(self, run_dir, replay)
-
-    def _save_to(self, path: Path) -> Path:
-        """Write the checkpoint without the replay buffer (a loaded agent refills it, as in
-        SB3); :meth:`save_with_replay` writes it too."""
-        return save_off_policy(self, path, False, None)
-
     def save_with_replay(
         self, path: str | Path, rank_replays: list[dict[str, Any]] | None = None
     ) -> Path:
@@ -397,21 +376,7 @@ class OffPolicyAlgorithm(Algorithm):
             rank_replays: (several ranks) the replay files every rank has written already,
                 with its generators' states, in rank order; the checkpoint names them all.
         """
-        return save_off_policy(self, Path(path), True, rank_replays)
-
-    @classmethod
-    def _load_from(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
-        """The off-policy side of :meth:`~vecaccel.trainers.algos.base.Algorithm.load`.
-
-        ``options``: config fields to change, and ``load_replay`` (read the replay buffer saved
-        with the checkpoint, when it has one; default ``True``; ``False`` starts with an empty
-        buffer). A checkpoint written with its replay buffer during ``learn``
-        (``checkpoint_replay``) is a restart point: ``learn()`` without ``total_timesteps`` (or
-        ``learn(remaining, reset_num_timesteps=False)``) then continues its run exactly.
-        """
-        overrides = dict(options)
-        load_replay = bool(overrides.pop("load_replay", True))
-        return load_off_policy(cls, path, env, load_replay, overrides)
+        return save_agent(self, Path(path), replay=True, rank_replays=rank_replays)
 
     def close(self) -> None:
         """Close the envs this agent built."""

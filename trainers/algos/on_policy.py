@@ -1,7 +1,8 @@
 """The on-policy side of A2C and PPO: their shared config, model, optimizer step and state.
 
 :class:`OnPolicyAlgorithm` holds an actor-critic model and its optimizer, builds the sampler that
-collects ``[T, B]`` rollout batches, and saves, loads and predicts. The loop that collects a batch,
+collects ``[T, B]`` rollout batches, and predicts; its checkpoint section (model, optimizer,
+schedule) is written and read in :mod:`vecaccel.trainers.checkpoints`. The loop that collects a batch,
 anneals the learning rate, updates, logs and checkpoints is the runner's
 (:class:`~vecaccel.trainers.runners.sync.SyncRunner`); ``learn`` hands the agent to it.
 
@@ -18,36 +19,16 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import dataclasses
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import InitVar, dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from vecaccel.trainers.algos.base import Algorithm
-from vecaccel.trainers.checkpoints.format import (
-    CHECKPOINT_NAME,
-    CheckpointError,
-    check_env_matches,
-    checkpoint_file,
-    load_checkpoint,
-    save_checkpoint,
-    space_from_dict,
-    space_to_dict,
-    usable_device,
-)
-from vecaccel.trainers.config.settings import (
-    RunConfig,
-    check_on_policy_config,
-    lr_scale,
-    resolve_aliases,
-    resolve_device,
-)
+from vecaccel.trainers.config.settings import RunConfig, check_on_policy_config, lr_scale
 from vecaccel.trainers.envs.make import (
     agents_per_env,
     check_tensor_spaces,
@@ -56,10 +37,6 @@ from vecaccel.trainers.envs.make import (
     parallel_env_spaces,
 )
 from vecaccel.trainers.run import distributed
-from vecaccel.trainers.run.seeding import get_rng_state, restore_rank_rng_state
-
-if TYPE_CHECKING:  # typing.Self is Python 3.11's
-    from typing_extensions import Self
 
 __all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
 
@@ -386,135 +363,7 @@ class OnPolicyAlgorithm(Algorithm):
         schedule unchanged (a budget rounded to whole batches)."""
         self.target_steps = self.global_step + int(num_batches) * self.batch_size
 
-    # -- save, load, predict ---------------------------------------------------------------------
-
-    def state_dict(self, rank_rng: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Everything a checkpoint holds (plain data; ``weights_only`` loadable).
-
-        Args:
-            rank_rng: every rank's RNG states (see :meth:`write_checkpoint`), kept beside rank
-                0's.
-        """
-        extra = {} if rank_rng is None else {"rank_rng": rank_rng}
-        return {
-            "format": "vecaccel-trainer",
-            "version": 1,
-            "algo": self.algo_name,
-            "config": _plain(dataclasses.asdict(self.config)),
-            "observation_space": space_to_dict(self.observation_space),
-            "action_space": space_to_dict(self.action_space),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "global_step": self.global_step,
-            "update_index": self.num_updates,
-            "target_steps": self.target_steps,
-            "schedule_start_update": self.schedule_start_update,
-            "schedule_updates": self.schedule_updates,
-            "elapsed": self.logger.elapsed if self.logger is not None else self.elapsed_before,
-            "rng": get_rng_state(),
-            "async": bool(self.async_run),
-            "async_options": dict(self.async_options),
-            **extra,
-        }
-
-    def _save_to(self, path: Path) -> Path:
-        """Write :meth:`state_dict` to ``path`` (atomically)."""
-        return save_checkpoint(path, self.state_dict())
-
-    def write_checkpoint(self, run_dir: Path | None, replay: bool = False) -> Path | None:
-        """Write ``run_dir/checkpoint.pt`` on rank 0 (other ranks may pass ``None``).
-
-        On several ranks every rank must call this at the same point: the ranks' RNG states are
-        gathered into the checkpoint, so that a run resumed on as many ranks continues each
-        rank's streams exactly. ``replay`` is for the replay-based family; it has no effect here.
-        """
-        if self.run_dir is None:  # no rank writes checkpoints: nothing to gather either
-            return None
-        rank_rng = None
-        if self.world_size > 1:
-            rank_rng = distributed.all_gather_object(get_rng_state())
-        if run_dir is None or not self.is_main:
-            return None
-        return save_checkpoint(Path(run_dir) / CHECKPOINT_NAME, self.state_dict(rank_rng))
-
-    @classmethod
-    def _load_from(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
-        """The on-policy side of :meth:`~vecaccel.trainers.algos.base.Algorithm.load`.
-
-        ``options``: config fields to change, ``run_dir`` (where a continued run logs and
-        checkpoints; default: nowhere) and ``restore_rng`` (restore the RNG states saved with
-        the checkpoint, for an exact resume; default ``True``).
-        """
-        overrides = dict(options)
-        run_dir = overrides.pop("run_dir", None)
-        restore_rng = bool(overrides.pop("restore_rng", True))
-        path = checkpoint_file(path)
-        overrides = resolve_aliases(cls.config_cls, overrides)
-        state = load_checkpoint(path, map_location=resolve_device(overrides.get("device", "cpu")))
-        if state.get("algo") != cls.algo_name:
-            raise CheckpointError(
-                f"{path} holds a {state.get('algo')!r} checkpoint, not {cls.algo_name!r}"
-            )
-        config = {**resolve_aliases(cls.config_cls, state["config"]), **overrides}
-        if "device" not in overrides and "device" in config:
-            config["device"] = usable_device(config["device"])
-        names = {f.name for f in dataclasses.fields(cls.config_cls)} | {"log_every"}
-        config = {k: v for k, v in config.items() if k in names}
-        config["run_dir"] = None if run_dir is None else os.fspath(run_dir)
-        agent = cls.__new__(cls)
-        agent._restore(state, config, env, restore_rng)
-        return agent
-
-    def _restore(
-        self, state: dict[str, Any], config: dict[str, Any], env: Any, restore_rng: bool
-    ) -> None:
-        observation_space = space_from_dict(state["observation_space"])
-        action_space = space_from_dict(state["action_space"])
-        # build without an env, then attach it once the counters say where the run stands; the
-        # saved settings are the run's, with no preset applied over them
-        recorded_preset = config.pop("preset", None)
-        OnPolicyAlgorithm.__init__(
-            self,
-            None,
-            observation_space=observation_space,
-            action_space=action_space,
-            preset=None,
-            **config,
-        )
-        self.config.preset = recorded_preset
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.global_step = int(state["global_step"])
-        self.num_updates = int(state["update_index"])
-        self.target_steps = state["target_steps"]
-        self.schedule_start_update = int(state["schedule_start_update"])
-        self.schedule_updates = int(state["schedule_updates"])
-        self.elapsed_before = float(state.get("elapsed", 0.0))
-        self.async_run = bool(state.get("async", False))
-        self.async_options = dict(state.get("async_options", {}))
-        if restore_rng:  # each rank's states, or rank 0's and the others re-seed (see there)
-            restore_rank_rng_state(
-                state["rng"], self.config.seed, self.global_step, rank_states=state.get("rank_rng")
-            )
-        if env is not None:
-            if isinstance(env, str):
-                self.config.env_id = env  # the id given, not the one recorded
-            self.attach_env(env)
-            try:
-                check_env_matches(
-                    self.config.env_id,
-                    self.envs.single_observation_space,
-                    self.envs.single_action_space,
-                    observation_space,
-                    action_space,
-                )
-            except ValueError:
-                if self.owns_envs:
-                    self.envs.close()
-                raise
-            self.make_sampler()
-            if self.num_updates > 0:
-                self.reset_envs()
+    # -- predict --------------------------------------------------------------------------------
 
     def act_for_predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         """Actions of the model for the batch ``obs``: sampled, or the most likely with
@@ -588,11 +437,3 @@ def _bf16_helps(device: str) -> bool:
     from vecaccel.trainers.nets.networks import bf16_autocast_helps
 
     return bf16_autocast_helps(device)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain(item) for item in value)
-    return value

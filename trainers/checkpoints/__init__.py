@@ -1,1 +1,3 @@
-"""The one checkpoint format: the atomic, checksummed file, and the replay buffer's section of it."""
+"""The trainers' one checkpoint format: the atomic, checksummed file (``format``), the spaces as
+plain data (``spaces``), the versioned layout with one section per family (``writer`` and
+``reader``), and the readers of earlier layouts (``legacy``)."""

@@ -2,7 +2,8 @@
 
 A checkpoint is a dict of tensors, numbers, strings and containers, loadable with
 ``torch.load(weights_only=True)`` so that loading never runs pickled code. Spaces are stored as
-plain dicts (:func:`space_to_dict`).
+plain dicts (:mod:`~vecaccel.trainers.checkpoints.spaces`); what the trainers put in it is
+:mod:`~vecaccel.trainers.checkpoints.writer`'s.
 
 Example:
     >>> import tempfile
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -31,8 +31,6 @@ __all__ = [
     "checkpoint_file",
     "load_checkpoint",
     "save_checkpoint",
-    "space_from_dict",
-    "space_to_dict",
     "usable_device",
 ]
 
@@ -163,30 +161,6 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {path} holds a {type(state).__name__}, not a dict")
     return state
-
-
-def space_to_dict(space: gym.Space) -> dict[str, Any]:
-    """Describe a Box or Discrete space with plain data (for ``weights_only`` checkpoints)."""
-    import torch
-
-    if isinstance(space, gym.spaces.Discrete):
-        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
-    if isinstance(space, gym.spaces.Box):
-        return {
-            "type": "Box",
-            "low": torch.from_numpy(np.array(space.low)),
-            "high": torch.from_numpy(np.array(space.high)),
-            "dtype": np.dtype(space.dtype).name,
-        }
-    raise TypeError(f"cannot store a {type(space).__name__} space in a checkpoint")
-
-
-def space_from_dict(data: dict[str, Any]) -> gym.Space:
-    """Inverse of :func:`space_to_dict`."""
-    if data["type"] == "Discrete":
-        return gym.spaces.Discrete(data["n"], start=data.get("start", 0))
-    low, high = data["low"].numpy(), data["high"].numpy()
-    return gym.spaces.Box(low=low, high=high, shape=low.shape, dtype=np.dtype(data["dtype"]))
 
 
 def usable_device(device: str) -> str:

@@ -31,16 +31,18 @@ def missing_dependency(command: str, exc: ImportError) -> str:
 
 
 def read_checkpoint(path: Path, doing: str = "") -> dict[str, Any] | None:
-    """The checkpoint at ``path``, or ``None`` after printing why it cannot be read.
+    """The trainer checkpoint at ``path`` in the current layout (an older one converted), or
+    ``None`` after printing why it cannot be read.
 
     Args:
         path: the checkpoint file.
         doing: what the command was about to do, for the message (``"cannot resume: "``).
     """
-    from vecaccel.trainers.checkpoints.format import CheckpointError, load_checkpoint
+    from vecaccel.trainers.checkpoints.format import CheckpointError
+    from vecaccel.trainers.checkpoints.reader import read_checkpoint as read_trainer_checkpoint
 
     try:
-        return load_checkpoint(path)
+        return read_trainer_checkpoint(path)
     except (CheckpointError, FileNotFoundError) as exc:
         print(f"error: {doing}{exc}", file=sys.stderr)
         return None

@@ -75,7 +75,7 @@ def eval_command(args: argparse.Namespace) -> int:
     state = read_checkpoint(path)
     if state is None:
         return 2
-    algo = state.get("algo") or str(state.get("algorithm", "")).lower()
+    algo = state["algorithm"]
     if algo not in ALGORITHMS:
         print(
             f"error: {path} holds no known algorithm (algo={algo!r}; known: "
@@ -89,7 +89,7 @@ def eval_command(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     config = state.get("config", {})
-    env_id = args.env or config.get("env_id") or state.get("env_id")
+    env_id = args.env or config.get("env_id")
     if env_id is None:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2

@@ -1,10 +1,12 @@
-"""Regenerate the checkpoint fixtures that ``tests/test_checkpoint_compat.py`` loads.
+"""Write the checkpoint fixtures of the current layout version that the compatibility tests load.
 
 Each algorithm trains a few hundred CartPole-v1 steps on the serial backend, on the CPU, and is
-saved to ``<algo>/checkpoint.pt``; ``<algo>/expected.json`` records a fixed batch of observations,
-the actions ``predict(obs, deterministic=True)`` returned for them, and the saved counters. The
-fixtures pin the checkpoint format: a change that stops them loading, or that changes what they
-predict, breaks checkpoints users already have.
+saved to ``version<N>/<algo>/checkpoint.pt`` (N: the layout version written);
+``expected.json`` beside it records a fixed batch of observations, the actions
+``predict(obs, deterministic=True)`` returned for them, and the saved counters. The fixtures pin
+the checkpoint format: a change that stops them loading, or that changes what they predict,
+breaks checkpoints users already have. Fixtures of earlier versions are never rewritten: the
+ones in ``<algo>/`` are A2C's and PPO's version 1 and the DQN family's unversioned layout.
 
 Run from the repository root: ``python tests/data/checkpoints/make.py``.
 """
@@ -69,12 +71,14 @@ def counters(agent: Any) -> dict[str, int]:
 
 
 def main() -> None:
+    from vecaccel.trainers.checkpoints.writer import VERSION
+
     torch.set_num_threads(1)
     obs = fixed_observations()
     for algo in ("ppo", "a2c", "dqn", "c51", "rainbow"):
         agent = build(algo)
-        folder = HERE / algo
-        folder.mkdir(exist_ok=True)
+        folder = HERE / f"version{VERSION}" / algo
+        folder.mkdir(parents=True, exist_ok=True)
         agent.save(folder / "checkpoint.pt")
         actions, _ = agent.predict(obs, deterministic=True)
         expected = {
