@@ -78,7 +78,7 @@ docs: $(STAMP)
 			"pip install -e '.[docs]', or make setup, which installs the dev extra" >&2; exit 2; }
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
-# the sdist and the wheel in dist/, checked by twine (tests/test_wheel.py installs them)
+# the sdist and the wheel in dist/, checked by twine (tests/package/test_wheel.py installs them)
 dist: $(STAMP)
 	rm -rf dist
 	$(BIN)/python -m build --no-isolation --outdir dist .

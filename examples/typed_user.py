@@ -1,7 +1,7 @@
 """A small program written against vecaccel's types, as a user's would be.
 
 ``mypy --strict examples/typed_user.py`` passes against the installed package (its ``py.typed``);
-``tests/test_wheel.py`` checks it so. Run it with ``python examples/typed_user.py`` (the training
+``tests/package/test_wheel.py`` checks it so. Run it with ``python examples/typed_user.py`` (the training
 part needs ``vecaccel[train]``).
 """
 

@@ -35,7 +35,7 @@ INCOMPATIBLE_BACKENDS: dict[str, str] = {
     # returns torch tensors on a device
     "action_server": "returns torch tensors on a device; tested by its own suite",
     # a Ray instance costs seconds to start: its tests share one cluster in one module
-    "ray": "needs a Ray cluster; tests/test_ray_backend.py runs the contract on one",
+    "ray": "needs a Ray cluster; tests/backends/test_ray_backend.py runs the contract on one",
 }
 
 #: Backends that run envs in worker processes: fault and lifecycle tests apply to them.

@@ -90,7 +90,7 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         vf_coef=0.25,
         base_batch_size=1024,
         # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
-        # update changes by rounding only (tests/test_bf16.py)
+        # update changes by rounding only (tests/trainers/test_bf16.py)
         bf16="auto",
     ),
     # the seed paper's large-batch regime: many more envs per update, learning rate scaled
@@ -158,7 +158,7 @@ A2C_PRESETS: dict[str, dict[str, Any]] = {
         ent_coef=0.01,
         base_batch_size=80,
         # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
-        # update changes by rounding only (tests/test_bf16.py)
+        # update changes by rounding only (tests/trainers/test_bf16.py)
         bf16="auto",
     ),
     # the seed paper's large-batch A2C: 256 envs x 5 steps, learning rate scaled from the

@@ -14,7 +14,7 @@ import sys
 from vecaccel.bench import load_result
 from vecaccel.testing.leaks import descendants, process_gone
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 #: How long the whole soak may take before the test calls it stuck (it steps for 12 s).
 TIMEOUT = 600
 

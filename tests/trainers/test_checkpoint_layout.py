@@ -21,7 +21,7 @@ from vecaccel.trainers.checkpoints.writer import FORMAT, VERSION
 
 torch.set_num_threads(1)
 
-FIXTURES = Path(__file__).parent / "data" / "checkpoints"
+FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
 CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
 HEADER = {
     "format",

@@ -22,7 +22,7 @@ from vecaccel.trainers.config.presets import (
     suited_env_ids,
 )
 
-FIXTURES = Path(__file__).parent / "data" / "checkpoints"
+FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
 CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
 QUIET = ["--backend", "serial", "--no-progress", "--no-tensorboard"]
 

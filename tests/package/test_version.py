@@ -8,7 +8,7 @@ from pathlib import Path
 
 import vecaccel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pyproject_version() -> str:

@@ -22,7 +22,7 @@ from vecaccel.bench import (
     run_seeds,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 SUBJECTS = ("throughput", "waiting", "learning", "scale_out", "reliability", "gpu")
 

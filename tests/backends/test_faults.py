@@ -472,7 +472,7 @@ def test_workers_exit_when_parent_is_killed(process_backend, context, tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(PARENT_SCRIPT)
     shm_before = shm_entries()
-    tests_dir = os.path.dirname(__file__)
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parent = subprocess.Popen(
         [sys.executable, str(script), context, tests_dir, process_backend],
         stdout=subprocess.PIPE,

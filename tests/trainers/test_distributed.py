@@ -23,7 +23,7 @@ import torch
 
 torch.set_num_threads(1)
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 
 WORKER = HERE / "dist_worker.py"
 

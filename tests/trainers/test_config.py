@@ -106,7 +106,7 @@ def test_empty_hidden_sizes_name_the_field():
 # -- the shared run config and its aliases ---------------------------------------------------
 
 
-FIXTURES = Path(__file__).parent / "data" / "checkpoints"
+FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
 SHARED = {field.name for field in dataclasses.fields(RunConfig)}
 
 

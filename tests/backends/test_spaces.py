@@ -721,7 +721,7 @@ def test_bfloat16_torch_actions_are_accepted_like_float16():
 
 
 # ---------------------------------------------------------------------------------------------
-# 8. spaces without a fixed layout: every backend matches Sync (tests/test_payload_spaces.py
+# 8. spaces without a fixed layout: every backend matches Sync (tests/backends/test_payload_spaces.py
 #    covers each kind, nested, in every autoreset mode and start method)
 
 

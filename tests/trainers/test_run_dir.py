@@ -29,7 +29,7 @@ torch.set_num_threads(1)
 
 pytestmark = pytest.mark.usefixtures("trainers_plugin")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: One update of a tiny PPO run.
 TINY = [

@@ -153,7 +153,7 @@ def interrupt(
     """Start the child, signal it once it is stepping (or blocked), check it left nothing."""
     script = tmp_path / "child.py"
     script.write_text(CHILD_SCRIPT)
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     shm_before = shm_entries()
     child = subprocess.Popen(
         [sys.executable, str(script), tests_dir, backend, context, mode, handling],

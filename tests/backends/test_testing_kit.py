@@ -24,7 +24,7 @@ from vecaccel.plugins.serial import SerialVecEnv
 from vecaccel.testing import NUM_ENVS, check_backend
 from vecaccel.vector import EnvRunner, VecEnv
 
-EXAMPLE_PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "vecaccel-example-plugin"
+EXAMPLE_PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "vecaccel-example-plugin"
 
 
 class WrongRewardAfterAutoreset(SerialVecEnv):

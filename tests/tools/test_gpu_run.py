@@ -17,7 +17,10 @@ from vecaccel.bench import RESULT_FORMAT, load_result
 pytest.importorskip("ale_py")
 
 SCRIPT = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "gpu", "gpu_run.py"
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "benchmarks",
+    "gpu",
+    "gpu_run.py",
 )
 
 

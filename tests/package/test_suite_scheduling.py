@@ -7,13 +7,17 @@ from pathlib import Path
 
 from conftest import _has_module_fixture
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 
 
 def test_files_with_a_module_scoped_fixture_are_found(tmp_path) -> None:
-    for name in ("test_gpu_run.py", "test_ray_backend.py", "test_distributed.py"):
-        assert _has_module_fixture(HERE / name), name
-    assert not _has_module_fixture(HERE / "test_faults.py")
+    for name in (
+        "tools/test_gpu_run.py",
+        "backends/test_ray_backend.py",
+        "trainers/test_distributed.py",
+    ):
+        assert _has_module_fixture(TESTS / name), name
+    assert not _has_module_fixture(TESTS / "backends" / "test_faults.py")
     path = tmp_path / "test_example.py"
     path.write_text('import pytest\n\n@pytest.fixture(scope="module", autouse=True)\ndef s():\n')
     assert _has_module_fixture(path)

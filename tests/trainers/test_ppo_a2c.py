@@ -42,7 +42,9 @@ def backend_params() -> list:
         if name == "async":
             marks = [pytest.mark.skip(reason="steps a subset of envs per call; no [T, B] batch")]
         elif name == "ray":
-            marks = [pytest.mark.skip(reason="tests/test_ray_backend.py trains on its cluster")]
+            marks = [
+                pytest.mark.skip(reason="tests/backends/test_ray_backend.py trains on its cluster")
+            ]
         params.append(pytest.param(name, marks=marks, id=name))
     return params
 

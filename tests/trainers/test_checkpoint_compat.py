@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-FIXTURES = Path(__file__).parent / "data" / "checkpoints"
+FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
 ALGORITHMS = ("ppo", "a2c", "dqn", "c51", "rainbow")
 #: each fixture folder: the layouts before version 2, and version 2
 FOLDERS = [FIXTURES / algo for algo in ALGORITHMS] + [

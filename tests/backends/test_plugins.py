@@ -58,7 +58,7 @@ def broken_plugin_site(root, dist: str, entry_point: str, module: str):
 
 torch.set_num_threads(1)
 
-EXAMPLE_PLUGIN = Path(__file__).resolve().parents[1] / "examples" / "vecaccel-example-plugin"
+EXAMPLE_PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "vecaccel-example-plugin"
 
 
 def _serial_backend():
@@ -543,7 +543,7 @@ def test_disable_env_var_skips_a_plugin_that_fails_at_import(tmp_path):
 # third-party backend may need too (no leading underscore, listed in the module's __all__)
 
 
-BUILTIN_PLUGINS = sorted((Path(__file__).resolve().parents[1] / "plugins").glob("*.py"))
+BUILTIN_PLUGINS = sorted((Path(__file__).resolve().parents[2] / "plugins").glob("*.py"))
 EXAMPLE_PLUGIN_MODULES = sorted((EXAMPLE_PLUGIN / "vecaccel_example_plugin").glob("*.py"))
 
 

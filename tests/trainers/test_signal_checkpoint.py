@@ -15,7 +15,7 @@ from helpers import run_main
 
 from vecaccel.trainers.checkpoints.format import load_checkpoint
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def _env() -> dict[str, str]:
