@@ -39,7 +39,6 @@ Example:
 
 from __future__ import annotations
 
-import numbers
 import statistics
 import time
 from collections.abc import Callable
@@ -48,7 +47,7 @@ from typing import Any
 
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.probe import PROBE_S, Choice
+from vecaccel.probe import PROBE_S, Choice, _check_count, _us
 
 __all__ = [
     "HYBRID_ROUND_TRIP_S",
@@ -196,16 +195,6 @@ def probe_vector_step_cost(
     size = slice_size(num_envs, worker_slots(num_envs, cpus, cores, num_workers))
     slice_step_s = step_s if size == num_envs else timed(size)[0]
     return VectorStepCost(step_s, slice_step_s, cores)
-
-
-def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.0f} µs" if seconds < 1e-3 else f"{seconds * 1e3:,.2f} ms"
-
-
-def _check_count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 def choose_vector_backend(
