@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from vecaccel.trainers.run.schedules import ReplaySchedule
 from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
 from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, drain
 from vecaccel.trainers.runners.asynchronous.samplers import chunk_sampler_loop, replay_sampler_loop
@@ -109,10 +110,14 @@ class ReplayFeed:
         restored = agent.restore_replay(buffer)  # the loaded checkpoint's buffer, if any
         buffer.end_episodes()  # the sampler's envs start new episodes
         self.buffer, self.buffer_lock = buffer, self.sampler.ctx.Lock()
-        # updates start once the buffer holds learning_starts steps (and enough to sample)
-        warmup = math.ceil(cfg.learning_starts / world) if fresh or not restored else 0
-        self.learn_from = local_start + max(
-            warmup, num_envs * (cfg.n_step + buffer.frame_stack + 1)
+        # the run's schedule over all ranks, and this rank's share of it in its own steps
+        self.schedule = ReplaySchedule.of(cfg, ranks=world)
+        self.rank_schedule = self.schedule.rank_share()
+        # a continued run that restored its buffer does not wait for learning_starts again
+        self.learn_from = self.rank_schedule.learn_from(
+            local_start,
+            min_fill=num_envs * (cfg.n_step + buffer.frame_stack + 1),
+            warm_up=fresh or not restored,
         )
         steps_per_update = cfg.batch_size / cfg.replay_ratio
         lead = cfg.async_max_lead or max(num_envs, int(math.ceil(16 * steps_per_update)))
@@ -122,11 +127,10 @@ class ReplayFeed:
         self.num_chunks = math.ceil(vector_steps / chunk_steps)
         # the target network follows every target_update_period env steps' worth of updates:
         # counted in updates, it moves at the same update on every rank
-        updates_per_step = cfg.replay_ratio / (cfg.batch_size * world)
-        self.target_every = max(1, round(cfg.target_update_period * updates_per_step))
+        self.target_every = self.schedule.updates_per_target_update
         self.log_every = max(1, int(cfg.log_every_steps))
-        self.meet_every = max(
-            1, min(_MAX_UPDATES_BETWEEN_MEETINGS, math.ceil(self.log_every * updates_per_step))
+        self.meet_every = min(
+            _MAX_UPDATES_BETWEEN_MEETINGS, self.schedule.updates_per_steps(self.log_every)
         )
         exploration = cfg.exploration_steps or int(cfg.exploration_fraction * horizon)
         agent.set_buffer(LockedBuffer(buffer, self.buffer_lock, self.sampler.check))
@@ -192,8 +196,7 @@ class ReplayFeed:
         """The update count due once ``steps`` env steps (of this rank) were collected."""
         if steps <= self.learn_from:
             return self.updates_at_start
-        learned = steps - self.learn_from
-        return self.updates_at_start + int(self.cfg.replay_ratio * learned // self.cfg.batch_size)
+        return self.updates_at_start + self.rank_schedule.updates_due(steps - self.learn_from)
 
     def _update(self, behaviour: int | None) -> None:
         """One update (a collective on K ranks); ``behaviour``: the weights that collected the
@@ -346,7 +349,7 @@ class ReplayFeed:
             return None
         self.next_log = (global_steps // self.log_every + 1) * self.log_every
         metrics["charts/replay_ratio"] = (
-            self.updates_done * self.cfg.batch_size * self.world / learned if learned > 0 else None
+            self.schedule.measured_ratio(self.updates_done, learned) if learned > 0 else None
         )
         if self.finished and self.world == 1:
             metrics["charts/episodes"] = len(self.finished)
@@ -355,8 +358,8 @@ class ReplayFeed:
 
     def stop(self) -> None:
         if self.complete:
-            measured = (
-                self.updates_done * self.cfg.batch_size / max(1, self.steps - self.learn_from)
+            measured = self.rank_schedule.measured_ratio(
+                self.updates_done, max(1, self.steps - self.learn_from)
             )
             self.replay_ratio = measured
             self.agent.set_measured_replay_ratio(measured)
