@@ -1,8 +1,8 @@
 """The on-policy feed of the asynchronous loop: whole ``[T, B]`` rollouts from a double buffer.
 
-A rollout process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.rollout_loop`) collects batches
-with the weights it last received into two shared slots, in turn, while the optimiser updates on
-the other slot. Each batch remembers which update's weights collected it: the **policy lag**
+A rollout process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.rollout_loop`)
+collects batches with the weights it last received into two shared slots, in turn, while the
+optimiser updates on the other slot. Each batch remembers which update's weights collected it: the **policy lag**
 (updates between those weights and the ones being trained) is logged as ``charts/policy_lag``.
 With a fixed lag batch ``n`` is always collected with the weights of update ``n - 1``: the
 rollout process waits for them, and the optimiser publishes no newer ones before they are taken.
@@ -18,14 +18,6 @@ from typing import Any
 from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
 from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, drain
 from vecaccel.trainers.runners.asynchronous.samplers import rollout_loop
-from vecaccel.trainers.runners.asynchronous.shared import (
-    PULLS,
-    SAMPLER_WAIT,
-    SLOT_K,
-    SLOT_STATE,
-    SLOT_VERSION,
-    SLOTS_TAKEN,
-)
 
 __all__ = ["RolloutFeed"]
 
@@ -70,7 +62,7 @@ class RolloutFeed:
         self.weight_sync_period = weight_sync_period
         self.fixed_lag = fixed_lag
         self.sampler = SamplerHandle(options, "rollout", agent.model, self._finished)
-        self.counters, self.timers = self.sampler.counters, self.sampler.timers
+        self.counters = self.sampler.counters
         self.slots_queue, self.episodes = self.sampler.ctx.Queue(), self.sampler.ctx.Queue()
         cfg = agent.config
         self.spec = dict(
@@ -99,7 +91,7 @@ class RolloutFeed:
         """Whether the rollout process's exit is the run's normal end."""
         if exitcode != 0:
             return False
-        if self.counters[SLOT_STATE] or self.counters[SLOT_STATE + 1]:
+        if self.counters.slot_full.any():
             return True  # its last batches are still to train on
         return self.agent.global_step >= self.agent.target_steps
 
@@ -112,17 +104,17 @@ class RolloutFeed:
             self.slots = self.slots_queue.get(timeout=0.2)
         except queue.Empty:
             return False
-        self.counters[SLOTS_TAKEN] = 1
+        self.counters.slots_taken = 1
         return True
 
     def turn(self, waits: Waits, requested: bool) -> bool:
         from vecaccel.sampler import SampleBatch
 
         agent, counters, slot = self.agent, self.counters, self.slot
-        waits.until(lambda: bool(counters[SLOT_STATE + slot]))
+        waits.until(lambda: bool(counters.slot_full[slot]))
         assert self.slots is not None
         shared = self.slots[slot]
-        k = int(counters[SLOT_K + slot])
+        k = int(counters.slot_size[slot])
         device = agent.device
         batch = SampleBatch(
             obs=shared["obs"].to(device),
@@ -137,19 +129,19 @@ class RolloutFeed:
             final_index=shared["final_index"][:k].to(device),
         )
         batch = agent.to_model_actions(batch)
-        lag = agent.num_updates - int(counters[SLOT_VERSION + slot])
+        lag = agent.num_updates - int(counters.slot_version[slot])
         progress_remaining = agent.progress_remaining()
         lr_now = agent.apply_learning_rate(progress_remaining)
         agent.model.train()
         self.in_update = True
         metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
-        counters[SLOT_STATE + slot] = 0  # the slot may be refilled now
+        counters.slot_full[slot] = 0  # the slot may be refilled now
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
         if self.fixed_lag:  # not before batch m has taken update m - 1's weights
             pulled = min(self.updates_done + 1, self.num_batches)
-            waits.until(lambda: counters[PULLS] >= pulled)
+            waits.until(lambda: counters.pulls >= pulled)
         if agent.num_updates % self.weight_sync_period == 0:
             self.sampler.publish(agent.num_updates)
         self.lag_sum += lag
@@ -177,7 +169,7 @@ class RolloutFeed:
                 "charts/updates": self.agent.num_updates,
                 "charts/policy_lag": float(lag),
                 "charts/optimizer_wait_fraction": optimizer_wait / elapsed,
-                "charts/sampler_wait_fraction": float(self.timers[SAMPLER_WAIT]) / elapsed,
+                "charts/sampler_wait_fraction": self.counters.sampler_wait / elapsed,
             }
         )
         return Meeting(metrics, len(returns))
