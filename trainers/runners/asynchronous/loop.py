@@ -73,18 +73,13 @@ class Waits:
     """The optimiser's waits for the sampler, timed: what ``optimizer_wait_fraction`` counts.
 
     Args:
-        check: called between polls; raises if the sampler died or the run must stop now.
-        interval: seconds between polls.
+        check: called every so often while waiting; raises if the sampler died or the run must
+            stop now.
     """
 
-    def __init__(self, check: Callable[[], None], interval: float) -> None:
+    def __init__(self, check: Callable[[], None]) -> None:
         self.check = check
-        self.interval = interval
         self.seconds = 0.0
-
-    def until(self, ready: Callable[[], bool]) -> None:
-        """Poll until ``ready()``, checking in between."""
-        self.seconds += poll_until(ready, self.check, self.interval)
 
     def take(self, channel: Any) -> Any:
         """The next item of the queue ``channel``, checking while none is there."""
@@ -199,11 +194,10 @@ def run_async(
         if world == 1 and guard.requested:
             raise TrainingInterrupted(guard.signal_name, agent.global_step)
 
-    poll_interval = sampler.options.poll_interval
-    waits = Waits(check, poll_interval)
+    waits = Waits(check)
     try:
         with guard:
-            poll_until(feed.ready, check, poll_interval)
+            poll_until(feed.ready, check, sampler.options.poll_interval)
             start = time.perf_counter()  # rates are timed from the sampler's first experience
             while not feed.complete:
                 if not feed.turn(waits, guard.requested):

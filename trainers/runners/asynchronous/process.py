@@ -64,7 +64,8 @@ class SamplerOptions:
 
     Attributes:
         context: multiprocessing start method of the process.
-        poll_interval: seconds between checks while one side waits for the other.
+        poll_interval: seconds between checks while the optimiser waits for the process to
+            start handing experience over (later waits are on semaphores and queues).
         threads: torch threads of the process.
         affinity: CPUs to pin the process to (``None``: those of the optimiser's process).
     """
@@ -134,7 +135,6 @@ class ChildLink:
         self.counters: SharedCounters = spec["counters"]
         self.version = -1
         self._parent = spec["parent_pid"]
-        self._poll = spec["poll_interval"]
         self._shared_weights: list[torch.Tensor] = spec["weights"]
         self._weights_lock = GuardedLock(spec["weights_lock"], self.check_optimiser)
 
@@ -148,16 +148,6 @@ class ChildLink:
     def stopped(self) -> bool:
         """Whether the optimiser asked this process to stop."""
         return bool(self.counters.stop)
-
-    def wait_while(self, blocked: Callable[[], bool]) -> None:
-        """Sleep while ``blocked()`` holds (and no stop is asked), counted as waiting time."""
-        if not blocked():
-            return
-        started = time.perf_counter()
-        while blocked() and not self.counters.stop:
-            self.check_optimiser()
-            time.sleep(self._poll)
-        self.counters.add_sampler_wait(time.perf_counter() - started)
 
     def acquire(self, semaphore: Any) -> bool:
         """Wait for ``semaphore`` (counted as waiting time); ``False`` if a stop was asked."""
@@ -226,7 +216,6 @@ class SamplerHandle:
             weights_lock=self.weights_lock,
             errors=self.errors,
             parent_pid=os.getpid(),
-            poll_interval=options.poll_interval,
             torch_threads=options.threads,
             affinity=set(options.affinity) if options.affinity else None,
         )

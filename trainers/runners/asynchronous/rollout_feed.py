@@ -16,7 +16,7 @@ import queue
 from typing import Any
 
 from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
-from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, drain
+from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions
 from vecaccel.trainers.runners.asynchronous.samplers import rollout_loop
 
 __all__ = ["RolloutFeed"]
@@ -63,14 +63,26 @@ class RolloutFeed:
         self.fixed_lag = fixed_lag
         self.sampler = SamplerHandle(options, "rollout", agent.model, self._finished)
         self.counters = self.sampler.counters
-        self.slots_queue, self.episodes = self.sampler.ctx.Queue(), self.sampler.ctx.Queue()
+        ctx = self.sampler.ctx
+        self.slots_queue, self.slots_taken = ctx.Queue(), ctx.Semaphore(0)
+        # the hand-overs, each one way: the rollout process announces a filled slot (its final
+        # observations' count, the weights that collected it and the episodes it ended) and
+        # the pulls of the weights it acts with; the optimiser frees the slots and announces
+        # what it published
+        self.filled, self.free = ctx.Queue(), ctx.Semaphore(2)
+        self.published, self.pulled = ctx.Semaphore(0), ctx.Semaphore(0)
+        self.pulls_taken = 0
         cfg = agent.config
         self.spec = dict(
             self.sampler.spec(),
             config={key: getattr(cfg, key) for key in _ROLLOUT_CONFIG},
             **_acting_copy(agent),
             slots=self.slots_queue,
-            episodes=self.episodes,
+            slots_taken=self.slots_taken,
+            filled=self.filled,
+            free=self.free,
+            published=self.published,
+            pulled=self.pulled,
             num_batches=num_batches,
             fixed_lag=bool(fixed_lag),
         )
@@ -88,12 +100,9 @@ class RolloutFeed:
         self._last: tuple[dict[str, Any], list[float], list[int], float, int] = ({}, [], [], 0.0, 0)
 
     def _finished(self, exitcode: int | None) -> bool:
-        """Whether the rollout process's exit is the run's normal end."""
-        if exitcode != 0:
-            return False
-        if self.counters.slot_full.any():
-            return True  # its last batches are still to train on
-        return self.agent.global_step >= self.agent.target_steps
+        """Whether the rollout process's exit is the run's normal end: it exits cleanly only
+        after its last batch (or when asked to stop), which may still be on the queue."""
+        return exitcode == 0
 
     def start(self) -> None:
         self.sampler.publish(self.agent.num_updates)
@@ -104,17 +113,16 @@ class RolloutFeed:
             self.slots = self.slots_queue.get(timeout=0.2)
         except queue.Empty:
             return False
-        self.counters.slots_taken = 1
+        self.slots_taken.release()
         return True
 
     def turn(self, waits: Waits, requested: bool) -> bool:
         from vecaccel.sampler import SampleBatch
 
-        agent, counters, slot = self.agent, self.counters, self.slot
-        waits.until(lambda: bool(counters.slot_full[slot]))
+        agent, slot = self.agent, self.slot
+        k, behaviour, returns, lengths = waits.take(self.filled)
         assert self.slots is not None
         shared = self.slots[slot]
-        k = int(counters.slot_size[slot])
         device = agent.device
         batch = SampleBatch(
             obs=shared["obs"].to(device),
@@ -129,29 +137,27 @@ class RolloutFeed:
             final_index=shared["final_index"][:k].to(device),
         )
         batch = agent.to_model_actions(batch)
-        lag = agent.num_updates - int(counters.slot_version[slot])
+        lag = agent.num_updates - behaviour
         progress_remaining = agent.progress_remaining()
         lr_now = agent.apply_learning_rate(progress_remaining)
         agent.model.train()
         self.in_update = True
         metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
-        counters.slot_full[slot] = 0  # the slot may be refilled now
+        self.free.release()  # the slot may be refilled now
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
         if self.fixed_lag:  # not before batch m has taken update m - 1's weights
-            pulled = min(self.updates_done + 1, self.num_batches)
-            waits.until(lambda: counters.pulls >= pulled)
+            while self.pulls_taken < min(self.updates_done + 1, self.num_batches):
+                waits.acquire(self.pulled)
+                self.pulls_taken += 1
         if agent.num_updates % self.weight_sync_period == 0:
             self.sampler.publish(agent.num_updates)
+            if self.fixed_lag:
+                self.published.release()
         self.lag_sum += lag
         self.slot ^= 1
         self.complete = agent.global_step >= agent.target_steps
-        returns: list[float] = []
-        lengths: list[int] = []
-        for batch_returns, batch_lengths in drain(self.episodes):
-            returns.extend(batch_returns)
-            lengths.extend(batch_lengths)
         self._last = (metrics, returns, lengths, lr_now, lag)
         return True  # every rank meets after every update (a collective cannot be skipped)
 
@@ -182,7 +188,7 @@ class RolloutFeed:
         return step if self.complete else None
 
     def stop(self) -> None:
-        self.sampler.stop(self.slots_queue, self.episodes)
+        self.sampler.stop(self.slots_queue, self.filled)
 
     def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
         # after an error on several ranks rank 0 may be part-way through an update the others

@@ -156,8 +156,8 @@ class AsyncRunner:
                 steps, chunk ``n`` acted on with the weights published after chunk ``n - 2``'s
                 updates.
             context: multiprocessing start method of the sampler process.
-            poll_interval: seconds between checks while one side of an A2C or PPO run waits
-                for the other (the DQN family's sides wait on semaphores and a queue).
+            poll_interval: seconds between checks while this process waits for the sampler
+                to start (later waits are on semaphores and queues).
             sampler_threads: torch threads of the sampler process.
             sampler_affinity: CPUs to pin the sampler process to (``None``: this process's).
 

@@ -135,9 +135,9 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     counters = link.counters
     model: torch.nn.Module = spec["model"]
     cfg = spec["config"]
-    first_version = counters.version  # published before this process started
-    # the policy's action sampling, new draws for a resumed run
-    seed_everything(split_seed(int(cfg["seed"]), CHILD_SEED_KEY, first_version))
+    # the policy's action sampling, new draws for a resumed run (the version published before
+    # this process started)
+    seed_everything(split_seed(int(cfg["seed"]), CHILD_SEED_KEY, counters.version))
     batched = is_batched_source(cfg["vectorized"], cfg["env_source"])
     env = make_env_for_training(
         cfg["env_id"],
@@ -161,25 +161,26 @@ def rollout_loop(spec: dict[str, Any]) -> None:
         )
         slots: list[dict[str, Any]] | None = None
         slot = 0
+        filled, free = spec["filled"], spec["free"]
+        published, pulled = spec["published"], spec["pulled"]
         for n in range(spec["num_batches"]):
             if link.stopped:
                 break
             if spec["fixed_lag"]:
                 # batch n is collected with the weights of update n - 1 exactly: waited for,
                 # and the optimiser publishes no newer ones before they are pulled
-                wanted = first_version + max(0, n - 1)
-                link.wait_while(lambda wanted=wanted: counters.version < wanted)
-                if link.stopped:
+                if n >= 2 and not link.acquire(published):
                     break
                 version = link.pull_weights(params)
-                counters.pulls = n + 1
+                pulled.release()
             else:
                 version = link.pull_weights(params)
             batch = sampler.collect()
             if slots is None:
                 slots = rollout_slots(batch)
                 spec["slots"].put(slots)
-            link.wait_while(lambda slot=slot: bool(counters.slot_full[slot]))
+            if not link.acquire(free):
+                break
             target = slots[slot]
             for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid"):
                 target[key].copy_(getattr(batch, key))
@@ -190,14 +191,13 @@ def rollout_loop(spec: dict[str, Any]) -> None:
             if k:
                 target["final_obs"][:k].copy_(batch.final_obs)
                 target["final_index"][:k].copy_(batch.final_index)
-            counters.slot_size[slot] = k
-            counters.slot_version[slot] = version
             episodes = sampler.pop_episodes()
-            spec["episodes"].put((list(episodes.returns), list(episodes.lengths)))
-            counters.slot_full[slot] = 1
             counters.steps += batch.rewards.numel()
+            filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
             slot ^= 1
         if slots is not None:
-            link.wait_while(lambda: not counters.slots_taken)
+            # they travel as file descriptors that this process hands over itself, so it must
+            # not exit before the optimiser has them (a run of two batches could)
+            link.acquire(spec["slots_taken"])
     finally:
         env.close()

@@ -41,12 +41,11 @@ class SharedCounters:
     Example:
         >>> counters = SharedCounters()
         >>> counters.steps += 8
-        >>> counters.slot_full[1] = 1
-        >>> counters.steps, int(counters.slot_full[1])
-        (8, 1)
+        >>> counters.steps, counters.stop
+        (8, 0)
     """
 
-    NAMES = ("steps", "stop", "version", "ready", "pulls", "slots_taken")
+    NAMES = ("steps", "stop", "version", "ready")
     #: env steps the sampler process has collected (of this rank)
     steps = _Counter()
     #: set by the optimiser: the sampler process must stop
@@ -55,26 +54,14 @@ class SharedCounters:
     version = _Counter()
     #: set by the sampler process once its envs are built
     ready = _Counter()
-    #: on-policy, with a fixed lag: how many batches' weights the rollout process has pulled
-    pulls = _Counter()
-    #: set once the optimiser has the rollout slots: they travel as file descriptors that the
-    #: rollout process itself hands over, so it must not exit before (a run of two batches could)
-    slots_taken = _Counter()
 
     def __init__(self, ints: torch.Tensor | None = None, floats: torch.Tensor | None = None):
-        size = len(self.NAMES) + 6
-        self.int_tensor = torch.zeros(size, dtype=torch.int64).share_memory_()
+        self.int_tensor = torch.zeros(len(self.NAMES), dtype=torch.int64).share_memory_()
         self.float_tensor = torch.zeros(1, dtype=torch.float64).share_memory_()
         if ints is not None and floats is not None:
             self.int_tensor, self.float_tensor = ints, floats
         self.ints: np.ndarray = self.int_tensor.numpy()
         self.floats: np.ndarray = self.float_tensor.numpy()
-        slots = len(self.NAMES)
-        # per double-buffer slot i: whether it is full, how many final observations (rollouts)
-        # or vector steps (chunks) it holds, and the weights' version that collected it
-        self.slot_full = self.ints[slots : slots + 2]
-        self.slot_size = self.ints[slots + 2 : slots + 4]
-        self.slot_version = self.ints[slots + 4 : slots + 6]
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SharedCounters, (self.int_tensor, self.float_tensor))
