@@ -33,7 +33,6 @@ __all__ = [
     "SamplerHandle",
     "SamplerOptions",
     "child_main",
-    "drain",
     "leave_cores_to_sampler",
     "poll_until",
     "take",
@@ -275,16 +274,6 @@ class SamplerHandle:
         for channel in (self.errors, *channels):
             channel.close()
             channel.cancel_join_thread()
-
-
-def drain(channel: Any) -> list[Any]:
-    """Everything waiting in the queue ``channel``, without blocking."""
-    items = []
-    while True:
-        try:
-            items.append(channel.get_nowait())
-        except queue.Empty:
-            return items
 
 
 def leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:

@@ -1,11 +1,12 @@
 """The on-policy feed of the asynchronous loop: whole ``[T, B]`` rollouts from a double buffer.
 
-A rollout process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.rollout_loop`)
-collects batches with the weights it last received into two shared slots, in turn, while the
-optimiser updates on the other slot. Each batch remembers which update's weights collected it: the **policy lag**
-(updates between those weights and the ones being trained) is logged as ``charts/policy_lag``.
-With a fixed lag batch ``n`` is always collected with the weights of update ``n - 1``: the
-rollout process waits for them, and the optimiser publishes no newer ones before they are taken.
+A rollout process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.rollout_loop`) collects
+batches with the weights it last received into two shared slots, in turn, while the optimiser
+updates on the other slot. Each batch remembers which update's weights collected it: the **policy
+lag** (updates between those weights and the ones being trained) is logged as
+``charts/policy_lag``. With a fixed lag batch ``n`` is always collected with the weights of update
+``n - 1``: the rollout process waits for them, and the optimiser publishes no newer ones before
+they are taken.
 """
 
 from __future__ import annotations

@@ -16,24 +16,24 @@ cores to it.
 
 :class:`AsyncRunner` is the twin of :class:`~vecaccel.trainers.runners.sync.SyncRunner`:
 ``AsyncRunner(agent).run(total_steps)`` trains any of the five algorithms, and
-``agent.learn(total_steps, mode="async")`` is the same call. One loop (``loop.py``) runs every
-algorithm; the algorithm's base class decides only what it is fed
-(:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`: rollouts for an
-:class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`;
+``agent.learn(total_steps, mode="async")`` is the same call. One loop
+(:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm; the algorithm's base
+class decides only what it is fed (:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`:
+rollouts for an :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`;
 :mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`: chunks of steps for an
 :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s replay buffer, the replay
-ratio held at every chunk's end). The measured ratio, the fraction of
-time each side waited and the policy lag (updates the sampler's weights are behind) are logged.
+ratio held at every chunk's end). The measured ratio, the fraction of time each side waited and
+the policy lag (updates the sampler's weights are behind) are logged.
 With ``fixed_lag=True`` either family repeats a seeded run exactly.
 
 **Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, an optimiser with
 its own sampler process, envs seeded by rank, and its own replay buffer or rollout double buffer.
-The optimisers are data-parallel: the algorithm's model is wrapped in
-``DistributedDataParallel`` (:mod:`~vecaccel.trainers.run.distributed`: gloo on CPUs, NCCL with one GPU per rank), so
-each update's gradients are averaged over ranks and the parameters stay identical. Every update
-is therefore a collective and the ranks update in lockstep; each rank enforces the replay ratio on
-its own sampler, which makes it the same ratio globally. The ranks meet for their metrics and to
-agree on a stop (SIGINT/SIGTERM) at points fixed by the update count, so they always call the
+The optimisers are data-parallel: the algorithm's model is wrapped in ``DistributedDataParallel``
+(:mod:`~vecaccel.trainers.run.distributed`: gloo on CPUs, NCCL with one GPU per rank), so each
+update's gradients are averaged over ranks and the parameters stay identical. Every update is
+therefore a collective and the ranks update in lockstep; each rank holds the replay ratio with its
+own sampler's chunks, which makes it the same ratio globally. The ranks meet for their metrics and
+to agree on a stop (SIGINT/SIGTERM) at points fixed by the update count, so they always call the
 same collectives in the same order; rank 0 logs the reduced metrics and writes the checkpoints.
 
 A sampler process that dies is reported at once: the optimiser checks it at every turn of its
