@@ -4,10 +4,10 @@ The sampler process collects chunks of ``async_max_lead / 2`` env steps (whole v
 into a shared double buffer and announces each on a queue; the optimiser adds each chunk to the
 replay buffer itself, in order, makes the updates then due by the
 :class:`~vecaccel.trainers.run.schedules.ReplaySchedule` (the replay ratio holds at every chunk's
-end), frees the slot and publishes its weights. The sampler is thus at most two chunks ahead of
-the updates. With a fixed lag chunk ``n`` is acted on with the weights published after chunk
-``n - 2``'s updates, exactly, so a seeded run repeats exactly; without, with the newest weights
-when the chunk starts.
+end), publishes its weights and frees the slot. The sampler is thus at most two chunks ahead of
+the updates, and chunk ``n`` acts with the weights published after chunk ``n - 2``'s updates or
+newer ones. With a fixed lag exactly those (the sampler waits for them, and the optimiser
+publishes no newer ones before they are pulled), so a seeded run repeats exactly.
 
 Budgets, ``learning_starts`` and the exploration schedule count env steps over all ranks (each
 rank collects ``1/K`` of them); the ranks meet after every chunk, at the same update count on
@@ -194,7 +194,6 @@ class ReplayFeed:
                 shared["truncated"][t],
                 shared["final_obs"][t],
             )
-        self.free.release()  # the slot may be refilled now
         self.steps += length * self.num_envs
         agent.record_progress(steps=self.steps * self.world - agent.global_step)
         self.finished.extend(ended)
@@ -210,6 +209,9 @@ class ReplayFeed:
             self.published.release()
         elif agent.num_updates - self.counters.version >= self.cfg.async_weight_sync_period:
             self.sampler.publish(agent.num_updates)
+        # refilled only now: the chunk collected into it next acts with the weights just
+        # published or newer ones, not with those from before this chunk's updates
+        self.free.release()
         self.chunk = m + 1
         self.complete = m == self.num_chunks - 1
         # every rank meets after every chunk, at the same update count
