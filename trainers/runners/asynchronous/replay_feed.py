@@ -25,7 +25,7 @@ from vecaccel.trainers.run.schedules import ReplaySchedule
 from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
 from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions
 from vecaccel.trainers.runners.asynchronous.samplers import chunk_sampler_loop
-from vecaccel.trainers.runners.asynchronous.shared import chunk_slots
+from vecaccel.trainers.runners.asynchronous.shared import Handover, chunk_slots
 
 __all__ = ["ReplayFeed"]
 
@@ -100,13 +100,7 @@ class ReplayFeed:
         self.target_every = self.schedule.updates_per_target_update
         self.log_every = max(1, int(cfg.log_every_steps))
         exploration = cfg.exploration_steps or int(cfg.exploration_fraction * horizon)
-        ctx = self.sampler.ctx
-        # the hand-overs, each one way: the sampler announces a filled slot (its size, the
-        # weights that collected it and the episodes it ended) and the pulls of the weights it
-        # acts with; the optimiser frees the slots and announces what it published
-        self.filled, self.free = ctx.Queue(), ctx.Semaphore(2)
-        self.published, self.pulled = ctx.Semaphore(0), ctx.Semaphore(0)
-        self.pulls_taken = 0
+        self.handover = Handover(self.sampler.ctx)
         self.spec = dict(
             self.sampler.spec(),
             env_id=env_id,
@@ -124,10 +118,7 @@ class ReplayFeed:
             vector_steps=vector_steps,
             slots=chunk_slots(agent.observation_space, num_envs, chunk_steps),
             fixed_lag=bool(fixed_lag),
-            filled=self.filled,
-            free=self.free,
-            published=self.published,
-            pulled=self.pulled,
+            handover=self.handover,
         )
         self.steps = local_start  # env steps of this rank
         self.complete = False
@@ -183,7 +174,7 @@ class ReplayFeed:
         if m >= self.num_chunks:  # an empty budget
             self.complete = True
             return False
-        length, behaviour, ended = waits.take(self.filled)
+        length, behaviour, ended = self.handover.take(waits)
         shared = self.slot_views[m % 2]
         for t in range(length):  # in order: the run repeats exactly
             agent.buffer.add(
@@ -201,17 +192,14 @@ class ReplayFeed:
         while agent.num_updates < self._due_at(self.steps):
             self._update(behaviour)
         if self.fixed_lag:  # not before chunk m + 1 has taken the weights after chunk m - 1
-            while self.pulls_taken < min(m + 2, self.num_chunks):
-                waits.acquire(self.pulled)
-                self.pulls_taken += 1
-        if self.fixed_lag:
+            self.handover.await_pulls(min(m + 2, self.num_chunks), waits)
             self.sampler.publish(agent.num_updates)
-            self.published.release()
+            self.handover.publishes.release()
         elif agent.num_updates - self.counters.version >= self.cfg.async_weight_sync_period:
             self.sampler.publish(agent.num_updates)
         # refilled only now: the chunk collected into it next acts with the weights just
         # published or newer ones, not with those from before this chunk's updates
-        self.free.release()
+        self.handover.free_slots.release()
         self.chunk = m + 1
         self.complete = m == self.num_chunks - 1
         # every rank meets after every chunk, at the same update count
@@ -265,7 +253,7 @@ class ReplayFeed:
             )
             self.replay_ratio = measured
             self.agent.set_measured_replay_ratio(measured)
-        self.sampler.stop(self.filled)
+        self.sampler.stop(self.handover.filled)
 
     def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
         """Write the checkpoint at the end of the run, the sampler stopped.

@@ -19,6 +19,7 @@ from typing import Any
 from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
 from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions
 from vecaccel.trainers.runners.asynchronous.samplers import rollout_loop
+from vecaccel.trainers.runners.asynchronous.shared import Handover
 
 __all__ = ["RolloutFeed"]
 
@@ -66,13 +67,7 @@ class RolloutFeed:
         self.counters = self.sampler.counters
         ctx = self.sampler.ctx
         self.slots_queue, self.slots_taken = ctx.Queue(), ctx.Semaphore(0)
-        # the hand-overs, each one way: the rollout process announces a filled slot (its final
-        # observations' count, the weights that collected it and the episodes it ended) and
-        # the pulls of the weights it acts with; the optimiser frees the slots and announces
-        # what it published
-        self.filled, self.free = ctx.Queue(), ctx.Semaphore(2)
-        self.published, self.pulled = ctx.Semaphore(0), ctx.Semaphore(0)
-        self.pulls_taken = 0
+        self.handover = Handover(ctx)
         cfg = agent.config
         self.spec = dict(
             self.sampler.spec(),
@@ -80,10 +75,7 @@ class RolloutFeed:
             **_acting_copy(agent),
             slots=self.slots_queue,
             slots_taken=self.slots_taken,
-            filled=self.filled,
-            free=self.free,
-            published=self.published,
-            pulled=self.pulled,
+            handover=self.handover,
             num_batches=num_batches,
             fixed_lag=bool(fixed_lag),
         )
@@ -121,7 +113,7 @@ class RolloutFeed:
         from vecaccel.sampler import SampleBatch
 
         agent, slot = self.agent, self.slot
-        k, behaviour, returns, lengths = waits.take(self.filled)
+        k, behaviour, returns, lengths = self.handover.take(waits)
         assert self.slots is not None
         shared = self.slots[slot]
         device = agent.device
@@ -144,18 +136,16 @@ class RolloutFeed:
         agent.model.train()
         self.in_update = True
         metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
-        self.free.release()  # the slot may be refilled now
+        self.handover.free_slots.release()  # the slot may be refilled now
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
         if self.fixed_lag:  # not before batch m has taken update m - 1's weights
-            while self.pulls_taken < min(self.updates_done + 1, self.num_batches):
-                waits.acquire(self.pulled)
-                self.pulls_taken += 1
+            self.handover.await_pulls(min(self.updates_done + 1, self.num_batches), waits)
         if agent.num_updates % self.weight_sync_period == 0:
             self.sampler.publish(agent.num_updates)
             if self.fixed_lag:
-                self.published.release()
+                self.handover.publishes.release()
         self.lag_sum += lag
         self.slot ^= 1
         self.complete = agent.global_step >= agent.target_steps
@@ -189,7 +179,7 @@ class RolloutFeed:
         return step if self.complete else None
 
     def stop(self) -> None:
-        self.sampler.stop(self.slots_queue, self.filled)
+        self.sampler.stop(self.slots_queue, self.handover.filled)
 
     def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
         # after an error on several ranks rank 0 may be part-way through an update the others

@@ -76,7 +76,7 @@ class Actor:
 
 def chunk_sampler_loop(spec: dict[str, Any]) -> None:
     """The DQN family's sampler: chunk ``n`` of ε-greedy steps into slot ``n % 2``, announced on
-    the ``filled`` queue; the optimiser adds the chunks to the replay buffer itself, in order.
+    the hand-over's queue; the optimiser adds the chunks to the replay buffer itself, in order.
 
     With a fixed lag chunk ``n`` is acted on with the weights published once the optimiser has
     trained on chunk ``n - 2`` (waited for, and the optimiser publishes no newer ones before they
@@ -85,8 +85,7 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
     link = ChildLink(spec)
     counters = link.counters
     slots = [{key: value.numpy() for key, value in slot.items()} for slot in spec["slots"]]
-    filled, free = spec["filled"], spec["free"]
-    published, pulled = spec["published"], spec["pulled"]
+    handover = spec["handover"]
     fixed_lag = spec["fixed_lag"]
     steps = spec["start_steps"]
     actor = Actor(spec, link)
@@ -95,13 +94,13 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
         chunk_steps, vector_steps = spec["chunk_steps"], spec["vector_steps"]
         for n in range(math.ceil(vector_steps / chunk_steps)):
             length = min(chunk_steps, vector_steps - n * chunk_steps)
-            if fixed_lag and n >= 2 and not link.acquire(published):
+            if fixed_lag and n >= 2 and not link.acquire(handover.publishes):
                 break  # the weights after chunk n - 2
-            if not link.acquire(free):  # slot n % 2, once the optimiser has taken chunk n - 2
+            if not link.acquire(handover.free_slots):  # slot n % 2, chunk n - 2 trained on
                 break
             version = link.pull_weights(actor.params)
             if fixed_lag:
-                pulled.release()
+                handover.pulls.release()
             slot = slots[n % 2]
             ended: list[tuple[float, float]] = []
             for t in range(length):
@@ -119,7 +118,7 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
                 ended.extend(finished)
                 link.check_optimiser()
             counters.steps = steps
-            filled.put((length, version, ended))
+            handover.filled.put((length, version, ended))
     finally:
         actor.close()
 
@@ -161,25 +160,24 @@ def rollout_loop(spec: dict[str, Any]) -> None:
         )
         slots: list[dict[str, Any]] | None = None
         slot = 0
-        filled, free = spec["filled"], spec["free"]
-        published, pulled = spec["published"], spec["pulled"]
+        handover = spec["handover"]
         for n in range(spec["num_batches"]):
             if link.stopped:
                 break
             if spec["fixed_lag"]:
                 # batch n is collected with the weights of update n - 1 exactly: waited for,
                 # and the optimiser publishes no newer ones before they are pulled
-                if n >= 2 and not link.acquire(published):
+                if n >= 2 and not link.acquire(handover.publishes):
                     break
                 version = link.pull_weights(params)
-                pulled.release()
+                handover.pulls.release()
             else:
                 version = link.pull_weights(params)
             batch = sampler.collect()
             if slots is None:
                 slots = rollout_slots(batch)
                 spec["slots"].put(slots)
-            if not link.acquire(free):
+            if not link.acquire(handover.free_slots):
                 break
             target = slots[slot]
             for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid"):
@@ -193,7 +191,7 @@ def rollout_loop(spec: dict[str, Any]) -> None:
                 target["final_index"][:k].copy_(batch.final_index)
             episodes = sampler.pop_episodes()
             counters.steps += batch.rewards.numel()
-            filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
+            handover.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
             slot ^= 1
         if slots is not None:
             # they travel as file descriptors that this process hands over itself, so it must

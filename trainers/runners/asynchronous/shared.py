@@ -12,7 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CHILD_SEED_KEY", "SharedCounters", "chunk_slots", "rollout_slots", "torch_dtype"]
+__all__ = [
+    "CHILD_SEED_KEY",
+    "Handover",
+    "SharedCounters",
+    "chunk_slots",
+    "rollout_slots",
+    "torch_dtype",
+]
 
 # the key that derives a sampler process's own seed (its torch sampling) from the run's seed
 CHILD_SEED_KEY = 0xA5
@@ -73,6 +80,40 @@ class SharedCounters:
 
     def add_sampler_wait(self, seconds: float) -> None:
         self.floats[0] += seconds
+
+
+class Handover:
+    """How the two slots of a double buffer pass between the sampler process and the optimiser.
+
+    Each side blocks on a queue or a semaphore until the other acts, never polling. The sampler
+    takes a free slot (``free_slots``), fills it and announces it on ``filled`` with what the
+    optimiser needs to read it (its size, the weights' version that collected it, the episodes
+    it ended); the optimiser takes the announcements in order and frees each slot once done.
+
+    With a fixed lag item ``n`` (``n >= 2``) waits for one more publish of the weights
+    (``publishes``), and the optimiser publishes no newer ones before the sampler has pulled
+    those (``pulls``, counted in :attr:`pulls_seen`).
+
+    Args:
+        ctx: the multiprocessing context of the sampler process.
+    """
+
+    def __init__(self, ctx: Any) -> None:
+        self.filled = ctx.Queue()
+        self.free_slots = ctx.Semaphore(2)
+        self.publishes = ctx.Semaphore(0)
+        self.pulls = ctx.Semaphore(0)
+        self.pulls_seen = 0  # the optimiser's count of pulls acquired
+
+    def take(self, waits: Any) -> Any:
+        """The optimiser's next announcement, waited for with ``waits``."""
+        return waits.take(self.filled)
+
+    def await_pulls(self, count: int, waits: Any) -> None:
+        """Wait until the sampler has pulled the weights of ``count`` items in all."""
+        while self.pulls_seen < count:
+            waits.acquire(self.pulls)
+            self.pulls_seen += 1
 
 
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
