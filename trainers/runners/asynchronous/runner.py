@@ -9,9 +9,9 @@ Two processes run at the same time:
 
 What they share lives in shared memory
 (:mod:`~vecaccel.trainers.runners.asynchronous.shared`): the two slots of the double buffer,
-the weights the sampler acts with (behind a lock), and a few named counters. The DQN family's
-optimiser publishes its weights after every chunk's updates, A2C's and PPO's every
-``weight_sync_period`` updates. With automatic torch threads the optimiser leaves the sampler's
+the weights the sampler acts with (behind a lock), and a few named counters. The optimiser
+publishes its weights every ``weight_sync_period`` updates (the DQN family's at the end of a
+chunk). With automatic torch threads the optimiser leaves the sampler's
 cores to it.
 
 :class:`AsyncRunner` is the twin of :class:`~vecaccel.trainers.runners.sync.SyncRunner`:
