@@ -4,7 +4,8 @@ Four measurements, each with one torch thread per process, the optimiser pinned 
 the sampler process to another (when the machine has two):
 
 1. **standalone sampling**: the async sampler process alone (acting with the Q-network, stepping
-   ``num_envs`` serial envs, writing the shared replay buffer), no updates due;
+   ``num_envs`` serial envs, handing chunks of steps over to the optimiser, which adds them to
+   its replay buffer), no updates due;
 2. **standalone updates**: ``train_step`` in a loop on a filled buffer, nothing else running;
 3. **co-run control**: 1 and 2 at the same time, sharing nothing (the update loop has its own
    buffer): what the machine itself allows two busy processes (shared caches, memory, clock,

@@ -146,11 +146,12 @@ class DQNConfig(RunConfig):
     checkpoint written during ``learn``, as ``checkpoint.replay-<step>-<id>.npz``, so that a
     resumed run does not refill it; turn off when it is too big to write often (Atari: GBs)."""
     async_weight_sync_period: int = 1
-    """Asynchronous mode (``--async``): updates between copies of the weights to the sampler."""
+    """Asynchronous mode (``--async``): updates between copies of the weights to the sampler
+    (made at the end of a chunk; with a fixed lag after every chunk)."""
     async_max_lead: int = 0
-    """Asynchronous mode: env steps the sampler may run ahead of what the replay ratio allows
-    (0: automatic, 16 updates' worth or one vector step, whichever is larger); a larger lead
-    lets the two sides overlap better, a smaller one holds the ratio tighter early on."""
+    """Asynchronous mode: twice the env steps of a chunk the sampler hands over (0: automatic,
+    16 updates' worth or one vector step, whichever is larger); a larger lead lets the two sides
+    overlap better, a smaller one acts on fresher weights."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

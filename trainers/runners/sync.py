@@ -34,6 +34,7 @@ from vecaccel.trainers.algos.base import Algorithm, Callback
 from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.logger import RunLogger, mean_or_none
+from vecaccel.trainers.run.schedules import ReplaySchedule
 from vecaccel.trainers.run.seeding import set_rng_state
 from vecaccel.trainers.run.signals import SignalCheckpoint, TrainingInterrupted
 from vecaccel.trainers.run.team_returns import team_returns_for
@@ -346,7 +347,7 @@ class _OffPolicyLoop:
         self.world = agent.world_size
         # steps and batches are counted over all ranks; each rank adds num_envs per vector step
         self.steps_per_vector_step = num_envs * self.world
-        self.effective_batch = cfg.batch_size * self.world
+        self.schedule = ReplaySchedule.of(cfg, ranks=self.world)
         if reset_num_timesteps:
             agent.reset_counters()
         new_buffer = agent.buffer is None
@@ -368,14 +369,15 @@ class _OffPolicyLoop:
         self.start_step = agent.global_step
         horizon = self.start_step + int(total_steps)
         agent.set_target_steps(horizon)
-        # updates start once the buffer holds learning_starts steps (and enough to sample)
-        warmup = cfg.learning_starts if (reset_num_timesteps or new_buffer) else 0
-        warmup = max(
-            warmup, self.steps_per_vector_step * (cfg.n_step + agent.buffer.frame_stack + 1)
+        # a continued run that kept its buffer does not wait for learning_starts again
+        learn_from = self.schedule.learn_from(
+            self.start_step,
+            min_fill=self.steps_per_vector_step * (cfg.n_step + agent.buffer.frame_stack + 1),
+            warm_up=reset_num_timesteps or new_buffer,
         )
         self.state = RunState(
             horizon=horizon,
-            learn_from=self.start_step + warmup,
+            learn_from=learn_from,
             updates_at_start=agent.num_updates,
             beta=cfg.priority_beta_start,
             next_log=self.start_step + cfg.log_every_steps,
@@ -437,11 +439,11 @@ class _OffPolicyLoop:
     def update(self, experience: None) -> dict[str, Any]:
         """The updates the replay ratio allows now (updates × batch ≤ ratio × steps since
         learning began), and the target network's when due."""
-        agent, cfg, state = self.agent, self.agent.config, self.state
+        agent, cfg, state, schedule = self.agent, self.agent.config, self.state, self.schedule
         self.step_losses: list[dict[str, float]] = []
         if agent.global_step > state.learn_from:
             learned = agent.global_step - state.learn_from
-            due = int(cfg.replay_ratio * learned // self.effective_batch)
+            due = schedule.updates_due(learned)
             while agent.num_updates - state.updates_at_start < due:
                 state.beta, batch = agent.sample_batch(agent.global_step / self.horizon)
                 losses = agent.update(batch)
@@ -451,9 +453,9 @@ class _OffPolicyLoop:
                 if cfg.checkpoint_every and agent.num_updates % cfg.checkpoint_every == 0:
                     self.restart_pending = self.restart_points
             agent.set_measured_replay_ratio(
-                (agent.num_updates - state.updates_at_start) * self.effective_batch / learned
+                schedule.measured_ratio(agent.num_updates - state.updates_at_start, learned)
             )
-        if agent.global_step - state.last_target_update >= cfg.target_update_period:
+        if schedule.target_update_due(agent.global_step, state.last_target_update):
             state.last_target_update = agent.global_step
             if agent.num_updates > 0:
                 agent.update_target()

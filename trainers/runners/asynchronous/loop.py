@@ -3,7 +3,8 @@
 One loop drives every asynchronous run. What differs between the families is where the
 experience comes from and what an update is made of; that is a *feed*
 (:class:`AsyncFeed`): on-policy algorithms get whole rollouts from a double buffer
-(``async_onpolicy``), the replay family samples a shared replay buffer (``async_replay``). The loop
+(:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`), the DQN family chunks of steps for
+its replay buffer (:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`). The loop
 owns everything around it: the run logger, the signal guard, the wait accounting, the meetings of
 the ranks (one reduce of the metrics and an agreed stop in the same collective), the log rows,
 stopping the sampler process and the final checkpoint's timing.
@@ -16,7 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, poll_until
+from vecaccel.trainers.runners.asynchronous.process import (
+    SamplerHandle,
+    poll_until,
+    take,
+    wait_for,
+)
 
 __all__ = ["AsyncFeed", "AsyncStats", "Meeting", "Waits", "run_async"]
 
@@ -67,24 +73,23 @@ class Waits:
     """The optimiser's waits for the sampler, timed: what ``optimizer_wait_fraction`` counts.
 
     Args:
-        check: called between polls; raises if the sampler died or the run must stop now.
-        interval: seconds between polls.
+        check: called every so often while waiting; raises if the sampler died or the run must
+            stop now.
     """
 
-    def __init__(self, check: Callable[[], None], interval: float) -> None:
+    def __init__(self, check: Callable[[], None]) -> None:
         self.check = check
-        self.interval = interval
         self.seconds = 0.0
 
-    def until(self, ready: Callable[[], bool]) -> None:
-        """Poll until ``ready()``, checking in between."""
-        self.seconds += poll_until(ready, self.check, self.interval)
+    def take(self, channel: Any) -> Any:
+        """The next item of the queue ``channel``, checking while none is there."""
+        item, seconds = take(channel, self.check)
+        self.seconds += seconds
+        return item
 
-    def pause(self) -> None:
-        """Sleep one poll interval (nothing is due yet)."""
-        started = time.perf_counter()
-        time.sleep(self.interval)
-        self.seconds += time.perf_counter() - started
+    def acquire(self, semaphore: Any) -> None:
+        """Acquire ``semaphore``, checking while it is taken."""
+        self.seconds += wait_for(semaphore, self.check)
 
 
 class AsyncFeed(Protocol):
@@ -189,11 +194,10 @@ def run_async(
         if world == 1 and guard.requested:
             raise TrainingInterrupted(guard.signal_name, agent.global_step)
 
-    poll_interval = sampler.options.poll_interval
-    waits = Waits(check, poll_interval)
+    waits = Waits(check)
     try:
         with guard:
-            poll_until(feed.ready, check, poll_interval)
+            poll_until(feed.ready, check, sampler.options.poll_interval)
             start = time.perf_counter()  # rates are timed from the sampler's first experience
             while not feed.complete:
                 if not feed.turn(waits, guard.requested):

@@ -4,7 +4,8 @@
 starts the process, publishes weights, checks that the process lives and stops it.
 :class:`ChildLink` is the process's end: it reads the same counters, waits (counted as waiting
 time), pulls weights and notices when the optimiser's process is gone. A sampler process's loop
-(``async_samplers``) is started through :func:`child_main`, which reports what it raises.
+(:mod:`vecaccel.trainers.runners.asynchronous.samplers`) is started through :func:`child_main`,
+which reports what it raises.
 """
 
 from __future__ import annotations
@@ -18,33 +19,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from vecaccel.manager import register_envs
-from vecaccel.trainers.runners.asynchronous.shared import (
-    NUM_COUNTERS,
-    NUM_TIMERS,
-    SAMPLER_VERSION,
-    SAMPLER_WAIT,
-    STEPS,
-    STOP,
-    VERSION,
-    GuardedLock,
-)
+from vecaccel.trainers.runners.asynchronous.shared import SharedCounters
 from vecaccel.worker.process import FORK_BLOCKED_SIGNALS, signals_blocked_for_fork
 
 __all__ = [
     "ChildLink",
+    "GuardedLock",
     "OptimiserGone",
     "SamplerError",
     "SamplerHandle",
     "SamplerOptions",
     "child_main",
-    "drain",
     "leave_cores_to_sampler",
     "poll_until",
+    "take",
+    "wait_for",
 ]
+
+# how often a side blocked on the other checks that it lives (and whether to stop)
+_LIVENESS_PERIOD_S = 0.05
 
 
 class SamplerError(RuntimeError):
@@ -67,7 +63,8 @@ class SamplerOptions:
 
     Attributes:
         context: multiprocessing start method of the process.
-        poll_interval: seconds between checks while one side waits for the other.
+        poll_interval: seconds between checks while the optimiser waits for the process to
+            start handing experience over (later waits are on semaphores and queues).
         threads: torch threads of the process.
         affinity: CPUs to pin the process to (``None``: those of the optimiser's process).
     """
@@ -76,6 +73,27 @@ class SamplerOptions:
     poll_interval: float = 0.0005
     threads: int = 1
     affinity: set[int] | None = None
+
+
+class GuardedLock:
+    """A cross-process lock acquired in bounded waits, checking between them that the other
+    process lives: a process killed while holding a lock never releases it.
+
+    Args:
+        lock: a ``multiprocessing`` lock.
+        check: called between waits; raises if the other side is gone.
+    """
+
+    def __init__(self, lock: Any, check: Callable[[], None]) -> None:
+        self.lock = lock
+        self.check = check
+
+    def __enter__(self) -> None:
+        while not self.lock.acquire(timeout=0.25):
+            self.check()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.lock.release()
 
 
 class OptimiserGone(Exception):
@@ -101,8 +119,6 @@ class ChildLink:
     """The sampler process's end: set-up, shared counters, liveness of the optimiser, waits and
     weight pulls.
 
-    The counters and timers are NumPy views of the shared tensors (a scalar read or write costs
-    far less than on the torch tensors).
     """
 
     def __init__(self, spec: dict[str, Any]) -> None:
@@ -115,11 +131,9 @@ class ChildLink:
         if spec["affinity"]:
             os.sched_setaffinity(0, spec["affinity"])
         torch.set_num_threads(int(spec["torch_threads"]))
-        self.counters: np.ndarray = spec["counters"].numpy()
-        self.timers: np.ndarray = spec["timers"].numpy()
+        self.counters: SharedCounters = spec["counters"]
         self.version = -1
         self._parent = spec["parent_pid"]
-        self._poll = spec["poll_interval"]
         self._shared_weights: list[torch.Tensor] = spec["weights"]
         self._weights_lock = GuardedLock(spec["weights_lock"], self.check_optimiser)
 
@@ -132,37 +146,30 @@ class ChildLink:
     @property
     def stopped(self) -> bool:
         """Whether the optimiser asked this process to stop."""
-        return bool(self.counters[STOP])
+        return bool(self.counters.stop)
 
-    def wait_while(self, blocked: Callable[[], bool]) -> None:
-        """Sleep while ``blocked()`` holds (and no stop is asked), counted as waiting time."""
-        if not blocked():
-            return
+    def acquire(self, semaphore: Any) -> bool:
+        """Wait for ``semaphore`` (counted as waiting time); ``False`` if a stop was asked."""
+        if semaphore.acquire(block=False):
+            return True
         started = time.perf_counter()
-        while blocked() and not self.counters[STOP]:
-            self.check_optimiser()
-            time.sleep(self._poll)
-        self.timers[SAMPLER_WAIT] += time.perf_counter() - started
-
-    def pull_weights(self, params: Sequence[torch.Tensor], wait: bool = True) -> int:
-        """Copy the published weights into ``params`` if they are newer; returns their version.
-
-        With ``wait=False`` weights being published right now are left for the next call (the
-        current ones are at most an update older) rather than waited for.
-        """
-        if int(self.counters[VERSION]) == self.version:
-            return self.version
-        if wait:
-            self._weights_lock.__enter__()
-        elif not self._weights_lock.try_acquire():
-            return self.version
         try:
-            self.version = int(self.counters[VERSION])
+            while not semaphore.acquire(timeout=_LIVENESS_PERIOD_S):
+                self.check_optimiser()
+                if self.counters.stop:
+                    return False
+            return True
+        finally:
+            self.counters.add_sampler_wait(time.perf_counter() - started)
+
+    def pull_weights(self, params: Sequence[torch.Tensor]) -> int:
+        """Copy the published weights into ``params`` if they are newer; returns their version."""
+        if self.counters.version == self.version:
+            return self.version
+        with self._weights_lock:
+            self.version = self.counters.version
             for mine, shared in zip(params, self._shared_weights):
                 mine.copy_(shared)
-        finally:
-            self._weights_lock.release()
-        self.counters[SAMPLER_VERSION] = self.version
         return self.version
 
 
@@ -190,10 +197,7 @@ class SamplerHandle:
         self.role = role
         self.options = options
         self.ctx = ctx = mp.get_context(options.context)
-        self.shared_counters = torch.zeros(NUM_COUNTERS, dtype=torch.int64).share_memory_()
-        self.shared_timers = torch.zeros(NUM_TIMERS, dtype=torch.float64).share_memory_()
-        self.counters: np.ndarray = self.shared_counters.numpy()
-        self.timers: np.ndarray = self.shared_timers.numpy()
+        self.counters = SharedCounters()
         self._state = list(model.state_dict().values())
         self._shared_weights = [t.detach().cpu().clone().share_memory_() for t in self._state]
         self.weights_lock = ctx.Lock()
@@ -206,13 +210,11 @@ class SamplerHandle:
         """The entries of the process's spec that :class:`ChildLink` reads."""
         options = self.options
         return dict(
-            counters=self.shared_counters,
-            timers=self.shared_timers,
+            counters=self.counters,
             weights=self._shared_weights,
             weights_lock=self.weights_lock,
             errors=self.errors,
             parent_pid=os.getpid(),
-            poll_interval=options.poll_interval,
             torch_threads=options.threads,
             affinity=set(options.affinity) if options.affinity else None,
         )
@@ -220,14 +222,14 @@ class SamplerHandle:
     @property
     def sampler_wait(self) -> float:
         """Seconds the process has waited for the optimiser so far."""
-        return float(self.timers[SAMPLER_WAIT])
+        return self.counters.sampler_wait
 
     def publish(self, version: int) -> None:
         """Copy the model's weights to shared memory as ``version``."""
         with self._weights_lock:
             for shared, tensor in zip(self._shared_weights, self._state):
                 shared.copy_(tensor)
-            self.counters[VERSION] = version
+            self.counters.version = version
 
     def start(self, loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
         self.process = self.ctx.Process(
@@ -243,7 +245,7 @@ class SamplerHandle:
         if process is None or process.is_alive():
             return
         process.join(timeout=1.0)
-        if self.counters[STOP] or self._finished(process.exitcode):
+        if self.counters.stop or self._finished(process.exitcode):
             return
         remote = ""
         try:
@@ -255,27 +257,14 @@ class SamplerHandle:
         where = f" of rank {distributed.rank()}" if distributed.is_distributed() else ""
         raise SamplerError(
             f"the asynchronous {self.role} process{where} (pid {process.pid}) died with exit "
-            f"code {process.exitcode} after {int(self.counters[STEPS])} env steps",
+            f"code {process.exitcode} after {self.counters.steps} env steps",
             process.exitcode,
             remote,
         )
 
-    def finish(self, drain: Callable[[], None], timeout: float = 10.0) -> None:
-        """Wait for the process to end by itself (its budget done), calling ``drain`` meanwhile.
-
-        What it queued last is certain to have arrived only once it has exited: a queue's feeder
-        thread sends it, and the process joins that thread on exit, which needs the pipe read.
-        """
-        process = self.process
-        deadline = time.monotonic() + timeout
-        while process is not None and process.is_alive() and time.monotonic() < deadline:
-            drain()
-            process.join(0.02)
-        drain()
-
     def stop(self, *channels: Any) -> None:
         """Ask the process to stop, wait for it (killing it if it does not), close ``channels``."""
-        self.counters[STOP] = 1
+        self.counters.stop = 1
         process = self.process
         if process is not None:
             process.join(timeout=10.0)
@@ -285,16 +274,6 @@ class SamplerHandle:
         for channel in (self.errors, *channels):
             channel.close()
             channel.cancel_join_thread()
-
-
-def drain(channel: Any) -> list[Any]:
-    """Everything waiting in the queue ``channel``, without blocking."""
-    items = []
-    while True:
-        try:
-            items.append(channel.get_nowait())
-        except queue.Empty:
-            return items
 
 
 def leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:
@@ -310,6 +289,26 @@ def leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:
     if cfg.backend != "serial":
         workers = getattr(cfg, "num_workers", 0) or min(cfg.num_envs, cpus)
     torch.set_num_threads(max(1, cpus - sampler_threads - workers))
+
+
+def wait_for(semaphore: Any, check: Callable[[], None]) -> float:
+    """Acquire ``semaphore``, calling ``check()`` (which raises if the other side died or a stop
+    was asked) every so often meanwhile; the seconds waited."""
+    started = time.perf_counter()
+    while not semaphore.acquire(timeout=_LIVENESS_PERIOD_S):
+        check()
+    return time.perf_counter() - started
+
+
+def take(channel: Any, check: Callable[[], None]) -> tuple[Any, float]:
+    """The next item of the queue ``channel``, calling ``check()`` every so often while none is
+    there; and the seconds waited."""
+    started = time.perf_counter()
+    while True:
+        try:
+            return channel.get(timeout=_LIVENESS_PERIOD_S), time.perf_counter() - started
+        except queue.Empty:
+            check()
 
 
 def poll_until(ready: Callable[[], bool], check: Callable[[], None], interval: float) -> float:

@@ -1,11 +1,12 @@
 """The on-policy feed of the asynchronous loop: whole ``[T, B]`` rollouts from a double buffer.
 
-A rollout process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.rollout_loop`) collects batches
-with the weights it last received into two shared slots, in turn, while the optimiser updates on
-the other slot. Each batch remembers which update's weights collected it: the **policy lag**
-(updates between those weights and the ones being trained) is logged as ``charts/policy_lag``.
-With a fixed lag batch ``n`` is always collected with the weights of update ``n - 1``: the
-rollout process waits for them, and the optimiser publishes no newer ones before they are taken.
+A rollout process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.rollout_loop`) collects
+batches with the weights it last received into two shared slots, in turn, while the optimiser
+updates on the other slot. Each batch remembers which update's weights collected it: the **policy
+lag** (updates between those weights and the ones being trained) is logged as
+``charts/policy_lag``. With a fixed lag batch ``n`` is always collected with the weights of update
+``n - 1``: the rollout process waits for them, and the optimiser publishes no newer ones before
+they are taken.
 """
 
 from __future__ import annotations
@@ -16,16 +17,9 @@ import queue
 from typing import Any
 
 from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
-from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, drain
+from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions
 from vecaccel.trainers.runners.asynchronous.samplers import rollout_loop
-from vecaccel.trainers.runners.asynchronous.shared import (
-    PULLS,
-    SAMPLER_WAIT,
-    SLOT_K,
-    SLOT_STATE,
-    SLOT_VERSION,
-    SLOTS_TAKEN,
-)
+from vecaccel.trainers.runners.asynchronous.shared import Handover
 
 __all__ = ["RolloutFeed"]
 
@@ -70,15 +64,18 @@ class RolloutFeed:
         self.weight_sync_period = weight_sync_period
         self.fixed_lag = fixed_lag
         self.sampler = SamplerHandle(options, "rollout", agent.model, self._finished)
-        self.counters, self.timers = self.sampler.counters, self.sampler.timers
-        self.slots_queue, self.episodes = self.sampler.ctx.Queue(), self.sampler.ctx.Queue()
+        self.counters = self.sampler.counters
+        ctx = self.sampler.ctx
+        self.slots_queue, self.slots_taken = ctx.Queue(), ctx.Semaphore(0)
+        self.handover = Handover(ctx)
         cfg = agent.config
         self.spec = dict(
             self.sampler.spec(),
             config={key: getattr(cfg, key) for key in _ROLLOUT_CONFIG},
             **_acting_copy(agent),
             slots=self.slots_queue,
-            episodes=self.episodes,
+            slots_taken=self.slots_taken,
+            handover=self.handover,
             num_batches=num_batches,
             fixed_lag=bool(fixed_lag),
         )
@@ -96,12 +93,9 @@ class RolloutFeed:
         self._last: tuple[dict[str, Any], list[float], list[int], float, int] = ({}, [], [], 0.0, 0)
 
     def _finished(self, exitcode: int | None) -> bool:
-        """Whether the rollout process's exit is the run's normal end."""
-        if exitcode != 0:
-            return False
-        if self.counters[SLOT_STATE] or self.counters[SLOT_STATE + 1]:
-            return True  # its last batches are still to train on
-        return self.agent.global_step >= self.agent.target_steps
+        """Whether the rollout process's exit is the run's normal end: it exits cleanly only
+        after its last batch (or when asked to stop), which may still be on the queue."""
+        return exitcode == 0
 
     def start(self) -> None:
         self.sampler.publish(self.agent.num_updates)
@@ -112,17 +106,16 @@ class RolloutFeed:
             self.slots = self.slots_queue.get(timeout=0.2)
         except queue.Empty:
             return False
-        self.counters[SLOTS_TAKEN] = 1
+        self.slots_taken.release()
         return True
 
     def turn(self, waits: Waits, requested: bool) -> bool:
         from vecaccel.sampler import SampleBatch
 
-        agent, counters, slot = self.agent, self.counters, self.slot
-        waits.until(lambda: bool(counters[SLOT_STATE + slot]))
+        agent, slot = self.agent, self.slot
+        k, behaviour, returns, lengths = self.handover.take(waits)
         assert self.slots is not None
         shared = self.slots[slot]
-        k = int(counters[SLOT_K + slot])
         device = agent.device
         batch = SampleBatch(
             obs=shared["obs"].to(device),
@@ -137,29 +130,25 @@ class RolloutFeed:
             final_index=shared["final_index"][:k].to(device),
         )
         batch = agent.to_model_actions(batch)
-        lag = agent.num_updates - int(counters[SLOT_VERSION + slot])
+        lag = agent.num_updates - behaviour
         progress_remaining = agent.progress_remaining()
         lr_now = agent.apply_learning_rate(progress_remaining)
         agent.model.train()
         self.in_update = True
         metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
-        counters[SLOT_STATE + slot] = 0  # the slot may be refilled now
+        self.handover.free_slots.release()  # the slot may be refilled now
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
         if self.fixed_lag:  # not before batch m has taken update m - 1's weights
-            pulled = min(self.updates_done + 1, self.num_batches)
-            waits.until(lambda: counters[PULLS] >= pulled)
+            self.handover.await_pulls(min(self.updates_done + 1, self.num_batches), waits)
         if agent.num_updates % self.weight_sync_period == 0:
             self.sampler.publish(agent.num_updates)
+            if self.fixed_lag:
+                self.handover.publishes.release()
         self.lag_sum += lag
         self.slot ^= 1
         self.complete = agent.global_step >= agent.target_steps
-        returns: list[float] = []
-        lengths: list[int] = []
-        for batch_returns, batch_lengths in drain(self.episodes):
-            returns.extend(batch_returns)
-            lengths.extend(batch_lengths)
         self._last = (metrics, returns, lengths, lr_now, lag)
         return True  # every rank meets after every update (a collective cannot be skipped)
 
@@ -177,7 +166,7 @@ class RolloutFeed:
                 "charts/updates": self.agent.num_updates,
                 "charts/policy_lag": float(lag),
                 "charts/optimizer_wait_fraction": optimizer_wait / elapsed,
-                "charts/sampler_wait_fraction": float(self.timers[SAMPLER_WAIT]) / elapsed,
+                "charts/sampler_wait_fraction": self.counters.sampler_wait / elapsed,
             }
         )
         return Meeting(metrics, len(returns))
@@ -190,7 +179,7 @@ class RolloutFeed:
         return step if self.complete else None
 
     def stop(self) -> None:
-        self.sampler.stop(self.slots_queue, self.episodes)
+        self.sampler.stop(self.slots_queue, self.handover.filled)
 
     def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
         # after an error on several ranks rank 0 may be part-way through an update the others

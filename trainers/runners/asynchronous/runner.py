@@ -3,38 +3,37 @@
 Two processes run at the same time:
 
 - the **sampler** (a child process) steps the envs with the latest weights it has and hands the
-  experience over: the DQN family writes every transition into a replay buffer, A2C and PPO
-  write whole ``[T, B]`` rollouts into a double buffer;
+  experience over through a double buffer: the DQN family chunks of steps, which the optimiser
+  adds to its replay buffer, A2C and PPO whole ``[T, B]`` rollouts;
 - the **optimiser** (the calling process) trains on that experience.
 
-Everything they share lives in shared memory (``shared.py``): the replay buffer (``replay.py``
-builds every array, cursors and counters included, with an ``array_factory``; here it allocates
-torch shared tensors) or the rollout slots, the weights the sampler acts with, and a few
-counters. A lock guards the replay buffer (``add`` in the sampler, ``sample`` and
-``update_priorities`` in the optimiser); another guards the weights. The optimiser publishes its
-weights every ``async_weight_sync_period`` updates (a setting: how rarely weights are sent
-changes results a lot). With automatic torch threads the optimiser leaves the sampler's cores
-to it.
+What they share lives in shared memory
+(:mod:`~vecaccel.trainers.runners.asynchronous.shared`): the two slots of the double buffer,
+the weights the sampler acts with (behind a lock), and a few named counters. The optimiser
+publishes its weights every ``weight_sync_period`` updates (the DQN family's at the end of a
+chunk). With automatic torch threads the optimiser leaves the sampler's
+cores to it.
 
 :class:`AsyncRunner` is the twin of :class:`~vecaccel.trainers.runners.sync.SyncRunner`:
 ``AsyncRunner(agent).run(total_steps)`` trains any of the five algorithms, and
-``agent.learn(total_steps, mode="async")`` is the same call. One loop (``loop.py``) runs every
-algorithm; the algorithm's base class decides only what it is fed (``rollout_feed.py``:
+``agent.learn(total_steps, mode="async")`` is the same call. One loop
+(:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm; the algorithm's base
+class decides only what it is fed (:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`:
 rollouts for an :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`;
-``replay_feed.py``: replay samples for an
-:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`, the replay ratio enforced by
-throttling both sides, or chunks with a fixed policy lag). The measured ratio, the fraction of
-time each side waited and the policy lag (updates the sampler's weights are behind) are logged.
+:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`: chunks of steps for an
+:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s replay buffer, the replay
+ratio held at every chunk's end). The measured ratio, the fraction of time each side waited and
+the policy lag (updates the sampler's weights are behind) are logged.
 With ``fixed_lag=True`` either family repeats a seeded run exactly.
 
 **Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, an optimiser with
 its own sampler process, envs seeded by rank, and its own replay buffer or rollout double buffer.
-The optimisers are data-parallel: the algorithm's model is wrapped in
-``DistributedDataParallel`` (``run/distributed.py``: gloo on CPUs, NCCL with one GPU per rank), so
-each update's gradients are averaged over ranks and the parameters stay identical. Every update
-is therefore a collective and the ranks update in lockstep; each rank enforces the replay ratio on
-its own sampler, which makes it the same ratio globally. The ranks meet for their metrics and to
-agree on a stop (SIGINT/SIGTERM) at points fixed by the update count, so they always call the
+The optimisers are data-parallel: the algorithm's model is wrapped in ``DistributedDataParallel``
+(:mod:`~vecaccel.trainers.run.distributed`: gloo on CPUs, NCCL with one GPU per rank), so each
+update's gradients are averaged over ranks and the parameters stay identical. Every update is
+therefore a collective and the ranks update in lockstep; each rank holds the replay ratio with its
+own sampler's chunks, which makes it the same ratio globally. The ranks meet for their metrics and
+to agree on a stop (SIGINT/SIGTERM) at points fixed by the update count, so they always call the
 same collectives in the same order; rank 0 logs the reduced metrics and writes the checkpoints.
 
 A sampler process that dies is reported at once: the optimiser checks it at every turn of its
@@ -137,8 +136,8 @@ class AsyncRunner:
 
         A2C and PPO: a rollout process collects ``[T, B]`` batches into a shared double buffer
         while this process updates on the other one (``total_steps`` rounded up to whole
-        batches). The DQN family: the sampler adds each step to a shared replay buffer and the
-        replay ratio is enforced by throttling both sides. Checkpoints go to ``run_dir`` every
+        batches). The DQN family: the sampler collects chunks of steps that this process adds
+        to the replay buffer before the updates they make due. Checkpoints go to ``run_dir`` every
         ``checkpoint_every`` updates and when the run ends or is stopped (SIGINT, SIGTERM);
         they record the asynchronous mode and its options, so that ``vecaccel train --resume``
         goes on alike.
@@ -149,14 +148,16 @@ class AsyncRunner:
                 ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
             weight_sync_period: updates between weight copies to the sampler process
                 (``None``: 1 for A2C and PPO, ``config.async_weight_sync_period`` for the DQN
-                family, which this then sets).
+                family, which this then sets: its optimiser publishes at the end of a chunk
+                once that many updates were made since the last copy).
             fixed_lag: a fixed policy lag, so that a seeded run repeats exactly: on-policy,
                 batch ``n`` is collected with the weights of update ``n - 1`` (needs
                 ``weight_sync_period=1``); off-policy, chunks of ``async_max_lead / 2`` env
                 steps, chunk ``n`` acted on with the weights published after chunk ``n - 2``'s
                 updates.
             context: multiprocessing start method of the sampler process.
-            poll_interval: seconds between checks while one side waits for the other.
+            poll_interval: seconds between checks while this process waits for the sampler
+                to start (later waits are on semaphores and queues).
             sampler_threads: torch threads of the sampler process.
             sampler_affinity: CPUs to pin the sampler process to (``None``: this process's).
 

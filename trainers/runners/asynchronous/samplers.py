@@ -1,48 +1,26 @@
-"""The loops of an asynchronous run's sampler process, one per way of handing experience over.
+"""The loops of an asynchronous run's sampler process.
 
-- :func:`replay_sampler_loop` (replay, throttled): ε-greedy steps straight into the shared replay
-  buffer, kept within a lead of the optimiser's updates.
-- :func:`chunk_sampler_loop` (replay, fixed lag): chunks of steps into a shared double buffer
-  that the optimiser adds to the replay buffer itself, in order.
-- :func:`rollout_loop` (on-policy): ``[T, B]`` rollouts into a shared double buffer.
+- :func:`chunk_sampler_loop` (the DQN family): chunks of ε-greedy steps into a shared double
+  buffer that the optimiser adds to the replay buffer itself, in order.
+- :func:`rollout_loop` (A2C, PPO): ``[T, B]`` rollouts into a shared double buffer.
 
-Each runs in the child process started by :class:`~vecaccel.trainers.runners.asynchronous.process.SamplerHandle`
-and reads everything it needs from its spec.
+Each runs in the child process started by
+:class:`~vecaccel.trainers.runners.asynchronous.process.SamplerHandle` and reads everything it
+needs from its spec.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
 from vecaccel.trainers.runners.asynchronous.process import ChildLink
-from vecaccel.trainers.runners.asynchronous.shared import (
-    CHILD_SEED_KEY,
-    CHUNKS,
-    PULLS,
-    READY,
-    SAMPLER_BUSY,
-    SLOT_K,
-    SLOT_STATE,
-    SLOT_VERSION,
-    SLOTS_TAKEN,
-    STEPS,
-    UPDATES,
-    VERSION,
-    GuardedLock,
-    ReplayFactory,
-    build_replay_buffer,
-    rollout_slots,
-)
+from vecaccel.trainers.runners.asynchronous.shared import CHILD_SEED_KEY, rollout_slots
 
-__all__ = ["Actor", "chunk_sampler_loop", "replay_sampler_loop", "rollout_loop"]
-
-# vector steps the sampler may hold back while the optimiser holds the replay buffer's lock
-_MAX_PENDING_STEPS = 32
+__all__ = ["Actor", "chunk_sampler_loop", "rollout_loop"]
 
 
 class Actor:
@@ -96,101 +74,33 @@ class Actor:
         self.collector.close()
 
 
-def replay_sampler_loop(spec: dict[str, Any]) -> None:
-    """The DQN sampler: ε-greedy steps with the latest weights into the shared replay buffer."""
-    link = ChildLink(spec)
-    counters, timers = link.counters, link.timers
-    buffer = build_replay_buffer(
-        spec["buffer"],
-        spec["observation_space"],
-        spec["action_space"],
-        ReplayFactory(spec["buffer_tensors"]),
-    )
-    buffer_lock = GuardedLock(spec["buffer_lock"], link.check_optimiser)
-    episodes = spec["episodes"]
-    cfg = spec["config"]
-    total, learn_from, lead = spec["total_steps"], spec["learn_from"], spec["lead"]
-    updates_at_start = spec["updates_at_start"]
-    steps_per_update = cfg["batch_size"] / cfg["replay_ratio"]
-
-    actor = Actor(spec, link)
-    try:
-        num_envs = actor.num_envs
-        steps = 0
-        # steps collected while the optimiser samples (holding the buffer's lock) wait here
-        # instead of stalling the envs, and go in with the next step that finds the lock free
-        pending: list[tuple[Any, ...]] = []
-
-        def add(transition: tuple[Any, ...]) -> None:
-            if len(pending) >= _MAX_PENDING_STEPS:
-                buffer_lock.__enter__()
-            elif not buffer_lock.try_acquire():
-                # the envs may reuse their arrays at the next step: keep copies
-                pending.append(tuple(None if x is None else np.array(x) for x in transition))
-                return
-            try:
-                for waiting in pending:
-                    buffer.add(*waiting)
-                buffer.add(*transition)
-            finally:
-                buffer_lock.release()
-            pending.clear()
-
-        def too_far_ahead() -> bool:  # the throttle: stay within `lead` steps of the updates
-            updates = int(counters[UPDATES]) - updates_at_start
-            allowed = learn_from + updates * steps_per_update + lead
-            return steps + num_envs > allowed
-
-        counters[READY] = 1
-        start = time.perf_counter()
-        while not link.stopped:
-            steps = int(counters[STEPS])
-            if steps >= total:
-                break
-            if steps >= learn_from:
-                link.wait_while(too_far_ahead)
-            link.pull_weights(actor.params, wait=False)
-            transition, finished = actor.step(steps)
-            add(transition)
-            counters[STEPS] += num_envs
-            if finished:
-                episodes.put((steps + num_envs, finished))
-            link.check_optimiser()
-        if pending:
-            with buffer_lock:
-                for waiting in pending:
-                    buffer.add(*waiting)
-        timers[SAMPLER_BUSY] = time.perf_counter() - start
-    finally:
-        actor.close()
-
-
 def chunk_sampler_loop(spec: dict[str, Any]) -> None:
-    """The DQN sampler with a fixed lag: chunk ``n`` into slot ``n % 2`` with the weights
-    published once the optimiser has trained on chunk ``n - 2``; the optimiser adds the chunks
-    to the replay buffer itself, in order, so the run repeats exactly."""
+    """The DQN family's sampler: chunk ``n`` of ε-greedy steps into slot ``n % 2``, announced on
+    the hand-over's queue; the optimiser adds the chunks to the replay buffer itself, in order.
+
+    With a fixed lag chunk ``n`` is acted on with the weights published once the optimiser has
+    trained on chunk ``n - 2`` (waited for, and the optimiser publishes no newer ones before they
+    are pulled), so the run repeats exactly; otherwise with the newest weights there are.
+    """
     link = ChildLink(spec)
-    counters, timers = link.counters, link.timers
+    counters = link.counters
     slots = [{key: value.numpy() for key, value in slot.items()} for slot in spec["slots"]]
-    episodes = spec["episodes"]
+    handover = spec["handover"]
+    fixed_lag = spec["fixed_lag"]
     steps = spec["start_steps"]
     actor = Actor(spec, link)
     try:
-        counters[READY] = 1
-        start = time.perf_counter()
+        counters.ready = 1
         chunk_steps, vector_steps = spec["chunk_steps"], spec["vector_steps"]
         for n in range(math.ceil(vector_steps / chunk_steps)):
             length = min(chunk_steps, vector_steps - n * chunk_steps)
-            # the weights after chunk n - 2: waited for, and the optimiser publishes no newer
-            # ones before they are pulled
-            wanted = max(0, n - 1)
-            link.wait_while(lambda wanted=wanted: int(counters[CHUNKS]) < wanted)
-            full = SLOT_STATE + n % 2
-            link.wait_while(lambda full=full: bool(counters[full]))
-            if link.stopped:
+            if fixed_lag and n >= 2 and not link.acquire(handover.publishes):
+                break  # the weights after chunk n - 2
+            if not link.acquire(handover.free_slots):  # slot n % 2, chunk n - 2 trained on
                 break
             version = link.pull_weights(actor.params)
-            counters[PULLS] = n + 1
+            if fixed_lag:
+                handover.pulls.release()
             slot = slots[n % 2]
             ended: list[tuple[float, float]] = []
             for t in range(length):
@@ -207,12 +117,8 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
                 steps += actor.num_envs
                 ended.extend(finished)
                 link.check_optimiser()
-            episodes.put(ended)  # before the slot is marked full: one item per chunk
-            counters[SLOT_VERSION + n % 2] = version
-            counters[SLOT_K + n % 2] = length
-            counters[full] = 1
-            counters[STEPS] = steps
-        timers[SAMPLER_BUSY] = time.perf_counter() - start
+            counters.steps = steps
+            handover.filled.put((length, version, ended))
     finally:
         actor.close()
 
@@ -228,9 +134,9 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     counters = link.counters
     model: torch.nn.Module = spec["model"]
     cfg = spec["config"]
-    first_version = int(counters[VERSION])  # published before this process started
-    # the policy's action sampling, new draws for a resumed run
-    seed_everything(split_seed(int(cfg["seed"]), CHILD_SEED_KEY, first_version))
+    # the policy's action sampling, new draws for a resumed run (the version published before
+    # this process started)
+    seed_everything(split_seed(int(cfg["seed"]), CHILD_SEED_KEY, counters.version))
     batched = is_batched_source(cfg["vectorized"], cfg["env_source"])
     env = make_env_for_training(
         cfg["env_id"],
@@ -254,25 +160,25 @@ def rollout_loop(spec: dict[str, Any]) -> None:
         )
         slots: list[dict[str, Any]] | None = None
         slot = 0
+        handover = spec["handover"]
         for n in range(spec["num_batches"]):
             if link.stopped:
                 break
             if spec["fixed_lag"]:
                 # batch n is collected with the weights of update n - 1 exactly: waited for,
                 # and the optimiser publishes no newer ones before they are pulled
-                wanted = first_version + max(0, n - 1)
-                link.wait_while(lambda wanted=wanted: int(counters[VERSION]) < wanted)
-                if link.stopped:
+                if n >= 2 and not link.acquire(handover.publishes):
                     break
                 version = link.pull_weights(params)
-                counters[PULLS] = n + 1
+                handover.pulls.release()
             else:
                 version = link.pull_weights(params)
             batch = sampler.collect()
             if slots is None:
                 slots = rollout_slots(batch)
                 spec["slots"].put(slots)
-            link.wait_while(lambda full=SLOT_STATE + slot: bool(counters[full]))
+            if not link.acquire(handover.free_slots):
+                break
             target = slots[slot]
             for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid"):
                 target[key].copy_(getattr(batch, key))
@@ -283,14 +189,13 @@ def rollout_loop(spec: dict[str, Any]) -> None:
             if k:
                 target["final_obs"][:k].copy_(batch.final_obs)
                 target["final_index"][:k].copy_(batch.final_index)
-            counters[SLOT_K + slot] = k
-            counters[SLOT_VERSION + slot] = version
             episodes = sampler.pop_episodes()
-            spec["episodes"].put((list(episodes.returns), list(episodes.lengths)))
-            counters[SLOT_STATE + slot] = 1
-            counters[STEPS] += batch.rewards.numel()
+            counters.steps += batch.rewards.numel()
+            handover.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
             slot ^= 1
         if slots is not None:
-            link.wait_while(lambda: not counters[SLOTS_TAKEN])
+            # they travel as file descriptors that this process hands over itself, so it must
+            # not exit before the optimiser has them (a run of two batches could)
+            link.acquire(spec["slots_taken"])
     finally:
         env.close()

@@ -1,15 +1,12 @@
-"""What an asynchronous run's two processes share: counters, locks, buffers in shared memory.
+"""What an asynchronous run's two processes share: named counters and double-buffer slots in
+shared memory.
 
 The optimiser allocates every tensor before the sampler process starts and hands them over in
-the process's spec; both sides then read and write them in place. The counters are an int64
-tensor indexed by the constants below, the timers a float64 one; the sampler reads and writes
-them as NumPy views (a scalar access costs far less than on the torch tensor).
+the process's spec; both sides then read and write them in place.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -17,51 +14,106 @@ import torch
 
 __all__ = [
     "CHILD_SEED_KEY",
-    "CHUNKS",
-    "NUM_COUNTERS",
-    "NUM_TIMERS",
-    "PULLS",
-    "READY",
-    "SAMPLER_BUSY",
-    "SAMPLER_VERSION",
-    "SAMPLER_WAIT",
-    "SLOTS_TAKEN",
-    "SLOT_K",
-    "SLOT_STATE",
-    "SLOT_VERSION",
-    "STEPS",
-    "STOP",
-    "UPDATES",
-    "VERSION",
-    "GuardedLock",
-    "LockedBuffer",
-    "ReplayFactory",
-    "SharedFactory",
-    "build_replay_buffer",
+    "Handover",
+    "SharedCounters",
     "chunk_slots",
     "rollout_slots",
     "torch_dtype",
 ]
 
-# slots of the shared int64 counters
-STEPS, UPDATES, STOP, VERSION, SAMPLER_VERSION, READY = range(6)
-# with a fixed lag: how many batches' weights the sampler process has pulled so far
-PULLS = 6
-# with a fixed lag (replay): how many chunks the optimiser has trained on and published after
-CHUNKS = 7
-# per double-buffer slot i: SLOT_STATE + i is 0 (free) or 1 (full), SLOT_K + i the number of
-# final observations (rollouts) or of vector steps (chunks), SLOT_VERSION + i the weights that
-# collected it
-SLOT_STATE, SLOT_K, SLOT_VERSION = 8, 10, 12
-# set once the optimiser has the rollout slots: they travel as file descriptors that the
-# rollout process itself hands over, so it must not exit before (a run of two batches could)
-SLOTS_TAKEN = 14
-NUM_COUNTERS = 16
-# slots of the shared float64 timers (seconds)
-SAMPLER_WAIT, SAMPLER_BUSY = range(2)
-NUM_TIMERS = 4
 # the key that derives a sampler process's own seed (its torch sampling) from the run's seed
 CHILD_SEED_KEY = 0xA5
+
+
+class _Counter:
+    """One named int64 counter of :class:`SharedCounters`."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.index = owner.NAMES.index(name)  # type: ignore[attr-defined]
+
+    def __get__(self, counters: Any, owner: Any = None) -> int:
+        return int(counters.ints[self.index])
+
+    def __set__(self, counters: Any, value: int) -> None:
+        counters.ints[self.index] = value
+
+
+class SharedCounters:
+    """The counters both processes of an asynchronous run read and write, by name.
+
+    They live in one shared int64 tensor (and one float64 for the sampler's waiting time), read
+    and written through NumPy views: a scalar access costs far less than on a torch tensor. A
+    pickled copy (the sampler process's) shares the same memory.
+
+    Example:
+        >>> counters = SharedCounters()
+        >>> counters.steps += 8
+        >>> counters.steps, counters.stop
+        (8, 0)
+    """
+
+    NAMES = ("steps", "stop", "version", "ready")
+    #: env steps the sampler process has collected (of this rank)
+    steps = _Counter()
+    #: set by the optimiser: the sampler process must stop
+    stop = _Counter()
+    #: the version (update count) of the weights last published
+    version = _Counter()
+    #: set by the sampler process once its envs are built
+    ready = _Counter()
+
+    def __init__(self, ints: torch.Tensor | None = None, floats: torch.Tensor | None = None):
+        self.int_tensor = torch.zeros(len(self.NAMES), dtype=torch.int64).share_memory_()
+        self.float_tensor = torch.zeros(1, dtype=torch.float64).share_memory_()
+        if ints is not None and floats is not None:
+            self.int_tensor, self.float_tensor = ints, floats
+        self.ints: np.ndarray = self.int_tensor.numpy()
+        self.floats: np.ndarray = self.float_tensor.numpy()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SharedCounters, (self.int_tensor, self.float_tensor))
+
+    @property
+    def sampler_wait(self) -> float:
+        """Seconds the sampler process has waited for the optimiser."""
+        return float(self.floats[0])
+
+    def add_sampler_wait(self, seconds: float) -> None:
+        self.floats[0] += seconds
+
+
+class Handover:
+    """How the two slots of a double buffer pass between the sampler process and the optimiser.
+
+    Each side blocks on a queue or a semaphore until the other acts, never polling. The sampler
+    takes a free slot (``free_slots``), fills it and announces it on ``filled`` with what the
+    optimiser needs to read it (its size, the weights' version that collected it, the episodes
+    it ended); the optimiser takes the announcements in order and frees each slot once done.
+
+    With a fixed lag item ``n`` (``n >= 2``) waits for one more publish of the weights
+    (``publishes``), and the optimiser publishes no newer ones before the sampler has pulled
+    those (``pulls``, counted in :attr:`pulls_seen`).
+
+    Args:
+        ctx: the multiprocessing context of the sampler process.
+    """
+
+    def __init__(self, ctx: Any) -> None:
+        self.filled = ctx.Queue()
+        self.free_slots = ctx.Semaphore(2)
+        self.publishes = ctx.Semaphore(0)
+        self.pulls = ctx.Semaphore(0)
+        self.pulls_seen = 0  # the optimiser's count of pulls acquired
+
+    def take(self, waits: Any) -> Any:
+        """The optimiser's next announcement, waited for with ``waits``."""
+        return waits.take(self.filled)
+
+    def await_pulls(self, count: int, waits: Any) -> None:
+        """Wait until the sampler has pulled the weights of ``count`` items in all."""
+        while self.pulls_seen < count:
+            waits.acquire(self.pulls)
+            self.pulls_seen += 1
 
 
 def torch_dtype(dtype: np.dtype) -> torch.dtype:
@@ -69,121 +121,10 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, dtype=dtype)).dtype
 
 
-class SharedFactory:
-    """An ``array_factory`` that allocates torch shared-memory tensors and remembers them in order."""
-
-    def __init__(self) -> None:
-        self.tensors: list[torch.Tensor] = []
-
-    def __call__(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        tensor = torch.zeros(tuple(shape), dtype=torch_dtype(np.dtype(dtype))).share_memory_()
-        self.tensors.append(tensor)
-        return tensor.numpy()
-
-
-class ReplayFactory:
-    """An ``array_factory`` handing out, in order, tensors another process allocated."""
-
-    def __init__(self, tensors: list[torch.Tensor]) -> None:
-        self.tensors = list(tensors)
-        self.position = 0
-
-    def __call__(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        tensor = self.tensors[self.position]
-        self.position += 1
-        array = tensor.numpy()
-        if array.shape != tuple(shape) or array.dtype != np.dtype(dtype):
-            raise RuntimeError(
-                f"shared replay array {self.position - 1} is {array.shape} {array.dtype}, "
-                f"expected {tuple(shape)} {np.dtype(dtype)}"
-            )
-        return array
-
-
-class GuardedLock:
-    """A cross-process lock acquired in bounded waits, checking between them that the other
-    process lives: a process killed while holding a lock never releases it.
-
-    Args:
-        lock: a ``multiprocessing`` lock.
-        check: called between waits; raises if the other side is gone.
-    """
-
-    def __init__(self, lock: Any, check: Callable[[], None] | None = None) -> None:
-        self.lock = lock
-        self.check = check
-
-    def __enter__(self) -> None:
-        while not self.lock.acquire(timeout=0.25):
-            if self.check is not None:
-                self.check()
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self.lock.release()
-
-    def try_acquire(self) -> bool:
-        """Take the lock if it is free; never waits (release it with :meth:`release`)."""
-        return bool(self.lock.acquire(block=False))
-
-    def release(self) -> None:
-        """Release the lock taken by :meth:`try_acquire` or ``with``."""
-        self.lock.release()
-
-
-class LockedBuffer:
-    """The optimiser's view of the shared replay buffer: sampling and priority updates take the
-    lock, everything else reads the buffer itself.
-
-    Args:
-        buffer: the replay buffer on shared arrays.
-        lock: the ``multiprocessing`` lock the sampler takes to add.
-        check: raises if the sampler process died (perhaps holding the lock).
-    """
-
-    def __init__(self, buffer: Any, lock: Any, check: Callable[[], None]) -> None:
-        self._buffer = buffer
-        self._lock = GuardedLock(lock, check)
-
-    def sample(self, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            return self._buffer.sample(*args, **kwargs)
-
-    def update_priorities(self, *args: Any, **kwargs: Any) -> None:
-        with self._lock:
-            self._buffer.update_priorities(*args, **kwargs)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[Any]:
-        """The buffer itself, with the lock held (the sampler adds nothing meanwhile)."""
-        with self._lock:
-            yield self._buffer
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._buffer, name)
-
-
-def build_replay_buffer(
-    spec: dict[str, Any], observation_space: Any, action_space: Any, factory: Any
-) -> Any:
-    """The replay buffer ``spec`` describes, its arrays made by ``factory``.
-
-    Args:
-        spec: ``{"prioritized": bool, "kwargs": dict}``, the algorithm's buffer description.
-        observation_space: the env's observation space.
-        action_space: the env's action space.
-        factory: a :class:`SharedFactory` (the optimiser) or :class:`ReplayFactory` (the sampler).
-    """
-    from vecaccel.trainers.replay.buffer import ReplayBuffer
-    from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
-
-    cls = PrioritizedReplayBuffer if spec["prioritized"] else ReplayBuffer
-    return cls(observation_space, action_space, array_factory=factory, **spec["kwargs"])
-
-
 def chunk_slots(
     observation_space: Any, num_envs: int, chunk_steps: int
 ) -> list[dict[str, torch.Tensor]]:
-    """The two shared slots of a fixed-lag replay run, ``chunk_steps`` vector steps each."""
+    """The two shared slots of a replay run, ``chunk_steps`` vector steps each."""
     obs_dtype = torch_dtype(np.dtype(observation_space.dtype))
     shape = (chunk_steps, num_envs)
 
