@@ -87,8 +87,8 @@ class Algorithm(abc.ABC):
         env: str | gym.vector.VectorEnv | None = None,
         *,
         preset: str | None = AUTO,
-        observation_space: gym.Space | None = None,
-        action_space: gym.Space | None = None,
+        observation_space: gym.Space[Any] | None = None,
+        action_space: gym.Space[Any] | None = None,
         **config: Any,
     ) -> None:
         """Build the algorithm, its envs and its networks.
@@ -128,8 +128,8 @@ class Algorithm(abc.ABC):
     def _build(
         self,
         env: str | gym.vector.VectorEnv | None,
-        observation_space: gym.Space | None,
-        action_space: gym.Space | None,
+        observation_space: gym.Space[Any] | None,
+        action_space: gym.Space[Any] | None,
     ) -> None:
         """The family's part of construction, once the config is set: envs and networks."""
 
@@ -187,8 +187,8 @@ class Algorithm(abc.ABC):
         self.device = torch.device(device)
         self.envs: Any = None
         self.owns_envs = False
-        self.observation_space: gym.Space | None = None
-        self.action_space: gym.Space | None = None
+        self.observation_space: gym.Space[Any] | None = None
+        self.action_space: gym.Space[Any] | None = None
         self.global_step = 0
         self.num_updates = 0
         self.target_steps: int | None = None
@@ -229,7 +229,8 @@ class Algorithm(abc.ABC):
     @property
     def env_id(self) -> str | None:
         """The id of the env trained on (``None`` for a vector env without a spec)."""
-        return self.config.env_id
+        env_id: str | None = self.config.env_id
+        return env_id
 
     @env_id.setter
     def env_id(self, value: str | None) -> None:

@@ -80,7 +80,8 @@ class EpsilonGreedy:
             q = expected_q(self.network(torch.as_tensor(obs, device=self.device)), self.support)
             greedy = q.argmax(dim=1).cpu().numpy()
             actions = np.where(explore, actions, greedy)
-        return actions + self.action_start
+        env_actions: np.ndarray = actions + self.action_start
+        return env_actions
 
 
 class Transition(NamedTuple):

@@ -102,8 +102,8 @@ class OffPolicyAlgorithm(Algorithm):
     def _build(
         self,
         env: str | gym.vector.VectorEnv | None,
-        observation_space: gym.Space | None,
-        action_space: gym.Space | None,
+        observation_space: gym.Space[Any] | None,
+        action_space: gym.Space[Any] | None,
     ) -> None:
         self.collector: TransitionCollector | None = None
         if env is not None:
@@ -177,7 +177,10 @@ class OffPolicyAlgorithm(Algorithm):
             self.collector = TransitionCollector(self.envs, self.policy)
 
     def attach_spaces(
-        self, observation_space: gym.Space, action_space: gym.Space, env_id: str | None = None
+        self,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        env_id: str | None = None,
     ) -> None:
         """Build the networks for these single-env spaces, without envs (they may live in
         another process, as the asynchronous runner's sampler)."""

@@ -137,8 +137,8 @@ class OnPolicyAlgorithm(Algorithm):
     def _build(
         self,
         env: str | gym.vector.VectorEnv | None,
-        observation_space: gym.Space | None,
-        action_space: gym.Space | None,
+        observation_space: gym.Space[Any] | None,
+        action_space: gym.Space[Any] | None,
     ) -> None:
         from vecaccel.trainers.nets.networks import ActorCritic, check_observation_space
 
@@ -249,7 +249,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     # -- env and sampler ------------------------------------------------------------------------
 
-    def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space, gym.Space]:
+    def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
         if is_parallel_env_path(env_id):
             return parallel_env_spaces(env_id)
         env = make_env_fn(env_id, self.config.atari)()
@@ -331,7 +331,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     def apply_learning_rate(self, progress_remaining: float) -> float:
         """Set the optimizer's learning rate for this point of the schedule; returns it."""
-        lr_now = self.learning_rate * (progress_remaining if self.config.anneal_lr else 1.0)
+        lr_now: float = self.learning_rate * (progress_remaining if self.config.anneal_lr else 1.0)
         for group in self.optimizer.param_groups:
             group["lr"] = lr_now
         return lr_now

@@ -98,7 +98,7 @@ class PPO(OnPolicyAlgorithm):
         approx_kl = old_approx_kl = pg_loss = v_loss = entropy_loss = zero
         for epoch in range(cfg.update_epochs):
             if minibatch_size < n:
-                b_inds: Any = torch.randperm(n, device=b_obs.device).split(minibatch_size)
+                b_inds: Any = torch.randperm(n, device=b_obs.device).split(minibatch_size)  # type: ignore[no-untyped-call]
             else:  # one minibatch, the whole batch: in order, as views (no shuffle, no gather)
                 b_inds = (slice(None),)
             # KL and clip fraction: every minibatch for early stopping, else the last epoch's
