@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,17 @@ from vecaccel.trainers.nets.optim import FlatAdam
 from vecaccel.trainers.run.distributed import all_reduce_mean
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
+
+
+class Minibatch(NamedTuple):
+    """The rows of one minibatch step (``mb_``, CleanRL's names)."""
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    returns: torch.Tensor
+    advantages: torch.Tensor
 
 
 @dataclass
@@ -80,6 +91,14 @@ class PPO(OnPolicyAlgorithm):
             self.model.parameters(), lr=learning_rate, eps=self.config.adam_eps, fused=True
         )
 
+    def minibatch(self, rows: tuple[torch.Tensor, ...], index: Any) -> Minibatch:
+        """The rows ``index`` picks (a slice: views; indices: a gather), advantages normalised
+        over them as CleanRL and SB3 do."""
+        obs, actions, log_probs, values, returns, advantages = (row[index] for row in rows)
+        if self.config.norm_adv and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        return Minibatch(obs, actions, log_probs, values, returns, advantages)
+
     def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:
         """One PPO update: ``update_epochs`` passes of minibatch steps over ``batch``."""
         cfg = self.config
@@ -93,25 +112,24 @@ class PPO(OnPolicyAlgorithm):
 
         n = b_obs.shape[0]
         minibatch_size = max(1, n // cfg.num_minibatches)
+        rows = (b_obs, b_actions, b_logprobs, b_values, b_returns, b_advantages)
+        # one minibatch, the whole batch: in order, as views, the same in every epoch
+        whole = self.minibatch(rows, slice(None)) if minibatch_size >= n else None
         zero = torch.zeros((), device=b_obs.device)
         clipfrac_sum, minibatches = zero.clone(), 0
         approx_kl = old_approx_kl = pg_loss = v_loss = entropy_loss = zero
         for epoch in range(cfg.update_epochs):
-            if minibatch_size < n:
-                b_inds: Any = torch.randperm(n, device=b_obs.device).split(minibatch_size)  # type: ignore[no-untyped-call]
-            else:  # one minibatch, the whole batch: in order, as views (no shuffle, no gather)
-                b_inds = (slice(None),)
+            if whole is not None:
+                epoch_minibatches: Any = (whole,)
+            else:
+                shuffled = torch.randperm(n, device=b_obs.device).split(minibatch_size)  # type: ignore[no-untyped-call]
+                epoch_minibatches = (self.minibatch(rows, index) for index in shuffled)
             # KL and clip fraction: every minibatch for early stopping, else the last epoch's
             diagnose = cfg.target_kl is not None or epoch == cfg.update_epochs - 1
-            for mb in b_inds:
-                mb_obs, mb_actions, mb_logprobs = b_obs[mb], b_actions[mb], b_logprobs[mb]
-                mb_values, mb_returns, mb_advantages = b_values[mb], b_returns[mb], b_advantages[mb]
-                if cfg.norm_adv and len(mb_advantages) > 1:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (
-                        mb_advantages.std() + 1e-8
-                    )
-                new_logprob, entropy, new_value = self.train_model.evaluate(mb_obs, mb_actions)
-                log_ratio = new_logprob - mb_logprobs
+            for mb in epoch_minibatches:
+                mb_advantages, mb_values, mb_returns = mb.advantages, mb.values, mb.returns
+                new_logprob, entropy, new_value = self.train_model.evaluate(mb.obs, mb.actions)
+                log_ratio = new_logprob - mb.log_probs
                 ratio = log_ratio.exp()
                 if diagnose:
                     with torch.no_grad():
