@@ -110,7 +110,7 @@ class RaySession:
     _users = 0
     #: this process's SIGTERM handler before ``ray.init`` replaced it; put back at shutdown
     _sigterm: Any = None
-    #: the ``RAY_AUTH_*`` variables as they were before this session set them
+    #: the ``RAY_AUTH_*`` variables as they were before the local Ray started here set them
     _saved_environ: dict[str, str | None] = {}
 
     @classmethod
