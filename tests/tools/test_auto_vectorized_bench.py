@@ -29,9 +29,10 @@ def test_script_writes_every_trial_and_auto_against_the_better_simple_way(tmp_pa
     if importlib.util.find_spec("envpool") is None:
         (pending,) = [row for row in written["results"] if "pending" in row]
         assert "EnvPool is not installed" in pending["pending"]
-    else:  # EnvPool's own threads keep the cores busy: auto keeps its pool in the caller
+    else:  # which backend auto picks for EnvPool depends on its measured threads: only recorded
         pong = written["meta"]["auto_choices"]["Pong-v5 (EnvPool) n=16"]
-        assert len(pong) == 2 and all(choice.startswith("serial") for choice in pong)
+        assert len(pong) == 2
+        assert all(choice.split("(")[0] in {"serial", "shm", "hybrid"} for choice in pong), pong
 
 
 def test_the_summary_compares_best_with_best_and_median_with_median():
