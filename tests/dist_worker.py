@@ -77,7 +77,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
         )
         model = agent.model
         agent.learn(total_steps, callback=lambda a, m: mark())
-        local_steps = agent.update_index * agent.local_batch_size
+        local_steps = agent.num_updates * agent.local_batch_size
         local_batch = agent.local_batch_size
     elif algo == "dqn-async":
         from vecaccel.trainers import AsyncRunner
@@ -92,7 +92,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
             buffer_size=2_000,
             replay_ratio=4.0,
             async_max_lead=32,
-            log_interval=200,
+            log_every_steps=200,
             hidden_sizes=(32, 32),
             progress=False,
             tensorboard=False,
@@ -125,7 +125,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
         )  # fmt: skip
         model = agent.model
         AsyncRunner(agent).run(total_steps)
-        local_steps = agent.update_index * agent.local_batch_size
+        local_steps = agent.num_updates * agent.local_batch_size
         local_batch = agent.local_batch_size
     else:
         from vecaccel.trainers.algos.dqn import DQN

@@ -229,7 +229,7 @@ TINY_DQN = dict(
     buffer_size=512,
     replay_ratio=8.0,
     target_update_period=50,
-    log_interval=100,
+    log_every_steps=100,
     hidden_sizes=(32, 32),
     progress=False,
     tensorboard=False,
@@ -244,7 +244,7 @@ TINY_ASYNC_DQN = dict(
     progress=False,
     tensorboard=False,
     torch_threads=1,
-    log_interval=250,
+    log_every_steps=250,
     hidden_sizes=(32, 32),
 )
 

@@ -6,7 +6,7 @@ the sampler process to another (when the machine has two):
 1. **standalone sampling**: the async sampler process alone (acting with the Q-network, stepping
    ``num_envs`` serial envs, handing chunks of steps over to the optimiser, which adds them to
    its replay buffer), no updates due;
-2. **standalone updates**: ``train_step`` in a loop on a filled buffer, nothing else running;
+2. **standalone updates**: ``update`` in a loop on a filled buffer, nothing else running;
 3. **co-run control**: 1 and 2 at the same time, sharing nothing (the update loop has its own
    buffer): what the machine itself allows two busy processes (shared caches, memory, clock,
    other tenants), the ceiling for 4; and the update loop while a pure-Python busy loop (no
@@ -89,21 +89,21 @@ def _filled_agent(args: argparse.Namespace) -> DQN:
         obs = next_obs
     envs.close()
     for _ in range(20):  # warm-up
-        agent.train_step(agent.buffer.sample(args.batch_size))
+        agent.update(agent.buffer.sample(args.batch_size))
     return agent
 
 
 def _update_loop(agent: DQN, batch_size: int, running: Any) -> float:
-    """Updates per second of ``train_step`` while ``running()`` holds."""
+    """Updates per second of ``update`` while ``running()`` holds."""
     updates, start = 0, time.perf_counter()
     while running():
-        agent.train_step(agent.buffer.sample(batch_size))
+        agent.update(agent.buffer.sample(batch_size))
         updates += 1
     return updates / (time.perf_counter() - start)
 
 
 def standalone_update_rate(args: argparse.Namespace) -> float:
-    """Updates per second of ``train_step`` on a filled buffer, nothing else running."""
+    """Updates per second of ``update`` on a filled buffer, nothing else running."""
     agent = _filled_agent(args)
     start = time.perf_counter()
     return _update_loop(agent, args.batch_size, lambda: time.perf_counter() - start < args.seconds)
@@ -118,7 +118,7 @@ def _busy_loop(cpu: int, stop: Any) -> None:
 
 
 def busy_neighbour_update_rate(args: argparse.Namespace, cpu: int) -> float:
-    """Updates per second of ``train_step`` while a busy loop runs on ``cpu``."""
+    """Updates per second of ``update`` while a busy loop runs on ``cpu``."""
     import multiprocessing
 
     agent = _filled_agent(args)

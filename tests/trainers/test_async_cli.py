@@ -195,13 +195,13 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     assert "resuming PPO (async, weight sync period 1) from" in capsys.readouterr().err
     resumed = PPO.load(tmp_path)
     assert resumed.global_step == 128 and resumed.async_run
-    assert resumed.update_index == agent.update_index + 2
+    assert resumed.num_updates == agent.num_updates + 2
     # --sync: one more update, synchronously, recorded as such; --async and --sync exclude
     assert main(["train", "ppo", "--resume", str(tmp_path), "--total-steps", "160", "--sync",
                  *common]) == 0  # fmt: skip
     synced = PPO.load(tmp_path)
     assert synced.global_step == 160 and not synced.async_run
-    assert synced.update_index == resumed.update_index + 1
+    assert synced.num_updates == resumed.num_updates + 1
     with pytest.raises(SystemExit):
         main(["train", "ppo", "--resume", str(tmp_path), "--async", "--sync", *common])
     assert "not allowed with argument" in capsys.readouterr().err

@@ -429,7 +429,7 @@ def test_async_runner_acts_in_a_discrete_space_with_a_start(
                 torch_threads=1, tensorboard=False,
             )  # fmt: skip
             run_async(agent, 128, context="fork")
-            assert agent.update_index > 0
+            assert agent.num_updates > 0
             actions, _ = agent.predict(np.zeros((8, OBS_DIM), np.float32))
             assert set(actions.tolist()) <= {1, 2}
     finally:

@@ -159,7 +159,7 @@ def test_c51_update_targets_by_hand():
         indices=np.array([3, 4]),
         weights=np.ones(2, np.float32),
     )
-    metrics = agent.train_step(batch)
+    metrics = agent.update(batch)
     targets = torch.tensor([[0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 0.1, 0.4, 0.4, 0.1]])
     with torch.no_grad():
         log_probs = torch.log_softmax(online(torch.as_tensor(eye[[0, 1]])), -1)

@@ -15,7 +15,7 @@ from vecaccel.trainers import A2C, DQN, PPO, DQNConfig
 from vecaccel.trainers.algos.a2c import A2CConfig
 from vecaccel.trainers.algos.ppo import PPOConfig
 from vecaccel.trainers.cli.commands import vecaccel_add_commands
-from vecaccel.trainers.config.settings import RunConfig, config_help, resolve_aliases
+from vecaccel.trainers.config.settings import RunConfig, config_help
 
 torch.set_num_threads(1)
 
@@ -76,7 +76,7 @@ def test_every_config_field_is_documented(config_cls):
         (PPOConfig, "learning_rate", float("inf")),
         (PPOConfig, "learning_rate", "3e-4"),
         (PPOConfig, "checkpoint_every", -1),
-        (A2CConfig, "log_every", 0),
+        (A2CConfig, "log_every_steps", -1),
         (A2CConfig, "torch_threads", -2),
     ],
 )
@@ -103,7 +103,7 @@ def test_empty_hidden_sizes_name_the_field():
         PPO(None, hidden_sizes=(), backend="serial", torch_threads=1)
 
 
-# -- the shared run config and its aliases ---------------------------------------------------
+# -- the shared run config ---------------------------------------------------
 
 
 FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
@@ -123,40 +123,15 @@ def test_one_default_device_backend_and_progress(config_cls):
     assert (config.device, config.backend, config.progress) == ("auto", "auto", False)
 
 
-def test_resolve_aliases_renames_and_the_new_name_wins():
-    assert resolve_aliases(DQNConfig, {"checkpoint_period": 4, "log_interval": 9}) == {
-        "checkpoint_every": 4,
-        "log_every_steps": 9,
-    }
-    both = {"checkpoint_period": 4, "checkpoint_every": 7}
-    assert resolve_aliases(DQNConfig, both) == {"checkpoint_every": 7}
+@pytest.mark.parametrize("cls", [PPO, A2C, DQN])
+@pytest.mark.parametrize("name", ["log_every", "log_interval", "checkpoint_period"])
+def test_a_setting_under_another_name_is_refused_with_the_fields(cls, name):
+    with pytest.raises(TypeError, match=f"{name}.*log_every_steps"):
+        cls(None, device="cpu", **{name: 3})
 
 
-def test_dqn_takes_its_earlier_setting_names():
-    config = DQN(env=None, checkpoint_period=5, log_interval=100, device="cpu").config
-    assert (config.checkpoint_every, config.log_every_steps) == (5, 100)
-    config = DQN(env=None, checkpoint_period=5, checkpoint_every=6, device="cpu").config
-    assert config.checkpoint_every == 6
-
-
-@pytest.mark.parametrize("cls", [PPO, A2C])
-def test_on_policy_log_every_counts_updates(cls):
-    agent = cls("CartPole-v1", backend="serial", num_envs=2, num_steps=4, log_every=3)
-    try:
-        assert agent.config.log_every_steps == 3 * 2 * 4
-    finally:
-        agent.close()
-    agent = cls(
-        "CartPole-v1", backend="serial", num_envs=2, num_steps=4, log_every=3, log_every_steps=5
-    )
-    try:
-        assert agent.config.log_every_steps == 5  # the current name wins
-    finally:
-        agent.close()
-
-
-def test_on_policy_logs_every_log_every_updates():
-    agent = A2C("CartPole-v1", backend="serial", num_envs=1, num_steps=4, log_every=3, seed=0)
+def test_on_policy_logs_every_log_every_steps():
+    agent = A2C("CartPole-v1", backend="serial", num_envs=1, num_steps=4, log_every_steps=12)
     try:
         agent.learn(4 * 12)
         steps = [row["step"] for row in agent.logger.history]
@@ -179,33 +154,27 @@ def _parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["train", *argv])
 
 
-def test_the_cli_keeps_the_earlier_flags():
-    args = _parse("dqn", "--checkpoint-period", "3", "--log-interval", "7")
-    assert args.config == {"checkpoint_period": 3, "log_interval": 7}
+def test_the_cli_has_a_flag_per_setting_and_no_other_spelling():
+    args = _parse("dqn", "--checkpoint-every", "3", "--log-every-steps", "7")
+    assert args.config == {"checkpoint_every": 3, "log_every_steps": 7}
     config = DQN(env=None, device="cpu", **args.config).config
     assert (config.checkpoint_every, config.log_every_steps) == (3, 7)
-    assert _parse("ppo", "--log-every", "2").config == {"log_every": 2}
-    assert _parse("ppo", "--checkpoint-every", "9").config == {"checkpoint_every": 9}
+    for algo, flag in (
+        ("dqn", "--log-interval"),
+        ("dqn", "--checkpoint-period"),
+        ("ppo", "--log-every"),
+    ):
+        with pytest.raises(SystemExit):
+            _parse(algo, flag, "2")
 
 
-def test_the_earlier_names_users_read_on_agents():
-    agent = PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=4)
-    try:
-        assert agent.env is agent.envs
-        agent.learn(16)
-        assert agent.update_index == agent.num_updates == 2
-    finally:
-        agent.close()
-
-
-def test_dqn_train_step_is_its_update():
-    agent = DQN(
-        "CartPole-v1", backend="serial", batch_size=8, learning_starts=32, device="cpu", seed=0
-    )
-    try:
-        agent.learn(64)
-        _, batch = agent.sample_batch(0.5)
-        metrics = agent.train_step(batch)
-        assert set(metrics) == set(DQN.loss_keys)
-    finally:
-        agent.close()
+def test_every_algorithm_has_sb3s_env_attribute():
+    for agent in (
+        PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=4),
+        DQN("CartPole-v1", backend="serial", num_envs=2, device="cpu"),
+    ):
+        try:
+            assert agent.env is agent.envs is not None
+        finally:
+            agent.close()
+    assert DQN(env=None, device="cpu").env is None

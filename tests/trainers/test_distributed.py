@@ -255,7 +255,7 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
             # shm: torchrun stops a rank with killpg(SIGTERM), which must not reach its workers
             "train", "a2c", "--nproc", "2", "--env", "CartPole-v1", "--backend", "shm",
             "--num-envs", "2", "--num-steps", "5", "--total-steps", "100000000",
-            "--run-dir", str(run_dir), "--log-every", "1", *common,
+            "--run-dir", str(run_dir), "--log-every-steps", "1", *common,
         ],
         run_dir,
     )  # fmt: skip
@@ -372,7 +372,7 @@ def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
             "train", "dqn", "--async", "--nproc", "2",
             "--env", "CartPole-v1", "--backend", "serial", "--total-steps", "100000000",
             "--learning-starts", "100", "--batch-size", "16", "--replay-ratio", "2",
-            "--log-interval", "100", "--run-dir", str(run_dir), "--no-progress",
+            "--log-every-steps", "100", "--run-dir", str(run_dir), "--no-progress",
             "--no-tensorboard", "--torch-threads", "1",
         ],
         run_dir,

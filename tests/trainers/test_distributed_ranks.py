@@ -326,7 +326,7 @@ def _dqn_rank(rank: int, world: int) -> dict[str, Any]:
         sample = _rows(
             _replay_sample(DQN_BATCH * world, 0), rank * DQN_BATCH, (rank + 1) * DQN_BATCH
         )
-        agent.train_step(sample)
+        agent.update(sample)
         entry["grad"] = _flat_grad(agent.q_network.parameters())
         entry["after"] = _flat(agent.q_network.parameters())
         out[name] = entry
@@ -357,7 +357,7 @@ def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
     reference = _dqn_agent(name, 2 * DQN_BATCH)
     assert first["lr_scale"] == pytest.approx(2.0) == pytest.approx(reference.lr_scale)
     np.testing.assert_array_equal(first["online"], _flat(reference.q_network.parameters()))
-    reference.train_step(_replay_sample(2 * DQN_BATCH, 0))
+    reference.update(_replay_sample(2 * DQN_BATCH, 0))
     np.testing.assert_allclose(
         first["grad"], _flat_grad(reference.q_network.parameters()), rtol=1e-4, atol=1e-6
     )

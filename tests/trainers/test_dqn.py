@@ -123,7 +123,12 @@ def test_replay_ratio_is_enforced(replay_ratio, batch_size, num_envs) -> None:
     try:
         agent = DQN(
             env=envs,
-            **{**TINY, "replay_ratio": replay_ratio, "batch_size": batch_size, "log_interval": 60},
+            **{
+                **TINY,
+                "replay_ratio": replay_ratio,
+                "batch_size": batch_size,
+                "log_every_steps": 60,
+            },
         )
         agent.learn(300)
         steps = agent.global_step
@@ -200,7 +205,7 @@ def _resume_config(backend: str, run_dir) -> dict:
         num_envs=2,
         seed=3,
         torch_threads=1,
-        checkpoint_period=40,
+        checkpoint_every=40,
         run_dir=str(run_dir),
     )
 
@@ -267,7 +272,7 @@ def test_resume_is_bit_identical(algorithm, backend, tmp_path, monkeypatch) -> N
 
 
 def test_replay_file_is_validated(tmp_path) -> None:
-    config = dict(_resume_config("serial", tmp_path), checkpoint_period=0)
+    config = dict(_resume_config("serial", tmp_path), checkpoint_every=0)
     agent = Rainbow(env="CartPole-v1", **config)
     agent.learn(120)
     agent.close()
@@ -351,7 +356,7 @@ def test_atari_preset_smoke() -> None:
         buffer_size=2_000,
         learning_starts=200,
         batch_size=32,
-        log_interval=100,
+        log_every_steps=100,
         progress=False,
         tensorboard=False,
     )

@@ -85,7 +85,7 @@ def test_train_step_matches_reference(overrides) -> None:
                 per_sample = error**2
             priorities = error.abs()
         expected_loss = float((weights * per_sample).mean())
-    stats = agent.train_step(batch)
+    stats = agent.update(batch)
     assert stats["losses/td_loss"] == pytest.approx(expected_loss, rel=1e-5)
     if cfg.prioritized:
         last = {}
@@ -225,7 +225,7 @@ def test_dqn_target_loss_and_priorities_by_hand(double, loss, expected_td):
         weights=np.array([1.0, 0.5], np.float32),
     )
     # double: 1 + 0.9 * Q_target(s0', argmax_online = 0) = 10; plain: 1 + 0.9 * max = 19
-    metrics = agent.train_step(batch)
+    metrics = agent.update(batch)
     td = np.array(expected_td)
     per_sample = td**2 if loss == "mse" else np.where(td <= 1, 0.5 * td**2, td - 0.5)
     assert metrics["losses/td_loss"] == pytest.approx(np.mean([1.0, 0.5] * per_sample))

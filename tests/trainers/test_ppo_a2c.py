@@ -143,7 +143,7 @@ def test_ppo_learns_cartpole():
 def test_a2c_learns_cartpole():
     from vecaccel.trainers.algos.a2c import PRESETS
 
-    agent = A2C(backend="serial", seed=1, torch_threads=1, log_every=1, **PRESETS["cartpole"])
+    agent = A2C(backend="serial", seed=1, torch_threads=1, log_every_steps=1, **PRESETS["cartpole"])
     try:
         agent.learn(total_steps=60_000)
     finally:
@@ -181,7 +181,7 @@ def test_resume_is_bit_identical(algo, backend, tmp_path, monkeypatch):
     update = type(crashing).update
 
     def update_then_crash(self, batch, progress_remaining):
-        if self.update_index == 4:  # the fifth update dies after the checkpoint of the fourth
+        if self.num_updates == 4:  # the fifth update dies after the checkpoint of the fourth
             raise Interrupt
         return update(self, batch, progress_remaining)
 
@@ -192,7 +192,7 @@ def test_resume_is_bit_identical(algo, backend, tmp_path, monkeypatch):
     monkeypatch.undo()
 
     resumed = algo.load(tmp_path / "b", run_dir=tmp_path / "b", tensorboard=False)
-    assert resumed.global_step == 4 * 3 * 16 and resumed.update_index == 4
+    assert resumed.global_step == 4 * 3 * 16 and resumed.num_updates == 4
     resumed.learn()
     resumed.close()
 

@@ -143,7 +143,7 @@ def test_the_dqn_family_starts_from_the_preset_of_its_env(cls: type, preset: str
 
 
 def test_an_old_spelling_given_beats_the_presets_setting() -> None:
-    cfg = DQN(env=None, env_id="ALE/Pong-v5", log_interval=500).config
+    cfg = DQN(env=None, env_id="ALE/Pong-v5", log_every_steps=500).config
     assert cfg.preset == "atari-dqn" and cfg.log_every_steps == 500
     assert DQN(env=None, env_id="ALE/Pong-v5").config.log_every_steps == 10_000
 

@@ -32,24 +32,24 @@ def _rows(run_dir: Path) -> int:
 
 CASES = {
     "ppo": (
-        ["ppo", "--num-envs", "2", "--num-steps", "16", "--log-every", "1"],
+        ["ppo", "--num-envs", "2", "--num-steps", "16", "--log-every-steps", "1"],
         signal.SIGTERM,
         "global_step",
     ),
     "dqn": (
-        ["dqn", "--learning-starts", "100", "--batch-size", "16", "--log-interval", "50"],
+        ["dqn", "--learning-starts", "100", "--batch-size", "16", "--log-every-steps", "50"],
         signal.SIGINT,
         "global_step",
     ),
     "dqn-async": (
         ["dqn", "--async", "--learning-starts", "100", "--batch-size", "16"]
-        + ["--log-interval", "50"],
+        + ["--log-every-steps", "50"],
         signal.SIGTERM,
         "global_step",
     ),
     "dqn-async-fixed-lag": (
         ["dqn", "--async", "--async-fixed-lag", "--learning-starts", "100", "--batch-size", "16"]
-        + ["--log-interval", "50"],
+        + ["--log-every-steps", "50"],
         signal.SIGINT,
         "global_step",
     ),

@@ -39,7 +39,7 @@ import numpy as np
 from vecaccel.trainers.checkpoints.reader import load_agent
 from vecaccel.trainers.checkpoints.writer import save_agent, write_run_checkpoint
 from vecaccel.trainers.config.presets import AUTO
-from vecaccel.trainers.config.settings import RunConfig, resolve_aliases, resolve_device
+from vecaccel.trainers.config.settings import RunConfig, resolve_device
 from vecaccel.trainers.envs.batched import is_batched_source
 from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
 from vecaccel.trainers.run import distributed
@@ -151,7 +151,6 @@ class Algorithm(abc.ABC):
         """
         from vecaccel.trainers.config.presets import AUTO, apply_preset
 
-        explicit = resolve_aliases(cls.config_cls, explicit)
         if base is not None and preset == AUTO:  # a whole config is explicit
             return {**base, **explicit}
         if isinstance(env, str):
@@ -164,14 +163,16 @@ class Algorithm(abc.ABC):
         return apply_preset(cls.algo_name, cls.presets, defaults, preset, env_id, explicit)
 
     def _setup(self, values: dict[str, Any]) -> None:
-        """Build the config from ``values`` (old setting names accepted) and everything that
+        """Build the config from ``values`` and everything that
         depends only on it: the process group under ``torchrun``, threads, seeds, device."""
-        values = resolve_aliases(self.config_cls, values)
-        try:
-            self.config = self.config_cls(**values)
-        except TypeError as exc:
-            names = ", ".join(field.name for field in dataclasses.fields(self.config_cls))
-            raise TypeError(f"{exc}; {self.config_cls.__name__} fields are: {names}") from None
+        names = [field.name for field in dataclasses.fields(self.config_cls)]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise TypeError(
+                f"unknown {type(self).__name__} settings: {unknown}; "
+                f"{self.config_cls.__name__} fields are: {', '.join(names)}"
+            )
+        self.config = self.config_cls(**values)
         cfg = self.config
         device = resolve_device(cfg.device)
         # under torchrun: join the process group; each rank gets its own seed (envs, sampling)
@@ -243,6 +244,11 @@ class Algorithm(abc.ABC):
         return action_start(self.action_space)
 
     # -- envs ----------------------------------------------------------------------------------
+
+    @property
+    def env(self) -> Any:
+        """The vector env it trains on (``envs``; SB3's name), ``None`` without one."""
+        return self.envs
 
     def make_envs(self, env_id: str, **options: Any) -> gym.vector.VectorEnv:
         """The training envs of ``env_id`` on the config's backend with its

@@ -306,10 +306,6 @@ class DQN(OffPolicyAlgorithm):
             "losses/grad_norm": float(grad_norm),
         }
 
-    def train_step(self, batch: ReplaySample) -> dict[str, float]:
-        """:meth:`update` under another name."""
-        return self.update(batch)
-
 
 class C51(DQN):
     """Categorical DQN (Bellemare et al., 2017): 51 atoms on [-10, 10], cross-entropy loss.

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import abc
 import copy
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -65,9 +64,7 @@ class OffPolicyAlgorithm(Algorithm):
     ``DQN(env, *, preset="auto", **config)``. ``env`` is a Gymnasium id (``num_envs`` copies on
     ``backend``) or a ``gymnasium.vector.VectorEnv`` created with
     ``autoreset_mode=AutoresetMode.SAME_STEP``, or ``None`` for an agent that predicts (or is
-    trained by the asynchronous runner, whose sampler process has the envs);
-    ``checkpoint_period`` and ``log_interval`` are accepted for ``checkpoint_every`` and
-    ``log_every_steps``.
+    trained by the asynchronous runner, whose sampler process has the envs).
 
     Attributes:
         config: the settings in force.
@@ -92,12 +89,8 @@ class OffPolicyAlgorithm(Algorithm):
         explicit: dict[str, Any],
         base: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        """The preset's values and the keywords; an unknown setting is an error."""
-        values = self.preset_values(env, preset, explicit, base=base)
-        unknown = set(values) - {f.name for f in dataclasses.fields(self.config_cls)}
-        if unknown:
-            raise TypeError(f"unknown {type(self).__name__} settings: {sorted(unknown)}")
-        return values
+        """The preset's values and the keywords."""
+        return self.preset_values(env, preset, explicit, base=base)
 
     def _build(
         self,

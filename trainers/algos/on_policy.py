@@ -21,7 +21,7 @@ import abc
 import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import InitVar, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -89,16 +89,8 @@ class OnPolicyConfig(RunConfig):
     bf16: str = "off"
     """bfloat16 autocast in the CNN torso: off, on, or auto (on where the hardware has bf16 units)."""
 
-    log_every: InitVar[int | None] = None
-    """Updates between metric rows: another spelling of the log period, converted to
-    log_every_steps with this rank's batch (num_envs * num_steps)."""
-
-    def __post_init__(self, log_every: int | None = None) -> None:
+    def __post_init__(self) -> None:
         super().__post_init__()
-        if log_every is not None:
-            if not isinstance(log_every, (int, np.integer)) or log_every < 1:
-                raise ValueError(f"log_every must be an integer >= 1, got {log_every!r}")
-            self.log_every_steps = int(log_every) * self.num_envs * self.num_steps
         check_on_policy_config(self)
 
 
@@ -107,8 +99,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     Built as every algorithm is (:class:`~vecaccel.trainers.algos.base.Algorithm`):
     ``PPO(env, *, preset="auto", **config)``. With ``env=None`` and no spaces given, one env
-    of ``env_id`` is made to read them; ``log_every`` (updates) is accepted for
-    ``log_every_steps``.
+    of ``env_id`` is made to read them.
     """
 
     family = "on_policy"
@@ -122,17 +113,11 @@ class OnPolicyAlgorithm(Algorithm):
         explicit: dict[str, Any],
         base: dict[str, Any] | None,
     ) -> dict[str, Any]:
-        """The preset's values and the keywords, with ``log_every`` (updates) taken for the log
-        period when given (over a preset's ``log_every_steps``)."""
+        """The preset's values and the keywords; an id given as ``env`` is the config's
+        ``env_id``."""
         if isinstance(env, str):
             explicit["env_id"] = env
-        if "log_every_steps" in explicit:  # the field's own name wins over the alias
-            explicit.pop("log_every", None)
-        values = self.preset_values(env, preset, explicit, base)
-        if "log_every" in explicit:  # given, it beats a preset's log period
-            values.pop("log_every_steps", None)
-        self._log_every_updates = values.get("log_every")
-        return values
+        return self.preset_values(env, preset, explicit, base)
 
     def _build(
         self,
@@ -142,7 +127,6 @@ class OnPolicyAlgorithm(Algorithm):
     ) -> None:
         from vecaccel.trainers.nets.networks import ActorCritic, check_observation_space
 
-        log_every = self._log_every_updates
         cfg = self.config
         self.sampler: Any = None
         self.schedule_start_update = 0
@@ -183,8 +167,6 @@ class OnPolicyAlgorithm(Algorithm):
                 rows = int(self.envs.num_envs)
             self.local_batch_size = rows * cfg.num_steps
             self.batch_size = self.local_batch_size * self.world_size
-            if log_every is not None:  # counted over every rank's steps
-                cfg.log_every_steps = int(log_every) * self.batch_size
             self.lr_scale = lr_scale(
                 self.batch_size, cfg.base_batch_size or self.batch_size, cfg.lr_scaling
             )
@@ -201,22 +183,6 @@ class OnPolicyAlgorithm(Algorithm):
         except BaseException:
             self.close()
             raise
-
-    # -- envs and num_updates under other names -------------------------------------------------
-
-    @property
-    def env(self) -> Any:
-        """The vector env (``envs``)."""
-        return self.envs
-
-    @property
-    def update_index(self) -> int:
-        """Updates done (``num_updates``)."""
-        return self.num_updates
-
-    @update_index.setter
-    def update_index(self, value: int) -> None:
-        self.num_updates = int(value)
 
     # -- what each algorithm provides -----------------------------------------------------------
 

@@ -3,8 +3,10 @@
 Two layouts came before version 2: A2C and PPO wrote version 1 (``"format":
 "vecaccel-trainer"``, counters ``update_index``), and DQN, C51 and Rainbow wrote a layout with no
 version (keyed by ``"algorithm"``, the class name, with a ``Box`` observation as shape, dtype and
-bounds). Each reader maps a file's keys onto the current layout and adds nothing a resume
-would read differently, so an old checkpoint loads and resumes as it did.
+bounds). Their configs may spell settings as those versions did (``checkpoint_period``,
+``log_interval``, ``log_every`` in updates). Each reader maps a file's keys onto the current
+layout and adds nothing a resume would read differently, so an old checkpoint loads and resumes
+as it did.
 
 Example:
     >>> import torch
@@ -32,6 +34,8 @@ CURRENT = 2
 FORMAT = "vecaccel-trainer"
 #: what :func:`layout_version` calls the off-policy layout that had no version field
 UNVERSIONED = 0
+#: settings the earlier layouts' configs name otherwise: their name -> the current one
+RENAMED_SETTINGS = {"checkpoint_period": "checkpoint_every", "log_interval": "log_every_steps"}
 
 
 def layout_version(state: dict[str, Any]) -> int | None:
@@ -72,7 +76,7 @@ def _from_version_1_on_policy(state: dict[str, Any]) -> dict[str, Any]:
         "format": FORMAT,
         "version": CURRENT,
         "algorithm": state["algo"],
-        "config": state["config"],
+        "config": _current_config(state["config"]),
         "observation_space": state["observation_space"],
         "action_space": state["action_space"],
         "global_step": state["global_step"],
@@ -102,7 +106,7 @@ def _from_unversioned_off_policy(state: dict[str, Any]) -> dict[str, Any]:
     dtype = str(observation["dtype"])
     shape = tuple(observation["shape"])
     torch_dtype = _torch_dtype(dtype)
-    config = dict(state["config"])
+    config = _current_config(state["config"])
     if state.get("env_id") is not None and config.get("env_id") is None:
         config["env_id"] = state["env_id"]
     section: dict[str, Any] = {
@@ -145,6 +149,20 @@ def _from_unversioned_off_policy(state: dict[str, Any]) -> dict[str, Any]:
     if ranks is not None and all("global_rng" in entry for entry in ranks):
         upgraded["rank_rng"] = [entry["global_rng"] for entry in ranks]
     return upgraded
+
+
+def _current_config(config: dict[str, Any]) -> dict[str, Any]:
+    """An earlier layout's config with the current setting names: a renamed setting takes its
+    current name (unless the config has both), and ``log_every``, A2C's and PPO's log period in
+    updates, becomes ``log_every_steps`` with the rank's batch (``num_envs * num_steps``)."""
+    current = {key: value for key, value in config.items() if key not in RENAMED_SETTINGS}
+    for old, new in RENAMED_SETTINGS.items():
+        if old in config and new not in config:
+            current[new] = config[old]
+    log_every = current.pop("log_every", None)
+    if log_every is not None and "log_every_steps" not in current:
+        current["log_every_steps"] = int(log_every) * current["num_envs"] * current["num_steps"]
+    return current
 
 
 def _torch_dtype(name: str) -> torch.dtype:

@@ -26,7 +26,7 @@ from vecaccel.trainers.checkpoints.format import (
     usable_device,
 )
 from vecaccel.trainers.checkpoints.spaces import space_from_dict
-from vecaccel.trainers.config.settings import config_from_dict, resolve_aliases, resolve_device
+from vecaccel.trainers.config.settings import config_from_dict, resolve_device
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.seeding import restore_rank_rng_state, split_seed
 
@@ -72,17 +72,15 @@ def load_agent(cls: type[Algorithm], path: Path, env: Any, options: dict[str, An
     if cls.family == "on_policy":
         run_dir = overrides.pop("run_dir", None)
         restore_rng = bool(overrides.pop("restore_rng", True))
-        overrides = resolve_aliases(cls.config_cls, overrides)
         state = read_checkpoint(path, resolve_device(overrides.get("device", "cpu")))
     else:
         load_replay = bool(overrides.pop("load_replay", True))
-        overrides = resolve_aliases(cls.config_cls, overrides)
         state = read_checkpoint(path)
     algorithm = state["algorithm"]
     family_matches = cls.family in state
     if not family_matches or (algorithm != cls.algo_name and cls.algo_name != "dqn"):
         raise CheckpointError(f"{path} holds a {algorithm!r} checkpoint, not {cls.algo_name!r}")
-    values = {**resolve_aliases(cls.config_cls, state["config"]), **overrides}
+    values = {**state["config"], **overrides}
     if "device" not in overrides and "device" in values:
         values["device"] = usable_device(values["device"])
     if cls.family == "on_policy":
@@ -109,7 +107,7 @@ def _load_on_policy(
     cls: type[Algorithm], state: dict[str, Any], values: dict[str, Any], env: Any, restore_rng: bool
 ) -> Any:
     section = state["on_policy"]
-    names = {f.name for f in dataclasses.fields(cls.config_cls)} | {"log_every"}
+    names = {f.name for f in dataclasses.fields(cls.config_cls)}
     values = {key: value for key, value in values.items() if key in names}
     observation_space = space_from_dict(state["observation_space"])
     action_space = space_from_dict(state["action_space"])

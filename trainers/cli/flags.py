@@ -1,8 +1,7 @@
 """The flags of ``vecaccel train ALGO``: those every algorithm has, its family's, and one per
 field of its config dataclass.
 
-Each config field becomes a flag (its docstring the ``--help`` text); a setting's alias
-spellings are flags of their own. Nothing here imports torch or an algorithm at module level:
+Each config field becomes a flag (its docstring the ``--help`` text). Nothing here imports torch or an algorithm at module level:
 an algorithm's flags are added only when its sub-command is parsed.
 """
 
@@ -10,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import types
 import typing
 from collections.abc import Callable
@@ -47,20 +45,6 @@ def algorithm_class(algo: str) -> type[Any]:
 def presets(algo: str) -> dict[str, dict[str, Any]]:
     """The named settings of the algorithm registered as ``algo``."""
     return registry.get(algo).load_presets()
-
-
-def _aliases(config_cls: type[Any]) -> dict[str, str]:
-    """Alias flag spellings of ``config_cls``'s settings: alias -> field.
-
-    They are the config's ``ALIASES`` and the keywords its constructor takes
-    beside its fields (``InitVar`` spellings converted on the way in).
-    """
-    fields = {field.name for field in dataclasses.fields(config_cls)}
-    aliases = dict(getattr(config_cls, "ALIASES", {}))
-    for name in inspect.signature(config_cls).parameters:
-        if name not in fields and name not in aliases:
-            aliases[name] = name
-    return aliases
 
 
 def _field_docs(config_cls: type[Any]) -> dict[str, str]:
@@ -416,27 +400,6 @@ class AlgorithmParser(ArgumentParser):
                     metavar=spec.get("metavar", field.name.upper()),
                     help=help_text,
                 )
-
-        for old, new in _aliases(config_cls).items():
-            flag = "--" + old.replace("_", "-")
-            if flag in self._option_string_actions:
-                continue
-            hint = hints.get(new, str)
-            spec = _flag_spec(getattr(hint, "type", hint))  # an InitVar holds its type
-            if new == old:  # a keyword converted on the way in: its own docstring says how
-                help_text = docs.get(old, "").replace("%", "%%")
-            else:
-                help_text = f"the earlier spelling of --{new.replace('_', '-')}"
-            group.add_argument(
-                flag,
-                action=ConfigAction,
-                field=old,
-                dest="_unused_" + old,
-                default=argparse.SUPPRESS,
-                type=spec.get("type", str),
-                metavar=spec.get("metavar", new.upper()),
-                help=help_text,
-            )
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
         self._populate()

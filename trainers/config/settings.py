@@ -2,13 +2,9 @@
 
 Every algorithm's config dataclass subclasses :class:`RunConfig`, which holds what a run needs
 whatever it trains: the env, the backend, seed and device, where and how often it logs and
-checkpoints. Some settings also answer to an alias spelling
-(:data:`RunConfig.ALIASES`), accepted as keyword arguments and in the config dicts of
-checkpoints; when both spellings are given, the field's own name wins.
+checkpoints.
 
 Example:
-    >>> resolve_aliases(RunConfig, {"checkpoint_period": 5})
-    {'checkpoint_every': 5}
     >>> lr_scale(2048, 256, "sqrt")
     2.8284271247461903
 """
@@ -20,7 +16,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +30,6 @@ __all__ = [
     "config_from_dict",
     "config_help",
     "lr_scale",
-    "resolve_aliases",
     "resolve_device",
 ]
 
@@ -48,12 +43,6 @@ ENV_SOURCES = ("ale", "envpool")
 @dataclass
 class RunConfig:
     """The settings of a run that every algorithm shares; each docstring is its ``--help``."""
-
-    ALIASES: ClassVar[dict[str, str]] = {
-        "checkpoint_period": "checkpoint_every",
-        "log_interval": "log_every_steps",
-    }
-    """Alias spelling -> the field it names."""
 
     env_id: str = "CartPole-v1"
     """Gymnasium environment id (ALE ids get the standard Atari set-up)."""
@@ -137,24 +126,6 @@ class RunConfig:
             raise ValueError(
                 f"env_source must be one of {', '.join(ENV_SOURCES)}, got {self.env_source!r}"
             )
-
-
-def resolve_aliases(config_cls: type, values: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with every old setting name of ``config_cls`` replaced by its current one.
-
-    Args:
-        config_cls: a :class:`RunConfig` subclass (its ``ALIASES`` name the old spellings).
-        values: keyword arguments or a checkpoint's config dict.
-
-    Returns:
-        A new dict; where both an old and a new name are given, the new name's value is kept.
-    """
-    aliases: dict[str, str] = getattr(config_cls, "ALIASES", {})
-    resolved = {key: value for key, value in values.items() if key not in aliases}
-    for old, new in aliases.items():
-        if old in values and new not in values:
-            resolved[new] = values[old]
-    return resolved
 
 
 def resolve_device(device: str) -> str:

@@ -66,7 +66,7 @@ def build(algo: str) -> Any:
 
 def counters(agent: Any) -> dict[str, int]:
     """The counters a checkpoint records, under the names the agent exposes."""
-    names = ("global_step", "update_index", "num_updates")
+    names = ("global_step", "num_updates")
     return {name: int(getattr(agent, name)) for name in names if hasattr(agent, name)}
 
 
