@@ -5,117 +5,67 @@ batches with the weights it last received into two shared slots, in turn, while 
 updates on the other slot. Each batch remembers which update's weights collected it: the **policy
 lag** (updates between those weights and the ones being trained) is logged as
 ``charts/policy_lag``. With a fixed lag batch ``n`` is always collected with the weights of update
-``n - 1``: the rollout process waits for them, and the optimiser publishes no newer ones before
-they are taken.
+``n - 1``.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import queue
 from typing import Any
 
-from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
-from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions
+from vecaccel.trainers.run.logger import mean_or_none
+from vecaccel.trainers.runners.asynchronous.loop import AsyncFeed, Meeting
+from vecaccel.trainers.runners.asynchronous.process import SamplerOptions, Waits
 from vecaccel.trainers.runners.asynchronous.samplers import rollout_loop
-from vecaccel.trainers.runners.asynchronous.shared import Handover
 
-__all__ = ["RolloutFeed"]
-
-# what the rollout process reads of the run's config
-_ROLLOUT_CONFIG = (
-    "env_id",
-    "num_envs",
-    "backend",
-    "backend_options",
-    "num_workers",
-    "seed",
-    "atari",
-    "autoreset_mode",
-    "vectorized",
-    "env_source",
-    "num_steps",
-)
+__all__ = ["RolloutFeed", "num_batches_for"]
 
 
-class RolloutFeed:
+class RolloutFeed(AsyncFeed):
     """Rollouts for A2C and PPO: one update per batch, the ranks meeting after every update.
 
     Args:
         agent: an on-policy algorithm without envs (the rollout process has them).
         num_batches: batches to collect and train on.
         weight_sync_period: updates between weight copies to the rollout process.
-        fixed_lag: collect batch ``n`` with the weights of update ``n - 1`` exactly.
-        options: how the sampler process runs.
+        options: how the rollout process runs.
     """
 
     def __init__(
-        self,
-        agent: Any,
-        num_batches: int,
-        *,
-        weight_sync_period: int,
-        fixed_lag: bool,
-        options: SamplerOptions,
+        self, agent: Any, num_batches: int, *, weight_sync_period: int, options: SamplerOptions
     ) -> None:
-        self.agent = agent
+        super().__init__(agent, agent.model, "rollout", rollout_loop, options)
         self.num_batches = num_batches
         self.weight_sync_period = weight_sync_period
-        self.fixed_lag = fixed_lag
-        self.sampler = SamplerHandle(options, "rollout", agent.model, self._finished)
-        self.counters = self.sampler.counters
-        ctx = self.sampler.ctx
-        self.slots_queue, self.slots_taken = ctx.Queue(), ctx.Semaphore(0)
-        self.handover = Handover(ctx)
-        cfg = agent.config
+        # CPU copies of the model and of the sampler policy around that same copy (the rollout
+        # process pulls weights into the model and acts through the policy)
+        memo: dict[int, Any] = {}
+        model = copy.deepcopy(agent.model, memo)
+        policy = copy.deepcopy(agent.sampler_policy(), memo)
         self.spec = dict(
-            self.sampler.spec(),
-            config={key: getattr(cfg, key) for key in _ROLLOUT_CONFIG},
-            **_acting_copy(agent),
-            slots=self.slots_queue,
-            slots_taken=self.slots_taken,
-            handover=self.handover,
-            num_batches=num_batches,
-            fixed_lag=bool(fixed_lag),
+            config=agent.config, model=model.cpu(), policy=policy, num_batches=num_batches
         )
-        self.slots: list[dict[str, Any]] | None = None
-        self.slot = 0
         self.complete = agent.global_step >= agent.target_steps
         self.start_step = int(agent.global_step)
-        self.updates_done = 0
-        self.lag_sum = 0.0
         self.replay_ratio = 1.0  # each batch is used once
         self.in_update = False  # between an update's first optimizer step and its counters
-        self.log_every_steps = int(cfg.log_every_steps)
+        self.log_every_steps = int(agent.config.log_every_steps)
         self.next_log = _next_log(self.start_step, self.log_every_steps)
         # what the last turn's update gave: its metrics, episodes, learning rate and lag
         self._last: tuple[dict[str, Any], list[float], list[int], float, int] = ({}, [], [], 0.0, 0)
 
-    def _finished(self, exitcode: int | None) -> bool:
-        """Whether the rollout process's exit is the run's normal end: it exits cleanly only
-        after its last batch (or when asked to stop), which may still be on the queue."""
+    def finished(self, exitcode: int | None) -> bool:
+        # it exits cleanly only after its last batch (or when asked to stop), which may still
+        # be on the queue
         return exitcode == 0
-
-    def start(self) -> None:
-        self.sampler.publish(self.agent.num_updates)
-        self.sampler.start(rollout_loop, self.spec)
-
-    def ready(self) -> bool:
-        try:
-            self.slots = self.slots_queue.get(timeout=0.2)
-        except queue.Empty:
-            return False
-        self.slots_taken.release()
-        return True
 
     def turn(self, waits: Waits, requested: bool) -> bool:
         from vecaccel.sampler import SampleBatch
 
-        agent, slot = self.agent, self.slot
-        k, behaviour, returns, lengths = self.handover.take(waits)
-        assert self.slots is not None
-        shared = self.slots[slot]
+        agent = self.agent
+        k, behaviour, returns, lengths = waits.take(self.handover.filled)
+        shared = self.slots[self.updates_done % 2]
         device = agent.device
         batch = SampleBatch(
             obs=shared["obs"].to(device),
@@ -140,21 +90,15 @@ class RolloutFeed:
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
-        if self.fixed_lag:  # not before batch m has taken update m - 1's weights
-            self.handover.await_pulls(min(self.updates_done + 1, self.num_batches), waits)
-        if agent.num_updates % self.weight_sync_period == 0:
-            self.sampler.publish(agent.num_updates)
-            if self.fixed_lag:
-                self.handover.publishes.release()
+        # with a fixed lag, not before batch m has taken update m - 1's weights
+        sync_due = agent.num_updates % self.weight_sync_period == 0
+        self.publish(waits, min(self.updates_done + 1, self.num_batches), sync_due)
         self.lag_sum += lag
-        self.slot ^= 1
         self.complete = agent.global_step >= agent.target_steps
         self._last = (metrics, returns, lengths, lr_now, lag)
         return True  # every rank meets after every update (a collective cannot be skipped)
 
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
-        from vecaccel.trainers.run.logger import mean_or_none
-
         metrics, returns, lengths, lr_now, lag = self._last
         metrics.update(
             {
@@ -178,30 +122,17 @@ class RolloutFeed:
             return step
         return step if self.complete else None
 
-    def stop(self) -> None:
-        self.sampler.stop(self.slots_queue, self.handover.filled)
-
-    def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
+    def final_checkpoint(self, every_rank_here: bool) -> None:
         # after an error on several ranks rank 0 may be part-way through an update the others
         # never finished (a collective that failed): the last checkpoint stays, as the replay
         # feed's; so it does after an error before any update (a resume whose rollout process
         # could not start must not record its options in the run's checkpoint), and after an
-        # error inside an update (a FloatingPointError after some minibatches stepped: weights
-        # part-way through an update that the counters do not count)
+        # error inside an update (weights part-way through an update the counters do not count)
         agent = self.agent
         progressed = agent.global_step > self.start_step
         single = agent.world_size == 1
         if every_rank_here or (single and progressed and not self.in_update):  # a collective
             agent.write_checkpoint(agent.run_dir if agent.is_main else None)
-
-
-def _acting_copy(agent: Any) -> dict[str, Any]:
-    """CPU copies of the agent's model and of its sampler policy around that same copy (the
-    rollout process pulls weights into the model and acts through the policy)."""
-    memo: dict[int, Any] = {}
-    model = copy.deepcopy(agent.model, memo)
-    policy = copy.deepcopy(agent.sampler_policy(), memo)
-    return {"model": model.cpu(), "policy": policy}
 
 
 def _next_log(step: int, every: int) -> int:
