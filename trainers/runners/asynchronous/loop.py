@@ -74,11 +74,12 @@ class AsyncFeed:
         agent: the algorithm; its step and update counters are where this run starts.
         model: the module whose weights the sampler process acts with.
         role: ``sampler`` or ``rollout`` (in messages and the process's name).
-        loop: the sampler process's loop
-            (:mod:`~vecaccel.trainers.runners.asynchronous.samplers`).
+        loop: the sampler process's loop (the family's, beside its feed).
         options: how the sampler process runs.
 
     Attributes:
+        horizon: the step the run ends at (for the progress bar).
+        resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
         spec: the entries of the sampler process's spec that its loop reads.
         slots: the double buffer's two slots, once the sampler process has handed them over.
         complete: the budget is done: the turn just made was the last.
@@ -98,11 +99,14 @@ class AsyncFeed:
         self.agent = agent
         self.loop = loop
         self.fixed_lag = options.fixed_lag
-        self.sampler = SamplerHandle(options, role, model, self.finished)
+        self.sampler = SamplerHandle(options, role, model)
         self.counters = self.sampler.counters
         self.handover = self.sampler.handover
+        self.horizon = 0
+        self.resume_step: int | None = None
         self.spec: dict[str, Any] = {}
         self.slots: list[dict[str, Any]] = []
+        self.pulls_seen = 0  # the sampler's pulls of weights acquired, with a fixed lag
         self.complete = False
         self.updates_done = 0
         self.lag_sum = 0.0
@@ -111,7 +115,7 @@ class AsyncFeed:
     def start(self) -> None:
         """Publish the first weights and start the sampler process."""
         self.sampler.publish(self.agent.num_updates)
-        self.sampler.start(self.loop, {**self.sampler.spec(), **self.spec})
+        self.sampler.start(self.loop, self.spec)
 
     def wait_started(self, check: Callable[[], None]) -> None:
         """Wait until the sampler process has handed the slots over."""
@@ -121,7 +125,9 @@ class AsyncFeed:
         """Publish the weights to the sampler process: with a fixed lag once it has pulled those
         of ``pulls`` items (and then announced), otherwise if ``due``."""
         if self.fixed_lag:
-            self.handover.await_pulls(pulls, waits)
+            while self.pulls_seen < pulls:
+                waits.acquire(self.handover.pulls)
+                self.pulls_seen += 1
             self.sampler.publish(self.agent.num_updates)
             self.handover.publishes.release()
         elif due:
@@ -130,10 +136,6 @@ class AsyncFeed:
     def stop(self) -> None:
         """Stop the sampler process and close the channels to it."""
         self.sampler.stop()
-
-    def finished(self, exitcode: int | None) -> bool:
-        """Whether the sampler process's exit with ``exitcode`` is the run's normal end."""
-        raise NotImplementedError
 
     def turn(self, waits: Waits, requested: bool) -> bool:
         """One turn of the loop: take experience and make the updates then due, waiting with
@@ -173,13 +175,7 @@ def _reduce(
     return reduced, bool(reduced.pop("_stop") or 0.0)
 
 
-def run_async(
-    agent: Any,
-    feed: AsyncFeed,
-    *,
-    horizon: int,
-    resume_step: int | None,
-) -> AsyncStats:
+def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
     """Run ``feed`` to its end: the loop of every asynchronous run.
 
     Rank 0 alone logs and checkpoints. On one rank a SIGINT or SIGTERM stops the run at the
@@ -190,8 +186,6 @@ def run_async(
         agent: the algorithm (its ``global_step``, ``device``, ``world_size``, ``is_main``,
             ``run_dir``, ``tensorboard`` and ``progress`` are read; ``logger`` is set).
         feed: the family's side of the run.
-        horizon: the step the run ends at (for the progress bar).
-        resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
 
     Returns:
         The measured :class:`AsyncStats`.
@@ -206,7 +200,7 @@ def run_async(
     world = agent.world_size
     # before the sampler process starts: an error here (a run directory that cannot be made)
     # must not leave it running outside the try/finally that stops it
-    logger = open_run_logger(agent, horizon, resume_step)
+    logger = open_run_logger(agent, feed.horizon, feed.resume_step)
     sampler = feed.sampler
     start_step = int(agent.global_step)
     feed.start()

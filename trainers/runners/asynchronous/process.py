@@ -1,12 +1,13 @@
 """The two ends of an asynchronous run's sampler process, and the waits between them.
 
-:class:`SamplerHandle` is the optimiser's end: it allocates the shared counters, weights and
+:class:`SamplerHandle` is the optimiser's end: it allocates the
 :class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`, starts the process, publishes
 weights, checks that the process lives and stops it. :class:`ChildLink` is the process's end: it
 waits (counted as the sampler's waiting time), pulls weights and notices when the optimiser's
-process is gone. The process runs one of the loops of
-:mod:`vecaccel.trainers.runners.asynchronous.samplers` through :func:`child_main`, which reports
-what it raises.
+process is gone. The process runs its family's loop (in
+:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed` or
+:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`) through :func:`child_main`, which
+reports what it raises.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from vecaccel.manager import register_envs
-from vecaccel.trainers.runners.asynchronous.shared import Handover, SharedCounters
+from vecaccel.trainers.runners.asynchronous.shared import Handover
 from vecaccel.worker.process import FORK_BLOCKED_SIGNALS, signals_blocked_for_fork
 
 __all__ = [
@@ -152,7 +153,7 @@ class ChildLink:
     pulls and the liveness of the optimiser.
 
     Args:
-        spec: the process's spec (:meth:`SamplerHandle.spec` and the loop's own entries).
+        spec: the process's spec (see :meth:`SamplerHandle.start`).
     """
 
     def __init__(self, spec: dict[str, Any]) -> None:
@@ -162,15 +163,15 @@ class ChildLink:
             signal.signal(signum, signal.SIG_IGN)
         # forked, it started with both blocked (SamplerHandle.start): ignored now, let through
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED_SIGNALS)
-        if spec["affinity"]:
-            os.sched_setaffinity(0, spec["affinity"])
-        torch.set_num_threads(int(spec["torch_threads"]))
-        self.counters: SharedCounters = spec["counters"]
+        options: SamplerOptions = spec["options"]
+        if options.affinity:
+            os.sched_setaffinity(0, options.affinity)
+        torch.set_num_threads(int(options.threads))
         self.handover: Handover = spec["handover"]
+        self.counters = self.handover.counters
         self.version = -1
         self._parent = spec["parent_pid"]
-        self._shared_weights: list[torch.Tensor] = spec["weights"]
-        self._weights_lock = _GuardedLock(spec["weights_lock"], self.check_optimiser)
+        self._weights_lock = _GuardedLock(self.handover.weights_lock, self.check_optimiser)
 
     def check_optimiser(self) -> None:
         """Raise if the optimiser's process has exited (this process was re-parented), perhaps
@@ -190,7 +191,7 @@ class ChildLink:
                     return False
             return True
         finally:
-            self.counters.add_sampler_wait(time.perf_counter() - started)
+            self.counters.sampler_wait += time.perf_counter() - started
 
     def weights_for(self, n: int, params: Sequence[torch.Tensor]) -> int | None:
         """Copy the weights item ``n`` is collected with into ``params``: with a fixed lag those
@@ -202,7 +203,7 @@ class ChildLink:
         if self.counters.version != self.version:
             with self._weights_lock:
                 self.version = self.counters.version
-                for mine, shared in zip(params, self._shared_weights):
+                for mine, shared in zip(params, self.handover.weights):
                     mine.copy_(shared)
         if fixed_lag:
             self.handover.pulls.release()
@@ -218,53 +219,33 @@ class SamplerHandle:
         role: ``sampler`` or ``rollout`` (in messages and the process's name).
         model: the module whose weights are published (its ``state_dict`` tensors share storage
             with the parameters, so the list taken here stays current).
-        finished: given the process's exit code, whether its exit is the run's normal end.
     """
 
-    def __init__(
-        self,
-        options: SamplerOptions,
-        role: str,
-        model: torch.nn.Module,
-        finished: Callable[[int | None], bool],
-    ) -> None:
+    def __init__(self, options: SamplerOptions, role: str, model: torch.nn.Module) -> None:
         import torch.multiprocessing as mp
 
         self.role = role
         self.options = options
         self.ctx = ctx = mp.get_context(options.context)
-        self.counters = SharedCounters()
-        self.handover = Handover(ctx, options.fixed_lag)
         self._state = list(model.state_dict().values())
-        self._shared_weights = [t.detach().cpu().clone().share_memory_() for t in self._state]
-        self.weights_lock = ctx.Lock()
-        self._weights_lock = _GuardedLock(self.weights_lock, self.check)
+        self.handover = Handover(ctx, self._state, options.fixed_lag)
+        self.counters = self.handover.counters
+        self._weights_lock = _GuardedLock(self.handover.weights_lock, self.check)
         self.errors = ctx.Queue()
         self.process: Any = None
-        self._finished = finished
-
-    def spec(self) -> dict[str, Any]:
-        """The entries of the process's spec that :class:`ChildLink` reads."""
-        options = self.options
-        return dict(
-            counters=self.counters,
-            handover=self.handover,
-            weights=self._shared_weights,
-            weights_lock=self.weights_lock,
-            errors=self.errors,
-            parent_pid=os.getpid(),
-            torch_threads=options.threads,
-            affinity=set(options.affinity) if options.affinity else None,
-        )
 
     def publish(self, version: int) -> None:
         """Copy the model's weights to shared memory as ``version``."""
         with self._weights_lock:
-            for shared, tensor in zip(self._shared_weights, self._state):
+            for shared, tensor in zip(self.handover.weights, self._state):
                 shared.copy_(tensor)
             self.counters.version = version
 
-    def start(self, loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
+    def start(self, loop: Callable[[dict[str, Any]], None], entries: dict[str, Any]) -> None:
+        """Start the process running ``loop`` on a spec of ``entries`` and of what
+        :class:`ChildLink` reads."""
+        link = dict(handover=self.handover, errors=self.errors, parent_pid=os.getpid())
+        spec = {**entries, **link, "options": self.options}
         self.process = self.ctx.Process(
             target=child_main, args=(loop, spec), name=f"vecaccel-async-{self.role}"
         )
@@ -280,12 +261,13 @@ class SamplerHandle:
         return slots
 
     def check(self) -> None:
-        """Raise :class:`SamplerError` if the process died before the run's normal end."""
+        """Raise :class:`SamplerError` if the process died before the run's normal end (a clean
+        exit, after its last item, which may still be on the queue, or when asked to stop)."""
         process = self.process
         if process is None or process.is_alive():
             return
         process.join(timeout=1.0)
-        if self.counters.stop or self._finished(process.exitcode):
+        if self.counters.stop or process.exitcode == 0:
             return
         remote = ""
         try:

@@ -1,8 +1,8 @@
 """The replay feed of the asynchronous loop: the DQN family trains on chunks of steps.
 
-The sampler process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.chunk_sampler_loop`)
-collects chunks of ``async_max_lead / 2`` env steps (whole vector steps); the optimiser adds each
-chunk to the replay buffer itself, in order, makes the updates then due by the
+The sampler process (:func:`chunk_sampler_loop`) collects chunks of ``async_max_lead / 2`` env
+steps (whole vector steps); the optimiser (:class:`ReplayFeed`) adds each chunk to the replay
+buffer itself, in order, makes the updates then due by the
 :class:`~vecaccel.trainers.run.schedules.ReplaySchedule` (the replay ratio holds at every chunk's
 end), publishes its weights and frees the slot. The sampler is thus at most two chunks ahead of
 the updates: chunk ``n`` acts with the weights published after chunk ``n - 2``'s updates, with a
@@ -19,32 +19,55 @@ import copy
 import math
 from typing import Any
 
+import numpy as np
+import torch
+
 from vecaccel.trainers.run.logger import mean_or_none
 from vecaccel.trainers.run.schedules import ReplaySchedule
 from vecaccel.trainers.runners.asynchronous.loop import AsyncFeed, Meeting
-from vecaccel.trainers.runners.asynchronous.process import SamplerOptions, Waits
-from vecaccel.trainers.runners.asynchronous.samplers import chunk_sampler_loop
+from vecaccel.trainers.runners.asynchronous.process import ChildLink, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.shared import CHILD_SEED_KEY, chunk_slots
 
-__all__ = ["ReplayFeed"]
+__all__ = ["ReplayFeed", "chunk_sampler_loop"]
 
 
 class ReplayFeed(AsyncFeed):
     """Replay samples for the DQN family, from chunks the sampler process collects.
 
     Args:
-        agent: a DQN-family algorithm with its networks built; its step and update counters
-            are where this run starts.
-        horizon: the step the run ends at, over all ranks.
-        fresh: the run starts from zero (``learning_starts`` applies even with a restored buffer).
+        agent: a DQN-family algorithm with its networks built.
+        total_steps: env steps to collect, over all ranks (``None``: what a loaded run has left).
+        reset_num_timesteps: count env steps and updates from zero (``learning_starts``
+            applies even with a restored buffer).
+        weight_sync_period: sets ``config.async_weight_sync_period`` (``None``: keeps it).
         options: how the sampler process runs.
     """
 
-    def __init__(self, agent: Any, horizon: int, *, fresh: bool, options: SamplerOptions) -> None:
+    def __init__(
+        self,
+        agent: Any,
+        total_steps: int | None,
+        *,
+        reset_num_timesteps: bool,
+        weight_sync_period: int | None,
+        options: SamplerOptions,
+    ) -> None:
+        if weight_sync_period is not None:
+            agent.config.async_weight_sync_period = int(weight_sync_period)
+        if total_steps is None:
+            agent.set_budget(None)  # raises unless a loaded run has steps left
+            total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
+        if reset_num_timesteps:
+            agent.reset_counters()
+        # recorded in checkpoints: `vecaccel train --resume` goes on async, with the same options
+        agent.set_run_mode({"fixed_lag": options.fixed_lag})
         super().__init__(agent, agent.q_network, "sampler", chunk_sampler_loop, options)
         cfg = self.cfg = agent.config
         self.world = world = int(agent.world_size)
         num_envs = cfg.num_envs
         self.start_global = start_global = int(agent.global_step)
+        self.horizon = horizon = start_global + int(total_steps)
+        self.resume_step = None if reset_num_timesteps else start_global
         self.updates_at_start = int(agent.num_updates)
         # budgets count env steps over all ranks; each rank collects its share
         self.local_start = local_start = start_global // world
@@ -62,7 +85,7 @@ class ReplayFeed(AsyncFeed):
         self.learn_from = self.rank_schedule.learn_from(
             local_start,
             min_fill=num_envs * (cfg.n_step + buffer.frame_stack + 1),
-            warm_up=fresh or not restored,
+            warm_up=reset_num_timesteps or not restored,
         )
         steps_per_update = cfg.batch_size / cfg.replay_ratio
         lead = cfg.async_max_lead or max(num_envs, int(math.ceil(16 * steps_per_update)))
@@ -83,9 +106,7 @@ class ReplayFeed(AsyncFeed):
             support=None if agent.support is None else agent.support.cpu(),
             observation_space=agent.observation_space,
             action_space=agent.action_space,
-            updates_at_start=self.updates_at_start,
             exploration_steps=math.ceil(exploration / world),
-            start_steps=local_start,
             chunk_steps=chunk_steps,
             vector_steps=vector_steps,
         )
@@ -94,9 +115,6 @@ class ReplayFeed(AsyncFeed):
         self.finished_episodes: list[tuple[float, float]] = []  # since the last row
         self.recent_losses: list[dict[str, float]] = []  # updates' metrics since the last row
         self.next_log = (start_global // self.log_every + 1) * self.log_every
-
-    def finished(self, exitcode: int | None) -> bool:
-        return exitcode == 0 and self.counters.steps >= self.local_total
 
     def _due_at(self, steps: int) -> int:
         """The update count due once ``steps`` env steps (of this rank) were collected."""
@@ -206,3 +224,76 @@ class ReplayFeed(AsyncFeed):
         if agent.run_dir is None or not (every_rank_here or (self.world == 1 and progressed)):
             return
         agent.write_checkpoint(agent.run_dir, replay=self.cfg.checkpoint_replay)
+
+
+def chunk_sampler_loop(spec: dict[str, Any]) -> None:
+    """The DQN family's sampler: chunk ``n`` of ε-greedy steps into slot ``n % 2``, stepped by
+    the algorithm's own acting policy and collector
+    (:class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy`)."""
+    from vecaccel.trainers.algos.exploration import EpsilonGreedy, TransitionCollector
+    from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
+    from vecaccel.trainers.run.schedules import linear_schedule
+    from vecaccel.trainers.run.seeding import seed_everything, split_seed
+
+    link = ChildLink(spec)
+    handover = link.handover
+    cfg = spec["config"]
+    steps = link.counters.steps  # where this rank's steps start
+    # its own draws (e.g. noisy nets' noise), new ones for a resumed run (the version published
+    # before this process started)
+    seed_everything(split_seed(int(spec["env_seed"]), CHILD_SEED_KEY, link.counters.version))
+    network: torch.nn.Module = spec["network"]
+    params = list(network.state_dict().values())
+    envs = make_env_for_training(
+        cfg.env_id,
+        cfg.num_envs,
+        backend=cfg.backend,
+        seed=cfg.seed,
+        autoreset_mode="SameStep",
+        **backend_options_of(cfg),
+    )
+    rng = np.random.default_rng(spec["env_seed"] + 1)
+    action_space = spec["action_space"]
+    policy = EpsilonGreedy(
+        network, int(action_space.n), action_start(action_space), spec["support"]
+    )
+    collector = TransitionCollector(envs, policy)
+    collector.reset(seed=spec["env_seed"])
+    try:
+        chunk_steps, vector_steps = spec["chunk_steps"], spec["vector_steps"]
+        shared = chunk_slots(spec["observation_space"], cfg.num_envs, chunk_steps)
+        handover.started.put(shared)
+        slots = [{key: value.numpy() for key, value in slot.items()} for slot in shared]
+        for n in range(math.ceil(vector_steps / chunk_steps)):
+            length = min(chunk_steps, vector_steps - n * chunk_steps)
+            if not link.acquire(handover.free_slots):  # slot n % 2: chunk n - 2 trained on
+                break
+            version = link.weights_for(n, params)
+            if version is None:
+                break
+            slot = slots[n % 2]
+            ended: list[tuple[float, float]] = []
+            for t in range(length):
+                epsilon = linear_schedule(
+                    cfg.start_epsilon, cfg.end_epsilon, spec["exploration_steps"], steps
+                )
+                transition, finished = collector.step(epsilon, rng)
+                slot["obs"][t] = transition.obs
+                slot["actions"][t] = transition.actions
+                slot["rewards"][t] = transition.reward
+                slot["terminated"][t] = transition.terminated
+                slot["truncated"][t] = transition.truncated
+                final_obs = transition.final_obs
+                for i in np.flatnonzero(transition.terminated | transition.truncated):
+                    if final_obs is not None and final_obs[i] is not None:
+                        slot["final_obs"][t, i] = final_obs[i]
+                steps += collector.num_envs
+                ended.extend(finished)
+                link.check_optimiser()
+            link.counters.steps = steps
+            handover.filled.put((length, version, ended))
+        # the slots travel as file descriptors that this process shares itself: it must not
+        # exit before the optimiser has them (a run of two chunks could)
+        link.acquire(handover.started_seen)
+    finally:
+        collector.close()

@@ -1,27 +1,23 @@
 """Asynchronous sampling and optimisation (``vecaccel train ALGO --async``), on one rank or several.
 
-Two processes run at the same time, in rlpyt's shape: the **sampler** (a child process) steps
-the envs with the latest weights it has and hands the experience over through a double buffer,
-while the **optimiser** (the calling process) trains on it and publishes its weights. What they
-share lives in shared memory (:mod:`~vecaccel.trainers.runners.asynchronous.shared`): the two
-slots, the weights (behind a lock) and a few named counters. One loop
-(:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm; the algorithm's
-base class decides only what it is fed: rollouts for an
+Two processes run at the same time: the **sampler** (a child process) steps the envs with the
+latest weights it has and hands the experience over through a double buffer, while the
+**optimiser** (the calling process) trains on it and publishes its weights. What they share is a
+:class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`. One loop
+(:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm, fed after the
+algorithm's base class: rollouts for an
 :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`
 (:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`), chunks of steps for an
 :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s replay buffer
-(:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`). The measured replay ratio, the
-fraction of time each side waited and the policy lag are logged; with ``fixed_lag=True`` a seeded
-run repeats exactly.
+(:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`).
 
 **Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, with envs seeded
 by rank and its own replay buffer or double buffer. The optimisers are data-parallel
-(:mod:`~vecaccel.trainers.run.distributed`: gloo on CPUs, NCCL with one GPU per rank), so every
-update is a collective and the ranks update in lockstep. They meet for their metrics and to agree
-on a stop (SIGINT/SIGTERM) at points fixed by the update count; rank 0 logs and writes the
-checkpoints. A sampler process that dies ends its rank with a :class:`SamplerError` (exit code,
-traceback, rank); the other ranks then fail at their next collective, which has a timeout, and
-``torchrun`` stops the job. The sampler exits when its optimiser's process goes away.
+(:mod:`~vecaccel.trainers.run.distributed`), so every update is a collective and the ranks update
+in lockstep. They meet for their metrics and to agree on a stop (SIGINT/SIGTERM) at points fixed
+by the update count; rank 0 logs and writes the checkpoints. A sampler process that dies ends its
+rank with a :class:`SamplerError`; the other ranks then fail at their next collective, which has a
+timeout, and ``torchrun`` stops the job. A sampler exits when its optimiser's process goes away.
 
 Example:
     >>> import torch; torch.set_num_threads(1)
@@ -45,7 +41,7 @@ from vecaccel.trainers.runners.asynchronous.process import (
     leave_cores_to_sampler,
 )
 from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
-from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed, num_batches_for
+from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed
 
 __all__ = ["AsyncRunner", "AsyncStats", "SamplerError"]
 
@@ -151,41 +147,19 @@ class AsyncRunner:
         agent = self.agent
         if weight_sync_period is not None and weight_sync_period < 1:
             raise ValueError(f"weight_sync_period must be at least 1, got {weight_sync_period}")
-        if self.on_policy and fixed_lag and weight_sync_period not in (None, 1):
-            raise ValueError(
-                f"fixed_lag=True needs weight_sync_period=1 (every update's weights are the next "
-                f"batch's), got weight_sync_period={weight_sync_period}"
-            )
         _env_id(agent)
         options = SamplerOptions(
             context, poll_interval, sampler_threads, sampler_affinity, bool(fixed_lag)
         )
         leave_cores_to_sampler(agent.config, sampler_threads)
-        if self.on_policy:
-            period = 1 if weight_sync_period is None else int(weight_sync_period)
-            if reset_num_timesteps and total_steps is not None:
-                agent.reset_counters()
-            # agent.batch_size is the batch over all ranks, so every rank makes the same updates
-            num_batches = num_batches_for(agent, total_steps)
-            # recorded in checkpoints: `vecaccel train --resume` goes on async, with these options
-            agent.set_run_mode({"weight_sync_period": period, "fixed_lag": bool(fixed_lag)})
-            feed: Any = RolloutFeed(agent, num_batches, weight_sync_period=period, options=options)
-            horizon = agent.target_steps
-            resume_step = agent.global_step if agent.global_step > 0 else None
-        else:
-            if weight_sync_period is not None:
-                agent.config.async_weight_sync_period = int(weight_sync_period)
-            if total_steps is None:
-                agent.set_budget(None)  # raises unless a loaded run has steps left
-                total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
-            if reset_num_timesteps:
-                agent.reset_counters()
-            start = int(agent.global_step)
-            horizon = start + int(total_steps)
-            resume_step = None if reset_num_timesteps else start
-            agent.set_run_mode({"fixed_lag": bool(fixed_lag)})
-            feed = ReplayFeed(agent, horizon, fresh=reset_num_timesteps, options=options)
-        self.stats = run_async(agent, feed, horizon=horizon, resume_step=resume_step)
+        feed = (RolloutFeed if self.on_policy else ReplayFeed)(
+            agent,
+            total_steps,
+            reset_num_timesteps=reset_num_timesteps,
+            weight_sync_period=weight_sync_period,
+            options=options,
+        )
+        self.stats = run_async(agent, feed)
         return agent
 
 

@@ -4,6 +4,7 @@ buffer's slots, and the slots themselves, in shared memory.
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -15,63 +16,39 @@ __all__ = ["CHILD_SEED_KEY", "Handover", "SharedCounters", "chunk_slots", "rollo
 CHILD_SEED_KEY = 0xA5
 
 
-class _Counter:
-    """One named int64 counter of :class:`SharedCounters`."""
+class SharedCounters(ctypes.Structure):
+    """The counters both processes of an asynchronous run read and write, by name: one ctypes
+    structure in shared memory, made with the sampler process's context.
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.index = owner.NAMES.index(name)  # type: ignore[attr-defined]
-
-    def __get__(self, counters: Any, owner: Any = None) -> int:
-        return int(counters.ints[self.index])
-
-    def __set__(self, counters: Any, value: int) -> None:
-        counters.ints[self.index] = value
-
-
-class SharedCounters:
-    """The counters both processes of an asynchronous run read and write, by name.
-
-    They live in one shared int64 tensor (and one float64 for the sampler's waiting time), read
-    and written through NumPy views: a scalar access costs far less than on a torch tensor. A
-    pickled copy (the sampler process's) shares the same memory.
+    Attributes:
+        steps: env steps the sampler process has collected (of this rank).
+        stop: set by the optimiser: the sampler process must stop.
+        version: the version (update count) of the weights last published.
+        sampler_wait: seconds the sampler process has waited for the optimiser.
 
     Example:
-        >>> counters = SharedCounters()
+        >>> import multiprocessing
+        >>> counters = multiprocessing.get_context("spawn").RawValue(SharedCounters)
         >>> counters.steps += 8
         >>> counters.steps, counters.stop
         (8, 0)
     """
 
-    NAMES = ("steps", "stop", "version")
-    #: env steps the sampler process has collected (of this rank)
-    steps = _Counter()
-    #: set by the optimiser: the sampler process must stop
-    stop = _Counter()
-    #: the version (update count) of the weights last published
-    version = _Counter()
-
-    def __init__(self, ints: torch.Tensor | None = None, floats: torch.Tensor | None = None):
-        self.int_tensor = torch.zeros(len(self.NAMES), dtype=torch.int64).share_memory_()
-        self.float_tensor = torch.zeros(1, dtype=torch.float64).share_memory_()
-        if ints is not None and floats is not None:
-            self.int_tensor, self.float_tensor = ints, floats
-        self.ints: np.ndarray = self.int_tensor.numpy()
-        self.floats: np.ndarray = self.float_tensor.numpy()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (SharedCounters, (self.int_tensor, self.float_tensor))
-
-    @property
-    def sampler_wait(self) -> float:
-        """Seconds the sampler process has waited for the optimiser."""
-        return float(self.floats[0])
-
-    def add_sampler_wait(self, seconds: float) -> None:
-        self.floats[0] += seconds
+    _fields_ = [
+        ("steps", ctypes.c_int64),
+        ("stop", ctypes.c_int64),
+        ("version", ctypes.c_int64),
+        ("sampler_wait", ctypes.c_double),
+    ]
+    steps: int
+    stop: int
+    version: int
+    sampler_wait: float
 
 
 class Handover:
-    """How the two slots of a double buffer pass between the sampler process and the optimiser.
+    """What passes between the sampler process and the optimiser: the weights, the counters
+    and the two slots of a double buffer.
 
     Each side blocks on a queue or a semaphore until the other acts, never polling. The sampler
     allocates the two slots once its envs run and hands them over on ``started`` (they travel
@@ -79,32 +56,30 @@ class Handover:
     after item, it takes a free slot (``free_slots``), fills it and announces it on ``filled``
     with what the optimiser needs to read it (its size, the weights' version that collected it,
     the episodes it ended); the optimiser takes the announcements in order and frees each slot
-    once done with it.
+    once done with it. The optimiser publishes its weights into ``weights`` (behind
+    ``weights_lock``) as version ``counters.version``; the sampler pulls them before each item.
 
     With a fixed lag the sampler acts on item ``n`` (``n >= 2``) with the weights of one more
     publish (``publishes``), and the optimiser publishes no newer ones before the sampler has
-    pulled those (``pulls``, counted in :attr:`pulls_seen`): the lag is the same in every run.
+    pulled those (``pulls``): the lag is the same in every run.
 
     Args:
         ctx: the multiprocessing context of the sampler process.
+        weights: the tensors to share (copied).
         fixed_lag: hand the weights over with a fixed lag.
     """
 
-    def __init__(self, ctx: Any, fixed_lag: bool) -> None:
+    def __init__(self, ctx: Any, weights: list[torch.Tensor], fixed_lag: bool) -> None:
         self.fixed_lag = fixed_lag
+        self.counters: SharedCounters = ctx.RawValue(SharedCounters)
+        self.weights = [t.detach().cpu().clone().share_memory_() for t in weights]
+        self.weights_lock = ctx.Lock()
         self.started = ctx.Queue()
         self.started_seen = ctx.Semaphore(0)
         self.filled = ctx.Queue()
         self.free_slots = ctx.Semaphore(2)
         self.publishes = ctx.Semaphore(0)
         self.pulls = ctx.Semaphore(0)
-        self.pulls_seen = 0  # the optimiser's count of pulls acquired
-
-    def await_pulls(self, count: int, waits: Any) -> None:
-        """Wait until the sampler has pulled the weights of ``count`` items in all."""
-        while self.pulls_seen < count:
-            waits.acquire(self.pulls)
-            self.pulls_seen += 1
 
 
 def _shared(tensors: dict[str, Any]) -> dict[str, Any]:
