@@ -218,7 +218,7 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
     try:
         with guard:
             feed.wait_started(check)
-            start = time.perf_counter()  # rates are timed from the sampler's first experience
+            start = time.perf_counter()  # rates are timed from when the sampler process runs
             while not feed.complete:
                 if not feed.turn(waits, guard.requested):
                     continue

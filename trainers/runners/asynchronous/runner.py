@@ -124,11 +124,9 @@ class AsyncRunner:
                 (``None``: 1 for A2C and PPO, ``config.async_weight_sync_period`` for the DQN
                 family, which this then sets: its optimiser publishes at the end of a chunk
                 once that many updates were made since the last copy).
-            fixed_lag: a fixed policy lag, so that a seeded run repeats exactly: on-policy,
-                batch ``n`` is collected with the weights of update ``n - 1`` (needs
-                ``weight_sync_period=1``); off-policy, chunks of ``async_max_lead / 2`` env
-                steps, chunk ``n`` acted on with the weights published after chunk ``n - 2``'s
-                updates.
+            fixed_lag: a fixed policy lag, so that a seeded run repeats exactly: batch ``n`` is
+                collected with the weights of update ``n - 1`` (needs ``weight_sync_period=1``),
+                chunk ``n`` with those published after chunk ``n - 2``'s updates.
             context: multiprocessing start method of the sampler process.
             poll_interval: seconds between checks that the sampler process lives while this
                 process waits for it to start.
