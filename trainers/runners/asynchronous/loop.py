@@ -121,7 +121,7 @@ class AsyncFeed:
         """Wait until the sampler process has handed the slots over."""
         self.slots = self.sampler.wait_started(check)
 
-    def publish(self, waits: Waits, pulls: int, due: bool) -> None:
+    def sync_weights(self, waits: Waits, pulls: int, due: bool) -> None:
         """Publish the weights to the sampler process: with a fixed lag once it has pulled those
         of ``pulls`` items (and then announced), otherwise if ``due``."""
         if self.fixed_lag:

@@ -162,7 +162,7 @@ class ReplayFeed(AsyncFeed):
             self._update(behaviour)
         # with a fixed lag, not before chunk m + 1 has taken the weights after chunk m - 1
         sync_due = agent.num_updates - self.counters.version >= self.cfg.async_weight_sync_period
-        self.publish(waits, min(m + 2, self.num_chunks), sync_due)
+        self.sync_weights(waits, min(m + 2, self.num_chunks), sync_due)
         # freed only now: the chunk collected into it next acts with the weights just
         # published or newer ones, not with those from before this chunk's updates
         self.handover.free_slots.release()

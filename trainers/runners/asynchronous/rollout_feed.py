@@ -118,7 +118,7 @@ class RolloutFeed(AsyncFeed):
         self.updates_done += 1
         # with a fixed lag, not before batch m has taken update m - 1's weights
         sync_due = agent.num_updates % self.weight_sync_period == 0
-        self.publish(waits, min(self.updates_done + 1, self.num_batches), sync_due)
+        self.sync_weights(waits, min(self.updates_done + 1, self.num_batches), sync_due)
         self.lag_sum += lag
         self.complete = agent.global_step >= agent.target_steps
         self._last = (metrics, returns, lengths, lr_now, lag)
