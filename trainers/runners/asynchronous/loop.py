@@ -67,8 +67,8 @@ class AsyncFeed:
     """The family's side of an asynchronous run, as the loop of :func:`run_async` sees it.
 
     A feed owns the sampler process and the experience it hands over in the slots of a double
-    buffer, and makes its updates from them. A subclass fills in :attr:`spec` and the methods
-    that raise ``NotImplementedError``.
+    buffer, and makes its updates from them. A subclass sets :attr:`horizon`, :attr:`resume_step`
+    and :attr:`spec`, and fills in the methods that raise ``NotImplementedError``.
 
     Args:
         agent: the algorithm; its step and update counters are where this run starts.

@@ -211,8 +211,8 @@ class ChildLink:
 
 
 class SamplerHandle:
-    """The optimiser's end of a sampler process: shared counters, weights and hand-over; start,
-    publish, liveness check, stop.
+    """The optimiser's end of a sampler process: its hand-over, start, weight publish, liveness
+    check and stop.
 
     Args:
         options: how the process runs (its context makes the locks and queues too).
