@@ -1,12 +1,11 @@
-"""The asynchronous runner's loop, shared by every algorithm.
+"""The asynchronous runner's loop, shared by every algorithm, and the base of the feeds it runs.
 
-One loop drives every asynchronous run. What differs between the families is where the
-experience comes from and what an update is made of; that is a *feed*
-(:class:`AsyncFeed`): on-policy algorithms get whole rollouts from a double buffer
+What differs between the families is where the experience comes from and what an update is made
+of; that is a *feed* (:class:`AsyncFeed`): on-policy algorithms get whole rollouts
 (:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`), the DQN family chunks of steps for
-its replay buffer (:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`). The loop
-owns everything around it: the run logger, the signal guard, the wait accounting, the meetings of
-the ranks (one reduce of the metrics and an agreed stop in the same collective), the log rows,
+its replay buffer (:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`). The loop owns
+everything around it: the run logger, the signal guard, the wait accounting, the meetings of the
+ranks (one reduce of the metrics and an agreed stop in the same collective), the log rows,
 stopping the sampler process and the final checkpoint's timing.
 """
 
@@ -15,16 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from vecaccel.trainers.runners.asynchronous.process import (
-    SamplerHandle,
-    poll_until,
-    take,
-    wait_for,
-)
+from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, Waits
 
-__all__ = ["AsyncFeed", "AsyncStats", "Meeting", "Waits", "run_async"]
+__all__ = ["AsyncFeed", "AsyncStats", "Meeting", "run_async"]
 
 
 @dataclass
@@ -69,64 +63,98 @@ class Meeting:
     sums: Sequence[str] = ()
 
 
-class Waits:
-    """The optimiser's waits for the sampler, timed: what ``optimizer_wait_fraction`` counts.
+class AsyncFeed:
+    """The family's side of an asynchronous run, as the loop of :func:`run_async` sees it.
+
+    A feed owns the sampler process and the experience it hands over in the slots of a double
+    buffer, and makes its updates from them. A subclass sets :attr:`horizon`, :attr:`resume_step`
+    and :attr:`spec`, and fills in the methods that raise ``NotImplementedError``.
 
     Args:
-        check: called every so often while waiting; raises if the sampler died or the run must
-            stop now.
+        agent: the algorithm; its step and update counters are where this run starts.
+        model: the module whose weights the sampler process acts with.
+        role: ``sampler`` or ``rollout`` (in messages and the process's name).
+        loop: the sampler process's loop (the family's, beside its feed).
+        options: how the sampler process runs.
+
+    Attributes:
+        horizon: the step the run ends at (for the progress bar).
+        resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
+        spec: the entries of the sampler process's spec that its loop reads.
+        slots: the double buffer's two slots, once the sampler process has handed them over.
+        complete: the budget is done: the turn just made was the last.
+        updates_done: updates made in this run.
+        lag_sum: the summed policy lag of those updates.
+        replay_ratio: as measured over the run.
     """
 
-    def __init__(self, check: Callable[[], None]) -> None:
-        self.check = check
-        self.seconds = 0.0
-
-    def take(self, channel: Any) -> Any:
-        """The next item of the queue ``channel``, checking while none is there."""
-        item, seconds = take(channel, self.check)
-        self.seconds += seconds
-        return item
-
-    def acquire(self, semaphore: Any) -> None:
-        """Acquire ``semaphore``, checking while it is taken."""
-        self.seconds += wait_for(semaphore, self.check)
-
-
-class AsyncFeed(Protocol):
-    """The family-specific side of an asynchronous run, as the loop of :func:`run_async` sees it.
-
-    A feed owns the sampler process's handle and the experience it hands over. Its counters of
-    updates, steps and policy lag are read by the loop for the run's stats.
-    """
-
-    sampler: SamplerHandle
-    complete: bool  # the budget is done: the turn just made was the last
-    updates_done: int  # updates made in this run
-    lag_sum: float  # the summed policy lag of those updates
-    replay_ratio: float  # as measured over the run
+    def __init__(
+        self,
+        agent: Any,
+        model: Any,
+        role: str,
+        loop: Callable[[dict[str, Any]], None],
+        options: SamplerOptions,
+    ) -> None:
+        self.agent = agent
+        self.loop = loop
+        self.fixed_lag = options.fixed_lag
+        self.sampler = SamplerHandle(options, role, model)
+        self.counters = self.sampler.counters
+        self.handover = self.sampler.handover
+        self.horizon = 0
+        self.resume_step: int | None = None
+        self.spec: dict[str, Any] = {}
+        self.slots: list[dict[str, Any]] = []
+        self.pulls_seen = 0  # the sampler's pulls of weights acquired, with a fixed lag
+        self.complete = False
+        self.updates_done = 0
+        self.lag_sum = 0.0
+        self.replay_ratio = 0.0
 
     def start(self) -> None:
         """Publish the first weights and start the sampler process."""
+        self.sampler.publish(self.agent.num_updates)
+        self.sampler.start(self.loop, self.spec)
 
-    def ready(self) -> bool:
-        """Whether the sampler process has started handing experience over."""
+    def wait_started(self, check: Callable[[], None]) -> None:
+        """Wait until the sampler process has handed the slots over."""
+        self.slots = self.sampler.wait_started(check)
+
+    def sync_weights(self, waits: Waits, pulls: int, due: bool) -> None:
+        """Publish the weights to the sampler process: with a fixed lag once it has pulled those
+        of ``pulls`` items (and then announced), otherwise if ``due``."""
+        if self.fixed_lag:
+            while self.pulls_seen < pulls:
+                waits.acquire(self.handover.pulls)
+                self.pulls_seen += 1
+            self.sampler.publish(self.agent.num_updates)
+            self.handover.publishes.release()
+        elif due:
+            self.sampler.publish(self.agent.num_updates)
+
+    def stop(self) -> None:
+        """Stop the sampler process and close the channels to it."""
+        self.sampler.stop()
 
     def turn(self, waits: Waits, requested: bool) -> bool:
         """One turn of the loop: take experience and make the updates then due, waiting with
         ``waits``; whether the ranks meet after it (``requested``: a stop was asked here)."""
+        raise NotImplementedError
 
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
         """The metrics of this meeting, ``elapsed`` seconds into the run, of which the
         optimiser waited ``optimizer_wait``."""
+        raise NotImplementedError
 
     def log_step(self, metrics: dict[str, float | None]) -> int | None:
         """The step to log the reduced ``metrics`` at, or ``None`` when no row is due."""
+        raise NotImplementedError
 
-    def stop(self) -> None:
-        """Stop the sampler process and close the channels to it."""
-
-    def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
-        """Write the checkpoint at the end of the run, if it is safe to (see the feeds)."""
+    def final_checkpoint(self, every_rank_here: bool) -> None:
+        """Write the checkpoint at the end of the run, the sampler stopped, if it is safe to:
+        ``every_rank_here`` if the run ended or stopped on every rank, not in an error."""
+        raise NotImplementedError
 
 
 def _reduce(
@@ -147,13 +175,7 @@ def _reduce(
     return reduced, bool(reduced.pop("_stop") or 0.0)
 
 
-def run_async(
-    agent: Any,
-    feed: AsyncFeed,
-    *,
-    horizon: int,
-    resume_step: int | None,
-) -> AsyncStats:
+def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
     """Run ``feed`` to its end: the loop of every asynchronous run.
 
     Rank 0 alone logs and checkpoints. On one rank a SIGINT or SIGTERM stops the run at the
@@ -164,8 +186,6 @@ def run_async(
         agent: the algorithm (its ``global_step``, ``device``, ``world_size``, ``is_main``,
             ``run_dir``, ``tensorboard`` and ``progress`` are read; ``logger`` is set).
         feed: the family's side of the run.
-        horizon: the step the run ends at (for the progress bar).
-        resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
 
     Returns:
         The measured :class:`AsyncStats`.
@@ -180,7 +200,7 @@ def run_async(
     world = agent.world_size
     # before the sampler process starts: an error here (a run directory that cannot be made)
     # must not leave it running outside the try/finally that stops it
-    logger = open_run_logger(agent, horizon, resume_step)
+    logger = open_run_logger(agent, feed.horizon, feed.resume_step)
     sampler = feed.sampler
     start_step = int(agent.global_step)
     feed.start()
@@ -197,8 +217,8 @@ def run_async(
     waits = Waits(check)
     try:
         with guard:
-            poll_until(feed.ready, check, sampler.options.poll_interval)
-            start = time.perf_counter()  # rates are timed from the sampler's first experience
+            feed.wait_started(check)
+            start = time.perf_counter()  # rates are timed from when the sampler process runs
             while not feed.complete:
                 if not feed.turn(waits, guard.requested):
                     continue
@@ -222,7 +242,7 @@ def run_async(
         if end is None:
             end = time.perf_counter()
         feed.stop()
-        feed.final_checkpoint(every_rank_here, logger)
+        feed.final_checkpoint(every_rank_here)
         agent.end_run(logger.elapsed)
         logger.close()
     seconds = max(end - start, 1e-9)
@@ -236,6 +256,6 @@ def run_async(
         sampling_rate=env_steps / seconds,
         update_rate=updates / seconds,
         optimizer_wait_fraction=waits.seconds / seconds,
-        sampler_wait_fraction=sampler.sampler_wait / seconds,
+        sampler_wait_fraction=sampler.counters.sampler_wait / seconds,
         mean_policy_lag=feed.lag_sum / updates if updates else 0.0,
     )

@@ -1,11 +1,13 @@
 """The two ends of an asynchronous run's sampler process, and the waits between them.
 
-:class:`SamplerHandle` is the optimiser's end: it allocates the shared counters and weights,
-starts the process, publishes weights, checks that the process lives and stops it.
-:class:`ChildLink` is the process's end: it reads the same counters, waits (counted as waiting
-time), pulls weights and notices when the optimiser's process is gone. A sampler process's loop
-(:mod:`vecaccel.trainers.runners.asynchronous.samplers`) is started through :func:`child_main`,
-which reports what it raises.
+:class:`SamplerHandle` is the optimiser's end: it allocates the
+:class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`, starts the process, publishes
+weights, checks that the process lives and stops it. :class:`ChildLink` is the process's end: it
+waits (counted as the sampler's waiting time), pulls weights and notices when the optimiser's
+process is gone. The process runs its family's loop (in
+:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed` or
+:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`) through :func:`child_main`, which
+reports what it raises.
 """
 
 from __future__ import annotations
@@ -22,21 +24,17 @@ from typing import Any
 import torch
 
 from vecaccel.manager import register_envs
-from vecaccel.trainers.runners.asynchronous.shared import SharedCounters
+from vecaccel.trainers.runners.asynchronous.shared import Handover
 from vecaccel.worker.process import FORK_BLOCKED_SIGNALS, signals_blocked_for_fork
 
 __all__ = [
     "ChildLink",
-    "GuardedLock",
-    "OptimiserGone",
     "SamplerError",
     "SamplerHandle",
     "SamplerOptions",
+    "Waits",
     "child_main",
     "leave_cores_to_sampler",
-    "poll_until",
-    "take",
-    "wait_for",
 ]
 
 # how often a side blocked on the other checks that it lives (and whether to stop)
@@ -63,26 +61,61 @@ class SamplerOptions:
 
     Attributes:
         context: multiprocessing start method of the process.
-        poll_interval: seconds between checks while the optimiser waits for the process to
-            start handing experience over (later waits are on semaphores and queues).
+        poll_interval: seconds between checks that the process lives while the optimiser
+            waits for it to start.
         threads: torch threads of the process.
         affinity: CPUs to pin the process to (``None``: those of the optimiser's process).
+        fixed_lag: act on every item with the weights of a fixed earlier update (see
+            :class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`).
     """
 
     context: str = "spawn"
     poll_interval: float = 0.0005
     threads: int = 1
     affinity: set[int] | None = None
+    fixed_lag: bool = False
 
 
-class GuardedLock:
-    """A cross-process lock acquired in bounded waits, checking between them that the other
-    process lives: a process killed while holding a lock never releases it.
+def take(channel: Any, check: Callable[[], None], period: float = _LIVENESS_PERIOD_S) -> Any:
+    """The next item of the queue ``channel``, calling ``check()`` (which raises if the other
+    side died or a stop was asked) every ``period`` seconds while none is there."""
+    while True:
+        try:
+            return channel.get(timeout=period)
+        except queue.Empty:
+            check()
+
+
+class Waits:
+    """The optimiser's waits for the sampler, timed: what ``optimizer_wait_fraction`` counts.
 
     Args:
-        lock: a ``multiprocessing`` lock.
-        check: called between waits; raises if the other side is gone.
+        check: called every so often while waiting; raises if the sampler died or the run must
+            stop now.
     """
+
+    def __init__(self, check: Callable[[], None]) -> None:
+        self.check = check
+        self.seconds = 0.0
+
+    def take(self, channel: Any) -> Any:
+        """The next item of the queue ``channel``."""
+        started = time.perf_counter()
+        item = take(channel, self.check)
+        self.seconds += time.perf_counter() - started
+        return item
+
+    def acquire(self, semaphore: Any) -> None:
+        """Acquire ``semaphore``."""
+        started = time.perf_counter()
+        while not semaphore.acquire(timeout=_LIVENESS_PERIOD_S):
+            self.check()
+        self.seconds += time.perf_counter() - started
+
+
+class _GuardedLock:
+    """A cross-process lock acquired in bounded waits, checking between them that the other
+    process lives: a process killed while holding a lock never releases it."""
 
     def __init__(self, lock: Any, check: Callable[[], None]) -> None:
         self.lock = lock
@@ -96,7 +129,7 @@ class GuardedLock:
         self.lock.release()
 
 
-class OptimiserGone(Exception):
+class _OptimiserGone(Exception):
     """Raised in a sampler process whose optimiser's process has exited."""
 
 
@@ -105,7 +138,7 @@ def child_main(loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> 
     try:
         register_envs()  # the sampler builds envs: under spawn it starts knowing no plugin ids
         loop(spec)
-    except OptimiserGone:
+    except _OptimiserGone:
         return
     except BaseException as exc:  # report everything, KeyboardInterrupt included
         try:
@@ -116,37 +149,35 @@ def child_main(loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> 
 
 
 class ChildLink:
-    """The sampler process's end: set-up, shared counters, liveness of the optimiser, waits and
-    weight pulls.
+    """The sampler process's end: its set-up, the shared counters and hand-over, waits, weight
+    pulls and the liveness of the optimiser.
 
+    Args:
+        spec: the process's spec (see :meth:`SamplerHandle.start`).
     """
 
     def __init__(self, spec: dict[str, Any]) -> None:
-        # the optimiser handles SIGINT and SIGTERM and stops this process through STOP;
+        # the optimiser handles SIGINT and SIGTERM and stops this process through `stop`;
         # torchrun sends SIGTERM to each rank's whole process group, this process included
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
-        # forked, it started with both blocked (ProcessLink.start): ignored now, let through
+        # forked, it started with both blocked (SamplerHandle.start): ignored now, let through
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED_SIGNALS)
-        if spec["affinity"]:
-            os.sched_setaffinity(0, spec["affinity"])
-        torch.set_num_threads(int(spec["torch_threads"]))
-        self.counters: SharedCounters = spec["counters"]
+        options: SamplerOptions = spec["options"]
+        if options.affinity:
+            os.sched_setaffinity(0, options.affinity)
+        torch.set_num_threads(int(options.threads))
+        self.handover: Handover = spec["handover"]
+        self.counters = self.handover.counters
         self.version = -1
         self._parent = spec["parent_pid"]
-        self._shared_weights: list[torch.Tensor] = spec["weights"]
-        self._weights_lock = GuardedLock(spec["weights_lock"], self.check_optimiser)
+        self._weights_lock = _GuardedLock(self.handover.weights_lock, self.check_optimiser)
 
     def check_optimiser(self) -> None:
-        """Raise :class:`OptimiserGone` if the optimiser's process has exited (this process was
-        re-parented), perhaps holding a lock."""
+        """Raise if the optimiser's process has exited (this process was re-parented), perhaps
+        holding a lock; :func:`child_main` then ends this process quietly."""
         if os.getppid() != self._parent:
-            raise OptimiserGone
-
-    @property
-    def stopped(self) -> bool:
-        """Whether the optimiser asked this process to stop."""
-        return bool(self.counters.stop)
+            raise _OptimiserGone
 
     def acquire(self, semaphore: Any) -> bool:
         """Wait for ``semaphore`` (counted as waiting time); ``False`` if a stop was asked."""
@@ -160,78 +191,61 @@ class ChildLink:
                     return False
             return True
         finally:
-            self.counters.add_sampler_wait(time.perf_counter() - started)
+            self.counters.sampler_wait += time.perf_counter() - started
 
-    def pull_weights(self, params: Sequence[torch.Tensor]) -> int:
-        """Copy the published weights into ``params`` if they are newer; returns their version."""
-        if self.counters.version == self.version:
-            return self.version
-        with self._weights_lock:
-            self.version = self.counters.version
-            for mine, shared in zip(params, self._shared_weights):
-                mine.copy_(shared)
+    def weights_for(self, n: int, params: Sequence[torch.Tensor]) -> int | None:
+        """Copy the weights item ``n`` is collected with into ``params``: with a fixed lag those
+        of the publish meant for it (waited for), otherwise the newest. Their version, or
+        ``None`` if a stop was asked meanwhile."""
+        fixed_lag = self.handover.fixed_lag
+        if fixed_lag and n >= 2 and not self.acquire(self.handover.publishes):
+            return None
+        if self.counters.version != self.version:
+            with self._weights_lock:
+                self.version = self.counters.version
+                for mine, shared in zip(params, self.handover.weights):
+                    mine.copy_(shared)
+        if fixed_lag:
+            self.handover.pulls.release()
         return self.version
 
 
 class SamplerHandle:
-    """The optimiser's end of a sampler process: shared counters and weights, start, publish,
-    liveness check, stop.
+    """The optimiser's end of a sampler process: its hand-over, start, weight publish, liveness
+    check and stop.
 
     Args:
         options: how the process runs (its context makes the locks and queues too).
         role: ``sampler`` or ``rollout`` (in messages and the process's name).
         model: the module whose weights are published (its ``state_dict`` tensors share storage
             with the parameters, so the list taken here stays current).
-        finished: given the process's exit code, whether its exit is the run's normal end.
     """
 
-    def __init__(
-        self,
-        options: SamplerOptions,
-        role: str,
-        model: torch.nn.Module,
-        finished: Callable[[int | None], bool],
-    ) -> None:
+    def __init__(self, options: SamplerOptions, role: str, model: torch.nn.Module) -> None:
         import torch.multiprocessing as mp
 
         self.role = role
         self.options = options
         self.ctx = ctx = mp.get_context(options.context)
-        self.counters = SharedCounters()
         self._state = list(model.state_dict().values())
-        self._shared_weights = [t.detach().cpu().clone().share_memory_() for t in self._state]
-        self.weights_lock = ctx.Lock()
-        self._weights_lock = GuardedLock(self.weights_lock, self.check)
+        self.handover = Handover(ctx, self._state, options.fixed_lag)
+        self.counters = self.handover.counters
+        self._weights_lock = _GuardedLock(self.handover.weights_lock, self.check)
         self.errors = ctx.Queue()
         self.process: Any = None
-        self._finished = finished
-
-    def spec(self) -> dict[str, Any]:
-        """The entries of the process's spec that :class:`ChildLink` reads."""
-        options = self.options
-        return dict(
-            counters=self.counters,
-            weights=self._shared_weights,
-            weights_lock=self.weights_lock,
-            errors=self.errors,
-            parent_pid=os.getpid(),
-            torch_threads=options.threads,
-            affinity=set(options.affinity) if options.affinity else None,
-        )
-
-    @property
-    def sampler_wait(self) -> float:
-        """Seconds the process has waited for the optimiser so far."""
-        return self.counters.sampler_wait
 
     def publish(self, version: int) -> None:
         """Copy the model's weights to shared memory as ``version``."""
         with self._weights_lock:
-            for shared, tensor in zip(self._shared_weights, self._state):
+            for shared, tensor in zip(self.handover.weights, self._state):
                 shared.copy_(tensor)
             self.counters.version = version
 
-    def start(self, loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
+    def start(self, loop: Callable[[dict[str, Any]], None], entries: dict[str, Any]) -> None:
+        """Start the process running ``loop`` on a spec of ``entries`` and of what
+        :class:`ChildLink` reads."""
+        link = dict(handover=self.handover, errors=self.errors, parent_pid=os.getpid())
+        spec = {**entries, **link, "options": self.options}
         self.process = self.ctx.Process(
             target=child_main, args=(loop, spec), name=f"vecaccel-async-{self.role}"
         )
@@ -239,13 +253,21 @@ class SamplerHandle:
         with signals_blocked_for_fork(self.ctx.get_start_method() == "fork"):
             self.process.start()
 
+    def wait_started(self, check: Callable[[], None]) -> Any:
+        """Wait until the process runs, checking every ``poll_interval``; the double buffer's
+        slots it hands over then."""
+        slots = take(self.handover.started, check, self.options.poll_interval)
+        self.handover.started_seen.release()
+        return slots
+
     def check(self) -> None:
-        """Raise :class:`SamplerError` if the process died before the run's normal end."""
+        """Raise :class:`SamplerError` if the process died before the run's normal end (a clean
+        exit, after its last item, which may still be on the queue, or when asked to stop)."""
         process = self.process
         if process is None or process.is_alive():
             return
         process.join(timeout=1.0)
-        if self.counters.stop or self._finished(process.exitcode):
+        if self.counters.stop or process.exitcode == 0:
             return
         remote = ""
         try:
@@ -262,8 +284,8 @@ class SamplerHandle:
             remote,
         )
 
-    def stop(self, *channels: Any) -> None:
-        """Ask the process to stop, wait for it (killing it if it does not), close ``channels``."""
+    def stop(self) -> None:
+        """Ask the process to stop, wait for it (killing it if it does not), close the queues."""
         self.counters.stop = 1
         process = self.process
         if process is not None:
@@ -271,7 +293,7 @@ class SamplerHandle:
             if process.is_alive():  # it ignores SIGTERM: end it with SIGKILL
                 process.kill()
                 process.join(timeout=5.0)
-        for channel in (self.errors, *channels):
+        for channel in (self.errors, self.handover.started, self.handover.filled):
             channel.close()
             channel.cancel_join_thread()
 
@@ -289,33 +311,3 @@ def leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:
     if cfg.backend != "serial":
         workers = getattr(cfg, "num_workers", 0) or min(cfg.num_envs, cpus)
     torch.set_num_threads(max(1, cpus - sampler_threads - workers))
-
-
-def wait_for(semaphore: Any, check: Callable[[], None]) -> float:
-    """Acquire ``semaphore``, calling ``check()`` (which raises if the other side died or a stop
-    was asked) every so often meanwhile; the seconds waited."""
-    started = time.perf_counter()
-    while not semaphore.acquire(timeout=_LIVENESS_PERIOD_S):
-        check()
-    return time.perf_counter() - started
-
-
-def take(channel: Any, check: Callable[[], None]) -> tuple[Any, float]:
-    """The next item of the queue ``channel``, calling ``check()`` every so often while none is
-    there; and the seconds waited."""
-    started = time.perf_counter()
-    while True:
-        try:
-            return channel.get(timeout=_LIVENESS_PERIOD_S), time.perf_counter() - started
-        except queue.Empty:
-            check()
-
-
-def poll_until(ready: Callable[[], bool], check: Callable[[], None], interval: float) -> float:
-    """Poll every ``interval`` seconds until ``ready()``, calling ``check()`` (which raises if the
-    other side died or a stop was asked) in between; the seconds waited (the optimiser's wait)."""
-    waited = time.perf_counter()
-    while not ready():
-        check()
-        time.sleep(interval)
-    return time.perf_counter() - waited

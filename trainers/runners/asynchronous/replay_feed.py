@@ -1,13 +1,12 @@
 """The replay feed of the asynchronous loop: the DQN family trains on chunks of steps.
 
-The sampler process collects chunks of ``async_max_lead / 2`` env steps (whole vector steps)
-into a shared double buffer and announces each on a queue; the optimiser adds each chunk to the
-replay buffer itself, in order, makes the updates then due by the
+The sampler process (:func:`chunk_sampler_loop`) collects chunks of ``async_max_lead / 2`` env
+steps (whole vector steps); the optimiser (:class:`ReplayFeed`) adds each chunk to the replay
+buffer itself, in order, makes the updates then due by the
 :class:`~vecaccel.trainers.run.schedules.ReplaySchedule` (the replay ratio holds at every chunk's
 end), publishes its weights and frees the slot. The sampler is thus at most two chunks ahead of
-the updates, and chunk ``n`` acts with the weights published after chunk ``n - 2``'s updates or
-newer ones. With a fixed lag exactly those (the sampler waits for them, and the optimiser
-publishes no newer ones before they are pulled), so a seeded run repeats exactly.
+the updates: chunk ``n`` acts with the weights published after chunk ``n - 2``'s updates, with a
+fixed lag exactly those, otherwise those or newer ones.
 
 Budgets, ``learning_starts`` and the exploration schedule count env steps over all ranks (each
 rank collects ``1/K`` of them); the ranks meet after every chunk, at the same update count on
@@ -16,65 +15,64 @@ every rank, so they call the same collectives in the same order.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
 import numpy as np
+import torch
 
+from vecaccel.trainers.run.logger import mean_or_none
 from vecaccel.trainers.run.schedules import ReplaySchedule
-from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
-from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions
-from vecaccel.trainers.runners.asynchronous.samplers import chunk_sampler_loop
-from vecaccel.trainers.runners.asynchronous.shared import Handover, chunk_slots
+from vecaccel.trainers.runners.asynchronous.loop import AsyncFeed, Meeting
+from vecaccel.trainers.runners.asynchronous.process import ChildLink, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.shared import CHILD_SEED_KEY, chunk_slots
 
-__all__ = ["ReplayFeed"]
-
-# what the sampler process reads of the run's config
-_SAMPLER_CONFIG = (
-    "backend",
-    "backend_options",
-    "num_workers",
-    "seed",
-    "start_epsilon",
-    "end_epsilon",
-)
+__all__ = ["ReplayFeed", "chunk_sampler_loop"]
 
 
-class ReplayFeed:
+class ReplayFeed(AsyncFeed):
     """Replay samples for the DQN family, from chunks the sampler process collects.
 
     Args:
-        agent: a DQN-family algorithm with its networks built; its step and update counters
-            are where this run starts.
-        env_id: the Gymnasium id the sampler process builds.
-        horizon: the step the run ends at, over all ranks.
-        fresh: the run starts from zero (``learning_starts`` applies even with a restored buffer).
-        fixed_lag: act on each chunk with the weights of two chunks before, exactly.
+        agent: a DQN-family algorithm with its networks built.
+        total_steps: env steps to collect, over all ranks (``None``: what a loaded run has left).
+        reset_num_timesteps: count env steps and updates from zero (``learning_starts``
+            applies even with a restored buffer).
+        weight_sync_period: sets ``config.async_weight_sync_period`` (``None``: keeps it).
         options: how the sampler process runs.
     """
 
     def __init__(
         self,
         agent: Any,
-        env_id: str,
-        horizon: int,
+        total_steps: int | None,
         *,
-        fresh: bool,
-        fixed_lag: bool,
+        reset_num_timesteps: bool,
+        weight_sync_period: int | None,
         options: SamplerOptions,
     ) -> None:
-        self.agent = agent
+        if weight_sync_period is not None:
+            agent.config.async_weight_sync_period = int(weight_sync_period)
+        if total_steps is None:
+            agent.set_budget(None)  # raises unless a loaded run has steps left
+            total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
+        if reset_num_timesteps:
+            agent.reset_counters()
+        # recorded in checkpoints: `vecaccel train --resume` goes on async, with the same options
+        agent.set_run_mode({"fixed_lag": options.fixed_lag})
+        super().__init__(agent, agent.q_network, "sampler", chunk_sampler_loop, options)
         cfg = self.cfg = agent.config
         self.world = world = int(agent.world_size)
-        self.fixed_lag = fixed_lag
-        self.num_envs = num_envs = cfg.num_envs
+        num_envs = cfg.num_envs
         self.start_global = start_global = int(agent.global_step)
+        self.horizon = horizon = start_global + int(total_steps)
+        self.resume_step = None if reset_num_timesteps else start_global
         self.updates_at_start = int(agent.num_updates)
         # budgets count env steps over all ranks; each rank collects its share
         self.local_start = local_start = start_global // world
         self.local_total = local_total = math.ceil(horizon / world)
-        self.sampler = SamplerHandle(options, "sampler", agent.q_network, self._finished)
-        self.counters = self.sampler.counters
+        self.counters.steps = local_start
         # only the optimiser touches the replay buffer: the sampler hands its steps over
         buffer = agent.make_buffer(num_envs)
         restored = agent.restore_replay(buffer)  # the loaded checkpoint's buffer, if any
@@ -87,12 +85,12 @@ class ReplayFeed:
         self.learn_from = self.rank_schedule.learn_from(
             local_start,
             min_fill=num_envs * (cfg.n_step + buffer.frame_stack + 1),
-            warm_up=fresh or not restored,
+            warm_up=reset_num_timesteps or not restored,
         )
         steps_per_update = cfg.batch_size / cfg.replay_ratio
         lead = cfg.async_max_lead or max(num_envs, int(math.ceil(16 * steps_per_update)))
         # chunks of half the lead (whole vector steps), the last one cut to the budget
-        self.chunk_steps = chunk_steps = max(1, math.ceil(lead / 2 / num_envs))
+        chunk_steps = max(1, math.ceil(lead / 2 / num_envs))
         vector_steps = max(0, math.ceil((local_total - local_start) / num_envs))
         self.num_chunks = math.ceil(vector_steps / chunk_steps)
         # the target network follows every target_update_period env steps' worth of updates:
@@ -100,52 +98,23 @@ class ReplayFeed:
         self.target_every = self.schedule.updates_per_target_update
         self.log_every = max(1, int(cfg.log_every_steps))
         exploration = cfg.exploration_steps or int(cfg.exploration_fraction * horizon)
-        self.handover = Handover(self.sampler.ctx)
         self.spec = dict(
-            self.sampler.spec(),
-            env_id=env_id,
-            num_envs=num_envs,
-            config={key: getattr(cfg, key) for key in _SAMPLER_CONFIG},
+            config=cfg,
             # a continued run restarts its envs at a seed of its own, not the first episodes again
             env_seed=cfg.seed if start_global == 0 else agent.restart_seed(),
-            network=_cpu_copy(agent.q_network),
+            network=copy.deepcopy(agent.q_network).cpu(),
             support=None if agent.support is None else agent.support.cpu(),
+            observation_space=agent.observation_space,
             action_space=agent.action_space,
-            updates_at_start=self.updates_at_start,
             exploration_steps=math.ceil(exploration / world),
-            start_steps=local_start,
             chunk_steps=chunk_steps,
             vector_steps=vector_steps,
-            slots=chunk_slots(agent.observation_space, num_envs, chunk_steps),
-            fixed_lag=bool(fixed_lag),
-            handover=self.handover,
         )
         self.steps = local_start  # env steps of this rank
-        self.complete = False
-        self.updates_done = 0
-        self.lag_sum = 0.0
-        self.replay_ratio = 0.0
         self.chunk = 0  # the next chunk
-        self.finished: list[tuple[float, float]] = []  # episodes since the last row
+        self.finished_episodes: list[tuple[float, float]] = []  # since the last row
         self.recent_losses: list[dict[str, float]] = []  # updates' metrics since the last row
         self.next_log = (start_global // self.log_every + 1) * self.log_every
-        self.slot_views = [
-            {key: value.numpy() for key, value in slot.items()} for slot in self.spec["slots"]
-        ]
-
-    def _finished(self, exitcode: int | None) -> bool:
-        """Whether the sampler process's exit is the run's normal end."""
-        return exitcode == 0 and self.counters.steps >= self.local_total
-
-    def start(self) -> None:
-        self.counters.steps = self.local_start
-        self.sampler.publish(self.updates_at_start)
-        self.sampler.start(chunk_sampler_loop, self.spec)
-
-    def ready(self) -> bool:
-        return bool(self.counters.ready)
-
-    # -- the updates ---------------------------------------------------------------------------
 
     def _due_at(self, steps: int) -> int:
         """The update count due once ``steps`` env steps (of this rank) were collected."""
@@ -174,8 +143,8 @@ class ReplayFeed:
         if m >= self.num_chunks:  # an empty budget
             self.complete = True
             return False
-        length, behaviour, ended = self.handover.take(waits)
-        shared = self.slot_views[m % 2]
+        length, behaviour, ended = waits.take(self.handover.filled)
+        shared = {key: value.numpy() for key, value in self.slots[m % 2].items()}
         for t in range(length):  # in order: the run repeats exactly
             agent.buffer.add(
                 shared["obs"][t],
@@ -185,19 +154,16 @@ class ReplayFeed:
                 shared["truncated"][t],
                 shared["final_obs"][t],
             )
-        self.steps += length * self.num_envs
+        self.steps += length * self.cfg.num_envs
         agent.record_progress(steps=self.steps * self.world - agent.global_step)
-        self.finished.extend(ended)
+        self.finished_episodes.extend(ended)
         agent.episode_log.extend((self.steps * self.world, r, n) for r, n in ended)
         while agent.num_updates < self._due_at(self.steps):
             self._update(behaviour)
-        if self.fixed_lag:  # not before chunk m + 1 has taken the weights after chunk m - 1
-            self.handover.await_pulls(min(m + 2, self.num_chunks), waits)
-            self.sampler.publish(agent.num_updates)
-            self.handover.publishes.release()
-        elif agent.num_updates - self.counters.version >= self.cfg.async_weight_sync_period:
-            self.sampler.publish(agent.num_updates)
-        # refilled only now: the chunk collected into it next acts with the weights just
+        # with a fixed lag, not before chunk m + 1 has taken the weights after chunk m - 1
+        sync_due = agent.num_updates - self.counters.version >= self.cfg.async_weight_sync_period
+        self.sync_weights(waits, min(m + 2, self.num_chunks), sync_due)
+        # freed only now: the chunk collected into it next acts with the weights just
         # published or newer ones, not with those from before this chunk's updates
         self.handover.free_slots.release()
         self.chunk = m + 1
@@ -205,33 +171,27 @@ class ReplayFeed:
         # every rank meets after every chunk, at the same update count
         return self.complete or self.world > 1 or requested or self.steps >= self.next_log
 
-    # -- the meetings and the end --------------------------------------------------------------
-
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
-        agent, cfg, finished = self.agent, self.cfg, self.finished
+        agent, episodes = self.agent, self.finished_episodes
         metrics: dict[str, float | None] = {
             "charts/SPS": (self.steps - self.local_start) / elapsed,
             "charts/UPS": self.updates_done / elapsed,
             "charts/updates": agent.num_updates,
-            "charts/replay_ratio_setting": cfg.replay_ratio,
+            "charts/replay_ratio_setting": self.cfg.replay_ratio,
             "charts/learning_rate": agent.learning_rate,
             "charts/lr_scale": agent.lr_scale,
             "charts/optimizer_wait_fraction": optimizer_wait / elapsed,
             "charts/sampler_wait_fraction": self.counters.sampler_wait / elapsed,
             "charts/policy_lag": self.lag_sum / self.updates_done if self.updates_done else None,
-            "charts/episodic_return": float(np.mean([r for r, _ in finished]))
-            if finished
-            else None,
-            "charts/episodic_length": float(np.mean([n for _, n in finished]))
-            if finished
-            else None,
+            "charts/episodic_return": mean_or_none(r for r, _ in episodes),
+            "charts/episodic_length": mean_or_none(n for _, n in episodes),
             "_steps": self.steps,
             "_learned": max(0, self.steps - self.learn_from),
         }
         recent = self.recent_losses
         for key in recent[0] if recent else ():
-            metrics[key] = float(np.mean([m[key] for m in recent]))
-        return Meeting(metrics, len(finished), ("charts/SPS", "_steps", "_learned"))
+            metrics[key] = mean_or_none(losses[key] for losses in recent)
+        return Meeting(metrics, len(episodes), ("charts/SPS", "_steps", "_learned"))
 
     def log_step(self, metrics: dict[str, float | None]) -> int | None:
         global_steps, learned = int(metrics.pop("_steps") or 0), metrics.pop("_learned") or 0
@@ -241,9 +201,9 @@ class ReplayFeed:
         metrics["charts/replay_ratio"] = (
             self.schedule.measured_ratio(self.updates_done, learned) if learned > 0 else None
         )
-        if self.finished and self.world == 1:
-            metrics["charts/episodes"] = len(self.finished)
-        self.finished, self.recent_losses = [], []
+        if self.finished_episodes and self.world == 1:
+            metrics["charts/episodes"] = len(self.finished_episodes)
+        self.finished_episodes, self.recent_losses = [], []
         return global_steps
 
     def stop(self) -> None:
@@ -253,15 +213,12 @@ class ReplayFeed:
             )
             self.replay_ratio = measured
             self.agent.set_measured_replay_ratio(measured)
-        self.sampler.stop(self.handover.filled)
+        super().stop()
 
-    def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
-        """Write the checkpoint at the end of the run, the sampler stopped.
-
-        On several ranks the checkpoint is a collective (each rank writes its replay buffer):
-        after an error the other ranks may never come, and the last checkpoint stays; so it does
-        after an error before any step (a sampler that could not start).
-        """
+    def final_checkpoint(self, every_rank_here: bool) -> None:
+        # on several ranks the checkpoint is a collective (each rank writes its replay buffer):
+        # after an error the other ranks may never come, and the last checkpoint stays; so it
+        # does after an error before any step (a sampler that could not start)
         agent = self.agent
         progressed = agent.global_step > self.start_global
         if agent.run_dir is None or not (every_rank_here or (self.world == 1 and progressed)):
@@ -269,7 +226,74 @@ class ReplayFeed:
         agent.write_checkpoint(agent.run_dir, replay=self.cfg.checkpoint_replay)
 
 
-def _cpu_copy(module: Any) -> Any:
-    import copy
+def chunk_sampler_loop(spec: dict[str, Any]) -> None:
+    """The DQN family's sampler: chunk ``n`` of ε-greedy steps into slot ``n % 2``, stepped by
+    the algorithm's own acting policy and collector
+    (:class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy`)."""
+    from vecaccel.trainers.algos.exploration import EpsilonGreedy, TransitionCollector
+    from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
+    from vecaccel.trainers.run.schedules import linear_schedule
+    from vecaccel.trainers.run.seeding import seed_everything, split_seed
 
-    return copy.deepcopy(module).cpu()
+    link = ChildLink(spec)
+    handover = link.handover
+    cfg = spec["config"]
+    steps = link.counters.steps  # where this rank's steps start
+    # its own draws (e.g. noisy nets' noise), new ones for a resumed run (the version published
+    # before this process started)
+    seed_everything(split_seed(int(spec["env_seed"]), CHILD_SEED_KEY, link.counters.version))
+    network: torch.nn.Module = spec["network"]
+    params = list(network.state_dict().values())
+    envs = make_env_for_training(
+        cfg.env_id,
+        cfg.num_envs,
+        backend=cfg.backend,
+        seed=cfg.seed,
+        autoreset_mode="SameStep",
+        **backend_options_of(cfg),
+    )
+    rng = np.random.default_rng(spec["env_seed"] + 1)
+    action_space = spec["action_space"]
+    policy = EpsilonGreedy(
+        network, int(action_space.n), action_start(action_space), spec["support"]
+    )
+    collector = TransitionCollector(envs, policy)
+    collector.reset(seed=spec["env_seed"])
+    try:
+        chunk_steps, vector_steps = spec["chunk_steps"], spec["vector_steps"]
+        shared = chunk_slots(spec["observation_space"], cfg.num_envs, chunk_steps)
+        handover.started.put(shared)
+        slots = [{key: value.numpy() for key, value in slot.items()} for slot in shared]
+        for n in range(math.ceil(vector_steps / chunk_steps)):
+            length = min(chunk_steps, vector_steps - n * chunk_steps)
+            if not link.acquire(handover.free_slots):  # slot n % 2: chunk n - 2 trained on
+                break
+            version = link.weights_for(n, params)
+            if version is None:
+                break
+            slot = slots[n % 2]
+            ended: list[tuple[float, float]] = []
+            for t in range(length):
+                epsilon = linear_schedule(
+                    cfg.start_epsilon, cfg.end_epsilon, spec["exploration_steps"], steps
+                )
+                transition, finished = collector.step(epsilon, rng)
+                slot["obs"][t] = transition.obs
+                slot["actions"][t] = transition.actions
+                slot["rewards"][t] = transition.reward
+                slot["terminated"][t] = transition.terminated
+                slot["truncated"][t] = transition.truncated
+                final_obs = transition.final_obs
+                for i in np.flatnonzero(transition.terminated | transition.truncated):
+                    if final_obs is not None and final_obs[i] is not None:
+                        slot["final_obs"][t, i] = final_obs[i]
+                steps += collector.num_envs
+                ended.extend(finished)
+                link.check_optimiser()
+            link.counters.steps = steps
+            handover.filled.put((length, version, ended))
+        # the slots travel as file descriptors that this process shares itself: it must not
+        # exit before the optimiser has them (a run of two chunks could)
+        link.acquire(handover.started_seen)
+    finally:
+        collector.close()

@@ -1,121 +1,97 @@
 """The on-policy feed of the asynchronous loop: whole ``[T, B]`` rollouts from a double buffer.
 
-A rollout process (:func:`~vecaccel.trainers.runners.asynchronous.samplers.rollout_loop`) collects
-batches with the weights it last received into two shared slots, in turn, while the optimiser
-updates on the other slot. Each batch remembers which update's weights collected it: the **policy
-lag** (updates between those weights and the ones being trained) is logged as
-``charts/policy_lag``. With a fixed lag batch ``n`` is always collected with the weights of update
-``n - 1``: the rollout process waits for them, and the optimiser publishes no newer ones before
-they are taken.
+A rollout process (:func:`rollout_loop`) collects batches with the weights it last received into
+two shared slots, in turn, while the optimiser (:class:`RolloutFeed`) updates on the other slot.
+Each batch remembers which update's weights collected it: the **policy lag** (updates between
+those weights and the ones being trained) is logged as ``charts/policy_lag``. With a fixed lag
+batch ``n`` is always collected with the weights of update ``n - 1``.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-import queue
 from typing import Any
 
-from vecaccel.trainers.runners.asynchronous.loop import Meeting, Waits
-from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions
-from vecaccel.trainers.runners.asynchronous.samplers import rollout_loop
-from vecaccel.trainers.runners.asynchronous.shared import Handover
+import torch
 
-__all__ = ["RolloutFeed"]
+from vecaccel.trainers.run.logger import mean_or_none
+from vecaccel.trainers.runners.asynchronous.loop import AsyncFeed, Meeting
+from vecaccel.trainers.runners.asynchronous.process import ChildLink, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.shared import CHILD_SEED_KEY, rollout_slots
 
-# what the rollout process reads of the run's config
-_ROLLOUT_CONFIG = (
-    "env_id",
-    "num_envs",
-    "backend",
-    "backend_options",
-    "num_workers",
-    "seed",
-    "atari",
-    "autoreset_mode",
-    "vectorized",
-    "env_source",
-    "num_steps",
-)
+__all__ = ["RolloutFeed", "rollout_loop"]
 
 
-class RolloutFeed:
+class RolloutFeed(AsyncFeed):
     """Rollouts for A2C and PPO: one update per batch, the ranks meeting after every update.
 
     Args:
         agent: an on-policy algorithm without envs (the rollout process has them).
-        num_batches: batches to collect and train on.
-        weight_sync_period: updates between weight copies to the rollout process.
-        fixed_lag: collect batch ``n`` with the weights of update ``n - 1`` exactly.
-        options: how the sampler process runs.
+        total_steps: env steps to collect, over all ranks, rounded up to whole batches
+            (``None``: what a loaded run has left, on its own schedule).
+        reset_num_timesteps: count env steps and updates from zero.
+        weight_sync_period: updates between weight copies to the rollout process (``None``: 1).
+        options: how the rollout process runs.
     """
 
     def __init__(
         self,
         agent: Any,
-        num_batches: int,
+        total_steps: int | None,
         *,
-        weight_sync_period: int,
-        fixed_lag: bool,
+        reset_num_timesteps: bool,
+        weight_sync_period: int | None,
         options: SamplerOptions,
     ) -> None:
-        self.agent = agent
+        period = 1 if weight_sync_period is None else int(weight_sync_period)
+        if options.fixed_lag and period != 1:
+            raise ValueError(
+                f"fixed_lag=True needs weight_sync_period=1 (every update's weights are the next "
+                f"batch's), got weight_sync_period={weight_sync_period}"
+            )
+        if total_steps is None:
+            agent.set_budget(None)
+            num_batches = max(
+                1, math.ceil((agent.target_steps - agent.global_step) / agent.batch_size)
+            )
+        else:
+            if reset_num_timesteps:
+                agent.reset_counters()
+            # agent.batch_size is the batch over all ranks, so every rank makes the same updates
+            num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
+            agent.set_budget(num_batches * agent.batch_size)
+        agent.end_after_batches(num_batches)
+        # recorded in checkpoints: `vecaccel train --resume` goes on async, with these options
+        agent.set_run_mode({"weight_sync_period": period, "fixed_lag": options.fixed_lag})
+        super().__init__(agent, agent.model, "rollout", rollout_loop, options)
         self.num_batches = num_batches
-        self.weight_sync_period = weight_sync_period
-        self.fixed_lag = fixed_lag
-        self.sampler = SamplerHandle(options, "rollout", agent.model, self._finished)
-        self.counters = self.sampler.counters
-        ctx = self.sampler.ctx
-        self.slots_queue, self.slots_taken = ctx.Queue(), ctx.Semaphore(0)
-        self.handover = Handover(ctx)
-        cfg = agent.config
+        self.weight_sync_period = period
+        self.horizon = agent.target_steps
+        self.resume_step = agent.global_step if agent.global_step > 0 else None
+        # CPU copies of the model and of the sampler policy around that same copy (the rollout
+        # process pulls weights into the model and acts through the policy)
+        memo: dict[int, Any] = {}
+        model = copy.deepcopy(agent.model, memo)
+        policy = copy.deepcopy(agent.sampler_policy(), memo)
         self.spec = dict(
-            self.sampler.spec(),
-            config={key: getattr(cfg, key) for key in _ROLLOUT_CONFIG},
-            **_acting_copy(agent),
-            slots=self.slots_queue,
-            slots_taken=self.slots_taken,
-            handover=self.handover,
-            num_batches=num_batches,
-            fixed_lag=bool(fixed_lag),
+            config=agent.config, model=model.cpu(), policy=policy, num_batches=num_batches
         )
-        self.slots: list[dict[str, Any]] | None = None
-        self.slot = 0
         self.complete = agent.global_step >= agent.target_steps
         self.start_step = int(agent.global_step)
-        self.updates_done = 0
-        self.lag_sum = 0.0
         self.replay_ratio = 1.0  # each batch is used once
         self.in_update = False  # between an update's first optimizer step and its counters
-        self.log_every_steps = int(cfg.log_every_steps)
+        self.log_every_steps = int(agent.config.log_every_steps)
         self.next_log = _next_log(self.start_step, self.log_every_steps)
         # what the last turn's update gave: its metrics, episodes, learning rate and lag
         self._last: tuple[dict[str, Any], list[float], list[int], float, int] = ({}, [], [], 0.0, 0)
 
-    def _finished(self, exitcode: int | None) -> bool:
-        """Whether the rollout process's exit is the run's normal end: it exits cleanly only
-        after its last batch (or when asked to stop), which may still be on the queue."""
-        return exitcode == 0
-
-    def start(self) -> None:
-        self.sampler.publish(self.agent.num_updates)
-        self.sampler.start(rollout_loop, self.spec)
-
-    def ready(self) -> bool:
-        try:
-            self.slots = self.slots_queue.get(timeout=0.2)
-        except queue.Empty:
-            return False
-        self.slots_taken.release()
-        return True
-
     def turn(self, waits: Waits, requested: bool) -> bool:
         from vecaccel.sampler import SampleBatch
 
-        agent, slot = self.agent, self.slot
-        k, behaviour, returns, lengths = self.handover.take(waits)
-        assert self.slots is not None
-        shared = self.slots[slot]
+        agent = self.agent
+        k, behaviour, returns, lengths = waits.take(self.handover.filled)
+        shared = self.slots[self.updates_done % 2]
         device = agent.device
         batch = SampleBatch(
             obs=shared["obs"].to(device),
@@ -140,21 +116,15 @@ class RolloutFeed:
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
-        if self.fixed_lag:  # not before batch m has taken update m - 1's weights
-            self.handover.await_pulls(min(self.updates_done + 1, self.num_batches), waits)
-        if agent.num_updates % self.weight_sync_period == 0:
-            self.sampler.publish(agent.num_updates)
-            if self.fixed_lag:
-                self.handover.publishes.release()
+        # with a fixed lag, not before batch m has taken update m - 1's weights
+        sync_due = agent.num_updates % self.weight_sync_period == 0
+        self.sync_weights(waits, min(self.updates_done + 1, self.num_batches), sync_due)
         self.lag_sum += lag
-        self.slot ^= 1
         self.complete = agent.global_step >= agent.target_steps
         self._last = (metrics, returns, lengths, lr_now, lag)
         return True  # every rank meets after every update (a collective cannot be skipped)
 
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
-        from vecaccel.trainers.run.logger import mean_or_none
-
         metrics, returns, lengths, lr_now, lag = self._last
         metrics.update(
             {
@@ -178,30 +148,17 @@ class RolloutFeed:
             return step
         return step if self.complete else None
 
-    def stop(self) -> None:
-        self.sampler.stop(self.slots_queue, self.handover.filled)
-
-    def final_checkpoint(self, every_rank_here: bool, logger: Any) -> None:
+    def final_checkpoint(self, every_rank_here: bool) -> None:
         # after an error on several ranks rank 0 may be part-way through an update the others
         # never finished (a collective that failed): the last checkpoint stays, as the replay
         # feed's; so it does after an error before any update (a resume whose rollout process
         # could not start must not record its options in the run's checkpoint), and after an
-        # error inside an update (a FloatingPointError after some minibatches stepped: weights
-        # part-way through an update that the counters do not count)
+        # error inside an update (weights part-way through an update the counters do not count)
         agent = self.agent
         progressed = agent.global_step > self.start_step
         single = agent.world_size == 1
         if every_rank_here or (single and progressed and not self.in_update):  # a collective
             agent.write_checkpoint(agent.run_dir if agent.is_main else None)
-
-
-def _acting_copy(agent: Any) -> dict[str, Any]:
-    """CPU copies of the agent's model and of its sampler policy around that same copy (the
-    rollout process pulls weights into the model and acts through the policy)."""
-    memo: dict[int, Any] = {}
-    model = copy.deepcopy(agent.model, memo)
-    policy = copy.deepcopy(agent.sampler_policy(), memo)
-    return {"model": model.cpu(), "policy": policy}
 
 
 def _next_log(step: int, every: int) -> int:
@@ -211,14 +168,67 @@ def _next_log(step: int, every: int) -> int:
     return (step // every + 1) * every
 
 
-def num_batches_for(agent: Any, total_steps: int | None) -> int:
-    """Set the on-policy ``agent``'s budget for ``total_steps`` more env steps (rounded up to
-    whole batches; ``None``: what its run has left) and return the number of batches."""
-    if total_steps is None:  # the rest of a loaded run, on its own schedule
-        agent.set_budget(None)
-        num_batches = max(1, math.ceil((agent.target_steps - agent.global_step) / agent.batch_size))
-    else:
-        num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
-        agent.set_budget(num_batches * agent.batch_size)
-    agent.end_after_batches(num_batches)
-    return num_batches
+def rollout_loop(spec: dict[str, Any]) -> None:
+    """The on-policy sampler: ``[T, B]`` rollouts of the algorithm's sampler policy."""
+    import vecaccel
+    from vecaccel.trainers.envs.batched import is_batched_source
+    from vecaccel.trainers.envs.make import backend_options_of, make_env_for_training
+    from vecaccel.trainers.run.seeding import seed_everything, split_seed
+
+    link = ChildLink(spec)
+    handover = link.handover
+    model: torch.nn.Module = spec["model"]
+    cfg = spec["config"]
+    # the policy's action sampling, new draws for a resumed run (the version published before
+    # this process started)
+    seed_everything(split_seed(int(cfg.seed), CHILD_SEED_KEY, link.counters.version))
+    batched = is_batched_source(cfg.vectorized, cfg.env_source)
+    env = make_env_for_training(
+        cfg.env_id,
+        cfg.num_envs,
+        backend=cfg.backend,
+        seed=cfg.seed,
+        atari=cfg.atari,
+        autoreset_mode=None if batched else cfg.autoreset_mode,
+        vectorized=cfg.vectorized,
+        env_source=cfg.env_source,
+        **backend_options_of(cfg),
+    )
+    try:
+        model.eval()
+        params = list(model.state_dict().values())
+        # the algorithm's sampler policy around `model` (a Discrete(n, start) env gets the
+        # model's actions 0..n-1 moved to start..start+n-1); the optimiser moves them back
+        sampler = vecaccel.Sampler(
+            env, spec["policy"], horizon=cfg.num_steps, seed=cfg.seed, episode_stats="infos"
+        )
+        slots: list[dict[str, Any]] | None = None
+        for n in range(spec["num_batches"]):
+            if link.counters.stop:
+                break
+            version = link.weights_for(n, params)
+            if version is None:
+                break
+            batch = sampler.collect()
+            if slots is None:
+                slots = rollout_slots(batch)
+                handover.started.put(slots)
+            if not link.acquire(handover.free_slots):
+                break
+            target = slots[n % 2]
+            for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid"):
+                target[key].copy_(getattr(batch, key))
+            for key, value in batch.extras.items():
+                target["extras"][key].copy_(value)
+            target["next_obs"].copy_(batch.next_obs)
+            k = len(batch.final_obs)
+            if k:
+                target["final_obs"][:k].copy_(batch.final_obs)
+                target["final_index"][:k].copy_(batch.final_index)
+            episodes = sampler.pop_episodes()
+            link.counters.steps += batch.rewards.numel()
+            handover.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
+        if slots is not None:  # as the chunk sampler's
+            link.acquire(handover.started_seen)
+    finally:
+        env.close()

@@ -1,46 +1,23 @@
 """Asynchronous sampling and optimisation (``vecaccel train ALGO --async``), on one rank or several.
 
-Two processes run at the same time:
+Two processes run at the same time: the **sampler** (a child process) steps the envs with the
+latest weights it has and hands the experience over through a double buffer, while the
+**optimiser** (the calling process) trains on it and publishes its weights. What they share is a
+:class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`. One loop
+(:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm, fed after the
+algorithm's base class: rollouts for an
+:class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`
+(:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`), chunks of steps for an
+:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s replay buffer
+(:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`).
 
-- the **sampler** (a child process) steps the envs with the latest weights it has and hands the
-  experience over through a double buffer: the DQN family chunks of steps, which the optimiser
-  adds to its replay buffer, A2C and PPO whole ``[T, B]`` rollouts;
-- the **optimiser** (the calling process) trains on that experience.
-
-What they share lives in shared memory
-(:mod:`~vecaccel.trainers.runners.asynchronous.shared`): the two slots of the double buffer,
-the weights the sampler acts with (behind a lock), and a few named counters. The optimiser
-publishes its weights every ``weight_sync_period`` updates (the DQN family's at the end of a
-chunk). With automatic torch threads the optimiser leaves the sampler's
-cores to it.
-
-:class:`AsyncRunner` is the twin of :class:`~vecaccel.trainers.runners.sync.SyncRunner`:
-``AsyncRunner(agent).run(total_steps)`` trains any of the five algorithms, and
-``agent.learn(total_steps, mode="async")`` is the same call. One loop
-(:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm; the algorithm's base
-class decides only what it is fed (:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`:
-rollouts for an :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`;
-:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`: chunks of steps for an
-:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s replay buffer, the replay
-ratio held at every chunk's end). The measured ratio, the fraction of time each side waited and
-the policy lag (updates the sampler's weights are behind) are logged.
-With ``fixed_lag=True`` either family repeats a seeded run exactly.
-
-**Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, an optimiser with
-its own sampler process, envs seeded by rank, and its own replay buffer or rollout double buffer.
-The optimisers are data-parallel: the algorithm's model is wrapped in ``DistributedDataParallel``
-(:mod:`~vecaccel.trainers.run.distributed`: gloo on CPUs, NCCL with one GPU per rank), so each
-update's gradients are averaged over ranks and the parameters stay identical. Every update is
-therefore a collective and the ranks update in lockstep; each rank holds the replay ratio with its
-own sampler's chunks, which makes it the same ratio globally. The ranks meet for their metrics and
-to agree on a stop (SIGINT/SIGTERM) at points fixed by the update count, so they always call the
-same collectives in the same order; rank 0 logs the reduced metrics and writes the checkpoints.
-
-A sampler process that dies is reported at once: the optimiser checks it at every turn of its
-loop and raises :class:`SamplerError` with the child's exit code and traceback (and rank), which
-ends that rank; the other ranks then fail at their next collective (gloo sees the closed
-connection; every collective also has a timeout) and ``torchrun`` stops the job. The sampler
-exits when its optimiser's process goes away.
+**Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, with envs seeded
+by rank and its own replay buffer or double buffer. The optimisers are data-parallel
+(:mod:`~vecaccel.trainers.run.distributed`), so every update is a collective and the ranks update
+in lockstep. They meet for their metrics and to agree on a stop (SIGINT/SIGTERM) at points fixed
+by the update count; rank 0 logs and writes the checkpoints. A sampler process that dies ends its
+rank with a :class:`SamplerError`; the other ranks then fail at their next collective, which has a
+timeout, and ``torchrun`` stops the job. A sampler exits when its optimiser's process goes away.
 
 Example:
     >>> import torch; torch.set_num_threads(1)
@@ -64,7 +41,7 @@ from vecaccel.trainers.runners.asynchronous.process import (
     leave_cores_to_sampler,
 )
 from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
-from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed, num_batches_for
+from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed
 
 __all__ = ["AsyncRunner", "AsyncStats", "SamplerError"]
 
@@ -88,10 +65,10 @@ class AsyncRunner:
     """Trains an algorithm with a sampler process beside it: the twin of
     :class:`~vecaccel.trainers.runners.sync.SyncRunner`, for every algorithm.
 
-    The sampler process builds its own envs from the agent's env id (``config.env_id``, the id
-    the agent was created with): an agent made with ``env=None`` and ``env_id=...`` builds none
-    in this process (an off-policy one gets its networks here, from one env of that id). An
-    agent that has envs of its own keeps them, unused by this runner.
+    The sampler process builds its own envs from the agent's env id (``config.env_id``): an
+    agent made with ``env=None`` and ``env_id=...`` builds none in this process (an off-policy
+    one gets its networks here, from one env of that id). An agent that has envs of its own
+    keeps them, unused by this runner.
 
     Args:
         agent: an :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C, PPO) or
@@ -134,12 +111,9 @@ class AsyncRunner:
         """Train ``total_steps`` more env steps, over all ranks (``None``: finish a loaded
         run's budget); the measured :class:`AsyncStats` are then in :attr:`stats`.
 
-        A2C and PPO: a rollout process collects ``[T, B]`` batches into a shared double buffer
-        while this process updates on the other one (``total_steps`` rounded up to whole
-        batches). The DQN family: the sampler collects chunks of steps that this process adds
-        to the replay buffer before the updates they make due. Checkpoints go to ``run_dir`` every
-        ``checkpoint_every`` updates and when the run ends or is stopped (SIGINT, SIGTERM);
-        they record the asynchronous mode and its options, so that ``vecaccel train --resume``
+        A2C and PPO round ``total_steps`` up to whole batches. Checkpoints go to ``run_dir``
+        every ``checkpoint_every`` updates and when the run ends or is stopped (SIGINT,
+        SIGTERM); they record the asynchronous options, so that ``vecaccel train --resume``
         goes on alike.
 
         Args:
@@ -150,14 +124,12 @@ class AsyncRunner:
                 (``None``: 1 for A2C and PPO, ``config.async_weight_sync_period`` for the DQN
                 family, which this then sets: its optimiser publishes at the end of a chunk
                 once that many updates were made since the last copy).
-            fixed_lag: a fixed policy lag, so that a seeded run repeats exactly: on-policy,
-                batch ``n`` is collected with the weights of update ``n - 1`` (needs
-                ``weight_sync_period=1``); off-policy, chunks of ``async_max_lead / 2`` env
-                steps, chunk ``n`` acted on with the weights published after chunk ``n - 2``'s
-                updates.
+            fixed_lag: a fixed policy lag, so that a seeded run repeats exactly: batch ``n`` is
+                collected with the weights of update ``n - 1`` (needs ``weight_sync_period=1``),
+                chunk ``n`` with those published after chunk ``n - 2``'s updates.
             context: multiprocessing start method of the sampler process.
-            poll_interval: seconds between checks while this process waits for the sampler
-                to start (later waits are on semaphores and queues).
+            poll_interval: seconds between checks that the sampler process lives while this
+                process waits for it to start.
             sampler_threads: torch threads of the sampler process.
             sampler_affinity: CPUs to pin the sampler process to (``None``: this process's).
 
@@ -170,23 +142,23 @@ class AsyncRunner:
             SamplerError: the sampler process died or raised.
             TrainingInterrupted: SIGINT or SIGTERM arrived (after the checkpoint was written).
         """
-        options = SamplerOptions(context, poll_interval, sampler_threads, sampler_affinity)
-        if self.on_policy:
-            period = 1 if weight_sync_period is None else int(weight_sync_period)
-            if reset_num_timesteps and total_steps is not None:
-                self.agent.reset_counters()
-            self.stats = _run_on_policy(self.agent, total_steps, period, fixed_lag, options)
-        else:
-            if weight_sync_period is not None:
-                if weight_sync_period < 1:
-                    raise ValueError(
-                        f"weight_sync_period must be at least 1, got {weight_sync_period}"
-                    )
-                self.agent.config.async_weight_sync_period = int(weight_sync_period)
-            self.stats = _run_off_policy(
-                self.agent, total_steps, reset_num_timesteps, fixed_lag, options
-            )
-        return self.agent
+        agent = self.agent
+        if weight_sync_period is not None and weight_sync_period < 1:
+            raise ValueError(f"weight_sync_period must be at least 1, got {weight_sync_period}")
+        _env_id(agent)
+        options = SamplerOptions(
+            context, poll_interval, sampler_threads, sampler_affinity, bool(fixed_lag)
+        )
+        leave_cores_to_sampler(agent.config, sampler_threads)
+        feed = (RolloutFeed if self.on_policy else ReplayFeed)(
+            agent,
+            total_steps,
+            reset_num_timesteps=reset_num_timesteps,
+            weight_sync_period=weight_sync_period,
+            options=options,
+        )
+        self.stats = run_async(agent, feed)
+        return agent
 
 
 def _env_id(agent: Any) -> str:
@@ -208,69 +180,3 @@ def _build_networks_for(agent: Any, env_id: str) -> None:
         agent.attach_spaces(env.observation_space, env.action_space, env_id=env_id)
     finally:
         env.close()
-
-
-def _run_off_policy(
-    agent: Any,
-    total_steps: int | None,
-    reset_num_timesteps: bool,
-    fixed_lag: bool,
-    options: SamplerOptions,
-) -> AsyncStats:
-    env_id = _env_id(agent)
-    if total_steps is None:
-        agent.set_budget(None)  # raises unless a loaded run has steps left
-        total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
-    leave_cores_to_sampler(agent.config, options.threads)
-    if reset_num_timesteps:
-        agent.reset_counters()
-    start = int(agent.global_step)
-    horizon = start + int(total_steps)
-    feed = ReplayFeed(
-        agent, env_id, horizon, fresh=reset_num_timesteps, fixed_lag=fixed_lag, options=options
-    )
-    # recorded in checkpoints: `vecaccel train --resume` goes on async, with the same options
-    agent.set_run_mode({"fixed_lag": bool(fixed_lag)})
-    return run_async(
-        agent,
-        feed,
-        horizon=horizon,
-        resume_step=None if reset_num_timesteps else start,
-    )
-
-
-def _run_on_policy(
-    agent: Any,
-    total_steps: int | None,
-    weight_sync_period: int,
-    fixed_lag: bool,
-    options: SamplerOptions,
-) -> AsyncStats:
-    if weight_sync_period < 1:
-        raise ValueError(f"weight_sync_period must be at least 1, got {weight_sync_period}")
-    if fixed_lag and weight_sync_period != 1:
-        raise ValueError(
-            f"fixed_lag=True needs weight_sync_period=1 (every update's weights are the next "
-            f"batch's), got weight_sync_period={weight_sync_period}"
-        )
-    _env_id(agent)
-    leave_cores_to_sampler(agent.config, options.threads)
-    # agent.batch_size is the batch over all ranks, so every rank makes the same updates
-    num_batches = num_batches_for(agent, total_steps)
-    # recorded in checkpoints: `vecaccel train --resume` goes on async, with these options
-    agent.set_run_mode(
-        {"weight_sync_period": int(weight_sync_period), "fixed_lag": bool(fixed_lag)}
-    )
-    feed = RolloutFeed(
-        agent,
-        num_batches,
-        weight_sync_period=weight_sync_period,
-        fixed_lag=fixed_lag,
-        options=options,
-    )
-    return run_async(
-        agent,
-        feed,
-        horizon=agent.target_steps,
-        resume_step=agent.global_step if agent.global_step > 0 else None,
-    )
