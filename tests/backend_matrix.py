@@ -42,6 +42,7 @@ __all__ = [
     "SETUPS",
     "Backend",
     "Setup",
+    "backend_of",
     "backends",
     "contract_params",
     "options_for",
@@ -186,7 +187,8 @@ def select(**wanted: bool) -> list[str]:
     return chosen
 
 
-def _backend(name: str) -> Backend:
+def backend_of(name: str) -> Backend:
+    """The registered backend ``name``, with its properties."""
     for backend in _registered():
         if backend.name == name:
             return backend
@@ -196,13 +198,13 @@ def _backend(name: str) -> Backend:
 def options_for(name: str, **overrides: Any) -> dict[str, Any]:
     """The options ``name`` runs with: :data:`SETUPS`'s, updated with those of ``overrides``
     it takes (see :meth:`Backend.options`)."""
-    return _backend(name).options(**overrides)
+    return backend_of(name).options(**overrides)
 
 
 def partial_batch_options(name: str, num_envs: int) -> dict[str, Any]:
     """The option that makes ``name`` return half of ``num_envs`` per step: ``batch_size``, or
     ``alternating`` halves."""
-    backend = _backend(name)
+    backend = backend_of(name)
     if backend.accepts("batch_size"):
         return {"batch_size": num_envs // 2}
     if backend.accepts("alternating"):
