@@ -75,9 +75,9 @@ SETUPS: dict[str, Setup] = {
     "async": Setup({"num_workers": 2}),
     "action_server": Setup({"num_workers": 2, "device": "cpu"}),
     "auto": Setup(
-        selections_skip="it builds serial, hybrid or shm, as the env's step cost decides, so "
-        "its declared worker options do not say where its envs run; those backends are tested "
-        "each, and tests/backends/test_auto*.py test its choice",
+        selections_skip="it builds serial, hybrid or shm as the env's step cost decides, so its "
+        "declared worker options do not tell where its envs run; each of those is selected on "
+        "its own, and tests/backends/test_auto*.py test the choice",
     ),
     "ray": Setup(
         left_out="needs a Ray cluster, which costs seconds to start: "
