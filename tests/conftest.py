@@ -11,54 +11,20 @@ from pathlib import Path
 
 import pytest
 
-import vecaccel
 from vecaccel import get_plugin_manager
 from vecaccel.manager import _reset_plugin_manager
 
 sys.path.insert(0, os.path.dirname(__file__))  # `import toy_envs`, also in spawned workers
 
+from backend_matrix import contract_params, options_for, select
+
 from vecaccel.testing.leaks import LeakBaseline, child_pids, shm_entries, wait_until
-
-#: Extra options each backend needs (or wants) in the contract tests. A backend not named here
-#: runs with no options, so a newly registered one is tested at once.
-BACKEND_OPTIONS: dict[str, dict] = {
-    "serial": {},
-    "shm": {"num_workers": 2},
-    "hybrid": {"num_workers": 2, "inline_envs": 1},
-}
-
-#: Backends that declare themselves out of the step-by-step contract, with the reason; they
-#: have their own tests. (Extend this rather than special-casing a backend inside a test.)
-INCOMPATIBLE_BACKENDS: dict[str, str] = {
-    # returns batch_size envs per recv(); its contract tests live with it
-    "async": "steps a subset of envs per call (batch_size); tested by its own suite",
-    # returns torch tensors on a device
-    "action_server": "returns torch tensors on a device; tested by its own suite",
-    # a Ray instance costs seconds to start: its tests share one cluster in one module
-    "ray": "needs a Ray cluster; tests/backends/test_ray_backend.py runs the contract on one",
-}
-
-#: Backends that run envs in worker processes: fault and lifecycle tests apply to them.
-PROCESS_BACKENDS: tuple[str, ...] = ("shm",)
 
 #: Start methods every fault is tested under.
 CONTEXTS = ("fork", "spawn")
 
 
-def contract_backend_params() -> list:
-    try:
-        names = sorted(vecaccel.list_backends())
-    except Exception as exc:  # noqa: BLE001 - fail the contract tests, not the collection of every test file
-        return [pytest.param(exc, id="list_backends-failed")]
-    params = []
-    for name in names:
-        reason = INCOMPATIBLE_BACKENDS.get(name)
-        marks = [pytest.mark.skip(reason=reason)] if reason else []
-        params.append(pytest.param(name, marks=marks, id=name))
-    return params
-
-
-@pytest.fixture(params=contract_backend_params())
+@pytest.fixture(params=contract_params())
 def backend(request) -> str:
     """The name of a registered backend under the step-by-step contract."""
     if isinstance(request.param, Exception):
@@ -68,13 +34,25 @@ def backend(request) -> str:
 
 @pytest.fixture
 def backend_options(backend) -> dict:
-    """The extra options ``backend`` needs in the contract tests."""
-    return dict(BACKEND_OPTIONS.get(backend, {}))
+    """The options ``backend`` runs with (``backend_matrix.SETUPS``)."""
+    return options_for(backend)
 
 
-@pytest.fixture(params=PROCESS_BACKENDS)
+def _selected(**wanted: bool) -> list:
+    """``select(**wanted)``, or a param that fails the tests using it if the registry fails
+    (rather than the collection of every test file)."""
+    try:
+        return select(**wanted)
+    except Exception as exc:  # noqa: BLE001
+        return [pytest.param(exc, id="list_backends-failed")]
+
+
+@pytest.fixture(params=_selected(lockstep=True, envs_in_workers=True, tensors=False))
 def process_backend(request) -> str:
-    """A backend that runs envs in worker processes."""
+    """A backend that steps every env in worker processes, in lockstep, as NumPy arrays: the
+    fault and lifecycle tests of such a pool apply to it."""
+    if isinstance(request.param, Exception):
+        raise request.param
     return request.param
 
 

@@ -113,25 +113,16 @@ LONG_PROMPT = 10.0
 
 NUM_ENVS = 4  # two workers: envs [0, 1] and [2, 3]
 
-#: What each process backend needs besides the env functions to step all ``NUM_ENVS`` at once.
-OPTIONS = {
-    "shm": {},
-    "async": {"batch_size": NUM_ENVS},
-    "action_server": {"device": "cpu"},
-}
-
 
 def make_backend(backend: str, env_fns, context: str = "fork", **options):
-    """``backend`` over ``env_fns`` on two workers."""
+    """``backend`` over ``env_fns`` on two workers, with the options of ``backend_matrix``
+    (every env returned each step unless ``options`` say otherwise)."""
+    from backend_matrix import options_for
+
     import vecaccel
 
-    return vecaccel.make_vec(
-        env_fns,
-        backend=backend,
-        num_workers=2,
-        context=context,
-        **{**OPTIONS.get(backend, {}), **options},
-    )
+    matrix = options_for(backend, num_workers=2, context=context)
+    return vecaccel.make_vec(env_fns, backend=backend, **{**matrix, **options})
 
 
 def zeros(envs, n: int = NUM_ENVS):

@@ -1,4 +1,4 @@
-"""What the SB3 adapter's tests share: backends and their options, env functions, and the
+"""What the SB3 adapter's tests share: the backends it runs on, env functions, and the
 side-by-side comparison with ``DummyVecEnv``.
 
 Env functions are module level, so spawned workers import them from here.
@@ -12,6 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from backend_matrix import options_for, select
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.monitor import Monitor
@@ -30,21 +31,14 @@ from vecaccel.sb3 import VecAccelEnv, to_sb3
 
 N_ENVS = 3
 
-BACKENDS = ["serial", "shm", "hybrid"]
-
-
-#: Backend options that keep the worker count small on a 2-core machine.
-BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
-    "serial": {},
-    "shm": {"num_workers": 2},
-    "hybrid": {"num_workers": 1},
-}
+#: SB3 steps every env at once, in index order, as NumPy arrays.
+BACKENDS = select(lockstep=True, tensors=False)
 
 VEC_ENV_WRAPPERS = [None, VecNormalize, VecFrameStack]
 
 
 def make_adapter(env_fns: list[Callable[[], gym.Env]], backend: str, **kwargs: Any) -> VecAccelEnv:
-    return VecAccelEnv(env_fns, backend=backend, **BACKEND_OPTIONS[backend], **kwargs)
+    return VecAccelEnv(env_fns, backend=backend, **options_for(backend), **kwargs)
 
 
 def wrap(vec_env: VecEnv, wrapper: type | None) -> VecEnv:
@@ -132,7 +126,7 @@ def run_side_by_side(
     reference: VecEnv = DummyVecEnv(env_fns)
     if batched_infos:
         envs = vecaccel.make_vec(
-            env_fns, backend=backend, autoreset_mode=autoreset_mode, **BACKEND_OPTIONS[backend]
+            env_fns, backend=backend, autoreset_mode=autoreset_mode, **options_for(backend)
         )
         envs.supports_per_env_infos = False
         adapter: VecEnv = to_sb3(envs)

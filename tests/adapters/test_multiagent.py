@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from backend_matrix import options_for, select
 
 pettingzoo = pytest.importorskip("pettingzoo")
 from gymnasium.vector import AutoresetMode  # noqa: E402
@@ -171,10 +172,11 @@ def test_the_envs_used_pass_pettingzoos_parallel_api_test(env_fn):
 
 
 @pytest.mark.parametrize("mode", [NEXT, SAME], ids=["next_step", "same_step"])
-@pytest.mark.parametrize("backend", ["serial", "shm", "hybrid", "auto"])
+# auto by name: the selections leave it out (backend_matrix.SETUPS), and this is where its
+# probe meets multi-agent envs
+@pytest.mark.parametrize("backend", [*select(lockstep=True, tensors=False), "auto"])
 def test_rows_match_the_envs_stepped_by_hand(backend, mode):
-    options = {} if backend == "serial" else {"num_workers": 2}
-    _run_side_by_side(backend, mode, **options)
+    _run_side_by_side(backend, mode, **options_for(backend, num_workers=2))
 
 
 @pytest.mark.parametrize("mode", [NEXT, SAME], ids=["next_step", "same_step"])

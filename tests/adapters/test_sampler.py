@@ -8,6 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from backend_matrix import options_for, select
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 from toy_envs import tagged_counter
@@ -17,7 +18,8 @@ from vecaccel.sampler import SampleBatch, Sampler
 
 torch.set_num_threads(1)
 
-BACKENDS = [b for b in ("serial", "shm") if b in vecaccel.list_backends()]
+#: the backends the Sampler takes as they are: every env each step, in index order, as NumPy
+BACKENDS = select(lockstep=True, tensors=False)
 
 MODES = ["SameStep", "NextStep", "Disabled"]
 
@@ -34,16 +36,12 @@ def short_cartpole() -> gym.Env:
     )
 
 
-def backend_options(backend: str) -> dict:
-    return {"num_workers": 2} if backend in ("shm", "action_server") else {}
-
-
 def make_envs(backend: str, mode: str, **options) -> gym.vector.VectorEnv:
     return vecaccel.make_vec(
         [short_cartpole] * NUM_ENVS,
         backend=backend,
         autoreset_mode=mode,
-        **{**backend_options(backend), **options},
+        **{**options_for(backend), **options},
     )
 
 

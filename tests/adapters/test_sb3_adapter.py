@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_matrix import options_for, select
 from gymnasium import spaces
 
 pytest.importorskip("stable_baselines3")
@@ -44,7 +45,8 @@ from vecaccel.testing.envs import CounterEnv, counter_fns
 # ---------------------------------------------------------------------------------------------
 # the SB3 adapter beside DummyVecEnv
 
-SB3_BACKENDS = {"serial": {}, "shm": {"num_workers": 2}}
+#: SB3 steps every env at once, in index order, as NumPy arrays.
+SB3_BACKENDS = select(lockstep=True, tensors=False)
 
 
 @pytest.fixture
@@ -60,7 +62,7 @@ def sb3():
 
 def adapter(sb3, env_fns, backend: str, **kwargs: Any):
     _, vec_accel_env = sb3
-    return vec_accel_env(list(env_fns), backend=backend, **SB3_BACKENDS[backend], **kwargs)
+    return vec_accel_env(list(env_fns), backend=backend, **options_for(backend), **kwargs)
 
 
 @contextlib.contextmanager
@@ -89,7 +91,7 @@ def assert_tree_close(expected: Any, actual: Any, where: str) -> None:
         np.testing.assert_allclose(actual, expected, rtol=1e-6, atol=1e-7, err_msg=where)
 
 
-@pytest.mark.parametrize("backend", list(SB3_BACKENDS))
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 def test_sb3_step_async_twice_steps_each_env_once(sb3, backend):
     """``DummyVecEnv`` keeps the last actions and steps every env once; the adapter may refuse
     the second ``step_async``, but must not step the envs twice and drop a step's results."""
@@ -105,7 +107,7 @@ def test_sb3_step_async_twice_steps_each_env_once(sb3, backend):
             assert env.get_attr("steps") == [1, 1], type(env).__name__
 
 
-@pytest.mark.parametrize("backend", list(SB3_BACKENDS))
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 def test_sb3_returned_observations_survive_the_next_step(sb3, backend):
     """SB3's algorithms keep ``_last_obs`` across ``env.step`` (the replay buffer stores it as the
     transition's obs after the step), so every SB3 VecEnv returns fresh arrays. A backend made
@@ -130,7 +132,7 @@ def test_sb3_returned_observations_survive_the_next_step(sb3, backend):
         venv.close()
 
 
-@pytest.mark.parametrize("backend", list(SB3_BACKENDS))
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 def test_sb3_render_tiles_as_dummy_vec_env(sb3, backend):
     vec_env_module, _ = sb3
     fns = [functools.partial(FrameEnv, i) for i in range(3)]
@@ -149,7 +151,7 @@ def test_sb3_render_tiles_as_dummy_vec_env(sb3, backend):
 
 
 @pytest.mark.parametrize("wrapper", ["normalize", "frame_stack"])
-@pytest.mark.parametrize("backend", list(SB3_BACKENDS))
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 def test_sb3_dict_observations_through_wrappers(sb3, backend, wrapper):
     """Dict observations through ``VecNormalize``/``VecFrameStack``: obs, rewards, dones,
     terminal observations and ``reset_infos`` as on ``DummyVecEnv``."""
@@ -194,7 +196,7 @@ def test_sb3_dict_observations_through_wrappers(sb3, backend, wrapper):
         venv.close()
 
 
-@pytest.mark.parametrize("backend", list(SB3_BACKENDS))
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 def test_sb3_env_method_and_get_attr_indices_as_dummy_vec_env(sb3, backend):
     vec_env_module, _ = sb3
     fns = [functools.partial(FrameEnv, i) for i in range(3)]
@@ -218,26 +220,19 @@ def test_sb3_env_method_and_get_attr_indices_as_dummy_vec_env(sb3, backend):
             venv.env_method("render", indices=[3])
 
 
-ONE_WORKER_OPTIONS: dict[str, dict[str, Any]] = {
-    "serial": {},
-    "shm": {"num_workers": 1},
-    "hybrid": {"num_workers": 1},
-}
-
-ONE_WORKER_BACKENDS = list(ONE_WORKER_OPTIONS)
-
-
 def make_quiet_adapter(env_fns, backend: str, **kwargs: Any) -> VecAccelEnv:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch-oversubscription warning on small machines
-        return VecAccelEnv(env_fns, backend=backend, **ONE_WORKER_OPTIONS[backend], **kwargs)
+        return VecAccelEnv(
+            env_fns, backend=backend, **options_for(backend, num_workers=1), **kwargs
+        )
 
 
 def cartpole() -> gym.Env:
     return gym.make("CartPole-v1", max_episode_steps=10)
 
 
-@pytest.mark.parametrize("backend", ONE_WORKER_BACKENDS)
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 def test_step_infos_do_not_alias_env_state(backend: str) -> None:
     """The step infos SB3 receives are copies, not the env's own objects.
 
@@ -270,7 +265,7 @@ def test_step_infos_do_not_alias_env_state(backend: str) -> None:
         adapter.close()
 
 
-@pytest.mark.parametrize("backend", ["serial", "shm"])
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 def test_disabled_mode_autoreset_passes_no_options(backend: str) -> None:
     """With autoreset_mode=DISABLED the adapter's autoreset gives the env ``options=None``.
 
@@ -312,11 +307,12 @@ def test_disabled_mode_autoreset_passes_no_options(backend: str) -> None:
 @pytest.mark.parametrize(
     "backend, per_env",
     [
-        ("serial", [{"start": 1.0}, {}, {"start": 2.0}]),
-        ("shm", [{"start": 1.0}, {}, {"start": 2.0}]),
-        ("serial", [None, {"start": 1.0}, None]),
+        *(
+            pytest.param(b, [{"start": 1.0}, {}, {"start": 2.0}], id=f"empty-dict-{b}")
+            for b in SB3_BACKENDS
+        ),
+        pytest.param("serial", [None, {"start": 1.0}, None], id="none-entries-serial"),
     ],
-    ids=["empty-dict-serial", "empty-dict-shm", "none-entries-serial"],
 )
 def test_per_env_falsy_options_mean_no_options(backend: str, per_env: list) -> None:
     """A falsy per-env entry (``{}`` or ``None``) means no options, as ``DummyVecEnv.reset``
@@ -392,7 +388,7 @@ def test_to_sb3_leaves_the_wrapped_vector_env_a_gymnasium_vector_env() -> None:
         envs.close()
 
 
-@pytest.mark.parametrize("backend", ONE_WORKER_BACKENDS)
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 def test_indices_like_dummy_vec_env(backend: str) -> None:
     """Empty lists, ranges, numpy int arrays, tuples, negative and out-of-range indices."""
     fns = [CurrentStepEnv] * 3
@@ -421,7 +417,7 @@ def test_indices_like_dummy_vec_env(backend: str) -> None:
         adapter.close()
 
 
-@pytest.mark.parametrize("backend", ONE_WORKER_BACKENDS)
+@pytest.mark.parametrize("backend", SB3_BACKENDS)
 @pytest.mark.parametrize("mode", ["SameStep", "Disabled"])
 def test_terminal_obs_dict_tuple_are_copies_with_copy_false(backend: str, mode: str) -> None:
     """Returned obs and ``terminal_observation`` (Dict and Tuple) never change afterwards, with

@@ -13,12 +13,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_matrix import options_for, select
 from gymnasium.vector import AutoresetMode
 
 pytest.importorskip("stable_baselines3")
 
 from sb3_helpers import (
-    BACKEND_OPTIONS,
     BACKENDS,
     N_ENVS,
     assert_tree_equal,
@@ -74,7 +74,7 @@ def test_same_as_dummy_vec_env_from_batched_infos(backend: str, autoreset_mode) 
 def test_per_env_infos_are_the_batched_infos_unbatched(backend: str) -> None:
     """With ``per_env_infos`` a backend returns ``{}`` and each env's own info dict instead."""
     env_fns = [functools.partial(InfoEnv, 4 + i) for i in range(4)]
-    options = dict(autoreset_mode=AutoresetMode.SAME_STEP, **BACKEND_OPTIONS[backend])
+    options = dict(autoreset_mode=AutoresetMode.SAME_STEP, **options_for(backend))
     batched = vecaccel.make_vec(env_fns, backend=backend, **options)
     per_env = vecaccel.make_vec(env_fns, backend=backend, **options)
     per_env.per_env_infos = True
@@ -106,7 +106,7 @@ def test_disabled_autoreset_mode(backend: str) -> None:
     seen = run_side_by_side(env_fns, backend, 30, seed=1, autoreset_mode=AutoresetMode.DISABLED)
     assert seen["dones"] > 0
     envs = vecaccel.make_vec(
-        env_fns, backend=backend, autoreset_mode=AutoresetMode.DISABLED, **BACKEND_OPTIONS[backend]
+        env_fns, backend=backend, autoreset_mode=AutoresetMode.DISABLED, **options_for(backend)
     )
     adapter = to_sb3(envs)
     assert isinstance(adapter, SB3VecEnv) and adapter.vec_env is envs
@@ -119,7 +119,7 @@ def test_next_step_mode_is_refused(backend: str) -> None:
         [functools.partial(InfoEnv)] * 2,
         backend=backend,
         autoreset_mode=AutoresetMode.NEXT_STEP,
-        **BACKEND_OPTIONS[backend],
+        **options_for(backend),
     )
     with pytest.raises(ValueError, match="SAME_STEP"):
         to_sb3(envs)
@@ -128,7 +128,7 @@ def test_next_step_mode_is_refused(backend: str) -> None:
         make_adapter([InfoEnv] * 2, backend, autoreset_mode="NextStep")
 
 
-@pytest.mark.parametrize("backend", ["async", "action_server"])
+@pytest.mark.parametrize("backend", select(partial_batches=True))
 def test_async_backends_are_refused(backend: str) -> None:
     """Backends that return envs in the order they finish cannot give SB3's per-index steps."""
     with pytest.raises(ValueError, match="shm"):
@@ -196,14 +196,14 @@ def test_set_options_wrong_length_raises_value_error() -> None:
         adapter.close()
 
 
-@pytest.mark.parametrize("backend", ["serial", "shm"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_reset_mask_options_for_gymnasium_users_unchanged(backend: str) -> None:
     """The adapter resets done envs with ``options=None``; Gymnasium's
     ``reset(options={"reset_mask": m})`` still gives the envs what is left of the dict, ``{}``,
     as ``SyncVectorEnv`` does."""
     env_fns = [functools.partial(OptionsSeenEnv, 3)] * 2
     sync = gym.vector.SyncVectorEnv(env_fns)
-    envs = vecaccel.make_vec(env_fns, backend=backend, **BACKEND_OPTIONS[backend])
+    envs = vecaccel.make_vec(env_fns, backend=backend, **options_for(backend))
     try:
         mask = np.array([False, True])
         for venv in (sync, envs):
@@ -217,13 +217,13 @@ def test_reset_mask_options_for_gymnasium_users_unchanged(backend: str) -> None:
         envs.close()
 
 
-@pytest.mark.parametrize("backend", ["serial", "hybrid"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_wrapped_env_keeps_gymnasium_infos(backend: str) -> None:
     """``to_sb3`` does not switch the user's env to per-env infos: between the adapter's calls
     (and during a step the adapter left in flight) the env returns Gymnasium's batched infos,
     and the adapter's infos stay right."""
     envs = vecaccel.make_vec(
-        [InfoEnv] * 2, backend=backend, autoreset_mode="SameStep", **BACKEND_OPTIONS[backend]
+        [InfoEnv] * 2, backend=backend, autoreset_mode="SameStep", **options_for(backend)
     )
     adapter = to_sb3(envs)
     try:

@@ -12,6 +12,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_matrix import options_for, select
 
 pytest.importorskip("stable_baselines3")
 
@@ -25,8 +26,8 @@ from stable_baselines3.common.utils import LinearSchedule
 
 from vecaccel.sb3 import VecAccelEnv
 
-BACKENDS = ["serial", "shm"]
-BACKEND_OPTIONS: dict[str, dict[str, Any]] = {"serial": {}, "shm": {"num_workers": 2}}
+#: SB3 steps every env at once, in index order, as NumPy arrays.
+BACKENDS = select(lockstep=True, tensors=False)
 
 
 @pytest.fixture(autouse=True)
@@ -66,7 +67,7 @@ def make_sb3_env(env_id: str, n_envs: int, backend: str, seed: int = 0, **env_kw
         seed=seed,
         env_kwargs=env_kwargs or None,
         vec_env_cls=VecAccelEnv,
-        vec_env_kwargs={"backend": backend, **BACKEND_OPTIONS[backend]},
+        vec_env_kwargs={"backend": backend, **options_for(backend)},
     )
 
 
@@ -111,7 +112,7 @@ def test_learn_short_budget(name: str, backend: str) -> None:
 def test_learn_is_deterministic_across_backends() -> None:
     """Same seed, same numbers: the adapter adds no randomness of its own."""
     params = []
-    for backend in ("serial", "shm"):
+    for backend in BACKENDS:
         vec_env = make_sb3_env("CartPole-v1", 4, backend, seed=3)
         model = A2C("MlpPolicy", vec_env, n_steps=8, seed=3, device="cpu")
         model.learn(total_timesteps=256)
@@ -119,7 +120,8 @@ def test_learn_is_deterministic_across_backends() -> None:
             np.concatenate([p.detach().numpy().ravel() for p in model.policy.parameters()])
         )
         vec_env.close()
-    np.testing.assert_array_equal(params[0], params[1])
+    for backend, other in zip(BACKENDS[1:], params[1:]):
+        np.testing.assert_array_equal(other, params[0], err_msg=f"{backend} vs {BACKENDS[0]}")
 
 
 @pytest.mark.slow

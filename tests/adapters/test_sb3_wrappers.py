@@ -13,11 +13,11 @@ import warnings
 
 import numpy as np
 import pytest
+from backend_matrix import options_for
 
 pytest.importorskip("stable_baselines3")
 
 from sb3_helpers import (
-    BACKEND_OPTIONS,
     BACKENDS,
     N_ENVS,
     assert_tree_equal,
@@ -139,7 +139,7 @@ def test_get_images_warns_without_rgb_array(backend: str) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_make_vec_env_vec_env_cls(backend: str) -> None:
-    kwargs = {"backend": backend, **BACKEND_OPTIONS[backend]}
+    kwargs = {"backend": backend, **options_for(backend)}
     vec_env = make_vec_env(
         "CartPole-v1", n_envs=2, seed=0, vec_env_cls=VecAccelEnv, vec_env_kwargs=kwargs
     )
@@ -154,7 +154,7 @@ def test_make_vec_env_vec_env_cls(backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_make_atari_env_vec_env_cls(backend: str) -> None:
     pytest.importorskip("ale_py")
-    kwargs = {"backend": backend, **BACKEND_OPTIONS[backend]}
+    kwargs = {"backend": backend, **options_for(backend)}
     vec_env = make_atari_env(
         "PongNoFrameskip-v4", n_envs=2, seed=0, vec_env_cls=VecAccelEnv, vec_env_kwargs=kwargs
     )

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from backend_matrix import options_for, partial_batch_options, select
 from toy_envs import tagged_counter
 
 import vecaccel
@@ -162,12 +163,15 @@ def test_batch_size_validation():
 
 @pytest.mark.parametrize(
     "backend,options",
-    [("async", {"batch_size": 2}), ("action_server", {"device": "cpu", "alternating": True})],
+    [
+        (name, {**options_for(name, num_workers=2), **partial_batch_options(name, 4)})
+        for name in select(partial_batches=True)
+    ],
 )
 def test_masked_reset_resets_envs_of_the_batch_in_hand(backend, options):
     """A masked reset needs no full batch of ready envs: while the caller holds the others, it
     returns the batch in hand with the named envs reset."""
-    envs = vecaccel.make_vec("CartPole-v1", 4, backend=backend, num_workers=2, **options)
+    envs = vecaccel.make_vec("CartPole-v1", 4, backend=backend, **options)
     try:
         envs.reset(seed=0)
         obs, _, _, _, infos = envs.step(np.zeros(2, dtype=np.int64))

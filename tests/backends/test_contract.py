@@ -12,6 +12,7 @@ refused, a pending step, a closed env, reset masks, metadata and rendering, view
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_matrix import options_for, select, start_method_cases
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same
@@ -99,6 +101,7 @@ KIT_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "shm-views": ("shm", {"num_workers": 2, "context": "fork", "copy": False}),
     "serial-views": ("serial", {"copy": False}),
     "hybrid-one-worker": ("hybrid", {"num_workers": 1, "inline_envs": 1, "context": "fork"}),
+    "hybrid-two-workers": ("hybrid", {"num_workers": 2, "inline_envs": 1}),
     "async": ("async", {"num_workers": 2, "context": "fork"}),
     "async-batch-2": ("async", {"num_workers": 2, "context": "fork", "batch_size": 2}),
 }
@@ -225,17 +228,25 @@ def test_torch_actions_accepted(backend, backend_options):
         np.testing.assert_array_equal(with_torch, with_numpy)
 
 
-#: (backend, options) per test id: the serial reference, shm under both start methods, hybrid
-#: (inline envs on top of shm) and async (per-env stepping; batch_size = num_envs here).
-BACKENDS: dict[str, tuple[str, dict[str, Any]]] = {
-    "serial": ("serial", {}),
-    "shm-fork": ("shm", {"num_workers": 2, "context": "fork"}),
-    "shm-spawn": ("shm", {"num_workers": 2, "context": "spawn"}),
-    "hybrid": ("hybrid", {"num_workers": 1, "inline_envs": 1, "context": "fork"}),
-    "async": ("async", {"num_workers": 2, "context": "fork"}),
-}
+def _cases() -> dict[str, tuple[str, dict[str, Any]]]:
+    """(backend, options) per test id: every backend that returns NumPy arrays, those with
+    worker processes under ``fork``, the default backend under ``spawn`` too (a backend under
+    several start methods has its start method in its id)."""
+    pairs = start_method_cases(select(tensors=False), ("fork", "spawn"))
+    runs = collections.Counter(name for name, _ in pairs)
+    return {
+        f"{name}-{context}" if runs[name] > 1 else name: (name, options_for(name, context=context))
+        for name, context in pairs
+    }
 
-LOCKSTEP = ["serial", "shm-fork", "shm-spawn"]  # backends stepping every env, in index order
+
+BACKENDS = _cases()
+
+#: backends stepping every env, in index order
+LOCKSTEP = [case for case, (name, _) in BACKENDS.items() if name in select(lockstep=True)]
+
+#: each backend once, under fork
+ONE_EACH = [case for case, (_, options) in BACKENDS.items() if options.get("context") != "spawn"]
 
 
 def make(env_fns, backend_id: str, **extra: Any) -> gym.vector.VectorEnv:
@@ -256,7 +267,7 @@ def opened(env_fns, backend_id: str, **extra: Any) -> Iterator[gym.vector.Vector
 # beside SyncVectorEnv and AsyncVectorEnv: what their users rely on
 
 
-@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "async"])
+@pytest.mark.parametrize("backend_id", list(BACKENDS))
 def test_np_random_and_np_random_seed_are_per_env_tuples(backend_id):
     """``SyncVectorEnv``/``AsyncVectorEnv`` report the sub-envs' seeds and generators, as tuples."""
     fns = [functools.partial(gym.make, "CartPole-v1")] * 2
@@ -273,7 +284,7 @@ def test_np_random_and_np_random_seed_are_per_env_tuples(backend_id):
 
 
 @pytest.mark.parametrize("kind", ["observation", "action"])
-@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "async"])
+@pytest.mark.parametrize("backend_id", list(BACKENDS))
 def test_sub_envs_with_different_spaces_are_refused(backend_id, kind):
     """``SyncVectorEnv`` raises at construction when the sub-envs' spaces differ; batching an
     observation of shape (1,) into a slot of shape (3,) must not silently broadcast it, and env
@@ -293,7 +304,7 @@ def test_sub_envs_with_different_spaces_are_refused(backend_id, kind):
             envs.close()
 
 
-@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "hybrid", "async"])
+@pytest.mark.parametrize("backend_id", list(BACKENDS))
 def test_step_async_twice_is_refused_and_the_envs_step_once(backend_id):
     """A second ``step_async`` before ``step_wait`` is an error (``AsyncVectorEnv`` raises
     ``AlreadyPendingCallError``); it must neither step the envs a second time nor drop the
@@ -311,7 +322,7 @@ def test_step_async_twice_is_refused_and_the_envs_step_once(backend_id):
 
 
 @pytest.mark.parametrize("operation", ["get_attr", "set_attr", "call"])
-@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "hybrid", "async"])
+@pytest.mark.parametrize("backend_id", list(BACKENDS))
 def test_control_call_during_pending_step_keeps_the_step(backend_id, operation):
     """``get_attr``/``set_attr``/``call`` between ``step_async`` and ``step_wait``: either refused
     (``AsyncVectorEnv``: ``AlreadyPendingCallError``) or done, but the step in flight must
@@ -332,7 +343,7 @@ def test_control_call_during_pending_step_keeps_the_step(backend_id, operation):
         assert envs.get_attr("steps") == (1, 1)
 
 
-@pytest.mark.parametrize("backend_id", [*LOCKSTEP, "async"])
+@pytest.mark.parametrize("backend_id", list(BACKENDS))
 def test_closed_env_raises_gymnasium_closed_environment_error(backend_id):
     """``AsyncVectorEnv`` raises ``gymnasium.error.ClosedEnvironmentError`` after ``close()``;
     code catching it must catch vecaccel's error too (still a ``vecaccel.ClosedEnvError``)."""
@@ -411,7 +422,7 @@ def test_metadata_render_mode_and_render_match_sync_vector_env(backend_id):
         assert_same(envs.call("render"), envs.render(), "call('render')")
 
 
-@pytest.mark.parametrize("backend_id", ["serial", "shm-fork", "async"])
+@pytest.mark.parametrize("backend_id", ONE_EACH)
 def test_bad_actions_fail_in_the_caller_naming_env_and_space(backend_id):
     """The check happens before any env steps: no env saw the bad batch."""
     with opened(counter_fns(3), backend_id) as envs:

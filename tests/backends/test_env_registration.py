@@ -9,6 +9,7 @@ import multiprocessing as mp
 import textwrap
 
 import pytest
+from backend_matrix import DEFAULT_BACKEND, REFERENCE_BACKEND
 from helpers import last_json, run_child
 from user_env_fns import make_from_an_unknown_namespace
 
@@ -43,9 +44,11 @@ PONG_SCRIPT = textwrap.dedent(
 START_METHODS = [m for m in ("fork", "spawn", "forkserver") if m in mp.get_all_start_methods()]
 
 
+# where envs are built: in the caller (the in-process reference), and in the workers of the
+# default backend under each start method
 @pytest.mark.parametrize(
     ("backend", "context"),
-    [("serial", "caller"), *(("shm", method) for method in START_METHODS)],
+    [(REFERENCE_BACKEND, "caller"), *((DEFAULT_BACKEND, method) for method in START_METHODS)],
 )
 def test_a_function_making_ale_pong_by_id_runs_everywhere(backend, context):
     # a fresh interpreter: nothing registered ALE before make_vec, as in a user's script
@@ -90,7 +93,10 @@ def packaged_namespace(monkeypatch):
 def test_a_missing_package_is_named_with_its_extra(where, packaged_namespace, no_leaks):
     if where not in ("caller", *START_METHODS):
         pytest.skip(f"no {where} start method here")
-    options = {"backend": "serial"} if where == "caller" else {"backend": "shm", "context": where}
+    if where == "caller":
+        options = {"backend": REFERENCE_BACKEND}
+    else:
+        options = {"backend": DEFAULT_BACKEND, "context": where}
     with pytest.raises(WorkerError) as caught:
         vecaccel.make_vec(make_from_an_unknown_namespace, 2, **options).close()
     message = str(caught.value)

@@ -18,8 +18,9 @@ import time
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_matrix import options_for, select
 from gymnasium import spaces
-from helpers import LONG_PROMPT, NUM_ENVS, OPTIONS, as_numpy, close_promptly, make_backend, zeros
+from helpers import LONG_PROMPT, NUM_ENVS, as_numpy, close_promptly, make_backend, zeros
 
 import vecaccel
 from vecaccel.testing.envs import CounterEnv, counter_fns
@@ -517,14 +518,13 @@ def test_unpicklable_env_function_error_names_the_env(context, leak_check):
 
 
 @pytest.mark.parametrize("kind", ["scalar", "short", "long"])
-@pytest.mark.parametrize("backend", ["serial", "shm", "async"])
+@pytest.mark.parametrize("backend", select())
 def test_observation_of_the_wrong_shape_is_an_error_naming_the_env(backend, kind, leak_check):
     """An env that returns an observation not of its space's shape must not be broadcast
     silently into the slot (a scalar or a 1-element array fills all 3 elements): it is that
     env's error, as in Gymnasium's ``SyncVectorEnv``."""
     env_fns = [functools.partial(WrongShapeEnv)] * 3 + [functools.partial(WrongShapeEnv, kind)]
-    options = {} if backend == "serial" else {"num_workers": 2, "context": "fork"}
-    options.update(OPTIONS.get(backend, {}))
+    options = options_for(backend, num_workers=2, context="fork")
     envs = vecaccel.make_vec(env_fns, backend=backend, **options)
     try:
         envs.reset(seed=0)
@@ -541,7 +541,7 @@ def test_observation_of_the_wrong_shape_is_an_error_naming_the_env(backend, kind
 # worker deaths in the pooled backends, and a reset that hangs
 
 
-@pytest.mark.parametrize("backend", ["async", "action_server"])
+@pytest.mark.parametrize("backend", select(partial_batches=True, envs_in_workers=True))
 def test_pooled_worker_death_in_reset_and_call(backend, leak_check):
     # env 2's worker is SIGKILLed in its second reset
     envs = make_backend(backend, counter_fns(NUM_ENVS, {2: {"fault": "sigkill", "fault_reset": 2}}))
@@ -571,7 +571,7 @@ def test_pooled_worker_death_in_reset_and_call(backend, leak_check):
 
 
 @pytest.mark.parametrize("policy", ["raise", "restart"])
-@pytest.mark.parametrize("backend", ["shm", "async"])
+@pytest.mark.parametrize("backend", select(restarts_workers=True, envs_in_workers=True))
 def test_step_timeout_ends_a_hung_reset(backend, policy, tmp_path, leak_check):
     """``step_timeout`` covers a worker stuck in ``reset`` (or a call) too, not only in a step:
     the hung reset is an error naming its envs, or under the restart policy the worker is

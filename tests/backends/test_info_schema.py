@@ -22,6 +22,7 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_matrix import backend_of, options_for, select
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from helpers import assert_same
@@ -171,12 +172,10 @@ def make_pong(max_episode_steps: int | None = None) -> gym.Env:
 
 NUM_ENVS = 4
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
-BACKENDS = {
-    "shm": {},
-    "hybrid": {"inline_envs": 1},
-    "async": {"batch_size": NUM_ENVS},
-    "action_server": {"device": "cpu", "alternating": False},
-}
+#: the backends with worker processes, whose infos ride in shared slots
+BACKENDS = select(worker_processes=True)
+#: those of them stepping every env, in index order, as NumPy arrays
+LOCKSTEP = select(worker_processes=True, lockstep=True, tensors=False)
 
 
 def schema_fns(num_envs: int = NUM_ENVS, **kwargs: Any) -> list:
@@ -206,16 +205,9 @@ class Stepper:
     """Steps a backend in lock-step (every env, in index order) whatever its API."""
 
     def __init__(self, backend: str, env_fns: list, mode: AutoresetMode, context: str, **extra):
-        self.backend = backend
-        options = {**BACKENDS[backend], **extra}
-        self.envs = vecaccel.make_vec(
-            env_fns,
-            backend=backend,
-            num_workers=2,
-            context=context,
-            autoreset_mode=mode,
-            **options,
-        )
+        self.backend = backend_of(backend)
+        options = {**options_for(backend, num_workers=2, context=context), **extra}
+        self.envs = vecaccel.make_vec(env_fns, backend=backend, autoreset_mode=mode, **options)
         self.ids = np.arange(len(env_fns))
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
@@ -223,10 +215,10 @@ class Stepper:
         return host(obs), self._drop_ids(infos)
 
     def step(self, actions: np.ndarray) -> tuple:
-        if self.backend == "async":
+        if self.backend.accepts("batch_size"):  # send and receive every env, in index order
             self.envs.send(actions, self.ids)
             obs, rew, term, trunc, infos = self.envs.recv_ids(self.ids)
-        elif self.backend == "action_server":
+        elif self.backend.tensors:
             import torch
 
             obs, rew, term, trunc, infos = self.envs.step(torch.as_tensor(actions))
@@ -235,7 +227,7 @@ class Stepper:
         return host(obs), host(rew), host(term), host(trunc), self._drop_ids(infos)
 
     def _drop_ids(self, infos: dict) -> dict:
-        if self.backend in ("async", "action_server"):
+        if self.backend.partial_batches:
             infos = dict(infos)
             np.testing.assert_array_equal(infos.pop("env_id"), self.ids)
         return infos
@@ -373,7 +365,7 @@ def test_the_schema_most_infos_share_is_learned():
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_fitting_infos_match_sync_vector_env(backend, mode):
     history = run_side_by_side(backend, schema_fns(episode=50), mode, 24)
     # after the first step every info (the reset steps' included) rides in the slots
@@ -381,7 +373,7 @@ def test_fitting_infos_match_sync_vector_env(backend, mode):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-@pytest.mark.parametrize("backend", ["shm", "hybrid"])
+@pytest.mark.parametrize("backend", LOCKSTEP)
 def test_fitting_infos_match_sync_vector_env_under_spawn(backend, mode):
     history = run_side_by_side(backend, schema_fns(), mode, 20, context="spawn")
     assert history[1:].any()
@@ -392,7 +384,7 @@ def test_fitting_infos_match_sync_vector_env_under_spawn(backend, mode):
 
 # (an array of another shape: Gymnasium's batching itself fails on it, with or without slots)
 @pytest.mark.parametrize("odd", [odd for odd in ODD_INFOS if odd != "shape"])
-@pytest.mark.parametrize("backend", ["shm", "hybrid", "async"])
+@pytest.mark.parametrize("backend", select(worker_processes=True, tensors=False))
 def test_infos_that_differ_fall_back_and_come_back(backend, odd):
     history = run_side_by_side(
         backend, schema_fns(odd_every=3, odd=odd), AutoresetMode.SAME_STEP, 24
@@ -401,7 +393,7 @@ def test_infos_that_differ_fall_back_and_come_back(backend, odd):
 
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_episode_ends_and_odd_infos_in_every_autoreset_mode(backend, mode):
     history = run_side_by_side(backend, schema_fns(odd_every=4, odd="type", episode=5), mode, 30)
     assert both_directions(history), history.astype(int)
@@ -420,14 +412,14 @@ def test_infos_too_big_for_the_slots_keep_the_payload_path():
     assert not history.any()
 
 
-@pytest.mark.parametrize("backend", ["shm", "hybrid", "async"])
+@pytest.mark.parametrize("backend", select(worker_processes=True, tensors=False))
 def test_slots_with_text_observations(backend):
     """Observation items ride with the reply; the same step's infos ride in the slots."""
     history = run_side_by_side(backend, [schema_text_obs] * NUM_ENVS, AutoresetMode.NEXT_STEP, 10)
     assert both_directions(history), history.astype(int)  # the reset steps' infos are empty
 
 
-@pytest.mark.parametrize("backend", ["shm", "async"])
+@pytest.mark.parametrize("backend", select(envs_in_workers=True, tensors=False))
 def test_slots_with_text_actions(backend):
     """Action items follow the step command; the same step's infos ride in the slots."""
     fns = [schema_text_action] * NUM_ENVS
@@ -449,11 +441,11 @@ def test_slots_with_text_actions(backend):
 # -- per-env infos (the SB3 adapter) ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["shm", "hybrid"])
+@pytest.mark.parametrize("backend", LOCKSTEP)
 def test_per_env_infos_are_the_envs_own_values(backend):
     """``per_env_infos`` hands each env's dict: a Python int stays an int, and so on."""
     fns = schema_fns(odd_every=4, odd="extra", episode=6)
-    options = dict(BACKENDS[backend], num_workers=2, autoreset_mode="SameStep")
+    options = dict(options_for(backend, num_workers=2), autoreset_mode="SameStep")
     envs = vecaccel.make_vec(fns, backend=backend, **options)
     reference = vecaccel.make_vec(fns, backend="serial", autoreset_mode="SameStep")
     envs.per_env_infos = reference.per_env_infos = True
@@ -471,7 +463,7 @@ def test_per_env_infos_are_the_envs_own_values(backend):
         reference.close()
 
 
-@pytest.mark.parametrize("backend", ["shm", "hybrid"])
+@pytest.mark.parametrize("backend", LOCKSTEP)
 def test_sb3_adapter_infos_match_dummy_vec_env(backend):
     pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -628,7 +620,7 @@ def _step_many(stepper: Stepper, steps: int, seed: int = 0) -> None:
         stepper.step(rng.integers(0, 3, size=NUM_ENVS))
 
 
-@pytest.mark.parametrize("backend", list(BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_steps_whose_infos_fit_pickle_nothing(backend, monkeypatch):
     counter = PickleCounter(monkeypatch)  # before the workers fork: they count too
     steps = 40
@@ -676,7 +668,7 @@ def test_pong_steps_pickle_nothing(monkeypatch):
 # -- restarts ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["shm", "async"])
+@pytest.mark.parametrize("backend", select(envs_in_workers=True, tensors=False))
 def test_a_restarted_worker_gets_the_schema(backend, monkeypatch):
     counter = PickleCounter(monkeypatch)
     stepper = Stepper(

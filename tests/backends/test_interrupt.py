@@ -10,6 +10,7 @@ else).
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -21,11 +22,15 @@ import time
 
 import numpy as np
 import pytest
+from backend_matrix import DEFAULT_BACKEND, options_for, select, spread_start_methods
 from helpers import NUM_ENVS, as_numpy, close_promptly, last_json, make_backend, run_child, zeros
 
 import vecaccel
 from vecaccel.testing.envs import counter_fns, env_pid, fault_env_fns
 from vecaccel.testing.leaks import descendants, leaked_shm, process_gone, shm_entries, wait_until
+
+#: Backends whose steps return envs as they come (``info["env_id"]``), each env in a worker.
+POOLED = select(partial_batches=True, envs_in_workers=True)
 
 #: Bounds for things that must happen "at once"; generous, as the machine is shared. They catch
 #: hangs and orphans (a worker stuck in a 300 s step), not slowness.
@@ -35,7 +40,7 @@ EXIT_TIMEOUT = 30.0
 
 CHILD_SCRIPT = textwrap.dedent(
     """
-    import signal, sys
+    import json, signal, sys
     # Ctrl-C as in an interactive program: a shell that starts a job in the background without
     # job control (`cmd &` in a script, nohup) makes it inherit SIGINT ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -45,10 +50,9 @@ CHILD_SCRIPT = textwrap.dedent(
     from vecaccel.testing.envs import env_pid, fault_env_fns
     from vecaccel.testing.leaks import leaked_shm
 
-    def make(backend, context):
-        options = {"device": "cpu"} if backend == "action_server" else {}
+    def make(backend, options):
         return vecaccel.make_vec(fault_env_fns(4, hang_seconds=300.0), backend=backend,
-                                 num_workers=2, context=context, **options)
+                                 **options)
 
     def zeros(envs):
         actions = np.zeros(4, dtype=np.int64)
@@ -58,11 +62,12 @@ CHILD_SCRIPT = textwrap.dedent(
         return actions
 
     def main():
-        backend, context, mode, handling = sys.argv[2:6]
+        backend, options, mode, handling = sys.argv[2:6]
+        options = json.loads(options)
         if handling == "sigterm_exits":
             # how a program makes SIGTERM run its clean-up (finally, atexit) as Ctrl-C does
             signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-        envs = make(backend, context)
+        envs = make(backend, options)
         envs.reset(seed=0, options={})
         print(" ".join(str(pid) for pid in sorted(set(envs.call(env_pid)))), flush=True)
         actions = zeros(envs)
@@ -81,7 +86,7 @@ CHILD_SCRIPT = textwrap.dedent(
             if handling != "catch":
                 raise
             envs.close()
-            envs = make(backend, context)  # a new vector env works after the interruption
+            envs = make(backend, options)  # a new vector env works after the interruption
             envs.reset(seed=1, options={})
             envs.step(zeros(envs))
             envs.close()
@@ -151,12 +156,13 @@ def interrupt(
     handling: str = "plain",
 ) -> tuple[int, str, str]:
     """Start the child, signal it once it is stepping (or blocked), check it left nothing."""
+    options = json.dumps(options_for(backend, num_workers=2, context=context))
     script = tmp_path / "child.py"
     script.write_text(CHILD_SCRIPT)
     tests_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     shm_before = shm_entries()
     child = subprocess.Popen(
-        [sys.executable, str(script), tests_dir, backend, context, mode, handling],
+        [sys.executable, str(script), tests_dir, backend, options, mode, handling],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -213,12 +219,12 @@ SHM_CASES = [
     [pytest.param(*case, id=f"{case[0].name}-{case[1]}-{case[2]}") for case in SHM_CASES],
 )
 def test_signal_to_parent_leaves_nothing(tmp_path, signum, mode, context):
-    code, _, err = interrupt(tmp_path, "shm", context, mode, signum)
+    code, _, err = interrupt(tmp_path, DEFAULT_BACKEND, context, mode, signum)
     assert code == -signum
     assert_clean_stderr(err, keyboard_interrupt=signum == signal.SIGINT)
 
 
-@pytest.mark.parametrize("backend", ["async", "action_server"])
+@pytest.mark.parametrize("backend", POOLED)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_to_parent_of_pooled_backends(tmp_path, backend, signum):
     code, _, err = interrupt(tmp_path, backend, "fork", "block", signum)
@@ -234,7 +240,7 @@ def test_signal_to_parent_of_pooled_backends(tmp_path, backend, signum):
 def test_signal_to_process_group(tmp_path, signum, context):
     """Ctrl-C in a terminal signals the workers too: they ignore SIGINT and leave it to the
     parent (no KeyboardInterrupt traceback from each worker)."""
-    code, _, err = interrupt(tmp_path, "shm", context, "loop", signum, group=True)
+    code, _, err = interrupt(tmp_path, DEFAULT_BACKEND, context, "loop", signum, group=True)
     assert code == -signum
     assert_clean_stderr(err, keyboard_interrupt=signum == signal.SIGINT)
 
@@ -245,7 +251,7 @@ def test_signal_to_process_group(tmp_path, signum, context):
 
 def test_sigterm_handled_as_exit_runs_clean_up(tmp_path):
     code, _, err = interrupt(
-        tmp_path, "shm", "fork", "block", signal.SIGTERM, handling="sigterm_exits"
+        tmp_path, DEFAULT_BACKEND, "fork", "block", signal.SIGTERM, handling="sigterm_exits"
     )
     assert code == 128 + signal.SIGTERM
     assert_clean_stderr(err, keyboard_interrupt=False)
@@ -253,7 +259,9 @@ def test_sigterm_handled_as_exit_runs_clean_up(tmp_path):
 
 @pytest.mark.parametrize("mode", ["loop", "block"])
 def test_caught_keyboard_interrupt_then_close_and_go_on(tmp_path, mode):
-    code, out, err = interrupt(tmp_path, "shm", "fork", mode, signal.SIGINT, handling="catch")
+    code, out, err = interrupt(
+        tmp_path, DEFAULT_BACKEND, "fork", mode, signal.SIGINT, handling="catch"
+    )
     assert code == 0, err
     assert out.split()[-1] == "recovered"
     assert_clean_stderr(err, keyboard_interrupt=False)
@@ -323,9 +331,7 @@ INTERRUPTED_CALL_SCRIPT = textwrap.dedent(
 
     def main():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C
-        envs = vecaccel.make_vec(fault_env_fns(4), backend=sys.argv[2], num_workers=2,
-                                 context="fork", **({"batch_size": 4} if sys.argv[2] == "async"
-                                                   else {}))
+        envs = vecaccel.make_vec(fault_env_fns(4), backend=sys.argv[2], **json.loads(sys.argv[3]))
         envs.reset(seed=0, options={})
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
         try:
@@ -345,12 +351,13 @@ INTERRUPTED_CALL_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("backend", ["shm", "async"])
+@pytest.mark.parametrize("backend", select(envs_in_workers=True))
 def test_call_after_an_interrupted_call_gets_its_own_result(backend):
     """Ctrl-C during ``call`` (then carrying on, as in a notebook): the interrupted call's late
     reply must never be returned as the result of a later call. Either the later calls return
     their own results, or they raise a clear error (``WorkerError``/``RuntimeError``)."""
-    result = last_json(run_child(INTERRUPTED_CALL_SCRIPT, backend))
+    options = options_for(backend, num_workers=2, context="fork")
+    result = last_json(run_child(INTERRUPTED_CALL_SCRIPT, backend, json.dumps(options)))
     assert result["interrupted"]
     for key, expected in (("first", [3]), ("second", [2, 3])):
         outcome = result[key]
@@ -371,14 +378,13 @@ INTERRUPTED_STEP_SCRIPT = textwrap.dedent(
 
     def main():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C
-        backend, context = sys.argv[2], sys.argv[3]
-        options = {"device": "cpu"} if backend == "action_server" else {"batch_size": 4}
+        backend, options = sys.argv[2], json.loads(sys.argv[3])
         envs = vecaccel.make_vec(fault_env_fns(4, hang_seconds=300.0), backend=backend,
-                                 num_workers=2, context=context, **options)
+                                 **options)
         envs.reset(seed=0, options={})
         pids = sorted(set(envs.call(env_pid)))
         actions = np.zeros(4, dtype=np.int64)
-        if backend == "action_server":
+        if getattr(envs, "device", None) is not None:  # torch tensors in and out
             import torch
             actions = torch.as_tensor(actions)
         envs.set_attr("inject", "hang")  # every env sleeps 300 s in its next step
@@ -398,10 +404,11 @@ INTERRUPTED_STEP_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("backend, context", [("async", "fork"), ("action_server", "spawn")])
+@pytest.mark.parametrize("backend, context", spread_start_methods(POOLED, ("fork", "spawn")))
 def test_keyboard_interrupt_during_a_step_then_close(backend, context):
     shm_before = shm_entries()
-    completed = run_child(INTERRUPTED_STEP_SCRIPT, backend, context)
+    options = options_for(backend, num_workers=2, context=context)
+    completed = run_child(INTERRUPTED_STEP_SCRIPT, backend, json.dumps(options))
     result = last_json(completed)
     assert result == {"interrupted": True, "gone": True, "closed": True}, completed.stderr
     assert completed.returncode == 0

@@ -8,6 +8,7 @@ stall the suite.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import threading
 import numpy as np
 import pytest
 import torch
+from backend_matrix import options_for, select, start_method_cases
 from helpers import (
     LONG_PROMPT,
     NUM_ENVS,
@@ -126,7 +128,7 @@ def test_worker_death_during_construction(process_backend, context, leak_check):
     assert info.value.exitcode == 5
 
 
-@pytest.mark.parametrize("backend", ["serial", "shm", "hybrid"])
+@pytest.mark.parametrize("backend", select(lockstep=True, tensors=False))
 def test_construction_error_in_first_env(backend, leak_check):
     """The first env is also built in the caller (for the spaces): same error type there."""
     with pytest.raises(vecaccel.WorkerError) as info:
@@ -222,10 +224,8 @@ FORK_CHILD_SCRIPT = textwrap.dedent(
     from vecaccel.testing.leaks import process_gone, wait_until
 
     def main():
-        context, backend = sys.argv[2], sys.argv[3]
-        options = {"batch_size": 4} if backend == "async" else {}
-        envs = vecaccel.make_vec(counter_fns(4), backend=backend, num_workers=2,
-                                 context=context, **options)
+        backend, options = sys.argv[2], json.loads(sys.argv[3])
+        envs = vecaccel.make_vec(counter_fns(4), backend=backend, **options)
         envs.reset(seed=0)
         pids = sorted(set(envs.call(worker_pid)))
         sys.stdout.flush()
@@ -252,12 +252,18 @@ FORK_CHILD_SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize(
     "context, backend",
-    [("fork", "shm"), ("spawn", "shm"), ("forkserver", "shm"), ("fork", "async")],
+    [
+        (context, backend)
+        for backend, context in start_method_cases(
+            select(envs_in_workers=True, tensors=False), ("fork", "spawn", "forkserver")
+        )
+    ],
 )
 def test_forked_child_exit_leaves_the_parents_workers_alone(context, backend):
     """A user process that calls ``os.fork()`` after making a vector env: the child's normal
     exit must not end the parent's workers (nor print a traceback); the parent steps on."""
-    completed = run_child(FORK_CHILD_SCRIPT, context, backend)
+    options = options_for(backend, num_workers=2, context=context)
+    completed = run_child(FORK_CHILD_SCRIPT, backend, json.dumps(options))
     result = last_json(completed)
     assert result["status"] == 0
     assert result["alive"] == result["workers"], result
@@ -294,7 +300,7 @@ def test_failed_action_server_construction_stops_its_workers_at_once(leak_check)
 
 
 @pytest.mark.parametrize(
-    "backend, context", [("async", "fork"), ("action_server", "fork"), ("shm", "forkserver")]
+    "backend, context", start_method_cases(select(envs_in_workers=True), ("fork", "forkserver"))
 )
 def test_env_constructor_error_in_a_worker_names_the_env(backend, context, leak_check):
     with pytest.raises(vecaccel.WorkerError) as info:
@@ -304,8 +310,7 @@ def test_env_constructor_error_in_a_worker_names_the_env(backend, context, leak_
 
 
 @pytest.mark.parametrize(
-    "backend, context",
-    [("shm", "fork"), ("shm", "spawn"), ("async", "fork"), ("action_server", "fork")],
+    "backend, context", start_method_cases(select(envs_in_workers=True), ("fork", "spawn"))
 )
 def test_close_with_a_step_in_flight(backend, context, leak_check):
     """``step_async`` (or ``send``) and then ``close()`` without waiting, while an env sleeps
@@ -337,14 +342,10 @@ def _abandon(backend, context, in_flight):
     return pids  # no close()
 
 
+@pytest.mark.parametrize("in_flight", [True, False])
 @pytest.mark.parametrize(
-    "backend, context, in_flight",
-    [
-        ("async", "fork", True),
-        ("action_server", "fork", False),
-        ("shm", "spawn", True),
-        ("shm", "forkserver", False),
-    ],
+    "backend, context",
+    start_method_cases(select(envs_in_workers=True), ("fork", "spawn", "forkserver")),
 )
 def test_garbage_collection_without_close_cleans_up(backend, context, in_flight, leak_check):
     pids = _abandon(backend, context, in_flight)
@@ -352,7 +353,7 @@ def test_garbage_collection_without_close_cleans_up(backend, context, in_flight,
     assert wait_until(lambda: all(process_gone(pid) for pid in pids), LONG_PROMPT)
 
 
-@pytest.mark.parametrize("backend", ["async", "action_server"])
+@pytest.mark.parametrize("backend", select(partial_batches=True, envs_in_workers=True))
 def test_create_close_cycles_with_failures_leave_no_trace(backend):
     def cycle(kind: str) -> None:
         if kind == "init":

@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_matrix import backend_of, options_for, select
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
@@ -114,7 +115,10 @@ def raising_payload_env(obs_space, act_space, at: int) -> gym.Env:
 
 NUM_ENVS = 3
 STEPS = 8
-BACKENDS = ["serial", "shm", "hybrid", "async"]
+#: every backend that takes and returns NumPy arrays
+BACKENDS = select(tensors=False)
+#: those of them with worker processes
+PROCESS_BACKENDS = select(worker_processes=True, tensors=False)
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 
 KINDS: dict[str, spaces.Space] = {
@@ -147,12 +151,12 @@ def every_kind() -> spaces.Space:
 
 
 def backend_options(backend: str, context: str) -> dict:
-    return {
-        "serial": {},
-        "shm": {"num_workers": 2, "context": context},
-        "hybrid": {"num_workers": 1, "inline_envs": 1, "context": context},
-        "async": {"num_workers": 2, "context": context},
-    }[backend]
+    return options_for(backend, context=context)
+
+
+def in_arrival_order(backend: str) -> bool:
+    """Whether ``backend`` returns its envs as they finish, naming them in ``info["env_id"]``."""
+    return backend_of(backend).partial_batches
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,7 +171,7 @@ def reorder_infos(infos: Any, order: np.ndarray) -> Any:
 
 def reset(env, backend: str, **kwargs):
     obs, infos = env.reset(**kwargs)
-    if backend != "async":
+    if not in_arrival_order(backend):
         return obs, infos
     order = np.argsort(infos["env_id"])
     if kwargs.get("options", {}).get("reset_mask") is not None:
@@ -178,7 +182,7 @@ def reset(env, backend: str, **kwargs):
 
 
 def step(env, backend: str, actions):
-    if backend != "async":
+    if not in_arrival_order(backend):
         return env.step(actions)
     ids = np.arange(env.num_envs)
     env.send(actions, ids)
@@ -252,11 +256,11 @@ def test_every_kind_together_matches_sync(backend, mode):
 
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
-@pytest.mark.parametrize("backend", ["shm", "hybrid", "async"])
+@pytest.mark.parametrize("backend", PROCESS_BACKENDS)
 def test_every_kind_under_spawn_and_forkserver(backend, context):
     if context not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{context} is not available here")
-    mode = AutoresetMode.SAME_STEP if backend == "async" else AutoresetMode.NEXT_STEP
+    mode = AutoresetMode.SAME_STEP if in_arrival_order(backend) else AutoresetMode.NEXT_STEP
     run_beside_sync(every_kind(), nested(KINDS["custom"]), backend, mode, context, seed=2)
 
 
@@ -271,7 +275,7 @@ def test_every_kind_under_spawn_and_forkserver(backend, context):
         st.one_of(payload_leaves(st.just(TokenSpace())), st.just(spaces.Discrete(3)))
     ),
     act_space=space_trees(st.one_of(payload_leaves(), st.just(spaces.Box(0, 1, (2,))))),
-    backend=st.sampled_from(["shm", "hybrid", "async"]),
+    backend=st.sampled_from(PROCESS_BACKENDS),
     mode=st.sampled_from(MODES),
     seed=st.integers(0, 2**20),
 )
@@ -310,7 +314,7 @@ def test_shm_without_copy_shares_nothing_stale():
             assert_same(env.step(actions), sync.step(actions), f"step {t}")
 
 
-@pytest.mark.parametrize("backend", ["shm", "async"])
+@pytest.mark.parametrize("backend", select(envs_in_workers=True, tensors=False))
 def test_items_larger_than_the_payload_slab(backend):
     """Items past the worker's shared-memory slab take its pipe, whole."""
     space = spaces.Sequence(spaces.Box(0, 1, (4096,), np.float64), stack=True)  # 32 KiB an item
@@ -370,7 +374,7 @@ class _Counted:
         return self.fn(*args, **kwargs)
 
 
-@pytest.mark.parametrize("backend", ["shm", "hybrid", "async"])
+@pytest.mark.parametrize("backend", PROCESS_BACKENDS)
 def test_fixed_space_pickles_nothing_per_step(backend):
     env = vecaccel.make_vec("CartPole-v1", 4, backend=backend, **backend_options(backend, "fork"))
     with contextlib.closing(env):
@@ -457,11 +461,11 @@ def test_sampler_refuses_payload_spaces():
 # Gymnasium's error types for actions
 
 
-@pytest.mark.parametrize("backend", [*BACKENDS, "action_server"])
+@pytest.mark.parametrize("backend", select())
 def test_unbatched_actions_are_type_errors_and_wrong_counts_value_errors(backend):
-    if backend == "action_server":
+    if backend_of(backend).tensors:
         pytest.importorskip("torch")
-        options = {"device": "cpu", "num_workers": 1}
+        options = options_for(backend, num_workers=1)
     else:
         options = backend_options(backend, "fork")
     env = vecaccel.make_vec("CartPole-v1", 2, backend=backend, **options)

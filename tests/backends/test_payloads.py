@@ -11,6 +11,7 @@ import functools
 import gymnasium as gym
 import numpy as np
 import pytest
+from backend_matrix import options_for, select
 from gymnasium import spaces
 
 import vecaccel
@@ -54,16 +55,14 @@ def _contexts() -> list[str]:
 
 
 @pytest.mark.parametrize("context", _contexts())
-@pytest.mark.parametrize("backend", ["shm", "hybrid"])
+@pytest.mark.parametrize("backend", select(worker_processes=True, lockstep=True, tensors=False))
 def test_small_and_big_payloads_arrive_intact(backend, context, leak_check):
     num_envs = 4
     envs = vecaccel.make_vec(
         [functools.partial(PayloadEnv, tag) for tag in range(num_envs)],
         backend=backend,
-        num_workers=2,
-        context=context,
         autoreset_mode="SameStep",
-        **({"inline_envs": 1} if backend == "hybrid" else {}),
+        **options_for(backend, num_workers=2, context=context),
     )
     envs.per_env_infos = True  # each env's own info dict, so every blob is checked whole
     try:

@@ -16,6 +16,7 @@ import sys
 import textwrap
 
 import pytest
+from backend_matrix import select, spread_start_methods
 from helpers import CHILD_TIMEOUT
 
 import vecaccel
@@ -63,13 +64,8 @@ FAILING_SCRIPT = textwrap.dedent(
     """
 )
 
-#: Each backend once, and the two start methods spread over them.
-CASES = [
-    ("shm", "spawn"),
-    ("hybrid", "fork"),
-    ("async", "forkserver"),
-    ("action_server", "spawn"),
-]
+#: Each backend with worker processes once, and the start methods spread over them.
+CASES = spread_start_methods(select(worker_processes=True), ("spawn", "fork", "forkserver"))
 
 
 def _run(tmp_path, script: str, *args: str) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from backend_matrix import backend_of, options_for, select
 from helpers import LONG_PROMPT, NUM_ENVS, as_numpy, close_promptly, make_backend, zeros
 from toy_envs import tagged_counter
 
@@ -33,12 +34,13 @@ class RebuildFailsEnv(CounterEnv):
 
 torch.set_num_threads(1)
 
-BACKENDS = {
-    "shm": {},
-    "hybrid": {"inline_envs": 2},  # env 1 fails inline
-    "async": {"batch_size": 4},
-    "action_server": {"device": "cpu"},
-}
+BACKENDS = select(restarts_workers=True)
+
+
+def _options(backend: str) -> dict:
+    """Two workers; where the caller steps envs too, it steps envs 0 and 1 (env 1 fails there)."""
+    in_caller = {} if backend_of(backend).envs_in_workers else {"inline_envs": 2}
+    return options_for(backend, num_workers=2, **in_caller)
 
 
 def _actions(envs, batch):
@@ -56,14 +58,12 @@ def _as_numpy(x):
     return x.numpy() if hasattr(x, "numpy") and not isinstance(x, np.ndarray) else np.asarray(x)
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_env_exception_is_restarted_and_reported_as_truncated(backend):
     fns = [
         functools.partial(tagged_counter, tag, fail_on=3 if tag == 1 else -1) for tag in range(4)
     ]
-    envs = vecaccel.make_vec(
-        fns, backend=backend, num_workers=2, on_worker_failure="restart", **BACKENDS[backend]
-    )
+    envs = vecaccel.make_vec(fns, backend=backend, on_worker_failure="restart", **_options(backend))
     try:
         envs.reset(seed=11)
         restarted_seen = False
@@ -85,15 +85,14 @@ def test_env_exception_is_restarted_and_reported_as_truncated(backend):
         envs.close()
 
 
-@pytest.mark.parametrize("backend", sorted(BACKENDS))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_dead_worker_is_restarted(backend):
     envs = vecaccel.make_vec(
         "CartPole-v1",
         4,
         backend=backend,
-        num_workers=2,
         on_worker_failure="restart",
-        **BACKENDS[backend],
+        **_options(backend),
     )
     try:
         envs.reset(seed=0)
@@ -108,7 +107,7 @@ def test_dead_worker_is_restarted(backend):
                 mask = infos["_worker_restarted"]
                 restarted.update(int(ids[k]) for k in np.flatnonzero(mask))
                 assert _as_numpy(trunc)[mask].all()
-        assert restarted == set(victim.env_indices) and restarted  # {2, 3}; {3} under hybrid
+        assert restarted == set(victim.env_indices) and restarted  # {3} if the caller has 0, 1
         assert envs.failures == 1
         assert envs.pool.workers[1].process.is_alive()
     finally:
@@ -185,7 +184,7 @@ def test_restarted_worker_gets_a_large_startup_and_steps(context, leak_check):
 
 
 @pytest.mark.parametrize("operation", ["reset", "get_attr"])
-@pytest.mark.parametrize("backend", ["shm", "async"])
+@pytest.mark.parametrize("backend", select(restarts_workers=True, envs_in_workers=True))
 def test_restart_policy_recovers_a_worker_that_died_while_idle(backend, operation, leak_check):
     """Under ``on_worker_failure="restart"`` a worker killed between calls is started again
     whatever the next call is, not only when it is a ``step``: a ``reset`` (what a user does
@@ -215,7 +214,7 @@ def test_restart_policy_recovers_a_worker_that_died_while_idle(backend, operatio
         close_promptly(envs)
 
 
-@pytest.mark.parametrize("backend", ["shm", "async"])
+@pytest.mark.parametrize("backend", select(restarts_workers=True, envs_in_workers=True))
 def test_failed_restart_leaves_a_clear_error(backend, tmp_path, leak_check):
     """A dead worker whose env function raises when it is rebuilt: that error is raised, and
     every later call says the env cannot continue (a ``WorkerError`` naming the envs), not

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from backend_matrix import backend_of, options_for, select
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
@@ -285,16 +286,15 @@ def test_shm_rejects_bad_actions_and_stays_usable(leak_check):
 
 NUM_ENVS = 3
 
-BACKENDS: dict[str, dict] = {
-    "serial": {},
-    "shm": {"num_workers": 2, "context": "fork"},
-    "hybrid": {"num_workers": 1, "inline_envs": 1, "context": "fork"},
-    "async": {"num_workers": 2, "context": "fork"},
-}
+#: every backend that takes and returns NumPy arrays, under fork
+ALL_BACKENDS = select(tensors=False)
 
-ALL_BACKENDS = list(BACKENDS)
+PROCESS_BACKENDS = select(worker_processes=True, tensors=False)
 
-PROCESS_BACKENDS = ["shm", "hybrid", "async"]
+
+def in_arrival_order(backend: str) -> bool:
+    """Whether ``backend`` returns its envs as they finish, naming them in ``info["env_id"]``."""
+    return backend_of(backend).partial_batches
 
 
 # ---------------------------------------------------------------------------------------------
@@ -318,20 +318,20 @@ def _reorder(tree: Any, order: np.ndarray) -> Any:
 
 def make_backend(fns, backend: str, mode=AutoresetMode.NEXT_STEP, **extra):
     return vecaccel.make_vec(
-        fns, backend=backend, autoreset_mode=mode, **BACKENDS[backend], **extra
+        fns, backend=backend, autoreset_mode=mode, **options_for(backend, context="fork"), **extra
     )
 
 
 def vreset(env, backend: str, **kwargs):
     obs, infos = env.reset(**kwargs)
-    if backend == "async":
+    if in_arrival_order(backend):
         order = np.argsort(infos.pop("env_id"))
         obs, infos = _reorder(obs, order), _reorder(infos, order)
     return obs, infos
 
 
 def vstep(env, backend: str, actions):
-    if backend == "async":
+    if in_arrival_order(backend):
         ids = np.arange(env.num_envs)
         env.send(actions, ids)
         obs, rew, term, trunc, infos = env.recv_ids(ids)
@@ -670,7 +670,7 @@ def test_bad_actions_raise_in_the_caller_naming_env_and_space(backend):
         sync.reset(seed=1)
         good = _good_actions(space, NUM_ENVS)
         # the env index the message names: the position's env (async: the env ids it holds)
-        ids = infos["env_id"] if backend == "async" else np.arange(NUM_ENVS)
+        ids = infos["env_id"] if in_arrival_order(backend) else np.arange(NUM_ENVS)
 
         def bad(key, value):
             return {**good, key: value}
@@ -699,7 +699,7 @@ def test_bad_actions_raise_in_the_caller_naming_env_and_space(backend):
                 env.step(bad(key, value))
             assert str(space[key]) in str(info.value), str(info.value)
         # nothing was sent: the envs step on as the reference does
-        if backend == "async":
+        if in_arrival_order(backend):
             env.send(good, ids)
             env.recv_ids(ids)
         else:
@@ -744,7 +744,7 @@ def test_spaces_without_layout_match_sync(obs_space, act_space, mode, backend):
     fns = [partial(FreeSpaceEnv, obs_space, act_space)] * NUM_ENVS
     with side_by_side(fns, backend, mode) as (sync, env):
         obs, infos = env.reset(seed=3)
-        if backend == "async":
+        if in_arrival_order(backend):
             order = np.argsort(infos.pop("env_id"))
             obs, infos = reorder_batch(env.single_observation_space, obs, order), infos
             infos = _reorder(infos, order)

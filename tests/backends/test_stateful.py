@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from backend_matrix import backend_of, options_for, partial_batch_options, select
 from gymnasium.vector import AutoresetMode
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -54,14 +55,12 @@ SLOW_SECONDS = 0.2  # a "slow" step; step_wait(SHORT) on it must time out
 SHORT = 0.01
 LONG = 60.0  # a wait that must finish (a hang is caught by the example deadline anyway)
 EXAMPLE_DEADLINE = 120.0
-POOLED = ("async", "action_server")
+#: Backends whose steps return envs as they come (``info["env_id"]``), each env in a worker.
+POOLED = select(partial_batches=True, envs_in_workers=True)
 
-BACKEND_OPTIONS: dict[str, dict[str, Any]] = {
-    "serial": {},
-    "shm": {},
-    "async": {"batch_size": NUM_ENVS},
-    "action_server": {"device": "cpu"},
-}
+#: The machine's backends: those stepping envs in the caller only (the model leaves out the
+#: faults that would end the test process) and those stepping every env in a worker.
+MACHINE_BACKENDS = [*select(worker_processes=False), *select(envs_in_workers=True)]
 
 
 class Hang(Exception):
@@ -88,7 +87,7 @@ def _warm_up(backend: str) -> None:
     envs = vecaccel.make_vec(
         fault_env_fns(2),
         backend=backend,
-        **({"device": "cpu"} if backend == "action_server" else {}),
+        **options_for(backend),
     )
     envs.close()
 
@@ -150,21 +149,27 @@ class VecEnvMachine(RuleBasedStateMachine):
 
     @property
     def serial(self) -> bool:
-        return self.backend == "serial"
+        """The envs run in this process."""
+        return not backend_of(self.backend).worker_processes
 
     @property
     def pooled(self) -> bool:
-        return self.backend in POOLED
+        return backend_of(self.backend).partial_batches
+
+    @property
+    def first_ready(self) -> bool:
+        """Steps return the first ``batch_size`` envs ready: a new step waits until the envs
+        still stepping are received."""
+        return backend_of(self.backend).accepts("batch_size")
 
     def open(self, seed: int) -> None:
-        options = dict(BACKEND_OPTIONS[self.backend])
-        if not self.serial:
-            options.update(
-                num_workers=2,
-                context="fork",
-                on_worker_failure=self.policy,
-                max_restarts=self.max_restarts,
-            )
+        options = options_for(
+            self.backend,
+            num_workers=2,
+            context="fork",
+            on_worker_failure=self.policy,
+            max_restarts=self.max_restarts,
+        )
         self.envs = vecaccel.make_vec(
             fault_env_fns(NUM_ENVS, slow_seconds=SLOW_SECONDS),
             backend=self.backend,
@@ -201,7 +206,7 @@ class VecEnvMachine(RuleBasedStateMachine):
             signal.signal(signal.SIGUSR1, self.previous_handler)
 
     def as_actions(self, actions: np.ndarray) -> Any:
-        if self.backend == "action_server":
+        if backend_of(self.backend).tensors:
             import torch
 
             return torch.as_tensor(actions)
@@ -392,10 +397,10 @@ class VecEnvMachine(RuleBasedStateMachine):
             expect(vecaccel.WorkerError, self.envs.step_async, acts)
             return
         if self.pending is not None:
-            if self.backend == "async":  # those envs are still stepping: receive them first
+            if self.first_ready:  # those envs are still stepping: receive them first
                 expect(ValueError, self.envs.step_async, acts)
                 return
-            plan, self.pending = self.pending, None  # shm, action_server: step_async drains it
+            plan, self.pending = self.pending, None  # the others' step_async drains it
             if plan.error is not None:
                 self.apply(plan, error=expect(vecaccel.WorkerError, self.envs.step_async, acts))
                 return
@@ -542,10 +547,10 @@ class VecEnvMachine(RuleBasedStateMachine):
             expect(vecaccel.WorkerError, self.envs.step_async, acts)
             return
         if self.pending is not None:
-            if self.backend == "async":
+            if self.first_ready:
                 expect(ValueError, self.envs.step_async, acts)
                 return
-            plan, self.pending = self.pending, None  # shm and action_server drain it first
+            plan, self.pending = self.pending, None  # the others drain it first
             if plan.error is not None:
                 self.apply(plan, error=expect(vecaccel.WorkerError, self.envs.step_async, acts))
                 return
@@ -597,30 +602,20 @@ SETTINGS = settings(
 PROCESS_SETTINGS = settings(SETTINGS, max_examples=10)
 
 
-class SerialMachine(VecEnvMachine):
-    backend = "serial"
+def _machine_test(backend: str) -> type:
+    """The test case of the machine over ``backend``, named ``Test`` and the backend's name in
+    CamelCase (``TestActionServer``)."""
+    camel = "".join(part.capitalize() for part in backend.replace("-", "_").split("_"))
+    machine = type(f"{camel}Machine", (VecEnvMachine,), {"backend": backend})
+    case = machine.TestCase
+    case.settings = PROCESS_SETTINGS if backend_of(backend).worker_processes else SETTINGS
+    globals()[f"Test{camel}"] = case
+    return case
 
 
-class ShmMachine(VecEnvMachine):
-    backend = "shm"
-
-
-class AsyncMachine(VecEnvMachine):
-    backend = "async"
-
-
-class ActionServerMachine(VecEnvMachine):
-    backend = "action_server"
-
-
-TestSerial = SerialMachine.TestCase
-TestShm = ShmMachine.TestCase
-TestAsync = AsyncMachine.TestCase
-TestActionServer = ActionServerMachine.TestCase
-TestSerial.settings = SETTINGS
-for _case in (TestShm, TestAsync, TestActionServer):
-    _case.settings = PROCESS_SETTINGS
-del _case
+for _backend in MACHINE_BACKENDS:
+    _machine_test(_backend)
+del _backend
 
 
 # ---------------------------------------------------------------------------------------------
@@ -647,20 +642,16 @@ class deadline:  # lower case: read as a statement, `with deadline(...)`
 
 
 def _make(backend: str, num_envs: int = NUM_ENVS, **options):
-    if backend == "action_server":
-        options.setdefault("device", "cpu")
     return vecaccel.make_vec(
         fault_env_fns(num_envs, slow_seconds=0.5, hang_seconds=60.0),
         backend=backend,
-        num_workers=2,
-        context="fork",
-        **options,
+        **{**options_for(backend, num_workers=2, context="fork"), **options},
     )
 
 
 def _zeros(envs, n: int = NUM_ENVS):
     actions = np.zeros(n, dtype=np.int64)
-    return actions if envs.__class__.__name__ != "ActionServerVecEnv" else _torch(actions)
+    return actions if getattr(envs, "device", None) is None else _torch(actions)
 
 
 def _torch(actions):
@@ -689,7 +680,7 @@ def test_reset_after_a_worker_died_during_a_timed_out_step_raises(backend, no_le
         envs.close()
 
 
-@pytest.mark.parametrize("backend", ("shm", *POOLED))
+@pytest.mark.parametrize("backend", select(envs_in_workers=True))
 def test_reset_waits_for_every_stepping_env_before_raising(backend, no_leaks):
     """An env error that arrives while a reset drains a timed-out step is raised only once every
     other env has finished its step: raising it earlier would let the reset take a stepping env's
@@ -748,8 +739,7 @@ def test_replacement_worker_steps_only_the_envs_it_is_sent(backend, no_leaks):
     """A worker that dies mid-step leaves the step-mask bits of the envs it had not reached;
     its replacement must not step them at its first command (they would enter the ready queue
     twice)."""
-    options = {"batch_size": 4} if backend == "async" else {"alternating": True}
-    envs = _make(backend, 8, on_worker_failure="restart", **options)
+    envs = _make(backend, 8, on_worker_failure="restart", **partial_batch_options(backend, 8))
     try:
         with deadline():
             _, infos = envs.reset(seed=0, options={})
@@ -772,7 +762,7 @@ def test_replacement_worker_steps_only_the_envs_it_is_sent(backend, no_leaks):
 
 
 @pytest.mark.parametrize("kind, signal_name", [("kill", "SIGKILL"), ("segfault", "SIGSEGV")])
-@pytest.mark.parametrize("backend", ["shm", "async"])
+@pytest.mark.parametrize("backend", select(restarts_workers=True, envs_in_workers=True))
 def test_restart_reason_names_the_signal(backend, kind, signal_name, no_leaks):
     """The restart reason is read after the dead worker is reaped, so it names the signal
     rather than "unresponsive"."""

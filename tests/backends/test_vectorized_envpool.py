@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from backend_matrix import options_for, select
 
 envpool = pytest.importorskip(
     "envpool", reason="EnvPool is not installed (pip install 'vecaccel[envpool]', Linux only)"
@@ -61,17 +62,14 @@ def test_adapter_partial_reset_returns_every_env():
         adapter.close()
 
 
-@pytest.mark.parametrize(
-    ("backend", "options"),
-    [("serial", {}), ("shm", {"num_workers": 2}), ("async", {"num_workers": 2, "batch_size": N})],
-)
-def test_envpool_slices_equal_one_envpool_of_all_envs(backend, options):
+@pytest.mark.parametrize("backend", select(tensors=False))
+def test_envpool_slices_equal_one_envpool_of_all_envs(backend):
     envs = vecaccel.make_vec(
         envpool_vector_fn("CartPole-v1", num_threads=1),
         N,
         backend=backend,
         vectorized=True,
-        **options,
+        **options_for(backend),
     )
     alone = envpool_alone("CartPole-v1", N, seed=9)
     rng = np.random.default_rng(1)

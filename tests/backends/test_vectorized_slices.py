@@ -12,6 +12,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from backend_matrix import (
+    DEFAULT_BACKEND,
+    backend_of,
+    options_for,
+    partial_batch_options,
+    select,
+)
 from gymnasium.vector import AutoresetMode
 from helpers import as_numpy, assert_same
 from toy_vector_envs import (
@@ -25,6 +32,7 @@ from toy_vector_envs import (
 
 import vecaccel
 from vecaccel.errors import WorkerError
+from vecaccel.testing import NUM_ENVS as CONTRACT_ENVS
 from vecaccel.testing import check_backend
 from vecaccel.testing.leaks import process_gone, wait_until
 from vecaccel.vectorized import merge_slice_infos, unbatch_infos
@@ -34,23 +42,29 @@ torch.set_num_threads(1)
 
 N = 8
 
-#: every backend that takes vectorized slices, with options giving two slices (or one)
-BACKENDS = {
-    "serial": {},
-    "shm": {"num_workers": 2},
-    "hybrid": {"num_workers": 1, "inline_envs": 4},
-    "async": {"num_workers": 2, "batch_size": N},
-    "async_half": {"num_workers": 2, "batch_size": N // 2},
-    "action_server": {"num_workers": 2, "device": "cpu"},
-    "action_server_alternating": {"num_workers": 2, "device": "cpu", "alternating": True},
+
+def _partial_kind(name: str) -> str:
+    """The id of ``name`` returning half of its envs per step."""
+    return (
+        f"{name}_half" if "batch_size" in partial_batch_options(name, N) else f"{name}_alternating"
+    )
+
+
+#: Every backend takes vectorized slices: each with the matrix's options (two slices, or one),
+#: and each that can return part of its envs per step also returning half of them.
+BACKENDS: dict[str, tuple[str, dict]] = {
+    **{name: (name, options_for(name)) for name in select()},
+    **{
+        _partial_kind(name): (name, {**options_for(name), **partial_batch_options(name, N)})
+        for name in select(partial_batches=True)
+    },
 }
 
 
 def make(kind: str, env, mode: AutoresetMode = AutoresetMode.NEXT_STEP, **extra):
-    backend = kind.split("_half")[0].split("_alternating")[0]
-    options = {**BACKENDS[kind], **extra}
+    backend, options = BACKENDS[kind]
     return vecaccel.make_vec(
-        env, N, backend=backend, vectorized=True, autoreset_mode=mode, **options
+        env, N, backend=backend, vectorized=True, autoreset_mode=mode, **{**options, **extra}
     )
 
 
@@ -136,7 +150,7 @@ def test_native_cartpole_equals_its_slices_stepped_alone(kind):
         reference.close()
 
 
-MODE_BACKENDS = ["serial", "shm", "hybrid", "async", "action_server"]
+MODE_BACKENDS = select()
 
 
 @pytest.mark.parametrize("mode", list(AutoresetMode))
@@ -147,7 +161,7 @@ def test_every_mode_equals_one_sync_vector_env_alone(kind, mode):
     fn = functools.partial(sync_info_cartpole, mode=mode.value)
     envs = make(kind, fn, mode)
     alone = sync_info_cartpole(N, mode.value)
-    in_order = kind in ("serial", "shm", "hybrid")
+    in_order = kind in select(lockstep=True)
     rng = np.random.default_rng(1)
     try:
         obs, infos = envs.reset(seed=5)
@@ -225,7 +239,7 @@ def test_slice_infos_merge_at_their_offset_and_split_by_mask():
 # -- the build checks ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", ["serial", "shm"])
+@pytest.mark.parametrize("backend", select())
 def test_autoreset_mode_mismatch_names_both_modes(backend):
     with pytest.raises(ValueError, match=r"NEXT_STEP.*SAME_STEP") as caught:
         vecaccel.make_vec(
@@ -277,10 +291,7 @@ def test_a_backend_stepping_envs_alone_gets_a_clear_error():
 # -- faults and restarts ------------------------------------------------------------------------
 
 #: 7 envs on 2 workers: envs 0..3 and 4..6; failing_cartpole fails only in a 3-env slice
-FAULT_BACKENDS = {
-    "shm": {"num_workers": 2},
-    "async": {"num_workers": 2, "batch_size": 7},
-}
+FAULT_BACKENDS = select(restarts_workers=True, envs_in_workers=True)
 
 
 def _fault_envs(backend: str, **options):
@@ -289,13 +300,15 @@ def _fault_envs(backend: str, **options):
         7,
         backend=backend,
         vectorized=True,
-        **{**FAULT_BACKENDS[backend], **options},
+        **{**options_for(backend, num_workers=2), **options},
     )
 
 
-@pytest.mark.parametrize("backend", ["shm", "hybrid"])
+@pytest.mark.parametrize("backend", select(worker_processes=True, lockstep=True, tensors=False))
 def test_an_inner_error_names_the_worker_and_env_range(backend):
-    options = {"num_workers": 2} if backend == "shm" else {"num_workers": 1, "inline_envs": 4}
+    in_caller = not backend_of(backend).envs_in_workers
+    # the failing 3-env slice, envs 4..6, on the last worker: the caller's slice is envs 0..3
+    options = options_for(backend, **({"inline_envs": 4} if in_caller else {"num_workers": 2}))
     envs = vecaccel.make_vec(failing_cartpole, 7, backend=backend, vectorized=True, **options)
     try:
         envs.reset(seed=0)
@@ -303,7 +316,7 @@ def test_an_inner_error_names_the_worker_and_env_range(backend):
             envs.step(np.zeros(7, dtype=np.int64))
         with pytest.raises(WorkerError, match=r"boom at step 5") as caught:
             envs.step(np.zeros(7, dtype=np.int64))
-        owner = "worker 0" if backend == "hybrid" else "worker 1"
+        owner = "worker 0" if in_caller else "worker 1"
         assert f"the vector env of envs 4..6 on {owner}" in str(caught.value)
         assert caught.value.env_indices == (4,)
         with pytest.raises(WorkerError, match="call reset"):
@@ -327,15 +340,15 @@ def test_serial_names_the_env_range():
         envs.close()
 
 
-@pytest.mark.parametrize("backend", list(FAULT_BACKENDS))
+@pytest.mark.parametrize("backend", FAULT_BACKENDS)
 def test_restart_rebuilds_the_vector_env_and_truncates_its_slice(backend):
     envs = _fault_envs(backend, on_worker_failure="restart")
     fresh = native_cartpole(3)
     try:
         envs.reset(seed=20)
         for _ in range(4):
-            envs.step(np.zeros(7, dtype=np.int64))
-        obs, rew, term, trunc, infos = envs.step(np.zeros(7, dtype=np.int64))
+            envs.step(act(envs, np.zeros(7, dtype=np.int64)))
+        obs, rew, term, trunc, infos = envs.step(act(envs, np.zeros(7, dtype=np.int64)))
         order = np.argsort(ids_of(infos, 7))
         obs, rew, trunc = as_numpy(obs)[order], as_numpy(rew)[order], as_numpy(trunc)[order]
         assert trunc.tolist() == [False] * 4 + [True] * 3
@@ -347,11 +360,11 @@ def test_restart_rebuilds_the_vector_env_and_truncates_its_slice(backend):
         expected, _ = fresh.reset(seed=derived_seed(24, 4, 1))
         np.testing.assert_array_equal(obs[4:], expected)
         # NEXT_STEP: the step after the truncation starts the fresh episode where it is
-        obs, rew, term, trunc, infos = envs.step(np.zeros(7, dtype=np.int64))
+        obs, rew, term, trunc, infos = envs.step(act(envs, np.zeros(7, dtype=np.int64)))
         order = np.argsort(ids_of(infos, 7))
         np.testing.assert_array_equal(as_numpy(obs)[order][4:], expected)
         assert as_numpy(rew)[order][4:].tolist() == [0.0] * 3
-        obs, *_, infos = envs.step(np.zeros(7, dtype=np.int64))
+        obs, *_, infos = envs.step(act(envs, np.zeros(7, dtype=np.int64)))
         fresh_obs = fresh.step(np.zeros(3, dtype=np.int64))[0]
         np.testing.assert_array_equal(as_numpy(obs)[np.argsort(ids_of(infos, 7))][4:], fresh_obs)
     finally:
@@ -359,7 +372,7 @@ def test_restart_rebuilds_the_vector_env_and_truncates_its_slice(backend):
         fresh.close()
 
 
-@pytest.mark.parametrize("backend", list(FAULT_BACKENDS))
+@pytest.mark.parametrize("backend", FAULT_BACKENDS)
 def test_a_dead_worker_is_restarted_with_its_vector_env(backend):
     envs = vecaccel.make_vec(
         native_cartpole,
@@ -367,15 +380,15 @@ def test_a_dead_worker_is_restarted_with_its_vector_env(backend):
         backend=backend,
         vectorized=True,
         on_worker_failure="restart",
-        **FAULT_BACKENDS[backend],
+        **options_for(backend, num_workers=2),
     )
     try:
         envs.reset(seed=3)
-        envs.step(np.zeros(7, dtype=np.int64))
+        envs.step(act(envs, np.zeros(7, dtype=np.int64)))
         pid = envs.pool.workers[1].process.pid
         os.kill(pid, signal.SIGKILL)
         assert wait_until(lambda: process_gone(pid))
-        obs, rew, term, trunc, infos = envs.step(np.zeros(7, dtype=np.int64))
+        obs, rew, term, trunc, infos = envs.step(act(envs, np.zeros(7, dtype=np.int64)))
         order = np.argsort(ids_of(infos, 7))
         assert as_numpy(trunc)[order].tolist() == [False] * 4 + [True] * 3
         assert np.asarray(infos["worker_restarted"])[order].tolist() == [False] * 4 + [True] * 3
@@ -385,7 +398,7 @@ def test_a_dead_worker_is_restarted_with_its_vector_env(backend):
         fresh.close()
         np.testing.assert_array_equal(as_numpy(obs)[order][4:], expected)
         for _ in range(3):
-            envs.step(np.zeros(7, dtype=np.int64))
+            envs.step(act(envs, np.zeros(7, dtype=np.int64)))
     finally:
         envs.close()
 
@@ -443,9 +456,9 @@ def test_async_needs_whole_slices():
         envs.close()
 
 
-@pytest.mark.parametrize("backend", ["serial", "shm"])
+@pytest.mark.parametrize("backend", select(lockstep=True, tensors=False))
 def test_call_and_set_attr_reach_the_inner_vector_env(backend):
-    options = {"num_workers": 2} if backend == "shm" else {}
+    options = options_for(backend)
     # a SyncVectorEnv answers per sub-env, through its own call()
     envs = vecaccel.make_vec(sync_cartpole, 4, backend=backend, vectorized=True, **options)
     try:
@@ -457,8 +470,8 @@ def test_call_and_set_attr_reach_the_inner_vector_env(backend):
     # a native vector env answers once for its slice
     envs = vecaccel.make_vec(native_cartpole, 4, backend=backend, vectorized=True, **options)
     try:
-        expected = (2,) * 4 if backend == "shm" else (4,) * 4
-        assert envs.get_attr("num_envs") == expected
+        sizes = tuple(stop - start for start, stop in slices_of(envs) for _ in range(start, stop))
+        assert envs.get_attr("num_envs") == sizes
         envs.set_attr("marker", 7)
         assert envs.get_attr("marker") == (7,) * 4
         with pytest.raises((ValueError, WorkerError), match="one value of 'marker'"):
@@ -504,7 +517,13 @@ def test_sb3_adapter_steps_vectorized_slices():
         venv.close()
 
 
-@pytest.mark.parametrize("kind", ["shm", "hybrid", "async_half", "action_server_alternating"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        _partial_kind(name) if backend_of(name).partial_batches else name
+        for name in select(worker_processes=True)
+    ],
+)
 def test_close_leaves_no_process_or_shared_memory(kind, no_leaks):
     envs = make(kind, "CartPole-v1", on_worker_failure="restart")
     obs, infos = envs.reset(seed=0)
@@ -539,17 +558,24 @@ def test_sampler_takes_alternating_halves_of_slices():
         envs.close()
 
 
-@pytest.mark.parametrize(
-    "backend, options",
-    [
-        ("serial", {}),
-        ("shm", {"num_workers": 2, "context": "fork"}),
-        ("shm", {"num_workers": 2, "context": "fork", "copy": False}),
-        ("hybrid", {"num_workers": 1, "context": "fork"}),
-        ("async", {"num_workers": 2, "context": "fork", "batch_size": 2}),
-    ],
-    ids=["serial", "shm", "shm-views", "hybrid", "async-batch-2"],
-)
+def _contract_cases() -> list:
+    """Each backend that returns NumPy arrays, under fork (returning half of the kit's envs per
+    step where it can), and the default backend also handing out views."""
+    cases = []
+    for name in select(tensors=False):
+        options = options_for(name, context="fork")
+        case = name
+        if backend_of(name).partial_batches:
+            half = partial_batch_options(name, CONTRACT_ENVS)
+            options.update(half)
+            case = f"{name}-batch-{half['batch_size']}" if "batch_size" in half else f"{name}-alt"
+        cases.append(pytest.param(name, options, id=case))
+        if name == DEFAULT_BACKEND:
+            cases.append(pytest.param(name, {**options, "copy": False}, id=f"{name}-views"))
+    return cases
+
+
+@pytest.mark.parametrize("backend, options", _contract_cases())
 def test_vectorized_slices_keep_the_backend_contract(backend, options):
     # every worker slice one SyncVectorEnv of the kit's envs, compared with one SyncVectorEnv
     check_backend(backend, vectorized=True, **options)

@@ -24,6 +24,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+from backend_matrix import DEFAULT_BACKEND, select, spread_start_methods
 from helpers import CHILD_TIMEOUT, last_json, make_backend, run_child
 from toy_envs import WaitingEnv, wait_in_constructor
 
@@ -251,13 +252,19 @@ def test_a_worker_stuck_in_an_env_constructor_shows_where(context, no_leaks):
     assert wait_until(lambda: open_fds() <= fds), sorted(open_fds() - fds)
 
 
-#: (backend, where the worker waits, start method): shm stuck in a step under both start
-#: methods, and each other case under one, so each start method sees two of them.
+#: (backend, where the worker waits, start method): the default backend stuck in a step under
+#: both start methods and in a reset under fork; each other backend holding all its envs in
+#: workers stuck in a step under one start method, the start methods taking turns.
 STUCK_CASES = [
-    ("shm", "step", "fork"),
-    ("shm", "step", "spawn"),
-    ("shm", "reset", "fork"),
-    ("async", "step", "spawn"),
+    (DEFAULT_BACKEND, "step", "fork"),
+    (DEFAULT_BACKEND, "step", "spawn"),
+    (DEFAULT_BACKEND, "reset", "fork"),
+    *(
+        (backend, "step", context)
+        for backend, context in spread_start_methods(
+            [b for b in select(envs_in_workers=True) if b != DEFAULT_BACKEND], ("spawn", "fork")
+        )
+    ),
 ]
 
 
