@@ -294,13 +294,34 @@ def race_one(library: str, game: str, seed: int, score: float, max_steps: int) -
 
 
 def race(args: argparse.Namespace) -> dict[str, Any]:
-    """vecaccel's PPO and SB3's, seed by seed in alternating order, each to the same score."""
-    from vecaccel.bench import run_seeds
+    """vecaccel's PPO and SB3's, seed by seed in alternating order, each to the same score.
+
+    Each run is written to its own file under ``OUT/minatar_race_runs`` as it ends, and a run
+    whose file exists is read instead of run again: an interrupted race resumes where it was.
+    """
+    from vecaccel.bench import load_average
 
     record = RunRecord(command_line(), benchmark="learning/minatar_games")
-    arms = [{"library": "vecaccel"}, {"library": "sb3"}]
+    folder = Path(args.out) / "minatar_race_runs"
+    folder.mkdir(parents=True, exist_ok=True)
     common = dict(game=args.game, score=args.score, max_steps=args.max_steps)
-    runs = run_seeds(__file__, "race_one", args.seeds, arms, common=common, alternate=True)
+    runs: list[dict[str, Any]] = []
+    for index, seed in enumerate(args.seeds):
+        order = ["vecaccel", "sb3"] if index % 2 == 0 else ["sb3", "vecaccel"]
+        for library in order:
+            path = folder / f"{library}-{args.game}-score{args.score:g}-s{seed}.json"
+            if not path.exists():
+                print(f"race: {library} {args.game} seed {seed} ...", flush=True)
+                load = load_average()
+                outcome = run_in_child(
+                    __file__, "race_one", {**common, "library": library, "seed": seed}
+                )
+                outcome.update(library=library, seed=seed, load_before=load[0] if load else None)
+                outcome.pop("curve", None)
+                RunRecord(command_line(), benchmark="learning/minatar_games").write(
+                    path, [outcome], **common
+                )
+            runs.append(json.loads(path.read_text())["results"][0])
     summary: dict[str, Any] = {}
     for library in ("vecaccel", "sb3"):
         mine = [run for run in runs if run["library"] == library]
@@ -315,8 +336,6 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
         }
     fast, slow = (summary[name]["median_time_to_score_s"] for name in ("vecaccel", "sb3"))
     summary["time_to_score_ratio"] = fast / slow if fast and slow else None
-    for run in runs:
-        run.pop("curve", None)
     return record.write(Path(args.out) / "minatar_race.json", runs, summary=summary, **common)
 
 

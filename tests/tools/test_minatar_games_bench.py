@@ -111,3 +111,8 @@ def test_the_race_stops_both_libraries_at_the_score(tmp_path):
     summary = written["summary"]
     assert summary["vecaccel"]["reached"] == summary["sb3"]["reached"] == "1 of 1"
     assert summary["time_to_score_ratio"] > 0
+    # each run has its own file; a second race reads them instead of running again
+    files = sorted(path.name for path in (tmp_path / "minatar_race_runs").iterdir())
+    assert files == ["sb3-Breakout-score0-s1.json", "vecaccel-Breakout-score0-s1.json"]
+    assert bench.main([*argv, "--out", str(tmp_path)]) == 0
+    assert load_result(tmp_path / "minatar_race.json")["results"] == written["results"]
