@@ -61,6 +61,14 @@ def _command_lines(pids: set[int]) -> dict[int, str]:
     return lines
 
 
+def as_from_a_terminal() -> None:
+    """In a child before it runs: SIGINT with its default disposition and not blocked, as a
+    program started from a shell has it, whatever the test process inherited from its own
+    launcher (pytest-xdist's worker)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def wait_for_process(parent: subprocess.Popen, marker: str) -> None:
     """Wait until a process below ``parent`` has ``marker`` in its command line."""
 
@@ -139,6 +147,7 @@ def test_ctrl_c_while_ray_starts_ends_at_once_with_one_line_and_leaves_nothing(t
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     try:
         wait_for_process(process, "gcs_server")
@@ -174,6 +183,7 @@ def test_ctrl_c_while_ray_starts_under_train_prints_one_line(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_from_a_terminal,
     )
     try:
         wait_for_process(process, "gcs_server")
@@ -216,6 +226,7 @@ def test_a_signalled_training_run_ends_quietly(tmp_path, signum, ray_started_by)
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=as_from_a_terminal,
         )
         try:
             metrics = run_dir / "metrics.csv"  # written once training has begun
