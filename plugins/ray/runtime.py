@@ -35,7 +35,7 @@ from .auth import (
     wait_reachable,
 )
 
-__all__ = ["RaySession", "is_loopback_address"]
+__all__ = ["RayRuntime", "is_loopback_address"]
 
 #: what turns Ray's lookup of a routable node address off (see _loopback_node)
 _IP_PROBE_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
@@ -102,7 +102,7 @@ def _loopback_node(ray: Any) -> Iterator[None]:
         constants.ENABLE_RAY_CLUSTER = saved
 
 
-class RaySession:
+class RayRuntime:
     """Ray as this process found it, or joined or started here and later left or stopped."""
 
     _lock = threading.Lock()

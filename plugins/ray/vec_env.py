@@ -39,7 +39,7 @@ from .cluster import (
     stop_actors,
 )
 from .records import Shard, ShardLost, ShardSpaces
-from .session import RaySession
+from .runtime import RayRuntime
 from .shard import ShardFailure, shard_bounds
 
 __all__ = ["CLOSE_TIMEOUT_S", "RayVecEnv"]
@@ -88,9 +88,9 @@ class RayVecEnv(VecEnv):
         if num_envs == 0:
             raise ValueError("a vector env needs at least one env function")
         self._shard_options = shard_options(options)
-        RaySession.acquire(options.address, options.connect_timeout_s)
+        RayRuntime.acquire(options.address, options.connect_timeout_s)
         self._ray = ray
-        self._session = True
+        self._holds_ray = True
         self._placement_group = None
         self._shards: list[Shard] = []
         self._broken: str | None = None
@@ -661,9 +661,9 @@ class RayVecEnv(VecEnv):
                     remove_placement_group(self._placement_group)
         finally:
             self._placement_group = None
-            if self._session:
-                self._session = False
-                RaySession.release()
+            if self._holds_ray:
+                self._holds_ray = False
+                RayRuntime.release()
 
     def __repr__(self) -> str:
         return f"RayVecEnv(num_envs={self.num_envs}, num_shards={len(self._shards)})"

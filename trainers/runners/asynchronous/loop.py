@@ -11,6 +11,7 @@ stopping the sampler process and the final checkpoint's timing.
 
 from __future__ import annotations
 
+import abc
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,12 +64,12 @@ class Meeting:
     sums: Sequence[str] = ()
 
 
-class AsyncFeed:
+class AsyncFeed(abc.ABC):
     """The family's side of an asynchronous run, as the loop of :func:`run_async` sees it.
 
     A feed owns the sampler process and the experience it hands over in the slots of a double
     buffer, and makes its updates from them. A subclass sets :attr:`horizon`, :attr:`resume_step`
-    and :attr:`spec`, and fills in the methods that raise ``NotImplementedError``.
+    and :attr:`spec`, and implements the abstract methods.
 
     Args:
         agent: the algorithm; its step and update counters are where this run starts.
@@ -137,24 +138,24 @@ class AsyncFeed:
         """Stop the sampler process and close the channels to it."""
         self.sampler.stop()
 
+    @abc.abstractmethod
     def turn(self, waits: Waits, requested: bool) -> bool:
         """One turn of the loop: take experience and make the updates then due, waiting with
         ``waits``; whether the ranks meet after it (``requested``: a stop was asked here)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
         """The metrics of this meeting, ``elapsed`` seconds into the run, of which the
         optimiser waited ``optimizer_wait``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def log_step(self, metrics: dict[str, float | None]) -> int | None:
         """The step to log the reduced ``metrics`` at, or ``None`` when no row is due."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def final_checkpoint(self, every_rank_here: bool) -> None:
         """Write the checkpoint at the end of the run, the sampler stopped, if it is safe to:
         ``every_rank_here`` if the run ended or stopped on every rank, not in an error."""
-        raise NotImplementedError
 
 
 def _reduce(
