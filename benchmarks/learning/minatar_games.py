@@ -18,20 +18,25 @@ its ``minatar`` preset (one setting for all five games); the other settings chan
   preset's ``sqrt`` rule;
 - ``batch32``, ``batch512`` and ``batch2048`` (the DQN family): the training batch at the same
   replay ratio, the learning rate following the preset's ``sqrt`` rule from its batch-32 value;
+- ``bf16`` (A2C, PPO): the preset with the network's torso under bfloat16 autocast
+  (``bf16="on"``): faster on CPUs with bf16 matrix units (AMX, AVX512-BF16), the same algorithm
+  in other rounding;
 - ``sb3`` (PPO): Stable-Baselines3's PPO with the same network (a features extractor), envs and
   hyperparameters.
 
 ``race`` times vecaccel's PPO against SB3's on the same work: both with the PPO preset's
-network, envs and hyperparameters, seed by seed in alternating order, each stopped when the
-mean return of the last 100 episodes reaches ``--score``; reported are the seconds and env steps
-to that score (from before the envs are made) and the steps per second. Run it on a quiet
-machine, alone.
+network, envs and hyperparameters, seed by seed with the order of the arms rotating, each
+stopped when the mean return of the last 100 episodes reaches ``--score``; reported are the
+seconds and env steps to that score (from before the envs are made) and the steps per second.
+The arms are ``vecaccel`` (the preset), ``vecaccel-bf16`` (the preset under bf16 autocast) and
+``sb3``. Run it on a quiet machine, alone.
 
 Run (niced, in the background; about 8 minutes a PPO run and 20 a DQN run on 2 CPU cores)::
 
     nice -n 19 python benchmarks/learning/minatar_games.py run --algos ppo --seeds 1 2 3
     python benchmarks/learning/minatar_games.py report
-    python benchmarks/learning/minatar_games.py race --game Breakout --score 15
+    python benchmarks/learning/minatar_games.py race --game Asterix --score 15 \
+        --arms vecaccel vecaccel-bf16 sb3
 
 Run files go to ``benchmarks/results/minatar_runs/``; the report to
 ``benchmarks/results/minatar_games.{json,md,png}`` and ``minatar_games_batch.png``; the race to
@@ -71,6 +76,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "batch32": {"batch_size": 32},
     "batch512": {"batch_size": 512},
     "batch2048": {"batch_size": 2048},
+    "bf16": {"bf16": "on"},
     "sb3": {},
 }
 #: the published scores at 5M frames, read off the learning curves of the MinAtar README (30
@@ -280,21 +286,26 @@ def one(algo: str, game: str, setting: str, seed: int, steps: int, runs: str, co
     return str(path)
 
 
+#: the race's arms: what each runs (a vecaccel setting of PPO, or SB3's PPO)
+RACE_ARMS = {"vecaccel": "preset", "vecaccel-bf16": "bf16", "sb3": "sb3"}
+
+
 def race_one(library: str, game: str, seed: int, score: float, max_steps: int) -> dict[str, Any]:
-    """One run of the race: PPO's preset (vecaccel) or SB3's PPO on the same work, stopped when
-    the mean return of the last 100 episodes reaches ``score`` (called in a child process)."""
+    """One run of the race: an arm of :data:`RACE_ARMS` on PPO's preset work, stopped when the
+    mean return of the last 100 episodes reaches ``score`` (called in a child process)."""
     env_id = f"MinAtar/{game}-v0"
     if library == "sb3":
         outcome = run_sb3(env_id, seed, max_steps, stop_at=score)
     else:
-        outcome = run_vecaccel("ppo", env_id, "preset", seed, max_steps, stop_at=score)
+        outcome = run_vecaccel("ppo", env_id, RACE_ARMS[library], seed, max_steps, stop_at=score)
     outcome.pop("config")
     outcome["steps_per_s"] = outcome["steps"] / outcome["wall_s"]
     return outcome
 
 
 def race(args: argparse.Namespace) -> dict[str, Any]:
-    """vecaccel's PPO and SB3's, seed by seed in alternating order, each to the same score.
+    """vecaccel's PPO and SB3's, seed by seed with the arms' order rotating, each to the same
+    score.
 
     Each run is written to its own file under ``OUT/minatar_race_runs`` as it ends, and a run
     whose file exists is read instead of run again: an interrupted race resumes where it was.
@@ -306,9 +317,10 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     common = dict(game=args.game, score=args.score, max_steps=args.max_steps)
     runs: list[dict[str, Any]] = []
+    arms = list(args.arms)
     for index, seed in enumerate(args.seeds):
-        order = ["vecaccel", "sb3"] if index % 2 == 0 else ["sb3", "vecaccel"]
-        for library in order:
+        shift = index % len(arms)  # each arm goes first in turn
+        for library in arms[shift:] + arms[:shift]:
             path = folder / f"{library}-{args.game}-score{args.score:g}-s{seed}.json"
             if not path.exists():
                 print(f"race: {library} {args.game} seed {seed} ...", flush=True)
@@ -323,7 +335,7 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
                 )
             runs.append(json.loads(path.read_text())["results"][0])
     summary: dict[str, Any] = {}
-    for library in ("vecaccel", "sb3"):
+    for library in arms:
         mine = [run for run in runs if run["library"] == library]
         times = [run["reached"]["wall_s"] for run in mine if run["reached"]]
         summary[library] = {
@@ -334,8 +346,14 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
             ),
             "median_steps_per_s": _median([run["steps_per_s"] for run in mine]),
         }
-    fast, slow = (summary[name]["median_time_to_score_s"] for name in ("vecaccel", "sb3"))
-    summary["time_to_score_ratio"] = fast / slow if fast and slow else None
+    # each vecaccel arm's median time to score over SB3's
+    slow = summary.get("sb3", {}).get("median_time_to_score_s")
+    summary["time_to_score_ratio"] = {
+        library: (fast / slow if fast and slow else None)
+        for library in arms
+        if library != "sb3"
+        for fast in [summary[library]["median_time_to_score_s"]]
+    }
     return record.write(Path(args.out) / "minatar_race.json", runs, summary=summary, **common)
 
 
@@ -584,25 +602,36 @@ def write_report(runs: Path, out: Path, command: str) -> dict[str, Any]:
             out / "minatar_games.png",
             "MinAtar -v0: return against frames and wall-clock (thin: seeds, bold: median)",
         )
-        batch_arms = [
+        for name, games, arms, title in COMPARISONS:
+            # drawn once a run of an arm other than the presets exists
+            if any((entry["algo"], entry["setting"]) in arms for entry in found
+                   if entry["setting"] != "preset"):  # fmt: skip
+                _plot(found, games, arms, out / name, title)
+    return payload
+
+
+#: the plots that set settings against the preset: file, games, arms, title
+COMPARISONS = [
+    (
+        "minatar_games_batch.png",
+        ("Breakout", "SpaceInvaders"),
+        [
             ("ppo", "envs16"),
             ("ppo", "preset"),
             ("ppo", "envs256"),
             ("dqn", "batch32"),
             ("dqn", "preset"),
             ("dqn", "batch2048"),
-        ]
-        if any(
-            (entry["algo"], entry["setting"]) in batch_arms[:1] + batch_arms[2:] for entry in found
-        ):
-            _plot(
-                found,
-                ("Breakout", "SpaceInvaders"),
-                batch_arms,
-                out / "minatar_games_batch.png",
-                "Large batches against small: the same frames, less wall-clock",
-            )
-    return payload
+        ],
+        "Large batches against small: the same frames, less wall-clock",
+    ),
+    (
+        "minatar_games_bf16.png",
+        ("Asterix", "Breakout"),
+        [("ppo", "preset"), ("ppo", "bf16")],
+        "PPO in float32 and under bf16 autocast: the same frames, less wall-clock",
+    ),
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -618,10 +647,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     racer = commands.add_parser(
         "race", help="time to score: vecaccel's PPO against SB3's, seed by seed, alternating"
     )
-    racer.add_argument("--game", choices=GAMES, default="Breakout")
+    racer.add_argument("--game", choices=GAMES, default="Asterix")
     racer.add_argument("--score", type=float, default=15.0, help="mean of the last 100 returns")
     racer.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     racer.add_argument("--max-steps", type=int, default=5_000_000, help="a run's step budget")
+    racer.add_argument(
+        "--arms", nargs="+", choices=list(RACE_ARMS), default=["vecaccel", "sb3"], help="what races"
+    )
     racer.add_argument("--out", default=str(RESULTS), help="folder of minatar_race.json")
     reporter = commands.add_parser("report", help="table, rliable aggregate and plots")
     reporter.add_argument("--runs", default=str(RUNS), help="folder of the run files")
@@ -631,7 +663,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for algo in args.algos:
             if args.setting == "sb3" and algo != "ppo":
                 parser.error("--setting sb3 is SB3's PPO: use it with --algos ppo")
-            wrong = {"batch": ("a2c", "ppo"), "envs": ("dqn", "c51", "rainbow")}
+            off_policy = ("dqn", "c51", "rainbow")
+            wrong = {"batch": ("a2c", "ppo"), "envs": off_policy, "bf16": off_policy}
             if any(args.setting.startswith(kind) and algo in wrong[kind] for kind in wrong):
                 parser.error(f"--setting {args.setting} does not apply to {algo}")
         return run(args)

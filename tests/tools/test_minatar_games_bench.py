@@ -35,12 +35,13 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     runs.mkdir()
     out.mkdir()
     # PPO: three seeds on Breakout, one on Freeway (its aggregate counts seed 1 on both games);
-    # DQN: Breakout only; the PPO batch-size arm: one seed
+    # DQN: Breakout only; the PPO batch-size arm: one seed; PPO under bf16: one seed
     for seed, score in ((1, 12.0), (2, 20.0), (3, 16.0)):
         _fake_run(bench, runs, "ppo", "Breakout", "preset", seed, score)
     _fake_run(bench, runs, "ppo", "Freeway", "preset", 1, 55.0)
     _fake_run(bench, runs, "dqn", "Breakout", "preset", 2, 5.0)
     _fake_run(bench, runs, "ppo", "Breakout", "envs16", 1, 11.0, points=3)
+    _fake_run(bench, runs, "ppo", "Asterix", "bf16", 1, 30.0)
     payload = bench.write_report(runs, out, "python benchmarks/learning/minatar_games.py report")
 
     rows = {(row["arm"], row["game"]): row for row in payload["results"]}
@@ -48,6 +49,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert breakout["scores"] == [12.0, 20.0, 16.0] and breakout["median"] == 16.0
     assert breakout["at or above DQN"] and not breakout["at or above AC(lambda)"]
     assert rows[("PPO envs16", "Breakout")]["steps"] == 3000
+    assert rows[("PPO bf16", "Asterix")]["scores"] == [30.0]
     summary = payload["summary"]
     assert summary["PPO"]["games"] == ["Breakout", "Freeway"] and summary["PPO"]["seeds"] == [1]
     assert summary["DQN"]["seeds"] == [2]
@@ -56,11 +58,18 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert summary["PPO"]["ci95"][0] <= summary["PPO"]["iqm"] <= summary["PPO"]["ci95"][1]
     written = load_result(out / "minatar_games.json")
     assert written["meta"]["benchmark"] == "learning/minatar_games"
-    assert len(written["meta"]["runs"]) == 6
+    assert len(written["meta"]["runs"]) == 7
     table = (out / "minatar_games.md").read_text()
     assert "| PPO | Breakout | 3 | 12.0, 20.0, 16.0 | 16.0 | 10.0 | 17.5 |" in table
     assert (out / "minatar_games.png").stat().st_size > 0
     assert (out / "minatar_games_batch.png").stat().st_size > 0
+    assert (out / "minatar_games_bf16.png").stat().st_size > 0
+    # a comparison plot is drawn only once a run of its own setting exists
+    (runs / "ppo-Asterix-bf16-s1.json").unlink()
+    (out / "again").mkdir()
+    bench.write_report(runs, out / "again", "report")
+    assert (out / "again" / "minatar_games_batch.png").exists()
+    assert not (out / "again" / "minatar_games_bf16.png").exists()
 
 
 def test_an_empty_folder_gives_an_empty_report(tmp_path):
@@ -93,26 +102,30 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
 def test_settings_that_do_not_apply_are_refused():
     bench = load_benchmark("learning/minatar_games")
     for argv in (["--algos", "dqn", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
-                 ["--algos", "dqn", "--setting", "envs16"]):  # fmt: skip
+                 ["--algos", "dqn", "--setting", "envs16"], ["--algos", "dqn", "--setting", "bf16"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
 
 
-def test_the_race_stops_both_libraries_at_the_score(tmp_path):
-    """vecaccel's PPO and SB3's, one seed each, to a score every policy reaches at once."""
+def test_the_race_stops_every_arm_at_the_score(tmp_path):
+    """vecaccel's PPO (float32 and bf16) and SB3's, one seed each, to a score every policy
+    reaches at once."""
     bench = load_benchmark("learning/minatar_games")
-    argv = ["race", "--game", "Breakout", "--score", "0", "--seeds", "1", "--max-steps", "40000"]
+    argv = ["race", "--game", "Breakout", "--score", "0", "--seeds", "1", "--max-steps", "40000",
+            "--arms", "vecaccel", "vecaccel-bf16", "sb3"]  # fmt: skip
     assert bench.main([*argv, "--out", str(tmp_path)]) == 0
     written = load_result(tmp_path / "minatar_race.json")
-    assert sorted(run["library"] for run in written["results"]) == ["sb3", "vecaccel"]
+    arms = ["sb3", "vecaccel", "vecaccel-bf16"]
+    assert sorted(run["library"] for run in written["results"]) == arms
     for run in written["results"]:
         # the first full window of 100 episodes reaches 0: both stop long before the budget
         assert run["reached"]["step"] == run["steps"] < 40000
     summary = written["summary"]
-    assert summary["vecaccel"]["reached"] == summary["sb3"]["reached"] == "1 of 1"
-    assert summary["time_to_score_ratio"] > 0
+    assert [summary[arm]["reached"] for arm in arms] == ["1 of 1"] * 3
+    ratios = summary["time_to_score_ratio"]
+    assert sorted(ratios) == ["vecaccel", "vecaccel-bf16"] and min(ratios.values()) > 0
     # each run has its own file; a second race reads them instead of running again
     files = sorted(path.name for path in (tmp_path / "minatar_race_runs").iterdir())
-    assert files == ["sb3-Breakout-score0-s1.json", "vecaccel-Breakout-score0-s1.json"]
+    assert files == [f"{arm}-Breakout-score0-s1.json" for arm in arms]
     assert bench.main([*argv, "--out", str(tmp_path)]) == 0
     assert load_result(tmp_path / "minatar_race.json")["results"] == written["results"]

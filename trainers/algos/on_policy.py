@@ -87,7 +87,8 @@ class OnPolicyConfig(RunConfig):
     channels_last: bool = True
     """NHWC memory format for the CNN (faster convolutions on CPUs)."""
     bf16: str = "off"
-    """bfloat16 autocast in the CNN torso: off, on, or auto (on where the hardware has bf16 units)."""
+    """bfloat16 autocast in the convolutional torso (Nature CNN or MinAtar's): off, on, or auto
+    (on where the hardware has bf16 units)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

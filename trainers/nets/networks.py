@@ -175,6 +175,7 @@ class MinAtarNet(nn.Module):
         image_size: height and width of a square input, or ``(height, width)`` (MinAtar: 10).
         features: output width (128 in the paper).
         channels_last_input: observations come as ``[N, H, W, C]`` (else ``[N, C, H, W]``).
+        bf16: run the torso under bfloat16 autocast; outputs are cast back to float32.
 
     Example:
         >>> net = MinAtarNet(4)
@@ -188,6 +189,7 @@ class MinAtarNet(nn.Module):
         image_size: int | tuple[int, int] = 10,
         features: int = 128,
         channels_last_input: bool = True,
+        bf16: bool = False,
     ) -> None:
         super().__init__()
         height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
@@ -198,11 +200,18 @@ class MinAtarNet(nn.Module):
         self.linear = nn.Sequential(layer_init(nn.Linear(flat, features)), nn.ReLU())
         self.out_features = features
         self.channels_last_input = channels_last_input
+        self.bf16 = bf16
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         if self.channels_last_input:
             obs = obs.permute(0, 3, 1, 2)
-        return self.linear(self.conv(obs.to(torch.float32)))
+        if not self.bf16:
+            return self.linear(self.conv(obs.to(torch.float32)))
+        # booleans (0 and 1) are exact in bfloat16: one cast, straight to the convolution's dtype
+        x = obs.to(torch.bfloat16 if obs.dtype == torch.bool else torch.float32)
+        with torch.autocast(device_type=x.device.type, dtype=torch.bfloat16):
+            x = self.linear(self.conv(x))
+        return x.float()
 
 
 class MLP(nn.Module):
@@ -253,7 +262,7 @@ def make_encoder(
                 "the MinAtar network needs [H, W, C] grids of at least 3x3 (MinAtar's "
                 f"[10, 10, C]), got shape {shape}"
             )
-        return MinAtarNet(shape[2], (shape[0], shape[1]))
+        return MinAtarNet(shape[2], (shape[0], shape[1]), bf16=bf16)
     if network == "cnn" or (network == "auto" and _is_image_space(observation_space)):
         shape = observation_space.shape
         if shape is None or len(shape) != 3:
@@ -348,7 +357,7 @@ class ActorCritic(nn.Module):
         hidden_sizes: MLP widths.
         activation: MLP activation.
         channels_last: NHWC convolutions.
-        bf16: bfloat16 autocast in the CNN torso.
+        bf16: bfloat16 autocast in the convolutional torso (Nature CNN or MinAtar's).
     """
 
     def __init__(
@@ -480,7 +489,7 @@ class QNetwork(nn.Module):
         num_atoms: 1 for expected Q-values; more for a categorical (C51) distribution, in which
             case ``forward`` returns logits of shape ``[N, num_actions, num_atoms]``.
         channels_last: NHWC convolutions.
-        bf16: bfloat16 autocast in the CNN torso.
+        bf16: bfloat16 autocast in the convolutional torso (Nature CNN or MinAtar's).
     """
 
     def __init__(
