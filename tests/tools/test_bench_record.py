@@ -87,6 +87,19 @@ def test_every_committed_result_reads_as_the_format(result):
     assert isinstance(loaded["results"], list) and loaded["results"]
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="CPU affinity is Linux's")
+def test_the_record_counts_the_cpus_usable_when_the_run_started(tmp_path):
+    """A benchmark that pins itself to one CPU after it starts still records the machine's."""
+    before = os.sched_getaffinity(0)
+    record = RunRecord("python benchmarks/scale_out/async_dqn_overlap.py")
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        written = record.write(tmp_path / "result.json", [{"x": 1}])
+    finally:
+        os.sched_setaffinity(0, before)
+    assert written["meta"]["usable_cpus"] == len(before)
+
+
 def test_an_unwritable_output_is_refused_before_running(tmp_path):
     with pytest.raises(ValueError, match="--out .*: is a folder"):
         check_output_path(tmp_path, "--out")

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel.bench.report import machine_info
+from vecaccel.worker.cpus import usable_cpus
 
 __all__ = [
     "LEGACY_ROW_KEYS",
@@ -166,7 +167,8 @@ def check_output_path(path: str | os.PathLike[str], flag: str = "--json") -> Non
 class RunRecord:
     """How, where and when a benchmark ran: created when it starts, written with its results.
 
-    It notes the command, the date and the load average at creation; :meth:`write` adds the
+    It notes the command, the date, the load average and the usable CPUs at creation (before
+    a benchmark pins its own process to some of them); :meth:`write` adds the rest of the
     machine, the package versions, the load average at the end and the ceilings it was given.
 
     Args:
@@ -187,6 +189,7 @@ class RunRecord:
         self.benchmark = benchmark if benchmark is not None else self._name(self.command)
         self.date = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.load_average = load_average()
+        self.usable_cpus = usable_cpus()
         self.ceilings: list[dict[str, Any]] = []
 
     @staticmethod
@@ -208,6 +211,7 @@ class RunRecord:
         """The ``meta`` object of the result file, with the script's ``settings`` last."""
         info = machine_info()
         info.pop("load_average", None)
+        info["usable_cpus"] = self.usable_cpus
         info["versions"] = {**info["versions"], **_versions(RECORDED_VERSIONS)}
         return {
             "format": RESULT_FORMAT,

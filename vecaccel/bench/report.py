@@ -11,6 +11,8 @@ import platform
 from collections.abc import Sequence
 from typing import Any
 
+from vecaccel.worker.cpus import usable_cpus
+
 __all__ = ["format_table", "machine_info", "plot_results", "shares_of_ceiling"]
 
 
@@ -138,10 +140,6 @@ def machine_info() -> dict[str, Any]:
         True
     """
     try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        usable = os.cpu_count() or 1
-    try:
         load = [round(value, 2) for value in os.getloadavg()]
     except (AttributeError, OSError):  # not on Unix
         load = None
@@ -151,7 +149,7 @@ def machine_info() -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
-        "usable_cpus": usable,
+        "usable_cpus": usable_cpus(),
         "load_average": load,
         "versions": _versions(),
     }
