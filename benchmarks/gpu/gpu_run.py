@@ -446,7 +446,7 @@ def part_dqn(
         device=str(args.device),
         buffer_size=fill,
         learning_starts=fill + workers,  # the fill collects only; the updates are timed below
-        bf16=cuda,
+        bf16="on" if cuda else "off",
         channels_last=cuda,
         seed=args.seed,
         checkpoint_every=0,

@@ -14,6 +14,8 @@ from vecaccel.cli import ArgumentParser, Commands
 from vecaccel.trainers import A2C, DQN, PPO, DQNConfig
 from vecaccel.trainers.algos.a2c import A2CConfig
 from vecaccel.trainers.algos.ppo import PPOConfig
+from vecaccel.trainers.checkpoints.legacy import upgrade
+from vecaccel.trainers.checkpoints.reader import read_checkpoint
 from vecaccel.trainers.cli.commands import vecaccel_add_commands
 from vecaccel.trainers.config.settings import RunConfig, config_help
 
@@ -33,10 +35,12 @@ torch.set_num_threads(1)
         (PPO, "max_grad_norm", -0.5),
         (PPO, "target_kl", -0.01),
         (PPO, "bf16", "bogus"),
+        (DQN, "bf16", True),
         (A2C, "rms_alpha", 1.5),
     ],
     ids=["ppo-lr-negative", "ppo-lr-nan", "a2c-lr-negative", "clip-coef-negative",
-         "max-grad-norm-negative", "target-kl-negative", "bf16-bogus", "rms-alpha-above-1"],
+         "max-grad-norm-negative", "target-kl-negative", "bf16-bogus", "dqn-bf16-bool",
+         "rms-alpha-above-1"],
 )  # fmt: skip
 def test_bad_config_values_are_refused_naming_the_field(algo, field, value):
     """``--activation bogus`` and ``num_envs=0`` are ValueErrors naming the field; these values
@@ -146,6 +150,13 @@ def test_earlier_spellings_in_old_checkpoints_are_read():
     assert ppo.config.log_every_steps == ppo.batch_size
     dqn = DQN.load(FIXTURES / "dqn", device="cpu")  # log_interval, checkpoint_period
     assert (dqn.config.log_every_steps, dqn.config.checkpoint_every) == (1000, 0)
+    # the DQN family's bf16 was True/False, in the current layout too: it reads as off/on
+    assert dqn.config.bf16 == "off"
+    assert DQN.load(FIXTURES / "version2" / "dqn", device="cpu").config.bf16 == "off"
+    state = read_checkpoint(FIXTURES / "version2" / "dqn" / "checkpoint.pt")
+    state["config"]["bf16"] = True
+    assert upgrade(state)["config"]["bf16"] == "on"
+    assert upgrade(upgrade(state)) == upgrade(state)
 
 
 def _parse(*argv: str) -> argparse.Namespace:

@@ -130,12 +130,25 @@ def test_bf16_auto_follows_the_hardware_on_minatar():
         assert agent.model.encoder.bf16 is False
     finally:
         agent.close()
+    from vecaccel.trainers import DQN
+
+    # the DQN family takes the same three values
+    for setting, expected in (("auto", bf16_autocast_helps("cpu")), ("on", True), ("off", False)):
+        dqn = DQN(
+            "MinAtar/Breakout-v0", num_envs=2, buffer_size=1000, device="cpu", bf16=setting,
+            tensorboard=False,
+        )  # fmt: skip
+        try:
+            assert dqn.q_network.body.bf16 is expected, setting
+        finally:
+            dqn.close()
 
 
 def test_bf16_ppo_update_on_minatar_matches_fp32_within_rounding():
     """One PPO update (4 epochs of 4 minibatches, the same shuffles) from the same weights on a
     real Breakout batch, in float32 and under bf16 autocast: the two updated policies are far
-    closer to each other than to the policy they started from."""
+    closer to each other than to the policy they started from, and closer than two float32
+    updates that differ only in how the minibatches were shuffled."""
     from vecaccel.trainers import PPO
 
     threads = torch.get_num_threads()
@@ -150,8 +163,13 @@ def test_bf16_ppo_update_on_minatar_matches_fp32_within_rounding():
             **{**vars(agent.config), "bf16": "on", "tensorboard": False},
         )  # fmt: skip
         assert twin.model.encoder.bf16
-        twin.model.load_state_dict(agent.model.state_dict())
-        twin.optimizer.load_state_dict(agent.optimizer.state_dict())
+        reshuffled = PPO(
+            None, observation_space=agent.observation_space, action_space=agent.action_space,
+            **{**vars(agent.config), "tensorboard": False},
+        )  # fmt: skip
+        for copy in (twin, reshuffled):
+            copy.model.load_state_dict(agent.model.state_dict())
+            copy.optimizer.load_state_dict(agent.optimizer.state_dict())
         obs = batch.obs.reshape(-1, *batch.obs.shape[2:])
 
         def logits(model):
@@ -166,11 +184,15 @@ def test_bf16_ppo_update_on_minatar_matches_fp32_within_rounding():
         metrics32 = agent.update(batch, 1.0)
         torch.manual_seed(7)
         metrics16 = twin.update(batch, 1.0)
+        torch.manual_seed(8)
+        reshuffled.update(batch, 1.0)
         after32, after16 = logits(agent.model), logits(twin.model)
         moved, apart = kl(before, after32), kl(after32, after16)
+        shuffle_apart = kl(after32, logits(reshuffled.model))
         assert moved > 0
-        # measured: apart is about 1e-4 of moved
+        # measured: apart is about 1e-4 of moved, and a fifth of shuffle_apart
         assert apart < 0.01 * moved
+        assert apart < shuffle_apart
         for key in ("losses/policy_loss", "losses/value_loss", "losses/entropy"):
             assert metrics16[key] == pytest.approx(metrics32[key], rel=0.05, abs=1e-3), key
     finally:

@@ -41,7 +41,7 @@ from vecaccel.trainers.algos.exploration import expected_q
 from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
 from vecaccel.trainers.config.presets import DQN_PRESETS as PRESETS
 from vecaccel.trainers.config.settings import RunConfig, check_dqn_config
-from vecaccel.trainers.nets.networks import QNetwork
+from vecaccel.trainers.nets.networks import QNetwork, use_bf16
 from vecaccel.trainers.replay.buffer import ReplaySample
 from vecaccel.trainers.run.schedules import linear_schedule
 
@@ -139,8 +139,9 @@ class DQNConfig(RunConfig):
     whole."""
     channels_last: bool = False
     """NHWC convolutions (faster on many CPUs)."""
-    bf16: bool = False
-    """bfloat16 autocast in the CNN torso."""
+    bf16: str = "off"
+    """bfloat16 autocast in the convolutional torso (Nature CNN or MinAtar's): off, on, or auto
+    (on where the hardware has bf16 units)."""
     checkpoint_replay: bool = True
     """Write the replay buffer (contents, write positions, priorities, sampling RNG) beside each
     checkpoint written during ``learn``, as ``checkpoint.replay-<step>-<id>.npz``, so that a
@@ -232,7 +233,7 @@ class DQN(OffPolicyAlgorithm):
             dueling=cfg.dueling,
             num_atoms=cfg.num_atoms if cfg.categorical else 1,
             channels_last=cfg.channels_last,
-            bf16=cfg.bf16,
+            bf16=use_bf16(cfg.bf16, self.device, self.observation_space),
         )
 
     def make_support(self) -> torch.Tensor | None:

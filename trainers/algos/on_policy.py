@@ -126,7 +126,11 @@ class OnPolicyAlgorithm(Algorithm):
         observation_space: gym.Space[Any] | None,
         action_space: gym.Space[Any] | None,
     ) -> None:
-        from vecaccel.trainers.nets.networks import ActorCritic, check_observation_space
+        from vecaccel.trainers.nets.networks import (
+            ActorCritic,
+            check_observation_space,
+            use_bf16,
+        )
 
         cfg = self.config
         self.sampler: Any = None
@@ -147,11 +151,6 @@ class OnPolicyAlgorithm(Algorithm):
         try:
             check_tensor_spaces(type(self).__name__, observation_space, action_space)
             check_observation_space(observation_space)
-            bf16 = cfg.bf16 == "on" or (
-                cfg.bf16 == "auto"
-                and _bf16_helps(str(self.device))
-                and len(observation_space.shape) == 3
-            )
             self.model = ActorCritic(
                 observation_space,
                 action_space,
@@ -159,7 +158,7 @@ class OnPolicyAlgorithm(Algorithm):
                 hidden_sizes=tuple(cfg.hidden_sizes),
                 activation=cfg.activation,
                 channels_last=cfg.channels_last,
-                bf16=bf16,
+                bf16=use_bf16(cfg.bf16, self.device, observation_space),
             ).to(self.device)
             # the effective batch of an update is the sum of every rank's batch; a PettingZoo
             # env's num_envs counts envs, each one row per agent
@@ -399,8 +398,3 @@ def _has_mode_dependent_layers(model: Any) -> bool:
     )
     return any(type(module) not in mode_free for module in model.modules())
 
-
-def _bf16_helps(device: str) -> bool:
-    from vecaccel.trainers.nets.networks import bf16_autocast_helps
-
-    return bf16_autocast_helps(device)

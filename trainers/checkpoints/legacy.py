@@ -4,7 +4,9 @@ Two layouts came before version 2: A2C and PPO wrote version 1 (``"format":
 "vecaccel-trainer"``, counters ``update_index``), and DQN, C51 and Rainbow wrote a layout with no
 version (keyed by ``"algorithm"``, the class name, with a ``Box`` observation as shape, dtype and
 bounds). Their configs may spell settings as those versions did (``checkpoint_period``,
-``log_interval``, ``log_every`` in updates). Each reader maps a file's keys onto the current
+``log_interval``, ``log_every`` in updates). In every layout, the DQN family's ``bf16`` may be
+the ``True``/``False`` it once was: it reads as ``"on"``/``"off"``, the values A2C's and PPO's
+always had. Each reader maps a file's keys onto the current
 layout and adds nothing a resume would read differently, so an old checkpoint loads and resumes
 as it did.
 
@@ -36,6 +38,8 @@ FORMAT = "vecaccel-trainer"
 UNVERSIONED = 0
 #: settings the earlier layouts' configs name otherwise: their name -> the current one
 RENAMED_SETTINGS = {"checkpoint_period": "checkpoint_every", "log_interval": "log_every_steps"}
+#: settings whose values earlier configs spell otherwise: name -> {earlier value: current}
+RESPELLED_VALUES = {"bf16": {False: "off", True: "on"}}
 
 
 def layout_version(state: dict[str, Any]) -> int | None:
@@ -57,7 +61,8 @@ def upgrade(state: dict[str, Any]) -> dict[str, Any]:
     if version is None:
         raise ValueError("it is not a vecaccel trainer checkpoint")
     if version == CURRENT:
-        return state
+        config = _current_values(state["config"])
+        return state if config is state["config"] else {**state, "config": config}
     if version > CURRENT:
         raise ValueError(
             f"it was written in checkpoint version {version}, newer than the {CURRENT} this "
@@ -162,7 +167,18 @@ def _current_config(config: dict[str, Any]) -> dict[str, Any]:
     log_every = current.pop("log_every", None)
     if log_every is not None and "log_every_steps" not in current:
         current["log_every_steps"] = int(log_every) * current["num_envs"] * current["num_steps"]
-    return current
+    return _current_values(current)
+
+
+def _current_values(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with each setting of :data:`RESPELLED_VALUES` in its current spelling
+    (``config`` itself when none needs it)."""
+    respelled = {
+        name: values[config[name]]
+        for name, values in RESPELLED_VALUES.items()
+        if isinstance(config.get(name), bool)
+    }
+    return {**config, **respelled} if respelled else config
 
 
 def _torch_dtype(name: str) -> torch.dtype:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "BF16_SETTINGS",
     "ENV_SOURCES",
     "LR_SCALE_MODES",
     "NETWORKS",
@@ -36,6 +37,9 @@ __all__ = [
 LR_SCALE_MODES = ("none", "linear", "sqrt")
 #: the torsos a config's ``network`` names (:func:`vecaccel.trainers.nets.networks.make_encoder`)
 NETWORKS = ("auto", "cnn", "minatar", "mlp")
+#: a config's ``bf16``: autocast the convolutional torso never, always, or where it pays
+#: (:func:`vecaccel.trainers.nets.networks.use_bf16`)
+BF16_SETTINGS = ("off", "on", "auto")
 #: where an Atari game's frames come from (``RunConfig.env_source``)
 ENV_SOURCES = ("ale", "envpool")
 
@@ -211,12 +215,9 @@ def check_on_policy_config(cfg: Any) -> None:
         _check_real(cfg, "rms_alpha", lambda x: 0 < x < 1, "in (0, 1)")
     if hasattr(cfg, "rms_eps"):
         _check_real(cfg, "rms_eps", lambda x: x > 0, "a positive finite number")
-    if cfg.bf16 not in ("off", "on", "auto"):
-        raise ValueError(f"bf16 must be 'off', 'on' or 'auto', got {cfg.bf16!r}")
     if cfg.activation not in ("tanh", "relu"):
         raise ValueError(f"activation must be 'tanh' or 'relu', got {cfg.activation!r}")
-    if cfg.network not in NETWORKS:
-        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {cfg.network!r}")
+    _check_torso(cfg)
     lr_scale(cfg.num_envs * cfg.num_steps, cfg.base_batch_size, cfg.lr_scaling)  # the mode
 
 
@@ -271,6 +272,16 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
     return config_cls(**{key: value for key, value in values.items() if key in names})
 
 
+def _check_torso(cfg: Any) -> None:
+    """The network settings both families share: ``network`` and ``bf16``."""
+    if cfg.network not in NETWORKS:
+        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {cfg.network!r}")
+    if cfg.bf16 not in BF16_SETTINGS:
+        raise ValueError(
+            f"bf16 must be one of {', '.join(map(repr, BF16_SETTINGS))}, got {cfg.bf16!r}"
+        )
+
+
 def check_dqn_config(cfg: Any) -> None:
     """Raise ``ValueError`` naming the field for a DQN-family config that cannot train (the
     shared fields are checked by :class:`RunConfig`)."""
@@ -286,8 +297,7 @@ def check_dqn_config(cfg: Any) -> None:
         raise ValueError("batch_size and base_batch_size must be positive")
     if cfg.replay_ratio <= 0:
         raise ValueError(f"replay_ratio must be positive, got {cfg.replay_ratio}")
-    if cfg.network not in NETWORKS:
-        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {cfg.network!r}")
+    _check_torso(cfg)
     if cfg.loss not in ("huber", "mse"):
         raise ValueError(f"loss must be 'huber' or 'mse', got {cfg.loss!r}")
     if cfg.categorical and (cfg.num_atoms < 2 or not cfg.v_min < cfg.v_max):

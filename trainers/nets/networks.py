@@ -36,6 +36,7 @@ __all__ = [
     "QNetwork",
     "TwinMLP",
     "bf16_autocast_helps",
+    "use_bf16",
     "layer_init",
     "make_encoder",
 ]
@@ -66,6 +67,22 @@ def bf16_autocast_helps(device: str | torch.device = "cpu") -> bool:
             if check is not None and check():
                 return True
     return False
+
+
+def use_bf16(setting: str, device: str | torch.device, observation_space: gym.Space) -> bool:
+    """Whether a torso runs under bf16 autocast for a config's ``bf16`` setting (one of
+    :data:`~vecaccel.trainers.config.settings.BF16_SETTINGS`, checked with the config): ``"on"``
+    always, ``"auto"`` for image-like ``[H, W, C]``/``[C, H, W]`` observations (a convolutional
+    torso) on a device where :func:`bf16_autocast_helps`, ``"off"`` never.
+
+    Example:
+        >>> use_bf16("auto", "cpu", gym.spaces.Box(-1, 1, (4,)))
+        False
+    """
+    if setting == "auto":
+        shape = getattr(observation_space, "shape", None) or ()
+        return len(shape) == 3 and bf16_autocast_helps(device)
+    return setting == "on"
 
 
 def check_observation_space(space: gym.Space) -> None:
