@@ -190,9 +190,9 @@ def test_bf16_ppo_update_on_minatar_matches_fp32_within_rounding():
         moved, apart = kl(before, after32), kl(after32, after16)
         shuffle_apart = kl(after32, logits(reshuffled.model))
         assert moved > 0
-        # measured: apart is about 1e-4 of moved, and a fifth of shuffle_apart
+        # measured: apart is about 1e-4 of moved and 0.6 % of shuffle_apart
         assert apart < 0.01 * moved
-        assert apart < shuffle_apart
+        assert apart < 0.1 * shuffle_apart
         for key in ("losses/policy_loss", "losses/value_loss", "losses/entropy"):
             assert metrics16[key] == pytest.approx(metrics32[key], rel=0.05, abs=1e-3), key
     finally:

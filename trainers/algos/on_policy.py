@@ -397,4 +397,3 @@ def _has_mode_dependent_layers(model: Any) -> bool:
         networks.MinAtarNet,
     )
     return any(type(module) not in mode_free for module in model.modules())
-
