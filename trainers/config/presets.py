@@ -139,7 +139,7 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         max_grad_norm=0.5,
         network="minatar",
         # float32, the published runs' arithmetic; bf16="on" trains faster on CPUs with bf16
-        # units (PPO: about 1.5x on AMX), the same algorithm in other rounding (docs/minatar.md)
+        # units (PPO: about 1.6x on AMX), the same algorithm in other rounding (docs/minatar.md)
         bf16="off",
     ),
 }
@@ -197,7 +197,7 @@ A2C_PRESETS: dict[str, dict[str, Any]] = {
         ent_coef=0.01,
         network="minatar",
         # float32, the published runs' arithmetic; bf16="on" trains faster on CPUs with bf16
-        # units (PPO: about 1.5x on AMX), the same algorithm in other rounding (docs/minatar.md)
+        # units (PPO: about 1.6x on AMX), the same algorithm in other rounding (docs/minatar.md)
         bf16="off",
     ),
 }
