@@ -35,13 +35,13 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     runs.mkdir()
     out.mkdir()
     # PPO: three seeds on Breakout, one on Freeway (its aggregate counts seed 1 on both games);
-    # DQN: Breakout only; the PPO batch-size arm: one seed; PPO under bf16: one seed
+    # DQN: Breakout only; the PPO batch-size arm: one seed; PPO in float32: one seed
     for seed, score in ((1, 12.0), (2, 20.0), (3, 16.0)):
         _fake_run(bench, runs, "ppo", "Breakout", "preset", seed, score)
     _fake_run(bench, runs, "ppo", "Freeway", "preset", 1, 55.0)
     _fake_run(bench, runs, "dqn", "Breakout", "preset", 2, 5.0)
     _fake_run(bench, runs, "ppo", "Breakout", "envs16", 1, 11.0, points=3)
-    _fake_run(bench, runs, "ppo", "Asterix", "bf16", 1, 30.0)
+    _fake_run(bench, runs, "ppo", "Asterix", "fp32", 1, 30.0)
     payload = bench.write_report(runs, out, "python benchmarks/learning/minatar_games.py report")
 
     rows = {(row["arm"], row["game"]): row for row in payload["results"]}
@@ -49,7 +49,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert breakout["scores"] == [12.0, 20.0, 16.0] and breakout["median"] == 16.0
     assert breakout["at or above DQN"] and not breakout["at or above AC(lambda)"]
     assert rows[("PPO envs16", "Breakout")]["steps"] == 3000
-    assert rows[("PPO bf16", "Asterix")]["scores"] == [30.0]
+    assert rows[("PPO fp32", "Asterix")]["scores"] == [30.0]
     summary = payload["summary"]
     assert summary["PPO"]["games"] == ["Breakout", "Freeway"] and summary["PPO"]["seeds"] == [1]
     assert summary["DQN"]["seeds"] == [2]
@@ -65,7 +65,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert (out / "minatar_games_batch.png").stat().st_size > 0
     assert (out / "minatar_games_bf16.png").stat().st_size > 0
     # a comparison plot is drawn only once a run of its own setting exists
-    (runs / "ppo-Asterix-bf16-s1.json").unlink()
+    (runs / "ppo-Asterix-fp32-s1.json").unlink()
     (out / "again").mkdir()
     bench.write_report(runs, out / "again", "report")
     assert (out / "again" / "minatar_games_batch.png").exists()
@@ -92,6 +92,11 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
         assert written["meta"]["env_id"] == "MinAtar/Breakout-v0"
         assert written["summary"]["steps"] >= 4096 and written["summary"]["episodes"] > 0
         assert written["results"], "the curve has points"
+    from vecaccel.trainers.nets.networks import bf16_autocast_helps
+
+    # the preset's bf16="auto" is the hardware's choice: the run file says which it made
+    preset = json.loads(bench.run_file(runs, "ppo", "Breakout", "preset", 1).read_text())
+    assert preset["meta"]["config"]["bf16_in_force"] == bf16_autocast_helps("cpu")
     capsys.readouterr()
     stamp = bench.run_file(runs, "ppo", "Breakout", "preset", 1).stat().st_mtime_ns
     assert bench.main(["run", "--algos", "ppo", *common]) == 0
@@ -102,20 +107,20 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
 def test_settings_that_do_not_apply_are_refused():
     bench = load_benchmark("learning/minatar_games")
     for argv in (["--algos", "dqn", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
-                 ["--algos", "dqn", "--setting", "envs16"], ["--algos", "dqn", "--setting", "bf16"]):  # fmt: skip
+                 ["--algos", "dqn", "--setting", "envs16"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
 
 
 def test_the_race_stops_every_arm_at_the_score(tmp_path):
-    """vecaccel's PPO (float32 and bf16) and SB3's, one seed each, to a score every policy
+    """vecaccel's PPO (bf16 and float32) and SB3's, one seed each, to a score every policy
     reaches at once."""
     bench = load_benchmark("learning/minatar_games")
     argv = ["race", "--game", "Breakout", "--score", "0", "--seeds", "1", "--max-steps", "40000",
-            "--arms", "vecaccel", "vecaccel-bf16", "sb3"]  # fmt: skip
+            "--arms", "vecaccel-bf16", "vecaccel-fp32", "sb3"]  # fmt: skip
     assert bench.main([*argv, "--out", str(tmp_path)]) == 0
     written = load_result(tmp_path / "minatar_race.json")
-    arms = ["sb3", "vecaccel", "vecaccel-bf16"]
+    arms = ["sb3", "vecaccel-bf16", "vecaccel-fp32"]
     assert sorted(run["library"] for run in written["results"]) == arms
     for run in written["results"]:
         # the first full window of 100 episodes reaches 0: both stop long before the budget
@@ -123,7 +128,7 @@ def test_the_race_stops_every_arm_at_the_score(tmp_path):
     summary = written["summary"]
     assert [summary[arm]["reached"] for arm in arms] == ["1 of 1"] * 3
     ratios = summary["time_to_score_ratio"]
-    assert sorted(ratios) == ["vecaccel", "vecaccel-bf16"] and min(ratios.values()) > 0
+    assert sorted(ratios) == ["vecaccel-bf16", "vecaccel-fp32"] and min(ratios.values()) > 0
     # each run has its own file; a second race reads them instead of running again
     files = sorted(path.name for path in (tmp_path / "minatar_race_runs").iterdir())
     assert files == [f"{arm}-Breakout-score0-s1.json" for arm in arms]

@@ -138,9 +138,9 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         vf_coef=0.5,
         max_grad_norm=0.5,
         network="minatar",
-        # float32, the published runs' arithmetic; bf16="on" trains faster on CPUs with bf16
-        # units (PPO: about 1.6x on AMX), the same algorithm in other rounding (docs/minatar.md)
-        bf16="off",
+        # bf16 autocast where the CPU/GPU has bf16 units, as the Atari presets: PPO trains
+        # 1.64x faster on AMX and learns the same within seed noise (docs/minatar.md)
+        bf16="auto",
     ),
 }
 
@@ -196,9 +196,9 @@ A2C_PRESETS: dict[str, dict[str, Any]] = {
         gamma=0.99,
         ent_coef=0.01,
         network="minatar",
-        # float32, the published runs' arithmetic; bf16="on" trains faster on CPUs with bf16
-        # units (PPO: about 1.6x on AMX), the same algorithm in other rounding (docs/minatar.md)
-        bf16="off",
+        # bf16 autocast where the CPU/GPU has bf16 units, as the Atari presets: PPO trains
+        # 1.64x faster on AMX and learns the same within seed noise (docs/minatar.md)
+        bf16="auto",
     ),
 }
 
@@ -264,6 +264,7 @@ _MINATAR_COMMON: dict[str, Any] = dict(
     eval_epsilon=0.0,
     max_grad_norm=10.0,
     network="minatar",
+    bf16="auto",  # as the on-policy MinAtar presets
     base_batch_size=32,
     lr_scaling="sqrt",
     log_every_steps=10_000,
