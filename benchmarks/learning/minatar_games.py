@@ -313,6 +313,7 @@ def race_one(library: str, game: str, seed: int, score: float, max_steps: int) -
         changes = RACE_ARMS[library] or {}
         outcome = run_vecaccel("ppo", env_id, changes, seed, max_steps, stop_at=score)
     outcome.pop("config")
+    outcome.pop("curve")
     outcome["steps_per_s"] = outcome["steps"] / outcome["wall_s"]
     return outcome
 
@@ -324,30 +325,39 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
     Each run is written to its own file under ``OUT/minatar_race_runs`` as it ends, and a run
     whose file exists is read instead of run again: an interrupted race resumes where it was.
     """
-    from vecaccel.bench import load_average
+    from vecaccel.bench import load_result, run_seeds
 
     record = RunRecord(command_line(), benchmark="learning/minatar_games")
     folder = Path(args.out) / "minatar_race_runs"
     folder.mkdir(parents=True, exist_ok=True)
     common = dict(game=args.game, score=args.score, max_steps=args.max_steps)
-    runs: list[dict[str, Any]] = []
     arms = list(args.arms)
-    for index, seed in enumerate(args.seeds):
-        shift = index % len(arms)  # each arm goes first in turn
-        for library in arms[shift:] + arms[:shift]:
-            path = folder / f"{library}-{args.game}-score{args.score:g}-s{seed}.json"
-            if not path.exists():
-                print(f"race: {library} {args.game} seed {seed} ...", flush=True)
-                load = load_average()
-                outcome = run_in_child(
-                    __file__, "race_one", {**common, "library": library, "seed": seed}
-                )
-                outcome.update(library=library, seed=seed, load_before=load[0] if load else None)
-                outcome.pop("curve", None)
-                RunRecord(command_line(), benchmark="learning/minatar_games").write(
-                    path, [outcome], **common
-                )
-            runs.append(json.loads(path.read_text())["results"][0])
+
+    def run_path(library: str, seed: int) -> Path:
+        return folder / f"{library}-{args.game}-score{args.score:g}-s{seed}.json"
+
+    def stored(arm: Any, seed: int) -> dict[str, Any] | None:
+        path = run_path(arm["library"], seed)
+        if path.exists():
+            return dict(load_result(path)["results"][0])
+        print(f"race: {arm['library']} {args.game} seed {seed} ...", flush=True)
+        return None
+
+    def keep(run: dict[str, Any]) -> None:
+        RunRecord(command_line(), benchmark="learning/minatar_games").write(
+            run_path(run["library"], run["seed"]), [run], **common
+        )
+
+    runs = run_seeds(
+        __file__,
+        "race_one",
+        args.seeds,
+        [{"library": library} for library in arms],
+        common=common,
+        alternate=True,  # each arm goes first in turn
+        stored=stored,
+        on_run=keep,
+    )
     summary: dict[str, Any] = {}
     for library in arms:
         mine = [run for run in runs if run["library"] == library]

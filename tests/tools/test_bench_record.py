@@ -159,6 +159,24 @@ def test_in_process_runs_call_the_script_here(tmp_path):
     ]
 
 
+def test_stored_runs_are_read_not_run_and_alternate_rotates_the_arms(tmp_path):
+    """A benchmark resumes: the runs its ``stored`` returns stand for themselves (no call,
+    no ``on_run``), the rest run; with ``alternate``, each arm goes first in turn."""
+    script = tmp_path / "resume_bench.py"
+    script.write_text("def run(arm, seed):\n    return {'made': 'now'}\n")
+    kept = {("b", 2): {"made": "before", "arm": "b", "seed": 2}}
+    seen = []
+    runs = run_seeds(
+        script, "run", [1, 2, 3], [{"arm": "a"}, {"arm": "b"}, {"arm": "c"}], alternate=True,
+        in_process=True, stored=lambda arm, seed: kept.get((arm["arm"], seed)), on_run=seen.append,
+    )  # fmt: skip
+    assert [(r["arm"], r["seed"]) for r in runs] == [
+        ("a", 1), ("b", 1), ("c", 1), ("b", 2), ("c", 2), ("a", 2), ("c", 3), ("a", 3), ("b", 3),
+    ]  # fmt: skip
+    assert runs[3] == kept[("b", 2)] and len(seen) == 8 and kept[("b", 2)] not in seen
+    assert all(r["made"] == "now" for r in seen)
+
+
 def test_a_run_may_start_spawned_workers_that_import_its_script(tmp_path):
     """The script is imported under its own name in the child, so its functions pickle by
     reference into processes started with spawn, as they do when it runs as a script."""

@@ -6,7 +6,8 @@ heap, a library's global seeds), so each run of a benchmark gets a fresh interpr
 its functions with keyword arguments and returns what the function returned (a JSON value).
 :func:`run_seeds` runs every arm (a library, an algorithm) once per seed, the arms side by side
 seed by seed, so that a drift in the machine's load reaches all of them, and notes the 1-minute
-load average before each run.
+load average before each run; with ``stored``, runs kept from an earlier sitting are read
+instead of run again, so a stopped benchmark resumes.
 
 Example:
     >>> import pathlib, tempfile
@@ -113,6 +114,7 @@ def run_seeds(
     in_process: bool = False,
     on_run: Callable[[dict[str, Any]], None] | None = None,
     timeout_s: float | None = None,
+    stored: Callable[[Mapping[str, Any], int], dict[str, Any] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``function(**common, **arm, seed=seed)`` in a child process for every seed and arm.
 
@@ -122,13 +124,16 @@ def run_seeds(
         seeds: the seeds, outer loop.
         arms: the keyword arguments of each arm, inner loop; they label its runs.
         common: keyword arguments of every run (the settings), not copied into the records.
-        alternate: reverse the arms' order on every other seed, so that none always runs first.
+        alternate: rotate the arms' order from seed to seed (two arms: reverse it on every
+            other seed), so that none always runs first.
         in_process: call the function in this process instead (the script imported as in the
             child, its folder put on ``sys.path``): no interpreter start-up per run, for trial
             runs and tests; what one run leaves behind then reaches the next.
-        on_run: called with each run's record as it arrives (to print it, or to rewrite the
-            results so far).
+        on_run: called with each new run's record as it arrives (to print it, to write it to its
+            own file, or to rewrite the results so far).
         timeout_s: seconds each child may take.
+        stored: called with an arm and a seed before the run; a record it returns (kept by an
+            earlier ``on_run``) stands for the run, which is not made again.
 
     Returns:
         Each run's record, updated with its arm's arguments, its ``seed`` and ``load_before``
@@ -136,8 +141,13 @@ def run_seeds(
     """
     runs: list[dict[str, Any]] = []
     for index, seed in enumerate(seeds):
-        order = list(arms)[::-1] if alternate and index % 2 else list(arms)
+        shift = index % len(arms) if alternate and arms else 0
+        order = list(arms)[shift:] + list(arms)[:shift]
         for arm in order:
+            kept = stored(arm, seed) if stored is not None else None
+            if kept is not None:
+                runs.append(kept)
+                continue
             load = load_average()
             kwargs = {**(common or {}), **arm, "seed": seed}
             if in_process:
