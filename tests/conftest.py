@@ -113,6 +113,33 @@ def _one_torch_thread():
     torch.set_num_threads(previous)
 
 
+@pytest.fixture(autouse=True)
+def _signals_left_as_found() -> Iterator[None]:
+    """A test that leaves SIGINT's or SIGTERM's handler, or the blocked signals, changed in this
+    process would change how every later test here handles Ctrl-C and termination (a child
+    inherits an ignored or blocked signal): put them back, and warn naming the test."""
+    import signal
+    import warnings
+
+    watched = (signal.SIGINT, signal.SIGTERM)
+    handlers = {signum: signal.getsignal(signum) for signum in watched}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    changed = [
+        signal.Signals(signum).name
+        for signum, handler in handlers.items()
+        if signal.getsignal(signum) != handler
+    ]
+    if signal.pthread_sigmask(signal.SIG_BLOCK, []) != mask:
+        changed.append("the blocked signals")
+    for signum, handler in handlers.items():
+        if handler is not None:  # None: a handler not set from Python, left as it is
+            signal.signal(signum, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if changed:
+        warnings.warn(f"the test left {', '.join(changed)} changed; restored", stacklevel=1)
+
+
 @pytest.fixture
 def fresh_plugin_manager() -> Iterator[None]:
     """Build the plugin manager anew for the test, and again for whatever runs next."""
