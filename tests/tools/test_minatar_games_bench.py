@@ -35,13 +35,13 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     runs.mkdir()
     out.mkdir()
     # PPO: three seeds on Breakout, one on Freeway (its aggregate counts seed 1 on both games);
-    # DQN: Breakout only; the PPO batch-size arm: one seed; PPO in float32: one seed
+    # DQN: Breakout only; the PPO batch-size arm: one seed; PPO under bf16: one seed
     for seed, score in ((1, 12.0), (2, 20.0), (3, 16.0)):
         _fake_run(bench, runs, "ppo", "Breakout", "preset", seed, score)
     _fake_run(bench, runs, "ppo", "Freeway", "preset", 1, 55.0)
     _fake_run(bench, runs, "dqn", "Breakout", "preset", 2, 5.0)
     _fake_run(bench, runs, "ppo", "Breakout", "envs16", 1, 11.0, points=3)
-    _fake_run(bench, runs, "ppo", "Asterix", "fp32", 1, 30.0)
+    _fake_run(bench, runs, "ppo", "Asterix", "bf16", 1, 30.0)
     payload = bench.write_report(runs, out, "python benchmarks/learning/minatar_games.py report")
 
     rows = {(row["arm"], row["game"]): row for row in payload["results"]}
@@ -49,7 +49,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert breakout["scores"] == [12.0, 20.0, 16.0] and breakout["median"] == 16.0
     assert breakout["at or above DQN"] and not breakout["at or above AC(lambda)"]
     assert rows[("PPO envs16", "Breakout")]["steps"] == 3000
-    assert rows[("PPO fp32", "Asterix")]["scores"] == [30.0]
+    assert rows[("PPO bf16", "Asterix")]["scores"] == [30.0]
     summary = payload["summary"]
     assert summary["PPO"]["games"] == ["Breakout", "Freeway"] and summary["PPO"]["seeds"] == [1]
     assert summary["DQN"]["seeds"] == [2]
@@ -65,7 +65,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert (out / "minatar_games_batch.png").stat().st_size > 0
     assert (out / "minatar_games_bf16.png").stat().st_size > 0
     # a comparison plot is drawn only once a run of its own setting exists
-    (runs / "ppo-Asterix-fp32-s1.json").unlink()
+    (runs / "ppo-Asterix-bf16-s1.json").unlink()
     (out / "again").mkdir()
     bench.write_report(runs, out / "again", "report")
     assert (out / "again" / "minatar_games_batch.png").exists()
@@ -92,11 +92,9 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
         assert written["meta"]["env_id"] == "MinAtar/Breakout-v0"
         assert written["summary"]["steps"] >= 4096 and written["summary"]["episodes"] > 0
         assert written["results"], "the curve has points"
-    from vecaccel.trainers.nets.networks import bf16_autocast_helps
-
-    # the preset's bf16="auto" is the hardware's choice: the run file says which it made
+    # the run file says which arithmetic the run trained in: the preset's float32
     preset = json.loads(bench.run_file(runs, "ppo", "Breakout", "preset", 1).read_text())
-    assert preset["meta"]["config"]["bf16_in_force"] == bf16_autocast_helps("cpu")
+    assert preset["meta"]["config"]["bf16_in_force"] is False
     capsys.readouterr()
     stamp = bench.run_file(runs, "ppo", "Breakout", "preset", 1).stat().st_mtime_ns
     assert bench.main(["run", "--algos", "ppo", *common]) == 0

@@ -120,10 +120,14 @@ def _minatar_ppo(**settings):
 def test_bf16_auto_follows_the_hardware_on_minatar():
     from vecaccel.trainers.nets.networks import bf16_autocast_helps
 
-    agent = _minatar_ppo()  # the preset takes bf16="auto"
+    agent = _minatar_ppo(bf16="auto")
     try:
-        assert agent.config.bf16 == "auto"
         assert agent.model.encoder.bf16 == bf16_autocast_helps("cpu")
+    finally:
+        agent.close()
+    agent = _minatar_ppo()  # the preset trains in float32
+    try:
+        assert agent.config.bf16 == "off" and agent.model.encoder.bf16 is False
     finally:
         agent.close()
     from vecaccel.trainers import DQN
