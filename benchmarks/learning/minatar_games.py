@@ -507,12 +507,92 @@ def aggregate(found: list[dict[str, Any]], reps: int = 2000) -> dict[str, Any]:
     }
 
 
+#: the batch-size claim: per algorithm, its small batch and the large ones set against it (the
+#: DQN preset is batch 512; PPO's preset anneals over 5M frames, so its arms are run apart)
+BATCH_CLAIM: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ppo": ("envs16", ("envs256",)),
+    "dqn": ("batch32", ("preset", "batch2048")),
+}
+BATCH_GAMES = ("Breakout", "SpaceInvaders")
+
+
+def _up_to(curve: list[dict[str, float]], budget: int) -> list[dict[str, float]]:
+    return [point for point in curve if point["step"] <= budget]
+
+
+def _spread(values: list[float]) -> float:
+    return max(values) - min(values) if values else math.nan
+
+
+def batch_claim(found: list[dict[str, Any]], seeds_needed: int = 3) -> list[dict[str, Any]]:
+    """Each large batch against its small one (``BATCH_CLAIM``) on each game both have run, at
+    the smaller of their frame budgets: per seed, the return at the budget, the mean return
+    over the curve up to it (how fast it learned per frame) and the wall-clock seconds to it.
+
+    The rule: the large batch is within seed noise of the small one when, for both returns,
+    the arms' medians differ by no more than the wider of the two arms' seed ranges
+    (max - min); it is judged once each arm has ``seeds_needed`` seeds (``None`` before)."""
+    by_arm: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for entry in found:
+        by_arm.setdefault((entry["algo"], entry["setting"], entry["game"]), []).append(entry)
+    rows = []
+    for algo, (small, larges) in BATCH_CLAIM.items():
+        for large in larges:
+            for game in BATCH_GAMES:
+                arms = {name: by_arm.get((algo, name, game), []) for name in (small, large)}
+                if not all(arms.values()):
+                    continue
+                budget = min(entry["total_steps"] for entries in arms.values() for entry in entries)
+                figures: dict[str, dict[str, Any]] = {}
+                for name, entries in arms.items():
+                    per_seed = []
+                    for entry in sorted(entries, key=lambda entry: entry["seed"]):
+                        curve = _up_to(entry["curve"], budget)
+                        returns = [point["return"] for point in curve
+                                   if not math.isnan(point["return"])]  # fmt: skip
+                        per_seed.append(
+                            {
+                                "seed": entry["seed"],
+                                "return": curve[-1]["return"] if curve else math.nan,
+                                "mean_return": statistics.fmean(returns) if returns else math.nan,
+                                "wall_s": curve[-1]["wall_s"] if curve else math.nan,
+                            }
+                        )
+                    figures[name] = {
+                        "seeds": per_seed,
+                        **{
+                            key: _median([seed[key] for seed in per_seed])
+                            for key in ("return", "mean_return", "wall_s")
+                        },
+                    }
+                judged = all(len(arm["seeds"]) >= seeds_needed for arm in figures.values())
+                within = {}
+                for key in ("return", "mean_return"):
+                    widest = max(_spread([seed[key] for seed in arm["seeds"]])
+                                 for arm in figures.values())  # fmt: skip
+                    within[key] = abs(figures[large][key] - figures[small][key]) <= widest
+                rows.append(
+                    {
+                        "algo": algo,
+                        "game": game,
+                        "small": small,
+                        "large": large,
+                        "budget": budget,
+                        "arms": figures,
+                        "within_seed_noise": all(within.values()) if judged else None,
+                        "wall_s_ratio": figures[large]["wall_s"] / figures[small]["wall_s"],
+                    }
+                )
+    return rows
+
+
 def _plot(
     found: list[dict[str, Any]],
     games: Sequence[str],
     arms: list[tuple[str, str]],
     path: Path,
     title: str,
+    budget: int | None = None,
 ) -> None:
     import matplotlib
 
@@ -528,20 +608,21 @@ def _plot(
             ]
             if not entries:
                 continue
+            curves = [_up_to(entry["curve"], budget or entry["total_steps"]) for entry in entries]
             for row, axis_key in enumerate(("step", "wall_s")):
                 axis = axes[row][column]
-                for entry in entries:
-                    xs = [point[axis_key] for point in entry["curve"]]
+                for curve in curves:
+                    xs = [point[axis_key] for point in curve]
                     axis.plot(
                         xs,
-                        [point["return"] for point in entry["curve"]],
+                        [point["return"] for point in curve],
                         color=colour,
                         lw=0.6,
                         alpha=0.45,
                     )
-                length = min(len(entry["curve"]) for entry in entries)
-                xs = [_median([e["curve"][i][axis_key] for e in entries]) for i in range(length)]
-                ys = [_median([e["curve"][i]["return"] for e in entries]) for i in range(length)]
+                length = min(len(curve) for curve in curves)
+                xs = [_median([curve[i][axis_key] for curve in curves]) for i in range(length)]
+                ys = [_median([curve[i]["return"] for curve in curves]) for i in range(length)]
                 axis.plot(
                     xs,
                     ys,
@@ -573,8 +654,10 @@ def _cell(value: float, digits: int = 1) -> str:
     )
 
 
-def markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
-    """The report as Markdown: the scores table, then the aggregate."""
+def markdown(
+    rows: list[dict[str, Any]], summary: dict[str, Any], claim: Sequence[dict[str, Any]] = ()
+) -> str:
+    """The report as Markdown: the scores table, the aggregate, then the batch-size claim."""
     lines = [
         "| arm | game | seeds | score per seed | median | published DQN | published AC(λ) | "
         "frames | wall-clock (median) | steps/s |",
@@ -599,7 +682,41 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any]) -> str:
             f"| {arm} | {', '.join(figures['games'])} | {', '.join(map(str, figures['seeds']))} | "
             f"{figures['iqm']:.2f} | {low:.2f} - {high:.2f} |"
         )
+    if claim:
+        lines += [
+            "",
+            "| algorithm | game | small | large | frames | return at the end, per seed "
+            "(small; large) | median (small, large) | mean return over the run (small, large) | "
+            "within seed noise | wall-clock, median (small, large) | large / small |",
+            "| --- | --- | --- | --- | ---: | --- | --- | --- | --- | --- | ---: |",
+        ]
+        for row in claim:
+            small, large = row["arms"][row["small"]], row["arms"][row["large"]]
+            seeds = "; ".join(
+                ", ".join(_cell(seed["return"]) for seed in arm["seeds"]) for arm in (small, large)
+            )
+            verdict = {None: "not judged (under 3 seeds)", True: "yes", False: "**no**"}
+            lines.append(
+                f"| {arm_name(row['algo'], 'preset')} | {row['game']} | "
+                f"{_batch_name(row['algo'], row['small'])} | "
+                f"{_batch_name(row['algo'], row['large'])} | {row['budget'] / 1e6:.1f}M | "
+                f"{seeds} | {_cell(small['return'])}, {_cell(large['return'])} | "
+                f"{_cell(small['mean_return'])}, {_cell(large['mean_return'])} | "
+                f"{verdict[row['within_seed_noise']]} | "
+                f"{_cell(small['wall_s'], 0)} s, {_cell(large['wall_s'], 0)} s | "
+                f"{row['wall_s_ratio']:.2f}x |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _batch_name(algo: str, setting: str) -> str:
+    """A batch-size arm by what it changes: ``16 envs``, ``batch 512`` (the DQN preset)."""
+    if setting == "preset":
+        from vecaccel.trainers.config.presets import DQN_PRESETS
+
+        return f"batch {DQN_PRESETS[PRESET_OF[algo]]['batch_size']} (preset)"
+    number = int(setting.removeprefix("envs").removeprefix("batch"))
+    return f"{number} envs" if setting.startswith("envs") else f"batch {number}"
 
 
 def write_report(runs: Path, out: Path, command: str) -> dict[str, Any]:
@@ -607,16 +724,17 @@ def write_report(runs: Path, out: Path, command: str) -> dict[str, Any]:
     found = load_runs(runs)
     rows = score_table(found)
     summary = aggregate(found)
+    claim = batch_claim(found)
     record = RunRecord(command, benchmark="learning/minatar_games")
     payload = record.write(
         out / "minatar_games.json",
         rows,
-        summary=summary or None,
+        summary={"iqm": summary, "batch_claim": claim} if summary or claim else None,
         runs=[entry["file"] for entry in found],
         published=PUBLISHED,
         window=WINDOW,
     )
-    (out / "minatar_games.md").write_text(markdown(rows, summary), encoding="utf-8")
+    (out / "minatar_games.md").write_text(markdown(rows, summary, claim), encoding="utf-8")
     published_arms = [(algo, "preset") for algo in ALGOS] + [("ppo", "sb3")]
     if found:
         _plot(
@@ -626,34 +744,38 @@ def write_report(runs: Path, out: Path, command: str) -> dict[str, Any]:
             out / "minatar_games.png",
             "MinAtar -v0: return against frames and wall-clock (thin: seeds, bold: median)",
         )
-        for name, games, arms, title in COMPARISONS:
-            # drawn once a run of an arm other than the presets exists
-            if any((entry["algo"], entry["setting"]) in arms for entry in found
-                   if entry["setting"] != "preset"):  # fmt: skip
-                _plot(found, games, arms, out / name, title)
+        for name, games, arms, title, cut in COMPARISONS:
+            # drawn once a run of an arm other than the presets exists; a cut plot stops every
+            # curve at the smallest frame budget of its arms' runs
+            ours = [entry for entry in found if (entry["algo"], entry["setting"]) in arms]
+            if any(entry["setting"] != "preset" for entry in ours):
+                budget = min(entry["total_steps"] for entry in ours) if cut else None
+                _plot(found, games, arms, out / name, title, budget)
     return payload
 
 
-#: the plots that set settings against the preset: file, games, arms, title
+#: the plots that set settings against the preset: file, games, arms, title, and whether every
+#: curve stops at the smallest frame budget of the plot's runs
 COMPARISONS = [
     (
         "minatar_games_batch.png",
         ("Breakout", "SpaceInvaders"),
         [
             ("ppo", "envs16"),
-            ("ppo", "preset"),
             ("ppo", "envs256"),
             ("dqn", "batch32"),
             ("dqn", "preset"),
             ("dqn", "batch2048"),
         ],
         "Large batches against small: the same frames, less wall-clock",
+        True,
     ),
     (
         "minatar_games_bf16.png",
         GAMES,
         [("ppo", "preset"), ("ppo", "bf16")],
         "PPO in float32 (the preset) and under bf16 autocast",
+        False,
     ),
 ]
 

@@ -50,12 +50,13 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert breakout["at or above DQN"] and not breakout["at or above AC(lambda)"]
     assert rows[("PPO envs16", "Breakout")]["steps"] == 3000
     assert rows[("PPO bf16", "Asterix")]["scores"] == [30.0]
-    summary = payload["summary"]
+    summary = payload["summary"]["iqm"]
     assert summary["PPO"]["games"] == ["Breakout", "Freeway"] and summary["PPO"]["seeds"] == [1]
     assert summary["DQN"]["seeds"] == [2]
     # one run a game: the IQM is the mean of the two normalised scores, and so is every interval
     assert math.isclose(summary["PPO"]["iqm"], (12.0 / 10.0 + 55.0 / 50.0) / 2)
     assert summary["PPO"]["ci95"][0] <= summary["PPO"]["iqm"] <= summary["PPO"]["ci95"][1]
+    assert payload["summary"]["batch_claim"] == []  # no large batch to set against envs16 yet
     written = load_result(out / "minatar_games.json")
     assert written["meta"]["benchmark"] == "learning/minatar_games"
     assert len(written["meta"]["runs"]) == 7
@@ -70,6 +71,47 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     bench.write_report(runs, out / "again", "report")
     assert (out / "again" / "minatar_games_batch.png").exists()
     assert not (out / "again" / "minatar_games_bf16.png").exists()
+
+
+def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
+    bench = load_benchmark("learning/minatar_games")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    # PPO: 256 envs end at 11-13 and 16 envs at 10-14, both over 5 points; DQN: batch 32 over
+    # 3 points against the preset's 5, whose curve is read up to 3,000 steps (its 3rd point)
+    for seed, small, large in ((1, 10.0, 11.0), (2, 14.0, 12.0), (3, 12.0, 13.0)):
+        _fake_run(bench, runs, "ppo", "Breakout", "envs16", seed, small)
+        _fake_run(bench, runs, "ppo", "Breakout", "envs256", seed, large)
+    for seed in (1, 2):
+        _fake_run(bench, runs, "dqn", "Breakout", "batch32", seed, 6.0, points=3)
+        _fake_run(bench, runs, "dqn", "Breakout", "preset", seed, 25.0)
+    claim = bench.write_report(runs, tmp_path, "report")["summary"]["batch_claim"]
+
+    ppo, dqn = claim
+    assert (ppo["algo"], ppo["small"], ppo["large"], ppo["budget"]) == ("ppo", "envs16", "envs256",
+                                                                       5000)  # fmt: skip
+    assert [seed["return"] for seed in ppo["arms"]["envs256"]["seeds"]] == [11.0, 12.0, 13.0]
+    assert ppo["arms"]["envs16"]["return"] == 12.0 and ppo["arms"]["envs256"]["return"] == 12.0
+    # a curve rising evenly to its score over 5 points averages 3/5 of it
+    assert math.isclose(ppo["arms"]["envs16"]["mean_return"], 12.0 * 3 / 5)
+    assert ppo["within_seed_noise"] is True and ppo["wall_s_ratio"] == 1.0
+    # the preset's 5M-like run, cut at batch 32's budget: 3/5 of 25 at its 3rd point
+    assert dqn["budget"] == 3000 and dqn["arms"]["preset"]["return"] == 15.0
+    assert dqn["arms"]["preset"]["wall_s"] == 6.0
+    assert dqn["within_seed_noise"] is None  # two seeds: not judged
+    table = (tmp_path / "minatar_games.md").read_text()
+    assert (
+        "| PPO | Breakout | 16 envs | 256 envs | 0.0M | 10.0, 14.0, 12.0; 11.0, 12.0, 13.0 |"
+        in table
+    )
+    assert "| DQN | Breakout | batch 32 | batch 512 (preset) |" in table
+    assert "not judged (under 3 seeds)" in table
+    assert (tmp_path / "minatar_games_batch.png").stat().st_size > 0
+    # a large batch that ends far outside both arms' seed ranges is not within the noise
+    _fake_run(bench, runs, "dqn", "Breakout", "batch32", 3, 6.0, points=3)
+    _fake_run(bench, runs, "dqn", "Breakout", "preset", 3, 25.0)
+    assert bench.write_report(runs, tmp_path, "report")["summary"]["batch_claim"][1][
+        "within_seed_noise"] is False  # fmt: skip
 
 
 def test_an_empty_folder_gives_an_empty_report(tmp_path):
