@@ -94,11 +94,11 @@ def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
     assert ppo["arms"]["envs16"]["return"] == 12.0 and ppo["arms"]["envs256"]["return"] == 12.0
     # a curve rising evenly to its score over 5 points averages 3/5 of it
     assert math.isclose(ppo["arms"]["envs16"]["mean_return"], 12.0 * 3 / 5)
-    assert ppo["within_seed_noise"] is True and ppo["wall_s_ratio"] == 1.0
+    assert ppo["holds"] is True and ppo["wall_s_ratio"] == 1.0
     # the preset's 5M-like run, cut at batch 32's budget: 3/5 of 25 at its 3rd point
     assert dqn["budget"] == 3000 and dqn["arms"]["preset"]["return"] == 15.0
     assert dqn["arms"]["preset"]["wall_s"] == 6.0
-    assert dqn["within_seed_noise"] is None  # two seeds: not judged
+    assert dqn["holds"] is None  # two seeds: not judged
     table = (tmp_path / "minatar_games.md").read_text()
     assert (
         "| PPO | Breakout | 16 envs | 256 envs | 0.0M | 10.0, 14.0, 12.0; 11.0, 12.0, 13.0 |"
@@ -107,11 +107,14 @@ def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
     assert "| DQN | Breakout | batch 32 | batch 512 (preset) |" in table
     assert "not judged (under 3 seeds)" in table
     assert (tmp_path / "minatar_games_batch.png").stat().st_size > 0
-    # a large batch that ends far outside both arms' seed ranges is not within the noise
+    # a large batch that ends far above both arms' seed ranges holds; far below, it does not
     _fake_run(bench, runs, "dqn", "Breakout", "batch32", 3, 6.0, points=3)
     _fake_run(bench, runs, "dqn", "Breakout", "preset", 3, 25.0)
+    assert bench.write_report(runs, tmp_path, "report")["summary"]["batch_claim"][1]["holds"]
+    for seed in (1, 2, 3):
+        _fake_run(bench, runs, "dqn", "Breakout", "batch32", seed, 40.0, points=3)
     assert bench.write_report(runs, tmp_path, "report")["summary"]["batch_claim"][1][
-        "within_seed_noise"] is False  # fmt: skip
+        "holds"] is False  # fmt: skip
 
 
 def test_an_empty_folder_gives_an_empty_report(tmp_path):
