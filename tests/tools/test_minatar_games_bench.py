@@ -14,14 +14,15 @@ pytest.importorskip("minatar")
 pytest.importorskip("rliable")
 
 
-def _fake_run(bench, runs, algo, game, setting, seed, score, points=5):
-    """A run file as ``one`` writes it, with a made-up curve rising to ``score``."""
+def _fake_run(bench, runs, algo, game, setting, seed, score, points=5, seconds=2.0):
+    """A run file as ``one`` writes it, with a made-up curve rising to ``score``, ``seconds``
+    a point."""
     curve = [
-        {"step": 1000 * (i + 1), "wall_s": 2.0 * (i + 1), "episodes": 10 * (i + 1),
+        {"step": 1000 * (i + 1), "wall_s": seconds * (i + 1), "episodes": 10 * (i + 1),
          "return": score * (i + 1) / points}
         for i in range(points)
     ]  # fmt: skip
-    summary = {"score": score, "episodes": 10 * points, "wall_s": 2.0 * points,
+    summary = {"score": score, "episodes": 10 * points, "wall_s": seconds * points,
                "steps": 1000 * points, "steps_per_s": 500.0}  # fmt: skip
     RunRecord("python benchmarks/learning/minatar_games.py run", "learning/minatar_games").write(
         bench.run_file(runs, algo, game, setting, seed), curve, summary=summary, algo=algo,
@@ -77,11 +78,12 @@ def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
     bench = load_benchmark("learning/minatar_games")
     runs = tmp_path / "runs"
     runs.mkdir()
-    # PPO: 256 envs end at 11-13 and 16 envs at 10-14, both over 5 points; DQN: batch 32 over
+    # PPO: 256 envs end at 11-13 and 16 envs at 10-14, both over 5 points, 256 envs in half
+    # the seconds; DQN: batch 32 over
     # 3 points against the preset's 5, whose curve is read up to 3,000 steps (its 3rd point)
     for seed, small, large in ((1, 10.0, 11.0), (2, 14.0, 12.0), (3, 12.0, 13.0)):
         _fake_run(bench, runs, "ppo", "Breakout", "envs16", seed, small)
-        _fake_run(bench, runs, "ppo", "Breakout", "envs256", seed, large)
+        _fake_run(bench, runs, "ppo", "Breakout", "envs256", seed, large, seconds=1.0)
     for seed in (1, 2):
         _fake_run(bench, runs, "dqn", "Breakout", "batch32", seed, 6.0, points=3)
         _fake_run(bench, runs, "dqn", "Breakout", "preset", seed, 25.0)
@@ -94,8 +96,10 @@ def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
     assert ppo["arms"]["envs16"]["return"] == 12.0 and ppo["arms"]["envs256"]["return"] == 12.0
     # a curve rising evenly to its score over 5 points averages 3/5 of it
     assert math.isclose(ppo["arms"]["envs16"]["mean_return"], 12.0 * 3 / 5)
-    assert ppo["holds"] is True and ppo["wall_s_ratio"] == 1.0
+    assert ppo["holds"] is True and ppo["wall_s_ratio"] == 0.5
     # the preset's 5M-like run, cut at batch 32's budget: 3/5 of 25 at its 3rd point
+    # 256 envs end at 5 s, when 16 envs' runs are at their 2nd point: 2/5 of 10, 14 and 12
+    assert ppo["small_return_at_large_wall_s"] == 4.8
     assert dqn["budget"] == 3000 and dqn["arms"]["preset"]["return"] == 15.0
     assert dqn["arms"]["preset"]["wall_s"] == 6.0
     assert dqn["holds"] is None  # two seeds: not judged
