@@ -154,7 +154,8 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
 def test_settings_that_do_not_apply_are_refused():
     bench = load_benchmark("learning/minatar_games")
     for argv in (["--algos", "dqn", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
-                 ["--algos", "dqn", "--setting", "envs16"]):  # fmt: skip
+                 ["--algos", "dqn", "--setting", "envs16"],
+                 ["--algos", "dqn", "--setting", "large-mb16"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
 
