@@ -415,6 +415,46 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def relabel(runs: Path, algo: str, old: str, new: str) -> list[Path]:
+    """Move ``algo``'s runs of setting ``old`` to setting ``new`` (the file's name and its
+    ``setting``), for when a preset changes and a setting comes to mean what another did.
+
+    Each file must have trained with what ``new`` now means (the preset with ``SETTINGS[new]``
+    applied, as its recorded config says), and no file of ``new`` may be in the way; nothing
+    moves unless every file passes. Returns the new paths."""
+    from vecaccel.trainers.config import registry
+
+    expected = {**registry.get(algo).load_presets()[PRESET_OF[algo]], **SETTINGS[new]}
+    expected.pop("env_id", None)  # the game's own
+    moves = []
+    for path in sorted(runs.glob(f"{algo}-*-{old}-s*.json")):
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        meta = payload["meta"]
+        if (meta["algo"], meta["setting"]) != (algo, old):  # the glob's * can take a setting's head
+            continue
+        config = meta["config"]
+        differ = {
+            key: (config[key], value)
+            for key, value in expected.items()
+            if key in config and config[key] != json.loads(json.dumps(value))
+        }
+        if differ:
+            raise ValueError(
+                f"{path.name} trained with {', '.join(f'{k}={v[0]!r}' for k, v in differ.items())}"
+                f", where the setting {new!r} now means "
+                f"{', '.join(f'{k}={v[1]!r}' for k, v in differ.items())}"
+            )
+        target = run_file(runs, algo, meta["game"], new, meta["seed"])
+        if target.exists():
+            raise ValueError(f"{target.name} exists: relabelling {path.name} would overwrite it")
+        meta["setting"] = new
+        moves.append((path, target, payload))
+    for path, target, payload in moves:
+        target.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+        path.unlink()
+    return [target for _, target, _ in moves]
+
+
 # -- the report -----------------------------------------------------------------------------------
 
 
@@ -842,7 +882,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporter = commands.add_parser("report", help="table, rliable aggregate and plots")
     reporter.add_argument("--runs", default=str(RUNS), help="folder of the run files")
     reporter.add_argument("--out", default=str(RESULTS), help="folder of the report")
+    mover = commands.add_parser(
+        "relabel",
+        help="move an algorithm's runs from one setting to another, once a preset change makes "
+        "the second mean what the first did (each file's config is checked)",
+    )
+    mover.add_argument("--algo", choices=ALGOS, required=True)
+    mover.add_argument("--from", dest="old", choices=sorted(SETTINGS), required=True)
+    mover.add_argument("--to", dest="new", choices=sorted(SETTINGS), required=True)
+    mover.add_argument("--runs", default=str(RUNS), help="folder of the run files")
     args = parser.parse_args(argv)
+    if args.command == "relabel":
+        try:
+            moved = relabel(Path(args.runs), args.algo, args.old, args.new)
+        except ValueError as error:
+            parser.error(str(error))
+        print(f"{len(moved)} run files relabelled {args.old} -> {args.new}")
+        return 0
     if args.command == "run":
         for algo in args.algos:
             if args.setting == "sb3" and algo != "ppo":

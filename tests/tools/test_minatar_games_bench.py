@@ -14,7 +14,7 @@ pytest.importorskip("minatar")
 pytest.importorskip("rliable")
 
 
-def _fake_run(bench, runs, algo, game, setting, seed, score, points=5, seconds=2.0):
+def _fake_run(bench, runs, algo, game, setting, seed, score, points=5, seconds=2.0, config=None):
     """A run file as ``one`` writes it, with a made-up curve rising to ``score``, ``seconds``
     a point."""
     curve = [
@@ -26,7 +26,7 @@ def _fake_run(bench, runs, algo, game, setting, seed, score, points=5, seconds=2
                "steps": 1000 * points, "steps_per_s": 500.0}  # fmt: skip
     RunRecord("python benchmarks/learning/minatar_games.py run", "learning/minatar_games").write(
         bench.run_file(runs, algo, game, setting, seed), curve, summary=summary, algo=algo,
-        game=game, setting=setting, seed=seed, total_steps=1000 * points, config={},
+        game=game, setting=setting, seed=seed, total_steps=1000 * points, config=config or {},
     )  # fmt: skip
 
 
@@ -119,6 +119,37 @@ def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
         _fake_run(bench, runs, "dqn", "Breakout", "batch32", seed, 40.0, points=3)
     assert bench.write_report(runs, tmp_path, "report")["summary"]["batch_claim"][1][
         "holds"] is False  # fmt: skip
+
+
+def test_relabel_moves_runs_whose_config_is_the_new_setting(tmp_path):
+    bench = load_benchmark("learning/minatar_games")
+    wide = {"num_envs": 256, "num_minibatches": 16, "num_steps": 32, "ent_coef": 0.01}
+    for game in ("Breakout", "Freeway"):
+        _fake_run(bench, tmp_path, "ppo", game, "large-mb16", 1, 10.0, config=wide)
+    _fake_run(bench, tmp_path, "ppo", "Breakout", "preset", 1, 5.0, config={"num_envs": 128})
+    moved = bench.relabel(tmp_path, "ppo", "large-mb16", "envs256-mb16")
+    assert [path.name for path in moved] == [
+        "ppo-Breakout-envs256-mb16-s1.json",
+        "ppo-Freeway-envs256-mb16-s1.json",
+    ]
+    assert not list(tmp_path.glob("*large-mb16*"))
+    written = json.loads(moved[0].read_text())
+    assert written["meta"]["setting"] == "envs256-mb16" and written["summary"]["score"] == 10.0
+    # the preset's runs trained on 128 envs: they are not what envs256 means, and stay
+    with pytest.raises(ValueError, match="num_envs=128.*now means num_envs=256"):
+        bench.relabel(tmp_path, "ppo", "preset", "envs256")
+    assert (tmp_path / "ppo-Breakout-preset-s1.json").exists()
+    with pytest.raises(SystemExit):
+        bench.main(["relabel", "--algo", "ppo", "--from", "preset", "--to", "envs256",
+                    "--runs", str(tmp_path)])  # fmt: skip
+    # nothing is overwritten, and nothing moves when one file cannot
+    _fake_run(bench, tmp_path, "ppo", "Freeway", "large-mb16", 1, 11.0, config=wide)
+    _fake_run(bench, tmp_path, "ppo", "Asterix", "large-mb16", 1, 12.0, config=wide)
+    with pytest.raises(ValueError, match="ppo-Freeway-envs256-mb16-s1.json exists"):
+        bench.relabel(tmp_path, "ppo", "large-mb16", "envs256-mb16")
+    assert (tmp_path / "ppo-Asterix-large-mb16-s1.json").exists()
+    assert json.loads((tmp_path / "ppo-Freeway-envs256-mb16-s1.json").read_text())["summary"][
+        "score"] == 10.0  # fmt: skip
 
 
 def test_an_empty_folder_gives_an_empty_report(tmp_path):
