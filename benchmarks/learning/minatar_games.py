@@ -107,6 +107,7 @@ PUBLISHED = {
     },
 }
 WINDOW = 100  # the score: the mean return of the last 100 training episodes
+FRAMES = 5_000_000  # the published scores' budget
 POINTS = 100  # curve points per run
 
 
@@ -490,9 +491,10 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def score_table(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def score_table(found: list[dict[str, Any]], frames: int = FRAMES) -> list[dict[str, Any]]:
     """One row per (algorithm, setting, game): the seeds' scores, their median and the
-    published levels; where the run reached 5M frames it says whether it beat them."""
+    published levels; where every run had the published budget of ``frames``, whether the
+    median is at or above them (``None`` for shorter runs)."""
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for entry in found:
         groups.setdefault((entry["algo"], entry["setting"], entry["game"]), []).append(entry)
@@ -515,21 +517,26 @@ def score_table(found: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for name, levels in PUBLISHED.items():
             row[f"published {name}"] = levels[game]
-            row[f"at or above {name}"] = median >= levels[game]
+            row[f"at or above {name}"] = median >= levels[game] if row["steps"] >= frames else None
         rows.append(row)
     return rows
 
 
-def aggregate(found: list[dict[str, Any]], reps: int = 2000) -> dict[str, Any]:
+def aggregate(
+    found: list[dict[str, Any]], reps: int = 2000, frames: int = FRAMES
+) -> dict[str, Any]:
     """rliable's interquartile mean of the scores normalised per game by the published DQN
     score, with 95 % stratified bootstrap intervals, for each arm run on the same seeds on
     every game it has (Agarwal et al., 2021). An arm counts the seeds that every one of its
-    games has; its games are listed."""
+    games has; its games are listed. Only runs of the published budget (``frames``) count:
+    a score at 2M frames is not comparable with one published at 5M."""
     import numpy as np
     from rliable import library, metrics
 
     arms: dict[str, dict[str, dict[int, float]]] = {}
     for entry in found:
+        if entry["steps"] < frames:
+            continue
         games = arms.setdefault(arm_name(entry["algo"], entry["setting"]), {})
         games.setdefault(entry["game"], {})[entry["seed"]] = entry["score"]
     matrices, games_of = {}, {}
@@ -785,11 +792,12 @@ def _batch_name(algo: str, setting: str) -> str:
     return f"{envs} envs" + (f", {minibatches} minibatches" if minibatches else "")
 
 
-def write_report(runs: Path, out: Path, command: str) -> dict[str, Any]:
-    """``minatar_games.json``, ``.md`` and the plots in ``out`` from the run files in ``runs``."""
+def write_report(runs: Path, out: Path, command: str, frames: int = FRAMES) -> dict[str, Any]:
+    """``minatar_games.json``, ``.md`` and the plots in ``out`` from the run files in ``runs``;
+    ``frames`` is the published budget, which the comparisons with the published scores need."""
     found = load_runs(runs)
-    rows = score_table(found)
-    summary = aggregate(found)
+    rows = score_table(found, frames)
+    summary = aggregate(found, frames=frames)
     claim = batch_claim(found)
     record = RunRecord(command, benchmark="learning/minatar_games")
     payload = record.write(
@@ -798,6 +806,7 @@ def write_report(runs: Path, out: Path, command: str) -> dict[str, Any]:
         summary={"iqm": summary, "batch_claim": claim} if summary or claim else None,
         runs=[entry["file"] for entry in found],
         published=PUBLISHED,
+        published_frames=frames,
         window=WINDOW,
     )
     (out / "minatar_games.md").write_text(markdown(rows, summary, claim), encoding="utf-8")

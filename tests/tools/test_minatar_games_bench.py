@@ -43,15 +43,20 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     _fake_run(bench, runs, "dqn", "Breakout", "preset", 2, 5.0)
     _fake_run(bench, runs, "ppo", "Breakout", "envs16", 1, 11.0, points=3)
     _fake_run(bench, runs, "ppo", "Asterix", "bf16", 1, 30.0)
-    payload = bench.write_report(runs, out, "python benchmarks/learning/minatar_games.py report")
+    # the fake runs' 5,000 steps stand for the published budget
+    payload = bench.write_report(
+        runs, out, "python benchmarks/learning/minatar_games.py report", frames=5000
+    )
 
     rows = {(row["arm"], row["game"]): row for row in payload["results"]}
     breakout = rows[("PPO", "Breakout")]
     assert breakout["scores"] == [12.0, 20.0, 16.0] and breakout["median"] == 16.0
     assert breakout["at or above DQN"] and not breakout["at or above AC(lambda)"]
-    assert rows[("PPO envs16", "Breakout")]["steps"] == 3000
+    envs16 = rows[("PPO envs16", "Breakout")]
+    assert envs16["steps"] == 3000 and envs16["at or above DQN"] is None  # a shorter budget
     assert rows[("PPO bf16", "Asterix")]["scores"] == [30.0]
     summary = payload["summary"]["iqm"]
+    assert "PPO envs16" not in summary  # nor in the aggregate
     assert summary["PPO"]["games"] == ["Breakout", "Freeway"] and summary["PPO"]["seeds"] == [1]
     assert summary["DQN"]["seeds"] == [2]
     # one run a game: the IQM is the mean of the two normalised scores, and so is every interval
@@ -69,7 +74,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     # a comparison plot is drawn only once a run of its own setting exists
     (runs / "ppo-Asterix-bf16-s1.json").unlink()
     (out / "again").mkdir()
-    bench.write_report(runs, out / "again", "report")
+    bench.write_report(runs, out / "again", "report", frames=5000)
     assert (out / "again" / "minatar_games_batch.png").exists()
     assert not (out / "again" / "minatar_games_bf16.png").exists()
 
