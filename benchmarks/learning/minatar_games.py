@@ -491,15 +491,20 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
+def _by_arm(found: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """The runs grouped by (algorithm, setting, game)."""
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for entry in found:
+        groups.setdefault((entry["algo"], entry["setting"], entry["game"]), []).append(entry)
+    return groups
+
+
 def score_table(found: list[dict[str, Any]], frames: int = FRAMES) -> list[dict[str, Any]]:
     """One row per (algorithm, setting, game): the seeds' scores, their median and the
     published levels; where every run had the published budget of ``frames``, whether the
     median is at or above them (``None`` for shorter runs)."""
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for entry in found:
-        groups.setdefault((entry["algo"], entry["setting"], entry["game"]), []).append(entry)
     rows = []
-    for (algo, setting, game), entries in sorted(groups.items()):
+    for (algo, setting, game), entries in sorted(_by_arm(found).items()):
         entries.sort(key=lambda entry: entry["seed"])
         scores = [entry["score"] for entry in entries]
         median = _median(scores)
@@ -552,7 +557,12 @@ def aggregate(
     if not matrices:
         return {}
     iqm = lambda scores: np.array([metrics.aggregate_iqm(scores)])  # noqa: E731
-    points, intervals = library.get_interval_estimates(matrices, iqm, reps=reps)
+    # a fixed bootstrap seed, so that the same run files give the same report (rliable draws
+    # some of its resamples from numpy's global generator whatever random_state says)
+    np.random.seed(0)
+    points, intervals = library.get_interval_estimates(
+        matrices, iqm, reps=reps, random_state=np.random.RandomState(0)
+    )
     return {
         arm: {
             **games_of[arm],
@@ -595,9 +605,7 @@ def batch_claim(found: list[dict[str, Any]], seeds_needed: int = 3) -> list[dict
     large batch holds when, for both returns, its median is at most the wider of the two arms'
     seed ranges (max - min) below the small batch's (above it is fine); it is judged once each
     arm has ``seeds_needed`` seeds (``None`` before)."""
-    by_arm: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for entry in found:
-        by_arm.setdefault((entry["algo"], entry["setting"], entry["game"]), []).append(entry)
+    by_arm = _by_arm(found)
     rows = []
     for algo, (small, larges) in BATCH_CLAIM.items():
         for large in larges:
