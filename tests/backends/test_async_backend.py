@@ -97,22 +97,29 @@ def test_send_recv_api_and_errors():
 
 
 def test_slow_env_does_not_stall_the_batch():
-    fns = [functools.partial(tagged_counter, 0, sleep_on={2: 3.0})] + [
+    """Env 0 hangs on its second step; the other seven keep filling batches of four meanwhile.
+    The hang outlasts the test (``close`` terminates it), so no timing enters the check."""
+    fns = [functools.partial(tagged_counter, 0, sleep_on={2: 600.0})] + [
         functools.partial(tagged_counter, tag) for tag in range(1, 8)
     ]
     envs = vecaccel.make_vec(fns, backend="async", batch_size=4, num_workers=4)
     try:
         obs, infos = envs.reset()
-        start = time.monotonic()
+        # step until env 0's first step result is back: the next step sends it the hanging one
+        for _ in range(100):
+            obs, rew, term, trunc, infos = envs.step(np.zeros(4, dtype=np.int64))
+            ids = infos["env_id"].tolist()
+            if 0 in ids and obs[ids.index(0), 1] == 1.0:
+                break
+        else:
+            pytest.fail("env 0 never returned its first step")
         seen = set()
         for _ in range(6):
             obs, rew, term, trunc, infos = envs.step(np.zeros(4, dtype=np.int64))
             seen.update(infos["env_id"].tolist())
-        elapsed = time.monotonic() - start
-        # env 0 sleeps 3 s on its second step; the batches kept coming meanwhile
-        assert envs._in_flight[0] or 0 not in seen or elapsed >= 3.0
-        assert elapsed < 3.0 or not envs._in_flight[0]
-        assert len(seen - {0}) >= 3
+            assert envs._in_flight[0]
+        assert 0 not in seen
+        assert len(seen) >= 4
     finally:
         envs.close(terminate=True)
 
@@ -147,9 +154,8 @@ def test_dead_worker_is_reported():
         start = time.monotonic()
         with pytest.raises(vecaccel.WorkerError, match="SIGKILL") as info:
             # the other worker keeps serving batches until the kernel has reaped the victim
-            while time.monotonic() - start < 10:
+            while time.monotonic() - start < 60:
                 envs.step(np.zeros(2, dtype=np.int64))
-        assert time.monotonic() - start < 5
         assert set(info.value.env_indices) == {2, 3}
     finally:
         envs.close()

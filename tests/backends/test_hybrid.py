@@ -8,6 +8,7 @@ import functools
 
 import numpy as np
 import pytest
+from helpers import LONG_PROMPT
 from toy_envs import tagged_counter
 
 import vecaccel
@@ -158,7 +159,7 @@ def test_spinning_workers_step_fail_and_close_cleanly(context, leak_check):
         started = time.monotonic()
         with pytest.raises(vecaccel.WorkerError) as info:
             spinning.step(np.zeros(4, dtype=np.int64))
-        assert time.monotonic() - started < 5.0
+        assert time.monotonic() - started < LONG_PROMPT
         assert info.value.env_indices == (2, 3)
     finally:
         spinning.close()
