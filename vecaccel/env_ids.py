@@ -70,6 +70,9 @@ def env_id_hint(env_id: str, installed: Callable[[str], bool] = _installed) -> s
         return None
     import gymnasium as gym
 
+    from vecaccel.manager import register_envs
+
+    register_envs()  # a namespace is in Gymnasium's registry once its plugin has registered it
     wanted = env_id.lower()
     namespaced = {  # the ids of the packages' namespaces only: Gymnasium's own (phys2d/...)
         registered.partition("/")[2].lower(): registered  # are variants of ids it has bare
