@@ -10,19 +10,20 @@ rliable aggregate and the plots from whatever run files exist.
 The games are the ``-v0`` ids (all six actions, sticky actions 0.1 and difficulty ramping: the
 MinAtar paper's setting). One frame is one env step (MinAtar has no frame skip). The score is the
 MinAtar paper's: the mean return of the last 100 training episodes. Each algorithm trains with
-its ``minatar`` preset (one setting for all five games); the other settings change one thing:
+its ``minatar`` preset (one setting for all five games); the other settings change a few of its
+values:
 
-- ``preset``: the preset as it is (PPO 128 envs x 32 steps; the DQN family at batch 512, C51 at
-  2,048, replay ratio 8; A2C 128 envs x 5 steps);
-- ``envs16`` and ``envs256`` (A2C, PPO): the number of envs, the learning rate following the
-  preset's ``sqrt`` rule; ``envs256-mb16`` (PPO): 256 envs with 16 minibatches instead of 4,
-  four times the gradient steps per frame (a probe of where a large batch loses return);
-  ``large-mb16`` (PPO): the same, as a candidate preset run on every game;
+- ``preset``: the preset as it is (PPO 256 envs x 32 steps in 16 minibatches; the DQN family at
+  batch 512, C51 at 2,048, replay ratio 8; A2C 128 envs x 5 steps);
+- ``envs16``, ``envs256`` and ``envs256-mb16`` (PPO): 16 or 256 envs in 4 minibatches, and 256
+  in 16 (the preset's own split), the learning rate following the preset's ``sqrt`` rule: the
+  batch-size claim, run at 2M frames since PPO anneals over its budget;
+- ``envs128-mb4`` and ``envs128-mb4-bf16`` (PPO): 128 envs in 4 minibatches, as the preset was
+  before it took 16 minibatches of 256 envs, in float32 and under bfloat16 autocast
+  (``bf16="on"``, faster on CPUs with bf16 units: AMX, AVX512-BF16); each run file says which
+  arithmetic it trained in (``bf16_in_force``);
 - ``batch32``, ``batch512`` and ``batch2048`` (the DQN family): the training batch at the same
   replay ratio, the learning rate following the preset's ``sqrt`` rule from its batch-32 value;
-- ``bf16``: the preset (float32) with the network under bfloat16 autocast (``bf16="on"``),
-  faster on CPUs with bf16 units (AMX, AVX512-BF16); each run file says which arithmetic it
-  trained in (``bf16_in_force``);
 - ``sb3`` (PPO): Stable-Baselines3's PPO with the same network (a features extractor), envs and
   hyperparameters.
 
@@ -33,18 +34,21 @@ seconds and env steps to that score (from before the envs are made) and the step
 The arms are ``vecaccel-bf16`` (the preset under bf16 autocast), ``vecaccel-fp32`` (the preset
 in float32) and ``sb3``. Run it on a quiet machine, alone.
 
-Run (niced, in the background; a run of 5M frames takes about 5 minutes for PPO and 12 for
+Run (niced, in the background; a run of 5M frames takes about 5 minutes for PPO and 13 for
 DQN on 2 CPU cores)::
 
     nice -n 19 python benchmarks/learning/minatar_games.py run --algos ppo --seeds 1 2 3
     python benchmarks/learning/minatar_games.py report
-    python benchmarks/learning/minatar_games.py race --game Asterix --score 15 \
+    python benchmarks/learning/minatar_games.py race --game Breakout --score 15 \
         --arms vecaccel-bf16 vecaccel-fp32 sb3
+
+``relabel --algo ALGO --from OLD --to NEW`` moves an algorithm's run files to another setting
+when a preset change makes ``NEW`` mean what ``OLD`` did, checking each file's recorded config.
 
 Run files go to ``benchmarks/results/minatar_runs/``; the report to
 ``benchmarks/results/minatar_games.{json,md,png}`` (the ``.md`` ends with the batch-size claim,
-each large batch against its small one), ``minatar_games_batch.png`` and
-``minatar_games_bf16.png``; the race to
+each large batch against its small one), ``minatar_games_batch.png``,
+``minatar_games_bf16.png`` and ``minatar_games_mb16.png``; the race to
 ``benchmarks/results/minatar_race.json``.
 """
 
@@ -76,17 +80,24 @@ PRESET_OF = {
 #: setting -> the config values it changes (``sb3`` runs SB3's PPO instead)
 SETTINGS: dict[str, dict[str, Any]] = {
     "preset": {},
-    "envs16": {"num_envs": 16},
-    "envs256": {"num_envs": 256},
-    # 256 envs with the gradient steps of 16 minibatches instead of 4 (minibatches of 512)
+    # PPO's batch-size claim at 2M frames: 16 and 256 envs in 4 minibatches, and 256 envs in 16
+    # (the preset's own split, apart because PPO anneals over its budget)
+    "envs16": {"num_envs": 16, "num_minibatches": 4},
+    "envs256": {"num_envs": 256, "num_minibatches": 4},
     "envs256-mb16": {"num_envs": 256, "num_minibatches": 16},
-    # the same over a whole run on every game: a candidate for the PPO preset
-    "large-mb16": {"num_envs": 256, "num_minibatches": 16},
+    # PPO as the preset was before it took 16 minibatches of 256 envs: 128 envs in 4 minibatches,
+    # in float32 and under bf16 autocast
+    "envs128-mb4": {"num_envs": 128, "num_minibatches": 4},
+    "envs128-mb4-bf16": {"num_envs": 128, "num_minibatches": 4, "bf16": "on"},
     "batch32": {"batch_size": 32},
     "batch512": {"batch_size": 512},
     "batch2048": {"batch_size": 2048},
-    "bf16": {"bf16": "on"},
     "sb3": {},
+}
+#: the algorithms a setting applies to (the rest apply to every algorithm)
+APPLIES_TO: dict[str, tuple[str, ...]] = {
+    **{name: ("ppo",) for name in SETTINGS if name.startswith("envs") or name == "sb3"},
+    **{name: ("dqn", "c51", "rainbow") for name in SETTINGS if name.startswith("batch")},
 }
 #: the published scores at 5M frames, read off the learning curves of the MinAtar README (30
 #: seeds; approximate): DQN, and the actor-critic AC(lambda=0.8)
@@ -224,6 +235,7 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
 
     from vecaccel.manager import register_envs
     from vecaccel.trainers.config.presets import PPO_PRESETS
+    from vecaccel.trainers.config.settings import lr_scale
     from vecaccel.trainers.nets.networks import MinAtarNet
 
     register_envs()
@@ -247,7 +259,10 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
 
     envs = make_vec_env(env_id, n_envs=preset["num_envs"], seed=seed)
     batch = preset["num_envs"] * preset["num_steps"]
-    start_lr = preset["learning_rate"]
+    # the learning rate vecaccel's PPO trains with: the preset's, scaled to its batch
+    start_lr = preset["learning_rate"] * lr_scale(
+        batch, preset["base_batch_size"], preset["lr_scaling"]
+    )
     model = PPO(
         "MlpPolicy",
         envs,
@@ -328,6 +343,16 @@ def race_one(library: str, game: str, seed: int, score: float, max_steps: int) -
     return outcome
 
 
+def _censored_median(runs: list[dict[str, Any]], key: str) -> float | None:
+    """The median seconds or steps to the score, a run that stopped short of it counting as
+    longer than any that reached it (its true time is past its budget). That median is exact
+    while fewer than half the runs fall short, as the median of three with one short is the
+    second of the two that reached; otherwise it is unknown (``None``)."""
+    values = [run["reached"][key] if run["reached"] else math.inf for run in runs]
+    middle = _median(values) if values else math.inf
+    return middle if math.isfinite(middle) else None
+
+
 def race(args: argparse.Namespace) -> dict[str, Any]:
     """vecaccel's PPO and SB3's, seed by seed with the arms' order rotating, each to the same
     score.
@@ -371,13 +396,11 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for library in arms:
         mine = [run for run in runs if run["library"] == library]
-        times = [run["reached"]["wall_s"] for run in mine if run["reached"]]
+        reached = [run for run in mine if run["reached"]]
         summary[library] = {
-            "reached": f"{len(times)} of {len(mine)}",
-            "median_time_to_score_s": _median(times) if len(times) == len(mine) else None,
-            "median_steps_to_score": _median(
-                [run["reached"]["step"] for run in mine if run["reached"]]
-            ),
+            "reached": f"{len(reached)} of {len(mine)}",
+            "median_time_to_score_s": _censored_median(mine, "wall_s"),
+            "median_steps_to_score": _censored_median(mine, "step"),
             "median_steps_per_s": _median([run["steps_per_s"] for run in mine]),
         }
     # each vecaccel arm's median time to score over SB3's
@@ -416,6 +439,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trained_as(config: dict[str, Any], key: str, value: Any) -> bool:
+    """Whether a run of recorded ``config`` trained with ``key=value``. ``bf16="auto"`` is read
+    by what it came to on the run's hardware (``bf16_in_force``)."""
+    if key == "bf16" and config[key] == "auto" and "bf16_in_force" in config:
+        return value == "auto" or config["bf16_in_force"] == (value == "on")
+    return bool(config[key] == value)
+
+
 def relabel(runs: Path, algo: str, old: str, new: str) -> list[Path]:
     """Move ``algo``'s runs of setting ``old`` to setting ``new`` (the file's name and its
     ``setting``), for when a preset changes and a setting comes to mean what another did.
@@ -437,7 +468,7 @@ def relabel(runs: Path, algo: str, old: str, new: str) -> list[Path]:
         differ = {
             key: (config[key], value)
             for key, value in expected.items()
-            if key in config and config[key] != json.loads(json.dumps(value))
+            if key in config and not _trained_as(config, key, json.loads(json.dumps(value)))
         }
         if differ:
             raise ValueError(
@@ -857,15 +888,15 @@ COMPARISONS = [
     (
         "minatar_games_bf16.png",
         GAMES,
-        [("ppo", "preset"), ("ppo", "bf16")],
-        "PPO in float32 (the preset) and under bf16 autocast",
+        [("ppo", "envs128-mb4"), ("ppo", "envs128-mb4-bf16")],
+        "PPO, 128 envs in 4 minibatches, in float32 and under bf16 autocast",
         False,
     ),
     (
         "minatar_games_mb16.png",
         GAMES,
-        [("ppo", "preset"), ("ppo", "large-mb16")],
-        "PPO: the preset (128 envs, 4 minibatches) and 256 envs in 16 minibatches",
+        [("ppo", "preset"), ("ppo", "envs128-mb4")],
+        "PPO: the preset (256 envs in 16 minibatches) and 128 envs in 4",
         False,
     ),
 ]
@@ -905,7 +936,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the second mean what the first did (each file's config is checked)",
     )
     mover.add_argument("--algo", choices=ALGOS, required=True)
-    mover.add_argument("--from", dest="old", choices=sorted(SETTINGS), required=True)
+    mover.add_argument("--from", dest="old", required=True, help="the runs' setting now")
     mover.add_argument("--to", dest="new", choices=sorted(SETTINGS), required=True)
     mover.add_argument("--runs", default=str(RUNS), help="folder of the run files")
     args = parser.parse_args(argv)
@@ -918,12 +949,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "run":
         for algo in args.algos:
-            if args.setting == "sb3" and algo != "ppo":
-                parser.error("--setting sb3 is SB3's PPO: use it with --algos ppo")
-            off_policy = ("dqn", "c51", "rainbow")
-            wrong = {"batch": ("a2c", "ppo"), "envs": off_policy, "large": off_policy}
-            if any(args.setting.startswith(kind) and algo in wrong[kind] for kind in wrong):
-                parser.error(f"--setting {args.setting} does not apply to {algo}")
+            if algo not in APPLIES_TO.get(args.setting, (algo,)):
+                parser.error(
+                    f"--setting {args.setting} does not apply to {algo}: it is for "
+                    f"{', '.join(APPLIES_TO[args.setting])}"
+                )
         return run(args)
     if args.command == "race":
         summary = race(args)["summary"]

@@ -36,13 +36,13 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     runs.mkdir()
     out.mkdir()
     # PPO: three seeds on Breakout, one on Freeway (its aggregate counts seed 1 on both games);
-    # DQN: Breakout only; the PPO batch-size arm: one seed; PPO under bf16: one seed
+    # DQN: Breakout only; the PPO batch-size arm: one seed; PPO under bf16 (128 envs): one seed
     for seed, score in ((1, 12.0), (2, 20.0), (3, 16.0)):
         _fake_run(bench, runs, "ppo", "Breakout", "preset", seed, score)
     _fake_run(bench, runs, "ppo", "Freeway", "preset", 1, 55.0)
     _fake_run(bench, runs, "dqn", "Breakout", "preset", 2, 5.0)
     _fake_run(bench, runs, "ppo", "Breakout", "envs16", 1, 11.0, points=3)
-    _fake_run(bench, runs, "ppo", "Asterix", "bf16", 1, 30.0)
+    _fake_run(bench, runs, "ppo", "Asterix", "envs128-mb4-bf16", 1, 30.0)
     # the fake runs' 5,000 steps stand for the published budget
     payload = bench.write_report(
         runs, out, "python benchmarks/learning/minatar_games.py report", frames=5000
@@ -54,7 +54,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert breakout["at or above DQN"] and not breakout["at or above AC(lambda)"]
     envs16 = rows[("PPO envs16", "Breakout")]
     assert envs16["steps"] == 3000 and envs16["at or above DQN"] is None  # a shorter budget
-    assert rows[("PPO bf16", "Asterix")]["scores"] == [30.0]
+    assert rows[("PPO envs128-mb4-bf16", "Asterix")]["scores"] == [30.0]
     summary = payload["summary"]["iqm"]
     assert "PPO envs16" not in summary  # nor in the aggregate
     assert summary["PPO"]["games"] == ["Breakout", "Freeway"] and summary["PPO"]["seeds"] == [1]
@@ -72,7 +72,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert (out / "minatar_games_batch.png").stat().st_size > 0
     assert (out / "minatar_games_bf16.png").stat().st_size > 0
     # a comparison plot is drawn only once a run of its own setting exists
-    (runs / "ppo-Asterix-bf16-s1.json").unlink()
+    (runs / "ppo-Asterix-envs128-mb4-bf16-s1.json").unlink()
     (out / "again").mkdir()
     bench.write_report(runs, out / "again", "report", frames=5000)
     assert (out / "again" / "minatar_games_batch.png").exists()
@@ -128,33 +128,50 @@ def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
 
 def test_relabel_moves_runs_whose_config_is_the_new_setting(tmp_path):
     bench = load_benchmark("learning/minatar_games")
-    wide = {"num_envs": 256, "num_minibatches": 16, "num_steps": 32, "ent_coef": 0.01}
+    narrow = {"num_envs": 128, "num_minibatches": 4, "num_steps": 32, "ent_coef": 0.01}
     for game in ("Breakout", "Freeway"):
-        _fake_run(bench, tmp_path, "ppo", game, "large-mb16", 1, 10.0, config=wide)
-    _fake_run(bench, tmp_path, "ppo", "Breakout", "preset", 1, 5.0, config={"num_envs": 128})
-    moved = bench.relabel(tmp_path, "ppo", "large-mb16", "envs256-mb16")
+        _fake_run(bench, tmp_path, "ppo", game, "former", 1, 10.0, config=narrow)
+    _fake_run(bench, tmp_path, "ppo", "Breakout", "preset", 1, 5.0, config={"num_envs": 256})
+    moved = bench.relabel(tmp_path, "ppo", "former", "envs128-mb4")
     assert [path.name for path in moved] == [
-        "ppo-Breakout-envs256-mb16-s1.json",
-        "ppo-Freeway-envs256-mb16-s1.json",
+        "ppo-Breakout-envs128-mb4-s1.json",
+        "ppo-Freeway-envs128-mb4-s1.json",
     ]
-    assert not list(tmp_path.glob("*large-mb16*"))
+    assert not list(tmp_path.glob("*former*"))
     written = json.loads(moved[0].read_text())
-    assert written["meta"]["setting"] == "envs256-mb16" and written["summary"]["score"] == 10.0
-    # the preset's runs trained on 128 envs: they are not what envs256 means, and stay
-    with pytest.raises(ValueError, match="num_envs=128.*now means num_envs=256"):
-        bench.relabel(tmp_path, "ppo", "preset", "envs256")
+    assert written["meta"]["setting"] == "envs128-mb4" and written["summary"]["score"] == 10.0
+    # the preset's runs trained on 256 envs: they are not what envs16 means, and stay
+    with pytest.raises(ValueError, match="num_envs=256.*now means num_envs=16"):
+        bench.relabel(tmp_path, "ppo", "preset", "envs16")
     assert (tmp_path / "ppo-Breakout-preset-s1.json").exists()
     with pytest.raises(SystemExit):
-        bench.main(["relabel", "--algo", "ppo", "--from", "preset", "--to", "envs256",
+        bench.main(["relabel", "--algo", "ppo", "--from", "preset", "--to", "envs16",
                     "--runs", str(tmp_path)])  # fmt: skip
     # nothing is overwritten, and nothing moves when one file cannot
-    _fake_run(bench, tmp_path, "ppo", "Freeway", "large-mb16", 1, 11.0, config=wide)
-    _fake_run(bench, tmp_path, "ppo", "Asterix", "large-mb16", 1, 12.0, config=wide)
-    with pytest.raises(ValueError, match="ppo-Freeway-envs256-mb16-s1.json exists"):
-        bench.relabel(tmp_path, "ppo", "large-mb16", "envs256-mb16")
-    assert (tmp_path / "ppo-Asterix-large-mb16-s1.json").exists()
-    assert json.loads((tmp_path / "ppo-Freeway-envs256-mb16-s1.json").read_text())["summary"][
+    _fake_run(bench, tmp_path, "ppo", "Freeway", "former", 1, 11.0, config=narrow)
+    _fake_run(bench, tmp_path, "ppo", "Asterix", "former", 1, 12.0, config=narrow)
+    with pytest.raises(ValueError, match="ppo-Freeway-envs128-mb4-s1.json exists"):
+        bench.relabel(tmp_path, "ppo", "former", "envs128-mb4")
+    assert (tmp_path / "ppo-Asterix-former-s1.json").exists()
+    assert json.loads((tmp_path / "ppo-Freeway-envs128-mb4-s1.json").read_text())["summary"][
         "score"] == 10.0  # fmt: skip
+
+
+def test_relabel_reads_bf16_auto_by_what_it_came_to(tmp_path):
+    """A run of ``bf16="auto"`` trained in bf16 where the hardware had it: it is a bf16 run,
+    and not a float32 one."""
+    bench = load_benchmark("learning/minatar_games")
+    narrow = {"num_envs": 128, "num_minibatches": 4}
+    _fake_run(bench, tmp_path, "ppo", "Breakout", "old-bf16", 1, 6.0,
+              config={**narrow, "bf16": "auto", "bf16_in_force": True})  # fmt: skip
+    with pytest.raises(ValueError, match="bf16='auto'.*now means.*bf16='off'"):
+        bench.relabel(tmp_path, "ppo", "old-bf16", "envs128-mb4")
+    moved = bench.relabel(tmp_path, "ppo", "old-bf16", "envs128-mb4-bf16")
+    assert [path.name for path in moved] == ["ppo-Breakout-envs128-mb4-bf16-s1.json"]
+    _fake_run(bench, tmp_path, "ppo", "Freeway", "old-fp32", 1, 60.0,
+              config={**narrow, "bf16": "auto", "bf16_in_force": False})  # fmt: skip
+    with pytest.raises(ValueError, match="bf16='auto'.*now means.*bf16='on'"):
+        bench.relabel(tmp_path, "ppo", "old-fp32", "envs128-mb4-bf16")
 
 
 def test_an_empty_folder_gives_an_empty_report(tmp_path):
@@ -166,7 +183,7 @@ def test_an_empty_folder_gives_an_empty_report(tmp_path):
 
 def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
     """Real training in child processes on a tiny budget: one PPO run (one update of the
-    preset's 128 x 32 batch) and SB3's PPO on the same work."""
+    preset's 256 x 32 batch) and SB3's PPO on the same work."""
     bench = load_benchmark("learning/minatar_games")
     runs = tmp_path / "runs"
     common = ["--games", "Breakout", "--seeds", "1", "--steps", "256", "--runs", str(runs)]
@@ -175,7 +192,7 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
     for setting in ("preset", "sb3"):
         written = json.loads(bench.run_file(runs, "ppo", "Breakout", setting, 1).read_text())
         assert written["meta"]["env_id"] == "MinAtar/Breakout-v0"
-        assert written["summary"]["steps"] >= 4096 and written["summary"]["episodes"] > 0
+        assert written["summary"]["steps"] >= 8192 and written["summary"]["episodes"] > 0
         assert written["results"], "the curve has points"
     # the run file says which arithmetic the run trained in: the preset's float32
     preset = json.loads(bench.run_file(runs, "ppo", "Breakout", "preset", 1).read_text())
@@ -190,8 +207,8 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
 def test_settings_that_do_not_apply_are_refused():
     bench = load_benchmark("learning/minatar_games")
     for argv in (["--algos", "dqn", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
-                 ["--algos", "dqn", "--setting", "envs16"],
-                 ["--algos", "dqn", "--setting", "large-mb16"]):  # fmt: skip
+                 ["--algos", "dqn", "--setting", "envs16"], ["--algos", "a2c", "--setting", "envs256"],
+                 ["--algos", "dqn", "--setting", "envs128-mb4-bf16"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
 
@@ -218,3 +235,18 @@ def test_the_race_stops_every_arm_at_the_score(tmp_path):
     assert files == [f"{arm}-Breakout-score0-s1.json" for arm in arms]
     assert bench.main([*argv, "--out", str(tmp_path)]) == 0
     assert load_result(tmp_path / "minatar_race.json")["results"] == written["results"]
+
+
+def test_a_run_short_of_the_score_counts_as_the_slowest():
+    """The race's median with one run of three stopped short of the score is the slower of the
+    two that reached it; with two of three short, it is unknown."""
+    bench = load_benchmark("learning/minatar_games")
+
+    def run(seconds):
+        return {"reached": {"wall_s": seconds, "step": 1000 * seconds} if seconds else None}
+
+    assert bench._censored_median([run(388.0), run(None), run(166.0)], "wall_s") == 388.0
+    assert bench._censored_median([run(388.0), run(None), run(166.0)], "step") == 388_000.0
+    assert bench._censored_median([run(None), run(None), run(166.0)], "wall_s") is None
+    assert bench._censored_median([run(120.0), run(None)], "wall_s") is None
+    assert bench._censored_median([], "wall_s") is None
