@@ -34,13 +34,13 @@ seconds and env steps to that score (from before the envs are made) and the step
 The arms are ``vecaccel-bf16`` (the preset under bf16 autocast), ``vecaccel-fp32`` (the preset
 in float32) and ``sb3``. Run it on a quiet machine, alone.
 
-Run (niced, in the background; a run of 5M frames takes about 5 minutes for PPO and 13 for
-DQN on 2 CPU cores)::
+Run (niced, in the background; a run of 5M frames takes 4 to 8 minutes for PPO and 12 to 30 for
+DQN on 2 CPU cores, by how fast the host is)::
 
     nice -n 19 python benchmarks/learning/minatar_games.py run --algos ppo --seeds 1 2 3
     python benchmarks/learning/minatar_games.py report
     python benchmarks/learning/minatar_games.py race --game Breakout --score 15 \
-        --arms vecaccel-bf16 vecaccel-fp32 sb3
+        --arms vecaccel-fp32 sb3
 
 ``relabel --algo ALGO --from OLD --to NEW`` moves an algorithm's run files to another setting
 when a preset change makes ``NEW`` mean what ``OLD`` did, checking each file's recorded config.

@@ -122,6 +122,7 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
     # a sixteenth of the gradient steps per frame that 16 envs do, and Space Invaders learned
     # less per frame; in 16 it learns twice as much as 16 envs, and Breakout leaves the 6 it
     # stays at with 128 envs in 4 minibatches (docs/minatar.md)
+    # (the backend: see _MINATAR_BACKEND)
     "minatar": dict(
         env_id="MinAtar/Breakout-v0",
         backend=_MINATAR_BACKEND,
