@@ -24,6 +24,7 @@ values:
   arithmetic it trained in (``bf16_in_force``);
 - ``batch32``, ``batch512`` and ``batch2048`` (the DQN family): the training batch at the same
   replay ratio, the learning rate following the preset's ``sqrt`` rule from its batch-32 value;
+  ``rr32``: MinAtar DQN's schedule in frames (replay ratio 32, the target every 1,000 frames);
 - ``sb3`` (PPO): Stable-Baselines3's PPO with the same network (a features extractor), envs and
   hyperparameters.
 
@@ -92,12 +93,20 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "batch32": {"batch_size": 32},
     "batch512": {"batch_size": 512},
     "batch2048": {"batch_size": 2048},
+    # the DQN family at MinAtar DQN's own schedule in frames: 32 samples trained on per frame
+    # (its batch of 32 every frame) and the target updated every 1,000 frames, at the preset's
+    # batch of 512; a probe of what the preset's replay ratio of 8 costs
+    "rr32": {"replay_ratio": 32.0, "target_update_period": 1000},
     "sb3": {},
 }
 #: the algorithms a setting applies to (the rest apply to every algorithm)
 APPLIES_TO: dict[str, tuple[str, ...]] = {
     **{name: ("ppo",) for name in SETTINGS if name.startswith("envs") or name == "sb3"},
-    **{name: ("dqn", "c51", "rainbow") for name in SETTINGS if name.startswith("batch")},
+    **{
+        name: ("dqn", "c51", "rainbow")
+        for name in SETTINGS
+        if name.startswith("batch") or name == "rr32"
+    },
 }
 #: the published scores at 5M frames, read off the learning curves of the MinAtar README (30
 #: seeds; approximate): DQN, and the actor-critic AC(lambda=0.8)
