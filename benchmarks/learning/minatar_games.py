@@ -100,13 +100,18 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "sb3": {},
 }
 #: the algorithms a setting applies to (the rest apply to every algorithm)
+_OFF_POLICY = ("dqn", "c51", "rainbow")
 APPLIES_TO: dict[str, tuple[str, ...]] = {
-    **{name: ("ppo",) for name in SETTINGS if name.startswith("envs") or name == "sb3"},
-    **{
-        name: ("dqn", "c51", "rainbow")
-        for name in SETTINGS
-        if name.startswith("batch") or name == "rr32"
-    },
+    "envs16": ("ppo",),
+    "envs256": ("ppo",),
+    "envs256-mb16": ("ppo",),
+    "envs128-mb4": ("ppo",),
+    "envs128-mb4-bf16": ("ppo",),
+    "sb3": ("ppo",),
+    "batch32": _OFF_POLICY,
+    "batch512": _OFF_POLICY,
+    "batch2048": _OFF_POLICY,
+    "rr32": _OFF_POLICY,
 }
 #: the published scores at 5M frames, read off the learning curves of the MinAtar README (30
 #: seeds; approximate): DQN, and the actor-critic AC(lambda=0.8)
@@ -357,9 +362,8 @@ def _censored_median(runs: list[dict[str, Any]], key: str) -> float | None:
     longer than any that reached it (its true time is past its budget). That median is exact
     while fewer than half the runs fall short, as the median of three with one short is the
     second of the two that reached; otherwise it is unknown (``None``)."""
-    values = [run["reached"][key] if run["reached"] else math.inf for run in runs]
-    middle = _median(values) if values else math.inf
-    return middle if math.isfinite(middle) else None
+    middle = _median([run["reached"][key] if run["reached"] else math.inf for run in runs])
+    return middle if math.isfinite(middle) else None  # nan for no runs
 
 
 def race(args: argparse.Namespace) -> dict[str, Any]:
