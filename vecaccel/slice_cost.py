@@ -12,8 +12,9 @@ that matter; :func:`choose_vector_backend` turns that into a backend by this rul
    CPU, whatever a step costs.
 2. One env or one CPU: ``serial``.
 3. The vector env keeps several cores busy by itself (its CPU time over its wall time, as
-   EnvPool with ``num_threads`` above 1 does): only as many workers as such envs fit in the
-   cores; where one fits, ``serial``.
+   EnvPool with ``num_threads`` above 1 does; what the caller's other threads were burning
+   before the env was made is left out): only as many workers as such envs fit in the cores;
+   where one fits, ``serial``.
 4. Splitting the batch into slices saves no more than :data:`MIN_SAVING_S`, twice a quiet
    worker round trip (``step(num_envs) - step(slice) <= MIN_SAVING_S``): ``serial``. Twice,
    because the two mistakes cost unlike: a busy machine lengthens a round trip several times
@@ -110,8 +111,22 @@ def slice_size(num_envs: int, slices: int) -> int:
     return -(-num_envs // max(1, slices))
 
 
-def _time_steps(envs: Any, seconds: float, seed: int) -> tuple[float, float]:
-    """Step ``envs`` for ``seconds`` after one untimed step: ``(seconds per step, cores)``."""
+def _background_cpu(seconds: float) -> float:
+    """The CPU this process's other threads (a training loop's, a thread pool's) burn per
+    second, measured while the calling thread sleeps ``seconds``."""
+    cpu_start, start = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    return (time.process_time() - cpu_start) / (time.perf_counter() - start)
+
+
+def _time_steps(
+    envs: Any, seconds: float, seed: int, background: float = 0.0
+) -> tuple[float, float]:
+    """Step ``envs`` for ``seconds`` after one untimed step: ``(seconds per step, cores)``.
+
+    ``cores`` counts the CPU of the calling thread and of the vector env's own threads, less
+    ``background`` (:func:`_background_cpu`) for the threads that were busy before the env was
+    made, and never less than the calling thread's own."""
     space = batch_space(envs.single_action_space, envs.num_envs)
     space.seed(seed)
     actions = [space.sample() for _ in range(_ACTION_BATCHES)]
@@ -120,7 +135,7 @@ def _time_steps(envs: Any, seconds: float, seed: int) -> tuple[float, float]:
     step(actions[0])  # lazy work (buffers, a first autoreset) stays out of the figure
     steps = 0
     chunks: list[float] = []
-    cpu_start = time.process_time()
+    cpu_start, thread_start = time.process_time(), time.thread_time()
     start = chunk_start = time.perf_counter()
     while True:
         step(actions[steps % _ACTION_BATCHES])
@@ -131,7 +146,8 @@ def _time_steps(envs: Any, seconds: float, seed: int) -> tuple[float, float]:
             chunk_start = now
         if now - start >= seconds:
             wall = now - start
-            cores = (time.process_time() - cpu_start) / wall
+            own = time.thread_time() - thread_start
+            cores = max(own, time.process_time() - cpu_start - background * wall) / wall
             # the median of the chunks drops a chunk the scheduler stalled
             step_s = statistics.median(chunks) if len(chunks) >= 3 else wall / steps
             return step_s, cores
@@ -183,11 +199,14 @@ def probe_vector_step_cost(
     """
     if not seconds > 0:
         raise ValueError(f"seconds must be positive, got {seconds!r}")
+    # process CPU time counts every thread: what the others burn is measured before any env
+    # exists, so that a busy training or data thread does not read as the env's own threads
+    background = _background_cpu(seconds)
 
     def timed(size: int) -> tuple[float, float]:
         envs = vector_fn(size)
         try:
-            return _time_steps(envs, seconds, seed)
+            return _time_steps(envs, seconds, seed, background)
         finally:
             envs.close()
 

@@ -5,6 +5,8 @@ vectorized=True)`` on a cheap and on a costly vector env."""
 from __future__ import annotations
 
 import functools
+import hashlib
+import threading
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from toy_vector_envs import costly_sync, native_cartpole
 import vecaccel
 from vecaccel.slice_cost import (
     MIN_SAVING_S,
+    MULTICORE_RATIO,
     SHM_MIN_SLICE_S,
     VectorStepCost,
     choose_vector_backend,
@@ -116,6 +119,29 @@ def test_the_probe_steps_the_whole_batch_and_one_slice():
     cost = probe_vector_step_cost(recording, 64, cpus=2, seconds=0.005)
     assert sizes == [64, 32]
     assert cost.step_s > 0 and cost.slice_step_s > 0 and cost.cores > 0
+
+
+def test_a_busy_thread_of_the_caller_is_not_counted_as_the_env_s_cores():
+    """A thread that was burning CPU (outside the GIL) before the probe began, as a training
+    or data-loading thread does, is the process's, not the vector env's: the single-threaded
+    env still reads as one core, and is not kept in the caller as a multithreaded one."""
+    stop = threading.Event()
+    chunk = bytes(8 << 20)
+
+    def burn() -> None:
+        while not stop.is_set():
+            hashlib.sha256(chunk).digest()  # hashing releases the GIL
+
+    thread = threading.Thread(target=burn, daemon=True)
+    thread.start()
+    try:
+        fn = functools.partial(costly_sync, cpu_s=0.0012)
+        cost = probe_vector_step_cost(fn, 8, cpus=2, seconds=0.2)
+    finally:
+        stop.set()
+        thread.join()
+    assert 0 < cost.cores < MULTICORE_RATIO, cost
+    assert choose_vector_backend(cost, 8, 2).backend == "shm"
 
 
 def test_auto_keeps_a_cheap_native_vector_env_in_the_caller(no_leaks):
