@@ -52,8 +52,8 @@ each large batch against its small one), ``minatar_games_batch.png``,
 ``minatar_games_bf16.png`` and ``minatar_games_mb16.png``; the race to
 ``benchmarks/results/minatar_race.json``.
 
-The script is ``minatar_games.py``, not ``minatar.py``: Python puts a script's folder first on
-``sys.path``, where a ``minatar.py`` would be imported in place of the ``minatar`` package.
+The script is ``minatar_games.py``, not ``minatar.py``: Python searches a script's own folder
+first on import, where a ``minatar.py`` would be imported in place of the ``minatar`` package.
 """
 
 from __future__ import annotations
