@@ -168,8 +168,10 @@ def test_auto_spreads_a_costly_vector_env_over_workers(no_leaks):
         if cpus == 1:
             assert record["name"] == "serial", record
         else:
-            assert record["name"] == "shm", record
-            assert record["options"]["num_workers"] == min(8, cpus)
+            # the reason and the measured cost, which a long record's repr would cut off
+            why = (record["reason"], record["vector_step_cost"])
+            assert record["name"] == "shm", why
+            assert record["options"]["num_workers"] == min(8, cpus), why
         obs, _ = envs.reset(seed=0)
         assert obs.shape == (8, 4)
         envs.step(np.zeros(8, dtype=np.int64))
