@@ -25,6 +25,9 @@ values:
 - ``batch32``, ``batch512`` and ``batch2048`` (the DQN family): the training batch at the same
   replay ratio, the learning rate following the preset's ``sqrt`` rule from its batch-32 value;
   ``rr32``: MinAtar DQN's schedule in frames (replay ratio 32, the target every 1,000 frames);
+- ``max-target`` and ``rmsprop`` (DQN): the preset with one of MinAtar DQN's own choices, the
+  target's plain max in place of Double DQN's, or centred RMSprop (its 2.5e-4 at batch 32,
+  scaled by the preset's ``sqrt`` rule) in place of Adam;
 - ``sb3`` (PPO): Stable-Baselines3's PPO with the same network (a features extractor), envs and
   hyperparameters.
 
@@ -100,6 +103,10 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # (its batch of 32 every frame) and the target updated every 1,000 frames, at the preset's
     # batch of 512; a probe of what the preset's replay ratio of 8 costs
     "rr32": {"replay_ratio": 32.0, "target_update_period": 1000},
+    # the preset with one of MinAtar DQN's own choices: the plain max over the target network's
+    # values, or centred RMSprop at its learning rate
+    "max-target": {"double": False},
+    "rmsprop": {"optimizer": "rmsprop", "learning_rate": 2.5e-4},
     "sb3": {},
 }
 #: the algorithms a setting applies to (the rest apply to every algorithm)
@@ -115,6 +122,8 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
     "batch512": _OFF_POLICY,
     "batch2048": _OFF_POLICY,
     "rr32": _OFF_POLICY,
+    "max-target": ("dqn",),
+    "rmsprop": ("dqn",),
 }
 #: the published scores at 5M frames, read off the learning curves of the MinAtar README (30
 #: seeds; approximate): DQN, and the actor-critic AC(lambda=0.8)

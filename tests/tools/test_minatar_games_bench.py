@@ -209,7 +209,9 @@ def test_settings_that_do_not_apply_are_refused():
     for argv in (["--algos", "dqn", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
                  ["--algos", "dqn", "--setting", "envs16"], ["--algos", "a2c", "--setting", "envs256"],
                  ["--algos", "dqn", "--setting", "envs128-mb4-bf16"],
-                 ["--algos", "ppo", "--setting", "rr32"]):  # fmt: skip
+                 ["--algos", "ppo", "--setting", "rr32"],
+                 ["--algos", "c51", "--setting", "max-target"],
+                 ["--algos", "rainbow", "--setting", "rmsprop"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
 

@@ -211,22 +211,29 @@ def _resume_config(backend: str, run_dir) -> dict:
 
 
 #: Rainbow (prioritized replay, a categorical head, dueling: every piece of state the family
-#: checkpoints) on every backend; DQN and C51 on one backend each.
+#: checkpoints) on every backend; DQN and C51 on one backend each, DQN with either optimizer.
 RESUME_CASES = [
-    pytest.param(algorithm, backend, id=f"{algorithm.__name__}-{backend}")
-    for algorithm, backend in [(DQN, "serial"), (C51, "shm"), (Rainbow, "serial"), (Rainbow, "shm")]
+    pytest.param(algorithm, backend, overrides, id=f"{algorithm.__name__}-{backend}{name}")
+    for algorithm, backend, overrides, name in [
+        (DQN, "serial", {}, ""),
+        (DQN, "serial", {"optimizer": "rmsprop"}, "-rmsprop"),
+        (C51, "shm", {}, ""),
+        (Rainbow, "serial", {}, ""),
+        (Rainbow, "shm", {}, ""),
+    ]
     if backend in _backends()
 ]
 
 
-@pytest.mark.parametrize("algorithm, backend", RESUME_CASES)
-def test_resume_is_bit_identical(algorithm, backend, tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("algorithm, backend, overrides", RESUME_CASES)
+def test_resume_is_bit_identical(algorithm, backend, overrides, tmp_path, monkeypatch) -> None:
     total = 300  # about 118 updates: restart points after the 40th and 80th
-    uninterrupted = algorithm(env="CartPole-v1", **_resume_config(backend, tmp_path / "a"))
+    config_a = dict(_resume_config(backend, tmp_path / "a"), **overrides)
+    uninterrupted = algorithm(env="CartPole-v1", **config_a)
     uninterrupted.learn(total)
     uninterrupted.close()
 
-    crashing = algorithm(env="CartPole-v1", **_resume_config(backend, tmp_path / "b"))
+    crashing = algorithm(env="CartPole-v1", **_resume_config(backend, tmp_path / "b"), **overrides)
     train_step = DQN.update
 
     def train_step_then_crash(self, batch):
@@ -474,6 +481,10 @@ def test_loop_stores_the_env_transitions_with_n_step_targets(prioritized) -> Non
         dict(priority_alpha=-1.0),
         dict(priority_beta_start=-0.5),
         dict(priority_eps=-1.0),
+        dict(optimizer="sgd"),
+        dict(rms_alpha=1.0),
+        dict(rms_eps=0.0),
+        dict(adam_eps=-1e-8),
     ],
     ids=lambda s: "{}={}".format(*next(iter(s.items()))),
 )
@@ -526,6 +537,45 @@ def test_load_overrides_reach_the_optimizer(tmp_path) -> None:
     saved = agent.optimizer.state_dict()["state"]
     for key, value in loaded.optimizer.state_dict()["state"].items():
         torch.testing.assert_close(value["exp_avg"], saved[key]["exp_avg"])
+
+
+def test_rmsprop_is_nature_dqn_s_centred_rmsprop(tmp_path) -> None:
+    """``optimizer="rmsprop"`` trains with centred RMSprop at the scaled rate; a checkpoint
+    loads with its ``rms_*`` overrides in force and its averages restored, and refuses to
+    continue under the other optimizer, whose state it does not hold."""
+    envs = serial_cartpole(1)
+    try:
+        agent = DQN(
+            env=envs,
+            **{
+                **SMALL_DQN,
+                "learning_starts": 32,
+                "batch_size": 128,
+                "base_batch_size": 32,
+                "lr_scaling": "sqrt",
+                "learning_rate": 2.5e-4,
+            },
+            optimizer="rmsprop",
+        )
+        assert isinstance(agent.optimizer, torch.optim.RMSprop)
+        group = agent.optimizer.param_groups[0]
+        assert group["centered"] and group["alpha"] == 0.95 and group["eps"] == 0.01
+        assert group["lr"] == pytest.approx(5e-4)
+        agent.learn(200)
+        assert agent.num_updates > 0
+        path = agent.save(tmp_path / "agent.pt")
+    finally:
+        envs.close()
+    loaded = DQN.load(path, rms_alpha=0.9, rms_eps=1e-3)
+    group = loaded.optimizer.param_groups[0]
+    assert isinstance(loaded.optimizer, torch.optim.RMSprop) and group["centered"]
+    assert (group["alpha"], group["eps"]) == (0.9, 1e-3)
+    saved = agent.optimizer.state_dict()["state"]
+    for key, value in loaded.optimizer.state_dict()["state"].items():
+        torch.testing.assert_close(value["square_avg"], saved[key]["square_avg"])
+        torch.testing.assert_close(value["grad_avg"], saved[key]["grad_avg"])
+    with pytest.raises(ValueError, match="holds the state of 'rmsprop'"):
+        DQN.load(path, optimizer="adam")
 
 
 def test_discrete_action_space_with_offset_start() -> None:

@@ -68,7 +68,8 @@ class DQNConfig(RunConfig):
     log_every_steps: int = 1_000
     """Env steps between metric rows (0: every vector step)."""
     learning_rate: float = 2.5e-4
-    """Adam learning rate at ``base_batch_size`` (scaled for other batch sizes by ``lr_scaling``)."""
+    """The optimizer's learning rate at ``base_batch_size`` (scaled for other batch sizes by
+    ``lr_scaling``)."""
     base_batch_size: int = 32
     """Batch size ``learning_rate`` was tuned for."""
     lr_scaling: str = "none"
@@ -76,6 +77,13 @@ class DQNConfig(RunConfig):
     ``batch_size / base_batch_size``."""
     adam_eps: float = 1e-8
     """Adam's epsilon (1.5e-4 in Rainbow, 0.01/32 in C51)."""
+    optimizer: str = "adam"
+    """``adam``, or ``rmsprop``: centred RMSprop, the optimizer of Nature DQN and of MinAtar's DQN
+    (``rms_alpha``, ``rms_eps``)."""
+    rms_alpha: float = 0.95
+    """RMSprop's smoothing constant (Nature DQN's 0.95)."""
+    rms_eps: float = 0.01
+    """RMSprop's epsilon (Nature DQN's 0.01)."""
     batch_size: int = 32
     """Transitions per gradient update (up to 2048 and more)."""
     buffer_size: int = 10_000

@@ -41,7 +41,7 @@ from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
 from vecaccel.trainers.checkpoints.format import check_env_matches
 from vecaccel.trainers.checkpoints.writer import save_agent
-from vecaccel.trainers.config.settings import lr_scale
+from vecaccel.trainers.config.settings import lr_scale, optimizer_settings
 from vecaccel.trainers.envs.make import check_tensor_spaces
 from vecaccel.trainers.nets.networks import check_observation_space
 from vecaccel.trainers.replay.buffer import ReplayBuffer, replay_buffer_kwargs
@@ -55,6 +55,19 @@ __all__ = ["OffPolicyAlgorithm"]
 
 #: the key of the seed of predict's generator, apart from exploration's
 _PREDICT_STREAM = 0x9D
+
+
+def make_optimizer(cfg: Any, parameters: Any, learning_rate: float) -> torch.optim.Optimizer:
+    """The optimizer ``cfg.optimizer`` names over ``parameters``."""
+    settings = optimizer_settings(cfg)
+    if cfg.optimizer == "rmsprop":
+        # foreach: a few multi-tensor ops per step; torch's CPU default loops over the tensors
+        return torch.optim.RMSprop(parameters, lr=learning_rate, foreach=True, **settings)
+    parameters = list(parameters)
+    try:  # the fused kernel cuts the per-parameter overhead that dominates small networks
+        return torch.optim.Adam(parameters, lr=learning_rate, fused=True, **settings)
+    except (RuntimeError, TypeError):
+        return torch.optim.Adam(parameters, lr=learning_rate, **settings)
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -195,14 +208,7 @@ class OffPolicyAlgorithm(Algorithm):
             cfg.batch_size * self.world_size, cfg.base_batch_size, cfg.lr_scaling
         )
         self.learning_rate = cfg.learning_rate * self.lr_scale
-        try:  # the fused kernel cuts the per-parameter overhead that dominates small networks
-            self.optimizer = torch.optim.Adam(
-                self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps, fused=True
-            )
-        except (RuntimeError, TypeError):
-            self.optimizer = torch.optim.Adam(
-                self.q_network.parameters(), lr=self.learning_rate, eps=cfg.adam_eps
-            )
+        self.optimizer = make_optimizer(cfg, self.q_network.parameters(), self.learning_rate)
         self.model_parameters = list(self.q_network.parameters())
         # the loss goes through DistributedDataParallel when there are several ranks
         self.train_network = distributed.wrap_model(self.q_network, self.device)

@@ -26,7 +26,11 @@ from vecaccel.trainers.checkpoints.format import (
     usable_device,
 )
 from vecaccel.trainers.checkpoints.spaces import space_from_dict
-from vecaccel.trainers.config.settings import config_from_dict, resolve_device
+from vecaccel.trainers.config.settings import (
+    config_from_dict,
+    optimizer_settings,
+    resolve_device,
+)
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.seeding import restore_rank_rng_state, split_seed
 
@@ -171,6 +175,12 @@ def _load_off_policy(
 ) -> Any:
     section = state["off_policy"]
     config = config_from_dict(cls.config_cls, values)
+    saved_optimizer = state["config"].get("optimizer", "adam")
+    if config.optimizer != saved_optimizer:
+        raise ValueError(
+            f"optimizer={config.optimizer!r}: {path} holds the state of {saved_optimizer!r}, "
+            f"which the other cannot continue; load it with optimizer={saved_optimizer!r}"
+        )
     agent: Any = cls(env=None, config=config)
     agent.observation_space = space_from_dict(state["observation_space"])
     agent.action_space = space_from_dict(state["action_space"])
@@ -181,10 +191,10 @@ def _load_off_policy(
     agent.optimizer.load_state_dict(section["optimizer"])
     # load_state_dict brings back the saved param_groups, hyperparameters included; the
     # config in force (overrides, or a batch size that rescales the rate) decides them, and
-    # the Adam moments alone carry over. DQN has no lr schedule, so the rate is constant.
+    # the optimizer's moments alone carry over. DQN has no lr schedule, so the rate is constant.
     for group in agent.optimizer.param_groups:
         group["lr"] = agent.learning_rate
-        group["eps"] = config.adam_eps
+        group.update(optimizer_settings(config))
     _restore_header(agent, state)
     rng_state, exploration_rng, replay = _restore_rank_streams(agent, state, load_replay)
     if replay is not None:

@@ -40,6 +40,8 @@ NETWORKS = ("auto", "cnn", "minatar", "mlp")
 #: a config's ``bf16``: autocast the convolutional torso never, always, or where it pays
 #: (:func:`vecaccel.trainers.nets.networks.use_bf16`)
 BF16_SETTINGS = ("off", "on", "auto")
+#: the DQN family's ``optimizer``: Adam, or Nature DQN's centred RMSprop
+DQN_OPTIMIZERS = ("adam", "rmsprop")
 #: where an Atari game's frames come from (``RunConfig.env_source``)
 ENV_SOURCES = ("ale", "envpool")
 
@@ -282,6 +284,14 @@ def _check_torso(cfg: Any) -> None:
         )
 
 
+def optimizer_settings(cfg: Any) -> dict[str, Any]:
+    """The hyperparameters of a DQN-family optimizer that ``cfg`` sets, the learning rate
+    aside: Adam's ``eps``, or centred RMSprop's ``alpha`` and ``eps``."""
+    if cfg.optimizer == "rmsprop":
+        return {"alpha": cfg.rms_alpha, "eps": cfg.rms_eps, "centered": True}
+    return {"eps": cfg.adam_eps}
+
+
 def check_dqn_config(cfg: Any) -> None:
     """Raise ``ValueError`` naming the field for a DQN-family config that cannot train (the
     shared fields are checked by :class:`RunConfig`)."""
@@ -297,6 +307,14 @@ def check_dqn_config(cfg: Any) -> None:
         raise ValueError("batch_size and base_batch_size must be positive")
     if cfg.replay_ratio <= 0:
         raise ValueError(f"replay_ratio must be positive, got {cfg.replay_ratio}")
+    if cfg.optimizer not in DQN_OPTIMIZERS:
+        raise ValueError(
+            f"optimizer must be one of {', '.join(map(repr, DQN_OPTIMIZERS))}, "
+            f"got {cfg.optimizer!r}"
+        )
+    _check_real(cfg, "adam_eps", lambda x: x > 0, "a positive finite number")
+    _check_real(cfg, "rms_alpha", lambda x: 0 < x < 1, "in (0, 1)")
+    _check_real(cfg, "rms_eps", lambda x: x > 0, "a positive finite number")
     _check_torso(cfg)
     if cfg.loss not in ("huber", "mse"):
         raise ValueError(f"loss must be 'huber' or 'mse', got {cfg.loss!r}")
