@@ -211,16 +211,21 @@ def check_on_policy_config(cfg: Any) -> None:
     if getattr(cfg, "target_kl", None) is not None:
         # 0 is valid: stop after the first epoch that moved the policy at all
         _check_real(cfg, "target_kl", lambda x: x >= 0, "None or a finite number >= 0")
+    _check_optimizer_fields(cfg)
+    if cfg.activation not in ("tanh", "relu"):
+        raise ValueError(f"activation must be 'tanh' or 'relu', got {cfg.activation!r}")
+    _check_torso(cfg)
+    lr_scale(cfg.num_envs * cfg.num_steps, cfg.base_batch_size, cfg.lr_scaling)  # the mode
+
+
+def _check_optimizer_fields(cfg: Any) -> None:
+    """The optimizer settings a config has, of ``adam_eps``, ``rms_alpha`` and ``rms_eps``."""
     if hasattr(cfg, "adam_eps"):
         _check_real(cfg, "adam_eps", lambda x: x > 0, "a positive finite number")
     if hasattr(cfg, "rms_alpha"):
         _check_real(cfg, "rms_alpha", lambda x: 0 < x < 1, "in (0, 1)")
     if hasattr(cfg, "rms_eps"):
         _check_real(cfg, "rms_eps", lambda x: x > 0, "a positive finite number")
-    if cfg.activation not in ("tanh", "relu"):
-        raise ValueError(f"activation must be 'tanh' or 'relu', got {cfg.activation!r}")
-    _check_torso(cfg)
-    lr_scale(cfg.num_envs * cfg.num_steps, cfg.base_batch_size, cfg.lr_scaling)  # the mode
 
 
 def _check_real(
@@ -312,9 +317,7 @@ def check_dqn_config(cfg: Any) -> None:
             f"optimizer must be one of {', '.join(map(repr, DQN_OPTIMIZERS))}, "
             f"got {cfg.optimizer!r}"
         )
-    _check_real(cfg, "adam_eps", lambda x: x > 0, "a positive finite number")
-    _check_real(cfg, "rms_alpha", lambda x: 0 < x < 1, "in (0, 1)")
-    _check_real(cfg, "rms_eps", lambda x: x > 0, "a positive finite number")
+    _check_optimizer_fields(cfg)
     _check_torso(cfg)
     if cfg.loss not in ("huber", "mse"):
         raise ValueError(f"loss must be 'huber' or 'mse', got {cfg.loss!r}")
