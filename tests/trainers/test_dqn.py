@@ -518,9 +518,9 @@ def test_negative_priority_eps_crashes_mid_training() -> None:
 
 
 def test_load_overrides_reach_the_optimizer(tmp_path) -> None:
-    """DQN.load(path, learning_rate=...) (documented: overrides change config fields) reports the
-    new rate in agent.learning_rate and charts/learning_rate, but the optimizer keeps the saved
-    one because optimizer.load_state_dict restores the saved param_groups."""
+    """``DQN.load(path, learning_rate=..., adam_eps=...)`` puts the overrides in force in the
+    optimizer's param groups, not only in the config, while the saved Adam moments are restored
+    (``optimizer.load_state_dict`` alone would bring back the saved rate and eps)."""
     envs = serial_cartpole(1)
     try:
         agent = DQN(env=envs, **{**SMALL_DQN, "learning_starts": 32}, learning_rate=1e-3)
