@@ -1,5 +1,5 @@
 """MinAtar's five games: vecaccel's trainers against the published curves, large batches against
-small ones, and (with ``--setting sb3``) SB3's PPO on the same work.
+small ones, and (with ``--setting sb3``) SB3's PPO or DQN on the same work.
 
 Every (algorithm, game, setting, seed) is one run in a child process, and writes its own result
 file under ``--runs`` as soon as it ends: the return curve against env steps and against
@@ -28,8 +28,9 @@ values:
 - ``max-target`` and ``rmsprop`` (DQN): the preset with one of MinAtar DQN's own choices, the
   target's plain max in place of Double DQN's, or centred RMSprop (its 2.5e-4 at batch 32,
   scaled by the preset's ``sqrt`` rule) in place of Adam;
-- ``sb3`` (PPO): Stable-Baselines3's PPO with the same network (a features extractor), envs and
-  hyperparameters.
+- ``sb3`` (PPO and DQN): Stable-Baselines3's PPO or DQN with the same network (a features
+  extractor), envs and hyperparameters; SB3's DQN has no Double DQN, so it is also the peer of
+  ``max-target``.
 
 ``race`` times vecaccel's PPO against SB3's on the same work: both with the PPO preset's
 network, envs and hyperparameters, seed by seed with the order of the arms rotating, each
@@ -84,7 +85,7 @@ PRESET_OF = {
     "c51": "minatar-c51",
     "rainbow": "minatar-rainbow",
 }
-#: setting -> the config values it changes (``sb3`` runs SB3's PPO instead)
+#: setting -> the config values it changes (``sb3`` runs SB3's PPO or DQN instead)
 SETTINGS: dict[str, dict[str, Any]] = {
     "preset": {},
     # PPO's batch-size claim at 2M frames: 16 and 256 envs in 4 minibatches, and 256 envs in 16
@@ -117,7 +118,7 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
     "envs256-mb16": ("ppo",),
     "envs128-mb4": ("ppo",),
     "envs128-mb4-bf16": ("ppo",),
-    "sb3": ("ppo",),
+    "sb3": ("ppo", "dqn"),
     "batch32": _OFF_POLICY,
     "batch512": _OFF_POLICY,
     "batch2048": _OFF_POLICY,
@@ -250,22 +251,15 @@ def run_vecaccel(
         agent.close()
 
 
-def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) -> dict[str, Any]:
-    """SB3's PPO with the MinAtar network and the vecaccel preset's hyperparameters."""
+def _sb3_parts(curve: Curve) -> tuple[type, type]:
+    """SB3's features extractor of the MinAtar network (its conv and 128-unit layer; the heads
+    are SB3's), and a callback that feeds the episodes SB3 ends to ``curve``."""
     import gymnasium as gym
     import torch
-    from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-    from vecaccel.manager import register_envs
-    from vecaccel.trainers.config.presets import PPO_PRESETS
-    from vecaccel.trainers.config.settings import lr_scale
     from vecaccel.trainers.nets.networks import MinAtarNet
-
-    register_envs()
-    preset = PPO_PRESETS["minatar"]
 
     class MinAtarExtractor(BaseFeaturesExtractor):
         def __init__(self, observation_space: gym.spaces.Box) -> None:
@@ -276,13 +270,27 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
         def forward(self, observations: torch.Tensor) -> torch.Tensor:
             return self.net(observations)
 
-    curve = Curve(steps, stop_at)
-
     class Record(BaseCallback):
         def _on_step(self) -> bool:
             ended = [info["episode"]["r"] for info in self.locals["infos"] if "episode" in info]
             return curve.add(self.num_timesteps, ended)
 
+    return MinAtarExtractor, Record
+
+
+def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) -> dict[str, Any]:
+    """SB3's PPO with the MinAtar network and the vecaccel preset's hyperparameters."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from vecaccel.manager import register_envs
+    from vecaccel.trainers.config.presets import PPO_PRESETS
+    from vecaccel.trainers.config.settings import lr_scale
+
+    register_envs()
+    preset = PPO_PRESETS["minatar"]
+    curve = Curve(steps, stop_at)
+    MinAtarExtractor, Record = _sb3_parts(curve)
     envs = make_vec_env(env_id, n_envs=preset["num_envs"], seed=seed)
     batch = preset["num_envs"] * preset["num_steps"]
     # the learning rate vecaccel's PPO trains with: the preset's, scaled to its batch
@@ -316,6 +324,58 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
     return curve.outcome(model.num_timesteps, dict(preset))
 
 
+def run_sb3_dqn(env_id: str, seed: int, steps: int) -> dict[str, Any]:
+    """SB3's DQN with the MinAtar network and the vecaccel DQN preset's hyperparameters: the
+    same envs, batch, replay ratio (one gradient step per ``batch / replay_ratio`` frames),
+    buffer, ε schedule in frames, target period, Huber loss, gradient clip and Adam at the
+    scaled rate; SB3 takes the plain max over its target network (no Double DQN)."""
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_vec_env
+
+    from vecaccel.manager import register_envs
+    from vecaccel.trainers.config.presets import DQN_PRESETS
+    from vecaccel.trainers.config.settings import lr_scale
+
+    register_envs()
+    preset = DQN_PRESETS[PRESET_OF["dqn"]]
+    curve = Curve(steps)
+    MinAtarExtractor, Record = _sb3_parts(curve)
+    num_envs = preset["num_envs"]
+    envs = make_vec_env(env_id, n_envs=num_envs, seed=seed)
+    samples = preset["replay_ratio"] * num_envs  # trained on per vector step
+    gradient_steps = max(1, round(samples / preset["batch_size"]))
+    model = DQN(
+        "MlpPolicy",
+        envs,
+        learning_rate=preset["learning_rate"]
+        * lr_scale(preset["batch_size"], preset["base_batch_size"], preset["lr_scaling"]),
+        buffer_size=preset["buffer_size"],
+        learning_starts=preset["learning_starts"],
+        batch_size=preset["batch_size"],
+        gamma=preset["gamma"],
+        train_freq=(1, "step"),
+        gradient_steps=gradient_steps,
+        target_update_interval=preset["target_update_period"],
+        exploration_fraction=min(1.0, preset["exploration_steps"] / steps),
+        exploration_initial_eps=preset["start_epsilon"],
+        exploration_final_eps=preset["end_epsilon"],
+        max_grad_norm=preset["max_grad_norm"],
+        policy_kwargs=dict(
+            features_extractor_class=MinAtarExtractor,
+            net_arch=[],
+            normalize_images=False,
+            optimizer_kwargs=dict(eps=preset["adam_eps"]),
+        ),
+        seed=seed,
+        device="cpu",
+    )
+    model.learn(steps, callback=Record())
+    envs.close()
+    config = {key: value for key, value in preset.items() if _json_value(value)}
+    config.update(double=False, gradient_steps=gradient_steps)
+    return curve.outcome(model.num_timesteps, config)
+
+
 def _json_value(value: Any) -> bool:
     return isinstance(value, (str, int, float, bool, type(None), list, tuple, dict))
 
@@ -325,7 +385,9 @@ def one(algo: str, game: str, setting: str, seed: int, steps: int, runs: str, co
     record = RunRecord(command, benchmark="learning/minatar_games")
     env_id = f"MinAtar/{game}-v0"
     if setting == "sb3":
-        outcome = run_sb3(env_id, seed, steps)
+        outcome = (
+            run_sb3(env_id, seed, steps) if algo == "ppo" else run_sb3_dqn(env_id, seed, steps)
+        )
     else:
         outcome = run_vecaccel(algo, env_id, SETTINGS[setting], seed, steps)
     path = run_file(Path(runs), algo, game, setting, seed)
@@ -538,7 +600,7 @@ def load_runs(runs: Path) -> list[dict[str, Any]]:
 def arm_name(algo: str, setting: str) -> str:
     """How a table or plot names an (algorithm, setting): ``PPO``, ``PPO envs16``, ``SB3 PPO``."""
     if setting == "sb3":
-        return "SB3 PPO"
+        return f"SB3 {algo.upper()}"
     name = {"rainbow": "ε-Rainbow"}.get(algo, algo.upper())
     return name if setting == "preset" else f"{name} {setting}"
 

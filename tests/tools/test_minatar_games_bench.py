@@ -204,9 +204,25 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
     assert bench.run_file(runs, "ppo", "Breakout", "preset", 1).stat().st_mtime_ns == stamp
 
 
+def test_sb3_dqn_run_trains_with_the_preset_s_schedule(tmp_path):
+    """SB3's DQN on the DQN preset's work, past its learning start, so gradient steps run: the
+    run file records the replay ratio held (one step of 512 per 64-env vector step) and the
+    plain max target SB3 trains with."""
+    bench = load_benchmark("learning/minatar_games")
+    runs = tmp_path / "runs"
+    argv = ["run", "--algos", "dqn", "--setting", "sb3", "--games", "Breakout", "--seeds", "1"]
+    assert bench.main([*argv, "--steps", "6400", "--runs", str(runs)]) == 0
+    written = json.loads(bench.run_file(runs, "dqn", "Breakout", "sb3", 1).read_text())
+    assert written["summary"]["steps"] >= 6400 and written["summary"]["episodes"] > 0
+    config = written["meta"]["config"]
+    assert config["batch_size"] == 512 and config["gradient_steps"] == 1
+    assert config["double"] is False
+    assert bench.arm_name("dqn", "sb3") == "SB3 DQN"
+
+
 def test_settings_that_do_not_apply_are_refused():
     bench = load_benchmark("learning/minatar_games")
-    for argv in (["--algos", "dqn", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
+    for argv in (["--algos", "c51", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
                  ["--algos", "dqn", "--setting", "envs16"], ["--algos", "a2c", "--setting", "envs256"],
                  ["--algos", "dqn", "--setting", "envs128-mb4-bf16"],
                  ["--algos", "ppo", "--setting", "rr32"],
