@@ -28,6 +28,10 @@ values:
 - ``max-target`` and ``rmsprop`` (DQN): the preset with one of MinAtar DQN's own choices, the
   target's plain max in place of Double DQN's, or centred RMSprop (its 2.5e-4 at batch 32,
   scaled by the preset's ``sqrt`` rule) in place of Adam;
+- ``minatar-dqn`` (DQN): MinAtar's own DQN, its four choices together: a batch of 32 trained
+  on every frame (replay ratio 32), the target every 1,000 frames, the plain max, centred
+  RMSprop at 2.5e-4 and no gradient clipping, on the preset's 64 envs (64 updates after each
+  vector step, so the same updates per frame as its one env);
 - ``sb3`` (PPO and DQN): Stable-Baselines3's PPO or DQN with the same network (a features
   extractor), envs and hyperparameters; SB3's DQN has no Double DQN, so it is also the peer of
   ``max-target``.
@@ -108,6 +112,16 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # values, or centred RMSprop at its learning rate
     "max-target": {"double": False},
     "rmsprop": {"optimizer": "rmsprop", "learning_rate": 2.5e-4},
+    # all four together: MinAtar's DQN (its examples/dqn.py) on the preset's 64 envs
+    "minatar-dqn": {
+        "batch_size": 32,
+        "replay_ratio": 32.0,
+        "target_update_period": 1000,
+        "double": False,
+        "optimizer": "rmsprop",
+        "learning_rate": 2.5e-4,
+        "max_grad_norm": 0.0,
+    },
     "sb3": {},
 }
 #: the algorithms a setting applies to (the rest apply to every algorithm)
@@ -125,6 +139,7 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
     "rr32": _OFF_POLICY,
     "max-target": ("dqn",),
     "rmsprop": ("dqn",),
+    "minatar-dqn": ("dqn",),
 }
 #: the published scores at 5M frames, read off the learning curves of the MinAtar README (30
 #: seeds; approximate): DQN, and the actor-critic AC(lambda=0.8)

@@ -220,6 +220,23 @@ def test_sb3_dqn_run_trains_with_the_preset_s_schedule(tmp_path):
     assert bench.arm_name("dqn", "sb3") == "SB3 DQN"
 
 
+def test_minatar_dqn_setting_trains_as_minatar_s_own_dqn(tmp_path):
+    """The ``minatar-dqn`` setting on the DQN preset's envs, past its learning start: the run
+    file records MinAtar DQN's choices in force (a batch of 32 on every frame, the target every
+    1,000 frames, the plain max, centred RMSprop at 2.5e-4, no clipping)."""
+    bench = load_benchmark("learning/minatar_games")
+    runs = tmp_path / "runs"
+    argv = ["run", "--algos", "dqn", "--setting", "minatar-dqn", "--games", "Breakout"]
+    assert bench.main([*argv, "--seeds", "1", "--steps", "5400", "--runs", str(runs)]) == 0
+    written = json.loads(bench.run_file(runs, "dqn", "Breakout", "minatar-dqn", 1).read_text())
+    assert written["summary"]["steps"] >= 5400 and written["summary"]["episodes"] > 0
+    config = written["meta"]["config"]
+    assert (config["batch_size"], config["replay_ratio"]) == (32, 32.0)
+    assert (config["target_update_period"], config["double"]) == (1000, False)
+    assert (config["optimizer"], config["learning_rate"]) == ("rmsprop", 2.5e-4)
+    assert config["max_grad_norm"] == 0.0 and config["num_envs"] == 64
+
+
 def test_settings_that_do_not_apply_are_refused():
     bench = load_benchmark("learning/minatar_games")
     for argv in (["--algos", "c51", "--setting", "sb3"], ["--algos", "ppo", "--setting", "batch32"],
@@ -227,7 +244,8 @@ def test_settings_that_do_not_apply_are_refused():
                  ["--algos", "dqn", "--setting", "envs128-mb4-bf16"],
                  ["--algos", "ppo", "--setting", "rr32"],
                  ["--algos", "c51", "--setting", "max-target"],
-                 ["--algos", "rainbow", "--setting", "rmsprop"]):  # fmt: skip
+                 ["--algos", "rainbow", "--setting", "rmsprop"],
+                 ["--algos", "ppo", "--setting", "minatar-dqn"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
 
