@@ -690,20 +690,21 @@ def aggregate(
     if not matrices:
         return {}
     iqm = lambda scores: np.array([metrics.aggregate_iqm(scores)])  # noqa: E731
-    # a fixed bootstrap seed, so that the same run files give the same report (rliable draws
-    # some of its resamples from numpy's global generator whatever random_state says)
-    np.random.seed(0)
-    points, intervals = library.get_interval_estimates(
-        matrices, iqm, reps=reps, random_state=np.random.RandomState(0)
-    )
-    return {
-        arm: {
+    summary = {}
+    for arm, matrix in matrices.items():
+        # each arm bootstrapped from the same fixed seed, so that its interval depends on its
+        # own run files only, not on which other arms exist or finish first (rliable draws
+        # some of its resamples from numpy's global generator whatever random_state says)
+        np.random.seed(0)
+        points, intervals = library.get_interval_estimates(
+            {arm: matrix}, iqm, reps=reps, random_state=np.random.RandomState(0)
+        )
+        summary[arm] = {
             **games_of[arm],
             "iqm": float(points[arm][0]),
             "ci95": [float(intervals[arm][0][0]), float(intervals[arm][1][0])],
         }
-        for arm in matrices
-    }
+    return summary
 
 
 #: the batch-size claim: per algorithm, its small batch and the large ones set against it (the

@@ -79,6 +79,24 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert not (out / "again" / "minatar_games_bf16.png").exists()
 
 
+def test_an_arm_s_interval_does_not_move_when_another_arm_lands(tmp_path):
+    """The bootstrap of each arm draws from its own fixed seed: DQN's interval is the same
+    before and after A2C's runs (read first) exist, and the same files give the same report."""
+    bench = load_benchmark("learning/minatar_games")
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for seed, scores in ((1, (6.0, 40.0)), (2, (9.0, 52.0)), (3, (8.0, 47.0))):
+        for game, score in zip(("Breakout", "Freeway"), scores):
+            _fake_run(bench, runs, "dqn", game, "preset", seed, score)
+    alone = bench.aggregate(bench.load_runs(runs), reps=200, frames=5000)
+    assert alone["DQN"]["ci95"][0] < alone["DQN"]["ci95"][1]  # the seeds differ: an interval
+    for seed, score in ((1, 12.0), (2, 20.0), (3, 16.0)):
+        _fake_run(bench, runs, "a2c", "Breakout", "preset", seed, score)
+    beside = bench.aggregate(bench.load_runs(runs), reps=200, frames=5000)
+    assert beside["DQN"] == alone["DQN"] and "A2C" in beside
+    assert bench.aggregate(bench.load_runs(runs), reps=200, frames=5000) == beside
+
+
 def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
     bench = load_benchmark("learning/minatar_games")
     runs = tmp_path / "runs"
