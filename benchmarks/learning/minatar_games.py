@@ -343,7 +343,8 @@ def run_sb3_dqn(env_id: str, seed: int, steps: int) -> dict[str, Any]:
     """SB3's DQN with the MinAtar network and the vecaccel DQN preset's hyperparameters: the
     same envs, batch, replay ratio (one gradient step per ``batch / replay_ratio`` frames),
     buffer, ε schedule in frames, target period, Huber loss, gradient clip and Adam at the
-    scaled rate; SB3 takes the plain max over its target network (no Double DQN)."""
+    scaled rate; SB3 takes the plain max over its target network (no Double DQN) and draws one
+    ε coin per vector step for all its envs (the preset draws one per env)."""
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
 
