@@ -28,7 +28,7 @@ values:
 - ``max-target`` and ``rmsprop`` (DQN): the preset with one of MinAtar DQN's own choices, the
   target's plain max in place of Double DQN's, or centred RMSprop (its 2.5e-4 at batch 32,
   scaled by the preset's ``sqrt`` rule) in place of Adam;
-- ``minatar-dqn`` (DQN): MinAtar's own DQN, its four choices together: a batch of 32 trained
+- ``minatar-original`` (DQN): MinAtar's own DQN, its four choices together: a batch of 32 trained
   on every frame (replay ratio 32), the target every 1,000 frames, the plain max, centred
   RMSprop at 2.5e-4 and no gradient clipping, on the preset's 64 envs (64 updates after each
   vector step, so the same updates per frame as its one env);
@@ -113,7 +113,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "max-target": {"double": False},
     "rmsprop": {"optimizer": "rmsprop", "learning_rate": 2.5e-4},
     # all four together: MinAtar's DQN (its examples/dqn.py) on the preset's 64 envs
-    "minatar-dqn": {
+    "minatar-original": {
         "batch_size": 32,
         "replay_ratio": 32.0,
         "target_update_period": 1000,
@@ -139,7 +139,7 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
     "rr32": _OFF_POLICY,
     "max-target": ("dqn",),
     "rmsprop": ("dqn",),
-    "minatar-dqn": ("dqn",),
+    "minatar-original": ("dqn",),
 }
 #: the published scores at 5M frames, read off the learning curves of the MinAtar README (30
 #: seeds; approximate): DQN, and the actor-critic AC(lambda=0.8)

@@ -238,15 +238,15 @@ def test_sb3_dqn_run_trains_with_the_preset_s_schedule(tmp_path):
     assert bench.arm_name("dqn", "sb3") == "SB3 DQN"
 
 
-def test_minatar_dqn_setting_trains_as_minatar_s_own_dqn(tmp_path):
-    """The ``minatar-dqn`` setting on the DQN preset's envs, past its learning start: the run
+def test_minatar_original_setting_trains_as_minatar_s_own_dqn(tmp_path):
+    """The ``minatar-original`` setting on the DQN preset's envs, past its learning start: the run
     file records MinAtar DQN's choices in force (a batch of 32 on every frame, the target every
     1,000 frames, the plain max, centred RMSprop at 2.5e-4, no clipping)."""
     bench = load_benchmark("learning/minatar_games")
     runs = tmp_path / "runs"
-    argv = ["run", "--algos", "dqn", "--setting", "minatar-dqn", "--games", "Breakout"]
+    argv = ["run", "--algos", "dqn", "--setting", "minatar-original", "--games", "Breakout"]
     assert bench.main([*argv, "--seeds", "1", "--steps", "5400", "--runs", str(runs)]) == 0
-    written = json.loads(bench.run_file(runs, "dqn", "Breakout", "minatar-dqn", 1).read_text())
+    written = json.loads(bench.run_file(runs, "dqn", "Breakout", "minatar-original", 1).read_text())
     assert written["summary"]["steps"] >= 5400 and written["summary"]["episodes"] > 0
     config = written["meta"]["config"]
     assert (config["batch_size"], config["replay_ratio"]) == (32, 32.0)
@@ -263,7 +263,7 @@ def test_settings_that_do_not_apply_are_refused():
                  ["--algos", "ppo", "--setting", "rr32"],
                  ["--algos", "c51", "--setting", "max-target"],
                  ["--algos", "rainbow", "--setting", "rmsprop"],
-                 ["--algos", "ppo", "--setting", "minatar-dqn"]):  # fmt: skip
+                 ["--algos", "ppo", "--setting", "minatar-original"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
 
