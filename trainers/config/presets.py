@@ -55,9 +55,8 @@ ENV_PRESETS: dict[str, dict[str, tuple[str, ...]]] = {
     name: dict(info.made_for) for name, info in ALGORITHMS.items()
 }
 
-# MinAtar's games step in about 5 µs: a worker cannot pay for its round trip, and the network's
-# updates are the work, so the envs run in the trainer's process (serial) and torch keeps every
-# core (PPO on Asterix: 1.57x the env steps/s of auto's choice, hybrid with one torch thread)
+# MinAtar's games step in about 5 µs, less than a worker's round trip: the envs run in the
+# trainer's process and torch keeps every core (docs/minatar.md)
 _MINATAR_BACKEND = "serial"
 
 #: PPO's named settings: ``PPO(env, preset=NAME)`` and ``vecaccel train ppo --preset NAME``.
@@ -94,9 +93,7 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         # (SB3's convention), so their weight on it is 0.25
         vf_coef=0.25,
         base_batch_size=1024,
-        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
-        # update changes by rounding only (tests/trainers/test_bf16.py)
-        bf16="auto",
+        bf16="auto",  # bf16 autocast where the CPU or GPU has bf16 units
     ),
     # the seed paper's large-batch regime: many more envs per update, learning rate scaled
     # from the 1024-sample base (Stooke & Abbeel, 2018, section 4)
@@ -114,15 +111,10 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         vf_coef=0.25,  # CleanRL's value-loss weight, as in "atari"
         bf16="auto",
     ),
-    # MinAtar's five games with one setting (no per-game tuning, as the MinAtar paper), in the
-    # seed paper's large-batch regime: 256 envs x 32 steps = 8,192 samples an update, 4 epochs
-    # of 16 minibatches of 512. The learning rate was tuned at 128 envs (4,096 samples); another
-    # num_envs or num_steps scales it by sqrt(batch / 4096) (Stooke & Abbeel, 2018, section 4;
-    # Krizhevsky, 2014, "One weird trick"), here 1.41x. 16 minibatches, not 4: in 4, 256 envs take
-    # a sixteenth of the gradient steps per frame that 16 envs do, and Space Invaders learned
-    # less per frame; in 16 it learns twice as much as 16 envs, and Breakout leaves the 6 it
-    # stays at with 128 envs in 4 minibatches (docs/minatar.md)
-    # (the backend: see _MINATAR_BACKEND)
+    # MinAtar's five games with one setting (as the MinAtar paper), in the seed paper's
+    # large-batch regime: 256 envs x 32 steps = 8,192 samples an update, 4 epochs of 16
+    # minibatches of 512; the learning rate, set for 4,096 samples, scaled by sqrt(batch / 4096)
+    # (Stooke & Abbeel, 2018, section 4). The batch and minibatch choices: docs/minatar.md
     "minatar": dict(
         env_id="MinAtar/Breakout-v0",
         backend=_MINATAR_BACKEND,
@@ -141,10 +133,7 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         vf_coef=0.5,
         max_grad_norm=0.5,
         network="minatar",
-        # float32: under bf16 autocast PPO (128 envs, 4 minibatches) trains 1.64x faster on AMX,
-        # but on Seaquest its runs stayed near 3.5 where float32's reached 58 and 20
-        # (docs/minatar.md)
-        bf16="off",
+        bf16="off",  # float32: docs/minatar.md, "bf16 and learning"
     ),
 }
 
@@ -170,9 +159,7 @@ A2C_PRESETS: dict[str, dict[str, Any]] = {
         learning_rate=7e-4,
         ent_coef=0.01,
         base_batch_size=80,
-        # bf16 autocast where the CPU/GPU has bf16 units: about 1.6x per update on Pong, and the
-        # update changes by rounding only (tests/trainers/test_bf16.py)
-        bf16="auto",
+        bf16="auto",  # bf16 autocast where the CPU or GPU has bf16 units
     ),
     # the seed paper's large-batch A2C: 256 envs x 5 steps, learning rate scaled from the
     # 80-sample base (Stooke & Abbeel, 2018, section 4)
@@ -200,9 +187,7 @@ A2C_PRESETS: dict[str, dict[str, Any]] = {
         gamma=0.99,
         ent_coef=0.01,
         network="minatar",
-        # float32: under bf16 autocast PPO trains 1.64x faster on AMX, but on Seaquest its runs
-        # stayed near 3.5 where float32's reached 58 and 20 (docs/minatar.md)
-        bf16="off",
+        bf16="off",  # float32: docs/minatar.md, "bf16 and learning"
     ),
 }
 
@@ -278,9 +263,9 @@ _MINATAR_COMMON: dict[str, Any] = dict(
 #: ``DQN(env, preset="atari-dqn", **overrides)`` and ``vecaccel train dqn --preset NAME``.
 DQN_PRESETS: dict[str, dict[str, Any]] = {
     "cartpole": _CARTPOLE,
-    # the settings above (Double, 3-step) with a categorical head: plain 1-step C51 did not
-    # reach 475 in 60k steps. CartPole's discounted returns (at most 100 at gamma 0.99) need a
-    # support on [0, 100], not Atari's clipped [-10, 10] (``loss`` applies to expected values only)
+    # the settings above (Double, 3-step) with a categorical head whose support spans
+    # CartPole's discounted returns, at most 100 at gamma 0.99 (``loss`` applies to expected
+    # values only)
     "cartpole-c51": dict(_CARTPOLE, categorical=True, v_min=0.0, v_max=100.0),
     # ε-Rainbow with the settings above: Double, Dueling, 3-step, prioritized, C51 on [0, 100]
     "cartpole-rainbow": dict(
