@@ -138,8 +138,8 @@ PYTHON_SNIPPETS = [
         90,
     ),
     (
-        "readme-plugins",
-        "README.md",
+        "backends-writing-a-backend",
+        "docs/backends.md",
         "def vecaccel_register_backends(registry):",
         {},
         "",
