@@ -214,9 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         replay_ratio=ratio,
         learning_starts=1_000,
         async_max_lead=args.max_lead,
-        async_weight_sync_period=args.weight_sync_period,
     )
-    both = _run_async(agent, args.async_steps, sampler_affinity={sampler_cpu})
+    both = _run_async(
+        agent,
+        args.async_steps,
+        sampler_affinity={sampler_cpu},
+        weight_sync_period=args.weight_sync_period,
+    )
     returns = [r for _, r, _ in agent.episode_log]
     settings = {
         "num_envs": args.num_envs,

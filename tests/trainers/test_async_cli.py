@@ -112,7 +112,7 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
     capsys.readouterr()
     assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
     err = capsys.readouterr().err
-    assert "(async)" in err and "async DQN: 400 env steps" in err, err
+    assert "(async, weight sync period 1)" in err and "async DQN: 400 env steps" in err, err
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["global_step"] == 1000 and state["async"] is True
     assert state["off_policy"]["replay"]["file"].startswith("checkpoint.replay-1000-")
@@ -151,7 +151,7 @@ def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -
     a = load_checkpoint(tmp_path / "a" / "checkpoint.pt")
     b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
     assert a["num_updates"] == b["num_updates"] == (600 - 100) * 2 // 16
-    assert a["async_options"] == {"fixed_lag": True}
+    assert a["async_options"] == {"weight_sync_period": 1, "fixed_lag": True}
     for network in ("q_network", "target_network"):
         a_net, b_net = a["off_policy"][network], b["off_policy"][network]
         assert all(torch.equal(a_net[k], b_net[k]) for k in a_net)
@@ -159,17 +159,21 @@ def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -
     common = ["--run-dir", str(tmp_path / "a"), "--no-progress", "--no-tensorboard"]
     assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-steps", "800",
                  *common]) == 0  # fmt: skip
-    assert "resuming DQN (async, fixed lag) from" in capsys.readouterr().err
+    assert "resuming DQN (async, weight sync period 1, fixed lag) from" in capsys.readouterr().err
     state = load_checkpoint(tmp_path / "a" / "checkpoint.pt")
-    assert state["global_step"] == 800 and state["async_options"] == {"fixed_lag": True}
+    assert state["global_step"] == 800 and state["async_options"] == {
+        "weight_sync_period": 1,
+        "fixed_lag": True,
+    }
     # the resumed run trained from the loaded buffer, without learning_starts' warm-up again
     # (that would leave (200 - 100) x ratio 2 / batch 16 = 12 updates)
     assert state["num_updates"] - a["num_updates"] >= 20
     assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-steps", "900",
                  "--no-async-fixed-lag", *common]) == 0  # fmt: skip
-    assert "resuming DQN (async) from" in capsys.readouterr().err
+    assert "resuming DQN (async, weight sync period 1) from" in capsys.readouterr().err
     assert load_checkpoint(tmp_path / "a" / "checkpoint.pt")["async_options"] == {
-        "fixed_lag": False
+        "weight_sync_period": 1,
+        "fixed_lag": False,
     }
 
 
@@ -304,9 +308,9 @@ def test_async_resume_that_cannot_start_leaves_the_checkpoint_as_it_was(tmp_path
 
 @pytest.mark.parametrize("period", [0, -1])
 def test_weight_sync_period_below_one_is_refused(tmp_path, capsys, period) -> None:
-    """A period of 0 or less is refused, by the CLI, the on-policy runner and the DQN config,
-    rather than trained as 1 without a word."""
-    from vecaccel.trainers import PPO, AsyncRunner
+    """A period of 0 or less is refused, by the CLI and the runner, rather than trained as 1
+    without a word."""
+    from vecaccel.trainers import DQN, PPO, AsyncRunner
     from vecaccel.trainers.algos.dqn import DQNConfig
 
     with pytest.raises(SystemExit) as exit_info:
@@ -317,8 +321,12 @@ def test_weight_sync_period_below_one_is_refused(tmp_path, capsys, period) -> No
     agent = PPO(None, env_id="CartPole-v1", backend="serial", num_envs=2)
     with pytest.raises(ValueError, match=f"weight_sync_period must be at least 1, got {period}"):
         AsyncRunner(agent).run(64, weight_sync_period=period)
-    with pytest.raises(ValueError, match="async_weight_sync_period must be at least 1"):
-        DQNConfig(async_weight_sync_period=period)
+    with pytest.raises(SystemExit):
+        main(["train", "dqn", "--async", "--env", "CartPole-v1", "--run-dir", str(tmp_path),
+              "--async-weight-sync-period", str(period)])  # fmt: skip
+    dqn = DQN(env=None, env_id="CartPole-v1", backend="serial", num_envs=2)
+    with pytest.raises(ValueError, match=f"weight_sync_period must be at least 1, got {period}"):
+        AsyncRunner(dqn).run(64, weight_sync_period=period)
     with pytest.raises(ValueError, match="async_max_lead must be non-negative"):
         DQNConfig(async_max_lead=-1)
     assert not list(tmp_path.iterdir()), "nothing ran"

@@ -23,7 +23,7 @@ from vecaccel.trainers.config.presets import (
     suited_env_ids,
 )
 
-FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
+FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints" / "version2"
 CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
 QUIET = ["--backend", "serial", "--no-progress", "--no-tensorboard"]
 

@@ -76,15 +76,28 @@ def test_learn_refuses_an_unknown_mode_and_options_that_do_not_fit():
         agent.learn(32, mode="async", callback=lambda agent: None)
 
 
-def test_the_runners_tell_the_families_apart_by_class():
+def test_the_runners_train_any_algorithm_and_nothing_else():
     class NotAnAlgorithm:
-        family = "on_policy"  # a family string alone does not make an algorithm
+        checkpoint_key = "on_policy"  # a section name alone does not make an algorithm
 
     for runner_cls in (SyncRunner, AsyncRunner):
-        with pytest.raises(TypeError, match="OnPolicyAlgorithm or an OffPolicyAlgorithm"):
+        with pytest.raises(TypeError, match="trains an Algorithm, got NotAnAlgorithm"):
             runner_cls(NotAnAlgorithm()).run(8)
     assert issubclass(DQN, OffPolicyAlgorithm) and issubclass(C51, OffPolicyAlgorithm)
     assert issubclass(PPO, OnPolicyAlgorithm) and not issubclass(PPO, OffPolicyAlgorithm)
+
+
+def test_the_runners_and_the_checkpoint_code_name_no_family():
+    from pathlib import Path
+
+    import vecaccel.trainers as trainers
+
+    root = Path(trainers.__file__).parent
+    words = ("OnPolicy", "OffPolicy", "on_policy", "off_policy")
+    for folder in ("runners", "checkpoints", "cli"):
+        for path in (root / folder).rglob("*.py"):
+            text = path.read_text()
+            assert not any(word in text for word in words), path
 
 
 def test_the_async_runner_needs_an_env_id_for_its_sampler():
@@ -176,8 +189,15 @@ def test_one_parameter_callbacks_still_work(algo):
 
 SHARED = (
     "algo_name",
-    "family",
+    "checkpoint_key",
     "config_cls",
+    "begin_run",
+    "async_feed",
+    "prepare_async",
+    "checkpoint_section",
+    "checkpoint_target_steps",
+    "gather_rank_checkpoint",
+    "from_checkpoint",
     "learn",
     "update",
     "write_checkpoint",
@@ -222,7 +242,7 @@ OFF_POLICY_METHODS = (
 def test_every_algorithm_has_the_public_interface_of_its_family(algo):
     cls = ALGORITHMS[algo]
     assert issubclass(cls, Algorithm) and cls.algo_name == algo
-    assert cls.family in ("on_policy", "off_policy")
+    assert cls.checkpoint_key in ("on_policy", "off_policy")
     on_policy = issubclass(cls, OnPolicyAlgorithm)
     assert on_policy != issubclass(cls, OffPolicyAlgorithm)
     family = ON_POLICY_METHODS if on_policy else OFF_POLICY_METHODS

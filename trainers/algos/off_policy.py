@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import abc
 import copy
+import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -40,16 +41,28 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
 from vecaccel.trainers.checkpoints.format import check_env_matches
-from vecaccel.trainers.checkpoints.writer import save_agent
-from vecaccel.trainers.config.settings import lr_scale, optimizer_settings
+from vecaccel.trainers.checkpoints.reader import (
+    check_checkpoint_algorithm,
+    read_checkpoint,
+    recorded_config,
+    restore_header,
+)
+from vecaccel.trainers.checkpoints.spaces import space_from_dict
+from vecaccel.trainers.checkpoints.writer import replay_entry, save_agent
+from vecaccel.trainers.config.settings import config_from_dict, lr_scale, optimizer_settings
 from vecaccel.trainers.envs.make import check_tensor_spaces
 from vecaccel.trainers.nets.networks import check_observation_space
 from vecaccel.trainers.replay.buffer import ReplayBuffer, replay_buffer_kwargs
-from vecaccel.trainers.replay.files import restore_replay
+from vecaccel.trainers.replay.files import restore_replay, write_replay
 from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
 from vecaccel.trainers.run import distributed
 from vecaccel.trainers.run.schedules import linear_schedule
-from vecaccel.trainers.run.seeding import split_seed
+from vecaccel.trainers.run.seeding import restore_rank_rng_state, split_seed
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's
+    from typing_extensions import Self
+
+    from vecaccel.trainers.algos.training_loop import TrainingLoop
 
 __all__ = ["OffPolicyAlgorithm"]
 
@@ -90,7 +103,6 @@ class OffPolicyAlgorithm(Algorithm):
         loop_state: the runner's counters at the last checkpoint (saved with it).
     """
 
-    family = "off_policy"
     config: Any
     #: the losses every update reports, reduced over ranks even on a rank that has none yet
     loss_keys: tuple[str, ...] = ()
@@ -364,7 +376,147 @@ class OffPolicyAlgorithm(Algorithm):
         """The replay ratio measured over the last run (None before learning)."""
         return self.measured_replay_ratio
 
+    # -- the runners' interface -----------------------------------------------------------------
+
+    def begin_run(self, total_timesteps: int | None, reset_num_timesteps: bool) -> TrainingLoop:
+        """Begin a synchronous run: a vector step into the replay buffer per iteration, then
+        the updates the replay ratio allows (see
+        :class:`~vecaccel.trainers.algos.off_policy_loop.OffPolicyLoop`)."""
+        from vecaccel.trainers.algos.off_policy_loop import OffPolicyLoop
+
+        return OffPolicyLoop(self, total_timesteps, reset_num_timesteps)
+
+    def async_feed(
+        self,
+        total_timesteps: int | None,
+        *,
+        reset_num_timesteps: bool,
+        weight_sync_period: int,
+        options: Any,
+    ) -> Any:
+        """Begin an asynchronous run on chunks of steps for the replay buffer (see
+        :class:`~vecaccel.trainers.algos.off_policy_feed.ReplayFeed`)."""
+        from vecaccel.trainers.algos.off_policy_feed import ReplayFeed
+
+        return ReplayFeed(
+            self,
+            total_timesteps,
+            reset_num_timesteps=reset_num_timesteps,
+            weight_sync_period=weight_sync_period,
+            options=options,
+        )
+
+    def prepare_async(self) -> None:
+        """Without spaces yet, build the networks for those of one env of ``env_id`` (the
+        envs the collector process builds; under torchrun the agent has joined the process
+        group: its model is then data-parallel)."""
+        if self.observation_space is not None or self.config.env_id is None:
+            return
+        from vecaccel.trainers.envs.make import make_env_fn
+
+        env_id = self.config.env_id
+        env = make_env_fn(env_id)()
+        try:
+            self.attach_spaces(env.observation_space, env.action_space, env_id=env_id)
+        finally:
+            env.close()
+
     # -- saving and loading -------------------------------------------------------------------
+
+    checkpoint_key = "off_policy"
+    async_help = (
+        "a sampler process steps the envs while this process trains from a shared-memory "
+        "replay buffer, the replay ratio enforced by throttling both"
+    )
+    async_fixed_lag_help = (
+        "the sampler collects chunks of half --async-max-lead env steps, each with the "
+        "weights of two chunks before, and this process adds them to the replay buffer in order"
+    )
+    has_replay = True
+
+    def checkpoint_section(self) -> dict[str, Any]:
+        """The networks, the optimizer, the exploration generator and the runner's loop
+        counters when a run recorded them."""
+        section = {
+            "q_network": self.q_network.state_dict(),
+            "target_network": self.target_network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "exploration_rng": self.rng.bit_generator.state,
+        }
+        if self.loop_state is not None:
+            section["loop"] = dict(self.loop_state)
+        return section
+
+    def checkpoint_target_steps(self) -> int | None:
+        """The horizon of the loop counters recorded: a run continues from them alone."""
+        return None if self.loop_state is None else int(self.loop_state["horizon"])
+
+    def gather_rank_checkpoint(
+        self, path: Path, replay: bool
+    ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+        """With ``replay`` on several ranks, every rank writes its own replay buffer beside
+        ``path`` (each holds different experience) and the entries naming them are gathered,
+        with each rank's generators."""
+        if self.world_size == 1 or not replay or self.buffer is None:
+            return None, None
+        token = f"{self.global_step}-r{distributed.rank()}-{secrets.token_hex(4)}"
+        entry = replay_entry(self, write_replay(self.buffer, path, token), token)
+        return None, distributed.all_gather_object(entry)
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
+        """Rebuilt with its networks, optimizer, generators and loop counters; the replay file
+        the checkpoint names is read by the next run (``options``: ``load_replay``, default
+        ``True``, and config fields to change)."""
+        overrides = dict(options)
+        load_replay = bool(overrides.pop("load_replay", True))
+        state = read_checkpoint(path)
+        check_checkpoint_algorithm(cls, state, path)
+        values = recorded_config(state, overrides)
+        section = state[cls.checkpoint_key]
+        config = config_from_dict(cls.config_cls, values)
+        saved_optimizer = state["config"].get("optimizer", "adam")
+        if config.optimizer != saved_optimizer:
+            raise ValueError(
+                f"optimizer={config.optimizer!r}: {path} holds the state of {saved_optimizer!r}, "
+                f"which the other cannot continue; load it with optimizer={saved_optimizer!r}"
+            )
+        agent: Any = cls(env=None, config=config)
+        agent.observation_space = space_from_dict(state["observation_space"])
+        agent.action_space = space_from_dict(state["action_space"])
+        agent.env_id = state["config"].get("env_id")
+        agent.build_networks()
+        agent.q_network.load_state_dict(section["q_network"])
+        agent.target_network.load_state_dict(section["target_network"])
+        agent.optimizer.load_state_dict(section["optimizer"])
+        # load_state_dict brings back the saved param_groups, hyperparameters included; the
+        # config in force (overrides, or a batch size that rescales the rate) decides them, and
+        # the optimizer's moments alone carry over. DQN has no lr schedule, so the rate is constant.
+        for group in agent.optimizer.param_groups:
+            group["lr"] = agent.learning_rate
+            group.update(optimizer_settings(config))
+        restore_header(agent, state)
+        rng_state, exploration_rng, replay = _restore_rank_streams(agent, state, load_replay)
+        if replay is not None:
+            # a replay entry without the buffer's n_step or alpha takes the saved config's
+            saved = state["config"]
+            replay = {"n_step": saved.get("n_step"), "alpha": saved.get("priority_alpha"), **replay}
+        resume = None
+        if "loop" in section:  # a checkpoint without loop state: learn() starts afresh
+            agent.loop_state = dict(section["loop"])
+            resume = {
+                **section["loop"],
+                "rng": rng_state,
+                "agent_rng": exploration_rng,
+                "exact": replay is not None,
+            }
+        agent.set_resume_point(path, replay, resume)
+        if env is not None:
+            agent.attach_env(env)
+            if replay is not None:  # read now, so that a bad replay file fails here
+                agent.buffer = agent.make_buffer(agent.envs.num_envs)
+                agent.restore_replay(agent.buffer)
+        return cast("Self", agent)
 
     def save_with_replay(
         self, path: str | Path, rank_replays: list[dict[str, Any]] | None = None
@@ -384,3 +536,47 @@ class OffPolicyAlgorithm(Algorithm):
         """Close the envs this agent built."""
         super().close()
         self.collector = None
+
+
+def _restore_rank_streams(
+    agent: Any, state: dict[str, Any], load_replay: bool
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """Set a loaded off-policy agent's generators from ``state``, rank by rank.
+
+    Returns:
+        The global RNG states now in force and the exploration generator's state (for an
+        exact resume), and the replay entry this rank reads, if any (``None`` with
+        ``load_replay=False`` or when the checkpoint has none).
+    """
+    section = state[OffPolicyAlgorithm.checkpoint_key]
+    # every rank's global states where the checkpoint has them, else rank 0's: rank 0
+    # restores them, a rank r > 0 re-seeds from (its seed, r, the checkpoint's counters) so
+    # that the ranks keep distinct streams, as in a fresh run
+    resume_point = (agent.global_step, agent.num_updates)
+    rng_state = restore_rank_rng_state(
+        state["rng"], agent.config.seed, *resume_point, rank_states=state.get("rank_rng")
+    )
+    exploration_rng = section["exploration_rng"]
+    agent.rng.bit_generator.state = exploration_rng
+    replay = section.get("replay") if load_replay else None
+    ranks = section.get("rank_replays")
+    rank = distributed.rank()
+    if ranks is not None and len(ranks) == agent.world_size:
+        # each rank of a run on as many ranks goes on with its own experience
+        entry = ranks[rank]
+        exploration_rng = entry["agent_rng"]
+        agent.rng.bit_generator.state = exploration_rng
+        if replay is not None:
+            replay = entry
+    elif rank > 0:
+        # rank 0's exploration and replay-sampling generators (the checkpoint has none of
+        # this rank's): re-seeded like the global ones, or this rank would explore and
+        # draw its batches exactly as rank 0 does
+        agent.rng = np.random.default_rng(split_seed(agent.config.seed, 0xE5, rank, *resume_point))
+        exploration_rng = agent.rng.bit_generator.state
+        if replay is not None:
+            sampling = np.random.default_rng(
+                split_seed(agent.config.seed, 0xB5, rank, *resume_point)
+            )
+            replay = {**replay, "rng": sampling.bit_generator.state}
+    return rng_state, exploration_rng, replay

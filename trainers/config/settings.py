@@ -339,10 +339,6 @@ def check_dqn_config(cfg: Any) -> None:
         raise ValueError(f"priority_beta_start must be in [0, 1], got {cfg.priority_beta_start!r}")
     if not cfg.priority_eps >= 0.0:
         raise ValueError(f"priority_eps must be non-negative, got {cfg.priority_eps!r}")
-    if cfg.async_weight_sync_period < 1:
-        raise ValueError(
-            f"async_weight_sync_period must be at least 1, got {cfg.async_weight_sync_period!r}"
-        )
     if cfg.async_max_lead < 0:
         raise ValueError(f"async_max_lead must be non-negative, got {cfg.async_max_lead!r}")
     lr_scale(cfg.batch_size, cfg.base_batch_size, cfg.lr_scaling)  # validates the mode

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ReplaySchedule", "linear_schedule"]
+__all__ = ["LogPeriod", "ReplaySchedule", "linear_schedule"]
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
@@ -123,3 +123,19 @@ class ReplaySchedule:
             batch_size=self.batch_size,
             target_update_period=self.target_update_period,
         )
+
+
+class LogPeriod:
+    """Whether a metric row is due: every ``period`` env steps (0: every iteration)."""
+
+    def __init__(self, period: int, next_step: int) -> None:
+        self.period = int(period)
+        self.next_step = int(next_step)
+
+    def due(self, step: int) -> bool:
+        if self.period <= 0:
+            return True
+        if step < self.next_step:
+            return False
+        self.next_step += self.period
+        return True

@@ -1,9 +1,9 @@
 """The asynchronous runner's loop, shared by every algorithm, and the base of the feeds it runs.
 
 What differs between the families is where the experience comes from and what an update is made
-of; that is a *feed* (:class:`AsyncFeed`): on-policy algorithms get whole rollouts
-(:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`), the DQN family chunks of steps for
-its replay buffer (:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`). The loop owns
+of; that is a *feed* (:class:`AsyncFeed`), which the algorithm hands the runner
+(``agent.async_feed``): A2C and PPO get whole rollouts, the DQN family chunks of steps for its
+replay buffer. The loop owns
 everything around it: the run logger, the signal guard, the wait accounting, the meetings of the
 ranks (one reduce of the metrics and an agreed stop in the same collective), the log rows,
 stopping the sampler process and the final checkpoint's timing.
@@ -36,6 +36,8 @@ class AsyncStats:
         optimizer_wait_fraction: fraction of the run this rank's optimiser waited for data.
         sampler_wait_fraction: fraction of the run this rank's sampler waited for the optimiser.
         mean_policy_lag: mean number of updates the sampler's weights were behind.
+        replay_ratio_setting: the replay ratio the run aimed at (``None``: each batch was used
+            once).
     """
 
     env_steps: int
@@ -47,6 +49,7 @@ class AsyncStats:
     optimizer_wait_fraction: float
     sampler_wait_fraction: float
     mean_policy_lag: float
+    replay_ratio_setting: float | None = None
 
 
 @dataclass
@@ -87,6 +90,8 @@ class AsyncFeed(abc.ABC):
         updates_done: updates made in this run.
         lag_sum: the summed policy lag of those updates.
         replay_ratio: as measured over the run.
+        replay_ratio_setting: the replay ratio the run aims at (``None``: each batch is used
+            once).
     """
 
     def __init__(
@@ -112,6 +117,7 @@ class AsyncFeed(abc.ABC):
         self.updates_done = 0
         self.lag_sum = 0.0
         self.replay_ratio = 0.0
+        self.replay_ratio_setting: float | None = None
 
     def start(self) -> None:
         """Publish the first weights and start the sampler process."""
@@ -259,4 +265,5 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
         optimizer_wait_fraction=waits.seconds / seconds,
         sampler_wait_fraction=sampler.counters.sampler_wait / seconds,
         mean_policy_lag=feed.lag_sum / updates if updates else 0.0,
+        replay_ratio_setting=feed.replay_ratio_setting,
     )

@@ -28,29 +28,29 @@ class RolloutFeed(AsyncFeed):
 
     Args:
         agent: an on-policy algorithm without envs (the rollout process has them).
-        total_steps: env steps to collect, over all ranks, rounded up to whole batches
+        total_timesteps: env steps to collect, over all ranks, rounded up to whole batches
             (``None``: what a loaded run has left, on its own schedule).
         reset_num_timesteps: count env steps and updates from zero.
-        weight_sync_period: updates between weight copies to the rollout process (``None``: 1).
+        weight_sync_period: updates between weight copies to the rollout process.
         options: how the rollout process runs.
     """
 
     def __init__(
         self,
         agent: Any,
-        total_steps: int | None,
+        total_timesteps: int | None,
         *,
         reset_num_timesteps: bool,
-        weight_sync_period: int | None,
+        weight_sync_period: int,
         options: SamplerOptions,
     ) -> None:
-        period = 1 if weight_sync_period is None else int(weight_sync_period)
+        period = int(weight_sync_period)
         if options.fixed_lag and period != 1:
             raise ValueError(
                 f"fixed_lag=True needs weight_sync_period=1 (every update's weights are the next "
                 f"batch's), got weight_sync_period={weight_sync_period}"
             )
-        if total_steps is None:
+        if total_timesteps is None:
             agent.set_budget(None)
             num_batches = max(
                 1, math.ceil((agent.target_steps - agent.global_step) / agent.batch_size)
@@ -59,7 +59,7 @@ class RolloutFeed(AsyncFeed):
             if reset_num_timesteps:
                 agent.reset_counters()
             # agent.batch_size is the batch over all ranks, so every rank makes the same updates
-            num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
+            num_batches = max(1, math.ceil(int(total_timesteps) / agent.batch_size))
             agent.set_budget(num_batches * agent.batch_size)
         agent.end_after_batches(num_batches)
         # recorded in checkpoints: `vecaccel train --resume` goes on async, with these options

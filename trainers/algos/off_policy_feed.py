@@ -36,37 +36,42 @@ class ReplayFeed(AsyncFeed):
 
     Args:
         agent: a DQN-family algorithm with its networks built.
-        total_steps: env steps to collect, over all ranks (``None``: what a loaded run has left).
+        total_timesteps: env steps to collect, over all ranks (``None``: what a loaded run has
+            left).
         reset_num_timesteps: count env steps and updates from zero (``learning_starts``
             applies even with a restored buffer).
-        weight_sync_period: sets ``config.async_weight_sync_period`` (``None``: keeps it).
+        weight_sync_period: updates between weight copies to the sampler process: its
+            weights are published at the end of a chunk once that many updates were made since
+            the last copy.
         options: how the sampler process runs.
     """
 
     def __init__(
         self,
         agent: Any,
-        total_steps: int | None,
+        total_timesteps: int | None,
         *,
         reset_num_timesteps: bool,
-        weight_sync_period: int | None,
+        weight_sync_period: int,
         options: SamplerOptions,
     ) -> None:
-        if weight_sync_period is not None:
-            agent.config.async_weight_sync_period = int(weight_sync_period)
-        if total_steps is None:
+        self.weight_sync_period = int(weight_sync_period)
+        if total_timesteps is None:
             agent.set_budget(None)  # raises unless a loaded run has steps left
-            total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
+            total_timesteps, reset_num_timesteps = agent.target_steps - agent.global_step, False
         if reset_num_timesteps:
             agent.reset_counters()
         # recorded in checkpoints: `vecaccel train --resume` goes on async, with the same options
-        agent.set_run_mode({"fixed_lag": options.fixed_lag})
+        agent.set_run_mode(
+            {"weight_sync_period": self.weight_sync_period, "fixed_lag": options.fixed_lag}
+        )
         super().__init__(agent, agent.q_network, "sampler", chunk_sampler_loop, options)
         cfg = self.cfg = agent.config
+        self.replay_ratio_setting = float(cfg.replay_ratio)
         self.world = world = int(agent.world_size)
         num_envs = cfg.num_envs
         self.start_global = start_global = int(agent.global_step)
-        self.horizon = horizon = start_global + int(total_steps)
+        self.horizon = horizon = start_global + int(total_timesteps)
         self.resume_step = None if reset_num_timesteps else start_global
         self.updates_at_start = int(agent.num_updates)
         # budgets count env steps over all ranks; each rank collects its share
@@ -161,7 +166,7 @@ class ReplayFeed(AsyncFeed):
         while agent.num_updates < self._due_at(self.steps):
             self._update(behaviour)
         # with a fixed lag, not before chunk m + 1 has taken the weights after chunk m - 1
-        sync_due = agent.num_updates - self.counters.version >= self.cfg.async_weight_sync_period
+        sync_due = agent.num_updates - self.counters.version >= self.weight_sync_period
         self.sync_weights(waits, min(m + 2, self.num_chunks), sync_due)
         # freed only now: the chunk collected into it next acts with the weights just
         # published or newer ones, not with those from before this chunk's updates
