@@ -230,7 +230,7 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         agent = PPO(ENV_ID, progress=False, tensorboard=False, **config)
         try:
-            agent.learn(total_steps=updates * batch)
+            agent.learn(total_timesteps=updates * batch)
         finally:
             agent.close()
     first = next(s for s in stamps if s[0] >= args.warmup_updates * batch)

@@ -67,10 +67,10 @@ def _agent(args: argparse.Namespace, **overrides: Any) -> DQN:
     return agent
 
 
-def _run_async(agent: DQN, total_steps: int, **options: Any) -> AsyncStats:
-    """``AsyncRunner(agent).run(total_steps, **options)``; the stats it measured."""
+def _run_async(agent: DQN, total_timesteps: int, **options: Any) -> AsyncStats:
+    """``AsyncRunner(agent).run(total_timesteps, **options)``; the stats it measured."""
     runner = AsyncRunner(agent)
-    runner.run(total_steps, **options)
+    runner.run(total_timesteps, **options)
     assert runner.stats is not None
     return runner.stats
 

@@ -346,18 +346,21 @@ COMMAND_RUNS = [
         "README.md",
         [
             (
-                "vecaccel train ppo --env CartPole-v1 --total-steps 100000 --seed 1 --run-dir",
-                {"--total-steps 100000": "--total-steps 512"},
+                "vecaccel train ppo --env CartPole-v1 --total-timesteps 100000 --seed 1 --run-dir",
+                {"--total-timesteps 100000": "--total-timesteps 512"},
             ),
             # the preset learns from step 500
-            ("vecaccel train dqn --env CartPole-v1", {"--total-steps 30000": "--total-steps 600"}),
+            (
+                "vecaccel train dqn --env CartPole-v1",
+                {"--total-timesteps 30000": "--total-timesteps 600"},
+            ),
             (
                 "vecaccel train ppo --env MinAtar/Breakout-v0",
-                {"--total-steps 5000000": "--total-steps 256"},
+                {"--total-timesteps 5000000": "--total-timesteps 256"},
             ),
             (
                 "vecaccel train ppo --resume runs/ppo-cartpole",
-                {"--total-steps 200000": "--total-steps 1024"},
+                {"--total-timesteps 200000": "--total-timesteps 1024"},
             ),
             ("vecaccel eval runs/ppo-cartpole/checkpoint.pt", {"--episodes 10": "--episodes 1"}),
         ],
@@ -368,8 +371,8 @@ COMMAND_RUNS = [
         "docs/training.md",
         [
             (
-                "--total-steps 100000              # the cartpole preset",
-                {"--total-steps 100000": "--total-steps 256"},
+                "--total-timesteps 100000              # the cartpole preset",
+                {"--total-timesteps 100000": "--total-timesteps 256"},
             )
         ],
         180,
@@ -379,8 +382,8 @@ COMMAND_RUNS = [
         "docs/minatar.md",
         [
             (
-                "vecaccel train ppo --env MinAtar/Breakout-v0 --total-steps 5000000",
-                {"--total-steps 5000000": "--total-steps 256 --no-progress"},
+                "vecaccel train ppo --env MinAtar/Breakout-v0 --total-timesteps 5000000",
+                {"--total-timesteps 5000000": "--total-timesteps 256 --no-progress"},
             )
         ],
         180,
@@ -390,8 +393,8 @@ COMMAND_RUNS = [
         "docs/scale_out.md",
         [
             (
-                "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-steps 20000",
-                {"--total-steps 20000": "--total-steps 1000"},
+                "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-timesteps 20000",
+                {"--total-timesteps 20000": "--total-timesteps 1000"},
             )
         ],
         300,
@@ -418,7 +421,7 @@ NOT_RUN_COMMANDS = [
     ("README.md", "make test", "the whole test suite"),
     (
         "README.md",
-        "PongNoFrameskip-v4 --total-steps 10000000",
+        "PongNoFrameskip-v4 --total-timesteps 10000000",
         "an Atari run (minutes a preset update on CPU); tests/trainers/test_atari.py trains on Pong",
     ),
     ("README.md", "--help", "prints the help; tests/trainers/test_train_cli.py checks it"),
@@ -430,7 +433,7 @@ NOT_RUN_COMMANDS = [
     ("README.md", "torchrun --nnodes 2", "needs a second machine (HOST)"),
     (
         "README.md",
-        "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-steps 20000",
+        "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-timesteps 20000",
         "docs/scale_out.md's async DQN line, which runs, less two flags",
     ),
     (

@@ -30,7 +30,7 @@ def test_cli_async_flag(tmp_path) -> None:
             "CartPole-v1",
             "--backend",
             "serial",
-            "--total-steps",
+            "--total-timesteps",
             "600",
             "--learning-starts",
             "100",
@@ -62,7 +62,7 @@ def test_cli_async_fixed_lag_runs_repeat(tmp_path, capsys) -> None:
             [
                 "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
                 "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
-                "--total-steps", "96", "--seed", "4", "--torch-threads", "1",
+                "--total-timesteps", "96", "--seed", "4", "--torch-threads", "1",
                 "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard", *extra,
             ]
         )  # fmt: skip
@@ -81,7 +81,7 @@ def test_cli_async_a2c(tmp_path) -> None:
     code = main(
         [
             "train", "a2c", "--async", "--env", "CartPole-v1", "--backend", "serial",
-            "--num-envs", "2", "--num-steps", "5", "--total-steps", "300",
+            "--num-envs", "2", "--num-steps", "5", "--total-timesteps", "300",
             "--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard",
             "--torch-threads", "1", "--async-weight-sync-period", "2",
         ]
@@ -103,14 +103,16 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
     code = main(
         [
             "train", "dqn", "--async", "--env", "CartPole-v1", "--backend", "serial",
-            "--total-steps", "600", "--learning-starts", "100", "--batch-size", "16",
+            "--total-timesteps", "600", "--learning-starts", "100", "--batch-size", "16",
             "--replay-ratio", "2", "--torch-threads", "1", *common,
         ]
     )  # fmt: skip
     assert code == 0
     assert load_checkpoint(tmp_path / "checkpoint.pt")["async"] is True
     capsys.readouterr()
-    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
+    assert (
+        main(["train", "dqn", "--resume", str(tmp_path), "--total-timesteps", "1000", *common]) == 0
+    )
     err = capsys.readouterr().err
     assert "(async, weight sync period 1)" in err and "async DQN: 400 env steps" in err, err
     state = load_checkpoint(tmp_path / "checkpoint.pt")
@@ -119,11 +121,13 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
     # one replay file: the one the checkpoint names
     assert [p.name for p in tmp_path.glob("*.npz")] == [state["off_policy"]["replay"]["file"]]
     # a finished run says so
-    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
+    assert (
+        main(["train", "dqn", "--resume", str(tmp_path), "--total-timesteps", "1000", *common]) == 0
+    )
     assert "the run is complete" in capsys.readouterr().err
     # --sync goes on synchronously, from the async run's replay buffer
     updates = state["num_updates"]
-    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1200", "--sync",
+    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-timesteps", "1200", "--sync",
                  *common]) == 0  # fmt: skip
     err = capsys.readouterr().err
     assert "resuming dqn from" in err and "(async)" not in err, err
@@ -140,7 +144,7 @@ def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -
         return main(
             [
                 "train", "dqn", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
-                "--backend", "serial", "--total-steps", "600", "--learning-starts", "100",
+                "--backend", "serial", "--total-timesteps", "600", "--learning-starts", "100",
                 "--batch-size", "16", "--replay-ratio", "2", "--torch-threads", "1",
                 "--seed", "2", "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard",
                 *extra,
@@ -157,7 +161,7 @@ def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -
         assert all(torch.equal(a_net[k], b_net[k]) for k in a_net)
     capsys.readouterr()
     common = ["--run-dir", str(tmp_path / "a"), "--no-progress", "--no-tensorboard"]
-    assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-steps", "800",
+    assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-timesteps", "800",
                  *common]) == 0  # fmt: skip
     assert "resuming DQN (async, weight sync period 1, fixed lag) from" in capsys.readouterr().err
     state = load_checkpoint(tmp_path / "a" / "checkpoint.pt")
@@ -168,7 +172,7 @@ def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -
     # the resumed run trained from the loaded buffer, without learning_starts' warm-up again
     # (that would leave (200 - 100) x ratio 2 / batch 16 = 12 updates)
     assert state["num_updates"] - a["num_updates"] >= 20
-    assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-steps", "900",
+    assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-timesteps", "900",
                  "--no-async-fixed-lag", *common]) == 0  # fmt: skip
     assert "resuming DQN (async, weight sync period 1) from" in capsys.readouterr().err
     assert load_checkpoint(tmp_path / "a" / "checkpoint.pt")["async_options"] == {
@@ -184,7 +188,7 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     code = main(
         [
             "train", "ppo", "--async", "--env", "CartPole-v1", "--backend", "serial",
-            "--num-envs", "2", "--num-steps", "16", "--total-steps", "64",
+            "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64",
             "--torch-threads", "1", *common,
         ]
     )  # fmt: skip
@@ -201,7 +205,7 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     assert resumed.global_step == 128 and resumed.async_run
     assert resumed.num_updates == agent.num_updates + 2
     # --sync: one more update, synchronously, recorded as such; --async and --sync exclude
-    assert main(["train", "ppo", "--resume", str(tmp_path), "--total-steps", "160", "--sync",
+    assert main(["train", "ppo", "--resume", str(tmp_path), "--total-timesteps", "160", "--sync",
                  *common]) == 0  # fmt: skip
     synced = PPO.load(tmp_path)
     assert synced.global_step == 160 and not synced.async_run
@@ -221,7 +225,7 @@ def test_cli_resume_keeps_the_async_options_the_run_was_trained_with(tmp_path, c
         [
             "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
             "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
-            "--total-steps", "64", "--torch-threads", "1", *common,
+            "--total-timesteps", "64", "--torch-threads", "1", *common,
         ]
     )  # fmt: skip
     assert code == 0
@@ -271,7 +275,7 @@ def test_cli_sync_flag_on_a_new_run_trains_synchronously(tmp_path) -> None:
     code = main(
         [
             "train", "ppo", "--sync", "--env", "CartPole-v1", "--backend", "serial",
-            "--num-envs", "2", "--num-steps", "16", "--total-steps", "32",
+            "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "32",
             "--torch-threads", "1", "--run-dir", str(tmp_path), "--no-progress",
             "--no-tensorboard",
         ]
@@ -343,19 +347,19 @@ def test_failed_async_resume_leaves_the_run_resumable(tmp_path, capsys):
     dies before its first step, and the run's checkpoint must not record backend 'nosuch' and
     async=True, or every later plain ``--resume DIR`` would fail the same way."""
     run_dir = tmp_path / "run"
-    assert run_main(["train", "ppo", *QUIET_TINY_PPO, "--total-steps", "32", "--run-dir",
+    assert run_main(["train", "ppo", *QUIET_TINY_PPO, "--total-timesteps", "32", "--run-dir",
                      str(run_dir)]) == 0  # fmt: skip
     capsys.readouterr()
     checkpoint = run_dir / "checkpoint.pt"
     before = checkpoint.read_bytes()
     done = run_vecaccel(
         ["train", "ppo", "--resume", str(run_dir), "--async", "--backend", "nosuch",
-         "--total-steps", "64", "--no-progress", "--no-tensorboard"],
+         "--total-timesteps", "64", "--no-progress", "--no-tensorboard"],
         tmp_path,
     )  # fmt: skip
     rewritten = checkpoint.read_bytes() != before
     after = run_vecaccel(
-        ["train", "ppo", "--resume", str(run_dir), "--total-steps", "64", "--no-progress",
+        ["train", "ppo", "--resume", str(run_dir), "--total-timesteps", "64", "--no-progress",
          "--no-tensorboard"],
         tmp_path,
     ).returncode if rewritten else 0  # fmt: skip

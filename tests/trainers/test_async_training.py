@@ -24,10 +24,10 @@ from vecaccel.trainers.runners.asynchronous.runner import AsyncStats, SamplerErr
 torch.set_num_threads(1)
 
 
-def run_async(agent: Any, total_steps: int, **options: Any) -> AsyncStats:
-    """``AsyncRunner(agent).run(total_steps, **options)``, and the stats it measured."""
+def run_async(agent: Any, total_timesteps: int, **options: Any) -> AsyncStats:
+    """``AsyncRunner(agent).run(total_timesteps, **options)``, and the stats it measured."""
     runner = AsyncRunner(agent)
-    runner.run(total_steps, **options)
+    runner.run(total_timesteps, **options)
     assert runner.stats is not None
     return runner.stats
 

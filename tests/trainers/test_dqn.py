@@ -321,7 +321,7 @@ def test_replay_file_is_validated(tmp_path) -> None:
     save_checkpoint(path, state)
     old = Rainbow.load(path, env="CartPole-v1", run_dir=None)
     assert old.buffer is None and old.global_step == 120
-    with pytest.raises(ValueError, match="needs total_steps"):
+    with pytest.raises(ValueError, match="needs total_timesteps"):
         old.learn()
     old.learn(60, reset_num_timesteps=False)
     assert old.global_step == 180

@@ -190,7 +190,7 @@ def test_a_checkpoint_from_before_presets_were_recorded_loads_its_own_settings(a
 def test_train_without_preset_takes_the_envs_and_says_so(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "16"]
-    assert run_main([*argv, "--total-steps", "64", "--run-dir", str(run_dir), *QUIET]) == 0
+    assert run_main([*argv, "--total-timesteps", "64", "--run-dir", str(run_dir), *QUIET]) == 0
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("preset:")]
     assert lines == [
@@ -206,7 +206,9 @@ def test_train_without_preset_takes_the_envs_and_says_so(tmp_path, capsys) -> No
 def test_train_preset_none_gives_the_plain_defaults(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "16"]
-    code = run_main([*argv, "--preset", "none", "--total-steps", "32", "--run-dir", str(run_dir)])
+    code = run_main(
+        [*argv, "--preset", "none", "--total-timesteps", "32", "--run-dir", str(run_dir)]
+    )
     assert code == 0
     assert "preset:" not in capsys.readouterr().err
     config = load_checkpoint(run_dir / "checkpoint.pt")["config"]
@@ -215,7 +217,7 @@ def test_train_preset_none_gives_the_plain_defaults(tmp_path, capsys) -> None:
 
 def test_train_dqn_takes_the_preset_of_its_family(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
-    argv = ["train", "c51", "--env", "CartPole-v1", "--total-steps", "32", *QUIET]
+    argv = ["train", "c51", "--env", "CartPole-v1", "--total-timesteps", "32", *QUIET]
     assert run_main([*argv, "--run-dir", str(run_dir)]) == 0
     assert "preset: cartpole-c51, made for CartPole-v1" in capsys.readouterr().err
     config = load_checkpoint(run_dir / "checkpoint.pt")["config"]
@@ -225,7 +227,7 @@ def test_train_dqn_takes_the_preset_of_its_family(tmp_path, capsys) -> None:
 def test_an_explicit_preset_is_not_announced(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = ["train", "a2c", "--preset", "cartpole", "--env", "CartPole-v1", "--num-envs", "2"]
-    assert run_main([*argv, "--total-steps", "20", "--run-dir", str(run_dir), *QUIET]) == 0
+    assert run_main([*argv, "--total-timesteps", "20", "--run-dir", str(run_dir), *QUIET]) == 0
     assert "preset:" not in capsys.readouterr().err
     assert load_checkpoint(run_dir / "checkpoint.pt")["config"]["preset"] == "cartpole"
 
@@ -233,13 +235,13 @@ def test_an_explicit_preset_is_not_announced(tmp_path, capsys) -> None:
 def test_a_resumed_run_keeps_its_settings_and_refuses_preset(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "16"]
-    assert run_main([*argv, "--total-steps", "32", "--run-dir", str(run_dir), *QUIET]) == 0
+    assert run_main([*argv, "--total-timesteps", "32", "--run-dir", str(run_dir), *QUIET]) == 0
     before = load_checkpoint(run_dir / "checkpoint.pt")["config"]
     capsys.readouterr()
     resume = ["train", "ppo", "--resume", str(run_dir), *QUIET]
-    assert run_main([*resume, "--preset", "none", "--total-steps", "64"]) == 2
+    assert run_main([*resume, "--preset", "none", "--total-timesteps", "64"]) == 2
     assert "error: --preset applies to a new run" in capsys.readouterr().err
-    assert run_main([*resume, "--total-steps", "64"]) == 0
+    assert run_main([*resume, "--total-timesteps", "64"]) == 0
     assert "preset:" not in capsys.readouterr().err
     after = load_checkpoint(run_dir / "checkpoint.pt")
     assert after["global_step"] == 64

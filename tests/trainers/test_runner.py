@@ -72,8 +72,6 @@ def test_learn_refuses_an_unknown_mode_and_options_that_do_not_fit():
         agent.learn(32, mode="threads")
     with pytest.raises(ValueError, match="no asynchronous options"):
         agent.learn(32, fixed_lag=True)
-    with pytest.raises(ValueError, match="no callback"):
-        agent.learn(32, mode="async", callback=lambda agent: None)
 
 
 def test_the_runners_train_any_algorithm_and_nothing_else():
@@ -289,3 +287,55 @@ def test_a_dqn_without_envs_refuses_to_learn():
     agent = DQN(env=None, device="cpu")
     with pytest.raises(RuntimeError, match="no env"):
         agent.learn(10)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_callbacks_run_in_async_mode_once_per_turn(algo):
+    from vecaccel.trainers.runners.callbacks import CALLBACK_KEYS
+
+    seen: list[dict[str, Any]] = []
+
+    def callback(agent: Algorithm, metrics: dict[str, Any]) -> bool:
+        seen.append(metrics)
+        return len(seen) < 3
+
+    agent = make_without_envs(algo)
+    try:
+        agent.learn(10_000, callback=callback, mode="async", context="fork")
+        assert len(seen) == 3, "a callback returning False ends the run after its turn"
+        assert all(set(CALLBACK_KEYS) <= set(metrics) for metrics in seen)
+        steps = [metrics["global_step"] for metrics in seen]
+        assert steps == sorted(steps) and steps[-1] == agent.global_step < 10_000
+    finally:
+        agent.close()
+
+
+def test_sb3_callbacks_run_in_async_mode():
+    callbacks = pytest.importorskip("stable_baselines3.common.callbacks")
+
+    class Counting(callbacks.BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rollouts = self.started = self.ended = 0
+
+        def _on_training_start(self) -> None:
+            self.started += 1
+
+        def _on_rollout_start(self) -> None:
+            self.rollouts += 1
+
+        def _on_step(self) -> bool:
+            assert "rewards" in self.locals and "dones" in self.locals
+            return True
+
+        def _on_training_end(self) -> None:
+            self.ended += 1
+
+    counting = Counting()
+    agent = make_without_envs("ppo")
+    try:
+        agent.learn(32, callback=counting, mode="async", context="fork")
+        assert (counting.started, counting.ended) == (1, 1)
+        assert counting.rollouts == agent.num_updates and counting.n_calls == 32 // 2
+    finally:
+        agent.close()

@@ -501,8 +501,8 @@ class Algorithm(abc.ABC):
             callback: called once per collect-then-update iteration, for every algorithm:
                 ``callback(agent, metrics)`` (or ``callback(agent)``), returning ``False`` to
                 stop; or an SB3 ``BaseCallback`` (or a list of them), whose hooks run where
-                SB3 runs them. See :mod:`vecaccel.trainers.runners.callbacks`. Synchronous
-                mode only.
+                SB3 runs them. See :mod:`vecaccel.trainers.runners.callbacks`; in asynchronous
+                mode once per turn of the optimiser's loop.
             reset_num_timesteps: count env steps and updates (and so the schedules and
                 ``learning_starts``) from zero, as SB3 does; ``False`` continues them. A loaded
                 run finished with ``total_timesteps=None`` always continues.
@@ -521,8 +521,7 @@ class Algorithm(abc.ABC):
 
         Raises:
             ValueError: ``total_timesteps`` is ``None`` but there is no unfinished loaded run,
-                ``mode`` is neither ``"sync"`` nor ``"async"``, or a callback with
-                ``mode="async"``.
+                or ``mode`` is neither ``"sync"`` nor ``"async"``.
         """
         from vecaccel.trainers.runners import run_in_mode
 

@@ -145,6 +145,7 @@ class ReplayFeed(AsyncFeed):
     def turn(self, waits: Waits, requested: bool) -> bool:
         """Chunk ``m``: into the replay buffer in order, then the updates it makes due."""
         agent, m = self.agent, self.chunk
+        self.last_turn = None
         if m >= self.num_chunks:  # an empty budget
             self.complete = True
             return False
@@ -163,8 +164,32 @@ class ReplayFeed(AsyncFeed):
         agent.record_progress(steps=self.steps * self.world - agent.global_step)
         self.finished_episodes.extend(ended)
         agent.episode_log.extend((self.steps * self.world, r, n) for r, n in ended)
+        losses_before = len(self.recent_losses)
         while agent.num_updates < self._due_at(self.steps):
             self._update(behaviour)
+        steps: list[dict[str, Any]] = []
+        if self.wants_step_locals:  # read before the slot is freed and refilled
+            dones = shared["terminated"] | shared["truncated"]
+            steps = [
+                {
+                    "rewards": shared["rewards"][t].copy(),
+                    "dones": dones[t],
+                    "actions": shared["actions"][t].copy(),
+                }
+                for t in range(length)
+            ]
+        losses = self.recent_losses[losses_before:]
+        values: dict[str, Any] = {
+            "global_step": agent.global_step,
+            "charts/updates": agent.num_updates,
+            "charts/episodes": len(ended),
+            "charts/episodic_return": mean_or_none(r for r, _ in ended),
+            "charts/episodic_length": mean_or_none(n for _, n in ended),
+            "charts/learning_rate": agent.learning_rate,
+        }
+        for key in losses[0] if losses else ():
+            values[key] = float(np.mean([update[key] for update in losses]))
+        self.last_turn = (steps, values)
         # with a fixed lag, not before chunk m + 1 has taken the weights after chunk m - 1
         sync_due = agent.num_updates - self.counters.version >= self.weight_sync_period
         self.sync_weights(waits, min(m + 2, self.num_chunks), sync_due)

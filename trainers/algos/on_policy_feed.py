@@ -112,6 +112,11 @@ class RolloutFeed(AsyncFeed):
         agent.model.train()
         self.in_update = True
         metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
+        steps: list[dict[str, Any]] = []
+        if self.wants_step_locals:  # read before the slot is freed and refilled
+            rewards = shared["rewards"].numpy().copy()
+            dones = (shared["terminated"] | shared["truncated"]).numpy()
+            steps = [{"rewards": rewards[t], "dones": dones[t]} for t in range(len(rewards))]
         self.handover.free_slots.release()  # the slot may be refilled now
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
@@ -122,6 +127,17 @@ class RolloutFeed(AsyncFeed):
         self.lag_sum += lag
         self.complete = agent.global_step >= agent.target_steps
         self._last = (metrics, returns, lengths, lr_now, lag)
+        values = {
+            "global_step": agent.global_step,
+            "charts/updates": agent.num_updates,
+            "charts/episodes": len(returns),
+            "charts/episodic_return": mean_or_none(returns),
+            "charts/episodic_length": mean_or_none(lengths),
+            "charts/learning_rate": lr_now,
+            "charts/policy_lag": float(lag),
+            **metrics,
+        }
+        self.last_turn = (steps, values)
         return True  # every rank meets after every update (a collective cannot be skipped)
 
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:

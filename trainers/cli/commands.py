@@ -55,7 +55,7 @@ def vecaccel_add_commands(commands: Commands) -> None:
             "files, checkpoint.pt (atomically, every K updates) and learning_curve.png to the "
             "run directory. --resume DIR continues a run from its checkpoint."
         ),
-        epilog="Example: vecaccel train ppo --env CartPole-v1 --total-steps 100000. Each "
+        epilog="Example: vecaccel train ppo --env CartPole-v1 --total-timesteps 100000. Each "
         "algorithm's own flags: vecaccel train ALGO --help.",
     )
     algos = train.add_subparsers(
@@ -185,8 +185,8 @@ def _train(args: argparse.Namespace) -> int:
     if env_id is None:
         print("error: --env is required", file=sys.stderr)
         return 2
-    if args.total_steps is None:
-        print("error: --total-steps is required (unless --resume)", file=sys.stderr)
+    if args.total_timesteps is None:
+        print("error: --total-timesteps is required (unless --resume)", file=sys.stderr)
         return 2
     run_dir = args.run_dir or unused_run_dir(
         _default_run_dir(args.algo, env_id, config, cls.config_cls)
@@ -222,7 +222,7 @@ def _train(args: argparse.Namespace) -> int:
         code = async_flags.train(
             cls,
             env_id,
-            args.total_steps,
+            args.total_timesteps,
             run_dir=str(run_dir),
             weight_sync_period=weight_sync_period,
             fixed_lag=fixed_lag,
@@ -237,7 +237,7 @@ def _train(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     try:
-        agent.learn(args.total_steps)
+        agent.learn(args.total_timesteps)
     finally:
         agent.close()
     if agent.is_main and args.no_progress:
@@ -319,7 +319,7 @@ def _resume(
                 cls,
                 checkpoint,
                 env_id,
-                args.total_steps,
+                args.total_timesteps,
                 weight_sync_period=weight_sync_period,
                 fixed_lag=fixed_lag,
                 **load_options,
@@ -338,15 +338,17 @@ def _resume(
         step = agent.global_step
         if agent.is_main:  # one line for the run, not one per rank
             print(f"resuming {args.algo} from {checkpoint} at step {step}", file=sys.stderr)
-        if args.total_steps is not None:
-            agent.set_target_steps(args.total_steps)
+        if args.total_timesteps is not None:
+            agent.set_target_steps(args.total_timesteps)
         if agent.target_steps is None:
-            print("error: the checkpoint records no budget; pass --total-steps", file=sys.stderr)
+            print(
+                "error: the checkpoint records no budget; pass --total-timesteps", file=sys.stderr
+            )
             return 2
         if step >= agent.target_steps:
             print(
                 f"the run is complete ({step} of {agent.target_steps} steps); pass a larger "
-                "--total-steps to extend it",
+                "--total-timesteps to extend it",
                 file=sys.stderr,
             )
             return 0

@@ -185,7 +185,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         help="parallel environments (a PettingZoo env: envs, each one row per agent)",
     )
     parser.add_argument(
-        "--total-steps",
+        "--total-timesteps",
         type=positive_int,
         help="environment steps to train (with --resume: the run's new total; "
         "default there: the budget the run was started with)",
@@ -221,7 +221,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="data-parallel training on K ranks of this machine: launches "
         "`torchrun --standalone --nproc_per_node K -m vecaccel train ...` (each rank its own "
-        "envs, with --async its own sampler process, gradients all-reduced; --total-steps "
+        "envs, with --async its own sampler process, gradients all-reduced; --total-timesteps "
         "is the total over ranks)",
     )
 

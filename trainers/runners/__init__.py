@@ -40,11 +40,9 @@ def run_in_mode(
 
         return SyncRunner(agent).run(total_timesteps, callback, reset_num_timesteps)
     if mode == "async":
-        if callback is not None:
-            raise ValueError("learn(mode='async') takes no callback (the sampler runs apart)")
         from vecaccel.trainers.runners.asynchronous.runner import AsyncRunner
 
         return AsyncRunner(agent).run(
-            total_timesteps, reset_num_timesteps=reset_num_timesteps, **async_options
+            total_timesteps, callback, reset_num_timesteps=reset_num_timesteps, **async_options
         )
     raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")

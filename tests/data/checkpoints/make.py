@@ -59,7 +59,7 @@ def build(algo: str) -> Any:
             tensorboard=False,
             **common,
         )
-    agent.learn(total_steps=STEPS)
+    agent.learn(total_timesteps=STEPS)
     return agent
 
 

@@ -85,6 +85,13 @@ class AsyncFeed(abc.ABC):
         horizon: the step the run ends at (for the progress bar).
         resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
         spec: the entries of the sampler process's spec that its loop reads.
+        wants_step_locals: whether :attr:`last_turn` must hold each vector step's locals (set by
+            the loop when an SB3 callback reads them).
+        last_turn: what the last turn took and made, as callbacks get it: each vector step's
+            ``rewards`` and ``dones`` (and ``actions``; empty unless
+            :attr:`wants_step_locals`), and the metrics (``global_step``, ``charts/updates``,
+            ``charts/episodes``, the episodes' mean return and length, the learning rate, the
+            mean ``losses/...`` of its updates); ``None`` after a turn that took nothing.
         slots: the double buffer's two slots, once the sampler process has handed them over.
         complete: the budget is done: the turn just made was the last.
         updates_done: updates made in this run.
@@ -118,6 +125,8 @@ class AsyncFeed(abc.ABC):
         self.lag_sum = 0.0
         self.replay_ratio = 0.0
         self.replay_ratio_setting: float | None = None
+        self.wants_step_locals = False  # SB3 callbacks read each vector step's locals
+        self.last_turn: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
 
     def start(self) -> None:
         """Publish the first weights and start the sampler process."""
@@ -147,7 +156,8 @@ class AsyncFeed(abc.ABC):
     @abc.abstractmethod
     def turn(self, waits: Waits, requested: bool) -> bool:
         """One turn of the loop: take experience and make the updates then due, waiting with
-        ``waits``; whether the ranks meet after it (``requested``: a stop was asked here)."""
+        ``waits``, and set :attr:`last_turn`; whether the ranks meet after it (``requested``: a
+        stop was asked here)."""
 
     @abc.abstractmethod
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
@@ -182,17 +192,21 @@ def _reduce(
     return reduced, bool(reduced.pop("_stop") or 0.0)
 
 
-def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
+def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
     """Run ``feed`` to its end: the loop of every asynchronous run.
 
     Rank 0 alone logs and checkpoints. On one rank a SIGINT or SIGTERM stops the run at the
     next turn; on several the ranks agree on it at their next meeting (a rank cannot leave
-    while the others wait for it in a collective).
+    while the others wait for it in a collective). The callbacks are called once per turn (an
+    item of experience taken and the updates it made due), as the synchronous runner calls
+    them once per iteration; one that returns ``False`` ends the run after that turn.
 
     Args:
         agent: the algorithm (its ``global_step``, ``device``, ``world_size``, ``is_main``,
             ``run_dir``, ``tensorboard`` and ``progress`` are read; ``logger`` is set).
         feed: the family's side of the run.
+        callback: what ``learn`` takes as ``callback`` (see
+            :mod:`vecaccel.trainers.runners.callbacks`), or ``None``.
 
     Returns:
         The measured :class:`AsyncStats`.
@@ -202,8 +216,12 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
         TrainingInterrupted: SIGINT or SIGTERM arrived (a checkpoint was written first).
     """
     from vecaccel.trainers.run.signals import SignalCheckpoint, TrainingInterrupted
+    from vecaccel.trainers.runners.callbacks import Callbacks
     from vecaccel.trainers.runners.sync import announce_interrupt, open_run_logger
 
+    callbacks = Callbacks(callback)
+    sb3, plain = callbacks.sb3 is not None, bool(callbacks.plain)
+    feed.wants_step_locals = sb3
     world = agent.world_size
     # before the sampler process starts: an error here (a run directory that cannot be made)
     # must not leave it running outside the try/finally that stops it
@@ -226,8 +244,21 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
         with guard:
             feed.wait_started(check)
             start = time.perf_counter()  # rates are timed from when the sampler process runs
-            while not feed.complete:
-                if not feed.turn(waits, guard.requested):
+            callbacks.training_start(agent, feed.horizon)
+            go_on = True
+            while not feed.complete and go_on:
+                if sb3:
+                    callbacks.rollout_start()
+                meet = feed.turn(waits, guard.requested)
+                if (sb3 or plain) and feed.last_turn is not None:
+                    steps, values = feed.last_turn
+                    elapsed = max(time.perf_counter() - start, 1e-9)
+                    values["charts/SPS"] = (int(agent.global_step) - start_step) / elapsed
+                    if sb3:
+                        go_on = callbacks.rollout_end(steps)
+                    if plain:
+                        go_on = callbacks.iteration_end(agent, values) and go_on
+                if not meet:
                     continue
                 elapsed = max(time.perf_counter() - start, 1e-9)
                 meeting = feed.meeting(elapsed, waits.seconds)
@@ -239,6 +270,7 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
                     logger.log(step, metrics)
                 if stop and not feed.complete:
                     raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
+            callbacks.training_end()
         end = time.perf_counter()  # the run's rates exclude stopping the sampler process
         every_rank_here = True
     except TrainingInterrupted:

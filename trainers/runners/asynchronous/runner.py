@@ -78,6 +78,7 @@ class AsyncRunner:
     def run(
         self,
         total_timesteps: int | None = None,
+        callback: Any = None,
         *,
         reset_num_timesteps: bool = True,
         weight_sync_period: int | None = None,
@@ -97,6 +98,10 @@ class AsyncRunner:
 
         Args:
             total_timesteps: env steps to collect.
+            callback: ``callback(agent, metrics)`` after every turn of the loop (an item of
+                experience taken and the updates it made due: a rollout and its update, or a
+                chunk of steps and its updates), an SB3 ``BaseCallback``, or a list of them;
+                see :mod:`vecaccel.trainers.runners.callbacks`.
             reset_num_timesteps: count env steps and updates (and so the schedules and
                 ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
             weight_sync_period: updates between weight copies to the sampler process
@@ -136,7 +141,7 @@ class AsyncRunner:
             weight_sync_period=weight_sync_period,
             options=options,
         )
-        self.stats = run_async(agent, feed)
+        self.stats = run_async(agent, feed, callback)
         return agent
 
 
