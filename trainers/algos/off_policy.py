@@ -3,8 +3,9 @@
 :class:`OffPolicyAlgorithm` is the twin of :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`
 (as SB3's ``OffPolicyAlgorithm`` is of its ``OnPolicyAlgorithm``). It owns what the family shares:
 
-- the envs, a ``SAME_STEP`` vector env, so every step is a real transition and a truncated
-  episode bootstraps from its true final observation (``infos["final_obs"]``);
+- the envs, in any autoreset mode: the collector hands over real transitions only, and a
+  truncated episode bootstraps from its true final observation (those built from an id are
+  ``SAME_STEP``, whose ``infos["final_obs"]`` holds it);
 - the replay buffer (n-step targets are computed at sample time, prioritized replay optional);
 - the online and target networks, the optimizer and the target update;
 - **one** acting policy, :class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy` (on the
@@ -36,7 +37,6 @@ from typing import TYPE_CHECKING, Any, cast
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
@@ -88,8 +88,8 @@ class OffPolicyAlgorithm(Algorithm):
 
     Built as every algorithm is (:class:`~vecaccel.trainers.algos.base.Algorithm`):
     ``DQN(env, *, preset="auto", **config)``. ``env`` is a Gymnasium id (``num_envs`` copies on
-    ``backend``) or a ``gymnasium.vector.VectorEnv`` created with
-    ``autoreset_mode=AutoresetMode.SAME_STEP``, or ``None`` for an agent that predicts (or is
+    ``backend``) or a ``gymnasium.vector.VectorEnv`` in any autoreset mode, or ``None`` for an
+    agent that predicts (or is
     trained by the asynchronous runner, whose sampler process has the envs).
 
     Attributes:
@@ -158,19 +158,14 @@ class OffPolicyAlgorithm(Algorithm):
     # -- set-up -------------------------------------------------------------------------------
 
     def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
-        """Train on ``env``: an id (built on the config's backend) or a ``SAME_STEP`` vector env."""
+        """Train on ``env``: an id (built on the config's backend, ``SAME_STEP``) or a ready
+        vector env in any autoreset mode (see
+        :class:`~vecaccel.trainers.algos.exploration.TransitionCollector`)."""
         self.env_id = env if isinstance(env, str) else getattr(env.spec, "id", None)
         if isinstance(env, str):
             self.envs = self.make_envs(env)
             self.owns_envs = True
         else:
-            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-            if mode is not AutoresetMode.SAME_STEP and mode != AutoresetMode.SAME_STEP.value:
-                raise ValueError(
-                    f"{type(self).__name__} needs a vector env created with "
-                    f"autoreset_mode=AutoresetMode.SAME_STEP (got {mode}), so that every step is "
-                    "a transition and truncated episodes bootstrap from infos['final_obs']"
-                )
             self.envs = env
         space = self.envs.single_action_space
         try:

@@ -304,9 +304,9 @@ def check_dqn_config(cfg: Any) -> None:
         setting = "vectorized=True" if cfg.vectorized else "env_source='envpool'"
         raise ValueError(
             f"{setting}: batched simulators autoreset NextStep (the step after an episode's end "
-            "is a reset step whose action does nothing), and the DQN family's replay buffer "
-            "stores SameStep transitions with infos['final_obs']; train this env without it, "
-            "or with A2C or PPO"
+            "is a reset step whose action does nothing), and the DQN family's asynchronous "
+            "sampler hands its steps over as SameStep transitions with infos['final_obs']; "
+            "train this env without it, or with A2C or PPO"
         )
     if cfg.batch_size < 1 or cfg.base_batch_size < 1:
         raise ValueError("batch_size and base_batch_size must be positive")
