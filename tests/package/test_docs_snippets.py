@@ -293,6 +293,11 @@ PYTHON_SNIPPETS = [
 # (doc, marker, why the block is not run here)
 NOT_RUN = [
     (
+        "docs/writing-an-algorithm.md",
+        "def test_reinforce_keeps_the_trainers_contract",
+        "needs the example installed; tests/trainers/test_example_algorithm.py runs its tests",
+    ),
+    (
         "docs/ray.md",
         'backend="ray", num_shards=2',
         "starts Ray; tests/backends/test_ray_backend.py makes these calls on a loopback-only cluster",
@@ -403,6 +408,11 @@ COMMAND_RUNS = [
 
 # (doc, marker, why the command lines of doc holding marker are not run here)
 NOT_RUN_COMMANDS = [
+    (
+        "docs/writing-an-algorithm.md",
+        "reinforce",
+        "needs the example installed; tests/trainers/test_example_algorithm.py trains it by name",
+    ),
     (
         "benchmarks/README.md",
         "spin_vs_block.py --help",
@@ -583,6 +593,24 @@ NOT_RUN_COMMANDS = [
 
 # (doc, language, marker, why the block is not run)
 NOT_RUN_BLOCKS = [
+    (
+        "docs/writing-an-algorithm.md",
+        "text",
+        "vecaccel_example_algorithm/reinforce.py",
+        "an include of the example's module, which its doctest and its tests run",
+    ),
+    (
+        "docs/writing-an-algorithm.md",
+        "text",
+        "vecaccel_example_algorithm/__init__.py",
+        "an include of the example's plugin module, which its tests register",
+    ),
+    (
+        "docs/writing-an-algorithm.md",
+        "toml",
+        "[project.entry-points.vecaccel]",
+        "an excerpt of the example's pyproject.toml, which tests/trainers/test_example_algorithm.py installs",
+    ),
     (
         "docs/backends.md",
         "text",

@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +37,33 @@ from vecaccel.trainers.cli.flags import (
     positive_int,
     presets,
 )
-from vecaccel.trainers.config.registry import ALGORITHMS
+from vecaccel.trainers.config.registry import ALGORITHMS, algorithms
 from vecaccel.trainers.run.logger import refuse_used_run_dir, unused_run_dir
 
-__all__ = ["eval_command", "train_command", "vecaccel_add_commands"]
+__all__ = [
+    "eval_command",
+    "train_command",
+    "vecaccel_add_commands",
+    "vecaccel_register_algorithms",
+]
+
+
+@hookimpl
+def vecaccel_register_algorithms(registry: MutableMapping[str, Any]) -> None:
+    """Register the bundled algorithms, as a plugin registers its own."""
+    for name, info in ALGORITHMS.items():
+        registry[name] = info
 
 
 @hookimpl
 def vecaccel_add_commands(commands: Commands) -> None:
     """Add ``vecaccel train ALGO`` (one sub-command per registered algorithm) and
     ``vecaccel eval``."""
+    registered = algorithms()
     train = commands.add(
         "train",
         train_command,
-        help=f"train an agent ({', '.join(ALGORITHMS)}) with a live progress bar",
+        help=f"train an agent ({', '.join(registered)}) with a live progress bar",
         description=(
             "Train an agent on vecaccel's vector envs. Writes metrics.csv, TensorBoard event "
             "files, checkpoint.pt (atomically, every K updates) and learning_curve.png to the "
@@ -62,7 +76,7 @@ def vecaccel_add_commands(commands: Commands) -> None:
         title="algorithms", dest="algo", metavar="ALGO", parser_class=AlgorithmParser
     )
     algos.required = True
-    for algo, info in ALGORITHMS.items():
+    for algo, info in registered.items():
         parser = algos.add_parser(
             algo,
             algo=algo,
