@@ -1,6 +1,6 @@
 """One rank of the distributed tests, launched by ``torchrun`` from ``test_distributed.py``.
 
-Trains a tiny agent (``dqn-async``/``ppo-async``: asynchronously, a sampler process per rank), then
+Trains a tiny agent (``dqn-async``/``ppo-async``: asynchronously, a collector process per rank), then
 gathers every rank's parameter checksum and step counts and writes them (rank 0) as JSON to
 ``--out``. With ``--hold`` it writes ``RUN_DIR/pid-RANK`` after the first update (``dqn-async``:
 after a few, with the sampler's pid in ``RUN_DIR/sampler-pid-RANK``) and keeps training until
@@ -28,7 +28,7 @@ ALGOS = ("ppo", "dqn", "dqn-async", "ppo-async")
 
 
 def _watch_sampler(sampler_pid_file: Path, pid_file: Path, agent: Any) -> None:
-    """Once the async sampler process runs and a few updates are done, write its pid and ours."""
+    """Once the async collector process runs and a few updates are done, write its pid and ours."""
     import multiprocessing
     import threading
     import time
@@ -51,7 +51,7 @@ def train(algo: str, total_timesteps: int, fixed_lag: bool, hold: bool, out: Pat
     """Train one agent on every rank; rank 0 returns what the test checks (others ``None``)."""
     import torch.distributed as dist
 
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     rank = int(os.environ["RANK"])
     pid_file = out.parent / f"pid-{rank}"
@@ -191,7 +191,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     if args.train:
         results = {}

@@ -14,7 +14,7 @@ import torch
 from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
 from vecaccel.trainers.checkpoints.format import CheckpointError, load_checkpoint, save_checkpoint
 from vecaccel.trainers.checkpoints.reader import read_checkpoint
-from vecaccel.trainers.checkpoints.spaces import space_from_dict, space_to_dict
+from vecaccel.trainers.checkpoints.space_serialization import space_from_dict, space_to_dict
 from vecaccel.trainers.checkpoints.writer import FORMAT, VERSION
 
 torch.set_num_threads(1)
@@ -146,7 +146,7 @@ def _same(a, b) -> bool:
 def test_a_saved_file_loads_everything_a_run_reads(algo):
     """Loading keeps what a resumed run reads: the counters, the learning-rate schedule or the
     exploration generator and loop counters, and the global RNG states."""
-    from vecaccel.trainers.run.seeding import get_rng_state
+    from vecaccel.trainers.services.seeding import get_rng_state
 
     cls = CLASSES[algo]
     path = FIXTURES / f"version{VERSION}" / algo / "checkpoint.pt"

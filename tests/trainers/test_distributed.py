@@ -279,7 +279,7 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
     assert output.count("resuming a2c from") == 1, output[-3000:]
 
 
-# -- asynchronous mode on several ranks: a sampler process per rank, data-parallel optimisers --
+# -- asynchronous mode on several ranks: a collector process per rank, data-parallel optimisers --
 
 
 def _process_alive(pid: int) -> bool:
@@ -353,8 +353,8 @@ def test_async_dead_sampler_or_rank_ends_job_with_an_error(victim: str, tmp_path
         target = samplers[1] if victim == "sampler" else int(pid_files[3].read_text())
         output = _kill_and_expect_job_failure(job, target, out)
         if victim == "sampler":
-            assert "SamplerError" in output and "of rank 1" in output, output[-3000:]
-        # no sampler process outlives the job: each stops with its rank or when it is orphaned
+            assert "CollectorError" in output and "of rank 1" in output, output[-3000:]
+        # no collector process outlives the job: each stops with its rank or when it is orphaned
         deadline = time.monotonic() + 10
         while any(_process_alive(pid) for pid in samplers) and time.monotonic() < deadline:
             time.sleep(0.1)

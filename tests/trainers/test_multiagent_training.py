@@ -18,7 +18,7 @@ import vecaccel
 from vecaccel.trainers import A2C, DQN, PPO
 from vecaccel.trainers.algos.advantages import compute_gae, learning_rows
 from vecaccel.trainers.replay.buffer import ReplayBuffer
-from vecaccel.trainers.run.team_returns import TeamReturns
+from vecaccel.trainers.services.team_returns import TeamReturns
 
 
 class AgentRowsVectorEnv(gym.vector.VectorEnv):

@@ -17,7 +17,7 @@ import torch
 from helpers import CHILD_TIMEOUT
 
 from vecaccel.cli import main
-from vecaccel.trainers.run.logger import (
+from vecaccel.trainers.services.logger import (
     RUN_FILES,
     RunDirInUseError,
     RunLogger,
@@ -163,7 +163,7 @@ def test_unused_run_dir_counts_up_past_used_names(tmp_path):
 
 ANOTHER_PROCESS_RUN = """
 import sys
-from vecaccel.trainers.run.logger import RunLogger
+from vecaccel.trainers.services.logger import RunLogger
 logger = RunLogger(sys.argv[1], 10, use_tensorboard=False, progress=False)
 logger.log(10, {"charts/episodic_return": 1.0})
 logger.close()

@@ -42,7 +42,7 @@ def make(algo: str, **extra: Any) -> Algorithm:
 
 
 def make_without_envs(algo: str, **extra: Any) -> Algorithm:
-    """An agent for the asynchronous runner: its sampler process builds the envs."""
+    """An agent for the asynchronous runner: its collector process builds the envs."""
     return ALGORITHMS[algo](None, env_id="CartPole-v1", **settings_of(algo), **extra)
 
 

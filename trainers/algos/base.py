@@ -42,8 +42,8 @@ from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import RunConfig, resolve_device
 from vecaccel.trainers.envs.batched import is_batched_source
 from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
-from vecaccel.trainers.run import distributed
-from vecaccel.trainers.run.seeding import (
+from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.seeding import (
     configure_torch_threads,
     get_rng_state,
     seed_everything,
@@ -71,11 +71,11 @@ class Algorithm(abc.ABC):
         device: the torch device of the networks.
         world_size: ranks of a ``torchrun`` job (1 otherwise); ``is_main`` is rank 0.
         envs: the vector env trained on, or ``None`` (a loaded agent used to predict, or one
-            whose envs live in an asynchronous sampler process).
+            whose envs live in an asynchronous collector process).
         global_step: env steps collected so far, over all ranks.
         num_updates: gradient updates done so far.
         target_steps: the step total of the run in progress, or ``None`` before one.
-        logger: the :class:`~vecaccel.trainers.run.logger.RunLogger` of the last run, if any.
+        logger: the :class:`~vecaccel.trainers.services.logger.RunLogger` of the last run, if any.
         elapsed_before: seconds of training before this process took over (a resumed run).
         async_run: whether the asynchronous runner trained this agent last; with
             ``async_options`` it is saved in checkpoints, so that a resumed run goes on alike.
@@ -105,7 +105,7 @@ class Algorithm(abc.ABC):
         Args:
             env: a Gymnasium id (``num_envs`` copies on the config's ``backend``), a ready
                 vector env, or ``None`` (an agent that predicts, or whose envs the asynchronous
-                runner's sampler process builds from ``env_id``).
+                runner's collector process builds from ``env_id``).
             preset: the named settings to start from (the class's ``presets``): ``"auto"``
                 (the default) takes the one made for the env id given (``env``, or ``env_id``
                 with ``env=None``), if any; ``None`` or ``"none"`` the plain defaults. The name
@@ -311,7 +311,7 @@ class Algorithm(abc.ABC):
         self.num_updates += int(updates)
 
     def start_logging(self, logger: Any) -> None:
-        """Make ``logger`` (a :class:`~vecaccel.trainers.run.logger.RunLogger`) the run's logger."""
+        """Make ``logger`` (a :class:`~vecaccel.trainers.services.logger.RunLogger`) the run's logger."""
         self.logger = logger
 
     def end_run(self, elapsed_s: float) -> None:
@@ -511,7 +511,7 @@ class Algorithm(abc.ABC):
             mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: collect,
                 then update, in this process) or ``"async"``
                 (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a
-                sampler process collects while this one updates; the agent needs ``env_id``).
+                collector process collects while this one updates; the agent needs ``env_id``).
             **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
                 <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
                 (``fixed_lag``, ``context``, ...).

@@ -43,7 +43,7 @@ from vecaccel.trainers.config.presets import DQN_PRESETS as PRESETS
 from vecaccel.trainers.config.settings import RunConfig, check_dqn_config
 from vecaccel.trainers.nets.networks import QNetwork, use_bf16
 from vecaccel.trainers.replay.buffer import ReplaySample
-from vecaccel.trainers.run.schedules import linear_schedule
+from vecaccel.trainers.services.schedules import linear_schedule
 
 __all__ = [
     "C51",

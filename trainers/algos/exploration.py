@@ -1,10 +1,10 @@
-"""How the off-policy family acts and collects: one ε-greedy policy and one transition collector.
+"""How the off-policy family acts and steps its envs: one ε-greedy policy and one env stepper.
 
 :class:`EpsilonGreedy` is the acting policy of DQN, C51 and Rainbow (for the distributional
-variants it acts on the expectation of each action's return distribution). :class:`TransitionCollector`
+variants it acts on the expectation of each action's return distribution). :class:`EnvStepper`
 steps a vector env with it, one vector step at a time (in any autoreset mode), and counts the
-episodes that end. The synchronous runner collects through the algorithm's collector (which stores each
-step in the replay buffer); the asynchronous runner's sampler process builds its own collector
+episodes that end. The synchronous loop steps through the algorithm's stepper (and stores each
+step in the replay buffer); the asynchronous runner's collector process builds its own stepper
 around its copy of the network. Both therefore act, and draw their random numbers, alike.
 
 Example:
@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from vecaccel.trainers.run.episodes import EpisodeCounter
+from vecaccel.trainers.services.episodes import EpisodeCounter
 
-__all__ = ["EpsilonGreedy", "Transition", "TransitionCollector", "expected_q"]
+__all__ = ["EpsilonGreedy", "Transition", "EnvStepper", "expected_q"]
 
 
 def expected_q(out: torch.Tensor, support: torch.Tensor | None) -> torch.Tensor:
@@ -106,7 +106,7 @@ class Transition(NamedTuple):
     active: np.ndarray | None
 
 
-class TransitionCollector:
+class EnvStepper:
     """Steps a vector env with an :class:`EpsilonGreedy` policy, one vector step at a time,
     and counts the episodes that end; every step it hands back is a real transition, whatever
     the env's autoreset mode:

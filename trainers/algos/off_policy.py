@@ -17,7 +17,7 @@ A subclass holds its config, its network, its loss and ``update``. The loop is a
 (:class:`~vecaccel.trainers.runners.sync.SyncRunner` or
 :class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`); the sync runner
 collects through :meth:`OffPolicyAlgorithm.collect`, the asynchronous runner's sampler
-process through a :class:`~vecaccel.trainers.algos.exploration.TransitionCollector` of its own.
+process through a :class:`~vecaccel.trainers.algos.exploration.EnvStepper` of its own.
 
 Example:
     >>> from vecaccel.trainers import DQN
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from vecaccel.trainers.algos.base import Algorithm
-from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
+from vecaccel.trainers.algos.exploration import EnvStepper, EpsilonGreedy, Transition
 from vecaccel.trainers.checkpoints.format import check_env_matches
 from vecaccel.trainers.checkpoints.reader import (
     check_checkpoint_algorithm,
@@ -47,7 +47,7 @@ from vecaccel.trainers.checkpoints.reader import (
     recorded_config,
     restore_header,
 )
-from vecaccel.trainers.checkpoints.spaces import space_from_dict
+from vecaccel.trainers.checkpoints.space_serialization import space_from_dict
 from vecaccel.trainers.checkpoints.writer import replay_entry, save_agent
 from vecaccel.trainers.config.settings import config_from_dict, lr_scale, optimizer_settings
 from vecaccel.trainers.envs.make import check_tensor_spaces
@@ -55,9 +55,9 @@ from vecaccel.trainers.nets.networks import check_observation_space
 from vecaccel.trainers.replay.buffer import ReplayBuffer, replay_buffer_kwargs
 from vecaccel.trainers.replay.files import restore_replay, write_replay
 from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
-from vecaccel.trainers.run import distributed
-from vecaccel.trainers.run.schedules import linear_schedule
-from vecaccel.trainers.run.seeding import restore_rank_rng_state, split_seed
+from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.schedules import linear_schedule
+from vecaccel.trainers.services.seeding import restore_rank_rng_state, split_seed
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11's
     from typing_extensions import Self
@@ -90,13 +90,14 @@ class OffPolicyAlgorithm(Algorithm):
     ``DQN(env, *, preset="auto", **config)``. ``env`` is a Gymnasium id (``num_envs`` copies on
     ``backend``) or a ``gymnasium.vector.VectorEnv`` in any autoreset mode, or ``None`` for an
     agent that predicts (or is
-    trained by the asynchronous runner, whose sampler process has the envs).
+    trained by the asynchronous runner, whose collector process has the envs).
 
     Attributes:
         config: the settings in force.
         q_network: the online network; ``target_network`` its lagged copy.
         policy: the acting policy (ε-greedy on ``q_network``).
-        collector: the :class:`TransitionCollector` stepping ``envs`` (``None`` without envs).
+        stepper: the :class:`~vecaccel.trainers.algos.exploration.EnvStepper` stepping
+            ``envs`` (``None`` without envs).
         rng: the generator of exploration (and of nothing else).
         episode_log: ``(env_step, return, length)`` of every finished episode.
         buffer: the replay buffer (made by the first run).
@@ -123,7 +124,7 @@ class OffPolicyAlgorithm(Algorithm):
         observation_space: gym.Space[Any] | None,
         action_space: gym.Space[Any] | None,
     ) -> None:
-        self.collector: TransitionCollector | None = None
+        self.stepper: EnvStepper | None = None
         if env is not None:
             self.attach_env(env)
             self.observation_space = self.envs.single_observation_space
@@ -160,7 +161,7 @@ class OffPolicyAlgorithm(Algorithm):
     def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
         """Train on ``env``: an id (built on the config's backend, ``SAME_STEP``) or a ready
         vector env in any autoreset mode (see
-        :class:`~vecaccel.trainers.algos.exploration.TransitionCollector`)."""
+        :class:`~vecaccel.trainers.algos.exploration.EnvStepper`)."""
         self.env_id = env if isinstance(env, str) else getattr(env.spec, "id", None)
         if isinstance(env, str):
             self.envs = self.make_envs(env)
@@ -187,7 +188,7 @@ class OffPolicyAlgorithm(Algorithm):
                 self.envs = None
             raise
         if self.observation_space is not None:  # a loaded agent: its networks are built
-            self.collector = TransitionCollector(self.envs, self.policy)
+            self.stepper = EnvStepper(self.envs, self.policy)
 
     def attach_spaces(
         self,
@@ -234,7 +235,7 @@ class OffPolicyAlgorithm(Algorithm):
             self.device,
         )
         if self.envs is not None:
-            self.collector = TransitionCollector(self.envs, self.policy)
+            self.stepper = EnvStepper(self.envs, self.policy)
 
     def buffer_kwargs(self, num_envs: int) -> dict[str, Any]:
         """The replay buffer's arguments (of this agent's buffer and of the asynchronous
@@ -267,13 +268,13 @@ class OffPolicyAlgorithm(Algorithm):
     @property
     def last_obs(self) -> np.ndarray | None:
         """The observations the envs are at, where the next run goes on from."""
-        return None if self.collector is None else self.collector.obs
+        return None if self.stepper is None else self.stepper.obs
 
     def start_episodes(self, seed: int | None) -> None:
         """Reset the envs (``seed``: as ``envs.reset``) and close the replay buffer's open
         episodes, so that no transition links the old episodes to the new ones."""
         self.buffer.end_episodes()
-        self.collector.reset(seed)
+        self.stepper.reset(seed)
 
     def collect(self, epsilon: float) -> tuple[Transition, list[tuple[float, float]]]:
         """One ε-greedy vector step into the replay buffer: the transition and the
@@ -281,7 +282,7 @@ class OffPolicyAlgorithm(Algorithm):
 
         A multi-agent env's rows whose agent is not live are no transitions: not stored.
         """
-        transition, finished = self.collector.step(epsilon, self.rng)
+        transition, finished = self.stepper.step(epsilon, self.rng)
         self.buffer.add(*transition[:6], active=transition.active)
         return transition, finished
 
@@ -349,7 +350,7 @@ class OffPolicyAlgorithm(Algorithm):
     def restore_exploration(self, saw_episode_info: bool, rng_state: dict[str, Any]) -> None:
         """Continue a loaded run's exploration exactly: its generator's state, and whether its
         envs reported ``info["episode"]`` (then only that counts episodes)."""
-        self.collector.episodes.saw_info = bool(saw_episode_info)
+        self.stepper.episodes.saw_info = bool(saw_episode_info)
         self.rng.bit_generator.state = rng_state
 
     def set_buffer(self, buffer: Any) -> None:
@@ -420,7 +421,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     checkpoint_key = "off_policy"
     async_help = (
-        "a sampler process steps the envs while this process trains from a shared-memory "
+        "a collector process steps the envs while this process trains from a shared-memory "
         "replay buffer, the replay ratio enforced by throttling both"
     )
     async_fixed_lag_help = (
@@ -530,7 +531,7 @@ class OffPolicyAlgorithm(Algorithm):
     def close(self) -> None:
         """Close the envs this agent built."""
         super().close()
-        self.collector = None
+        self.stepper = None
 
 
 def _restore_rank_streams(

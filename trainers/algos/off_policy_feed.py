@@ -1,9 +1,9 @@
 """The replay feed of the asynchronous loop: the DQN family trains on chunks of steps.
 
-The sampler process (:func:`chunk_sampler_loop`) collects chunks of ``async_max_lead / 2`` env
+The collector process (:func:`chunk_collector_loop`) collects chunks of ``async_max_lead / 2`` env
 steps (whole vector steps); the optimiser (:class:`ReplayFeed`) adds each chunk to the replay
 buffer itself, in order, makes the updates then due by the
-:class:`~vecaccel.trainers.run.schedules.ReplaySchedule` (the replay ratio holds at every chunk's
+:class:`~vecaccel.trainers.services.schedules.ReplaySchedule` (the replay ratio holds at every chunk's
 end), publishes its weights and frees the slot. The sampler is thus at most two chunks ahead of
 the updates: chunk ``n`` acts with the weights published after chunk ``n - 2``'s updates, with a
 fixed lag exactly those, otherwise those or newer ones.
@@ -22,17 +22,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from vecaccel.trainers.run.logger import mean_or_none
-from vecaccel.trainers.run.schedules import ReplaySchedule
 from vecaccel.trainers.runners.asynchronous.loop import AsyncFeed, Meeting
-from vecaccel.trainers.runners.asynchronous.process import ChildLink, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.process import ChildLink, CollectorOptions, Waits
 from vecaccel.trainers.runners.asynchronous.shared import CHILD_SEED_KEY, chunk_slots
+from vecaccel.trainers.services.logger import mean_or_none
+from vecaccel.trainers.services.schedules import ReplaySchedule
 
-__all__ = ["ReplayFeed", "chunk_sampler_loop"]
+__all__ = ["ReplayFeed", "chunk_collector_loop"]
 
 
 class ReplayFeed(AsyncFeed):
-    """Replay samples for the DQN family, from chunks the sampler process collects.
+    """Replay samples for the DQN family, from chunks the collector process collects.
 
     Args:
         agent: a DQN-family algorithm with its networks built.
@@ -40,10 +40,10 @@ class ReplayFeed(AsyncFeed):
             left).
         reset_num_timesteps: count env steps and updates from zero (``learning_starts``
             applies even with a restored buffer).
-        weight_sync_period: updates between weight copies to the sampler process: its
+        weight_sync_period: updates between weight copies to the collector process: its
             weights are published at the end of a chunk once that many updates were made since
             the last copy.
-        options: how the sampler process runs.
+        options: how the collector process runs.
     """
 
     def __init__(
@@ -53,7 +53,7 @@ class ReplayFeed(AsyncFeed):
         *,
         reset_num_timesteps: bool,
         weight_sync_period: int,
-        options: SamplerOptions,
+        options: CollectorOptions,
     ) -> None:
         self.weight_sync_period = int(weight_sync_period)
         if total_timesteps is None:
@@ -65,7 +65,7 @@ class ReplayFeed(AsyncFeed):
         agent.set_run_mode(
             {"weight_sync_period": self.weight_sync_period, "fixed_lag": options.fixed_lag}
         )
-        super().__init__(agent, agent.q_network, "sampler", chunk_sampler_loop, options)
+        super().__init__(agent, agent.q_network, "sampler", chunk_collector_loop, options)
         cfg = self.cfg = agent.config
         self.replay_ratio_setting = float(cfg.replay_ratio)
         self.world = world = int(agent.world_size)
@@ -149,7 +149,7 @@ class ReplayFeed(AsyncFeed):
         if m >= self.num_chunks:  # an empty budget
             self.complete = True
             return False
-        length, behaviour, ended = waits.take(self.handover.filled)
+        length, behaviour, ended = waits.take(self.channels.filled)
         shared = {key: value.numpy() for key, value in self.slots[m % 2].items()}
         for t in range(length):  # in order: the run repeats exactly
             agent.buffer.add(
@@ -195,7 +195,7 @@ class ReplayFeed(AsyncFeed):
         self.sync_weights(waits, min(m + 2, self.num_chunks), sync_due)
         # freed only now: the chunk collected into it next acts with the weights just
         # published or newer ones, not with those from before this chunk's updates
-        self.handover.free_slots.release()
+        self.channels.free_slots.release()
         self.chunk = m + 1
         self.complete = m == self.num_chunks - 1
         # every rank meets after every chunk, at the same update count
@@ -256,17 +256,17 @@ class ReplayFeed(AsyncFeed):
         agent.write_checkpoint(agent.run_dir, replay=self.cfg.checkpoint_replay)
 
 
-def chunk_sampler_loop(spec: dict[str, Any]) -> None:
+def chunk_collector_loop(spec: dict[str, Any]) -> None:
     """The DQN family's sampler: chunk ``n`` of ε-greedy steps into slot ``n % 2``, stepped by
     the algorithm's own acting policy and collector
     (:class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy`)."""
-    from vecaccel.trainers.algos.exploration import EpsilonGreedy, TransitionCollector
+    from vecaccel.trainers.algos.exploration import EnvStepper, EpsilonGreedy
     from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
-    from vecaccel.trainers.run.schedules import linear_schedule
-    from vecaccel.trainers.run.seeding import seed_everything, split_seed
+    from vecaccel.trainers.services.schedules import linear_schedule
+    from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
-    handover = link.handover
+    channels = link.channels
     cfg = spec["config"]
     steps = link.counters.steps  # where this rank's steps start
     # its own draws (e.g. noisy nets' noise), new ones for a resumed run (the version published
@@ -287,16 +287,16 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
     policy = EpsilonGreedy(
         network, int(action_space.n), action_start(action_space), spec["support"]
     )
-    collector = TransitionCollector(envs, policy)
+    collector = EnvStepper(envs, policy)
     collector.reset(seed=spec["env_seed"])
     try:
         chunk_steps, vector_steps = spec["chunk_steps"], spec["vector_steps"]
         shared = chunk_slots(spec["observation_space"], cfg.num_envs, chunk_steps)
-        handover.started.put(shared)
+        channels.started.put(shared)
         slots = [{key: value.numpy() for key, value in slot.items()} for slot in shared]
         for n in range(math.ceil(vector_steps / chunk_steps)):
             length = min(chunk_steps, vector_steps - n * chunk_steps)
-            if not link.acquire(handover.free_slots):  # slot n % 2: chunk n - 2 trained on
+            if not link.acquire(channels.free_slots):  # slot n % 2: chunk n - 2 trained on
                 break
             version = link.weights_for(n, params)
             if version is None:
@@ -321,9 +321,9 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
                 ended.extend(finished)
                 link.check_optimiser()
             link.counters.steps = steps
-            handover.filled.put((length, version, ended))
+            channels.filled.put((length, version, ended))
         # the slots travel as file descriptors that this process shares itself: it must not
         # exit before the optimiser has them (a run of two chunks could)
-        link.acquire(handover.started_seen)
+        link.acquire(channels.started_seen)
     finally:
         collector.close()

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from vecaccel.trainers.algos.training_loop import TrainingLoop
-from vecaccel.trainers.run import distributed
-from vecaccel.trainers.run.logger import RunLogger, mean_or_none
-from vecaccel.trainers.run.schedules import LogPeriod, ReplaySchedule
-from vecaccel.trainers.run.seeding import set_rng_state
-from vecaccel.trainers.run.state import RunState
-from vecaccel.trainers.run.team_returns import team_returns_for
+from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.logger import RunLogger, mean_or_none
+from vecaccel.trainers.services.schedules import LogPeriod, ReplaySchedule
+from vecaccel.trainers.services.seeding import set_rng_state
+from vecaccel.trainers.services.state import RunState
+from vecaccel.trainers.services.team_returns import team_returns_for
 
 __all__ = ["STOP_AGREEMENT_PERIOD", "OffPolicyLoop"]
 
@@ -32,7 +32,7 @@ class OffPolicyLoop(TrainingLoop):
     samples that the replay ratio allows, target-network updates, and ε and β annealed over
     the run.
 
-    The loop's counters are a :class:`~vecaccel.trainers.run.state.RunState`, saved with
+    The loop's counters are a :class:`~vecaccel.trainers.services.state.RunState`, saved with
     each checkpoint; a loaded agent that continues its run with the same budget restores them,
     so that on CPU it ends bit-identical to a run never interrupted.
     """
@@ -120,7 +120,7 @@ class OffPolicyLoop(TrainingLoop):
         """The run state as a checkpoint saves it."""
         state = self.state
         state.next_log = self.log_period.next_step
-        state.saw_episode_info = self.agent.collector.episodes.saw_info
+        state.saw_episode_info = self.agent.stepper.episodes.saw_info
         return state.as_dict()
 
     def collect(self) -> None:

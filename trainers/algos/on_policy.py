@@ -38,7 +38,7 @@ from vecaccel.trainers.checkpoints.reader import (
     recorded_config,
     restore_header,
 )
-from vecaccel.trainers.checkpoints.spaces import space_from_dict
+from vecaccel.trainers.checkpoints.space_serialization import space_from_dict
 from vecaccel.trainers.config.settings import (
     RunConfig,
     check_on_policy_config,
@@ -52,8 +52,8 @@ from vecaccel.trainers.envs.make import (
     make_env_fn,
     parallel_env_spaces,
 )
-from vecaccel.trainers.run import distributed
-from vecaccel.trainers.run.seeding import restore_rank_rng_state
+from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.seeding import restore_rank_rng_state
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11's
     from typing_extensions import Self

@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from vecaccel.trainers.run.logger import mean_or_none
 from vecaccel.trainers.runners.asynchronous.loop import AsyncFeed, Meeting
-from vecaccel.trainers.runners.asynchronous.process import ChildLink, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.process import ChildLink, CollectorOptions, Waits
 from vecaccel.trainers.runners.asynchronous.shared import CHILD_SEED_KEY, rollout_slots
+from vecaccel.trainers.services.logger import mean_or_none
 
 __all__ = ["RolloutFeed", "rollout_loop"]
 
@@ -42,7 +42,7 @@ class RolloutFeed(AsyncFeed):
         *,
         reset_num_timesteps: bool,
         weight_sync_period: int,
-        options: SamplerOptions,
+        options: CollectorOptions,
     ) -> None:
         period = int(weight_sync_period)
         if options.fixed_lag and period != 1:
@@ -90,7 +90,7 @@ class RolloutFeed(AsyncFeed):
         from vecaccel.sampler import SampleBatch
 
         agent = self.agent
-        k, behaviour, returns, lengths = waits.take(self.handover.filled)
+        k, behaviour, returns, lengths = waits.take(self.channels.filled)
         shared = self.slots[self.updates_done % 2]
         device = agent.device
         batch = SampleBatch(
@@ -117,7 +117,7 @@ class RolloutFeed(AsyncFeed):
             rewards = shared["rewards"].numpy().copy()
             dones = (shared["terminated"] | shared["truncated"]).numpy()
             steps = [{"rewards": rewards[t], "dones": dones[t]} for t in range(len(rewards))]
-        self.handover.free_slots.release()  # the slot may be refilled now
+        self.channels.free_slots.release()  # the slot may be refilled now
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
@@ -189,10 +189,10 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     import vecaccel
     from vecaccel.trainers.envs.batched import is_batched_source
     from vecaccel.trainers.envs.make import backend_options_of, make_env_for_training
-    from vecaccel.trainers.run.seeding import seed_everything, split_seed
+    from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
-    handover = link.handover
+    channels = link.channels
     model: torch.nn.Module = spec["model"]
     cfg = spec["config"]
     # the policy's action sampling, new draws for a resumed run (the version published before
@@ -228,8 +228,8 @@ def rollout_loop(spec: dict[str, Any]) -> None:
             batch = sampler.collect()
             if slots is None:
                 slots = rollout_slots(batch)
-                handover.started.put(slots)
-            if not link.acquire(handover.free_slots):
+                channels.started.put(slots)
+            if not link.acquire(channels.free_slots):
                 break
             target = slots[n % 2]
             for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid"):
@@ -243,8 +243,8 @@ def rollout_loop(spec: dict[str, Any]) -> None:
                 target["final_index"][:k].copy_(batch.final_index)
             episodes = sampler.pop_episodes()
             link.counters.steps += batch.rewards.numel()
-            handover.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
+            channels.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
         if slots is not None:  # as the chunk sampler's
-            link.acquire(handover.started_seen)
+            link.acquire(channels.started_seen)
     finally:
         env.close()

@@ -12,10 +12,10 @@ import time
 from typing import Any
 
 from vecaccel.trainers.algos.training_loop import TrainingLoop
-from vecaccel.trainers.run import distributed
-from vecaccel.trainers.run.logger import RunLogger, mean_or_none
-from vecaccel.trainers.run.schedules import LogPeriod
-from vecaccel.trainers.run.team_returns import team_returns_for
+from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.logger import RunLogger, mean_or_none
+from vecaccel.trainers.services.schedules import LogPeriod
+from vecaccel.trainers.services.team_returns import team_returns_for
 
 __all__ = ["OnPolicyLoop"]
 

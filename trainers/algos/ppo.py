@@ -27,7 +27,7 @@ from vecaccel.trainers.algos.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.config.presets import PPO_PRESETS
 from vecaccel.trainers.nets.optim import FlatAdam
-from vecaccel.trainers.run.distributed import all_reduce_mean
+from vecaccel.trainers.services.distributed import all_reduce_mean
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
 

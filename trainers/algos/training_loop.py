@@ -39,7 +39,7 @@ class TrainingLoop(abc.ABC):
     @abc.abstractmethod
     def start(self, logger: Any) -> None:
         """The run starts logging with ``logger`` (a
-        :class:`~vecaccel.trainers.run.logger.RunLogger`)."""
+        :class:`~vecaccel.trainers.services.logger.RunLogger`)."""
 
     @abc.abstractmethod
     def collect(self) -> Any:

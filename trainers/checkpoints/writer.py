@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME, save_checkpoint
-from vecaccel.trainers.checkpoints.spaces import space_to_dict
+from vecaccel.trainers.checkpoints.space_serialization import space_to_dict
 from vecaccel.trainers.replay.files import write_replay
-from vecaccel.trainers.run.seeding import get_rng_state
+from vecaccel.trainers.services.seeding import get_rng_state
 
 __all__ = ["FORMAT", "VERSION", "checkpoint_state", "save_agent", "write_run_checkpoint"]
 

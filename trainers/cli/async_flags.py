@@ -30,7 +30,7 @@ def train(
 
     Args:
         cls: the algorithm's class.
-        env_id: the Gymnasium id the sampler process builds.
+        env_id: the Gymnasium id the collector process builds.
         total_timesteps: env steps to collect, over all ranks.
         run_dir: where the run logs and checkpoints.
         progress: show a progress bar.

@@ -38,7 +38,7 @@ from vecaccel.trainers.cli.flags import (
     presets,
 )
 from vecaccel.trainers.config.registry import ALGORITHMS, algorithms
-from vecaccel.trainers.run.logger import refuse_used_run_dir, unused_run_dir
+from vecaccel.trainers.services.logger import refuse_used_run_dir, unused_run_dir
 
 __all__ = [
     "eval_command",
@@ -152,8 +152,8 @@ def train_command(args: argparse.Namespace) -> int:
     """Handle ``vecaccel train ALGO ...``; returns the exit code."""
     import os
 
-    from vecaccel.trainers.run import distributed
-    from vecaccel.trainers.run.signals import TrainingInterrupted
+    from vecaccel.trainers.services import distributed
+    from vecaccel.trainers.services.signals import TrainingInterrupted
 
     nproc = getattr(args, "nproc", None)
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
@@ -230,7 +230,7 @@ def _train(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
+        # under torchrun each rank runs its own collector process; the optimisers are data-parallel
         from vecaccel.trainers.cli import async_flags
 
         code = async_flags.train(

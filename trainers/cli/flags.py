@@ -221,7 +221,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="data-parallel training on K ranks of this machine: launches "
         "`torchrun --standalone --nproc_per_node K -m vecaccel train ...` (each rank its own "
-        "envs, with --async its own sampler process, gradients all-reduced; --total-timesteps "
+        "envs, with --async its own collector process, gradients all-reduced; --total-timesteps "
         "is the total over ranks)",
     )
 

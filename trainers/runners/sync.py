@@ -25,9 +25,9 @@ from pathlib import Path
 
 from vecaccel.trainers.algos.base import Algorithm, Callback
 from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME
-from vecaccel.trainers.run.logger import RunLogger
-from vecaccel.trainers.run.signals import SignalCheckpoint, TrainingInterrupted
 from vecaccel.trainers.runners.callbacks import Callbacks
+from vecaccel.trainers.services.logger import RunLogger
+from vecaccel.trainers.services.signals import SignalCheckpoint, TrainingInterrupted
 
 __all__ = ["SyncRunner", "announce_interrupt", "announce_run_dir", "open_run_logger"]
 

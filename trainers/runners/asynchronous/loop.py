@@ -6,7 +6,7 @@ of; that is a *feed* (:class:`AsyncFeed`), which the algorithm hands the runner
 replay buffer. The loop owns
 everything around it: the run logger, the signal guard, the wait accounting, the meetings of the
 ranks (one reduce of the metrics and an agreed stop in the same collective), the log rows,
-stopping the sampler process and the final checkpoint's timing.
+stopping the collector process and the final checkpoint's timing.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.process import CollectorHandle, CollectorOptions, Waits
 
 __all__ = ["AsyncFeed", "AsyncStats", "Meeting", "run_async"]
 
@@ -70,21 +70,21 @@ class Meeting:
 class AsyncFeed(abc.ABC):
     """The family's side of an asynchronous run, as the loop of :func:`run_async` sees it.
 
-    A feed owns the sampler process and the experience it hands over in the slots of a double
+    A feed owns the collector process and the experience it hands over in the slots of a double
     buffer, and makes its updates from them. A subclass sets :attr:`horizon`, :attr:`resume_step`
     and :attr:`spec`, and implements the abstract methods.
 
     Args:
         agent: the algorithm; its step and update counters are where this run starts.
-        model: the module whose weights the sampler process acts with.
+        model: the module whose weights the collector process acts with.
         role: ``sampler`` or ``rollout`` (in messages and the process's name).
-        loop: the sampler process's loop (the family's, beside its feed).
-        options: how the sampler process runs.
+        loop: the collector process's loop (the family's, beside its feed).
+        options: how the collector process runs.
 
     Attributes:
         horizon: the step the run ends at (for the progress bar).
         resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
-        spec: the entries of the sampler process's spec that its loop reads.
+        spec: the entries of the collector process's spec that its loop reads.
         wants_step_locals: whether :attr:`last_turn` must hold each vector step's locals (set by
             the loop when an SB3 callback reads them).
         last_turn: what the last turn took and made, as callbacks get it: each vector step's
@@ -92,7 +92,7 @@ class AsyncFeed(abc.ABC):
             :attr:`wants_step_locals`), and the metrics (``global_step``, ``charts/updates``,
             ``charts/episodes``, the episodes' mean return and length, the learning rate, the
             mean ``losses/...`` of its updates); ``None`` after a turn that took nothing.
-        slots: the double buffer's two slots, once the sampler process has handed them over.
+        slots: the double buffer's two slots, once the collector process has handed them over.
         complete: the budget is done: the turn just made was the last.
         updates_done: updates made in this run.
         lag_sum: the summed policy lag of those updates.
@@ -107,14 +107,14 @@ class AsyncFeed(abc.ABC):
         model: Any,
         role: str,
         loop: Callable[[dict[str, Any]], None],
-        options: SamplerOptions,
+        options: CollectorOptions,
     ) -> None:
         self.agent = agent
         self.loop = loop
         self.fixed_lag = options.fixed_lag
-        self.sampler = SamplerHandle(options, role, model)
-        self.counters = self.sampler.counters
-        self.handover = self.sampler.handover
+        self.collector = CollectorHandle(options, role, model)
+        self.counters = self.collector.counters
+        self.channels = self.collector.channels
         self.horizon = 0
         self.resume_step: int | None = None
         self.spec: dict[str, Any] = {}
@@ -129,29 +129,29 @@ class AsyncFeed(abc.ABC):
         self.last_turn: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
 
     def start(self) -> None:
-        """Publish the first weights and start the sampler process."""
-        self.sampler.publish(self.agent.num_updates)
-        self.sampler.start(self.loop, self.spec)
+        """Publish the first weights and start the collector process."""
+        self.collector.publish(self.agent.num_updates)
+        self.collector.start(self.loop, self.spec)
 
     def wait_started(self, check: Callable[[], None]) -> None:
-        """Wait until the sampler process has handed the slots over."""
-        self.slots = self.sampler.wait_started(check)
+        """Wait until the collector process has handed the slots over."""
+        self.slots = self.collector.wait_started(check)
 
     def sync_weights(self, waits: Waits, pulls: int, due: bool) -> None:
-        """Publish the weights to the sampler process: with a fixed lag once it has pulled those
+        """Publish the weights to the collector process: with a fixed lag once it has pulled those
         of ``pulls`` items (and then announced), otherwise if ``due``."""
         if self.fixed_lag:
             while self.pulls_seen < pulls:
-                waits.acquire(self.handover.pulls)
+                waits.acquire(self.channels.pulls)
                 self.pulls_seen += 1
-            self.sampler.publish(self.agent.num_updates)
-            self.handover.publishes.release()
+            self.collector.publish(self.agent.num_updates)
+            self.channels.publishes.release()
         elif due:
-            self.sampler.publish(self.agent.num_updates)
+            self.collector.publish(self.agent.num_updates)
 
     def stop(self) -> None:
-        """Stop the sampler process and close the channels to it."""
-        self.sampler.stop()
+        """Stop the collector process and close the channels to it."""
+        self.collector.stop()
 
     @abc.abstractmethod
     def turn(self, waits: Waits, requested: bool) -> bool:
@@ -183,7 +183,7 @@ def _reduce(
 ) -> tuple[dict[str, float | None], bool]:
     """Reduce one meeting's metrics over the ranks (identity on one rank) and agree on a stop
     in the same collective."""
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     if distributed.world_size() == 1:
         return metrics, stop
@@ -212,21 +212,21 @@ def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
         The measured :class:`AsyncStats`.
 
     Raises:
-        SamplerError: the sampler process died or raised.
+        CollectorError: the collector process died or raised.
         TrainingInterrupted: SIGINT or SIGTERM arrived (a checkpoint was written first).
     """
-    from vecaccel.trainers.run.signals import SignalCheckpoint, TrainingInterrupted
     from vecaccel.trainers.runners.callbacks import Callbacks
     from vecaccel.trainers.runners.sync import announce_interrupt, open_run_logger
+    from vecaccel.trainers.services.signals import SignalCheckpoint, TrainingInterrupted
 
     callbacks = Callbacks(callback)
     sb3, plain = callbacks.sb3 is not None, bool(callbacks.plain)
     feed.wants_step_locals = sb3
     world = agent.world_size
-    # before the sampler process starts: an error here (a run directory that cannot be made)
+    # before the collector process starts: an error here (a run directory that cannot be made)
     # must not leave it running outside the try/finally that stops it
     logger = open_run_logger(agent, feed.horizon, feed.resume_step)
-    sampler = feed.sampler
+    collector = feed.collector
     start_step = int(agent.global_step)
     feed.start()
     guard = SignalCheckpoint()
@@ -235,7 +235,7 @@ def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
     every_rank_here = False  # the run ended or stopped on every rank, not in an error
 
     def check() -> None:
-        sampler.check()
+        collector.check()
         if world == 1 and guard.requested:
             raise TrainingInterrupted(guard.signal_name, agent.global_step)
 
@@ -243,7 +243,7 @@ def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
     try:
         with guard:
             feed.wait_started(check)
-            start = time.perf_counter()  # rates are timed from when the sampler process runs
+            start = time.perf_counter()  # rates are timed from when the collector process runs
             callbacks.training_start(agent, feed.horizon)
             go_on = True
             while not feed.complete and go_on:
@@ -271,7 +271,7 @@ def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
                 if stop and not feed.complete:
                     raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
             callbacks.training_end()
-        end = time.perf_counter()  # the run's rates exclude stopping the sampler process
+        end = time.perf_counter()  # the run's rates exclude stopping the collector process
         every_rank_here = True
     except TrainingInterrupted:
         every_rank_here = True  # the ranks agreed on the stop
@@ -295,7 +295,7 @@ def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
         sampling_rate=env_steps / seconds,
         update_rate=updates / seconds,
         optimizer_wait_fraction=waits.seconds / seconds,
-        sampler_wait_fraction=sampler.counters.sampler_wait / seconds,
+        sampler_wait_fraction=collector.counters.sampler_wait / seconds,
         mean_policy_lag=feed.lag_sum / updates if updates else 0.0,
         replay_ratio_setting=feed.replay_ratio_setting,
     )

@@ -3,17 +3,17 @@
 Two processes run at the same time: the **sampler** (a child process) steps the envs with the
 latest weights it has and hands the experience over through a double buffer, while the
 **optimiser** (the calling process) trains on it and publishes its weights. What they share is a
-:class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`. One loop
+:class:`~vecaccel.trainers.runners.asynchronous.shared.CollectorChannels`. One loop
 (:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm, fed by the
 :class:`~vecaccel.trainers.runners.asynchronous.loop.AsyncFeed` the algorithm hands it
 (``agent.async_feed``): whole rollouts, or chunks of steps for a replay buffer.
 
 **Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, with envs seeded
 by rank and its own replay buffer or double buffer. The optimisers are data-parallel
-(:mod:`~vecaccel.trainers.run.distributed`), so every update is a collective and the ranks update
+(:mod:`~vecaccel.trainers.services.distributed`), so every update is a collective and the ranks update
 in lockstep. They meet for their metrics and to agree on a stop (SIGINT/SIGTERM) at points fixed
-by the update count; rank 0 logs and writes the checkpoints. A sampler process that dies ends its
-rank with a :class:`SamplerError`; the other ranks then fail at their next collective, which has a
+by the update count; rank 0 logs and writes the checkpoints. A collector process that dies ends its
+rank with a :class:`CollectorError`; the other ranks then fail at their next collective, which has a
 timeout, and ``torchrun`` stops the job. A sampler exits when its optimiser's process goes away.
 
 Example:
@@ -33,22 +33,22 @@ from typing import Any
 
 from vecaccel.trainers.runners.asynchronous.loop import AsyncStats, run_async
 from vecaccel.trainers.runners.asynchronous.process import (
-    SamplerError,
-    SamplerOptions,
-    leave_cores_to_sampler,
+    CollectorError,
+    CollectorOptions,
+    leave_cores_to_collector,
 )
 
-__all__ = ["AsyncRunner", "AsyncStats", "SamplerError"]
+__all__ = ["AsyncRunner", "AsyncStats", "CollectorError"]
 
 
 class AsyncRunner:
-    """Trains an algorithm with a sampler process beside it: the twin of
+    """Trains an algorithm with a collector process beside it: the twin of
     :class:`~vecaccel.trainers.runners.sync.SyncRunner`, for every algorithm.
 
-    The sampler process builds its own envs from the agent's env id (``config.env_id``): an
+    The collector process builds its own envs from the agent's env id (``config.env_id``): an
     agent made with ``env=None`` and ``env_id=...`` builds none in this process (an off-policy
     one gets its networks here, from one env of that id). An agent that has envs of its own
-    keeps them, unused by this runner. What the sampler process hands over and how the
+    keeps them, unused by this runner. What the collector process hands over and how the
     updates are made of it is the algorithm's feed (``agent.async_feed``).
 
     Args:
@@ -85,8 +85,8 @@ class AsyncRunner:
         fixed_lag: bool = False,
         context: str = "spawn",
         poll_interval: float = 0.0005,
-        sampler_threads: int = 1,
-        sampler_affinity: set[int] | None = None,
+        collector_threads: int = 1,
+        collector_affinity: set[int] | None = None,
     ) -> Any:
         """Train ``total_timesteps`` more env steps, over all ranks (``None``: finish a loaded
         run's budget); the measured :class:`AsyncStats` are then in :attr:`stats`.
@@ -104,17 +104,17 @@ class AsyncRunner:
                 see :mod:`vecaccel.trainers.runners.callbacks`.
             reset_num_timesteps: count env steps and updates (and so the schedules and
                 ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
-            weight_sync_period: updates between weight copies to the sampler process
+            weight_sync_period: updates between weight copies to the collector process
                 (``None``: 1); the DQN family's optimiser publishes at the end of a chunk once
                 that many updates were made since the last copy. Checkpoints record it.
             fixed_lag: a fixed policy lag, so that a seeded run repeats exactly: batch ``n`` is
                 collected with the weights of update ``n - 1`` (needs ``weight_sync_period=1``),
                 chunk ``n`` with those published after chunk ``n - 2``'s updates.
-            context: multiprocessing start method of the sampler process.
-            poll_interval: seconds between checks that the sampler process lives while this
+            context: multiprocessing start method of the collector process.
+            poll_interval: seconds between checks that the collector process lives while this
                 process waits for it to start.
-            sampler_threads: torch threads of the sampler process.
-            sampler_affinity: CPUs to pin the sampler process to (``None``: this process's).
+            collector_threads: torch threads of the collector process.
+            collector_affinity: CPUs to pin the collector process to (``None``: this process's).
 
         Returns:
             The agent.
@@ -122,7 +122,7 @@ class AsyncRunner:
         Raises:
             ValueError: the options do not fit (a fixed lag with another weight-sync period),
                 or the agent names no env id for the sampler to build.
-            SamplerError: the sampler process died or raised.
+            CollectorError: the collector process died or raised.
             TrainingInterrupted: SIGINT or SIGTERM arrived (after the checkpoint was written).
         """
         agent = self.agent
@@ -131,10 +131,10 @@ class AsyncRunner:
         if weight_sync_period < 1:
             raise ValueError(f"weight_sync_period must be at least 1, got {weight_sync_period}")
         _env_id(agent)
-        options = SamplerOptions(
-            context, poll_interval, sampler_threads, sampler_affinity, bool(fixed_lag)
+        options = CollectorOptions(
+            context, poll_interval, collector_threads, collector_affinity, bool(fixed_lag)
         )
-        leave_cores_to_sampler(agent.config, sampler_threads)
+        leave_cores_to_collector(agent.config, collector_threads)
         feed = agent.async_feed(
             total_timesteps,
             reset_num_timesteps=reset_num_timesteps,
@@ -149,7 +149,7 @@ def _env_id(agent: Any) -> str:
     env_id = agent.config.env_id
     if env_id is None:
         raise ValueError(
-            f"AsyncRunner builds the envs in the sampler process from an env id: create the "
+            f"AsyncRunner builds the envs in the collector process from an env id: create the "
             f"{type(agent).__name__} with env_id=... (its env has no id)"
         )
     return env_id

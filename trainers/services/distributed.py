@@ -98,7 +98,7 @@ def rank_seed(seed: int) -> int:
     """
     if rank() == 0:
         return int(seed)
-    from vecaccel.trainers.run.seeding import split_seed
+    from vecaccel.trainers.services.seeding import split_seed
 
     return split_seed(seed, 0x5EED, rank())
 
