@@ -3,18 +3,19 @@
 An algorithm holds its config, its networks and optimizer, its loss and ``update``, and its
 state for checkpoints; it has no loop over env steps. A runner (:class:`SyncRunner
 <vecaccel.trainers.runners.sync.SyncRunner>`, or the asynchronous one) owns the loop and calls the
-public methods documented here. The two families stand on two bases built alike, and a runner
-tells them apart by class: :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C,
-PPO) updates from rollout batches its sampler collects,
-:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm` (DQN, C51, Rainbow) from replay
-samples of the transitions its collector stores.
+public methods documented here, the same for every algorithm: a runner knows no family. Each
+family's base implements that interface (``begin_run``, ``async_feed``, the checkpoint section):
+:class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C, PPO) updates from rollout
+batches its sampler collects, :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`
+(DQN, C51, Rainbow) from replay samples of the transitions its env stepper stores.
 
 The public API is declared here once, in SB3's shape, for all five algorithms: the constructor
 ``Algo(env, *, preset="auto", **config)``, :meth:`Algorithm.learn`, :meth:`Algorithm.predict`,
 :meth:`Algorithm.save` and :meth:`Algorithm.load`; a family supplies the parts behind them
 (``_build``, ``act_for_predict``). So are the gradient step every update takes,
-:meth:`Algorithm.backward_step`, and the checkpoint, one format with a section per family
-(:mod:`vecaccel.trainers.checkpoints.writer`).
+:meth:`Algorithm.backward_step`, and the checkpoint, one format whose header
+:mod:`vecaccel.trainers.checkpoints.writer` writes, with the family's section
+(:meth:`Algorithm.checkpoint_section`, :meth:`Algorithm.from_checkpoint`).
 
 Example:
     >>> from vecaccel.trainers import PPO, DQN

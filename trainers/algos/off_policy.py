@@ -9,15 +9,17 @@
 - the replay buffer (n-step targets are computed at sample time, prioritized replay optional);
 - the online and target networks, the optimizer and the target update;
 - **one** acting policy, :class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy` (on the
-  expected return for distributional heads), and the collector that steps the envs with it;
-- its checkpoint section (networks, optimizer, exploration, the replay buffer when asked), written
-  and read in :mod:`vecaccel.trainers.checkpoints`.
+  expected return for distributional heads), and the env stepper that steps the envs with it;
+- its checkpoint section (networks, optimizer, exploration, the replay buffer when asked), which
+  it writes and reads.
 
 A subclass holds its config, its network, its loss and ``update``. The loop is a runner's
 (:class:`~vecaccel.trainers.runners.sync.SyncRunner` or
-:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`); the sync runner
-collects through :meth:`OffPolicyAlgorithm.collect`, the asynchronous runner's sampler
-process through a :class:`~vecaccel.trainers.algos.exploration.EnvStepper` of its own.
+:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`), driving the family's
+:class:`~vecaccel.trainers.algos.off_policy_loop.OffPolicyLoop` (which collects through
+:meth:`OffPolicyAlgorithm.collect`) or its
+:class:`~vecaccel.trainers.algos.off_policy_feed.ReplayFeed` (whose collector process steps a
+:class:`~vecaccel.trainers.algos.exploration.EnvStepper` of its own).
 
 Example:
     >>> from vecaccel.trainers import DQN

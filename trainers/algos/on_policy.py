@@ -1,10 +1,11 @@
 """The on-policy side of A2C and PPO: their shared config, model, optimizer step and state.
 
 :class:`OnPolicyAlgorithm` holds an actor-critic model and its optimizer, builds the sampler that
-collects ``[T, B]`` rollout batches, and predicts; its checkpoint section (model, optimizer,
-schedule) is written and read in :mod:`vecaccel.trainers.checkpoints`. The loop that collects a batch,
-anneals the learning rate, updates, logs and checkpoints is the runner's
-(:class:`~vecaccel.trainers.runners.sync.SyncRunner`); ``learn`` hands the agent to it.
+collects ``[T, B]`` rollout batches, and predicts; it writes and reads its checkpoint section
+(model, optimizer, schedule). What one iteration is (collect a batch, anneal the learning rate,
+update) is its :class:`~vecaccel.trainers.algos.on_policy_loop.OnPolicyLoop` and, asynchronously,
+its :class:`~vecaccel.trainers.algos.on_policy_feed.RolloutFeed`; the loop around them (logging,
+checkpoints, signals) is the runner's (:class:`~vecaccel.trainers.runners.sync.SyncRunner`).
 
 Resume. Env state cannot be saved across processes, so a resumable run makes its own deterministic
 restart points: at every checkpoint (``checkpoint_every`` updates) the runner resets every env with
@@ -41,7 +42,7 @@ from vecaccel.trainers.checkpoints.reader import (
 from vecaccel.trainers.checkpoints.space_serialization import space_from_dict
 from vecaccel.trainers.config.settings import (
     RunConfig,
-    check_on_policy_config,
+    check_rollout_config,
     lr_scale,
     resolve_device,
 )
@@ -114,7 +115,7 @@ class OnPolicyConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_on_policy_config(self)
+        check_rollout_config(self)
 
 
 class OnPolicyAlgorithm(Algorithm):

@@ -27,7 +27,7 @@ __all__ = [
     "NETWORKS",
     "RunConfig",
     "check_dqn_config",
-    "check_on_policy_config",
+    "check_rollout_config",
     "config_from_dict",
     "config_help",
     "lr_scale",
@@ -181,7 +181,7 @@ def lr_scale(batch_size: int, base_batch_size: int, mode: str = "none") -> float
     return 1.0
 
 
-def check_on_policy_config(cfg: Any) -> None:
+def check_rollout_config(cfg: Any) -> None:
     """Raise ``ValueError`` naming the field for an A2C/PPO config that cannot train (the
     shared fields are checked by :class:`RunConfig`)."""
     positive = ["num_steps", "base_batch_size"]
