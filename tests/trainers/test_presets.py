@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 
 import pytest
 from helpers import run_main, serial_cartpole
@@ -14,7 +13,6 @@ pytest.importorskip("torch")
 
 from vecaccel.trainers import A2C, C51, DQN, PPO, DQNConfig, Rainbow
 from vecaccel.trainers.checkpoints.format import load_checkpoint
-from vecaccel.trainers.checkpoints.reader import read_checkpoint
 from vecaccel.trainers.config.presets import (
     ATARI,
     ENV_PRESETS,
@@ -23,7 +21,6 @@ from vecaccel.trainers.config.presets import (
     suited_env_ids,
 )
 
-FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints" / "version2"
 CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
 QUIET = ["--backend", "serial", "--no-progress", "--no-tensorboard"]
 
@@ -164,24 +161,6 @@ def test_a_checkpoint_records_the_preset_and_a_loaded_run_keeps_its_settings(tmp
     assert load_checkpoint(path)["config"]["preset"] == "cartpole"
     loaded = PPO.load(path)
     assert loaded.config == agent.config
-
-
-@pytest.mark.parametrize("algo", sorted(CLASSES))
-def test_a_checkpoint_from_before_presets_were_recorded_loads_its_own_settings(algo) -> None:
-    def plain(values: dict) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-
-    # as the reader gives them: the earlier spellings of a setting or a value in current form
-    saved = plain(read_checkpoint(FIXTURES / algo / "checkpoint.pt")["config"])
-    assert "preset" not in saved
-    agent = CLASSES[algo].load(FIXTURES / algo / "checkpoint.pt", device="cpu")
-    try:
-        cfg = plain(vars(agent.config))
-        assert cfg["preset"] is None
-        kept = set(saved) & set(cfg) - {"device", "run_dir"}
-        assert {k: cfg[k] for k in kept} == {k: saved[k] for k in kept}
-    finally:
-        agent.close()
 
 
 # -- the command line -------------------------------------------------------------------------

@@ -108,7 +108,7 @@ def test_dqn_family_refuses_batched_sources_with_the_reason(capsys):
             DQN(None, env_id="CartPole-v1", **setting)
     code = train("dqn", "--env", "CartPole-v1", "--vectorized", "--total-timesteps", "64")
     assert code == 2
-    assert "replay buffer stores SameStep transitions" in capsys.readouterr().err
+    assert "hands its steps over as SameStep transitions" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
