@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/vecaccel train ppo --preset cartpole --env CartPole-v1 --backend shm --num-envs 8 --total-steps 100000 --seed 1
+	$(BIN)/vecaccel train ppo --preset cartpole --env CartPole-v1 --backend shm --num-envs 8 --total-timesteps 100000 --seed 1
 
 # how the tests are spread over the workers: tests/conftest.py, pytest_xdist_make_scheduler
 test: $(STAMP)

@@ -28,10 +28,10 @@ def mean_step_reward(env_id: str, num_envs: int, steps: int, backend: str = "shm
     return total / steps
 
 
-def train_briefly(env_id: str, total_steps: int) -> PPO:
-    """A PPO agent trained for ``total_steps`` env steps on the serial backend."""
+def train_briefly(env_id: str, total_timesteps: int) -> PPO:
+    """A PPO agent trained for ``total_timesteps`` env steps on the serial backend."""
     agent = PPO(env_id, backend="serial", num_envs=2, num_steps=16)
-    agent.learn(total_steps)
+    agent.learn(total_timesteps)
     return agent
 
 

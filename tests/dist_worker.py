@@ -1,6 +1,6 @@
 """One rank of the distributed tests, launched by ``torchrun`` from ``test_distributed.py``.
 
-Trains a tiny agent (``dqn-async``/``ppo-async``: asynchronously, a sampler process per rank), then
+Trains a tiny agent (``dqn-async``/``ppo-async``: asynchronously, a collector process per rank), then
 gathers every rank's parameter checksum and step counts and writes them (rank 0) as JSON to
 ``--out``. With ``--hold`` it writes ``RUN_DIR/pid-RANK`` after the first update (``dqn-async``:
 after a few, with the sampler's pid in ``RUN_DIR/sampler-pid-RANK``) and keeps training until
@@ -28,7 +28,7 @@ ALGOS = ("ppo", "dqn", "dqn-async", "ppo-async")
 
 
 def _watch_sampler(sampler_pid_file: Path, pid_file: Path, agent: Any) -> None:
-    """Once the async sampler process runs and a few updates are done, write its pid and ours."""
+    """Once the async collector process runs and a few updates are done, write its pid and ours."""
     import multiprocessing
     import threading
     import time
@@ -47,11 +47,11 @@ def _watch_sampler(sampler_pid_file: Path, pid_file: Path, agent: Any) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -> dict | None:
+def train(algo: str, total_timesteps: int, fixed_lag: bool, hold: bool, out: Path) -> dict | None:
     """Train one agent on every rank; rank 0 returns what the test checks (others ``None``)."""
     import torch.distributed as dist
 
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     rank = int(os.environ["RANK"])
     pid_file = out.parent / f"pid-{rank}"
@@ -76,7 +76,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
             **common,
         )
         model = agent.model
-        agent.learn(total_steps, callback=lambda a, m: mark())
+        agent.learn(total_timesteps, callback=lambda a, m: mark())
         local_steps = agent.num_updates * agent.local_batch_size
         local_batch = agent.local_batch_size
     elif algo == "dqn-async":
@@ -102,7 +102,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
         model = agent.q_network
         if hold:
             _watch_sampler(out.parent / f"sampler-pid-{rank}", pid_file, agent)
-        runner.run(total_steps, fixed_lag=fixed_lag)
+        runner.run(total_timesteps, fixed_lag=fixed_lag)
         stats = runner.stats
         local_steps = agent.global_step // agent.world_size
         local_batch = agent.config.batch_size
@@ -124,7 +124,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
             update_epochs=2, **common,
         )  # fmt: skip
         model = agent.model
-        AsyncRunner(agent).run(total_steps)
+        AsyncRunner(agent).run(total_timesteps)
         local_steps = agent.num_updates * agent.local_batch_size
         local_batch = agent.local_batch_size
     else:
@@ -143,7 +143,7 @@ def train(algo: str, total_steps: int, fixed_lag: bool, hold: bool, out: Path) -
             **common,
         )
         model = agent.q_network
-        agent.learn(total_steps, callback=lambda a: mark())
+        agent.learn(total_timesteps, callback=lambda a: mark())
         local_steps = agent.global_step // agent.world_size
         local_batch = agent.config.batch_size
     # in --hold mode the budget is huge: a killed peer must end this rank with an error
@@ -178,7 +178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--algo", default="ppo", choices=ALGOS)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--total-steps", type=int, default=128)
+    parser.add_argument("--total-timesteps", type=int, default=128)
     parser.add_argument("--hold", action="store_true")
     parser.add_argument(
         "--fixed-lag", action="store_true", help="dqn-async: AsyncRunner.run's option"
@@ -187,11 +187,11 @@ def main() -> None:
         "--train",
         action="append",
         metavar="ALGO:STEPS[:fixed-lag]",
-        help="train these one after another instead (--algo, --total-steps, --fixed-lag unused)",
+        help="train these one after another instead (--algo, --total-timesteps, --fixed-lag unused)",
     )
     args = parser.parse_args()
 
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     if args.train:
         results = {}
@@ -203,7 +203,7 @@ def main() -> None:
         if int(os.environ["RANK"]) == 0:
             args.out.write_text(json.dumps(results))
     else:
-        result = train(args.algo, args.total_steps, args.fixed_lag, args.hold, args.out)
+        result = train(args.algo, args.total_timesteps, args.fixed_lag, args.hold, args.out)
         if result is not None:
             args.out.write_text(json.dumps(result))
     # DistributedDataParallel must go before its process group does, or exit may abort

@@ -10,7 +10,7 @@ Everything here imports torch, lazily: ``import vecaccel.trainers`` alone stays 
 Example:
     >>> from vecaccel.trainers import PPO
     >>> agent = PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=4)
-    >>> _ = agent.learn(total_steps=8)
+    >>> _ = agent.learn(total_timesteps=8)
     >>> agent.close()
 """
 

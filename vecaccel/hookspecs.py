@@ -6,7 +6,8 @@ keyword arguments, so new arguments can be added to a spec without breaking exis
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import MutableMapping
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -89,6 +90,38 @@ def vecaccel_add_commands(commands: Commands, subparsers: Commands) -> None:
             sub-parser collection: its ``add_parser(name, **kwargs)`` works as argparse's does (the handler then set with
             ``parser.set_defaults(handler=...)``). Naming it warns with a
             ``DeprecationWarning`` when the plugin is registered.
+
+    Returns:
+        Nothing; every plugin's implementation is called (not ``firstresult``).
+    """
+
+
+@hookspec
+def vecaccel_register_algorithms(registry: MutableMapping[str, Any]) -> None:
+    """Register training algorithms: ``vecaccel train NAME``, ``vecaccel eval`` and the loading
+    of a checkpoint find them by name.
+
+    Called whenever the trainers' algorithm registry is read (the ``train`` and ``eval``
+    commands being built or run, ``vecaccel.trainers.config.registry.get``), so that a plugin
+    registered at run time is seen at once: keep it cheap and free of side effects, and import
+    no torch (an algorithm names its class by module path, imported when it is used). Each
+    plugin's implementation is called in turn, in registration order (the built-in algorithms
+    first, from ``vecaccel.trainers.cli.commands``).
+
+    Example of a plugin's implementation::
+
+        @vecaccel.hookimpl
+        def vecaccel_register_algorithms(registry):
+            from vecaccel.trainers.config.registry import AlgorithmInfo
+
+            registry["reinforce"] = AlgorithmInfo(
+                "reinforce", "my_package.reinforce:Reinforce",
+                "my_package.reinforce:ReinforceConfig", "REINFORCE with a learned baseline",
+            )
+
+    Args:
+        registry: algorithm name -> ``vecaccel.trainers.config.registry.AlgorithmInfo``. A name
+            set twice, or an info whose ``name`` is not its key, is a ``ValueError``.
 
     Returns:
         Nothing; every plugin's implementation is called (not ``firstresult``).

@@ -393,7 +393,7 @@ def part_ppo(
         return seconds < args.ppo_seconds
 
     try:
-        agent.learn(total_steps=args.ppo_anneal_steps, callback=record)
+        agent.learn(total_timesteps=args.ppo_anneal_steps, callback=record)
     except KeyboardInterrupt:  # SIGTERM or Ctrl-C: the curve so far is kept, then re-raised
         progress(result)
         raise

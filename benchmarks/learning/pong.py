@@ -27,7 +27,7 @@ Three subcommands:
 
 Usage::
 
-    python benchmarks/learning/pong.py run --run-dir runs/pong-ppo --total-steps 3000000
+    python benchmarks/learning/pong.py run --run-dir runs/pong-ppo --total-timesteps 3000000
     python benchmarks/learning/pong.py plot runs/pong-ppo=bf16 --out benchmarks/results/pong_learning
     python benchmarks/learning/pong.py drift --updates 8 --out benchmarks/results/pong_learning_drift
 """
@@ -61,7 +61,7 @@ def run_command(args: argparse.Namespace) -> list[str]:
         "--num-envs", str(args.num_envs), "--num-steps", "128",
         "--num-minibatches", str(args.num_envs * 128 // 256), "--update-epochs", "4",
         "--bf16", args.bf16, "--channels-last" if args.channels_last else "--no-channels-last",
-        "--total-steps", str(args.total_steps), "--seed", str(args.seed), "--no-progress",
+        "--total-timesteps", str(args.total_timesteps), "--seed", str(args.seed), "--no-progress",
         "--run-dir", args.run_dir,
     ]  # fmt: skip
     return command
@@ -356,7 +356,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
     run = sub.add_parser("run", help="start the learning run")
     run.add_argument("--run-dir", default="runs/pong-ppo")
-    run.add_argument("--total-steps", type=int, default=3_000_000)
+    run.add_argument("--total-timesteps", type=int, default=3_000_000)
     run.add_argument("--num-envs", type=int, default=16)
     run.add_argument("--bf16", default="on", choices=("on", "off", "auto"))
     run.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=True)

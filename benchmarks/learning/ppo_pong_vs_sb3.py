@@ -63,7 +63,7 @@ CONFIGS = (*SB3_CONFIGS, *VECACCEL_CONFIGS)
 
 def torch_threads(requested: int, num_envs: int) -> int:
     """The thread count both libraries get: ``requested``, or vecaccel's automatic rule."""
-    from vecaccel.trainers.run.seeding import configure_torch_threads
+    from vecaccel.trainers.services.seeding import configure_torch_threads
 
     return configure_torch_threads(requested, "shm", num_envs)
 
@@ -190,7 +190,7 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from vecaccel.trainers import PPO
     from vecaccel.trainers.algos.ppo import PRESETS
-    from vecaccel.trainers.run.logger import RunLogger
+    from vecaccel.trainers.services.logger import RunLogger
 
     settings = dict(VECACCEL_CONFIGS[name])
     async_mode = settings.pop("async", False)
@@ -230,7 +230,7 @@ def measure_vecaccel(name: str, args: argparse.Namespace) -> dict[str, Any]:
     else:
         agent = PPO(ENV_ID, progress=False, tensorboard=False, **config)
         try:
-            agent.learn(total_steps=updates * batch)
+            agent.learn(total_timesteps=updates * batch)
         finally:
             agent.close()
     first = next(s for s in stamps if s[0] >= args.warmup_updates * batch)

@@ -28,7 +28,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--total-steps", type=int, default=100_000)
+    parser.add_argument("--total-timesteps", type=int, default=100_000)
     parser.add_argument("--kill-every", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             state["steps"].append(agent.global_step)
 
     start = time.perf_counter()
-    agent.learn(args.total_steps, callback=kill_a_worker)
+    agent.learn(args.total_timesteps, callback=kill_a_worker)
     elapsed = time.perf_counter() - start
     failures = envs.failures
     envs.close()
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.kill_every} steps"
     )
     print(
-        f"steps {args.total_steps}, workers killed {state['kills']}, failures recovered "
+        f"steps {args.total_timesteps}, workers killed {state['kills']}, failures recovered "
         f"{failures}, final mean return {final:.1f}, first >= 475 at step {solved_at}, "
         f"{elapsed:.1f} s"
     )
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 "solved_at_step": solved_at,
                 "seconds": elapsed,
             },
-            total_steps=args.total_steps,
+            total_steps=args.total_timesteps,
             kill_every=args.kill_every,
             seed=args.seed,
         )

@@ -1,9 +1,9 @@
 """Async DQN on CartPole: does sampling overlap optimisation? One core each.
 
 Four measurements, each with one torch thread per process, the optimiser pinned to one CPU and
-the sampler process to another (when the machine has two):
+the collector process to another (when the machine has two):
 
-1. **standalone sampling**: the async sampler process alone (acting with the Q-network, stepping
+1. **standalone sampling**: the async collector process alone (acting with the Q-network, stepping
    ``num_envs`` serial envs, handing chunks of steps over to the optimiser, which adds them to
    its replay buffer), no updates due;
 2. **standalone updates**: ``update`` in a loop on a filled buffer, nothing else running;
@@ -67,10 +67,10 @@ def _agent(args: argparse.Namespace, **overrides: Any) -> DQN:
     return agent
 
 
-def _run_async(agent: DQN, total_steps: int, **options: Any) -> AsyncStats:
-    """``AsyncRunner(agent).run(total_steps, **options)``; the stats it measured."""
+def _run_async(agent: DQN, total_timesteps: int, **options: Any) -> AsyncStats:
+    """``AsyncRunner(agent).run(total_timesteps, **options)``; the stats it measured."""
     runner = AsyncRunner(agent)
-    runner.run(total_steps, **options)
+    runner.run(total_timesteps, **options)
     assert runner.stats is not None
     return runner.stats
 
@@ -151,7 +151,7 @@ def corun_rates(args: argparse.Namespace, sampler_cpu: int) -> tuple[float, floa
         result["stats"] = _run_async(
             sampler_agent,
             args.sample_steps,
-            sampler_affinity={sampler_cpu},
+            collector_affinity={sampler_cpu},
             poll_interval=0.005,
         )
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1. the sampler alone: no update ever falls due
     agent = _agent(args, learning_starts=10**9)
-    alone = _run_async(agent, args.sample_steps, sampler_affinity={sampler_cpu})
+    alone = _run_async(agent, args.sample_steps, collector_affinity={sampler_cpu})
     sampling_rate = alone.sampling_rate
     print(f"standalone sampling: {sampling_rate:.0f} env steps/s", file=sys.stderr)
 
@@ -214,9 +214,13 @@ def main(argv: list[str] | None = None) -> int:
         replay_ratio=ratio,
         learning_starts=1_000,
         async_max_lead=args.max_lead,
-        async_weight_sync_period=args.weight_sync_period,
     )
-    both = _run_async(agent, args.async_steps, sampler_affinity={sampler_cpu})
+    both = _run_async(
+        agent,
+        args.async_steps,
+        collector_affinity={sampler_cpu},
+        weight_sync_period=args.weight_sync_period,
+    )
     returns = [r for _, r, _ in agent.episode_log]
     settings = {
         "num_envs": args.num_envs,

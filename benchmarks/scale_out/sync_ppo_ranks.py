@@ -11,7 +11,7 @@ logged return first reaches 475.
 
 Run (a few minutes on 2 CPU cores)::
 
-    python benchmarks/scale_out/sync_ppo_ranks.py --total-steps 100000
+    python benchmarks/scale_out/sync_ppo_ranks.py --total-timesteps 100000
 
 Results go to ``benchmarks/results/sync_ppo_ranks.{json,png}`` with the command line.
 """
@@ -34,11 +34,11 @@ from vecaccel.bench import RunRecord, command_line
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
-def run_arm(ranks: int, total_steps: int, seed: int, run_dir: Path) -> dict[str, Any]:
+def run_arm(ranks: int, total_timesteps: int, seed: int, run_dir: Path) -> dict[str, Any]:
     """Train one arm; return its wall-clock and its metrics rows."""
     train = [
         "train", "ppo", "--preset", "cartpole", "--env", "CartPole-v1", "--backend", "serial",
-        "--num-envs", str(8 // ranks), "--total-steps", str(total_steps), "--seed", str(seed),
+        "--num-envs", str(8 // ranks), "--total-timesteps", str(total_timesteps), "--seed", str(seed),
         "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard", "--torch-threads", "1",
         "--checkpoint-every", "0",
     ]  # fmt: skip
@@ -77,18 +77,20 @@ def run_arm(ranks: int, total_steps: int, seed: int, run_dir: Path) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--total-steps", type=int, default=100_000)
+    parser.add_argument("--total-timesteps", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work-dir", type=Path, default=Path("runs/sync_ppo_ranks"))
     parser.add_argument("--out", type=Path, default=RESULTS / "sync_ppo_ranks.json")
     args = parser.parse_args(argv)
     run_record = RunRecord(command_line(argv, __file__))
     arms = [
-        run_arm(ranks, args.total_steps, args.seed, args.work_dir / f"ranks{ranks}")
+        run_arm(ranks, args.total_timesteps, args.seed, args.work_dir / f"ranks{ranks}")
         for ranks in (1, 2)
     ]
     summary = {"throughput_ratio_2_over_1": round(arms[1]["SPS_total"] / arms[0]["SPS_total"], 3)}
-    run_record.write(args.out, arms, summary=summary, total_steps=args.total_steps, seed=args.seed)
+    run_record.write(
+        args.out, arms, summary=summary, total_steps=args.total_timesteps, seed=args.seed
+    )
     try:
         import matplotlib
 

@@ -337,7 +337,7 @@ def test_ppo_and_dqn_train_over_ray(cluster):
         tensorboard=False,
     )
     try:
-        agent.learn(total_steps=64)
+        agent.learn(total_timesteps=64)
     finally:
         agent.close()
     assert agent.global_step == 64
@@ -384,11 +384,11 @@ def test_train_command_passes_backend_options_to_ray(cluster, tmp_path, capsys, 
     argv = ["train", "ppo", "--env", "CartPole-v1", "--backend", "ray", "--num-envs", "4"]
     argv += ["--num-steps", "8", "--num-workers", "1", "--backend-option", "num_shards=2"]
     argv += ["--no-progress", "--torch-threads", "1", "--no-tensorboard"]
-    assert run_main([*argv, "--total-steps", "32", "--run-dir", str(run_dir)]) == 0
+    assert run_main([*argv, "--total-timesteps", "32", "--run-dir", str(run_dir)]) == 0
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["config"]["backend_options"] == {"num_shards": 2}
     assert state["global_step"] == 32
     capsys.readouterr()
-    bad = [*argv, "--backend-option", "num_shard=2", "--total-steps", "8"]
+    bad = [*argv, "--backend-option", "num_shard=2", "--total-timesteps", "8"]
     assert run_main([*bad, "--run-dir", str(tmp_path / "bad")]) == 2
     assert "did you mean 'num_shards'?" in capsys.readouterr().err

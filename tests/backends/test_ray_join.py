@@ -178,7 +178,7 @@ def test_train_joins_the_token_cluster_with_backend_option_address(token_head, t
     argv = [sys.executable, "-m", "vecaccel.cli", "train", "ppo", "--env", "CartPole-v1"]
     argv += ["--backend", "ray", "--num-envs", "4", "--num-steps", "8", "--num-workers", "1"]
     argv += ["--backend-option", f"address={address}", "--backend-option", "num_shards=2"]
-    argv += ["--no-progress", "--torch-threads", "1", "--no-tensorboard", "--total-steps", "32"]
+    argv += ["--no-progress", "--torch-threads", "1", "--no-tensorboard", "--total-timesteps", "32"]
     done = subprocess.run(
         [*argv, "--run-dir", str(run_dir)],
         env=client_env(head_home),

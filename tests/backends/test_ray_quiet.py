@@ -171,7 +171,7 @@ def _train_argv(run_dir: Path, *extra: str) -> list[str]:
     argv = [sys.executable, "-m", "vecaccel.cli", "train", "ppo", "--env", "CartPole-v1"]
     argv += ["--backend", "ray", "--num-envs", "4", "--num-steps", "8", "--num-workers", "1"]
     argv += ["--backend-option", "num_shards=2", "--no-progress", "--torch-threads", "1"]
-    argv += ["--no-tensorboard", "--total-steps", "100000000", "--run-dir", str(run_dir)]
+    argv += ["--no-tensorboard", "--total-timesteps", "100000000", "--run-dir", str(run_dir)]
     return [*argv, *extra]
 
 

@@ -93,7 +93,7 @@ def test_every_command_comes_through_the_hook_built_ins_first() -> None:
         (["bench", "--num_envs=4"], "--num-envs"),
         (["tune", "CartPole-v1", "--Seconds", "1"], "--seconds"),
         (["train", "ppo", "--num_envs", "4"], "--num-envs"),
-        (["train", "ppo", "--total-step", "64"], "--total-steps"),
+        (["train", "ppo", "--total-step", "64"], "--total-timesteps"),
         (["train", "ppo", "--learning_rate", "0.1"], "--learning-rate"),  # a config flag
         (["train", "dqn", "--buffer-siz", "100"], "--buffer-size"),
     ],

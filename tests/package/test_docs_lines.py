@@ -45,14 +45,33 @@ def test_vecaccel_lines_found():
     assert len(VECACCEL_LINES) >= 10, "the docs' vecaccel command lines were not found"
 
 
+@contextlib.contextmanager
+def _example_algorithm_registered():
+    """The example plugin's ``reinforce`` registered, as installing the package would."""
+    import vecaccel
+
+    sys.path.insert(0, str(ROOT / "examples" / "vecaccel-example-algorithm"))
+    try:
+        import vecaccel_example_algorithm
+    finally:
+        sys.path.pop(0)
+    manager = vecaccel.get_plugin_manager()
+    manager.register(vecaccel_example_algorithm, name="reinforce")
+    try:
+        yield
+    finally:
+        manager.unregister(vecaccel_example_algorithm)
+
+
 @pytest.mark.parametrize("argv", VECACCEL_LINES)
 def test_vecaccel_command_line_parses(argv):
     from vecaccel.cli import build_parser
 
     err = io.StringIO()
     args, refused = None, None
+    plugin = _example_algorithm_registered() if "reinforce" in argv else contextlib.nullcontext()
     try:
-        with contextlib.redirect_stderr(err):
+        with plugin, contextlib.redirect_stderr(err):
             args = build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse's usage error
         refused = exc.code

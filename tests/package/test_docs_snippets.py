@@ -293,6 +293,11 @@ PYTHON_SNIPPETS = [
 # (doc, marker, why the block is not run here)
 NOT_RUN = [
     (
+        "docs/writing-an-algorithm.md",
+        "def test_reinforce_keeps_the_trainers_contract",
+        "needs the example installed; tests/trainers/test_example_algorithm.py runs its tests",
+    ),
+    (
         "docs/ray.md",
         'backend="ray", num_shards=2',
         "starts Ray; tests/backends/test_ray_backend.py makes these calls on a loopback-only cluster",
@@ -346,18 +351,21 @@ COMMAND_RUNS = [
         "README.md",
         [
             (
-                "vecaccel train ppo --env CartPole-v1 --total-steps 100000 --seed 1 --run-dir",
-                {"--total-steps 100000": "--total-steps 512"},
+                "vecaccel train ppo --env CartPole-v1 --total-timesteps 100000 --seed 1 --run-dir",
+                {"--total-timesteps 100000": "--total-timesteps 512"},
             ),
             # the preset learns from step 500
-            ("vecaccel train dqn --env CartPole-v1", {"--total-steps 30000": "--total-steps 600"}),
+            (
+                "vecaccel train dqn --env CartPole-v1",
+                {"--total-timesteps 30000": "--total-timesteps 600"},
+            ),
             (
                 "vecaccel train ppo --env MinAtar/Breakout-v0",
-                {"--total-steps 5000000": "--total-steps 256"},
+                {"--total-timesteps 5000000": "--total-timesteps 256"},
             ),
             (
                 "vecaccel train ppo --resume runs/ppo-cartpole",
-                {"--total-steps 200000": "--total-steps 1024"},
+                {"--total-timesteps 200000": "--total-timesteps 1024"},
             ),
             ("vecaccel eval runs/ppo-cartpole/checkpoint.pt", {"--episodes 10": "--episodes 1"}),
         ],
@@ -368,8 +376,8 @@ COMMAND_RUNS = [
         "docs/training.md",
         [
             (
-                "--total-steps 100000              # the cartpole preset",
-                {"--total-steps 100000": "--total-steps 256"},
+                "--total-timesteps 100000              # the cartpole preset",
+                {"--total-timesteps 100000": "--total-timesteps 256"},
             )
         ],
         180,
@@ -379,8 +387,8 @@ COMMAND_RUNS = [
         "docs/minatar.md",
         [
             (
-                "vecaccel train ppo --env MinAtar/Breakout-v0 --total-steps 5000000",
-                {"--total-steps 5000000": "--total-steps 256 --no-progress"},
+                "vecaccel train ppo --env MinAtar/Breakout-v0 --total-timesteps 5000000",
+                {"--total-timesteps 5000000": "--total-timesteps 256 --no-progress"},
             )
         ],
         180,
@@ -390,8 +398,8 @@ COMMAND_RUNS = [
         "docs/scale_out.md",
         [
             (
-                "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-steps 20000",
-                {"--total-steps 20000": "--total-steps 1000"},
+                "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-timesteps 20000",
+                {"--total-timesteps 20000": "--total-timesteps 1000"},
             )
         ],
         300,
@@ -400,6 +408,11 @@ COMMAND_RUNS = [
 
 # (doc, marker, why the command lines of doc holding marker are not run here)
 NOT_RUN_COMMANDS = [
+    (
+        "docs/writing-an-algorithm.md",
+        "reinforce",
+        "needs the example installed; tests/trainers/test_example_algorithm.py trains it by name",
+    ),
     (
         "benchmarks/README.md",
         "spin_vs_block.py --help",
@@ -418,7 +431,7 @@ NOT_RUN_COMMANDS = [
     ("README.md", "make test", "the whole test suite"),
     (
         "README.md",
-        "PongNoFrameskip-v4 --total-steps 10000000",
+        "PongNoFrameskip-v4 --total-timesteps 10000000",
         "an Atari run (minutes a preset update on CPU); tests/trainers/test_atari.py trains on Pong",
     ),
     ("README.md", "--help", "prints the help; tests/trainers/test_train_cli.py checks it"),
@@ -430,7 +443,7 @@ NOT_RUN_COMMANDS = [
     ("README.md", "torchrun --nnodes 2", "needs a second machine (HOST)"),
     (
         "README.md",
-        "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-steps 20000",
+        "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-timesteps 20000",
         "docs/scale_out.md's async DQN line, which runs, less two flags",
     ),
     (
@@ -580,6 +593,24 @@ NOT_RUN_COMMANDS = [
 
 # (doc, language, marker, why the block is not run)
 NOT_RUN_BLOCKS = [
+    (
+        "docs/writing-an-algorithm.md",
+        "text",
+        "vecaccel_example_algorithm/reinforce.py",
+        "an include of the example's module, which its doctest and its tests run",
+    ),
+    (
+        "docs/writing-an-algorithm.md",
+        "text",
+        "vecaccel_example_algorithm/__init__.py",
+        "an include of the example's plugin module, which its tests register",
+    ),
+    (
+        "docs/writing-an-algorithm.md",
+        "toml",
+        "[project.entry-points.vecaccel]",
+        "an excerpt of the example's pyproject.toml, which tests/trainers/test_example_algorithm.py installs",
+    ),
     (
         "docs/backends.md",
         "text",

@@ -37,7 +37,7 @@ raise SystemExit(main(sys.argv[2:]))
 #: a tiny PPO run on the serial backend
 TINY_RUN = [
     "train", "ppo", "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2",
-    "--num-steps", "32", "--total-steps", "128", "--no-progress",
+    "--num-steps", "32", "--total-timesteps", "128", "--no-progress",
 ]  # fmt: skip
 
 

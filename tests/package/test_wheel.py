@@ -216,7 +216,7 @@ def test_the_trainers_and_plugins_import(installed, elsewhere):
 def test_vecaccel_train_runs(installed, elsewhere):
     pytest.importorskip("torch")
     command = [str(installed.parent / "vecaccel"), "train", "ppo", "--env", "CartPole-v1"]
-    run([*command, "--total-steps", "2048", "--no-progress"], elsewhere, timeout=280)
+    run([*command, "--total-timesteps", "2048", "--no-progress"], elsewhere, timeout=280)
     (run_dir,) = (elsewhere / "runs").iterdir()
     assert (run_dir / "checkpoint.pt").is_file()
 

@@ -78,8 +78,8 @@ def test_the_api_is_sb3s_shape() -> None:
         ("reset_num_timesteps", keyword),
         ("progress_bar", keyword),
         ("mode", keyword),
-        ("total_steps", keyword),
     }
+    assert "total_steps" not in {n for n, _, _ in learn}
     assert parameters(Algorithm.predict) == [
         ("self", positional, inspect.Parameter.empty),
         ("observation", positional, inspect.Parameter.empty),
@@ -174,13 +174,11 @@ def test_load_returns_the_class_and_takes_a_device(name, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
-def test_total_steps_is_total_timesteps(name) -> None:
+def test_the_budget_is_named_total_timesteps(name) -> None:
     agent = make(name)
     try:
-        agent.learn(total_steps=16)
+        agent.learn(total_timesteps=16)
         assert agent.global_step == 16
-        with pytest.raises(TypeError, match="not both"):
-            agent.learn(16, total_steps=16)
     finally:
         agent.close()
 

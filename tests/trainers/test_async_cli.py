@@ -30,7 +30,7 @@ def test_cli_async_flag(tmp_path) -> None:
             "CartPole-v1",
             "--backend",
             "serial",
-            "--total-steps",
+            "--total-timesteps",
             "600",
             "--learning-starts",
             "100",
@@ -62,7 +62,7 @@ def test_cli_async_fixed_lag_runs_repeat(tmp_path, capsys) -> None:
             [
                 "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
                 "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
-                "--total-steps", "96", "--seed", "4", "--torch-threads", "1",
+                "--total-timesteps", "96", "--seed", "4", "--torch-threads", "1",
                 "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard", *extra,
             ]
         )  # fmt: skip
@@ -81,7 +81,7 @@ def test_cli_async_a2c(tmp_path) -> None:
     code = main(
         [
             "train", "a2c", "--async", "--env", "CartPole-v1", "--backend", "serial",
-            "--num-envs", "2", "--num-steps", "5", "--total-steps", "300",
+            "--num-envs", "2", "--num-steps", "5", "--total-timesteps", "300",
             "--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard",
             "--torch-threads", "1", "--async-weight-sync-period", "2",
         ]
@@ -103,27 +103,31 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
     code = main(
         [
             "train", "dqn", "--async", "--env", "CartPole-v1", "--backend", "serial",
-            "--total-steps", "600", "--learning-starts", "100", "--batch-size", "16",
+            "--total-timesteps", "600", "--learning-starts", "100", "--batch-size", "16",
             "--replay-ratio", "2", "--torch-threads", "1", *common,
         ]
     )  # fmt: skip
     assert code == 0
     assert load_checkpoint(tmp_path / "checkpoint.pt")["async"] is True
     capsys.readouterr()
-    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
+    assert (
+        main(["train", "dqn", "--resume", str(tmp_path), "--total-timesteps", "1000", *common]) == 0
+    )
     err = capsys.readouterr().err
-    assert "(async)" in err and "async DQN: 400 env steps" in err, err
+    assert "(async, weight sync period 1)" in err and "async DQN: 400 env steps" in err, err
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["global_step"] == 1000 and state["async"] is True
     assert state["off_policy"]["replay"]["file"].startswith("checkpoint.replay-1000-")
     # one replay file: the one the checkpoint names
     assert [p.name for p in tmp_path.glob("*.npz")] == [state["off_policy"]["replay"]["file"]]
     # a finished run says so
-    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1000", *common]) == 0
+    assert (
+        main(["train", "dqn", "--resume", str(tmp_path), "--total-timesteps", "1000", *common]) == 0
+    )
     assert "the run is complete" in capsys.readouterr().err
     # --sync goes on synchronously, from the async run's replay buffer
     updates = state["num_updates"]
-    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-steps", "1200", "--sync",
+    assert main(["train", "dqn", "--resume", str(tmp_path), "--total-timesteps", "1200", "--sync",
                  *common]) == 0  # fmt: skip
     err = capsys.readouterr().err
     assert "resuming dqn from" in err and "(async)" not in err, err
@@ -140,7 +144,7 @@ def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -
         return main(
             [
                 "train", "dqn", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
-                "--backend", "serial", "--total-steps", "600", "--learning-starts", "100",
+                "--backend", "serial", "--total-timesteps", "600", "--learning-starts", "100",
                 "--batch-size", "16", "--replay-ratio", "2", "--torch-threads", "1",
                 "--seed", "2", "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard",
                 *extra,
@@ -151,25 +155,29 @@ def test_cli_async_dqn_fixed_lag_repeats_and_resumes_with_it(tmp_path, capsys) -
     a = load_checkpoint(tmp_path / "a" / "checkpoint.pt")
     b = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
     assert a["num_updates"] == b["num_updates"] == (600 - 100) * 2 // 16
-    assert a["async_options"] == {"fixed_lag": True}
+    assert a["async_options"] == {"weight_sync_period": 1, "fixed_lag": True}
     for network in ("q_network", "target_network"):
         a_net, b_net = a["off_policy"][network], b["off_policy"][network]
         assert all(torch.equal(a_net[k], b_net[k]) for k in a_net)
     capsys.readouterr()
     common = ["--run-dir", str(tmp_path / "a"), "--no-progress", "--no-tensorboard"]
-    assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-steps", "800",
+    assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-timesteps", "800",
                  *common]) == 0  # fmt: skip
-    assert "resuming DQN (async, fixed lag) from" in capsys.readouterr().err
+    assert "resuming DQN (async, weight sync period 1, fixed lag) from" in capsys.readouterr().err
     state = load_checkpoint(tmp_path / "a" / "checkpoint.pt")
-    assert state["global_step"] == 800 and state["async_options"] == {"fixed_lag": True}
+    assert state["global_step"] == 800 and state["async_options"] == {
+        "weight_sync_period": 1,
+        "fixed_lag": True,
+    }
     # the resumed run trained from the loaded buffer, without learning_starts' warm-up again
     # (that would leave (200 - 100) x ratio 2 / batch 16 = 12 updates)
     assert state["num_updates"] - a["num_updates"] >= 20
-    assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-steps", "900",
+    assert main(["train", "dqn", "--resume", str(tmp_path / "a"), "--total-timesteps", "900",
                  "--no-async-fixed-lag", *common]) == 0  # fmt: skip
-    assert "resuming DQN (async) from" in capsys.readouterr().err
+    assert "resuming DQN (async, weight sync period 1) from" in capsys.readouterr().err
     assert load_checkpoint(tmp_path / "a" / "checkpoint.pt")["async_options"] == {
-        "fixed_lag": False
+        "weight_sync_period": 1,
+        "fixed_lag": False,
     }
 
 
@@ -180,7 +188,7 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     code = main(
         [
             "train", "ppo", "--async", "--env", "CartPole-v1", "--backend", "serial",
-            "--num-envs", "2", "--num-steps", "16", "--total-steps", "64",
+            "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "64",
             "--torch-threads", "1", *common,
         ]
     )  # fmt: skip
@@ -197,7 +205,7 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     assert resumed.global_step == 128 and resumed.async_run
     assert resumed.num_updates == agent.num_updates + 2
     # --sync: one more update, synchronously, recorded as such; --async and --sync exclude
-    assert main(["train", "ppo", "--resume", str(tmp_path), "--total-steps", "160", "--sync",
+    assert main(["train", "ppo", "--resume", str(tmp_path), "--total-timesteps", "160", "--sync",
                  *common]) == 0  # fmt: skip
     synced = PPO.load(tmp_path)
     assert synced.global_step == 160 and not synced.async_run
@@ -217,7 +225,7 @@ def test_cli_resume_keeps_the_async_options_the_run_was_trained_with(tmp_path, c
         [
             "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
             "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
-            "--total-steps", "64", "--torch-threads", "1", *common,
+            "--total-timesteps", "64", "--torch-threads", "1", *common,
         ]
     )  # fmt: skip
     assert code == 0
@@ -267,7 +275,7 @@ def test_cli_sync_flag_on_a_new_run_trains_synchronously(tmp_path) -> None:
     code = main(
         [
             "train", "ppo", "--sync", "--env", "CartPole-v1", "--backend", "serial",
-            "--num-envs", "2", "--num-steps", "16", "--total-steps", "32",
+            "--num-envs", "2", "--num-steps", "16", "--total-timesteps", "32",
             "--torch-threads", "1", "--run-dir", str(tmp_path), "--no-progress",
             "--no-tensorboard",
         ]
@@ -304,9 +312,9 @@ def test_async_resume_that_cannot_start_leaves_the_checkpoint_as_it_was(tmp_path
 
 @pytest.mark.parametrize("period", [0, -1])
 def test_weight_sync_period_below_one_is_refused(tmp_path, capsys, period) -> None:
-    """A period of 0 or less is refused, by the CLI, the on-policy runner and the DQN config,
-    rather than trained as 1 without a word."""
-    from vecaccel.trainers import PPO, AsyncRunner
+    """A period of 0 or less is refused, by the CLI and the runner, rather than trained as 1
+    without a word."""
+    from vecaccel.trainers import DQN, PPO, AsyncRunner
     from vecaccel.trainers.algos.dqn import DQNConfig
 
     with pytest.raises(SystemExit) as exit_info:
@@ -317,8 +325,12 @@ def test_weight_sync_period_below_one_is_refused(tmp_path, capsys, period) -> No
     agent = PPO(None, env_id="CartPole-v1", backend="serial", num_envs=2)
     with pytest.raises(ValueError, match=f"weight_sync_period must be at least 1, got {period}"):
         AsyncRunner(agent).run(64, weight_sync_period=period)
-    with pytest.raises(ValueError, match="async_weight_sync_period must be at least 1"):
-        DQNConfig(async_weight_sync_period=period)
+    with pytest.raises(SystemExit):
+        main(["train", "dqn", "--async", "--env", "CartPole-v1", "--run-dir", str(tmp_path),
+              "--async-weight-sync-period", str(period)])  # fmt: skip
+    dqn = DQN(env=None, env_id="CartPole-v1", backend="serial", num_envs=2)
+    with pytest.raises(ValueError, match=f"weight_sync_period must be at least 1, got {period}"):
+        AsyncRunner(dqn).run(64, weight_sync_period=period)
     with pytest.raises(ValueError, match="async_max_lead must be non-negative"):
         DQNConfig(async_max_lead=-1)
     assert not list(tmp_path.iterdir()), "nothing ran"
@@ -335,19 +347,19 @@ def test_failed_async_resume_leaves_the_run_resumable(tmp_path, capsys):
     dies before its first step, and the run's checkpoint must not record backend 'nosuch' and
     async=True, or every later plain ``--resume DIR`` would fail the same way."""
     run_dir = tmp_path / "run"
-    assert run_main(["train", "ppo", *QUIET_TINY_PPO, "--total-steps", "32", "--run-dir",
+    assert run_main(["train", "ppo", *QUIET_TINY_PPO, "--total-timesteps", "32", "--run-dir",
                      str(run_dir)]) == 0  # fmt: skip
     capsys.readouterr()
     checkpoint = run_dir / "checkpoint.pt"
     before = checkpoint.read_bytes()
     done = run_vecaccel(
         ["train", "ppo", "--resume", str(run_dir), "--async", "--backend", "nosuch",
-         "--total-steps", "64", "--no-progress", "--no-tensorboard"],
+         "--total-timesteps", "64", "--no-progress", "--no-tensorboard"],
         tmp_path,
     )  # fmt: skip
     rewritten = checkpoint.read_bytes() != before
     after = run_vecaccel(
-        ["train", "ppo", "--resume", str(run_dir), "--total-steps", "64", "--no-progress",
+        ["train", "ppo", "--resume", str(run_dir), "--total-timesteps", "64", "--no-progress",
          "--no-tensorboard"],
         tmp_path,
     ).returncode if rewritten else 0  # fmt: skip

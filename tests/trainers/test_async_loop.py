@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from vecaccel.trainers import A2C, C51, DQN, PPO, AsyncRunner, Rainbow
+from vecaccel.trainers.algos.off_policy_feed import ReplayFeed
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+from vecaccel.trainers.algos.on_policy_feed import RolloutFeed
 from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME, load_checkpoint
 from vecaccel.trainers.cli import async_flags
 from vecaccel.trainers.runners.asynchronous import loop as async_loop
 from vecaccel.trainers.runners.asynchronous import runner as async_runner
-from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
-from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed
 
 torch.set_num_threads(1)
 
@@ -30,9 +30,9 @@ def test_every_algorithm_trains_async_through_the_one_loop(
     feeds: list[Any] = []
     run_async = async_loop.run_async
 
-    def spy(agent: Any, feed: Any, **kwargs: Any) -> Any:
+    def spy(agent: Any, feed: Any, *args: Any, **kwargs: Any) -> Any:
         feeds.append(feed)
-        return run_async(agent, feed, **kwargs)
+        return run_async(agent, feed, *args, **kwargs)
 
     monkeypatch.setattr(async_runner, "run_async", spy)
     if issubclass(cls, OnPolicyAlgorithm):
@@ -57,7 +57,7 @@ def test_every_algorithm_trains_async_through_the_one_loop(
     assert len(feeds) == 1
     assert stats.env_steps == agent.global_step
     assert "charts/policy_lag" in agent.logger.history[-1]
-    assert agent.async_run and agent.envs is None  # the sampler process had them
+    assert agent.async_run and agent.envs is None  # the collector process had them
     # the checkpoint records the mode, so that a resumed run goes on asynchronously
     assert load_checkpoint(tmp_path / CHECKPOINT_NAME)["async"] is True
 

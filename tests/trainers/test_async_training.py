@@ -1,4 +1,4 @@
-"""Asynchronous training: a sampler process and the optimiser share a replay buffer (DQN family)
+"""Asynchronous training: a collector process and the optimiser share a replay buffer (DQN family)
 or rollouts (PPO, A2C) in shared memory.
 """
 
@@ -19,15 +19,15 @@ from helpers import TINY_ASYNC_DQN
 
 from vecaccel.trainers import AsyncRunner
 from vecaccel.trainers.algos.dqn import DQN
-from vecaccel.trainers.runners.asynchronous.runner import AsyncStats, SamplerError
+from vecaccel.trainers.runners.asynchronous.runner import AsyncStats, CollectorError
 
 torch.set_num_threads(1)
 
 
-def run_async(agent: Any, total_steps: int, **options: Any) -> AsyncStats:
-    """``AsyncRunner(agent).run(total_steps, **options)``, and the stats it measured."""
+def run_async(agent: Any, total_timesteps: int, **options: Any) -> AsyncStats:
+    """``AsyncRunner(agent).run(total_timesteps, **options)``, and the stats it measured."""
     runner = AsyncRunner(agent)
-    runner.run(total_steps, **options)
+    runner.run(total_timesteps, **options)
     assert runner.stats is not None
     return runner.stats
 
@@ -79,7 +79,7 @@ def test_dead_sampler_is_reported_within_seconds() -> None:
 
     killer = threading.Thread(target=kill_sampler, daemon=True)
     killer.start()
-    with pytest.raises(SamplerError) as info:
+    with pytest.raises(CollectorError) as info:
         run_async(agent, 10_000_000)
     reported_at = time.monotonic()
     killer.join(timeout=5)
@@ -233,7 +233,7 @@ def test_async_dqn_checkpoint_holds_the_replay_buffer_and_resumes(tmp_path) -> N
 
 class _EpisodeLoggingCartPole:
     """Factory of a 5-step CartPole that appends a line to ``log`` for every episode it ends
-    (the env lives in the sampler process)."""
+    (the env lives in the collector process)."""
 
     def __init__(self, log: str) -> None:
         self.log = log
@@ -336,7 +336,7 @@ def test_async_runner_leaves_no_sampler_when_the_run_directory_is_unusable(
     from vecaccel.trainers import PPO
     from vecaccel.trainers.algos.dqn import DQN
 
-    # fork: the sampler process is running at once (with spawn it is still unpickling its spec
+    # fork: the collector process is running at once (with spawn it is still unpickling its spec
     # when the error comes, and dies of the locks the optimiser has freed meanwhile)
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -374,7 +374,7 @@ def test_async_runner_leaves_no_sampler_when_the_run_directory_is_unusable(
 
 class _ShiftedCartPole:
     """Factory of CartPole with ``Discrete(2, start=1)`` (actions 1 and 2) that appends every
-    action it is sent to ``log`` (the env lives in the sampler process)."""
+    action it is sent to ``log`` (the env lives in the collector process)."""
 
     def __init__(self, log: str) -> None:
         self.log = log
@@ -411,7 +411,7 @@ def test_async_runner_acts_in_a_discrete_space_with_a_start(
 
     log = tmp_path / "actions.txt"
     env_id = f"VecaccelScaleOutShiftedCartPole-{algo}-{int(fixed_lag)}-v0"
-    # fork: the sampler process inherits this registration
+    # fork: the collector process inherits this registration
     gym.register(id=env_id, entry_point=_ShiftedCartPole(str(log)))
     try:
         if algo == "dqn":

@@ -61,7 +61,7 @@ def test_options_reach_the_backend_and_survive_resume(tmp_path):
     run_dir = tmp_path / "run"
     argv = [*TINY_PPO, "--backend", "shm", "--backend-option", "num_workers=1"]
     argv += ["--backend-option", "context='spawn'", "--run-dir", str(run_dir)]
-    assert train("ppo", *argv, "--total-steps", "64") == 0
+    assert train("ppo", *argv, "--total-timesteps", "64") == 0
     options = {"num_workers": 1, "context": "spawn"}
     assert load_checkpoint(run_dir / "checkpoint.pt")["config"]["backend_options"] == options
     agent = PPO.load(run_dir / "checkpoint.pt", env="CartPole-v1", tensorboard=False)
@@ -69,14 +69,14 @@ def test_options_reach_the_backend_and_survive_resume(tmp_path):
         assert agent.envs.num_workers == 1
     finally:
         agent.close()
-    assert train("ppo", "--resume", str(run_dir), "--total-steps", "96") == 0
+    assert train("ppo", "--resume", str(run_dir), "--total-timesteps", "96") == 0
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["global_step"] == 96 and state["config"]["backend_options"] == options
 
 
 def test_a_misspelled_option_exits_2_suggesting_the_name(tmp_path, capsys):
     argv = [*TINY_PPO, "--backend", "shm", "--backend-option", "num_workrs=1"]
-    code = train("ppo", *argv, "--total-steps", "64", "--run-dir", str(tmp_path / "run"))
+    code = train("ppo", *argv, "--total-timesteps", "64", "--run-dir", str(tmp_path / "run"))
     assert code == 2
     err = capsys.readouterr().err
     assert "backend 'shm' has no option 'num_workrs'; did you mean 'num_workers'?" in err
@@ -85,19 +85,19 @@ def test_a_misspelled_option_exits_2_suggesting_the_name(tmp_path, capsys):
 
 def test_a_misspelled_option_is_refused_before_the_async_sampler_starts(tmp_path, capsys):
     argv = [*TINY_PPO, "--backend", "shm", "--backend-option", "step_timout_s=5", "--async"]
-    code = train("ppo", *argv, "--total-steps", "64", "--run-dir", str(tmp_path / "run"))
+    code = train("ppo", *argv, "--total-timesteps", "64", "--run-dir", str(tmp_path / "run"))
     assert code == 2
     assert "did you mean 'step_timeout_s'?" in capsys.readouterr().err
 
 
 def test_a_malformed_flag_is_a_usage_error(capsys):
-    assert train("ppo", *TINY_PPO, "--backend-option", "num_workers", "--total-steps", "8") == 2
+    assert train("ppo", *TINY_PPO, "--backend-option", "num_workers", "--total-timesteps", "8") == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
 
 
 def test_num_workers_given_twice_must_agree(capsys):
     argv = [*TINY_PPO, "--backend", "shm", "--num-workers", "2"]
-    assert train("ppo", *argv, "--backend-option", "num_workers=1", "--total-steps", "8") == 2
+    assert train("ppo", *argv, "--backend-option", "num_workers=1", "--total-timesteps", "8") == 2
     assert "disagree" in capsys.readouterr().err
     with pytest.raises(ValueError, match="backend_options must be a dict"):
         PPO(None, env_id="CartPole-v1", backend_options=["num_workers=1"])

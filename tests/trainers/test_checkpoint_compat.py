@@ -1,9 +1,8 @@
-"""Checkpoints written by earlier releases still load and act the same.
+"""Checkpoints written earlier still load and act the same.
 
-The fixtures under ``tests/data/checkpoints/`` hold one tiny CartPole-v1 checkpoint per algorithm
-and layout, a fixed batch of observations and the greedy actions the saved agent chose for them:
-``<algo>/`` in the layouts before versions were shared (A2C's and PPO's version 1, the DQN
-family's unversioned one), ``version2/<algo>/`` in version 2 (written by its ``make.py``).
+The fixtures under ``tests/data/checkpoints/`` hold one tiny CartPole-v1 checkpoint per algorithm,
+a fixed batch of observations and the greedy actions the saved agent chose for them, in
+``version2/<algo>/`` (written by its ``make.py``).
 """
 
 from __future__ import annotations
@@ -16,10 +15,7 @@ import pytest
 
 FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
 ALGORITHMS = ("ppo", "a2c", "dqn", "c51", "rainbow")
-#: each fixture folder: the layouts before version 2, and version 2
-FOLDERS = [FIXTURES / algo for algo in ALGORITHMS] + [
-    FIXTURES / "version2" / algo for algo in ALGORITHMS
-]
+FOLDERS = [FIXTURES / "version2" / algo for algo in ALGORITHMS]
 
 
 def _agent_class(algo: str) -> type:

@@ -4,7 +4,6 @@ every observation space the trainers accept, and the earlier layouts read into t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,9 +13,8 @@ import torch
 
 from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
 from vecaccel.trainers.checkpoints.format import CheckpointError, load_checkpoint, save_checkpoint
-from vecaccel.trainers.checkpoints.legacy import layout_version
 from vecaccel.trainers.checkpoints.reader import read_checkpoint
-from vecaccel.trainers.checkpoints.spaces import space_from_dict, space_to_dict
+from vecaccel.trainers.checkpoints.space_serialization import space_from_dict, space_to_dict
 from vecaccel.trainers.checkpoints.writer import FORMAT, VERSION
 
 torch.set_num_threads(1)
@@ -100,42 +98,13 @@ def test_a_checkpoint_is_one_header_and_its_family_section(cls, tmp_path):
     state = load_checkpoint(agent.save(tmp_path / "agent.pt"))
     assert state["format"] == FORMAT and state["version"] == VERSION
     assert state["algorithm"] == cls.algo_name
-    assert set(state) == HEADER | {cls.family}
-    other = {"on_policy": "off_policy", "off_policy": "on_policy"}[cls.family]
+    assert set(state) == HEADER | {cls.checkpoint_key}
+    other = {"on_policy": "off_policy", "off_policy": "on_policy"}[cls.checkpoint_key]
     assert other not in state
 
 
-@pytest.mark.parametrize("algo", sorted(CLASSES))
-def test_golden_files_read_as_their_version_and_save_as_the_current(algo, tmp_path):
-    """Each fixture was written in the layout of its day (version 1 for A2C and PPO, the
-    unversioned layout for the DQN family); it loads, and saving it again writes the current
-    version, which loads to the same agent."""
-    path = FIXTURES / algo / "checkpoint.pt"
-    old = load_checkpoint(path)
-    assert layout_version(old) == (1 if algo in ("ppo", "a2c") else 0)
-    current = load_checkpoint(FIXTURES / f"version{VERSION}" / algo / "checkpoint.pt")
-    assert layout_version(current) == VERSION
-    state = read_checkpoint(path)
-    assert state["version"] == VERSION and state["algorithm"] == algo
-    assert set(state) - {"rank_rng"} == HEADER | {CLASSES[algo].family}
-    expected = json.loads((FIXTURES / algo / "expected.json").read_text())
-    obs = np.asarray(expected["observations"], dtype=np.float32)
-    agent = CLASSES[algo].load(path)
-    resaved = CLASSES[algo].load(agent.save(tmp_path / "checkpoint.pt"))
-    assert load_checkpoint(tmp_path / "checkpoint.pt")["version"] == VERSION
-    actions, _ = resaved.predict(obs, deterministic=True)
-    np.testing.assert_array_equal(actions, expected["actions"])
-    assert (resaved.global_step, resaved.num_updates, resaved.target_steps) == (
-        agent.global_step,
-        agent.num_updates,
-        agent.target_steps,
-    )
-    assert resaved.observation_space == agent.observation_space
-    assert resaved.action_space == agent.action_space
-
-
 def test_a_newer_version_is_refused_with_the_reason(tmp_path):
-    state = read_checkpoint(FIXTURES / "ppo" / "checkpoint.pt")
+    state = read_checkpoint(FIXTURES / "version2" / "ppo" / "checkpoint.pt")
     state["version"] = VERSION + 1
     path = save_checkpoint(tmp_path / "checkpoint.pt", state)
     with pytest.raises(CheckpointError, match="newer.*upgrade vecaccel"):
@@ -149,16 +118,16 @@ def test_a_dict_no_trainer_wrote_is_refused(tmp_path):
 
 
 def test_dqn_loads_its_family_and_refuses_the_other(tmp_path):
-    c51 = DQN.load(FIXTURES / "c51")
+    c51 = DQN.load(FIXTURES / "version2" / "c51")
     assert c51.config.categorical
     with pytest.raises(CheckpointError, match="'c51' checkpoint, not 'rainbow'"):
-        Rainbow.load(FIXTURES / "c51")
+        Rainbow.load(FIXTURES / "version2" / "c51")
     with pytest.raises(CheckpointError, match="'ppo' checkpoint, not 'dqn'"):
-        DQN.load(FIXTURES / "ppo")
+        DQN.load(FIXTURES / "version2" / "ppo")
 
 
 def _parameters(agent) -> list[torch.Tensor]:
-    network = agent.model if agent.family == "on_policy" else agent.q_network
+    network = agent.model if agent.checkpoint_key == "on_policy" else agent.q_network
     return [p.detach().clone() for p in network.parameters()]
 
 
@@ -174,44 +143,37 @@ def _same(a, b) -> bool:
 
 
 @pytest.mark.parametrize("algo", sorted(CLASSES))
-def test_an_old_file_loads_everything_a_run_reads(algo):
-    """The reader of an earlier layout keeps what a resumed run reads: the counters, the
-    learning-rate schedule or the exploration generator, and the global RNG states."""
-    from vecaccel.trainers.run.seeding import get_rng_state
+def test_a_saved_file_loads_everything_a_run_reads(algo):
+    """Loading keeps what a resumed run reads: the counters, the learning-rate schedule or the
+    exploration generator and loop counters, and the global RNG states."""
+    from vecaccel.trainers.services.seeding import get_rng_state
 
-    path = FIXTURES / algo / "checkpoint.pt"
+    cls = CLASSES[algo]
+    path = FIXTURES / f"version{VERSION}" / algo / "checkpoint.pt"
     raw = load_checkpoint(path)
-    agent = CLASSES[algo].load(path)
+    section = raw[cls.checkpoint_key]
+    agent = cls.load(path)
     assert _same(get_rng_state(), raw["rng"])
-    assert agent.global_step == raw["global_step"]
-    if agent.family == "on_policy":
-        assert agent.num_updates == raw["update_index"]
+    assert (agent.global_step, agent.num_updates) == (raw["global_step"], raw["num_updates"])
+    if cls.checkpoint_key == "on_policy":
         assert agent.target_steps == raw["target_steps"]
-        assert agent.schedule_start_update == raw["schedule_start_update"]
-        assert agent.schedule_updates == raw["schedule_updates"]
+        assert agent.schedule_start_update == section["schedule_start_update"]
+        assert agent.schedule_updates == section["schedule_updates"]
     else:
-        assert agent.num_updates == raw["num_updates"]
-        assert agent.target_steps == raw["loop"]["horizon"]
-        assert agent.loop_state == raw["loop"]
-        assert agent.rng.bit_generator.state == raw["agent_rng"]
-        assert agent.take_resume_state()["agent_rng"] == raw["agent_rng"]
-        assert agent.action_space == gym.spaces.Discrete(raw["num_actions"])
-    for name, tensor in raw.get("model", raw.get("q_network", {})).items():
-        network = agent.model if agent.family == "on_policy" else agent.q_network
+        assert agent.target_steps == section["loop"]["horizon"]
+        assert agent.loop_state == section["loop"]
+        assert agent.rng.bit_generator.state == section["exploration_rng"]
+    network = agent.model if cls.checkpoint_key == "on_policy" else agent.q_network
+    for name, tensor in section.get("model", section.get("q_network", {})).items():
         assert torch.equal(network.state_dict()[name], tensor)
 
 
-def _parameters(agent) -> list[torch.Tensor]:
-    network = agent.model if agent.family == "on_policy" else agent.q_network
-    return [p.detach().clone() for p in network.parameters()]
-
-
 @pytest.mark.parametrize("algo", sorted(CLASSES))
-def test_an_old_file_trains_on_as_its_version_2_copy_does(algo, tmp_path):
-    """Saving an old file's agent again loses nothing a run reads: training on from the old
-    file and from its version 2 copy gives the same parameters, bit for bit."""
+def test_a_saved_file_trains_on_as_its_saved_again_copy_does(algo, tmp_path):
+    """Saving a loaded agent again loses nothing a run reads: training on from the file and
+    from its copy gives the same parameters, bit for bit."""
     cls = CLASSES[algo]
-    old = FIXTURES / algo / "checkpoint.pt"
+    old = FIXTURES / f"version{VERSION}" / algo / "checkpoint.pt"
     copy = cls.load(old).save(tmp_path / "checkpoint.pt")
     trained = []
     for path in (old, copy):

@@ -14,7 +14,7 @@ from vecaccel.cli import ArgumentParser, Commands
 from vecaccel.trainers import A2C, DQN, PPO, DQNConfig
 from vecaccel.trainers.algos.a2c import A2CConfig
 from vecaccel.trainers.algos.ppo import PPOConfig
-from vecaccel.trainers.checkpoints.legacy import upgrade
+from vecaccel.trainers.checkpoints.format import load_checkpoint, save_checkpoint
 from vecaccel.trainers.checkpoints.reader import read_checkpoint
 from vecaccel.trainers.cli.commands import vecaccel_add_commands
 from vecaccel.trainers.config.settings import RunConfig, config_help
@@ -145,18 +145,16 @@ def test_on_policy_logs_every_log_every_steps():
         agent.close()
 
 
-def test_earlier_spellings_in_old_checkpoints_are_read():
-    ppo = PPO.load(FIXTURES / "ppo", device="cpu")  # its config says log_every=1
-    assert ppo.config.log_every_steps == ppo.batch_size
-    dqn = DQN.load(FIXTURES / "dqn", device="cpu")  # log_interval, checkpoint_period
-    assert (dqn.config.log_every_steps, dqn.config.checkpoint_every) == (1000, 0)
-    # the DQN family's bf16 was True/False, in the current layout too: it reads as off/on
-    assert dqn.config.bf16 == "off"
+def test_earlier_spellings_in_saved_checkpoints_are_read(tmp_path):
+    # the DQN family's bf16 was True/False in files of the current layout: it reads as off/on
     assert DQN.load(FIXTURES / "version2" / "dqn", device="cpu").config.bf16 == "off"
-    state = read_checkpoint(FIXTURES / "version2" / "dqn" / "checkpoint.pt")
+    state = load_checkpoint(FIXTURES / "version2" / "dqn" / "checkpoint.pt")
     state["config"]["bf16"] = True
-    assert upgrade(state)["config"]["bf16"] == "on"
-    assert upgrade(upgrade(state)) == upgrade(state)
+    state["config"]["async_weight_sync_period"] = 1  # a setting the runner holds now
+    path = save_checkpoint(tmp_path / "checkpoint.pt", state)
+    assert read_checkpoint(path)["config"]["bf16"] == "on"
+    assert "async_weight_sync_period" not in read_checkpoint(path)["config"]
+    assert DQN.load(path).config.bf16 == "on"
 
 
 def _parse(*argv: str) -> argparse.Namespace:

@@ -176,7 +176,7 @@ def test_two_node_loopback_run(tmp_path: Path) -> None:
         "2",
         "--num-steps",
         "16",
-        "--total-steps",
+        "--total-timesteps",
         "128",
         "--run-dir",
         str(run_dir),
@@ -222,7 +222,7 @@ def test_killed_rank_ends_job_with_an_error(tmp_path: Path) -> None:
             "ppo",
             "--out",
             str(out),
-            "--total-steps",
+            "--total-timesteps",
             "100000000",
             "--hold",
         ),
@@ -254,7 +254,7 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
         [
             # shm: torchrun stops a rank with killpg(SIGTERM), which must not reach its workers
             "train", "a2c", "--nproc", "2", "--env", "CartPole-v1", "--backend", "shm",
-            "--num-envs", "2", "--num-steps", "5", "--total-steps", "100000000",
+            "--num-envs", "2", "--num-steps", "5", "--total-timesteps", "100000000",
             "--run-dir", str(run_dir), "--log-every-steps", "1", *common,
         ],
         run_dir,
@@ -266,7 +266,7 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
     resumed = _run(
         [
             sys.executable, "-m", "vecaccel", "train", "a2c", "--nproc", "2",
-            "--resume", str(run_dir), "--total-steps", str(step + 40), *common,
+            "--resume", str(run_dir), "--total-timesteps", str(step + 40), *common,
         ]
     )  # fmt: skip
     # `--nproc 2` ran torchrun: both ranks trained to the budget, logged as one run of world 2
@@ -279,7 +279,7 @@ def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> N
     assert output.count("resuming a2c from") == 1, output[-3000:]
 
 
-# -- asynchronous mode on several ranks: a sampler process per rank, data-parallel optimisers --
+# -- asynchronous mode on several ranks: a collector process per rank, data-parallel optimisers --
 
 
 def _process_alive(pid: int) -> bool:
@@ -335,7 +335,7 @@ def test_async_dead_sampler_or_rank_ends_job_with_an_error(victim: str, tmp_path
     job = subprocess.Popen(
         _torchrun(
             "--standalone", "--nproc_per_node", "2", "--max-restarts", "0", str(WORKER),
-            "--algo", "dqn-async", "--out", str(out), "--total-steps", "100000000", "--hold",
+            "--algo", "dqn-async", "--out", str(out), "--total-timesteps", "100000000", "--hold",
         ),
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         cwd=HERE.parent, start_new_session=True,
@@ -353,8 +353,8 @@ def test_async_dead_sampler_or_rank_ends_job_with_an_error(victim: str, tmp_path
         target = samplers[1] if victim == "sampler" else int(pid_files[3].read_text())
         output = _kill_and_expect_job_failure(job, target, out)
         if victim == "sampler":
-            assert "SamplerError" in output and "of rank 1" in output, output[-3000:]
-        # no sampler process outlives the job: each stops with its rank or when it is orphaned
+            assert "CollectorError" in output and "of rank 1" in output, output[-3000:]
+        # no collector process outlives the job: each stops with its rank or when it is orphaned
         deadline = time.monotonic() + 10
         while any(_process_alive(pid) for pid in samplers) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -370,7 +370,7 @@ def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
     returncode, output = _preempt(
         [
             "train", "dqn", "--async", "--nproc", "2",
-            "--env", "CartPole-v1", "--backend", "serial", "--total-steps", "100000000",
+            "--env", "CartPole-v1", "--backend", "serial", "--total-timesteps", "100000000",
             "--learning-starts", "100", "--batch-size", "16", "--replay-ratio", "2",
             "--log-every-steps", "100", "--run-dir", str(run_dir), "--no-progress",
             "--no-tensorboard", "--torch-threads", "1",
@@ -410,7 +410,7 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
         [
             sys.executable, "-m", "vecaccel", "train", "dqn", "--nproc", "2",
             "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2",
-            "--total-steps", "400", "--learning-starts", "64", "--batch-size", "8",
+            "--total-timesteps", "400", "--learning-starts", "64", "--batch-size", "8",
             # (the preset's ratio of 32 makes 4 updates of 8 an env step; the buffers are checked)
             "--replay-ratio", "4", "--buffer-size", "4000", *common,
         ]
@@ -426,7 +426,7 @@ def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: P
     _run(
         [
             sys.executable, "-m", "vecaccel", "train", "dqn", "--nproc", "2",
-            "--resume", str(run_dir), "--total-steps", "600", *common,
+            "--resume", str(run_dir), "--total-timesteps", "600", *common,
         ]
     )  # fmt: skip
     second = load_checkpoint(run_dir / "checkpoint.pt")

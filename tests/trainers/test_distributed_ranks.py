@@ -66,7 +66,7 @@ def _rank_entry(
         results.put((rank, False, traceback.format_exc()))
     finally:
         gc.collect()  # DDP models go before their process group
-        from vecaccel.trainers.run import distributed
+        from vecaccel.trainers.services import distributed
 
         try:
             distributed.cleanup()
@@ -368,7 +368,7 @@ def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
 
 def _next_draws() -> dict[str, list[float]]:
     """What this process's torch and NumPy streams draw next, the streams left where they were."""
-    from vecaccel.trainers.run.seeding import get_rng_state, set_rng_state
+    from vecaccel.trainers.services.seeding import get_rng_state, set_rng_state
 
     state = get_rng_state()
     draws = dict(torch=torch.rand(8).tolist(), np=np.random.random(4).tolist())
@@ -378,7 +378,7 @@ def _next_draws() -> dict[str, list[float]]:
 
 def _resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     from vecaccel.trainers import PPO
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     common = dict(
         num_envs=1,
@@ -434,7 +434,7 @@ def test_ranks_keep_distinct_random_streams_after_a_resume(tmp_path: Path) -> No
 
 
 def _identity_rank(rank: int, world: int) -> dict[str, Any]:
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     assert distributed.init_from_env("cpu")
     if rank == 0:  # 3 episodes of mean return 10, loss 1
@@ -489,7 +489,7 @@ def test_rank_identity_seeds_and_metric_reduction(method: str) -> None:
 
 def _dqn_resume_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     from vecaccel.trainers.algos.dqn import DQN
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     common = dict(
         backend="serial", hidden_sizes=(16,), batch_size=8, buffer_size=400, learning_starts=32,
@@ -527,20 +527,20 @@ SHORT_TIMEOUT_S = 6.0
 
 def _failing_rank(rank: int, world: int) -> dict[str, Any]:
     """``vecaccel train`` on two ranks where rank 1 raises (as a rank whose sampler died raises
-    SamplerError) while rank 0 waits in a collective of the next update."""
+    CollectorError) while rank 0 waits in a collective of the next update."""
     import argparse
 
     import torch.distributed as dist
 
     from vecaccel.trainers.cli import commands as cli
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     assert distributed.init_from_env("cpu")
 
     def train(args: argparse.Namespace) -> int:
         if rank == 1:
             time.sleep(0.5)
-            raise RuntimeError("the asynchronous sampler process of rank 1 died")
+            raise RuntimeError("the asynchronous collector process of rank 1 died")
         grads = torch.ones(16)
         dist.all_reduce(grads)  # rank 1 never comes
         return 0
@@ -555,7 +555,7 @@ def _failing_rank(rank: int, world: int) -> dict[str, Any]:
 
 def test_an_error_on_one_rank_fails_the_others_at_once_not_at_the_timeout() -> None:
     out = _run_ranks(_failing_rank, timeout_s=SHORT_TIMEOUT_S)
-    assert "sampler process of rank 1 died" in (out[1]["error"] or "")
+    assert "collector process of rank 1 died" in (out[1]["error"] or "")
     # rank 0 must learn that its peer is gone (gloo: "Connection closed by peer") when rank 1
     # leaves, not sit in its all-reduce until VECACCEL_DIST_TIMEOUT (120 s by default) runs
     # out while rank 1 waits in a barrier that no other rank will enter
@@ -567,7 +567,7 @@ def test_an_error_on_one_rank_fails_the_others_at_once_not_at_the_timeout() -> N
 def _async_on_policy_failing_rank(rank: int, world: int, run_dir: str) -> dict[str, Any]:
     """Async PPO on two ranks; rank 1's second update raises, so rank 0's collective fails."""
     from vecaccel.trainers import PPO, AsyncRunner
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     agent = PPO(
         None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=1, update_epochs=1,

@@ -106,13 +106,41 @@ def test_image_observations_store_each_frame_once() -> None:
         envs.close()
 
 
-def test_rejects_env_without_same_step_autoreset() -> None:
-    envs = vecaccel.make_vec("CartPole-v1", 2, backend="serial")
+def _trained_on(mode: vecaccel.AutoresetMode) -> DQN:
+    envs = vecaccel.make_vec("CartPole-v1", 2, backend="serial", autoreset_mode=mode)
+    agent = DQN(env=envs, **{**TINY_DQN, "seed": 0, "learning_starts": 16, "buffer_size": 1000})
+    agent.learn(400)
+    return agent
+
+
+@pytest.mark.parametrize("mode", list(vecaccel.AutoresetMode), ids=lambda mode: mode.value)
+def test_every_autoreset_mode_stores_only_real_transitions(mode) -> None:
+    """The replay buffer holds no step that starts from an episode's last observation (a
+    NEXT_STEP reset step): every stored CartPole state is inside the bounds that end one."""
+    agent = _trained_on(mode)
     try:
-        with pytest.raises(ValueError, match="SAME_STEP"):
-            DQN(env=envs)
+        buffer = agent.buffer
+        written = np.arange(buffer.T)[:, None] < buffer.filled[None, :]
+        states = buffer.frames[written & ~buffer.is_final]
+        assert len(states) > 0 and agent.num_updates > 0
+        assert (np.abs(states[:, 0]) <= 2.4).all() and (np.abs(states[:, 2]) <= 0.2095).all()
+        assert buffer.is_final[written].any(), "episodes ended and their final states were kept"
     finally:
-        envs.close()
+        agent.envs.close()
+
+
+def test_disabled_autoreset_trains_as_same_step_does() -> None:
+    """The collector resets a DISABLED env's ended episodes at once: the same run, bit for bit."""
+    same, disabled = (
+        _trained_on(vecaccel.AutoresetMode.SAME_STEP),
+        _trained_on(vecaccel.AutoresetMode.DISABLED),
+    )
+    try:
+        for a, b in zip(same.q_network.parameters(), disabled.q_network.parameters()):
+            assert torch.equal(a, b)
+    finally:
+        same.envs.close()
+        disabled.envs.close()
 
 
 @pytest.mark.parametrize(
@@ -321,7 +349,7 @@ def test_replay_file_is_validated(tmp_path) -> None:
     save_checkpoint(path, state)
     old = Rainbow.load(path, env="CartPole-v1", run_dir=None)
     assert old.buffer is None and old.global_step == 120
-    with pytest.raises(ValueError, match="needs total_steps"):
+    with pytest.raises(ValueError, match="needs total_timesteps"):
         old.learn()
     old.learn(60, reset_num_timesteps=False)
     assert old.global_step == 180

@@ -15,7 +15,7 @@ torch.set_num_threads(1)
 
 pytestmark = pytest.mark.usefixtures("trainers_plugin")
 
-FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
+FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints" / "version2"
 
 
 def evaluate(capsys: pytest.CaptureFixture[str], *argv: str) -> str:

@@ -325,14 +325,14 @@ def test_train_and_eval_on_the_command_line(tmp_path, capsys):
 
     run_dir = tmp_path / "run"
     code = main(
-        ["train", "ppo", "--env", "MinAtar/Breakout-v0", "--total-steps", "4096",
+        ["train", "ppo", "--env", "MinAtar/Breakout-v0", "--total-timesteps", "4096",
          "--backend", "serial", "--run-dir", str(run_dir), "--no-progress", "--device", "cpu"]
     )  # fmt: skip
     assert code == 0
     assert "preset: minatar, made for MinAtar games" in capsys.readouterr().err
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
     code = main(
-        ["train", "ppo", "--env", "CartPole-v1", "--preset", "minatar", "--total-steps", "64"]
+        ["train", "ppo", "--env", "CartPole-v1", "--preset", "minatar", "--total-timesteps", "64"]
     )
     assert code != 0
     assert "made for MinAtar's games" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import vecaccel
 from vecaccel.trainers import A2C, DQN, PPO
 from vecaccel.trainers.algos.advantages import compute_gae, learning_rows
 from vecaccel.trainers.replay.buffer import ReplayBuffer
-from vecaccel.trainers.run.team_returns import TeamReturns
+from vecaccel.trainers.services.team_returns import TeamReturns
 
 
 class AgentRowsVectorEnv(gym.vector.VectorEnv):
@@ -262,7 +262,9 @@ def test_team_returns_sum_each_envs_agents():
     envs = AgentRowsVectorEnv()
     agent = PPO(envs, num_steps=16, seed=0, preset=None, log_every_steps=0)
     rows: list = []
-    agent.learn(total_steps=16 * envs.num_envs * 3, callback=lambda a, m: rows.append(m) or True)
+    agent.learn(
+        total_timesteps=16 * envs.num_envs * 3, callback=lambda a, m: rows.append(m) or True
+    )
     returns = agent_returns(envs)
     team = {round(float(returns[envs.row_env == k].sum()), 6) for k in range(2)}
     logged = [m["charts/team_episodic_return"] for m in rows if "charts/team_episodic_return" in m]
@@ -294,7 +296,7 @@ def test_dqn_trains_on_agent_rows():
         log_every_steps=0,
     )
     rows: list = []
-    agent.learn(total_steps=400, callback=lambda a, m: rows.append(m) or True)
+    agent.learn(total_timesteps=400, callback=lambda a, m: rows.append(m) or True)
     buffer = agent.buffer
     assert buffer.steps_added < agent.global_step  # inactive rows were left out
     written = buffer.frames[~buffer.is_final & (np.arange(buffer.T)[:, None] < buffer.filled)]
@@ -336,7 +338,8 @@ def test_train_on_simple_spread_then_eval(algo, extra, tmp_path, capsys):
     run_dir = tmp_path / algo
     argv = [algo, "--env", SPREAD, "--num-envs", "2", "--backend", "serial"]
     assert (
-        train(*argv, "--total-steps", "384", "--seed", "0", "--run-dir", str(run_dir), *extra) == 0
+        train(*argv, "--total-timesteps", "384", "--seed", "0", "--run-dir", str(run_dir), *extra)
+        == 0
     )
     columns = metric_columns(run_dir)
     assert "charts/team_episodic_return" in columns and "charts/episodic_return" in columns
@@ -351,7 +354,7 @@ def test_train_on_simple_spread_then_eval(algo, extra, tmp_path, capsys):
 def test_ppo_counts_rows_in_its_batch():
     agent = PPO(SPREAD, num_envs=2, num_steps=8, backend="serial", seed=0, preset=None)
     assert agent.envs.num_envs == 6 and agent.batch_size == 6 * 8
-    agent.learn(total_steps=96)
+    agent.learn(total_timesteps=96)
     assert agent.global_step == 96
     agent.close()
 
@@ -383,7 +386,7 @@ def test_pistonball_gets_a_cnn_over_its_hwc_images():
     )
     assert agent.envs.single_observation_space.shape == (457, 120, 3)
     assert any(isinstance(module, NatureCNN) for module in agent.model.modules())
-    agent.learn(total_steps=agent.batch_size)
+    agent.learn(total_timesteps=agent.batch_size)
     assert agent.global_step == 20 * 4
     agent.close()
 
@@ -396,7 +399,7 @@ def test_atari_setup_is_refused_for_pettingzoo(tmp_path):
             SPREAD,
             "--atari",
             "true",
-            "--total-steps",
+            "--total-timesteps",
             "64",
             "--run-dir",
             str(tmp_path),
@@ -404,7 +407,9 @@ def test_atari_setup_is_refused_for_pettingzoo(tmp_path):
         == 2
     )
     assert (
-        train("dqn", "--env", SPREAD, "--async", "--total-steps", "64", "--run-dir", str(tmp_path))
+        train(
+            "dqn", "--env", SPREAD, "--async", "--total-timesteps", "64", "--run-dir", str(tmp_path)
+        )
         == 2
     )
 
@@ -431,10 +436,10 @@ def test_agents_dying_early_are_masked_on_a_real_pettingzoo_env(backend):
         obs = batch.obs.numpy()
         assert (obs[~expected] == 0).all()
         agent.update(agent.to_model_actions(batch))
-        agent.learn(total_steps=72 * 2)
+        agent.learn(total_timesteps=72 * 2)
         agent.close()
         dqn = DQN(envs, learning_starts=24, batch_size=8, buffer_size=600, seed=0, preset=None)
-        dqn.learn(total_steps=240)
+        dqn.learn(total_timesteps=240)
         assert 0 < dqn.buffer.steps_added < dqn.global_step
         dqn.close()
     finally:
@@ -446,8 +451,8 @@ def test_resume_a_pettingzoo_run(tmp_path, capsys):
 
     run_dir = tmp_path / "run"
     argv = ["ppo", "--env", SPREAD, "--num-envs", "2", "--backend", "serial", "--num-steps", "16"]
-    assert train(*argv, "--total-steps", "96", "--run-dir", str(run_dir)) == 0
-    assert train("ppo", "--resume", str(run_dir), "--total-steps", "192") == 0
+    assert train(*argv, "--total-timesteps", "96", "--run-dir", str(run_dir)) == 0
+    assert train("ppo", "--resume", str(run_dir), "--total-timesteps", "192") == 0
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["global_step"] == 192 and state["num_updates"] == 2
     assert state["config"]["num_envs"] == 2  # envs, each 3 rows

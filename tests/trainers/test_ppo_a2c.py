@@ -62,7 +62,7 @@ def test_smoke_every_backend(algo, backend, tmp_path):
     agent = algo("CartPole-v1", backend=backend, run_dir=tmp_path, tensorboard=False, **TINY)
     try:
         before = parameters(agent)
-        agent.learn(total_steps=48)
+        agent.learn(total_timesteps=48)
     finally:
         agent.close()
     assert agent.global_step == 48
@@ -76,7 +76,7 @@ def test_smoke_every_backend(algo, backend, tmp_path):
 def test_ppo_on_alternating_action_server():
     agent = PPO("CartPole-v1", backend="action_server", alternating=True, **TINY)
     try:
-        agent.learn(total_steps=32)
+        agent.learn(total_timesteps=32)
     finally:
         agent.close()
     assert agent.global_step == 32
@@ -86,7 +86,7 @@ def test_ppo_on_alternating_action_server():
 def test_other_autoreset_modes_train(mode):
     agent = PPO("CartPole-v1", backend="serial", autoreset_mode=mode, **{**TINY, "num_steps": 64})
     try:
-        agent.learn(total_steps=256)
+        agent.learn(total_timesteps=256)
     finally:
         agent.close()
     assert agent.global_step == 256
@@ -108,7 +108,7 @@ def test_atari_cnn_smoke():
     try:
         assert agent.env.single_observation_space.shape == (4, 84, 84)
         assert agent.model.shared and agent.model.encoder.bf16
-        agent.learn(total_steps=16)
+        agent.learn(total_timesteps=16)
         actions, state = agent.predict(agent.sampler.last_obs[0].numpy(), deterministic=True)
     finally:
         agent.close()
@@ -133,7 +133,7 @@ def test_ppo_learns_cartpole():
 
     agent = PPO(backend="serial", seed=1, torch_threads=1, **PRESETS["cartpole"])
     try:
-        agent.learn(total_steps=40_000)
+        agent.learn(total_timesteps=40_000)
     finally:
         agent.close()
     assert best_rolling_return(agent) >= 300
@@ -145,7 +145,7 @@ def test_a2c_learns_cartpole():
 
     agent = A2C(backend="serial", seed=1, torch_threads=1, log_every_steps=1, **PRESETS["cartpole"])
     try:
-        agent.learn(total_steps=60_000)
+        agent.learn(total_timesteps=60_000)
     finally:
         agent.close()
     assert best_rolling_return(agent) >= 150

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 
 import pytest
 from helpers import run_main, serial_cartpole
@@ -14,7 +13,6 @@ pytest.importorskip("torch")
 
 from vecaccel.trainers import A2C, C51, DQN, PPO, DQNConfig, Rainbow
 from vecaccel.trainers.checkpoints.format import load_checkpoint
-from vecaccel.trainers.checkpoints.reader import read_checkpoint
 from vecaccel.trainers.config.presets import (
     ATARI,
     ENV_PRESETS,
@@ -23,7 +21,6 @@ from vecaccel.trainers.config.presets import (
     suited_env_ids,
 )
 
-FIXTURES = Path(__file__).parents[1] / "data" / "checkpoints"
 CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
 QUIET = ["--backend", "serial", "--no-progress", "--no-tensorboard"]
 
@@ -166,31 +163,13 @@ def test_a_checkpoint_records_the_preset_and_a_loaded_run_keeps_its_settings(tmp
     assert loaded.config == agent.config
 
 
-@pytest.mark.parametrize("algo", sorted(CLASSES))
-def test_a_checkpoint_from_before_presets_were_recorded_loads_its_own_settings(algo) -> None:
-    def plain(values: dict) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
-
-    # as the reader gives them: the earlier spellings of a setting or a value in current form
-    saved = plain(read_checkpoint(FIXTURES / algo / "checkpoint.pt")["config"])
-    assert "preset" not in saved
-    agent = CLASSES[algo].load(FIXTURES / algo / "checkpoint.pt", device="cpu")
-    try:
-        cfg = plain(vars(agent.config))
-        assert cfg["preset"] is None
-        kept = set(saved) & set(cfg) - {"device", "run_dir"}
-        assert {k: cfg[k] for k in kept} == {k: saved[k] for k in kept}
-    finally:
-        agent.close()
-
-
 # -- the command line -------------------------------------------------------------------------
 
 
 def test_train_without_preset_takes_the_envs_and_says_so(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "16"]
-    assert run_main([*argv, "--total-steps", "64", "--run-dir", str(run_dir), *QUIET]) == 0
+    assert run_main([*argv, "--total-timesteps", "64", "--run-dir", str(run_dir), *QUIET]) == 0
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("preset:")]
     assert lines == [
@@ -206,7 +185,9 @@ def test_train_without_preset_takes_the_envs_and_says_so(tmp_path, capsys) -> No
 def test_train_preset_none_gives_the_plain_defaults(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "16"]
-    code = run_main([*argv, "--preset", "none", "--total-steps", "32", "--run-dir", str(run_dir)])
+    code = run_main(
+        [*argv, "--preset", "none", "--total-timesteps", "32", "--run-dir", str(run_dir)]
+    )
     assert code == 0
     assert "preset:" not in capsys.readouterr().err
     config = load_checkpoint(run_dir / "checkpoint.pt")["config"]
@@ -215,7 +196,7 @@ def test_train_preset_none_gives_the_plain_defaults(tmp_path, capsys) -> None:
 
 def test_train_dqn_takes_the_preset_of_its_family(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
-    argv = ["train", "c51", "--env", "CartPole-v1", "--total-steps", "32", *QUIET]
+    argv = ["train", "c51", "--env", "CartPole-v1", "--total-timesteps", "32", *QUIET]
     assert run_main([*argv, "--run-dir", str(run_dir)]) == 0
     assert "preset: cartpole-c51, made for CartPole-v1" in capsys.readouterr().err
     config = load_checkpoint(run_dir / "checkpoint.pt")["config"]
@@ -225,7 +206,7 @@ def test_train_dqn_takes_the_preset_of_its_family(tmp_path, capsys) -> None:
 def test_an_explicit_preset_is_not_announced(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = ["train", "a2c", "--preset", "cartpole", "--env", "CartPole-v1", "--num-envs", "2"]
-    assert run_main([*argv, "--total-steps", "20", "--run-dir", str(run_dir), *QUIET]) == 0
+    assert run_main([*argv, "--total-timesteps", "20", "--run-dir", str(run_dir), *QUIET]) == 0
     assert "preset:" not in capsys.readouterr().err
     assert load_checkpoint(run_dir / "checkpoint.pt")["config"]["preset"] == "cartpole"
 
@@ -233,13 +214,13 @@ def test_an_explicit_preset_is_not_announced(tmp_path, capsys) -> None:
 def test_a_resumed_run_keeps_its_settings_and_refuses_preset(tmp_path, capsys) -> None:
     run_dir = tmp_path / "run"
     argv = ["train", "ppo", "--env", "CartPole-v1", "--num-envs", "2", "--num-steps", "16"]
-    assert run_main([*argv, "--total-steps", "32", "--run-dir", str(run_dir), *QUIET]) == 0
+    assert run_main([*argv, "--total-timesteps", "32", "--run-dir", str(run_dir), *QUIET]) == 0
     before = load_checkpoint(run_dir / "checkpoint.pt")["config"]
     capsys.readouterr()
     resume = ["train", "ppo", "--resume", str(run_dir), *QUIET]
-    assert run_main([*resume, "--preset", "none", "--total-steps", "64"]) == 2
+    assert run_main([*resume, "--preset", "none", "--total-timesteps", "64"]) == 2
     assert "error: --preset applies to a new run" in capsys.readouterr().err
-    assert run_main([*resume, "--total-steps", "64"]) == 0
+    assert run_main([*resume, "--total-timesteps", "64"]) == 0
     assert "preset:" not in capsys.readouterr().err
     after = load_checkpoint(run_dir / "checkpoint.pt")
     assert after["global_step"] == 64

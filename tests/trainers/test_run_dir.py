@@ -17,7 +17,7 @@ import torch
 from helpers import CHILD_TIMEOUT
 
 from vecaccel.cli import main
-from vecaccel.trainers.run.logger import (
+from vecaccel.trainers.services.logger import (
     RUN_FILES,
     RunDirInUseError,
     RunLogger,
@@ -42,7 +42,7 @@ TINY = [
     "2",
     "--num-steps",
     "16",
-    "--total-steps",
+    "--total-timesteps",
     "32",
     "--no-progress",
     "--torch-threads",
@@ -81,7 +81,7 @@ def test_train_into_a_used_run_dir_exits_2_and_leaves_the_run_alone(tmp_path, ca
     assert after["notes.txt"] == b"mine"  # only the run's own files go
 
     # --resume continues the run in place, as the error says
-    assert main(["train", "ppo", "--resume", str(run_dir), "--total-steps", "64",
+    assert main(["train", "ppo", "--resume", str(run_dir), "--total-timesteps", "64",
                  "--no-progress", "--torch-threads", "1"]) == 0  # fmt: skip
 
 
@@ -90,7 +90,7 @@ def test_a_resumed_run_never_writes_over_another_run(tmp_path, capsys):
     for run_dir in (first, second):
         assert main(["train", *TINY, "--run-dir", str(run_dir)]) == 0
     theirs = _files(second)
-    resume = ["train", "ppo", "--resume", str(first), "--total-steps", "64", "--no-progress",
+    resume = ["train", "ppo", "--resume", str(first), "--total-timesteps", "64", "--no-progress",
               "--torch-threads", "1"]  # fmt: skip
     capsys.readouterr()
 
@@ -163,7 +163,7 @@ def test_unused_run_dir_counts_up_past_used_names(tmp_path):
 
 ANOTHER_PROCESS_RUN = """
 import sys
-from vecaccel.trainers.run.logger import RunLogger
+from vecaccel.trainers.services.logger import RunLogger
 logger = RunLogger(sys.argv[1], 10, use_tensorboard=False, progress=False)
 logger.log(10, {"charts/episodic_return": 1.0})
 logger.close()

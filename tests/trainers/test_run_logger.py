@@ -6,7 +6,7 @@ import csv
 
 import torch
 
-from vecaccel.trainers.run.logger import RunLogger
+from vecaccel.trainers.services.logger import RunLogger
 
 torch.set_num_threads(1)
 

@@ -42,7 +42,7 @@ def make(algo: str, **extra: Any) -> Algorithm:
 
 
 def make_without_envs(algo: str, **extra: Any) -> Algorithm:
-    """An agent for the asynchronous runner: its sampler process builds the envs."""
+    """An agent for the asynchronous runner: its collector process builds the envs."""
     return ALGORITHMS[algo](None, env_id="CartPole-v1", **settings_of(algo), **extra)
 
 
@@ -72,19 +72,30 @@ def test_learn_refuses_an_unknown_mode_and_options_that_do_not_fit():
         agent.learn(32, mode="threads")
     with pytest.raises(ValueError, match="no asynchronous options"):
         agent.learn(32, fixed_lag=True)
-    with pytest.raises(ValueError, match="no callback"):
-        agent.learn(32, mode="async", callback=lambda agent: None)
 
 
-def test_the_runners_tell_the_families_apart_by_class():
+def test_the_runners_train_any_algorithm_and_nothing_else():
     class NotAnAlgorithm:
-        family = "on_policy"  # a family string alone does not make an algorithm
+        checkpoint_key = "on_policy"  # a section name alone does not make an algorithm
 
     for runner_cls in (SyncRunner, AsyncRunner):
-        with pytest.raises(TypeError, match="OnPolicyAlgorithm or an OffPolicyAlgorithm"):
+        with pytest.raises(TypeError, match="trains an Algorithm, got NotAnAlgorithm"):
             runner_cls(NotAnAlgorithm()).run(8)
     assert issubclass(DQN, OffPolicyAlgorithm) and issubclass(C51, OffPolicyAlgorithm)
     assert issubclass(PPO, OnPolicyAlgorithm) and not issubclass(PPO, OffPolicyAlgorithm)
+
+
+def test_the_runners_and_the_checkpoint_code_name_no_family():
+    from pathlib import Path
+
+    import vecaccel.trainers as trainers
+
+    root = Path(trainers.__file__).parent
+    words = ("OnPolicy", "OffPolicy", "on_policy", "off_policy")
+    for folder in ("runners", "checkpoints", "cli"):
+        for path in (root / folder).rglob("*.py"):
+            text = path.read_text()
+            assert not any(word in text for word in words), path
 
 
 def test_the_async_runner_needs_an_env_id_for_its_sampler():
@@ -176,8 +187,15 @@ def test_one_parameter_callbacks_still_work(algo):
 
 SHARED = (
     "algo_name",
-    "family",
+    "checkpoint_key",
     "config_cls",
+    "begin_run",
+    "async_feed",
+    "prepare_async",
+    "checkpoint_section",
+    "checkpoint_target_steps",
+    "gather_rank_checkpoint",
+    "from_checkpoint",
     "learn",
     "update",
     "write_checkpoint",
@@ -222,7 +240,7 @@ OFF_POLICY_METHODS = (
 def test_every_algorithm_has_the_public_interface_of_its_family(algo):
     cls = ALGORITHMS[algo]
     assert issubclass(cls, Algorithm) and cls.algo_name == algo
-    assert cls.family in ("on_policy", "off_policy")
+    assert cls.checkpoint_key in ("on_policy", "off_policy")
     on_policy = issubclass(cls, OnPolicyAlgorithm)
     assert on_policy != issubclass(cls, OffPolicyAlgorithm)
     family = ON_POLICY_METHODS if on_policy else OFF_POLICY_METHODS
@@ -269,3 +287,55 @@ def test_a_dqn_without_envs_refuses_to_learn():
     agent = DQN(env=None, device="cpu")
     with pytest.raises(RuntimeError, match="no env"):
         agent.learn(10)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_callbacks_run_in_async_mode_once_per_turn(algo):
+    from vecaccel.trainers.runners.callbacks import CALLBACK_KEYS
+
+    seen: list[dict[str, Any]] = []
+
+    def callback(agent: Algorithm, metrics: dict[str, Any]) -> bool:
+        seen.append(metrics)
+        return len(seen) < 3
+
+    agent = make_without_envs(algo)
+    try:
+        agent.learn(10_000, callback=callback, mode="async", context="fork")
+        assert len(seen) == 3, "a callback returning False ends the run after its turn"
+        assert all(set(CALLBACK_KEYS) <= set(metrics) for metrics in seen)
+        steps = [metrics["global_step"] for metrics in seen]
+        assert steps == sorted(steps) and steps[-1] == agent.global_step < 10_000
+    finally:
+        agent.close()
+
+
+def test_sb3_callbacks_run_in_async_mode():
+    callbacks = pytest.importorskip("stable_baselines3.common.callbacks")
+
+    class Counting(callbacks.BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rollouts = self.started = self.ended = 0
+
+        def _on_training_start(self) -> None:
+            self.started += 1
+
+        def _on_rollout_start(self) -> None:
+            self.rollouts += 1
+
+        def _on_step(self) -> bool:
+            assert "rewards" in self.locals and "dones" in self.locals
+            return True
+
+        def _on_training_end(self) -> None:
+            self.ended += 1
+
+    counting = Counting()
+    agent = make_without_envs("ppo")
+    try:
+        agent.learn(32, callback=counting, mode="async", context="fork")
+        assert (counting.started, counting.ended) == (1, 1)
+        assert counting.rollouts == agent.num_updates and counting.n_calls == 32 // 2
+    finally:
+        agent.close()

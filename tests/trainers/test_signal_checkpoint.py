@@ -70,7 +70,7 @@ def test_signal_saves_checkpoint_and_resume_continues(algo: str, tmp_path: Path,
             *flags,
             "--env",
             "CartPole-v1",
-            "--total-steps",
+            "--total-timesteps",
             "100000000",
             "--run-dir",
             str(run_dir),
@@ -103,7 +103,7 @@ def test_signal_saves_checkpoint_and_resume_continues(algo: str, tmp_path: Path,
     # the interpreter and torch the signalled run needed are started once per case, not twice
     capsys.readouterr()
     code = run_main(
-        ["train", flags[0], "--resume", str(run_dir), "--total-steps", str(step + 64), *common]
+        ["train", flags[0], "--resume", str(run_dir), "--total-timesteps", str(step + 64), *common]
     )
     captured = capsys.readouterr()
     assert code == 0, captured.out[-2000:] + captured.err[-2000:]

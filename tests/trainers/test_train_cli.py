@@ -60,7 +60,7 @@ def test_algorithm_help_lists_config_docstrings(capsys):
     assert "--clip-coef" in text and "Surrogate clipping coefficient" in text
     assert "--anneal-lr, --no-anneal-lr" in text
     assert "--preset" in text and "cartpole" in text
-    for flag in ("--env", "--backend", "--num-envs", "--total-steps", "--seed", "--device",
+    for flag in ("--env", "--backend", "--num-envs", "--total-timesteps", "--seed", "--device",
                  "--run-dir", "--resume"):  # fmt: skip
         assert flag in text
 
@@ -94,14 +94,14 @@ def test_flags_become_config_fields():
 
 def test_train_resume_and_eval(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    assert train("ppo", *TINY_PPO, "--total-steps", "128", "--checkpoint-every", "2",
+    assert train("ppo", *TINY_PPO, "--total-timesteps", "128", "--checkpoint-every", "2",
                  "--run-dir", str(run_dir)) == 0  # fmt: skip
     for name in ("checkpoint.pt", "metrics.csv", "learning_curve.png"):
         assert (run_dir / name).exists(), name
     assert any((run_dir / "tb").iterdir())
 
     capsys.readouterr()
-    assert main(["train", "ppo", "--resume", str(run_dir), "--total-steps", "192",
+    assert main(["train", "ppo", "--resume", str(run_dir), "--total-timesteps", "192",
                  "--no-progress"]) == 0  # fmt: skip
     steps = [int(row["step"]) for row in csv.DictReader(open(run_dir / "metrics.csv"))]
     assert steps[-1] == 192 and steps == sorted(steps)
@@ -121,7 +121,7 @@ def test_an_async_dqn_run_ends_naming_its_run_directory_checkpoint_and_plot(tmp_
     """As a synchronous run's does, the closing line of ``--async`` names the files to open."""
     run_dir = tmp_path / "run"
     assert train("dqn", "--async", "--env", "CartPole-v1", "--backend", "serial",
-                 "--num-envs", "2", "--total-steps", "300", "--learning-starts", "100",
+                 "--num-envs", "2", "--total-timesteps", "300", "--learning-starts", "100",
                  "--no-tensorboard", "--run-dir", str(run_dir)) == 0  # fmt: skip
     closing = capsys.readouterr().err.strip().splitlines()[-1]
     assert closing == (
@@ -138,7 +138,7 @@ def test_a_misspelled_preset_gets_a_did_you_mean(capsys):
 def test_preset_and_explicit_flags(tmp_path):
     run_dir = tmp_path / "run"
     assert train("a2c", "--preset", "cartpole", "--backend", "serial", "--num-envs", "2",
-                 "--total-steps", "40", "--run-dir", str(run_dir)) == 0  # fmt: skip
+                 "--total-timesteps", "40", "--run-dir", str(run_dir)) == 0  # fmt: skip
     from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     config = load_checkpoint(run_dir / "checkpoint.pt")["config"]
@@ -159,7 +159,7 @@ def test_eval_records_a_video(tmp_path):
     run_dir = tmp_path / "breakout"
     assert train("ppo", "--env", "BreakoutNoFrameskip-v4", "--backend", "serial",
                  "--num-envs", "2", "--num-steps", "4", "--update-epochs", "1",
-                 "--total-steps", "8", "--run-dir", str(run_dir), "--no-tensorboard") == 0  # fmt: skip
+                 "--total-timesteps", "8", "--run-dir", str(run_dir), "--no-tensorboard") == 0  # fmt: skip
     video = tmp_path / "play.mp4"
     assert main(["eval", str(run_dir), "--episodes", "1", "--stochastic",
                  "--video", str(video)]) == 0  # fmt: skip
@@ -174,7 +174,7 @@ def test_dqn_family_through_the_cli(algo, tmp_path, capsys):
     run_dir = tmp_path / algo
     tiny = ["--env", "CartPole-v1", "--learning-starts", "64", "--batch-size", "16",
             "--buffer-size", "500", "--replay-ratio", "1", "--run-dir", str(run_dir)]  # fmt: skip
-    assert train(algo, *tiny, "--total-steps", "160") == 0
+    assert train(algo, *tiny, "--total-timesteps", "160") == 0
     assert (run_dir / "checkpoint.pt").exists()
     capsys.readouterr()
     assert main(["eval", str(run_dir), "--episodes", "1", "--env", "CartPole-v1"]) == 0
@@ -188,17 +188,19 @@ def test_resume_without_its_replay_file_says_to_pass_no_replay(tmp_path, capsys)
     run_dir = tmp_path / "dqn"
     assert train("dqn", "--env", "CartPole-v1", "--learning-starts", "64", "--batch-size", "16",
                  "--buffer-size", "500", "--replay-ratio", "1", "--run-dir", str(run_dir),
-                 "--total-steps", "96", "--no-tensorboard") == 0  # fmt: skip
+                 "--total-timesteps", "96", "--no-tensorboard") == 0  # fmt: skip
     [replay] = run_dir.glob("*replay*")
     replay.unlink()
     capsys.readouterr()
-    resume = ["train", "dqn", "--resume", str(run_dir), "--total-steps", "128", "--no-progress"]
+    resume = ["train", "dqn", "--resume", str(run_dir), "--total-timesteps", "128", "--no-progress"]
     assert main(resume) == 2
     err = capsys.readouterr().err
     # the command line's way out, not the Python argument that no flag exposes
     assert "pass --no-replay" in err and "load_replay" not in err, err
     assert main([*resume, "--no-replay"]) == 0
-    assert main(["train", "dqn", "--env", "CartPole-v1", "--total-steps", "8", "--no-replay"]) == 2
+    assert (
+        main(["train", "dqn", "--env", "CartPole-v1", "--total-timesteps", "8", "--no-replay"]) == 2
+    )
     assert "--no-replay only applies with --resume" in capsys.readouterr().err
 
 
@@ -222,10 +224,10 @@ def test_resume_from_a_missing_or_corrupt_run_is_a_usage_error(tmp_path, capsys)
 
 def test_train_nproc_must_be_positive(tmp_path, capsys):
     """``--nproc 0`` (or -2) is a usage error rather than a silent run on one process, as every
-    other count flag (--num-envs, --total-steps, --episodes) refuses values below 1."""
+    other count flag (--num-envs, --total-timesteps, --episodes) refuses values below 1."""
     run_dir = tmp_path / "run"
     code = run_main(
-        ["train", "ppo", *QUIET_TINY_PPO, "--total-steps", "32", "--nproc", "0", "--run-dir",
+        ["train", "ppo", *QUIET_TINY_PPO, "--total-timesteps", "32", "--nproc", "0", "--run-dir",
          str(run_dir)]
     )  # fmt: skip
     capsys.readouterr()
@@ -303,9 +305,9 @@ TINY_PPO_4_STEPS = [
 @pytest.mark.parametrize(
     "argv",
     [
-        ["ppo", *TINY_PPO_4_STEPS, "--lr-scaling", "bogus", "--total-steps", "8"],
-        ["ppo", *TINY_PPO_4_STEPS, "--activation", "bogus", "--total-steps", "8"],
-        ["ppo", "--env", "CartPole-v1", "--backend", "nosuch", "--total-steps", "8"],
+        ["ppo", *TINY_PPO_4_STEPS, "--lr-scaling", "bogus", "--total-timesteps", "8"],
+        ["ppo", *TINY_PPO_4_STEPS, "--activation", "bogus", "--total-timesteps", "8"],
+        ["ppo", "--env", "CartPole-v1", "--backend", "nosuch", "--total-timesteps", "8"],
         [
             "ppo",
             "--env",
@@ -314,14 +316,14 @@ TINY_PPO_4_STEPS = [
             "serial",
             "--num-envs",
             "0",
-            "--total-steps",
+            "--total-timesteps",
             "8",
         ],
-        ["ppo", *TINY_PPO_4_STEPS, "--num-minibatches", "0", "--total-steps", "8"],
-        ["ppo", *TINY_PPO_4_STEPS, "--total-steps", "-5"],
-        ["ppo", "--env", "NoSuchEnv-v9", "--backend", "serial", "--total-steps", "8"],
-        ["dqn", "--env", "Pendulum-v1", "--total-steps", "8"],
-        ["dqn", "--env", "CartPole-v1", "--loss", "bogus", "--total-steps", "8"],
+        ["ppo", *TINY_PPO_4_STEPS, "--num-minibatches", "0", "--total-timesteps", "8"],
+        ["ppo", *TINY_PPO_4_STEPS, "--total-timesteps", "-5"],
+        ["ppo", "--env", "NoSuchEnv-v9", "--backend", "serial", "--total-timesteps", "8"],
+        ["dqn", "--env", "Pendulum-v1", "--total-timesteps", "8"],
+        ["dqn", "--env", "CartPole-v1", "--loss", "bogus", "--total-timesteps", "8"],
     ],  # fmt: skip
     ids=[
         "lr-scaling",
@@ -329,7 +331,7 @@ TINY_PPO_4_STEPS = [
         "backend",
         "num-envs-0",
         "num-minibatches-0",
-        "negative-total-steps",
+        "negative-total-timesteps",
         "unknown-env",
         "dqn-on-box-actions",
         "dqn-loss",
@@ -355,7 +357,7 @@ def test_cli_resume_of_another_algorithms_run_is_a_usage_error(
     """``vecaccel train ALGO --resume DIR`` where DIR holds another algorithm's run must say so
     (exit 2), not raise (CheckpointError, KeyError) or go on training the other algorithm under
     this one's name (C51 resuming a plain DQN run trains plain DQN)."""
-    code = run_cli(["train", algo, "--resume", str(checkpoints / source), "--total-steps", "8",
+    code = run_cli(["train", algo, "--resume", str(checkpoints / source), "--total-timesteps", "8",
                     "--run-dir", str(tmp_path / "run"), *QUIET])  # fmt: skip
     assert code == 2
     assert "error" in capsys.readouterr().err.lower()
@@ -369,7 +371,7 @@ def test_cli_resume_on_an_env_with_other_spaces_is_a_usage_error(
     (6 observations, 3 actions), so both families exit 2 with a message, neither ignoring
     ``--env`` nor ending in a traceback."""
     code = run_cli(["train", algo, "--resume", str(checkpoints / algo), "--env", "Acrobot-v1",
-                    "--total-steps", "8", "--run-dir", str(tmp_path / "run"), *QUIET])  # fmt: skip
+                    "--total-timesteps", "8", "--run-dir", str(tmp_path / "run"), *QUIET])  # fmt: skip
     assert code == 2
     assert "error" in capsys.readouterr().err.lower()
 
@@ -386,7 +388,7 @@ def test_cli_eval_bad_arguments_are_usage_errors(extra, checkpoints, capsys):
 
 
 def test_cli_resume_of_an_unfinished_dqn_run_finishes_its_budget(tmp_path, capsys):
-    """``--total-steps`` says: "with --resume: ... default there: the budget the run was started
+    """``--total-timesteps`` says: "with --resume: ... default there: the budget the run was started
     with". The DQN family does so as PPO/A2C do: its checkpoint records the run's budget
     (``loop["horizon"]``) and ``learn()`` finishes it."""
     run_dir = tmp_path / "dqn"

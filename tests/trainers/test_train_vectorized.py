@@ -42,13 +42,13 @@ def test_cli_trains_ppo_on_vectorized_cartpole_and_resumes_alike(tmp_path):
     run_dir = tmp_path / "run"
     argv = ["--env", "CartPole-v1", "--num-envs", "16", "--num-steps", "16", "--vectorized"]
     argv += ["--backend", "shm", "--num-workers", "2", "--run-dir", str(run_dir)]
-    assert train("ppo", *argv, "--total-steps", "512") == 0
+    assert train("ppo", *argv, "--total-timesteps", "512") == 0
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["config"]["vectorized"] is True and state["global_step"] == 512
     rows = (run_dir / "metrics.csv").read_text().splitlines()
     assert len(rows) > 1 and "charts/episodic_return" in rows[0]
     # the resumed run builds the same batched envs from the checkpoint's config
-    assert train("ppo", "--resume", str(run_dir), "--total-steps", "768") == 0
+    assert train("ppo", "--resume", str(run_dir), "--total-timesteps", "768") == 0
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["config"]["vectorized"] is True and state["global_step"] == 768
 
@@ -68,7 +68,7 @@ def test_python_ppo_on_vectorized_cartpole_samples_next_step_slices(tmp_path):
     )
     try:
         assert agent.envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
-        agent.learn(total_steps=8 * 32 * 2)
+        agent.learn(total_timesteps=8 * 32 * 2)
         assert agent.global_step == 512
         assert all(torch.isfinite(p).all() for p in agent.model.parameters())
     finally:
@@ -106,9 +106,9 @@ def test_dqn_family_refuses_batched_sources_with_the_reason(capsys):
     for setting in ({"vectorized": True}, {"env_source": "envpool"}):
         with pytest.raises(ValueError, match="NextStep.*SameStep"):
             DQN(None, env_id="CartPole-v1", **setting)
-    code = train("dqn", "--env", "CartPole-v1", "--vectorized", "--total-steps", "64")
+    code = train("dqn", "--env", "CartPole-v1", "--vectorized", "--total-timesteps", "64")
     assert code == 2
-    assert "replay buffer stores SameStep transitions" in capsys.readouterr().err
+    assert "hands its steps over as SameStep transitions" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_dqn_family_refuses_batched_sources_with_the_reason(capsys):
     ],
 )
 def test_a_source_the_env_cannot_have_is_a_usage_error(tmp_path, capsys, argv, message):
-    code = train("ppo", *argv, "--total-steps", "64", "--run-dir", str(tmp_path / "run"))
+    code = train("ppo", *argv, "--total-timesteps", "64", "--run-dir", str(tmp_path / "run"))
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
@@ -225,7 +225,7 @@ def test_cli_trains_ppo_on_envpool_frames(tmp_path):
     argv = ["--env", "PongNoFrameskip-v4", "--env-source", "envpool", "--num-envs", "2"]
     argv += ["--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
     argv += ["--backend", "shm", "--backend-option", "num_workers=2", "--run-dir", str(run_dir)]
-    assert train("ppo", *argv, "--total-steps", "64", "--checkpoint-every", "0") == 0
+    assert train("ppo", *argv, "--total-timesteps", "64", "--checkpoint-every", "0") == 0
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["config"]["env_source"] == "envpool" and state["global_step"] == 64
     assert state["config"]["backend_options"] == {"num_workers": 2}

@@ -7,7 +7,7 @@ true final observation), a value regression and an entropy bonus, RMSprop, gradi
 Example:
     >>> from vecaccel.trainers import A2C
     >>> agent = A2C("CartPole-v1", backend="serial", num_envs=2, num_steps=5, seed=0)
-    >>> _ = agent.learn(total_steps=20)
+    >>> _ = agent.learn(total_timesteps=20)
     >>> agent.global_step
     20
     >>> agent.close()

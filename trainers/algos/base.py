@@ -3,18 +3,19 @@
 An algorithm holds its config, its networks and optimizer, its loss and ``update``, and its
 state for checkpoints; it has no loop over env steps. A runner (:class:`SyncRunner
 <vecaccel.trainers.runners.sync.SyncRunner>`, or the asynchronous one) owns the loop and calls the
-public methods documented here. The two families stand on two bases built alike, and a runner
-tells them apart by class: :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C,
-PPO) updates from rollout batches its sampler collects,
-:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm` (DQN, C51, Rainbow) from replay
-samples of the transitions its collector stores. ``family`` names the base for display.
+public methods documented here, the same for every algorithm: a runner knows no family. Each
+family's base implements that interface (``begin_run``, ``async_feed``, the checkpoint section):
+:class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C, PPO) updates from rollout
+batches its sampler collects, :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`
+(DQN, C51, Rainbow) from replay samples of the transitions its env stepper stores.
 
 The public API is declared here once, in SB3's shape, for all five algorithms: the constructor
 ``Algo(env, *, preset="auto", **config)``, :meth:`Algorithm.learn`, :meth:`Algorithm.predict`,
 :meth:`Algorithm.save` and :meth:`Algorithm.load`; a family supplies the parts behind them
 (``_build``, ``act_for_predict``). So are the gradient step every update takes,
-:meth:`Algorithm.backward_step`, and the checkpoint, one format with a section per family
-(:mod:`vecaccel.trainers.checkpoints.writer`).
+:meth:`Algorithm.backward_step`, and the checkpoint, one format whose header
+:mod:`vecaccel.trainers.checkpoints.writer` writes, with the family's section
+(:meth:`Algorithm.checkpoint_section`, :meth:`Algorithm.from_checkpoint`).
 
 Example:
     >>> from vecaccel.trainers import PPO, DQN
@@ -42,11 +43,18 @@ from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import RunConfig, resolve_device
 from vecaccel.trainers.envs.batched import is_batched_source
 from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
-from vecaccel.trainers.run import distributed
-from vecaccel.trainers.run.seeding import configure_torch_threads, seed_everything, split_seed
+from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.seeding import (
+    configure_torch_threads,
+    get_rng_state,
+    seed_everything,
+    split_seed,
+)
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11's
     from typing_extensions import Self
+
+    from vecaccel.trainers.algos.training_loop import TrainingLoop
 
 __all__ = ["Algorithm", "Callback", "call_callback"]
 
@@ -64,18 +72,20 @@ class Algorithm(abc.ABC):
         device: the torch device of the networks.
         world_size: ranks of a ``torchrun`` job (1 otherwise); ``is_main`` is rank 0.
         envs: the vector env trained on, or ``None`` (a loaded agent used to predict, or one
-            whose envs live in an asynchronous sampler process).
+            whose envs live in an asynchronous collector process).
         global_step: env steps collected so far, over all ranks.
         num_updates: gradient updates done so far.
         target_steps: the step total of the run in progress, or ``None`` before one.
-        logger: the :class:`~vecaccel.trainers.run.logger.RunLogger` of the last run, if any.
+        logger: the :class:`~vecaccel.trainers.services.logger.RunLogger` of the last run, if any.
         elapsed_before: seconds of training before this process took over (a resumed run).
         async_run: whether the asynchronous runner trained this agent last; with
             ``async_options`` it is saved in checkpoints, so that a resumed run goes on alike.
     """
 
     algo_name: ClassVar[str] = ""
-    family: ClassVar[str] = ""
+    #: whether :meth:`load` takes the checkpoint of any algorithm of the family (DQN's loads C51's
+    #: and Rainbow's, whose configs say what they are)
+    loads_family: ClassVar[bool] = False
     config_cls: ClassVar[type] = RunConfig
     #: config values this class uses by default, before a preset and the keywords given
     defaults: ClassVar[dict[str, Any]] = {}
@@ -96,7 +106,7 @@ class Algorithm(abc.ABC):
         Args:
             env: a Gymnasium id (``num_envs`` copies on the config's ``backend``), a ready
                 vector env, or ``None`` (an agent that predicts, or whose envs the asynchronous
-                runner's sampler process builds from ``env_id``).
+                runner's collector process builds from ``env_id``).
             preset: the named settings to start from (the class's ``presets``): ``"auto"``
                 (the default) takes the one made for the env id given (``env``, or ``env_id``
                 with ``env=None``), if any; ``None`` or ``"none"`` the plain defaults. The name
@@ -275,26 +285,26 @@ class Algorithm(abc.ABC):
 
     # -- what a runner calls ---------------------------------------------------------------------
 
-    def set_budget(self, total_steps: int | None) -> None:
-        """Train ``total_steps`` more env steps from here; ``None`` keeps the budget of the run
+    def set_budget(self, total_timesteps: int | None) -> None:
+        """Train ``total_timesteps`` more env steps from here; ``None`` keeps the budget of the run
         this agent was loaded from.
 
         Raises:
-            ValueError: ``total_steps`` is ``None`` and there is no unfinished run to continue.
+            ValueError: ``total_timesteps`` is ``None`` and there is no unfinished run to continue.
         """
-        if total_steps is None:
+        if total_timesteps is None:
             if self.target_steps is None or self.global_step >= self.target_steps:
                 raise ValueError(
-                    "learn() needs total_steps unless it continues the unfinished run of a "
+                    "learn() needs total_timesteps unless it continues the unfinished run of a "
                     "loaded checkpoint"
                 )
             return
-        self.target_steps = self.global_step + int(total_steps)
+        self.target_steps = self.global_step + int(total_timesteps)
 
-    def set_target_steps(self, total_steps: int) -> None:
-        """Make ``total_steps`` the run's total (a resumed run's new budget); an unchanged total
-        continues the loaded run exactly."""
-        self.target_steps = int(total_steps)
+    def set_target_steps(self, total_timesteps: int) -> None:
+        """Make ``total_timesteps`` the run's total (a resumed run's new budget); an unchanged
+        total continues the loaded run exactly."""
+        self.target_steps = int(total_timesteps)
 
     def record_progress(self, steps: int = 0, updates: int = 0) -> None:
         """Count ``steps`` more env steps (over all ranks) and ``updates`` more updates."""
@@ -302,7 +312,7 @@ class Algorithm(abc.ABC):
         self.num_updates += int(updates)
 
     def start_logging(self, logger: Any) -> None:
-        """Make ``logger`` (a :class:`~vecaccel.trainers.run.logger.RunLogger`) the run's logger."""
+        """Make ``logger`` (a :class:`~vecaccel.trainers.services.logger.RunLogger`) the run's logger."""
         self.logger = logger
 
     def end_run(self, elapsed_s: float) -> None:
@@ -320,6 +330,84 @@ class Algorithm(abc.ABC):
         with these options. Checkpoints save it, so that a resumed run goes on alike."""
         self.async_run = async_options is not None
         self.async_options = dict(async_options or {})
+
+    # -- the interface the runners drive, implemented by each family's base ---------------------
+
+    @abc.abstractmethod
+    def begin_run(self, total_timesteps: int | None, reset_num_timesteps: bool) -> TrainingLoop:
+        """Begin a synchronous run of ``total_timesteps`` more env steps (``None``: finish a
+        loaded run's budget): the counters, budget and envs set, and the family's loop that
+        collects, optimises and reports, which the
+        :class:`~vecaccel.trainers.runners.sync.SyncRunner` drives.
+
+        Raises:
+            ValueError: ``total_timesteps`` is ``None`` and there is no unfinished run to
+                continue.
+        """
+
+    @abc.abstractmethod
+    def async_feed(
+        self,
+        total_timesteps: int | None,
+        *,
+        reset_num_timesteps: bool,
+        weight_sync_period: int,
+        options: Any,
+    ) -> Any:
+        """Begin an asynchronous run: the family's
+        :class:`~vecaccel.trainers.runners.asynchronous.loop.AsyncFeed`, which owns the
+        process that collects for it and makes the updates from what that process hands over.
+
+        Args:
+            total_timesteps: env steps to collect, over all ranks (``None``: finish a loaded
+                run's budget).
+            reset_num_timesteps: count env steps and updates from zero.
+            weight_sync_period: updates between weight copies to the collector process.
+            options: how that process runs (a
+                :class:`~vecaccel.trainers.runners.asynchronous.process.CollectorOptions`).
+        """
+
+    def prepare_async(self) -> None:  # noqa: B027 - most families need nothing
+        """Get ready for an asynchronous run whose envs live in another process (build the
+        networks from one env of ``env_id`` when this agent has none yet)."""
+
+    #: the key of the family's section in the checkpoint
+    checkpoint_key: ClassVar[str] = ""
+    #: what the asynchronous mode does, for ``vecaccel train ALGO --help``
+    async_help: ClassVar[str] = "a collector process steps the envs while this one trains"
+    #: what a fixed policy lag means in the asynchronous mode, for the same help
+    async_fixed_lag_help: ClassVar[str] = "act with the weights of a fixed earlier update"
+    #: whether the algorithm keeps a replay buffer (saved beside its checkpoints)
+    has_replay: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def checkpoint_section(self) -> dict[str, Any]:
+        """The family's section of the checkpoint: what it restores beyond the header."""
+
+    def checkpoint_target_steps(self) -> int | None:
+        """The step total a loaded checkpoint's run continues to (``None``: none)."""
+        return self.target_steps
+
+    def gather_rank_checkpoint(
+        self, path: Path, replay: bool
+    ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+        """On several ranks, what a checkpoint at ``path`` gathers from every rank (a collective
+        every rank calls): their global RNG states, and the entries of the replay files each
+        wrote (``replay``); ``(None, None)`` for what it does not gather."""
+        if self.world_size > 1:
+            return distributed.all_gather_object(get_rng_state()), None
+        return None, None
+
+    @classmethod
+    @abc.abstractmethod
+    def from_checkpoint(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
+        """A ``cls`` agent rebuilt from the checkpoint file at ``path`` (see :meth:`load`):
+        the header read with :mod:`vecaccel.trainers.checkpoints.reader`, then the family's
+        section.
+
+        Raises:
+            CheckpointError: the file cannot be read, or holds another algorithm's checkpoint.
+        """
 
     @abc.abstractmethod
     def update(self, batch: Any, progress_remaining: float = 1.0) -> dict[str, float]:
@@ -398,7 +486,6 @@ class Algorithm(abc.ABC):
         reset_num_timesteps: bool = True,
         progress_bar: bool | None = None,
         mode: str = "sync",
-        total_steps: int | None = None,
         **async_options: Any,
     ) -> Self:
         """Train for ``total_timesteps`` more env steps.
@@ -415,8 +502,8 @@ class Algorithm(abc.ABC):
             callback: called once per collect-then-update iteration, for every algorithm:
                 ``callback(agent, metrics)`` (or ``callback(agent)``), returning ``False`` to
                 stop; or an SB3 ``BaseCallback`` (or a list of them), whose hooks run where
-                SB3 runs them. See :mod:`vecaccel.trainers.runners.callbacks`. Synchronous
-                mode only.
+                SB3 runs them. See :mod:`vecaccel.trainers.runners.callbacks`; in asynchronous
+                mode once per turn of the optimiser's loop.
             reset_num_timesteps: count env steps and updates (and so the schedules and
                 ``learning_starts``) from zero, as SB3 does; ``False`` continues them. A loaded
                 run finished with ``total_timesteps=None`` always continues.
@@ -425,8 +512,7 @@ class Algorithm(abc.ABC):
             mode: ``"sync"`` (:class:`~vecaccel.trainers.runners.sync.SyncRunner`: collect,
                 then update, in this process) or ``"async"``
                 (:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`: a
-                sampler process collects while this one updates; the agent needs ``env_id``).
-            total_steps: the same as ``total_timesteps`` (the name the trainers used first), keyword only.
+                collector process collects while this one updates; the agent needs ``env_id``).
             **async_options: with ``mode="async"``, the options of :meth:`AsyncRunner.run
                 <vecaccel.trainers.runners.asynchronous.runner.AsyncRunner.run>`
                 (``fixed_lag``, ``context``, ...).
@@ -436,16 +522,10 @@ class Algorithm(abc.ABC):
 
         Raises:
             ValueError: ``total_timesteps`` is ``None`` but there is no unfinished loaded run,
-                ``mode`` is neither ``"sync"`` nor ``"async"``, or a callback with
-                ``mode="async"``.
-            TypeError: both ``total_timesteps`` and ``total_steps``.
+                or ``mode`` is neither ``"sync"`` nor ``"async"``.
         """
         from vecaccel.trainers.runners import run_in_mode
 
-        if total_steps is not None:
-            if total_timesteps is not None:
-                raise TypeError("learn() takes total_timesteps or total_steps, not both")
-            total_timesteps = total_steps
         progress = self.config.progress
         if progress_bar is not None:
             self.config.progress = bool(progress_bar)

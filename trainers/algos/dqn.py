@@ -43,7 +43,7 @@ from vecaccel.trainers.config.presets import DQN_PRESETS as PRESETS
 from vecaccel.trainers.config.settings import RunConfig, check_dqn_config
 from vecaccel.trainers.nets.networks import QNetwork, use_bf16
 from vecaccel.trainers.replay.buffer import ReplaySample
-from vecaccel.trainers.run.schedules import linear_schedule
+from vecaccel.trainers.services.schedules import linear_schedule
 
 __all__ = [
     "C51",
@@ -154,9 +154,6 @@ class DQNConfig(RunConfig):
     """Write the replay buffer (contents, write positions, priorities, sampling RNG) beside each
     checkpoint written during ``learn``, as ``checkpoint.replay-<step>-<id>.npz``, so that a
     resumed run does not refill it; turn off when it is too big to write often (Atari: GBs)."""
-    async_weight_sync_period: int = 1
-    """Asynchronous mode (``--async``): updates between copies of the weights to the sampler
-    (made at the end of a chunk; with a fixed lag after every chunk)."""
     async_max_lead: int = 0
     """Asynchronous mode: twice the env steps of a chunk the sampler hands over (0: automatic,
     16 updates' worth or one vector step, whichever is larger); a larger lead lets the two sides
@@ -224,6 +221,7 @@ class DQN(OffPolicyAlgorithm):
     """
 
     algo_name = "dqn"
+    loads_family = True
     config_cls = DQNConfig
     config: DQNConfig
     presets = PRESETS
@@ -325,6 +323,7 @@ class C51(DQN):
     """
 
     algo_name = "c51"
+    loads_family = False
     defaults = dict(categorical=True, adam_eps=0.01 / 32)
 
 
@@ -338,6 +337,7 @@ class Rainbow(DQN):
     """
 
     algo_name = "rainbow"
+    loads_family = False
     defaults = dict(
         double=True,
         dueling=True,

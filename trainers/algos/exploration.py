@@ -1,10 +1,10 @@
-"""How the off-policy family acts and collects: one ε-greedy policy and one transition collector.
+"""How the off-policy family acts and steps its envs: one ε-greedy policy and one env stepper.
 
 :class:`EpsilonGreedy` is the acting policy of DQN, C51 and Rainbow (for the distributional
-variants it acts on the expectation of each action's return distribution). :class:`TransitionCollector`
-steps a ``SAME_STEP`` vector env with it, one vector step at a time, and counts the episodes
-that end. The synchronous runner collects through the algorithm's collector (which stores each
-step in the replay buffer); the asynchronous runner's sampler process builds its own collector
+variants it acts on the expectation of each action's return distribution). :class:`EnvStepper`
+steps a vector env with it, one vector step at a time (in any autoreset mode), and counts the
+episodes that end. The synchronous loop steps through the algorithm's stepper (and stores each
+step in the replay buffer); the asynchronous runner's collector process builds its own stepper
 around its copy of the network. Both therefore act, and draw their random numbers, alike.
 
 Example:
@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from vecaccel.trainers.run.episodes import EpisodeCounter
+from vecaccel.trainers.services.episodes import EpisodeCounter
 
-__all__ = ["EpsilonGreedy", "Transition", "TransitionCollector", "expected_q"]
+__all__ = ["EpsilonGreedy", "Transition", "EnvStepper", "expected_q"]
 
 
 def expected_q(out: torch.Tensor, support: torch.Tensor | None) -> torch.Tensor:
@@ -106,9 +106,17 @@ class Transition(NamedTuple):
     active: np.ndarray | None
 
 
-class TransitionCollector:
-    """Steps a ``SAME_STEP`` vector env with an :class:`EpsilonGreedy` policy, one vector step
-    at a time, and counts the episodes that end.
+class EnvStepper:
+    """Steps a vector env with an :class:`EpsilonGreedy` policy, one vector step at a time,
+    and counts the episodes that end; every step it hands back is a real transition, whatever
+    the env's autoreset mode:
+
+    - ``SAME_STEP``: as the env gives it, ``infos["final_obs"]`` the ended episodes' last
+      observations;
+    - ``NEXT_STEP``: the observation an episode ends on is its final one, and the step after
+      it, which only resets that env (its action ignored), is marked not ``active`` in that row,
+      so the replay buffer stores nothing for it;
+    - ``DISABLED``: the ended envs are reset at once (``reset_mask``), as ``SAME_STEP`` does.
 
     Args:
         envs: the vector env.
@@ -120,10 +128,16 @@ class TransitionCollector:
     """
 
     def __init__(self, envs: Any, policy: EpsilonGreedy) -> None:
+        from gymnasium.vector import AutoresetMode
+
         self.envs = envs
         self.policy = policy
         self.obs: np.ndarray | None = None
         self.episodes = EpisodeCounter()
+        mode = envs.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self.autoreset_mode = AutoresetMode(mode)
+        # NEXT_STEP: the envs whose next step only resets them
+        self._resetting: np.ndarray | None = None
 
     @property
     def num_envs(self) -> int:
@@ -134,19 +148,38 @@ class TransitionCollector:
         """Reset every env (``seed``: as ``envs.reset``); running episodes are dropped."""
         self.obs, _ = self.envs.reset(seed=seed)
         self.episodes.reset(self.num_envs)
+        self._resetting = None
 
     def step(
         self, epsilon: float, rng: np.random.Generator
     ) -> tuple[Transition, list[tuple[float, float]]]:
         """One ε-greedy step of every env: the transition, and the ``(return, length)`` of the
         episodes that ended in it."""
+        from gymnasium.vector import AutoresetMode
+
         obs = self.obs
         actions = self.policy(obs, epsilon, rng)
         next_obs, reward, terminated, truncated, infos = self.envs.step(actions)
         active = infos.get("active")
-        transition = Transition(
-            obs, actions, reward, terminated, truncated, infos.get("final_obs"), active
-        )
+        final_obs = infos.get("final_obs")
+        mode = self.autoreset_mode
+        if mode is not AutoresetMode.SAME_STEP:
+            done = terminated | truncated
+            if done.any():  # the observation an episode ends on is its final one
+                final_obs = next_obs.copy()
+            if mode is AutoresetMode.DISABLED and done.any():
+                reset_obs, _ = self.envs.reset(options={"reset_mask": done})
+                next_obs = np.where(
+                    done.reshape(-1, *[1] * (next_obs.ndim - 1)), reset_obs, next_obs
+                )
+            elif mode is AutoresetMode.NEXT_STEP:
+                skipped = self._resetting
+                if skipped is not None and skipped.any():
+                    live = ~skipped if active is None else np.asarray(active, dtype=bool) & ~skipped
+                    active = live
+                    infos = {**infos, "active": live}
+                self._resetting = done
+        transition = Transition(obs, actions, reward, terminated, truncated, final_obs, active)
         self.obs = next_obs
         return transition, self.episodes.record(reward, terminated | truncated, infos)
 

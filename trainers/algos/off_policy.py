@@ -3,20 +3,23 @@
 :class:`OffPolicyAlgorithm` is the twin of :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`
 (as SB3's ``OffPolicyAlgorithm`` is of its ``OnPolicyAlgorithm``). It owns what the family shares:
 
-- the envs, a ``SAME_STEP`` vector env, so every step is a real transition and a truncated
-  episode bootstraps from its true final observation (``infos["final_obs"]``);
+- the envs, in any autoreset mode: the collector hands over real transitions only, and a
+  truncated episode bootstraps from its true final observation (those built from an id are
+  ``SAME_STEP``, whose ``infos["final_obs"]`` holds it);
 - the replay buffer (n-step targets are computed at sample time, prioritized replay optional);
 - the online and target networks, the optimizer and the target update;
 - **one** acting policy, :class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy` (on the
-  expected return for distributional heads), and the collector that steps the envs with it;
-- its checkpoint section (networks, optimizer, exploration, the replay buffer when asked), written
-  and read in :mod:`vecaccel.trainers.checkpoints`.
+  expected return for distributional heads), and the env stepper that steps the envs with it;
+- its checkpoint section (networks, optimizer, exploration, the replay buffer when asked), which
+  it writes and reads.
 
 A subclass holds its config, its network, its loss and ``update``. The loop is a runner's
 (:class:`~vecaccel.trainers.runners.sync.SyncRunner` or
-:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`); the sync runner
-collects through :meth:`OffPolicyAlgorithm.collect`, the asynchronous runner's sampler
-process through a :class:`~vecaccel.trainers.algos.exploration.TransitionCollector` of its own.
+:class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`), driving the family's
+:class:`~vecaccel.trainers.algos.off_policy_loop.OffPolicyLoop` (which collects through
+:meth:`OffPolicyAlgorithm.collect`) or its
+:class:`~vecaccel.trainers.algos.off_policy_feed.ReplayFeed` (whose collector process steps a
+:class:`~vecaccel.trainers.algos.exploration.EnvStepper` of its own).
 
 Example:
     >>> from vecaccel.trainers import DQN
@@ -29,27 +32,39 @@ from __future__ import annotations
 
 import abc
 import copy
+import secrets
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AutoresetMode
 
 from vecaccel.trainers.algos.base import Algorithm
-from vecaccel.trainers.algos.exploration import EpsilonGreedy, Transition, TransitionCollector
+from vecaccel.trainers.algos.exploration import EnvStepper, EpsilonGreedy, Transition
 from vecaccel.trainers.checkpoints.format import check_env_matches
-from vecaccel.trainers.checkpoints.writer import save_agent
-from vecaccel.trainers.config.settings import lr_scale, optimizer_settings
+from vecaccel.trainers.checkpoints.reader import (
+    check_checkpoint_algorithm,
+    read_checkpoint,
+    recorded_config,
+    restore_header,
+)
+from vecaccel.trainers.checkpoints.space_serialization import space_from_dict
+from vecaccel.trainers.checkpoints.writer import replay_entry, save_agent
+from vecaccel.trainers.config.settings import config_from_dict, lr_scale, optimizer_settings
 from vecaccel.trainers.envs.make import check_tensor_spaces
 from vecaccel.trainers.nets.networks import check_observation_space
 from vecaccel.trainers.replay.buffer import ReplayBuffer, replay_buffer_kwargs
-from vecaccel.trainers.replay.files import restore_replay
+from vecaccel.trainers.replay.files import restore_replay, write_replay
 from vecaccel.trainers.replay.prioritized import PrioritizedReplayBuffer
-from vecaccel.trainers.run import distributed
-from vecaccel.trainers.run.schedules import linear_schedule
-from vecaccel.trainers.run.seeding import split_seed
+from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.schedules import linear_schedule
+from vecaccel.trainers.services.seeding import restore_rank_rng_state, split_seed
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's
+    from typing_extensions import Self
+
+    from vecaccel.trainers.algos.training_loop import TrainingLoop
 
 __all__ = ["OffPolicyAlgorithm"]
 
@@ -75,22 +90,22 @@ class OffPolicyAlgorithm(Algorithm):
 
     Built as every algorithm is (:class:`~vecaccel.trainers.algos.base.Algorithm`):
     ``DQN(env, *, preset="auto", **config)``. ``env`` is a Gymnasium id (``num_envs`` copies on
-    ``backend``) or a ``gymnasium.vector.VectorEnv`` created with
-    ``autoreset_mode=AutoresetMode.SAME_STEP``, or ``None`` for an agent that predicts (or is
-    trained by the asynchronous runner, whose sampler process has the envs).
+    ``backend``) or a ``gymnasium.vector.VectorEnv`` in any autoreset mode, or ``None`` for an
+    agent that predicts (or is
+    trained by the asynchronous runner, whose collector process has the envs).
 
     Attributes:
         config: the settings in force.
         q_network: the online network; ``target_network`` its lagged copy.
         policy: the acting policy (ε-greedy on ``q_network``).
-        collector: the :class:`TransitionCollector` stepping ``envs`` (``None`` without envs).
+        stepper: the :class:`~vecaccel.trainers.algos.exploration.EnvStepper` stepping
+            ``envs`` (``None`` without envs).
         rng: the generator of exploration (and of nothing else).
         episode_log: ``(env_step, return, length)`` of every finished episode.
         buffer: the replay buffer (made by the first run).
         loop_state: the runner's counters at the last checkpoint (saved with it).
     """
 
-    family = "off_policy"
     config: Any
     #: the losses every update reports, reduced over ranks even on a rank that has none yet
     loss_keys: tuple[str, ...] = ()
@@ -111,7 +126,7 @@ class OffPolicyAlgorithm(Algorithm):
         observation_space: gym.Space[Any] | None,
         action_space: gym.Space[Any] | None,
     ) -> None:
-        self.collector: TransitionCollector | None = None
+        self.stepper: EnvStepper | None = None
         if env is not None:
             self.attach_env(env)
             self.observation_space = self.envs.single_observation_space
@@ -146,19 +161,14 @@ class OffPolicyAlgorithm(Algorithm):
     # -- set-up -------------------------------------------------------------------------------
 
     def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
-        """Train on ``env``: an id (built on the config's backend) or a ``SAME_STEP`` vector env."""
+        """Train on ``env``: an id (built on the config's backend, ``SAME_STEP``) or a ready
+        vector env in any autoreset mode (see
+        :class:`~vecaccel.trainers.algos.exploration.EnvStepper`)."""
         self.env_id = env if isinstance(env, str) else getattr(env.spec, "id", None)
         if isinstance(env, str):
             self.envs = self.make_envs(env)
             self.owns_envs = True
         else:
-            mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-            if mode is not AutoresetMode.SAME_STEP and mode != AutoresetMode.SAME_STEP.value:
-                raise ValueError(
-                    f"{type(self).__name__} needs a vector env created with "
-                    f"autoreset_mode=AutoresetMode.SAME_STEP (got {mode}), so that every step is "
-                    "a transition and truncated episodes bootstrap from infos['final_obs']"
-                )
             self.envs = env
         space = self.envs.single_action_space
         try:
@@ -180,7 +190,7 @@ class OffPolicyAlgorithm(Algorithm):
                 self.envs = None
             raise
         if self.observation_space is not None:  # a loaded agent: its networks are built
-            self.collector = TransitionCollector(self.envs, self.policy)
+            self.stepper = EnvStepper(self.envs, self.policy)
 
     def attach_spaces(
         self,
@@ -227,7 +237,7 @@ class OffPolicyAlgorithm(Algorithm):
             self.device,
         )
         if self.envs is not None:
-            self.collector = TransitionCollector(self.envs, self.policy)
+            self.stepper = EnvStepper(self.envs, self.policy)
 
     def buffer_kwargs(self, num_envs: int) -> dict[str, Any]:
         """The replay buffer's arguments (of this agent's buffer and of the asynchronous
@@ -260,13 +270,13 @@ class OffPolicyAlgorithm(Algorithm):
     @property
     def last_obs(self) -> np.ndarray | None:
         """The observations the envs are at, where the next run goes on from."""
-        return None if self.collector is None else self.collector.obs
+        return None if self.stepper is None else self.stepper.obs
 
     def start_episodes(self, seed: int | None) -> None:
         """Reset the envs (``seed``: as ``envs.reset``) and close the replay buffer's open
         episodes, so that no transition links the old episodes to the new ones."""
         self.buffer.end_episodes()
-        self.collector.reset(seed)
+        self.stepper.reset(seed)
 
     def collect(self, epsilon: float) -> tuple[Transition, list[tuple[float, float]]]:
         """One ε-greedy vector step into the replay buffer: the transition and the
@@ -274,7 +284,7 @@ class OffPolicyAlgorithm(Algorithm):
 
         A multi-agent env's rows whose agent is not live are no transitions: not stored.
         """
-        transition, finished = self.collector.step(epsilon, self.rng)
+        transition, finished = self.stepper.step(epsilon, self.rng)
         self.buffer.add(*transition[:6], active=transition.active)
         return transition, finished
 
@@ -342,7 +352,7 @@ class OffPolicyAlgorithm(Algorithm):
     def restore_exploration(self, saw_episode_info: bool, rng_state: dict[str, Any]) -> None:
         """Continue a loaded run's exploration exactly: its generator's state, and whether its
         envs reported ``info["episode"]`` (then only that counts episodes)."""
-        self.collector.episodes.saw_info = bool(saw_episode_info)
+        self.stepper.episodes.saw_info = bool(saw_episode_info)
         self.rng.bit_generator.state = rng_state
 
     def set_buffer(self, buffer: Any) -> None:
@@ -364,7 +374,147 @@ class OffPolicyAlgorithm(Algorithm):
         """The replay ratio measured over the last run (None before learning)."""
         return self.measured_replay_ratio
 
+    # -- the runners' interface -----------------------------------------------------------------
+
+    def begin_run(self, total_timesteps: int | None, reset_num_timesteps: bool) -> TrainingLoop:
+        """Begin a synchronous run: a vector step into the replay buffer per iteration, then
+        the updates the replay ratio allows (see
+        :class:`~vecaccel.trainers.algos.off_policy_loop.OffPolicyLoop`)."""
+        from vecaccel.trainers.algos.off_policy_loop import OffPolicyLoop
+
+        return OffPolicyLoop(self, total_timesteps, reset_num_timesteps)
+
+    def async_feed(
+        self,
+        total_timesteps: int | None,
+        *,
+        reset_num_timesteps: bool,
+        weight_sync_period: int,
+        options: Any,
+    ) -> Any:
+        """Begin an asynchronous run on chunks of steps for the replay buffer (see
+        :class:`~vecaccel.trainers.algos.off_policy_feed.ReplayFeed`)."""
+        from vecaccel.trainers.algos.off_policy_feed import ReplayFeed
+
+        return ReplayFeed(
+            self,
+            total_timesteps,
+            reset_num_timesteps=reset_num_timesteps,
+            weight_sync_period=weight_sync_period,
+            options=options,
+        )
+
+    def prepare_async(self) -> None:
+        """Without spaces yet, build the networks for those of one env of ``env_id`` (the
+        envs the collector process builds; under torchrun the agent has joined the process
+        group: its model is then data-parallel)."""
+        if self.observation_space is not None or self.config.env_id is None:
+            return
+        from vecaccel.trainers.envs.make import make_env_fn
+
+        env_id = self.config.env_id
+        env = make_env_fn(env_id)()
+        try:
+            self.attach_spaces(env.observation_space, env.action_space, env_id=env_id)
+        finally:
+            env.close()
+
     # -- saving and loading -------------------------------------------------------------------
+
+    checkpoint_key = "off_policy"
+    async_help = (
+        "a collector process steps the envs while this process trains from a shared-memory "
+        "replay buffer, the replay ratio enforced by throttling both"
+    )
+    async_fixed_lag_help = (
+        "the sampler collects chunks of half --async-max-lead env steps, each with the "
+        "weights of two chunks before, and this process adds them to the replay buffer in order"
+    )
+    has_replay = True
+
+    def checkpoint_section(self) -> dict[str, Any]:
+        """The networks, the optimizer, the exploration generator and the runner's loop
+        counters when a run recorded them."""
+        section = {
+            "q_network": self.q_network.state_dict(),
+            "target_network": self.target_network.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "exploration_rng": self.rng.bit_generator.state,
+        }
+        if self.loop_state is not None:
+            section["loop"] = dict(self.loop_state)
+        return section
+
+    def checkpoint_target_steps(self) -> int | None:
+        """The horizon of the loop counters recorded: a run continues from them alone."""
+        return None if self.loop_state is None else int(self.loop_state["horizon"])
+
+    def gather_rank_checkpoint(
+        self, path: Path, replay: bool
+    ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]] | None]:
+        """With ``replay`` on several ranks, every rank writes its own replay buffer beside
+        ``path`` (each holds different experience) and the entries naming them are gathered,
+        with each rank's generators."""
+        if self.world_size == 1 or not replay or self.buffer is None:
+            return None, None
+        token = f"{self.global_step}-r{distributed.rank()}-{secrets.token_hex(4)}"
+        entry = replay_entry(self, write_replay(self.buffer, path, token), token)
+        return None, distributed.all_gather_object(entry)
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
+        """Rebuilt with its networks, optimizer, generators and loop counters; the replay file
+        the checkpoint names is read by the next run (``options``: ``load_replay``, default
+        ``True``, and config fields to change)."""
+        overrides = dict(options)
+        load_replay = bool(overrides.pop("load_replay", True))
+        state = read_checkpoint(path)
+        check_checkpoint_algorithm(cls, state, path)
+        values = recorded_config(state, overrides)
+        section = state[cls.checkpoint_key]
+        config = config_from_dict(cls.config_cls, values)
+        saved_optimizer = state["config"].get("optimizer", "adam")
+        if config.optimizer != saved_optimizer:
+            raise ValueError(
+                f"optimizer={config.optimizer!r}: {path} holds the state of {saved_optimizer!r}, "
+                f"which the other cannot continue; load it with optimizer={saved_optimizer!r}"
+            )
+        agent: Any = cls(env=None, config=config)
+        agent.observation_space = space_from_dict(state["observation_space"])
+        agent.action_space = space_from_dict(state["action_space"])
+        agent.env_id = state["config"].get("env_id")
+        agent.build_networks()
+        agent.q_network.load_state_dict(section["q_network"])
+        agent.target_network.load_state_dict(section["target_network"])
+        agent.optimizer.load_state_dict(section["optimizer"])
+        # load_state_dict brings back the saved param_groups, hyperparameters included; the
+        # config in force (overrides, or a batch size that rescales the rate) decides them, and
+        # the optimizer's moments alone carry over. DQN has no lr schedule, so the rate is constant.
+        for group in agent.optimizer.param_groups:
+            group["lr"] = agent.learning_rate
+            group.update(optimizer_settings(config))
+        restore_header(agent, state)
+        rng_state, exploration_rng, replay = _restore_rank_streams(agent, state, load_replay)
+        if replay is not None:
+            # a replay entry without the buffer's n_step or alpha takes the saved config's
+            saved = state["config"]
+            replay = {"n_step": saved.get("n_step"), "alpha": saved.get("priority_alpha"), **replay}
+        resume = None
+        if "loop" in section:  # a checkpoint without loop state: learn() starts afresh
+            agent.loop_state = dict(section["loop"])
+            resume = {
+                **section["loop"],
+                "rng": rng_state,
+                "agent_rng": exploration_rng,
+                "exact": replay is not None,
+            }
+        agent.set_resume_point(path, replay, resume)
+        if env is not None:
+            agent.attach_env(env)
+            if replay is not None:  # read now, so that a bad replay file fails here
+                agent.buffer = agent.make_buffer(agent.envs.num_envs)
+                agent.restore_replay(agent.buffer)
+        return cast("Self", agent)
 
     def save_with_replay(
         self, path: str | Path, rank_replays: list[dict[str, Any]] | None = None
@@ -383,4 +533,48 @@ class OffPolicyAlgorithm(Algorithm):
     def close(self) -> None:
         """Close the envs this agent built."""
         super().close()
-        self.collector = None
+        self.stepper = None
+
+
+def _restore_rank_streams(
+    agent: Any, state: dict[str, Any], load_replay: bool
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]:
+    """Set a loaded off-policy agent's generators from ``state``, rank by rank.
+
+    Returns:
+        The global RNG states now in force and the exploration generator's state (for an
+        exact resume), and the replay entry this rank reads, if any (``None`` with
+        ``load_replay=False`` or when the checkpoint has none).
+    """
+    section = state[OffPolicyAlgorithm.checkpoint_key]
+    # every rank's global states where the checkpoint has them, else rank 0's: rank 0
+    # restores them, a rank r > 0 re-seeds from (its seed, r, the checkpoint's counters) so
+    # that the ranks keep distinct streams, as in a fresh run
+    resume_point = (agent.global_step, agent.num_updates)
+    rng_state = restore_rank_rng_state(
+        state["rng"], agent.config.seed, *resume_point, rank_states=state.get("rank_rng")
+    )
+    exploration_rng = section["exploration_rng"]
+    agent.rng.bit_generator.state = exploration_rng
+    replay = section.get("replay") if load_replay else None
+    ranks = section.get("rank_replays")
+    rank = distributed.rank()
+    if ranks is not None and len(ranks) == agent.world_size:
+        # each rank of a run on as many ranks goes on with its own experience
+        entry = ranks[rank]
+        exploration_rng = entry["agent_rng"]
+        agent.rng.bit_generator.state = exploration_rng
+        if replay is not None:
+            replay = entry
+    elif rank > 0:
+        # rank 0's exploration and replay-sampling generators (the checkpoint has none of
+        # this rank's): re-seeded like the global ones, or this rank would explore and
+        # draw its batches exactly as rank 0 does
+        agent.rng = np.random.default_rng(split_seed(agent.config.seed, 0xE5, rank, *resume_point))
+        exploration_rng = agent.rng.bit_generator.state
+        if replay is not None:
+            sampling = np.random.default_rng(
+                split_seed(agent.config.seed, 0xB5, rank, *resume_point)
+            )
+            replay = {**replay, "rng": sampling.bit_generator.state}
+    return rng_state, exploration_rng, replay

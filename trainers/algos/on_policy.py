@@ -1,10 +1,11 @@
 """The on-policy side of A2C and PPO: their shared config, model, optimizer step and state.
 
 :class:`OnPolicyAlgorithm` holds an actor-critic model and its optimizer, builds the sampler that
-collects ``[T, B]`` rollout batches, and predicts; its checkpoint section (model, optimizer,
-schedule) is written and read in :mod:`vecaccel.trainers.checkpoints`. The loop that collects a batch,
-anneals the learning rate, updates, logs and checkpoints is the runner's
-(:class:`~vecaccel.trainers.runners.sync.SyncRunner`); ``learn`` hands the agent to it.
+collects ``[T, B]`` rollout batches, and predicts; it writes and reads its checkpoint section
+(model, optimizer, schedule). What one iteration is (collect a batch, anneal the learning rate,
+update) is its :class:`~vecaccel.trainers.algos.on_policy_loop.OnPolicyLoop` and, asynchronously,
+its :class:`~vecaccel.trainers.algos.on_policy_feed.RolloutFeed`; the loop around them (logging,
+checkpoints, signals) is the runner's (:class:`~vecaccel.trainers.runners.sync.SyncRunner`).
 
 Resume. Env state cannot be saved across processes, so a resumable run makes its own deterministic
 restart points: at every checkpoint (``checkpoint_every`` updates) the runner resets every env with
@@ -19,16 +20,32 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
 
 from vecaccel.trainers.algos.base import Algorithm
-from vecaccel.trainers.config.settings import RunConfig, check_on_policy_config, lr_scale
+from vecaccel.trainers.checkpoints.format import check_env_matches
+from vecaccel.trainers.checkpoints.reader import (
+    check_checkpoint_algorithm,
+    read_checkpoint,
+    recorded_config,
+    restore_header,
+)
+from vecaccel.trainers.checkpoints.space_serialization import space_from_dict
+from vecaccel.trainers.config.settings import (
+    RunConfig,
+    check_rollout_config,
+    lr_scale,
+    resolve_device,
+)
 from vecaccel.trainers.envs.make import (
     agents_per_env,
     check_tensor_spaces,
@@ -36,7 +53,13 @@ from vecaccel.trainers.envs.make import (
     make_env_fn,
     parallel_env_spaces,
 )
-from vecaccel.trainers.run import distributed
+from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.seeding import restore_rank_rng_state
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11's
+    from typing_extensions import Self
+
+    from vecaccel.trainers.algos.training_loop import TrainingLoop
 
 __all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
 
@@ -92,7 +115,7 @@ class OnPolicyConfig(RunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_on_policy_config(self)
+        check_rollout_config(self)
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -103,7 +126,6 @@ class OnPolicyAlgorithm(Algorithm):
     of ``env_id`` is made to read them.
     """
 
-    family = "on_policy"
     config_cls: type = OnPolicyConfig
     config: Any
 
@@ -302,32 +324,142 @@ class OnPolicyAlgorithm(Algorithm):
             group["lr"] = lr_now
         return lr_now
 
-    def set_target_steps(self, total_steps: int) -> None:
-        """Make ``total_steps`` the run's total (a resumed run's new budget).
+    def set_target_steps(self, total_timesteps: int) -> None:
+        """Make ``total_timesteps`` the run's total (a resumed run's new budget).
 
         The learning-rate schedule stretches to the new total; an unchanged total keeps the
         resumed run bit-identical to an uninterrupted one.
         """
-        if total_steps == self.target_steps:
+        if total_timesteps == self.target_steps:
             return
         start_step = self.schedule_start_update * self.batch_size
-        super().set_target_steps(total_steps)
+        super().set_target_steps(total_timesteps)
         self.schedule_updates = max(
             1, math.ceil((self.target_steps - start_step) / self.batch_size)
         )
 
-    def set_budget(self, total_steps: int | None) -> None:
-        """Train ``total_steps`` more env steps from here, the learning rate annealing over them;
-        ``None`` keeps the budget and schedule of the run this agent was loaded from."""
-        super().set_budget(total_steps)
-        if total_steps is not None:
+    def set_budget(self, total_timesteps: int | None) -> None:
+        """Train ``total_timesteps`` more env steps from here, the learning rate annealing over
+        them; ``None`` keeps the budget and schedule of the run this agent was loaded from."""
+        super().set_budget(total_timesteps)
+        if total_timesteps is not None:
             self.schedule_start_update = self.num_updates
-            self.schedule_updates = max(1, math.ceil(int(total_steps) / self.batch_size))
+            self.schedule_updates = max(1, math.ceil(int(total_timesteps) / self.batch_size))
 
     def end_after_batches(self, num_batches: int) -> None:
         """End the run in progress after ``num_batches`` more batches, its learning-rate
         schedule unchanged (a budget rounded to whole batches)."""
         self.target_steps = self.global_step + int(num_batches) * self.batch_size
+
+    # -- the runners' interface -----------------------------------------------------------------
+
+    def begin_run(self, total_timesteps: int | None, reset_num_timesteps: bool) -> TrainingLoop:
+        """Begin a synchronous run: one update per rollout batch (see
+        :class:`~vecaccel.trainers.algos.on_policy_loop.OnPolicyLoop`)."""
+        from vecaccel.trainers.algos.on_policy_loop import OnPolicyLoop
+
+        return OnPolicyLoop(self, total_timesteps, reset_num_timesteps)
+
+    def async_feed(
+        self,
+        total_timesteps: int | None,
+        *,
+        reset_num_timesteps: bool,
+        weight_sync_period: int,
+        options: Any,
+    ) -> Any:
+        """Begin an asynchronous run on whole rollouts (see
+        :class:`~vecaccel.trainers.algos.on_policy_feed.RolloutFeed`)."""
+        from vecaccel.trainers.algos.on_policy_feed import RolloutFeed
+
+        return RolloutFeed(
+            self,
+            total_timesteps,
+            reset_num_timesteps=reset_num_timesteps,
+            weight_sync_period=weight_sync_period,
+            options=options,
+        )
+
+    # -- the checkpoint section -----------------------------------------------------------------
+
+    checkpoint_key = "on_policy"
+    async_help = (
+        "a rollout process collects the next batch into a shared-memory double buffer while "
+        "this process trains on the last one (policy lag logged as charts/policy_lag)"
+    )
+    async_fixed_lag_help = "collect batch n with the weights of update n-1 exactly"
+
+    def checkpoint_section(self) -> dict[str, Any]:
+        """The model, the optimizer and the learning-rate schedule."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "schedule_start_update": int(self.schedule_start_update),
+            "schedule_updates": int(self.schedule_updates),
+        }
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, env: Any, options: dict[str, Any]) -> Self:
+        """Rebuilt without an env, then attached to ``env`` once the counters say where the run
+        stands. ``options`` takes ``run_dir`` (where a continued run logs and checkpoints;
+        default: nowhere) and ``restore_rng`` (the saved RNG states; default ``True``)."""
+        overrides = dict(options)
+        run_dir = overrides.pop("run_dir", None)
+        restore_rng = bool(overrides.pop("restore_rng", True))
+        state = read_checkpoint(path, resolve_device(overrides.get("device", "cpu")))
+        check_checkpoint_algorithm(cls, state, path)
+        values = recorded_config(state, overrides)
+        values["run_dir"] = None if run_dir is None else os.fspath(run_dir)
+        section = state[cls.checkpoint_key]
+        names = {f.name for f in dataclasses.fields(cls.config_cls)}
+        values = {key: value for key, value in values.items() if key in names}
+        observation_space = space_from_dict(state["observation_space"])
+        action_space = space_from_dict(state["action_space"])
+        # the saved settings are the run's, with no preset applied over them
+        recorded_preset = values.pop("preset", None)
+        # the family's constructor: a subclass's own may take other arguments
+        agent: Any = cls.__new__(cls)
+        OnPolicyAlgorithm.__init__(
+            agent,
+            None,
+            observation_space=observation_space,
+            action_space=action_space,
+            preset=None,
+            **values,
+        )
+        agent.config.preset = recorded_preset
+        agent.model.load_state_dict(section["model"])
+        agent.optimizer.load_state_dict(section["optimizer"])
+        restore_header(agent, state)
+        agent.schedule_start_update = int(section["schedule_start_update"])
+        agent.schedule_updates = int(section["schedule_updates"])
+        if restore_rng:  # each rank's states, or rank 0's and the others re-seed (see there)
+            restore_rank_rng_state(
+                state["rng"],
+                agent.config.seed,
+                agent.global_step,
+                rank_states=state.get("rank_rng"),
+            )
+        if env is not None:
+            if isinstance(env, str):
+                agent.config.env_id = env  # the id given, not the one recorded
+            agent.attach_env(env)
+            try:
+                check_env_matches(
+                    agent.config.env_id,
+                    agent.envs.single_observation_space,
+                    agent.envs.single_action_space,
+                    observation_space,
+                    action_space,
+                )
+            except ValueError:
+                if agent.owns_envs:
+                    agent.envs.close()
+                raise
+            agent.make_sampler()
+            if agent.num_updates > 0:
+                agent.reset_envs()
+        return cast("Self", agent)
 
     # -- predict --------------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ clipping). Collecting, logging and checkpoints are the runner's
 Example:
     >>> from vecaccel.trainers import PPO
     >>> agent = PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=8, seed=0)
-    >>> _ = agent.learn(total_steps=32)
+    >>> _ = agent.learn(total_timesteps=32)
     >>> actions, _ = agent.predict(agent.envs.reset(seed=0)[0], deterministic=True)
     >>> actions.shape
     (2,)
@@ -27,7 +27,7 @@ from vecaccel.trainers.algos.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
 from vecaccel.trainers.config.presets import PPO_PRESETS
 from vecaccel.trainers.nets.optim import FlatAdam
-from vecaccel.trainers.run.distributed import all_reduce_mean
+from vecaccel.trainers.services.distributed import all_reduce_mean
 
 __all__ = ["PPO", "PPOConfig", "PRESETS"]
 

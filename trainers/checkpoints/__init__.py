@@ -1,3 +1,3 @@
 """The trainers' one checkpoint format: the atomic, checksummed file (``format``), the spaces as
-plain data (``spaces``), the versioned layout with one section per family (``writer`` and
-``reader``), and the readers of earlier layouts (``legacy``)."""
+plain data (``spaces``), and the versioned layout with one section per family (``writer`` and
+``reader``)."""

@@ -2,7 +2,7 @@
 
 A checkpoint is a dict of tensors, numbers, strings and containers, loadable with
 ``torch.load(weights_only=True)`` so that loading never runs pickled code. Spaces are stored as
-plain dicts (:mod:`~vecaccel.trainers.checkpoints.spaces`); what the trainers put in it is
+plain dicts (:mod:`~vecaccel.trainers.checkpoints.space_serialization`); what the trainers put in it is
 :mod:`~vecaccel.trainers.checkpoints.writer`'s.
 
 Example:

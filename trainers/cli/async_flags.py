@@ -18,7 +18,7 @@ __all__ = ["resume_async", "train"]
 def train(
     cls: type[Any],
     env_id: str,
-    total_steps: int,
+    total_timesteps: int,
     run_dir: str | None = None,
     progress: bool = True,
     tensorboard: bool = True,
@@ -29,33 +29,29 @@ def train(
     """``vecaccel train ALGO --async``: build the agent, train, report; the exit code.
 
     Args:
-        cls: the algorithm's class (either family).
-        env_id: the Gymnasium id the sampler process builds.
-        total_steps: env steps to collect, over all ranks.
+        cls: the algorithm's class.
+        env_id: the Gymnasium id the collector process builds.
+        total_timesteps: env steps to collect, over all ranks.
         run_dir: where the run logs and checkpoints.
         progress: show a progress bar.
         tensorboard: write TensorBoard event files.
-        weight_sync_period: updates between weight copies to the sampler process (``None``:
-            1 for A2C and PPO, the config's ``async_weight_sync_period`` for the DQN family).
+        weight_sync_period: updates between weight copies to the collector process (``None``:
+            1).
         fixed_lag: a fixed policy lag (reproducible runs).
         **config: the algorithm's config fields.
     """
     runtime = dict(run_dir=run_dir, progress=progress, tensorboard=tensorboard)
     agent = _new_agent(cls, env_id, **runtime, **config)
     runner = AsyncRunner(agent)
-    runner.run(total_steps, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag)
+    runner.run(total_timesteps, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag)
     _report(runner)
     return 0
 
 
 def _new_agent(cls: type[Any], env_id: str, **config: Any) -> Any:
-    """A ``cls`` agent for ``env_id`` without envs (the sampler process has them); an
-    off-policy one gets its networks now (under ``torchrun`` it joins the process group)."""
-    from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
-
-    if issubclass(cls, OnPolicyAlgorithm):
-        return cls(None, env_id=env_id, **config)
-    return cls(env=None, **{**config, "env_id": env_id})  # the env id picks the preset
+    """A ``cls`` agent for ``env_id`` without envs (the collector process has them); the env
+    id picks the preset."""
+    return cls(None, **{**config, "env_id": env_id})
 
 
 def _report(runner: AsyncRunner) -> None:
@@ -65,10 +61,10 @@ def _report(runner: AsyncRunner) -> None:
         return
     ranks = f" on {agent.world_size} ranks" if agent.world_size > 1 else ""
     rates = f"{stats.env_steps} env steps ({stats.sampling_rate:.0f}/s), {stats.updates} updates"
-    if not runner.on_policy:
+    if stats.replay_ratio_setting is not None:
         rates += (
             f" ({stats.update_rate:.1f}/s), replay ratio {stats.replay_ratio:.2f} "
-            f"(setting {agent.config.replay_ratio}),"
+            f"(setting {stats.replay_ratio_setting}),"
         )
     else:
         rates += ", mean"
@@ -83,7 +79,7 @@ def resume_async(
     cls: type[Any],
     checkpoint: str | os.PathLike[str],
     env_id: str,
-    total_steps: int | None,
+    total_timesteps: int | None,
     *,
     weight_sync_period: int | None = None,
     fixed_lag: bool | None = None,
@@ -91,12 +87,11 @@ def resume_async(
 ) -> int:
     """``vecaccel train ALGO --resume DIR`` of a run trained with ``--async``: the exit code.
 
-    The agent is loaded without envs (the sampler process builds them) and goes on from the
-    checkpoint's counters (and, for the DQN family, its replay buffer) to ``total_steps``, the
-    run's new total; A2C and PPO may leave it out to finish the run's own budget.
-    ``fixed_lag`` and, for A2C and PPO, ``weight_sync_period`` (see :meth:`AsyncRunner.run`):
-    ``None`` keeps what the checkpoint records (``False`` and 1 for a run trained synchronously
-    until now).
+    The agent is loaded without envs (the collector process builds them) and goes on from the
+    checkpoint's counters (and its replay buffer, if it keeps one) to ``total_timesteps``, the
+    run's new total; ``None`` finishes the run's own budget. ``fixed_lag`` and
+    ``weight_sync_period`` (see :meth:`AsyncRunner.run`): ``None`` keeps what the checkpoint
+    records (``False`` and 1 for a run trained synchronously until now).
     """
     from vecaccel.trainers.checkpoints.format import apply_runtime_settings
 
@@ -105,47 +100,39 @@ def resume_async(
     apply_runtime_settings(agent, {k: v for k, v in load_kwargs.items() if k in runtime})
     runner = AsyncRunner(agent)
     step = int(agent.global_step)
-    on_policy = runner.on_policy
-    if on_policy and total_steps is not None:
-        agent.set_target_steps(total_steps)
-    target = agent.target_steps if on_policy else total_steps
+    if total_timesteps is not None:
+        agent.set_target_steps(total_timesteps)
+    target = agent.target_steps
     if target is None:
-        print("error: pass --total-steps to resume this trainer", file=sys.stderr)
+        print("error: pass --total-timesteps to resume this trainer", file=sys.stderr)
         return 2
     if step >= target:
         print(
-            f"the run is complete ({step} of {target} steps); pass a larger --total-steps to "
-            "extend it",
+            f"the run is complete ({step} of {target} steps); pass a larger --total-timesteps "
+            "to extend it",
             file=sys.stderr,
         )
         return 0
     recorded = agent.async_options  # empty after synchronous training
     if fixed_lag is None:
         fixed_lag = bool(recorded.get("fixed_lag", False))
-    options = ", fixed lag" if fixed_lag else ""
-    if on_policy:
-        if weight_sync_period is None:
-            weight_sync_period = int(recorded.get("weight_sync_period", 1))
-        if fixed_lag and weight_sync_period != 1:
-            print(
-                "error: a fixed lag needs a weight-sync period of 1, got "
-                f"{weight_sync_period} (pass --async-weight-sync-period 1 or "
-                "--no-async-fixed-lag)",
-                file=sys.stderr,
-            )
-            return 2
-        options = f", weight sync period {weight_sync_period}{options}"
+    if weight_sync_period is None:
+        weight_sync_period = int(recorded.get("weight_sync_period", 1))
+    if fixed_lag and weight_sync_period != 1:
+        print(
+            "error: a fixed lag needs a weight-sync period of 1, got "
+            f"{weight_sync_period} (pass --async-weight-sync-period 1 or "
+            "--no-async-fixed-lag)",
+            file=sys.stderr,
+        )
+        return 2
+    options = f", weight sync period {weight_sync_period}" + (", fixed lag" if fixed_lag else "")
     if agent.is_main:
         print(
             f"resuming {cls.__name__} (async{options}) from {checkpoint} at step {step}",
             file=sys.stderr,
         )
-    if agent.config.env_id is None:
-        agent.config.env_id = env_id
-    if on_policy:
-        runner.run(None, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag)
-    else:
-        agent.config.env_id = env_id
-        runner.run(target - step, reset_num_timesteps=False, fixed_lag=fixed_lag)
+    agent.config.env_id = env_id
+    runner.run(None, weight_sync_period=weight_sync_period, fixed_lag=fixed_lag)
     _report(runner)
     return 0

@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -36,33 +37,46 @@ from vecaccel.trainers.cli.flags import (
     positive_int,
     presets,
 )
-from vecaccel.trainers.config.registry import ALGORITHMS
-from vecaccel.trainers.run.logger import refuse_used_run_dir, unused_run_dir
+from vecaccel.trainers.config.registry import ALGORITHMS, algorithms
+from vecaccel.trainers.services.logger import refuse_used_run_dir, unused_run_dir
 
-__all__ = ["eval_command", "train_command", "vecaccel_add_commands"]
+__all__ = [
+    "eval_command",
+    "train_command",
+    "vecaccel_add_commands",
+    "vecaccel_register_algorithms",
+]
+
+
+@hookimpl
+def vecaccel_register_algorithms(registry: MutableMapping[str, Any]) -> None:
+    """Register the bundled algorithms, as a plugin registers its own."""
+    for name, info in ALGORITHMS.items():
+        registry[name] = info
 
 
 @hookimpl
 def vecaccel_add_commands(commands: Commands) -> None:
     """Add ``vecaccel train ALGO`` (one sub-command per registered algorithm) and
     ``vecaccel eval``."""
+    registered = algorithms()
     train = commands.add(
         "train",
         train_command,
-        help=f"train an agent ({', '.join(ALGORITHMS)}) with a live progress bar",
+        help=f"train an agent ({', '.join(registered)}) with a live progress bar",
         description=(
             "Train an agent on vecaccel's vector envs. Writes metrics.csv, TensorBoard event "
             "files, checkpoint.pt (atomically, every K updates) and learning_curve.png to the "
             "run directory. --resume DIR continues a run from its checkpoint."
         ),
-        epilog="Example: vecaccel train ppo --env CartPole-v1 --total-steps 100000. Each "
+        epilog="Example: vecaccel train ppo --env CartPole-v1 --total-timesteps 100000. Each "
         "algorithm's own flags: vecaccel train ALGO --help.",
     )
     algos = train.add_subparsers(
         title="algorithms", dest="algo", metavar="ALGO", parser_class=AlgorithmParser
     )
     algos.required = True
-    for algo, info in ALGORITHMS.items():
+    for algo, info in registered.items():
         parser = algos.add_parser(
             algo,
             algo=algo,
@@ -138,8 +152,8 @@ def train_command(args: argparse.Namespace) -> int:
     """Handle ``vecaccel train ALGO ...``; returns the exit code."""
     import os
 
-    from vecaccel.trainers.run import distributed
-    from vecaccel.trainers.run.signals import TrainingInterrupted
+    from vecaccel.trainers.services import distributed
+    from vecaccel.trainers.services.signals import TrainingInterrupted
 
     nproc = getattr(args, "nproc", None)
     if nproc is not None and nproc > 1 and "LOCAL_RANK" not in os.environ:
@@ -185,8 +199,8 @@ def _train(args: argparse.Namespace) -> int:
     if env_id is None:
         print("error: --env is required", file=sys.stderr)
         return 2
-    if args.total_steps is None:
-        print("error: --total-steps is required (unless --resume)", file=sys.stderr)
+    if args.total_timesteps is None:
+        print("error: --total-timesteps is required (unless --resume)", file=sys.stderr)
         return 2
     run_dir = args.run_dir or unused_run_dir(
         _default_run_dir(args.algo, env_id, config, cls.config_cls)
@@ -216,13 +230,13 @@ def _train(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        # under torchrun each rank runs its own sampler process; the optimisers are data-parallel
+        # under torchrun each rank runs its own collector process; the optimisers are data-parallel
         from vecaccel.trainers.cli import async_flags
 
         code = async_flags.train(
             cls,
             env_id,
-            args.total_steps,
+            args.total_timesteps,
             run_dir=str(run_dir),
             weight_sync_period=weight_sync_period,
             fixed_lag=fixed_lag,
@@ -237,7 +251,7 @@ def _train(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     try:
-        agent.learn(args.total_steps)
+        agent.learn(args.total_timesteps)
     finally:
         agent.close()
     if agent.is_main and args.no_progress:
@@ -319,7 +333,7 @@ def _resume(
                 cls,
                 checkpoint,
                 env_id,
-                args.total_steps,
+                args.total_timesteps,
                 weight_sync_period=weight_sync_period,
                 fixed_lag=fixed_lag,
                 **load_options,
@@ -338,15 +352,17 @@ def _resume(
         step = agent.global_step
         if agent.is_main:  # one line for the run, not one per rank
             print(f"resuming {args.algo} from {checkpoint} at step {step}", file=sys.stderr)
-        if args.total_steps is not None:
-            agent.set_target_steps(args.total_steps)
+        if args.total_timesteps is not None:
+            agent.set_target_steps(args.total_timesteps)
         if agent.target_steps is None:
-            print("error: the checkpoint records no budget; pass --total-steps", file=sys.stderr)
+            print(
+                "error: the checkpoint records no budget; pass --total-timesteps", file=sys.stderr
+            )
             return 2
         if step >= agent.target_steps:
             print(
                 f"the run is complete ({step} of {agent.target_steps} steps); pass a larger "
-                "--total-steps to extend it",
+                "--total-timesteps to extend it",
                 file=sys.stderr,
             )
             return 0

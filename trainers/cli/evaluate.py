@@ -19,7 +19,7 @@ from vecaccel.trainers.cli.errors import (
     setup_errors,
     usage_error,
 )
-from vecaccel.trainers.config.registry import ALGORITHMS
+from vecaccel.trainers.config.registry import algorithms
 
 __all__ = [
     "DEFAULT_EVAL_EPSILON",
@@ -76,14 +76,15 @@ def eval_command(args: argparse.Namespace) -> int:
     if state is None:
         return 2
     algo = state["algorithm"]
-    if algo not in ALGORITHMS:
+    registered = algorithms()
+    if algo not in registered:
         print(
             f"error: {path} holds no known algorithm (algo={algo!r}; known: "
-            f"{', '.join(ALGORITHMS)})",
+            f"{', '.join(registered)})",
             file=sys.stderr,
         )
         return 2
-    cls = ALGORITHMS[algo].load_class()
+    cls = registered[algo].load_class()
     try:
         agent = cls.load(path, device=args.device)
     except setup_errors() as exc:

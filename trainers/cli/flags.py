@@ -185,7 +185,7 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         help="parallel environments (a PettingZoo env: envs, each one row per agent)",
     )
     parser.add_argument(
-        "--total-steps",
+        "--total-timesteps",
         type=positive_int,
         help="environment steps to train (with --resume: the run's new total; "
         "default there: the budget the run was started with)",
@@ -221,26 +221,23 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="data-parallel training on K ranks of this machine: launches "
         "`torchrun --standalone --nproc_per_node K -m vecaccel train ...` (each rank its own "
-        "envs, with --async its own sampler process, gradients all-reduced; --total-steps "
+        "envs, with --async its own collector process, gradients all-reduced; --total-timesteps "
         "is the total over ranks)",
     )
 
 
 def add_mode_flags(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
-    """``--async``/``--sync`` and the asynchronous mode's flags, which differ by family: what
-    the algorithm's class is decides which (it is imported by then)."""
-    from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
-
+    """``--async``/``--sync`` and the asynchronous mode's flags; their help says what the
+    algorithm's class does in that mode (``cls.async_help``), and ``--no-replay`` is there for
+    a class that keeps a replay buffer (``cls.has_replay``)."""
     mode = parser.add_mutually_exclusive_group()
-    if not issubclass(cls, OnPolicyAlgorithm):
-        mode.add_argument(
-            "--async",
-            dest="async_mode",
-            action="store_true",
-            help="asynchronous mode: a sampler process steps the envs while this process "
-            "trains from a shared-memory replay buffer, the replay ratio enforced by "
-            "throttling both",
-        )
+    mode.add_argument(
+        "--async",
+        dest="async_mode",
+        action="store_true",
+        help=f"asynchronous mode: {cls.async_help}",
+    )
+    if cls.has_replay:
         parser.add_argument(
             "--no-replay",
             dest="no_replay",
@@ -248,43 +245,23 @@ def add_mode_flags(parser: argparse.ArgumentParser, cls: type[Any]) -> None:
             help="with --resume: start with an empty replay buffer instead of the one saved "
             "with the checkpoint (when its replay file is missing or corrupt)",
         )
-        parser.add_argument(
-            "--async-fixed-lag",
-            dest="async_fixed_lag",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="with --async: the sampler collects chunks of half --async-max-lead env "
-            "steps, each with the weights of two chunks before, and this process adds them "
-            "to the replay buffer in order, so that a seeded run repeats (default: off; "
-            "with --resume: as the run was trained)",
-        )
-    else:
-        mode.add_argument(
-            "--async",
-            dest="async_mode",
-            action="store_true",
-            help="asynchronous mode: a rollout process collects the next batch into a "
-            "shared-memory double buffer while this process trains on the last one "
-            "(policy lag logged as charts/policy_lag)",
-        )
-        parser.add_argument(
-            "--async-weight-sync-period",
-            dest="async_weight_sync_period",
-            type=positive_int,
-            default=None,
-            metavar="K",
-            help="with --async: updates between weight copies to the rollout process "
-            "(default: 1; with --resume: the run's own)",
-        )
-        parser.add_argument(
-            "--async-fixed-lag",
-            dest="async_fixed_lag",
-            action=argparse.BooleanOptionalAction,
-            default=None,
-            help="with --async: collect batch n with the weights of update n-1 exactly, so "
-            "that a seeded run repeats (needs --async-weight-sync-period 1; default: off; "
-            "with --resume: as the run was trained)",
-        )
+    parser.add_argument(
+        "--async-weight-sync-period",
+        dest="async_weight_sync_period",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="with --async: updates between weight copies to the collector process "
+        "(default: 1; with --resume: the run's own)",
+    )
+    parser.add_argument(
+        "--async-fixed-lag",
+        dest="async_fixed_lag",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"with --async: {cls.async_fixed_lag_help}, so that a seeded run repeats (needs "
+        "--async-weight-sync-period 1; default: off; with --resume: as the run was trained)",
+    )
     mode.add_argument(
         "--sync",
         dest="sync_mode",

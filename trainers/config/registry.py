@@ -1,16 +1,18 @@
-"""The one list of the bundled algorithms: name, class, one-line summary and presets.
+"""The one list of algorithms: the bundled ones and those plugins register, by name.
 
-Everything that needs to know which algorithms exist reads :data:`ALGORITHMS`: the lazy exports
-of :mod:`vecaccel.trainers`, ``vecaccel train ALGO`` (its sub-commands and their ``--help``),
-``vecaccel eval`` (which class loads a checkpoint) and the map from env ids to the presets made
-for them (:mod:`vecaccel.trainers.config.presets`). Classes and presets are named by module path and
-imported only when asked for, so reading the registry imports neither torch nor an algorithm:
-the command line's plugin reads it while ``vecaccel --help`` is built.
+Everything that needs to know which algorithms exist reads :func:`algorithms` (or :func:`get`):
+``vecaccel train ALGO`` (its sub-commands and their ``--help``), ``vecaccel eval`` (which class
+loads a checkpoint). It asks every plugin's ``vecaccel_register_algorithms`` hook (see
+:mod:`vecaccel.hookspecs`); the bundled algorithms of :data:`ALGORITHMS` are registered through
+that hook too, by :mod:`vecaccel.trainers.cli.commands`, as a third party's are through its
+entry point. Classes and presets are named by module path and imported only when asked for, so
+reading the registry imports neither torch nor an algorithm: the command line's plugin reads it
+while ``vecaccel --help`` is built. The lazy exports of :mod:`vecaccel.trainers` and the map from
+env ids to presets (:mod:`vecaccel.trainers.config.presets`) read the bundled ones alone.
 
-Adding an algorithm touches its own module and this one: write the module (config dataclass,
-loss, ``update``, on one of the two bases), then add an :class:`AlgorithmInfo` here. Its
-``presets`` may name any dict of named settings, in :mod:`vecaccel.trainers.config.presets` beside the
-others or in the algorithm's own module.
+A new algorithm is one module (config dataclass, loss, ``update``, on a family's base) and an
+:class:`AlgorithmInfo` registered by a plugin (see ``docs/writing-an-algorithm.md`` and
+``examples/vecaccel-example-algorithm``).
 
 Example:
     >>> names()
@@ -35,6 +37,8 @@ __all__ = [
     "EXPORTS",
     "MINATAR",
     "AlgorithmInfo",
+    "AlgorithmRegistry",
+    "algorithms",
     "exports",
     "get",
     "load",
@@ -115,7 +119,8 @@ class AlgorithmInfo:
 _ALGOS = "vecaccel.trainers.algos"
 _PRESETS = "vecaccel.trainers.config.presets"
 
-#: The bundled algorithms by name, in the order ``vecaccel train --help`` lists them.
+#: The bundled algorithms by name, in the order ``vecaccel train --help`` lists them (plugins'
+#: come after them).
 ALGORITHMS: dict[str, AlgorithmInfo] = {
     info.name: info
     for info in (
@@ -184,9 +189,47 @@ EXPORTS: dict[str, str] = {
 }
 
 
+class AlgorithmRegistry(dict[str, AlgorithmInfo]):
+    """What ``vecaccel_register_algorithms`` fills: algorithm name -> :class:`AlgorithmInfo`.
+
+    Example:
+        >>> registry = AlgorithmRegistry()
+        >>> registry["ppo"] = ALGORITHMS["ppo"]
+        >>> registry["ppo"] = ALGORITHMS["ppo"]
+        Traceback (most recent call last):
+        ...
+        ValueError: algorithm 'ppo' is registered twice
+    """
+
+    def __setitem__(self, name: str, info: AlgorithmInfo) -> None:
+        # by what it holds, not its class: the module may be imported under two names
+        if not all(hasattr(info, key) for key in ("name", "cls", "config", "load_class")):
+            raise TypeError(f"algorithm {name!r}: expected an AlgorithmInfo, got {info!r}")
+        if info.name != name:
+            raise ValueError(f"algorithm {name!r} is registered with info named {info.name!r}")
+        if name in self:
+            raise ValueError(f"algorithm {name!r} is registered twice")
+        super().__setitem__(name, info)
+
+
+def algorithms() -> dict[str, AlgorithmInfo]:
+    """Every registered algorithm by name, the bundled ones first: what each plugin's
+    ``vecaccel_register_algorithms`` registers, in registration order.
+
+    Example:
+        >>> list(algorithms())[:5]
+        ['a2c', 'ppo', 'dqn', 'c51', 'rainbow']
+    """
+    from vecaccel import get_plugin_manager
+
+    registry = AlgorithmRegistry()
+    get_plugin_manager().hook.vecaccel_register_algorithms(registry=registry)
+    return dict(registry)
+
+
 def names() -> list[str]:
-    """The algorithms' names, in :data:`ALGORITHMS`' order."""
-    return list(ALGORITHMS)
+    """The registered algorithms' names, in :func:`algorithms`' order."""
+    return list(algorithms())
 
 
 def get(name: str) -> AlgorithmInfo:
@@ -201,18 +244,19 @@ def get(name: str) -> AlgorithmInfo:
         ...
         KeyError: "unknown algorithm 'ppo2'; did you mean 'ppo'? (algorithms: a2c, ppo, dqn, c51, rainbow)"
     """
+    registered = algorithms()
     try:
-        return ALGORITHMS[name]
+        return registered[name]
     except KeyError:
-        close = difflib.get_close_matches(str(name).lower(), list(ALGORITHMS), n=1)
+        close = difflib.get_close_matches(str(name).lower(), list(registered), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ";"
         raise KeyError(
-            f"unknown algorithm {name!r}{hint} (algorithms: {', '.join(ALGORITHMS)})"
+            f"unknown algorithm {name!r}{hint} (algorithms: {', '.join(registered)})"
         ) from None
 
 
 def exports() -> dict[str, str]:
-    """Every name :mod:`vecaccel.trainers` exports -> its ``"module:attribute"``: each
+    """Every name :mod:`vecaccel.trainers` exports -> its ``"module:attribute"``: each bundled
     algorithm's class and config, then :data:`EXPORTS`.
 
     Example:

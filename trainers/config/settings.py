@@ -27,7 +27,7 @@ __all__ = [
     "NETWORKS",
     "RunConfig",
     "check_dqn_config",
-    "check_on_policy_config",
+    "check_rollout_config",
     "config_from_dict",
     "config_help",
     "lr_scale",
@@ -181,7 +181,7 @@ def lr_scale(batch_size: int, base_batch_size: int, mode: str = "none") -> float
     return 1.0
 
 
-def check_on_policy_config(cfg: Any) -> None:
+def check_rollout_config(cfg: Any) -> None:
     """Raise ``ValueError`` naming the field for an A2C/PPO config that cannot train (the
     shared fields are checked by :class:`RunConfig`)."""
     positive = ["num_steps", "base_batch_size"]
@@ -304,9 +304,9 @@ def check_dqn_config(cfg: Any) -> None:
         setting = "vectorized=True" if cfg.vectorized else "env_source='envpool'"
         raise ValueError(
             f"{setting}: batched simulators autoreset NextStep (the step after an episode's end "
-            "is a reset step whose action does nothing), and the DQN family's replay buffer "
-            "stores SameStep transitions with infos['final_obs']; train this env without it, "
-            "or with A2C or PPO"
+            "is a reset step whose action does nothing), and the DQN family's asynchronous "
+            "sampler hands its steps over as SameStep transitions with infos['final_obs']; "
+            "train this env without it, or with A2C or PPO"
         )
     if cfg.batch_size < 1 or cfg.base_batch_size < 1:
         raise ValueError("batch_size and base_batch_size must be positive")
@@ -339,10 +339,6 @@ def check_dqn_config(cfg: Any) -> None:
         raise ValueError(f"priority_beta_start must be in [0, 1], got {cfg.priority_beta_start!r}")
     if not cfg.priority_eps >= 0.0:
         raise ValueError(f"priority_eps must be non-negative, got {cfg.priority_eps!r}")
-    if cfg.async_weight_sync_period < 1:
-        raise ValueError(
-            f"async_weight_sync_period must be at least 1, got {cfg.async_weight_sync_period!r}"
-        )
     if cfg.async_max_lead < 0:
         raise ValueError(f"async_max_lead must be non-negative, got {cfg.async_max_lead!r}")
     lr_scale(cfg.batch_size, cfg.base_batch_size, cfg.lr_scaling)  # validates the mode

@@ -2,7 +2,7 @@
 
 :class:`~vecaccel.trainers.runners.sync.SyncRunner` and
 :class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner` are twins: each takes any
-algorithm and ``run(total_steps)`` trains it. ``agent.learn(total_timesteps, mode=...)`` picks
+algorithm and ``run(total_timesteps)`` trains it. ``agent.learn(total_timesteps, mode=...)`` picks
 one of them with :func:`run_in_mode`. Callbacks: :mod:`vecaccel.trainers.runners.callbacks`.
 """
 
@@ -19,13 +19,13 @@ MODES = ("sync", "async")
 def run_in_mode(
     agent: Any,
     mode: str,
-    total_steps: int | None,
+    total_timesteps: int | None,
     *,
     callback: Any = None,
     reset_num_timesteps: bool = True,
     **async_options: Any,
 ) -> Any:
-    """Train ``agent`` for ``total_steps`` with the runner of ``mode``; what that runner's
+    """Train ``agent`` for ``total_timesteps`` with the runner of ``mode``; what that runner's
     ``run`` returns (the agent, or the asynchronous run's stats).
 
     Raises:
@@ -38,13 +38,11 @@ def run_in_mode(
             )
         from vecaccel.trainers.runners.sync import SyncRunner
 
-        return SyncRunner(agent).run(total_steps, callback, reset_num_timesteps)
+        return SyncRunner(agent).run(total_timesteps, callback, reset_num_timesteps)
     if mode == "async":
-        if callback is not None:
-            raise ValueError("learn(mode='async') takes no callback (the sampler runs apart)")
         from vecaccel.trainers.runners.asynchronous.runner import AsyncRunner
 
         return AsyncRunner(agent).run(
-            total_steps, reset_num_timesteps=reset_num_timesteps, **async_options
+            total_timesteps, callback, reset_num_timesteps=reset_num_timesteps, **async_options
         )
     raise ValueError(f"mode must be one of {', '.join(map(repr, MODES))}, got {mode!r}")

@@ -19,8 +19,10 @@
   ``_on_step`` calls come once the rollout is in, with ``num_timesteps`` at its end.
 - **a list** of any of these.
 
-Callbacks run in synchronous mode (``mode="sync"``): the asynchronous runner's iterations happen
-in two processes at once.
+In asynchronous mode (``mode="async"``) the callbacks are called in the optimiser's process once
+per turn of its loop, with the same keys: a rollout and its update (A2C, PPO), or a chunk of
+vector steps and the updates it made due (the DQN family). An SB3 callback's ``_on_step`` comes
+once per vector step of the turn, after its updates (the collector process has moved on).
 
 Example:
     >>> from vecaccel.trainers import DQN

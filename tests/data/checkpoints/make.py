@@ -5,8 +5,7 @@ saved to ``version<N>/<algo>/checkpoint.pt`` (N: the layout version written);
 ``expected.json`` beside it records a fixed batch of observations, the actions
 ``predict(obs, deterministic=True)`` returned for them, and the saved counters. The fixtures pin
 the checkpoint format: a change that stops them loading, or that changes what they predict,
-breaks checkpoints users already have. Fixtures of earlier versions are never rewritten: the
-ones in ``<algo>/`` are A2C's and PPO's version 1 and the DQN family's unversioned layout.
+breaks checkpoints users already have. Fixtures of earlier versions are never rewritten.
 
 Run from the repository root: ``python tests/data/checkpoints/make.py``.
 """
@@ -60,7 +59,7 @@ def build(algo: str) -> Any:
             tensorboard=False,
             **common,
         )
-    agent.learn(total_steps=STEPS)
+    agent.learn(total_timesteps=STEPS)
     return agent
 
 

@@ -1,1 +1,1 @@
-"""Asynchronous sampling and optimisation: a sampler process beside the optimiser."""
+"""Asynchronous sampling and optimisation: a collector process beside the optimiser."""

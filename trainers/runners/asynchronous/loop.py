@@ -1,12 +1,12 @@
 """The asynchronous runner's loop, shared by every algorithm, and the base of the feeds it runs.
 
 What differs between the families is where the experience comes from and what an update is made
-of; that is a *feed* (:class:`AsyncFeed`): on-policy algorithms get whole rollouts
-(:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`), the DQN family chunks of steps for
-its replay buffer (:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`). The loop owns
+of; that is a *feed* (:class:`AsyncFeed`), which the algorithm hands the runner
+(``agent.async_feed``): A2C and PPO get whole rollouts, the DQN family chunks of steps for its
+replay buffer. The loop owns
 everything around it: the run logger, the signal guard, the wait accounting, the meetings of the
 ranks (one reduce of the metrics and an agreed stop in the same collective), the log rows,
-stopping the sampler process and the final checkpoint's timing.
+stopping the collector process and the final checkpoint's timing.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vecaccel.trainers.runners.asynchronous.process import SamplerHandle, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.process import CollectorHandle, CollectorOptions, Waits
 
 __all__ = ["AsyncFeed", "AsyncStats", "Meeting", "run_async"]
 
@@ -36,6 +36,8 @@ class AsyncStats:
         optimizer_wait_fraction: fraction of the run this rank's optimiser waited for data.
         sampler_wait_fraction: fraction of the run this rank's sampler waited for the optimiser.
         mean_policy_lag: mean number of updates the sampler's weights were behind.
+        replay_ratio_setting: the replay ratio the run aimed at (``None``: each batch was used
+            once).
     """
 
     env_steps: int
@@ -47,6 +49,7 @@ class AsyncStats:
     optimizer_wait_fraction: float
     sampler_wait_fraction: float
     mean_policy_lag: float
+    replay_ratio_setting: float | None = None
 
 
 @dataclass
@@ -67,26 +70,35 @@ class Meeting:
 class AsyncFeed(abc.ABC):
     """The family's side of an asynchronous run, as the loop of :func:`run_async` sees it.
 
-    A feed owns the sampler process and the experience it hands over in the slots of a double
+    A feed owns the collector process and the experience it hands over in the slots of a double
     buffer, and makes its updates from them. A subclass sets :attr:`horizon`, :attr:`resume_step`
     and :attr:`spec`, and implements the abstract methods.
 
     Args:
         agent: the algorithm; its step and update counters are where this run starts.
-        model: the module whose weights the sampler process acts with.
+        model: the module whose weights the collector process acts with.
         role: ``sampler`` or ``rollout`` (in messages and the process's name).
-        loop: the sampler process's loop (the family's, beside its feed).
-        options: how the sampler process runs.
+        loop: the collector process's loop (the family's, beside its feed).
+        options: how the collector process runs.
 
     Attributes:
         horizon: the step the run ends at (for the progress bar).
         resume_step: the step a continued run goes on from (its CSV keeps the rows until then).
-        spec: the entries of the sampler process's spec that its loop reads.
-        slots: the double buffer's two slots, once the sampler process has handed them over.
+        spec: the entries of the collector process's spec that its loop reads.
+        wants_step_locals: whether :attr:`last_turn` must hold each vector step's locals (set by
+            the loop when an SB3 callback reads them).
+        last_turn: what the last turn took and made, as callbacks get it: each vector step's
+            ``rewards`` and ``dones`` (and ``actions``; empty unless
+            :attr:`wants_step_locals`), and the metrics (``global_step``, ``charts/updates``,
+            ``charts/episodes``, the episodes' mean return and length, the learning rate, the
+            mean ``losses/...`` of its updates); ``None`` after a turn that took nothing.
+        slots: the double buffer's two slots, once the collector process has handed them over.
         complete: the budget is done: the turn just made was the last.
         updates_done: updates made in this run.
         lag_sum: the summed policy lag of those updates.
         replay_ratio: as measured over the run.
+        replay_ratio_setting: the replay ratio the run aims at (``None``: each batch is used
+            once).
     """
 
     def __init__(
@@ -95,14 +107,14 @@ class AsyncFeed(abc.ABC):
         model: Any,
         role: str,
         loop: Callable[[dict[str, Any]], None],
-        options: SamplerOptions,
+        options: CollectorOptions,
     ) -> None:
         self.agent = agent
         self.loop = loop
         self.fixed_lag = options.fixed_lag
-        self.sampler = SamplerHandle(options, role, model)
-        self.counters = self.sampler.counters
-        self.handover = self.sampler.handover
+        self.collector = CollectorHandle(options, role, model)
+        self.counters = self.collector.counters
+        self.channels = self.collector.channels
         self.horizon = 0
         self.resume_step: int | None = None
         self.spec: dict[str, Any] = {}
@@ -112,36 +124,40 @@ class AsyncFeed(abc.ABC):
         self.updates_done = 0
         self.lag_sum = 0.0
         self.replay_ratio = 0.0
+        self.replay_ratio_setting: float | None = None
+        self.wants_step_locals = False  # SB3 callbacks read each vector step's locals
+        self.last_turn: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
 
     def start(self) -> None:
-        """Publish the first weights and start the sampler process."""
-        self.sampler.publish(self.agent.num_updates)
-        self.sampler.start(self.loop, self.spec)
+        """Publish the first weights and start the collector process."""
+        self.collector.publish(self.agent.num_updates)
+        self.collector.start(self.loop, self.spec)
 
     def wait_started(self, check: Callable[[], None]) -> None:
-        """Wait until the sampler process has handed the slots over."""
-        self.slots = self.sampler.wait_started(check)
+        """Wait until the collector process has handed the slots over."""
+        self.slots = self.collector.wait_started(check)
 
     def sync_weights(self, waits: Waits, pulls: int, due: bool) -> None:
-        """Publish the weights to the sampler process: with a fixed lag once it has pulled those
+        """Publish the weights to the collector process: with a fixed lag once it has pulled those
         of ``pulls`` items (and then announced), otherwise if ``due``."""
         if self.fixed_lag:
             while self.pulls_seen < pulls:
-                waits.acquire(self.handover.pulls)
+                waits.acquire(self.channels.pulls)
                 self.pulls_seen += 1
-            self.sampler.publish(self.agent.num_updates)
-            self.handover.publishes.release()
+            self.collector.publish(self.agent.num_updates)
+            self.channels.publishes.release()
         elif due:
-            self.sampler.publish(self.agent.num_updates)
+            self.collector.publish(self.agent.num_updates)
 
     def stop(self) -> None:
-        """Stop the sampler process and close the channels to it."""
-        self.sampler.stop()
+        """Stop the collector process and close the channels to it."""
+        self.collector.stop()
 
     @abc.abstractmethod
     def turn(self, waits: Waits, requested: bool) -> bool:
         """One turn of the loop: take experience and make the updates then due, waiting with
-        ``waits``; whether the ranks meet after it (``requested``: a stop was asked here)."""
+        ``waits``, and set :attr:`last_turn`; whether the ranks meet after it (``requested``: a
+        stop was asked here)."""
 
     @abc.abstractmethod
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
@@ -167,7 +183,7 @@ def _reduce(
 ) -> tuple[dict[str, float | None], bool]:
     """Reduce one meeting's metrics over the ranks (identity on one rank) and agree on a stop
     in the same collective."""
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     if distributed.world_size() == 1:
         return metrics, stop
@@ -176,33 +192,41 @@ def _reduce(
     return reduced, bool(reduced.pop("_stop") or 0.0)
 
 
-def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
+def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
     """Run ``feed`` to its end: the loop of every asynchronous run.
 
     Rank 0 alone logs and checkpoints. On one rank a SIGINT or SIGTERM stops the run at the
     next turn; on several the ranks agree on it at their next meeting (a rank cannot leave
-    while the others wait for it in a collective).
+    while the others wait for it in a collective). The callbacks are called once per turn (an
+    item of experience taken and the updates it made due), as the synchronous runner calls
+    them once per iteration; one that returns ``False`` ends the run after that turn.
 
     Args:
         agent: the algorithm (its ``global_step``, ``device``, ``world_size``, ``is_main``,
             ``run_dir``, ``tensorboard`` and ``progress`` are read; ``logger`` is set).
         feed: the family's side of the run.
+        callback: what ``learn`` takes as ``callback`` (see
+            :mod:`vecaccel.trainers.runners.callbacks`), or ``None``.
 
     Returns:
         The measured :class:`AsyncStats`.
 
     Raises:
-        SamplerError: the sampler process died or raised.
+        CollectorError: the collector process died or raised.
         TrainingInterrupted: SIGINT or SIGTERM arrived (a checkpoint was written first).
     """
-    from vecaccel.trainers.run.signals import SignalCheckpoint, TrainingInterrupted
+    from vecaccel.trainers.runners.callbacks import Callbacks
     from vecaccel.trainers.runners.sync import announce_interrupt, open_run_logger
+    from vecaccel.trainers.services.signals import SignalCheckpoint, TrainingInterrupted
 
+    callbacks = Callbacks(callback)
+    sb3, plain = callbacks.sb3 is not None, bool(callbacks.plain)
+    feed.wants_step_locals = sb3
     world = agent.world_size
-    # before the sampler process starts: an error here (a run directory that cannot be made)
+    # before the collector process starts: an error here (a run directory that cannot be made)
     # must not leave it running outside the try/finally that stops it
     logger = open_run_logger(agent, feed.horizon, feed.resume_step)
-    sampler = feed.sampler
+    collector = feed.collector
     start_step = int(agent.global_step)
     feed.start()
     guard = SignalCheckpoint()
@@ -211,7 +235,7 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
     every_rank_here = False  # the run ended or stopped on every rank, not in an error
 
     def check() -> None:
-        sampler.check()
+        collector.check()
         if world == 1 and guard.requested:
             raise TrainingInterrupted(guard.signal_name, agent.global_step)
 
@@ -219,9 +243,22 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
     try:
         with guard:
             feed.wait_started(check)
-            start = time.perf_counter()  # rates are timed from when the sampler process runs
-            while not feed.complete:
-                if not feed.turn(waits, guard.requested):
+            start = time.perf_counter()  # rates are timed from when the collector process runs
+            callbacks.training_start(agent, feed.horizon)
+            go_on = True
+            while not feed.complete and go_on:
+                if sb3:
+                    callbacks.rollout_start()
+                meet = feed.turn(waits, guard.requested)
+                if (sb3 or plain) and feed.last_turn is not None:
+                    steps, values = feed.last_turn
+                    elapsed = max(time.perf_counter() - start, 1e-9)
+                    values["charts/SPS"] = (int(agent.global_step) - start_step) / elapsed
+                    if sb3:
+                        go_on = callbacks.rollout_end(steps)
+                    if plain:
+                        go_on = callbacks.iteration_end(agent, values) and go_on
+                if not meet:
                     continue
                 elapsed = max(time.perf_counter() - start, 1e-9)
                 meeting = feed.meeting(elapsed, waits.seconds)
@@ -233,7 +270,8 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
                     logger.log(step, metrics)
                 if stop and not feed.complete:
                     raise TrainingInterrupted(guard.signal_name or "SIGTERM", agent.global_step)
-        end = time.perf_counter()  # the run's rates exclude stopping the sampler process
+            callbacks.training_end()
+        end = time.perf_counter()  # the run's rates exclude stopping the collector process
         every_rank_here = True
     except TrainingInterrupted:
         every_rank_here = True  # the ranks agreed on the stop
@@ -257,6 +295,7 @@ def run_async(agent: Any, feed: AsyncFeed) -> AsyncStats:
         sampling_rate=env_steps / seconds,
         update_rate=updates / seconds,
         optimizer_wait_fraction=waits.seconds / seconds,
-        sampler_wait_fraction=sampler.counters.sampler_wait / seconds,
+        sampler_wait_fraction=collector.counters.sampler_wait / seconds,
         mean_policy_lag=feed.lag_sum / updates if updates else 0.0,
+        replay_ratio_setting=feed.replay_ratio_setting,
     )

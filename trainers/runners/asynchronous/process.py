@@ -1,7 +1,7 @@
-"""The two ends of an asynchronous run's sampler process, and the waits between them.
+"""The two ends of an asynchronous run's collector process, and the waits between them.
 
-:class:`SamplerHandle` is the optimiser's end: it allocates the
-:class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`, starts the process, publishes
+:class:`CollectorHandle` is the optimiser's end: it allocates the
+:class:`~vecaccel.trainers.runners.asynchronous.shared.CollectorChannels`, starts the process, publishes
 weights, checks that the process lives and stops it. :class:`ChildLink` is the process's end: it
 waits (counted as the sampler's waiting time), pulls weights and notices when the optimiser's
 process is gone. The process runs its family's loop (in
@@ -24,25 +24,25 @@ from typing import Any
 import torch
 
 from vecaccel.manager import register_envs
-from vecaccel.trainers.runners.asynchronous.shared import Handover
+from vecaccel.trainers.runners.asynchronous.shared import CollectorChannels
 from vecaccel.worker.process import FORK_BLOCKED_SIGNALS, signals_blocked_for_fork
 
 __all__ = [
     "ChildLink",
-    "SamplerError",
-    "SamplerHandle",
-    "SamplerOptions",
+    "CollectorError",
+    "CollectorHandle",
+    "CollectorOptions",
     "Waits",
     "child_main",
-    "leave_cores_to_sampler",
+    "leave_cores_to_collector",
 ]
 
 # how often a side blocked on the other checks that it lives (and whether to stop)
 _LIVENESS_PERIOD_S = 0.05
 
 
-class SamplerError(RuntimeError):
-    """The asynchronous sampler process died or raised.
+class CollectorError(RuntimeError):
+    """The asynchronous collector process died or raised.
 
     Attributes:
         exitcode: the process's exit code (negative: killed by that signal), if it has exited.
@@ -56,8 +56,8 @@ class SamplerError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class SamplerOptions:
-    """How a sampler process runs.
+class CollectorOptions:
+    """How a collector process runs.
 
     Attributes:
         context: multiprocessing start method of the process.
@@ -66,7 +66,7 @@ class SamplerOptions:
         threads: torch threads of the process.
         affinity: CPUs to pin the process to (``None``: those of the optimiser's process).
         fixed_lag: act on every item with the weights of a fixed earlier update (see
-            :class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`).
+            :class:`~vecaccel.trainers.runners.asynchronous.shared.CollectorChannels`).
     """
 
     context: str = "spawn"
@@ -130,11 +130,11 @@ class _GuardedLock:
 
 
 class _OptimiserGone(Exception):
-    """Raised in a sampler process whose optimiser's process has exited."""
+    """Raised in a collector process whose optimiser's process has exited."""
 
 
 def child_main(loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> None:
-    """Entry point of a sampler process: run ``loop(spec)``, reporting what it raises."""
+    """Entry point of a collector process: run ``loop(spec)``, reporting what it raises."""
     try:
         register_envs()  # the sampler builds envs: under spawn it starts knowing no plugin ids
         loop(spec)
@@ -149,11 +149,11 @@ def child_main(loop: Callable[[dict[str, Any]], None], spec: dict[str, Any]) -> 
 
 
 class ChildLink:
-    """The sampler process's end: its set-up, the shared counters and hand-over, waits, weight
+    """The collector process's end: its set-up, the shared counters and hand-over, waits, weight
     pulls and the liveness of the optimiser.
 
     Args:
-        spec: the process's spec (see :meth:`SamplerHandle.start`).
+        spec: the process's spec (see :meth:`CollectorHandle.start`).
     """
 
     def __init__(self, spec: dict[str, Any]) -> None:
@@ -161,17 +161,17 @@ class ChildLink:
         # torchrun sends SIGTERM to each rank's whole process group, this process included
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_IGN)
-        # forked, it started with both blocked (SamplerHandle.start): ignored now, let through
+        # forked, it started with both blocked (CollectorHandle.start): ignored now, let through
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORK_BLOCKED_SIGNALS)
-        options: SamplerOptions = spec["options"]
+        options: CollectorOptions = spec["options"]
         if options.affinity:
             os.sched_setaffinity(0, options.affinity)
         torch.set_num_threads(int(options.threads))
-        self.handover: Handover = spec["handover"]
-        self.counters = self.handover.counters
+        self.channels: CollectorChannels = spec["channels"]
+        self.counters = self.channels.counters
         self.version = -1
         self._parent = spec["parent_pid"]
-        self._weights_lock = _GuardedLock(self.handover.weights_lock, self.check_optimiser)
+        self._weights_lock = _GuardedLock(self.channels.weights_lock, self.check_optimiser)
 
     def check_optimiser(self) -> None:
         """Raise if the optimiser's process has exited (this process was re-parented), perhaps
@@ -197,21 +197,21 @@ class ChildLink:
         """Copy the weights item ``n`` is collected with into ``params``: with a fixed lag those
         of the publish meant for it (waited for), otherwise the newest. Their version, or
         ``None`` if a stop was asked meanwhile."""
-        fixed_lag = self.handover.fixed_lag
-        if fixed_lag and n >= 2 and not self.acquire(self.handover.publishes):
+        fixed_lag = self.channels.fixed_lag
+        if fixed_lag and n >= 2 and not self.acquire(self.channels.publishes):
             return None
         if self.counters.version != self.version:
             with self._weights_lock:
                 self.version = self.counters.version
-                for mine, shared in zip(params, self.handover.weights):
+                for mine, shared in zip(params, self.channels.weights):
                     mine.copy_(shared)
         if fixed_lag:
-            self.handover.pulls.release()
+            self.channels.pulls.release()
         return self.version
 
 
-class SamplerHandle:
-    """The optimiser's end of a sampler process: its hand-over, start, weight publish, liveness
+class CollectorHandle:
+    """The optimiser's end of a collector process: its hand-over, start, weight publish, liveness
     check and stop.
 
     Args:
@@ -221,30 +221,30 @@ class SamplerHandle:
             with the parameters, so the list taken here stays current).
     """
 
-    def __init__(self, options: SamplerOptions, role: str, model: torch.nn.Module) -> None:
+    def __init__(self, options: CollectorOptions, role: str, model: torch.nn.Module) -> None:
         import torch.multiprocessing as mp
 
         self.role = role
         self.options = options
         self.ctx = ctx = mp.get_context(options.context)
         self._state = list(model.state_dict().values())
-        self.handover = Handover(ctx, self._state, options.fixed_lag)
-        self.counters = self.handover.counters
-        self._weights_lock = _GuardedLock(self.handover.weights_lock, self.check)
+        self.channels = CollectorChannels(ctx, self._state, options.fixed_lag)
+        self.counters = self.channels.counters
+        self._weights_lock = _GuardedLock(self.channels.weights_lock, self.check)
         self.errors = ctx.Queue()
         self.process: Any = None
 
     def publish(self, version: int) -> None:
         """Copy the model's weights to shared memory as ``version``."""
         with self._weights_lock:
-            for shared, tensor in zip(self.handover.weights, self._state):
+            for shared, tensor in zip(self.channels.weights, self._state):
                 shared.copy_(tensor)
             self.counters.version = version
 
     def start(self, loop: Callable[[dict[str, Any]], None], entries: dict[str, Any]) -> None:
         """Start the process running ``loop`` on a spec of ``entries`` and of what
         :class:`ChildLink` reads."""
-        link = dict(handover=self.handover, errors=self.errors, parent_pid=os.getpid())
+        link = dict(channels=self.channels, errors=self.errors, parent_pid=os.getpid())
         spec = {**entries, **link, "options": self.options}
         self.process = self.ctx.Process(
             target=child_main, args=(loop, spec), name=f"vecaccel-async-{self.role}"
@@ -256,12 +256,12 @@ class SamplerHandle:
     def wait_started(self, check: Callable[[], None]) -> Any:
         """Wait until the process runs, checking every ``poll_interval``; the double buffer's
         slots it hands over then."""
-        slots = take(self.handover.started, check, self.options.poll_interval)
-        self.handover.started_seen.release()
+        slots = take(self.channels.started, check, self.options.poll_interval)
+        self.channels.started_seen.release()
         return slots
 
     def check(self) -> None:
-        """Raise :class:`SamplerError` if the process died before the run's normal end (a clean
+        """Raise :class:`CollectorError` if the process died before the run's normal end (a clean
         exit, after its last item, which may still be on the queue, or when asked to stop)."""
         process = self.process
         if process is None or process.is_alive():
@@ -274,10 +274,10 @@ class SamplerHandle:
             remote = self.errors.get(timeout=0.2)
         except (queue.Empty, OSError, EOFError):
             pass
-        from vecaccel.trainers.run import distributed
+        from vecaccel.trainers.services import distributed
 
         where = f" of rank {distributed.rank()}" if distributed.is_distributed() else ""
-        raise SamplerError(
+        raise CollectorError(
             f"the asynchronous {self.role} process{where} (pid {process.pid}) died with exit "
             f"code {process.exitcode} after {self.counters.steps} env steps",
             process.exitcode,
@@ -293,13 +293,13 @@ class SamplerHandle:
             if process.is_alive():  # it ignores SIGTERM: end it with SIGKILL
                 process.kill()
                 process.join(timeout=5.0)
-        for channel in (self.errors, self.handover.started, self.handover.filled):
+        for channel in (self.errors, self.channels.started, self.channels.filled):
             channel.close()
             channel.cancel_join_thread()
 
 
-def leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:
-    """With automatic torch threads (``torch_threads=0``), leave the sampler process (and its
+def leave_cores_to_collector(cfg: Any, collector_threads: int) -> None:
+    """With automatic torch threads (``torch_threads=0``), leave the collector process (and its
     env workers) their cores: torch's default of one thread per core would make the optimiser's
     OpenMP threads spin on them. Ranks on one machine share its cores."""
     if getattr(cfg, "torch_threads", 0) > 0:
@@ -310,4 +310,4 @@ def leave_cores_to_sampler(cfg: Any, sampler_threads: int) -> None:
     workers = 0
     if cfg.backend != "serial":
         workers = getattr(cfg, "num_workers", 0) or min(cfg.num_envs, cpus)
-    torch.set_num_threads(max(1, cpus - sampler_threads - workers))
+    torch.set_num_threads(max(1, cpus - collector_threads - workers))

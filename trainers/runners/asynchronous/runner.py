@@ -3,20 +3,17 @@
 Two processes run at the same time: the **sampler** (a child process) steps the envs with the
 latest weights it has and hands the experience over through a double buffer, while the
 **optimiser** (the calling process) trains on it and publishes its weights. What they share is a
-:class:`~vecaccel.trainers.runners.asynchronous.shared.Handover`. One loop
-(:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm, fed after the
-algorithm's base class: rollouts for an
-:class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`
-(:mod:`~vecaccel.trainers.runners.asynchronous.rollout_feed`), chunks of steps for an
-:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s replay buffer
-(:mod:`~vecaccel.trainers.runners.asynchronous.replay_feed`).
+:class:`~vecaccel.trainers.runners.asynchronous.shared.CollectorChannels`. One loop
+(:mod:`~vecaccel.trainers.runners.asynchronous.loop`) runs every algorithm, fed by the
+:class:`~vecaccel.trainers.runners.asynchronous.loop.AsyncFeed` the algorithm hands it
+(``agent.async_feed``): whole rollouts, or chunks of steps for a replay buffer.
 
 **Several ranks** (``--nproc K`` or ``torchrun``): every rank is one such pair, with envs seeded
 by rank and its own replay buffer or double buffer. The optimisers are data-parallel
-(:mod:`~vecaccel.trainers.run.distributed`), so every update is a collective and the ranks update
+(:mod:`~vecaccel.trainers.services.distributed`), so every update is a collective and the ranks update
 in lockstep. They meet for their metrics and to agree on a stop (SIGINT/SIGTERM) at points fixed
-by the update count; rank 0 logs and writes the checkpoints. A sampler process that dies ends its
-rank with a :class:`SamplerError`; the other ranks then fail at their next collective, which has a
+by the update count; rank 0 logs and writes the checkpoints. A collector process that dies ends its
+rank with a :class:`CollectorError`; the other ranks then fail at their next collective, which has a
 timeout, and ``torchrun`` stops the job. A sampler exits when its optimiser's process goes away.
 
 Example:
@@ -36,47 +33,29 @@ from typing import Any
 
 from vecaccel.trainers.runners.asynchronous.loop import AsyncStats, run_async
 from vecaccel.trainers.runners.asynchronous.process import (
-    SamplerError,
-    SamplerOptions,
-    leave_cores_to_sampler,
+    CollectorError,
+    CollectorOptions,
+    leave_cores_to_collector,
 )
-from vecaccel.trainers.runners.asynchronous.replay_feed import ReplayFeed
-from vecaccel.trainers.runners.asynchronous.rollout_feed import RolloutFeed
 
-__all__ = ["AsyncRunner", "AsyncStats", "SamplerError"]
-
-
-def _is_on_policy(agent: Any) -> bool:
-    """Whether ``agent`` is on-policy (else off-policy), from the algorithm's base class."""
-    from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
-    from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
-
-    if isinstance(agent, OnPolicyAlgorithm):
-        return True
-    if isinstance(agent, OffPolicyAlgorithm):
-        return False
-    raise TypeError(
-        f"AsyncRunner trains an OnPolicyAlgorithm or an OffPolicyAlgorithm, got "
-        f"{type(agent).__name__}"
-    )
+__all__ = ["AsyncRunner", "AsyncStats", "CollectorError"]
 
 
 class AsyncRunner:
-    """Trains an algorithm with a sampler process beside it: the twin of
+    """Trains an algorithm with a collector process beside it: the twin of
     :class:`~vecaccel.trainers.runners.sync.SyncRunner`, for every algorithm.
 
-    The sampler process builds its own envs from the agent's env id (``config.env_id``): an
+    The collector process builds its own envs from the agent's env id (``config.env_id``): an
     agent made with ``env=None`` and ``env_id=...`` builds none in this process (an off-policy
     one gets its networks here, from one env of that id). An agent that has envs of its own
-    keeps them, unused by this runner.
+    keeps them, unused by this runner. What the collector process hands over and how the
+    updates are made of it is the algorithm's feed (``agent.async_feed``).
 
     Args:
-        agent: an :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C, PPO) or
-            an :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm` (DQN, C51,
-            Rainbow), new or loaded from a checkpoint.
+        agent: any :class:`~vecaccel.trainers.algos.base.Algorithm`, new or loaded from a
+            checkpoint.
 
     Attributes:
-        on_policy: whether the agent is on-policy (rollouts) or off-policy (replay).
         stats: the :class:`AsyncStats` of the last :meth:`run` (``None`` before one).
 
     Example:
@@ -88,50 +67,54 @@ class AsyncRunner:
     """
 
     def __init__(self, agent: Any) -> None:
-        self.on_policy = _is_on_policy(agent)
+        from vecaccel.trainers.algos.base import Algorithm
+
+        if not isinstance(agent, Algorithm):
+            raise TypeError(f"AsyncRunner trains an Algorithm, got {type(agent).__name__}")
         self.agent = agent
         self.stats: AsyncStats | None = None
-        if not self.on_policy and agent.observation_space is None:
-            # networks for the spaces of the env the sampler will build (under torchrun the
-            # agent has joined the process group: its model is then data-parallel)
-            _build_networks_for(agent, _env_id(agent))
+        agent.prepare_async()
 
     def run(
         self,
-        total_steps: int | None = None,
+        total_timesteps: int | None = None,
+        callback: Any = None,
         *,
         reset_num_timesteps: bool = True,
         weight_sync_period: int | None = None,
         fixed_lag: bool = False,
         context: str = "spawn",
         poll_interval: float = 0.0005,
-        sampler_threads: int = 1,
-        sampler_affinity: set[int] | None = None,
+        collector_threads: int = 1,
+        collector_affinity: set[int] | None = None,
     ) -> Any:
-        """Train ``total_steps`` more env steps, over all ranks (``None``: finish a loaded
+        """Train ``total_timesteps`` more env steps, over all ranks (``None``: finish a loaded
         run's budget); the measured :class:`AsyncStats` are then in :attr:`stats`.
 
-        A2C and PPO round ``total_steps`` up to whole batches. Checkpoints go to ``run_dir``
+        A2C and PPO round ``total_timesteps`` up to whole batches. Checkpoints go to ``run_dir``
         every ``checkpoint_every`` updates and when the run ends or is stopped (SIGINT,
         SIGTERM); they record the asynchronous options, so that ``vecaccel train --resume``
         goes on alike.
 
         Args:
-            total_steps: env steps to collect.
+            total_timesteps: env steps to collect.
+            callback: ``callback(agent, metrics)`` after every turn of the loop (an item of
+                experience taken and the updates it made due: a rollout and its update, or a
+                chunk of steps and its updates), an SB3 ``BaseCallback``, or a list of them;
+                see :mod:`vecaccel.trainers.runners.callbacks`.
             reset_num_timesteps: count env steps and updates (and so the schedules and
                 ``learning_starts``) from zero, as SB3 does; ``False`` continues them.
-            weight_sync_period: updates between weight copies to the sampler process
-                (``None``: 1 for A2C and PPO, ``config.async_weight_sync_period`` for the DQN
-                family, which this then sets: its optimiser publishes at the end of a chunk
-                once that many updates were made since the last copy).
+            weight_sync_period: updates between weight copies to the collector process
+                (``None``: 1); the DQN family's optimiser publishes at the end of a chunk once
+                that many updates were made since the last copy. Checkpoints record it.
             fixed_lag: a fixed policy lag, so that a seeded run repeats exactly: batch ``n`` is
                 collected with the weights of update ``n - 1`` (needs ``weight_sync_period=1``),
                 chunk ``n`` with those published after chunk ``n - 2``'s updates.
-            context: multiprocessing start method of the sampler process.
-            poll_interval: seconds between checks that the sampler process lives while this
+            context: multiprocessing start method of the collector process.
+            poll_interval: seconds between checks that the collector process lives while this
                 process waits for it to start.
-            sampler_threads: torch threads of the sampler process.
-            sampler_affinity: CPUs to pin the sampler process to (``None``: this process's).
+            collector_threads: torch threads of the collector process.
+            collector_affinity: CPUs to pin the collector process to (``None``: this process's).
 
         Returns:
             The agent.
@@ -139,25 +122,26 @@ class AsyncRunner:
         Raises:
             ValueError: the options do not fit (a fixed lag with another weight-sync period),
                 or the agent names no env id for the sampler to build.
-            SamplerError: the sampler process died or raised.
+            CollectorError: the collector process died or raised.
             TrainingInterrupted: SIGINT or SIGTERM arrived (after the checkpoint was written).
         """
         agent = self.agent
-        if weight_sync_period is not None and weight_sync_period < 1:
+        if weight_sync_period is None:
+            weight_sync_period = 1
+        if weight_sync_period < 1:
             raise ValueError(f"weight_sync_period must be at least 1, got {weight_sync_period}")
         _env_id(agent)
-        options = SamplerOptions(
-            context, poll_interval, sampler_threads, sampler_affinity, bool(fixed_lag)
+        options = CollectorOptions(
+            context, poll_interval, collector_threads, collector_affinity, bool(fixed_lag)
         )
-        leave_cores_to_sampler(agent.config, sampler_threads)
-        feed = (RolloutFeed if self.on_policy else ReplayFeed)(
-            agent,
-            total_steps,
+        leave_cores_to_collector(agent.config, collector_threads)
+        feed = agent.async_feed(
+            total_timesteps,
             reset_num_timesteps=reset_num_timesteps,
             weight_sync_period=weight_sync_period,
             options=options,
         )
-        self.stats = run_async(agent, feed)
+        self.stats = run_async(agent, feed, callback)
         return agent
 
 
@@ -165,18 +149,7 @@ def _env_id(agent: Any) -> str:
     env_id = agent.config.env_id
     if env_id is None:
         raise ValueError(
-            f"AsyncRunner builds the envs in the sampler process from an env id: create the "
+            f"AsyncRunner builds the envs in the collector process from an env id: create the "
             f"{type(agent).__name__} with env_id=... (its env has no id)"
         )
     return env_id
-
-
-def _build_networks_for(agent: Any, env_id: str) -> None:
-    """Give an off-policy agent without spaces its networks, from one env of ``env_id``."""
-    from vecaccel.trainers.envs.make import make_env_fn
-
-    env = make_env_fn(env_id)()
-    try:
-        agent.attach_spaces(env.observation_space, env.action_space, env_id=env_id)
-    finally:
-        env.close()

@@ -10,21 +10,21 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CHILD_SEED_KEY", "Handover", "SharedCounters", "chunk_slots", "rollout_slots"]
+__all__ = ["CHILD_SEED_KEY", "CollectorChannels", "SharedCounters", "chunk_slots", "rollout_slots"]
 
-# the key that derives a sampler process's own seed (its torch sampling) from the run's seed
+# the key that derives a collector process's own seed (its torch sampling) from the run's seed
 CHILD_SEED_KEY = 0xA5
 
 
 class SharedCounters(ctypes.Structure):
     """The counters both processes of an asynchronous run read and write, by name: one ctypes
-    structure in shared memory, made with the sampler process's context.
+    structure in shared memory, made with the collector process's context.
 
     Attributes:
-        steps: env steps the sampler process has collected (of this rank).
-        stop: set by the optimiser: the sampler process must stop.
+        steps: env steps the collector process has collected (of this rank).
+        stop: set by the optimiser: the collector process must stop.
         version: the version (update count) of the weights last published.
-        sampler_wait: seconds the sampler process has waited for the optimiser.
+        sampler_wait: seconds the collector process has waited for the optimiser.
 
     Example:
         >>> import multiprocessing
@@ -46,8 +46,8 @@ class SharedCounters(ctypes.Structure):
     sampler_wait: float
 
 
-class Handover:
-    """What passes between the sampler process and the optimiser: the weights, the counters
+class CollectorChannels:
+    """What passes between the collector process and the optimiser: the weights, the counters
     and the two slots of a double buffer.
 
     Each side blocks on a queue or a semaphore until the other acts, never polling. The sampler
@@ -64,7 +64,7 @@ class Handover:
     pulled those (``pulls``): the lag is the same in every run.
 
     Args:
-        ctx: the multiprocessing context of the sampler process.
+        ctx: the multiprocessing context of the collector process.
         weights: the tensors to share (copied).
         fixed_lag: hand the weights over with a fixed lag.
     """

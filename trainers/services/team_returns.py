@@ -2,7 +2,7 @@
 
 A multi-agent vector env (``vecaccel.make_vec`` on a PettingZoo env) has one row per
 ``(env, agent)`` and says which env each row belongs to in ``envs.row_env``. Each row's own
-episode return is the agent's (the sampler and :class:`~vecaccel.trainers.run.episodes.EpisodeCounter`
+episode return is the agent's (the sampler and :class:`~vecaccel.trainers.services.episodes.EpisodeCounter`
 report those); :class:`TeamReturns` adds the rows of each env up and reports one team return per
 env episode. An env's episode ends at the step where every one of its rows is done or no longer
 active (agents that died earlier are inactive), which is the step at which it autoresets.

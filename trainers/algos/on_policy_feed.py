@@ -15,10 +15,10 @@ from typing import Any
 
 import torch
 
-from vecaccel.trainers.run.logger import mean_or_none
 from vecaccel.trainers.runners.asynchronous.loop import AsyncFeed, Meeting
-from vecaccel.trainers.runners.asynchronous.process import ChildLink, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.process import ChildLink, CollectorOptions, Waits
 from vecaccel.trainers.runners.asynchronous.shared import CHILD_SEED_KEY, rollout_slots
+from vecaccel.trainers.services.logger import mean_or_none
 
 __all__ = ["RolloutFeed", "rollout_loop"]
 
@@ -28,29 +28,29 @@ class RolloutFeed(AsyncFeed):
 
     Args:
         agent: an on-policy algorithm without envs (the rollout process has them).
-        total_steps: env steps to collect, over all ranks, rounded up to whole batches
+        total_timesteps: env steps to collect, over all ranks, rounded up to whole batches
             (``None``: what a loaded run has left, on its own schedule).
         reset_num_timesteps: count env steps and updates from zero.
-        weight_sync_period: updates between weight copies to the rollout process (``None``: 1).
+        weight_sync_period: updates between weight copies to the rollout process.
         options: how the rollout process runs.
     """
 
     def __init__(
         self,
         agent: Any,
-        total_steps: int | None,
+        total_timesteps: int | None,
         *,
         reset_num_timesteps: bool,
-        weight_sync_period: int | None,
-        options: SamplerOptions,
+        weight_sync_period: int,
+        options: CollectorOptions,
     ) -> None:
-        period = 1 if weight_sync_period is None else int(weight_sync_period)
+        period = int(weight_sync_period)
         if options.fixed_lag and period != 1:
             raise ValueError(
                 f"fixed_lag=True needs weight_sync_period=1 (every update's weights are the next "
                 f"batch's), got weight_sync_period={weight_sync_period}"
             )
-        if total_steps is None:
+        if total_timesteps is None:
             agent.set_budget(None)
             num_batches = max(
                 1, math.ceil((agent.target_steps - agent.global_step) / agent.batch_size)
@@ -59,7 +59,7 @@ class RolloutFeed(AsyncFeed):
             if reset_num_timesteps:
                 agent.reset_counters()
             # agent.batch_size is the batch over all ranks, so every rank makes the same updates
-            num_batches = max(1, math.ceil(int(total_steps) / agent.batch_size))
+            num_batches = max(1, math.ceil(int(total_timesteps) / agent.batch_size))
             agent.set_budget(num_batches * agent.batch_size)
         agent.end_after_batches(num_batches)
         # recorded in checkpoints: `vecaccel train --resume` goes on async, with these options
@@ -90,7 +90,7 @@ class RolloutFeed(AsyncFeed):
         from vecaccel.sampler import SampleBatch
 
         agent = self.agent
-        k, behaviour, returns, lengths = waits.take(self.handover.filled)
+        k, behaviour, returns, lengths = waits.take(self.channels.filled)
         shared = self.slots[self.updates_done % 2]
         device = agent.device
         batch = SampleBatch(
@@ -112,7 +112,12 @@ class RolloutFeed(AsyncFeed):
         agent.model.train()
         self.in_update = True
         metrics = agent.update(batch, progress_remaining)  # a collective on K ranks
-        self.handover.free_slots.release()  # the slot may be refilled now
+        steps: list[dict[str, Any]] = []
+        if self.wants_step_locals:  # read before the slot is freed and refilled
+            rewards = shared["rewards"].numpy().copy()
+            dones = (shared["terminated"] | shared["truncated"]).numpy()
+            steps = [{"rewards": rewards[t], "dones": dones[t]} for t in range(len(rewards))]
+        self.channels.free_slots.release()  # the slot may be refilled now
         agent.record_progress(steps=agent.batch_size, updates=1)
         self.in_update = False
         self.updates_done += 1
@@ -122,6 +127,17 @@ class RolloutFeed(AsyncFeed):
         self.lag_sum += lag
         self.complete = agent.global_step >= agent.target_steps
         self._last = (metrics, returns, lengths, lr_now, lag)
+        values = {
+            "global_step": agent.global_step,
+            "charts/updates": agent.num_updates,
+            "charts/episodes": len(returns),
+            "charts/episodic_return": mean_or_none(returns),
+            "charts/episodic_length": mean_or_none(lengths),
+            "charts/learning_rate": lr_now,
+            "charts/policy_lag": float(lag),
+            **metrics,
+        }
+        self.last_turn = (steps, values)
         return True  # every rank meets after every update (a collective cannot be skipped)
 
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
@@ -173,10 +189,10 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     import vecaccel
     from vecaccel.trainers.envs.batched import is_batched_source
     from vecaccel.trainers.envs.make import backend_options_of, make_env_for_training
-    from vecaccel.trainers.run.seeding import seed_everything, split_seed
+    from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
-    handover = link.handover
+    channels = link.channels
     model: torch.nn.Module = spec["model"]
     cfg = spec["config"]
     # the policy's action sampling, new draws for a resumed run (the version published before
@@ -212,8 +228,8 @@ def rollout_loop(spec: dict[str, Any]) -> None:
             batch = sampler.collect()
             if slots is None:
                 slots = rollout_slots(batch)
-                handover.started.put(slots)
-            if not link.acquire(handover.free_slots):
+                channels.started.put(slots)
+            if not link.acquire(channels.free_slots):
                 break
             target = slots[n % 2]
             for key in ("obs", "actions", "rewards", "terminated", "truncated", "valid"):
@@ -227,8 +243,8 @@ def rollout_loop(spec: dict[str, Any]) -> None:
                 target["final_index"][:k].copy_(batch.final_index)
             episodes = sampler.pop_episodes()
             link.counters.steps += batch.rewards.numel()
-            handover.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
+            channels.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
         if slots is not None:  # as the chunk sampler's
-            link.acquire(handover.started_seen)
+            link.acquire(channels.started_seen)
     finally:
         env.close()

@@ -1,9 +1,9 @@
 """The replay feed of the asynchronous loop: the DQN family trains on chunks of steps.
 
-The sampler process (:func:`chunk_sampler_loop`) collects chunks of ``async_max_lead / 2`` env
+The collector process (:func:`chunk_collector_loop`) collects chunks of ``async_max_lead / 2`` env
 steps (whole vector steps); the optimiser (:class:`ReplayFeed`) adds each chunk to the replay
 buffer itself, in order, makes the updates then due by the
-:class:`~vecaccel.trainers.run.schedules.ReplaySchedule` (the replay ratio holds at every chunk's
+:class:`~vecaccel.trainers.services.schedules.ReplaySchedule` (the replay ratio holds at every chunk's
 end), publishes its weights and frees the slot. The sampler is thus at most two chunks ahead of
 the updates: chunk ``n`` acts with the weights published after chunk ``n - 2``'s updates, with a
 fixed lag exactly those, otherwise those or newer ones.
@@ -22,51 +22,56 @@ from typing import Any
 import numpy as np
 import torch
 
-from vecaccel.trainers.run.logger import mean_or_none
-from vecaccel.trainers.run.schedules import ReplaySchedule
 from vecaccel.trainers.runners.asynchronous.loop import AsyncFeed, Meeting
-from vecaccel.trainers.runners.asynchronous.process import ChildLink, SamplerOptions, Waits
+from vecaccel.trainers.runners.asynchronous.process import ChildLink, CollectorOptions, Waits
 from vecaccel.trainers.runners.asynchronous.shared import CHILD_SEED_KEY, chunk_slots
+from vecaccel.trainers.services.logger import mean_or_none
+from vecaccel.trainers.services.schedules import ReplaySchedule
 
-__all__ = ["ReplayFeed", "chunk_sampler_loop"]
+__all__ = ["ReplayFeed", "chunk_collector_loop"]
 
 
 class ReplayFeed(AsyncFeed):
-    """Replay samples for the DQN family, from chunks the sampler process collects.
+    """Replay samples for the DQN family, from chunks the collector process collects.
 
     Args:
         agent: a DQN-family algorithm with its networks built.
-        total_steps: env steps to collect, over all ranks (``None``: what a loaded run has left).
+        total_timesteps: env steps to collect, over all ranks (``None``: what a loaded run has
+            left).
         reset_num_timesteps: count env steps and updates from zero (``learning_starts``
             applies even with a restored buffer).
-        weight_sync_period: sets ``config.async_weight_sync_period`` (``None``: keeps it).
-        options: how the sampler process runs.
+        weight_sync_period: updates between weight copies to the collector process: its
+            weights are published at the end of a chunk once that many updates were made since
+            the last copy.
+        options: how the collector process runs.
     """
 
     def __init__(
         self,
         agent: Any,
-        total_steps: int | None,
+        total_timesteps: int | None,
         *,
         reset_num_timesteps: bool,
-        weight_sync_period: int | None,
-        options: SamplerOptions,
+        weight_sync_period: int,
+        options: CollectorOptions,
     ) -> None:
-        if weight_sync_period is not None:
-            agent.config.async_weight_sync_period = int(weight_sync_period)
-        if total_steps is None:
+        self.weight_sync_period = int(weight_sync_period)
+        if total_timesteps is None:
             agent.set_budget(None)  # raises unless a loaded run has steps left
-            total_steps, reset_num_timesteps = agent.target_steps - agent.global_step, False
+            total_timesteps, reset_num_timesteps = agent.target_steps - agent.global_step, False
         if reset_num_timesteps:
             agent.reset_counters()
         # recorded in checkpoints: `vecaccel train --resume` goes on async, with the same options
-        agent.set_run_mode({"fixed_lag": options.fixed_lag})
-        super().__init__(agent, agent.q_network, "sampler", chunk_sampler_loop, options)
+        agent.set_run_mode(
+            {"weight_sync_period": self.weight_sync_period, "fixed_lag": options.fixed_lag}
+        )
+        super().__init__(agent, agent.q_network, "sampler", chunk_collector_loop, options)
         cfg = self.cfg = agent.config
+        self.replay_ratio_setting = float(cfg.replay_ratio)
         self.world = world = int(agent.world_size)
         num_envs = cfg.num_envs
         self.start_global = start_global = int(agent.global_step)
-        self.horizon = horizon = start_global + int(total_steps)
+        self.horizon = horizon = start_global + int(total_timesteps)
         self.resume_step = None if reset_num_timesteps else start_global
         self.updates_at_start = int(agent.num_updates)
         # budgets count env steps over all ranks; each rank collects its share
@@ -140,10 +145,11 @@ class ReplayFeed(AsyncFeed):
     def turn(self, waits: Waits, requested: bool) -> bool:
         """Chunk ``m``: into the replay buffer in order, then the updates it makes due."""
         agent, m = self.agent, self.chunk
+        self.last_turn = None
         if m >= self.num_chunks:  # an empty budget
             self.complete = True
             return False
-        length, behaviour, ended = waits.take(self.handover.filled)
+        length, behaviour, ended = waits.take(self.channels.filled)
         shared = {key: value.numpy() for key, value in self.slots[m % 2].items()}
         for t in range(length):  # in order: the run repeats exactly
             agent.buffer.add(
@@ -158,14 +164,38 @@ class ReplayFeed(AsyncFeed):
         agent.record_progress(steps=self.steps * self.world - agent.global_step)
         self.finished_episodes.extend(ended)
         agent.episode_log.extend((self.steps * self.world, r, n) for r, n in ended)
+        losses_before = len(self.recent_losses)
         while agent.num_updates < self._due_at(self.steps):
             self._update(behaviour)
+        steps: list[dict[str, Any]] = []
+        if self.wants_step_locals:  # read before the slot is freed and refilled
+            dones = shared["terminated"] | shared["truncated"]
+            steps = [
+                {
+                    "rewards": shared["rewards"][t].copy(),
+                    "dones": dones[t],
+                    "actions": shared["actions"][t].copy(),
+                }
+                for t in range(length)
+            ]
+        losses = self.recent_losses[losses_before:]
+        values: dict[str, Any] = {
+            "global_step": agent.global_step,
+            "charts/updates": agent.num_updates,
+            "charts/episodes": len(ended),
+            "charts/episodic_return": mean_or_none(r for r, _ in ended),
+            "charts/episodic_length": mean_or_none(n for _, n in ended),
+            "charts/learning_rate": agent.learning_rate,
+        }
+        for key in losses[0] if losses else ():
+            values[key] = float(np.mean([update[key] for update in losses]))
+        self.last_turn = (steps, values)
         # with a fixed lag, not before chunk m + 1 has taken the weights after chunk m - 1
-        sync_due = agent.num_updates - self.counters.version >= self.cfg.async_weight_sync_period
+        sync_due = agent.num_updates - self.counters.version >= self.weight_sync_period
         self.sync_weights(waits, min(m + 2, self.num_chunks), sync_due)
         # freed only now: the chunk collected into it next acts with the weights just
         # published or newer ones, not with those from before this chunk's updates
-        self.handover.free_slots.release()
+        self.channels.free_slots.release()
         self.chunk = m + 1
         self.complete = m == self.num_chunks - 1
         # every rank meets after every chunk, at the same update count
@@ -226,17 +256,17 @@ class ReplayFeed(AsyncFeed):
         agent.write_checkpoint(agent.run_dir, replay=self.cfg.checkpoint_replay)
 
 
-def chunk_sampler_loop(spec: dict[str, Any]) -> None:
+def chunk_collector_loop(spec: dict[str, Any]) -> None:
     """The DQN family's sampler: chunk ``n`` of ε-greedy steps into slot ``n % 2``, stepped by
     the algorithm's own acting policy and collector
     (:class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy`)."""
-    from vecaccel.trainers.algos.exploration import EpsilonGreedy, TransitionCollector
+    from vecaccel.trainers.algos.exploration import EnvStepper, EpsilonGreedy
     from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
-    from vecaccel.trainers.run.schedules import linear_schedule
-    from vecaccel.trainers.run.seeding import seed_everything, split_seed
+    from vecaccel.trainers.services.schedules import linear_schedule
+    from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
-    handover = link.handover
+    channels = link.channels
     cfg = spec["config"]
     steps = link.counters.steps  # where this rank's steps start
     # its own draws (e.g. noisy nets' noise), new ones for a resumed run (the version published
@@ -257,16 +287,16 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
     policy = EpsilonGreedy(
         network, int(action_space.n), action_start(action_space), spec["support"]
     )
-    collector = TransitionCollector(envs, policy)
+    collector = EnvStepper(envs, policy)
     collector.reset(seed=spec["env_seed"])
     try:
         chunk_steps, vector_steps = spec["chunk_steps"], spec["vector_steps"]
         shared = chunk_slots(spec["observation_space"], cfg.num_envs, chunk_steps)
-        handover.started.put(shared)
+        channels.started.put(shared)
         slots = [{key: value.numpy() for key, value in slot.items()} for slot in shared]
         for n in range(math.ceil(vector_steps / chunk_steps)):
             length = min(chunk_steps, vector_steps - n * chunk_steps)
-            if not link.acquire(handover.free_slots):  # slot n % 2: chunk n - 2 trained on
+            if not link.acquire(channels.free_slots):  # slot n % 2: chunk n - 2 trained on
                 break
             version = link.weights_for(n, params)
             if version is None:
@@ -291,9 +321,9 @@ def chunk_sampler_loop(spec: dict[str, Any]) -> None:
                 ended.extend(finished)
                 link.check_optimiser()
             link.counters.steps = steps
-            handover.filled.put((length, version, ended))
+            channels.filled.put((length, version, ended))
         # the slots travel as file descriptors that this process shares itself: it must not
         # exit before the optimiser has them (a run of two chunks could)
-        link.acquire(handover.started_seen)
+        link.acquire(channels.started_seen)
     finally:
         collector.close()

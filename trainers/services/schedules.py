@@ -1,9 +1,9 @@
 """Schedules of the training loop: a value annealed linearly over env steps, and the off-policy
 family's replay schedule (warm-up, replay ratio, target-network updates), all in env steps.
 
-The synchronous runner (:mod:`vecaccel.trainers.runners.sync`) and the asynchronous replay feed
-(:mod:`vecaccel.trainers.runners.asynchronous.replay_feed`) both time their updates with one
-:class:`ReplaySchedule`.
+The off-policy family's synchronous loop (:mod:`vecaccel.trainers.algos.off_policy_loop`) and
+its asynchronous feed (:mod:`vecaccel.trainers.algos.off_policy_feed`) both time their updates
+with one :class:`ReplaySchedule`; :class:`LogPeriod` says when a metric row is due.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ReplaySchedule", "linear_schedule"]
+__all__ = ["LogPeriod", "ReplaySchedule", "linear_schedule"]
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
@@ -110,10 +110,6 @@ class ReplaySchedule:
         updates_per_step = self.replay_ratio / self.samples_per_update
         return max(1, round(self.target_update_period * updates_per_step))
 
-    def updates_per_steps(self, steps: int) -> int:
-        """``steps`` env steps in updates, rounded up (at least one)."""
-        return max(1, math.ceil(steps * (self.replay_ratio / self.samples_per_update)))
-
     def rank_share(self) -> ReplaySchedule:
         """The same schedule as one of the ranks counts it, in its own steps: its share of
         ``learning_starts`` (rounded up), and its own batch per update."""
@@ -123,3 +119,29 @@ class ReplaySchedule:
             batch_size=self.batch_size,
             target_update_period=self.target_update_period,
         )
+
+
+class LogPeriod:
+    """Whether a metric row is due: every ``period`` env steps (0: every iteration).
+
+    Args:
+        period: env steps between rows (0: a row every time).
+        next_step: the step the next row is due at.
+
+    Example:
+        >>> period = LogPeriod(100, next_step=100)
+        >>> period.due(50), period.due(100), period.due(150), period.due(200)
+        (False, True, False, True)
+    """
+
+    def __init__(self, period: int, next_step: int) -> None:
+        self.period = int(period)
+        self.next_step = int(next_step)
+
+    def due(self, step: int) -> bool:
+        if self.period <= 0:
+            return True
+        if step < self.next_step:
+            return False
+        self.next_step += self.period
+        return True

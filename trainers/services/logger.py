@@ -188,7 +188,7 @@ class RunLogger:
     Args:
         run_dir: directory for ``metrics.csv``, ``tb/`` and ``learning_curve.png``; ``None``
             keeps metrics in memory only (:attr:`history`) and writes no files.
-        total_steps: the step budget, for the bar and the ETA.
+        total_timesteps: the step budget, for the bar and the ETA.
         use_tensorboard: write TensorBoard event files under ``run_dir/tb``.
         progress: show a tqdm progress bar (on stderr).
         resume_step: when resuming, keep only the CSV rows up to this step (rows a crashed run
@@ -214,13 +214,13 @@ class RunLogger:
     def __init__(
         self,
         run_dir: str | os.PathLike[str] | None,
-        total_steps: int,
+        total_timesteps: int,
         use_tensorboard: bool = True,
         progress: bool = True,
         resume_step: int | None = None,
     ) -> None:
         self.run_dir = None if run_dir is None else Path(run_dir)
-        self.total_steps = int(total_steps)
+        self.total_timesteps = int(total_timesteps)
         self.csv_path: Path | None = None
         self.curve_path: Path | None = None
         if self.run_dir is not None:
@@ -264,8 +264,8 @@ class RunLogger:
                 _say_missing("tqdm")
         if tqdm is not None:
             self._bar = tqdm(
-                total=self.total_steps,
-                initial=min(self._start_step, self.total_steps),
+                total=self.total_timesteps,
+                initial=min(self._start_step, self.total_timesteps),
                 unit="step",
                 unit_scale=True,
                 dynamic_ncols=True,
@@ -343,7 +343,7 @@ class RunLogger:
         if self.RETURN_KEY in clean:
             self._recent_returns.append(clean[self.RETURN_KEY])
         if self._bar is not None:
-            self._bar.update(max(0, min(int(step), self.total_steps) - self._bar.n))
+            self._bar.update(max(0, min(int(step), self.total_timesteps) - self._bar.n))
             postfix = {}
             if "charts/SPS" in clean:
                 postfix["SPS"] = f"{clean['charts/SPS']:.0f}"

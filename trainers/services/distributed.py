@@ -17,11 +17,11 @@ soon as one exits with an error.
 
 Launch::
 
-    torchrun --nproc_per_node=2 -m vecaccel train ppo --env CartPole-v1 --total-steps 100000
-    vecaccel train ppo --nproc 2 --env CartPole-v1 --total-steps 100000   # the same
+    torchrun --nproc_per_node=2 -m vecaccel train ppo --env CartPole-v1 --total-timesteps 100000
+    vecaccel train ppo --nproc 2 --env CartPole-v1 --total-timesteps 100000   # the same
     # two machines (run on each, NODE_RANK 0 and 1):
     torchrun --nnodes 2 --nproc_per_node 1 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
-        -m vecaccel train ppo --env CartPole-v1 --total-steps 100000
+        -m vecaccel train ppo --env CartPole-v1 --total-timesteps 100000
 
 Example:
     >>> is_distributed(), world_size(), rank(), is_main_process()
@@ -98,7 +98,7 @@ def rank_seed(seed: int) -> int:
     """
     if rank() == 0:
         return int(seed)
-    from vecaccel.trainers.run.seeding import split_seed
+    from vecaccel.trainers.services.seeding import split_seed
 
     return split_seed(seed, 0x5EED, rank())
 

@@ -142,7 +142,7 @@ def restore_rank_rng_state(
     Returns:
         What :func:`get_rng_state` returns now, for a later exact restore of this rank's streams.
     """
-    from vecaccel.trainers.run import distributed
+    from vecaccel.trainers.services import distributed
 
     rank = distributed.rank()
     if rank_states is not None and len(rank_states) == distributed.world_size():
