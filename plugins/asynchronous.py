@@ -27,6 +27,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.envs.source import EnvSource
 from vecaccel.errors import WorkerError
 from vecaccel.options import AsyncOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
@@ -40,7 +41,7 @@ from vecaccel.vector import (
     normalize_seeds,
     split_reset_mask,
 )
-from vecaccel.vectorized import SliceInfos, is_vectorized, unbatch_infos
+from vecaccel.vectorized import SliceInfos, unbatch_infos
 from vecaccel.worker import (
     ENV_PAYLOAD_FLAG,
     Command,
@@ -102,7 +103,7 @@ class AsyncVecEnv(ProcessVecEnv):
             raise ValueError(
                 f"batch_size must be an integer in 1..num_envs={num_envs}, got {batch_size!r}"
             )
-        vectorized = is_vectorized(env_fns)
+        vectorized = EnvSource.of(env_fns).vectorized
         if options.num_workers is None and vectorized:
             options = dataclasses.replace(options, num_workers=min(num_envs, usable_cpus()))
         elif options.num_workers is None:

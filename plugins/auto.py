@@ -33,6 +33,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecaccel.probe
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.envs.source import EnvSource
 from vecaccel.manager import get_backend
 from vecaccel.options import ShmOptions
 from vecaccel.probe import Choice
@@ -43,7 +44,6 @@ from vecaccel.slice_cost import (
     slice_size,
     worker_slots,
 )
-from vecaccel.vectorized import is_vectorized, vector_env_fn_of
 from vecaccel.worker import usable_cpus
 
 __all__ = ["AutoOptions", "make_auto"]
@@ -129,7 +129,7 @@ def _choose_vectorized(
         per_env = options.step_cost_s
         cost = VectorStepCost(per_env * num_envs, per_env * slice_size(num_envs, slots))
     elif not isolate:
-        vector_fn = vector_env_fn_of(env_fns, 0)
+        vector_fn = EnvSource.of(env_fns).vector_env_fn()
         try:
             cost = probe_vector_step_cost(vector_fn, num_envs, cpus, options.num_workers)
         except Exception as exc:
@@ -183,7 +183,8 @@ def make_auto(
     # an env that may hang or crash (why a timeout or restarts were asked for) is not stepped
     # in the caller even for the probe: the choice does not depend on its cost then
     vector_cost = None
-    if is_vectorized(env_fns):
+    vectorized = EnvSource.of(env_fns).vectorized
+    if vectorized:
         choice, vector_cost = _choose_vectorized(env_fns, options)
         if vector_cost is not None:
             step_s = vector_cost.step_s / num_envs
@@ -196,7 +197,7 @@ def make_auto(
                 f"and that failed: {type(exc).__name__}: {exc} (choose a backend, or give "
                 "step_cost_s to skip the probe)"
             ) from exc
-    if not is_vectorized(env_fns):
+    if not vectorized:
         choice = _choose(num_envs, step_s, options)
     chosen = {**choice.options, **options.given()}  # what the user gave is kept as given
     info = get_backend(choice.backend)

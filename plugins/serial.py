@@ -12,6 +12,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.envs.source import EnvSource
 from vecaccel.errors import WorkerError, env_error
 from vecaccel.options import SerialOptions
 from vecaccel.spaces import (
@@ -41,10 +42,8 @@ from vecaccel.vectorized import (
     VectorProbeEnv,
     call_vector_env,
     inner_seed,
-    is_vectorized,
     set_vector_env_attr,
     takes_seed_list,
-    vector_env_fn_of,
 )
 
 __all__ = ["SerialVecEnv", "VectorizedSerialVecEnv"]
@@ -242,7 +241,7 @@ class VectorizedSerialVecEnv(VecEnv):
         options: SerialOptions | None = None,
     ) -> None:
         options = SerialOptions() if options is None else options
-        vector_fn = vector_env_fn_of(env_fns, 0)
+        vector_fn = EnvSource.of(env_fns).vector_env_fn()
         try:
             self.envs = vector_fn(len(env_fns))
         except Exception as exc:
@@ -337,7 +336,7 @@ def make_serial(
     """The ``serial`` backend's factory: ``make_vec`` passes checked ``options``; a direct call
     may pass the options as keywords instead."""
     options = SerialOptions.resolve("serial", options, kwargs)
-    if is_vectorized(env_fns):
+    if EnvSource.of(env_fns).vectorized:
         return VectorizedSerialVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
     return SerialVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import vecaccel
 from vecaccel import probe
-from vecaccel.make import _env_fns
+from vecaccel.envs.source import EnvSource
 from vecaccel.manager import unknown_backend_message
 from vecaccel.worker import usable_cpus
 
@@ -154,7 +154,7 @@ def estimated_seconds(trials: int, seconds: float) -> float:
 
 
 def measure_trial(
-    env_fns: Sequence[Callable], trial: Trial, seconds: float, policy_s: float = 0.0
+    env_fns: EnvSource | Sequence[Callable], trial: Trial, seconds: float, policy_s: float = 0.0
 ) -> float:
     """Steps per second of ``trial``, on ``vecaccel bench``'s clock: random actions sampled
     before timing, a short untimed warm-up, and ``policy_s`` of simulated inference latency
@@ -162,7 +162,7 @@ def measure_trial(
     from vecaccel.bench.timing import measure
 
     build = functools.partial(
-        vecaccel.make_vec, list(env_fns[: trial.num_envs]), backend=trial.backend, **trial.options
+        vecaccel.make_vec, env_fns[: trial.num_envs], backend=trial.backend, **trial.options
     )
     warmup = min(0.25, seconds / 8)
     threads = None
@@ -190,7 +190,7 @@ def measure_trial(
 
 
 def autotune(
-    env: str | Callable,
+    env: EnvSource | str | Callable,
     num_envs_options: Sequence[int] = DEFAULT_NUM_ENVS,
     backends: Iterable[str] | None = None,
     seconds: float = DEFAULT_SECONDS,
@@ -223,23 +223,22 @@ def autotune(
     for name in backends:
         if name not in registered:
             raise ValueError(unknown_backend_message(name, registered))
-    env_fns = (
-        _env_fns(env, max(num_envs_options), None)
-        if not callable(env)
-        else [env] * max(num_envs_options)
-    )
-    # the probe backend="auto" runs, once for every env count
-    step_s = probe.probe_step_cost(env_fns[0]).step_s if "auto" in backends else None
-    trials = candidate_configs(num_envs_options, backends, step_s=step_s)
-    if plan is not None:
-        plan(trials)
-    for trial in trials:
-        try:
-            trial.steps_per_s = measure_trial(env_fns, trial, seconds, policy_ms / 1e3)
-        except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
-            trial.error = f"{type(exc).__name__}: {exc}"
-        if report is not None:
-            report(trial)
+    source = EnvSource.resolve(env, max(num_envs_options))
+    try:
+        # the probe backend="auto" runs, once for every env count
+        step_s = probe.probe_step_cost(source[0]).step_s if "auto" in backends else None
+        trials = candidate_configs(num_envs_options, backends, step_s=step_s)
+        if plan is not None:
+            plan(trials)
+        for trial in trials:
+            try:
+                trial.steps_per_s = measure_trial(source, trial, seconds, policy_ms / 1e3)
+            except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
+                trial.error = f"{type(exc).__name__}: {exc}"
+            if report is not None:
+                report(trial)
+    finally:
+        source.close_unused()
     return sorted(trials, key=lambda t: -t.steps_per_s)
 
 

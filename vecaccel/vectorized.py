@@ -44,7 +44,6 @@ __all__ = [
     "call_vector_env",
     "check_vector_env",
     "inner_seed",
-    "is_vectorized",
     "merge_slice_infos",
     "require_vector_entry_point",
     "set_vector_env_attr",
@@ -252,18 +251,9 @@ class SliceEnvFn:
         return f"SliceEnvFn({self.vector_fn!r})"
 
 
-def is_vectorized(env_fns: Sequence[Any]) -> bool:
-    """Whether ``env_fns`` are the sub-envs of vectorized slices (all or none must be).
-
-    Example:
-        >>> is_vectorized([lambda: None])
-        False
-    """
-    return bool(env_fns) and isinstance(env_fns[0], SliceEnvFn)
-
-
 def vector_env_fn_of(env_fns: Sequence[Any], start: int) -> VectorEnvFn:
-    """The vector env function of a slice's env functions (envs ``start`` and on).
+    """The vector env function of a slice's env functions (envs ``start`` and on); read it
+    through :meth:`vecaccel.envs.source.EnvSource.vector_env_fn`.
 
     Raises:
         TypeError: if some are not :class:`SliceEnvFn`, or name other vector env functions.

@@ -18,17 +18,16 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.envs.source import EnvSource
 from vecaccel.spaces import assign_tree, copy_tree, has_fixed_layout, index_tree
 from vecaccel.vectorized import (
     SliceInfos,
     SubEnvError,
     call_vector_env,
     inner_seed,
-    is_vectorized,
     set_vector_env_attr,
     takes_seed_list,
     unbatch_infos,
-    vector_env_fn_of,
 )
 from vecaccel.worker.env_slice import ENV_ERRORS, EnvMakeError, EnvSlice, derived_seed
 from vecaccel.worker.info_schema import InfoSchema
@@ -50,7 +49,7 @@ def make_env_slice(
     """The slice for ``env_fns``: a :class:`VectorSlice` for the sub-envs of a vector env
     function, else an :class:`~vecaccel.worker.EnvSlice`; ``owner`` names who steps it in
     error messages (``"worker 3"``)."""
-    if is_vectorized(env_fns):
+    if EnvSource.of(env_fns).vectorized:
         return VectorSlice(
             start, env_fns, autoreset_mode, views, obs_space, action_space, restart_on_error, owner
         )
@@ -112,7 +111,7 @@ class VectorSlice:
         self.skip_next_step = False
         self._slots = slice(start, self.stop)
         try:
-            self.vector_fn = vector_env_fn_of(env_fns, start)
+            self.vector_fn = EnvSource.of(env_fns).vector_env_fn(start)
             if not (has_fixed_layout(obs_space) and has_fixed_layout(action_space)):
                 raise TypeError(
                     "a vectorized slice needs observation and action spaces of fixed size "
