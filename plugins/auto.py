@@ -2,14 +2,14 @@
 
 ``make_vec(env, n, backend="auto")`` steps one env in the calling process for a few
 milliseconds (:func:`vecaccel.probe.probe_step_cost`), picks a backend, a worker count and an
-inline share by the rule of :func:`vecaccel.probe.choose_backend`, and returns that backend's
+inline share by the rule of :func:`vecaccel.backend_choice.choose_backend`, and returns that backend's
 vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` line on the
 ``vecaccel.plugins.auto`` logger.
 
 With ``vectorized=True`` (a vector env function, or an EnvPool task through
 :func:`vecaccel.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at the
 requested size and at one worker slice's size instead, and keeps it in the caller (``serial``)
-unless slicing saves more than twice a worker round trip (:mod:`vecaccel.slice_cost`): a cheap
+unless slicing saves more than twice a worker round trip (the same rule): a cheap
 batched simulator, or one whose own threads already use the cores, is not handed to workers that
 would slow it down.
 
@@ -33,13 +33,12 @@ from gymnasium.vector import AutoresetMode
 
 import vecaccel.probe
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.backend_choice import Choice, choose_backend
 from vecaccel.envs.source import EnvSource
 from vecaccel.manager import get_backend
 from vecaccel.options import ShmOptions
-from vecaccel.probe import Choice
 from vecaccel.slice_cost import (
     VectorStepCost,
-    choose_vector_backend,
     probe_vector_step_cost,
     slice_size,
     worker_slots,
@@ -93,7 +92,7 @@ def _choose(num_envs: int, step_s: float | None, options: AutoOptions) -> Choice
     given = options.given()
     isolate = _isolated(options)
     workers = any(name not in AutoOptions.ANYWHERE for name in given)
-    choice = vecaccel.probe.choose_backend(
+    choice = choose_backend(
         step_s,
         num_envs,
         usable_cpus(),
@@ -113,7 +112,7 @@ def _choose_vectorized(
     env_fns: Sequence[Callable[[], gym.Env]], options: AutoOptions
 ) -> tuple[Choice, VectorStepCost | None]:
     """Vectorized slices (:mod:`vecaccel.vectorized`): the inner vector env is stepped in the
-    caller at the requested size and at one slice's, and :func:`choose_vector_backend` weighs
+    caller at the requested size and at one slice's, and :func:`choose_backend` weighs
     the saving against a worker round trip."""
     given = options.given()
     num_envs = len(env_fns)
@@ -138,7 +137,7 @@ def _choose_vectorized(
                 f"step cost, and that failed: {type(exc).__name__}: {exc} (choose a backend, "
                 "or give step_cost_s to skip the probe)"
             ) from exc
-    choice = choose_vector_backend(
+    choice = choose_backend(
         cost, num_envs, cpus, isolate=isolate, workers=workers, num_workers=options.num_workers
     )
     return choice, cost

@@ -1,41 +1,16 @@
-"""What a vector env function's step costs, and the backend that cost calls for.
+"""What a vector env function's step costs, measured by stepping it in the calling process.
 
 ``make_vec(fn, n, vectorized=True, backend="auto")`` hands every worker one batched vector env
 over its slice of the envs (:mod:`vecaccel.vectorized`). A cheap batched simulator such as
 Gymnasium's ``CartPoleVectorEnv`` steps thousands of envs in the time of one worker round trip,
 and EnvPool's own threads already use every core: workers would make both slower.
 :func:`probe_vector_step_cost` steps the inner vector env in the calling process at the sizes
-that matter; :func:`choose_vector_backend` turns that into a backend by this rule, for
-``num_envs`` envs on ``cpus`` usable CPUs:
-
-1. The envs must stay in worker processes (restart or a step timeout): ``shm``, one worker per
-   CPU, whatever a step costs.
-2. One env or one CPU: ``serial``.
-3. The vector env keeps several cores busy by itself (its CPU time over its wall time, as
-   EnvPool with ``num_threads`` above 1 does; what the caller's other threads were burning
-   before the env was made is left out): only as many workers as such envs fit in the cores;
-   where one fits, ``serial``.
-4. Splitting the batch into slices saves no more than :data:`MIN_SAVING_S`, twice a quiet
-   worker round trip (``step(num_envs) - step(slice) <= MIN_SAVING_S``): ``serial``. Twice,
-   because the two mistakes cost unlike: a busy machine lengthens a round trip several times
-   over but never a step in the caller, so keeping the envs in the caller loses at most the
-   saving, while a worker backend chosen at the margin can lose most of the speed.
-5. A slice's step at least :data:`SHM_MIN_SLICE_S`: ``shm``, one worker per slice, since the
-   round trip is small next to it and every env keeps a worker's isolation.
-6. Otherwise ``hybrid``: the caller steps one slice while the workers step the others, so no
-   core idles through the wait.
-
-The round trips were measured on a quiet 2-vCPU x86_64 VM with Gymnasium's CartPole vector
-env: ``shm`` with two workers took 180-200 µs a step more than the slowest slice alone, ``hybrid``
-with one worker about 80 µs (see ``docs/benchmarks/throughput.md``). A loaded machine's round trips are
-longer, which only moves the choice towards ``serial``.
+that matter (all the envs, and one slice of them); the one rule of
+:func:`vecaccel.backend_choice.choose_backend` turns that into a backend.
 
 Example:
-    >>> choose_vector_backend(VectorStepCost(47e-6, 25e-6, 1.0), 256, 2).backend
-    'serial'
-    >>> choice = choose_vector_backend(VectorStepCost(16e-3, 8e-3, 1.0), 16, 2)
-    >>> choice.backend, choice.options
-    ('shm', {'num_workers': 2})
+    >>> slice_size(4096, worker_slots(4096, 2, 1.0))
+    2048
 """
 
 from __future__ import annotations
@@ -48,32 +23,15 @@ from typing import Any
 
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.probe import PROBE_S, Choice, _check_count, _us
+from vecaccel.probe import PROBE_S
 
 __all__ = [
-    "HYBRID_ROUND_TRIP_S",
-    "MIN_SAVING_S",
     "MULTICORE_RATIO",
-    "SHM_MIN_SLICE_S",
-    "SHM_ROUND_TRIP_S",
     "VectorStepCost",
-    "choose_vector_backend",
     "probe_vector_step_cost",
     "slice_size",
     "worker_slots",
 ]
-
-#: What ``hybrid`` (one worker, the caller stepping a slice too) adds to a vectorized step.
-HYBRID_ROUND_TRIP_S = 80e-6
-
-#: What ``shm`` (one worker per CPU, the caller waiting) adds to a vectorized step.
-SHM_ROUND_TRIP_S = 190e-6
-
-#: What slicing must save per step before workers are worth it (see the module's rule, 4).
-MIN_SAVING_S = 2 * HYBRID_ROUND_TRIP_S
-
-#: A slice whose step costs at least this goes to ``shm``: its round trip is small next to it.
-SHM_MIN_SLICE_S = 10 * SHM_ROUND_TRIP_S
 
 #: A vector env whose CPU time exceeds its wall time by this factor runs threads of its own.
 MULTICORE_RATIO = 1.25
@@ -214,90 +172,3 @@ def probe_vector_step_cost(
     size = slice_size(num_envs, worker_slots(num_envs, cpus, cores, num_workers))
     slice_step_s = step_s if size == num_envs else timed(size)[0]
     return VectorStepCost(step_s, slice_step_s, cores)
-
-
-def choose_vector_backend(
-    cost: VectorStepCost | None,
-    num_envs: int,
-    cpus: int,
-    *,
-    isolate: bool = False,
-    workers: bool = False,
-    num_workers: int | None = None,
-) -> Choice:
-    """The backend for ``num_envs`` envs of a vector env function that costs ``cost`` (see the
-    module's rule).
-
-    Args:
-        cost: what stepping the vector env costs; ``None`` (not measured) only with
-            ``isolate``.
-        num_envs: the number of envs.
-        cpus: usable CPUs.
-        isolate: every env must run in a worker process (restart or step timeout).
-        workers: an option only worker backends take was given, so not ``serial``.
-        num_workers: a worker count given by the user, kept as given (``cost`` measured
-            its slices, :func:`worker_slots`).
-
-    Returns:
-        The choice; its ``options`` hold ``num_workers`` for ``shm``, ``num_workers`` and
-        ``inline_envs`` for ``hybrid``, nothing for ``serial``.
-
-    Raises:
-        ValueError: if ``cost`` is missing without ``isolate``, or a count is not positive.
-
-    Example:
-        >>> choose_vector_backend(VectorStepCost(8e-3, 4e-3, 2.0), 16, 2).reason
-        'the vector env keeps 2.0 cores busy by itself (its own threads), and 2 CPU(s) hold 1 such env: workers cannot add cores'
-        >>> choose_vector_backend(VectorStepCost(500e-6, 250e-6), 8192, 2).options
-        {'num_workers': 1, 'inline_envs': 4096}
-    """
-    num_envs = _check_count("num_envs", num_envs)
-    cpus = _check_count("cpus", cpus)
-    if num_workers is not None:
-        num_workers = _check_count("num_workers", num_workers)
-    if isolate:
-        count = num_workers or min(num_envs, cpus)
-        return Choice(
-            "shm",
-            {"num_workers": count},
-            "the envs must stay in worker processes (restart or step timeout): one vector env "
-            f"per worker, {count} worker(s)",
-        )
-    if cost is None:
-        raise ValueError("a vector env's step cost is needed unless the envs must stay isolated")
-    whole = f"a step of all {num_envs} envs costs {_us(cost.step_s)}"
-    if not workers and (num_envs == 1 or cpus == 1):
-        return Choice("serial", {}, f"{whole}; {'one env' if num_envs == 1 else 'one CPU'}")
-    slots = worker_slots(num_envs, cpus, cost.cores, num_workers)
-    if cost.cores >= MULTICORE_RATIO and slots == 1 and not workers:
-        return Choice(
-            "serial",
-            {},
-            f"the vector env keeps {cost.cores:.1f} cores busy by itself (its own threads), and "
-            f"{cpus} CPU(s) hold 1 such env: workers cannot add cores",
-        )
-    saved = cost.step_s - cost.slice_step_s
-    sliced = f"a slice of {slice_size(num_envs, slots)} costs {_us(cost.slice_step_s)}"
-    if not workers and saved <= MIN_SAVING_S:
-        return Choice(
-            "serial",
-            {},
-            f"{whole}, {sliced}: slicing would save {_us(max(saved, 0.0))} a step, no more "
-            f"than twice a worker round trip (~{_us(HYBRID_ROUND_TRIP_S)}), so the vector env "
-            "stays in the caller",
-        )
-    if cost.slice_step_s >= SHM_MIN_SLICE_S or slots == 1:
-        return Choice(
-            "shm",
-            {"num_workers": slots},
-            f"{whole}, {sliced}: the round trip (~{_us(SHM_ROUND_TRIP_S)}) is small next to "
-            f"it; {slots} worker(s), one vector env each",
-        )
-    hybrid_workers = num_workers or slots - 1  # the caller steps the last slice
-    inline = max(1, num_envs // (hybrid_workers + 1))
-    return Choice(
-        "hybrid",
-        {"num_workers": hybrid_workers, "inline_envs": inline},
-        f"{whole}, {sliced}: the caller steps {inline} envs as one vector env beside "
-        f"{hybrid_workers} worker(s), so no core waits out a round trip",
-    )

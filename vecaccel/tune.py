@@ -3,7 +3,7 @@
 PufferLib's autotuner varies workers and batch sizes; this one also chooses among backends
 (``serial``, ``shm``, ``hybrid``, ``async``, ``action_server`` with and without alternation).
 It also measures what ``backend="auto"`` would build: the same probe of one env's step cost
-(:func:`vecaccel.probe.probe_step_cost`) and the same rule (:func:`vecaccel.probe.choose_backend`),
+(:func:`vecaccel.probe.probe_step_cost`) and the same rule (:func:`vecaccel.backend_choice.choose_backend`),
 so its line shows how close the automatic choice comes to the best one. Each setting is timed by
 ``vecaccel bench``'s clock (:func:`vecaccel.bench.timing.measure`).
 """
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import vecaccel
 from vecaccel import probe
+from vecaccel.backend_choice import choose_backend
 from vecaccel.envs.source import EnvSource
 from vecaccel.manager import unknown_backend_message
 from vecaccel.worker import usable_cpus
@@ -92,7 +93,7 @@ def candidate_configs(
 ) -> list[Trial]:
     """The configurations to try: workers, envs per worker, batch sizes and alternation.
 
-    ``"auto"`` stands for the configuration :func:`vecaccel.probe.choose_backend` picks for
+    ``"auto"`` stands for the configuration :func:`vecaccel.backend_choice.choose_backend` picks for
     one env's step cost ``step_s`` (which it then requires).
 
     The setting auto picks is tried once, labelled ``auto->...``, where it is one of the others.
@@ -109,7 +110,7 @@ def candidate_configs(
         if backend == "auto":
             if step_s is None:
                 raise ValueError("the auto candidate needs the step cost (step_s)")
-            choice = probe.choose_backend(step_s, n, cpus)
+            choice = choose_backend(step_s, n, cpus)
             trials.append(Trial(choice.backend, n, choice.options, auto=True, reason=choice.reason))
         elif backend == "serial":
             trials.append(Trial("serial", n))

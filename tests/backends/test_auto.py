@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 import vecaccel
 from vecaccel import probe
+from vecaccel.backend_choice import INLINE_MAX_STEP_S, ROUND_TRIP_S, choose_backend
 from vecaccel.plugins.auto import AutoOptions
 from vecaccel.plugins.serial import SerialVecEnv
-from vecaccel.probe import INLINE_MAX_STEP_S, ROUND_TRIP_S, StepCost, choose_backend
+from vecaccel.probe import StepCost
 from vecaccel.tune import autotune
 from vecaccel.worker import usable_cpus
 
