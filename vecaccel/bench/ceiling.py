@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.bench.timing import ACTION_BATCHES, _sample_actions, _time_raw, _time_vector
+from vecaccel.bench.timing import ACTION_BATCHES, sample_actions, time_raw, time_vector
 from vecaccel.bench.workloads import BenchEnv
 from vecaccel.worker import usable_cpus
 from vecaccel.worker.cpus import limit_threads_after_envs, limit_threads_before_envs
@@ -43,9 +43,9 @@ def _step_raw_env(
         limit_threads_after_envs(1)
         try:
             env.reset(seed=seed)
-            actions = _sample_actions(env.action_space, ACTION_BATCHES, seed)
+            actions = sample_actions(env.action_space, ACTION_BATCHES, seed)
             barrier.wait(START_TIMEOUT_S)
-            conn.send(("ok", _time_raw(env, actions, seconds, warmup)))
+            conn.send(("ok", time_raw(env, actions, seconds, warmup)))
         finally:
             env.close()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
@@ -73,9 +73,9 @@ def _step_vector_env(
         try:
             envs.reset(seed=seed)
             space = batch_space(envs.single_action_space, num_envs)
-            actions = _sample_actions(space, ACTION_BATCHES, seed)
+            actions = sample_actions(space, ACTION_BATCHES, seed)
             barrier.wait(START_TIMEOUT_S)
-            batches, elapsed = _time_vector(envs, actions, seconds, warmup)
+            batches, elapsed = time_vector(envs, actions, seconds, warmup)
             conn.send(("ok", (batches * num_envs, elapsed)))
         finally:
             envs.close()
