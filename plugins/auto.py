@@ -7,7 +7,7 @@ vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` li
 ``vecaccel.plugins.auto`` logger.
 
 With ``vectorized=True`` (a vector env function, or an EnvPool task through
-:func:`vecaccel.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at the
+:func:`vecaccel.adapters.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at the
 requested size and at one worker slice's size instead, and keeps it in the caller (``serial``)
 unless slicing saves more than twice a worker round trip (the same rule): a cheap
 batched simulator, or one whose own threads already use the cores, is not handed to workers that

@@ -22,8 +22,8 @@ def _make_multiagent(
     autoreset_mode: str | AutoresetMode,
     options: dict[str, Any],
 ) -> gym.vector.VectorEnv[Any, Any, Any]:
-    from vecaccel.multiagent import StackedAgentsFn
-    from vecaccel.multiagent_vec import MultiAgentVecEnv
+    from vecaccel.adapters.agent_rows import MultiAgentVecEnv
+    from vecaccel.adapters.stacked_agents import StackedAgentsFn
 
     stacked = EnvSource(tuple(StackedAgentsFn(fn, i) for i, fn in enumerate(source)))
     vec_env = _build(stacked, backend, autoreset_mode, options)

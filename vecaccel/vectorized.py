@@ -2,7 +2,7 @@
 
 A vector env function is a callable ``fn(n) -> gymnasium.vector.VectorEnv`` with ``n``
 sub-envs (Gymnasium's ``CartPoleVectorEnv``, an EnvPool env through
-:func:`vecaccel.envpool.envpool_vector_fn`, a ``SyncVectorEnv`` of your own...).
+:func:`vecaccel.adapters.envpool.envpool_vector_fn`, a ``SyncVectorEnv`` of your own...).
 ``make_vec(fn, num_envs, vectorized=True)`` hands every worker one such vector env over its
 slice of the envs, instead of one Gymnasium env per env; a registered id with a
 ``vector_entry_point`` (``"CartPole-v1"``) is built through that entry point.

@@ -92,7 +92,7 @@ def pong_cases(n: int, workers: int) -> dict[str, tuple[str, Callable[[], Any]]]
 
     import envpool
 
-    from vecaccel.envpool import envpool_vector_fn
+    from vecaccel.adapters.envpool import envpool_vector_fn
 
     def alone() -> Any:
         with warnings.catch_warnings():

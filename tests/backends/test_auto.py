@@ -280,7 +280,7 @@ def test_tune_and_auto_share_the_probe(monkeypatch, no_leaks):
 def test_the_sb3_adapter_and_the_trainers_default_to_auto(no_leaks):
     import inspect
 
-    from vecaccel.sb3 import VecAccelEnv
+    from vecaccel.adapters.sb3 import VecAccelEnv
     from vecaccel.trainers.config.settings import RunConfig
     from vecaccel.trainers.envs.make import make_env_for_training
 

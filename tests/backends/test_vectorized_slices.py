@@ -494,7 +494,7 @@ def test_sampler_collects_from_vectorized_slices():
 
 def test_sb3_adapter_steps_vectorized_slices():
     pytest.importorskip("stable_baselines3")
-    from vecaccel.sb3 import SB3VecEnv
+    from vecaccel.adapters.sb3 import SB3VecEnv
 
     fn = functools.partial(sync_cartpole, mode="SameStep")
     envs = vecaccel.make_vec(

@@ -207,7 +207,7 @@ def _train(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     if args.async_mode:
-        from vecaccel.multiagent import is_module_env_path
+        from vecaccel.adapters.stacked_agents import is_module_env_path
 
         if is_module_env_path(env_id):
             print(
@@ -440,8 +440,8 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
     registered = vecaccel.list_backends()
     if cfg.backend not in registered:
         raise ValueError(unknown_backend_message(cfg.backend, registered))
+    from vecaccel.adapters.stacked_agents import is_module_env_path
     from vecaccel.manager import get_backend
-    from vecaccel.multiagent import is_module_env_path
     from vecaccel.trainers.envs.batched import batched_env_fn, is_batched_source
     from vecaccel.trainers.envs.make import backend_options_of
 

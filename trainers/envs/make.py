@@ -17,8 +17,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from vecaccel.adapters.stacked_agents import is_module_env_path
 from vecaccel.envs.source import EnvSource
-from vecaccel.multiagent import is_module_env_path
 from vecaccel.trainers.envs.batched import batched_env_fn, is_batched_source
 
 __all__ = [
@@ -41,7 +41,7 @@ __all__ = [
 
 def is_parallel_env_path(env_id: str | None) -> bool:
     """Whether ``env_id`` is the module path of a PettingZoo env rather than a Gymnasium id,
-    by ``make_vec``'s own rule (:func:`vecaccel.multiagent.is_module_env_path`).
+    by ``make_vec``'s own rule (:func:`vecaccel.adapters.stacked_agents.is_module_env_path`).
 
     Example:
         >>> is_parallel_env_path("CartPole-v1"), is_parallel_env_path("ALE/Pong-v5")

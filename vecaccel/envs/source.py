@@ -310,7 +310,7 @@ def _env_fns(
 def _single_agent_source(
     env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None
 ) -> EnvSource:
-    from vecaccel.multiagent import HandOver
+    from vecaccel.adapters.stacked_agents import HandOver
 
     env_fns = _env_fns(env, num_envs, env_kwargs)
     # the env made to look at, if any: its spaces are known without making another
@@ -422,18 +422,18 @@ def _multiagent_source(
     PettingZoo is installed: nothing else can make a PettingZoo env, and a function may import
     it itself.
     """
-    from vecaccel import multiagent
+    from vecaccel.adapters import stacked_agents
 
     if isinstance(env, str):
         if env in gym.registry:
             return None, env
-        fn = multiagent.module_env_fn(env, env_kwargs)
+        fn = stacked_agents.module_env_fn(env, env_kwargs)
         if fn is None:
             return None, env
         if num_envs is None:
             raise ValueError("num_envs is required when env is a module path")
         probe = make_env(fn, 0)
-        if not multiagent.is_multiagent_env(probe):
+        if not stacked_agents.is_multiagent_env(probe):
             raise TypeError(
                 f"module {env!r} made {type(probe).__name__}, not a PettingZoo ParallelEnv or AECEnv"
             )
@@ -450,28 +450,28 @@ def _multiagent_source(
     else:
         return None, env
     if env_kwargs:
-        fns = [multiagent.ParallelEnvFn(fn, env_kwargs) for fn in fns]
+        fns = [stacked_agents.ParallelEnvFn(fn, env_kwargs) for fn in fns]
     probe = make_env(fns[0], 0)
-    if multiagent.is_multiagent_env(probe):
+    if stacked_agents.is_multiagent_env(probe):
         return _stacked_source(fns, probe, None), env
     if env_kwargs:
         probe.close()
         return None, env
-    handed = multiagent.HandOver(fns[0], probe)
+    handed = stacked_agents.HandOver(fns[0], probe)
     return None, handed if callable(env) else [handed, *env[1:]]
 
 
 def _stacked_source(fns: list[Callable[[], Any]], probe: Any, env_id: str | None) -> EnvSource:
-    from vecaccel import multiagent
+    from vecaccel.adapters import stacked_agents
 
     try:
-        probe = multiagent.as_parallel(probe)
-        agents, observation_space, action_space = multiagent.common_spaces(probe, 0)
+        probe = stacked_agents.as_parallel(probe)
+        agents, observation_space, action_space = stacked_agents.common_spaces(probe, 0)
     except BaseException:
         probe.close()
         raise
     return EnvSource(
-        (multiagent.HandOver(fns[0], probe), *fns[1:]),
+        (stacked_agents.HandOver(fns[0], probe), *fns[1:]),
         multiagent=True,
         env_id=env_id,
         observation_space=observation_space,

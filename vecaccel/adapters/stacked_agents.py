@@ -4,7 +4,7 @@
 observation is a fixed-size ``Dict``: every agent's observation stacked in ``possible_agents``
 order, and each agent's reward, termination, truncation and whether it is live. Every backend
 moves such an env through shared memory as it moves any other, so worker processes, restarts
-and fault reports apply unchanged; :class:`vecaccel.multiagent_vec.MultiAgentVecEnv` then
+and fault reports apply unchanged; :class:`vecaccel.adapters.agent_rows.MultiAgentVecEnv` then
 unpacks one row per (env, agent). The env's own reward is the agents' sum; it terminates when
 no agent is left, and never truncates (a truncated stacked env is one that a worker restarted).
 
