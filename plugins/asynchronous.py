@@ -7,7 +7,7 @@ Observations, rewards and flags are still read from the shared buffer, and so ar
 fit the info schema (:mod:`vecaccel.worker.info_schema`); other non-empty infos take the side
 channel. The ``action_server`` backend is built on this class.
 
-Over vectorized slices (``make_vec(..., vectorized=True)``, :mod:`vecaccel.vectorized`) a
+Over vectorized slices (``make_vec(..., vectorized=True)``, :mod:`vecaccel.envs.vectorized_slices`) a
 worker steps its whole vector env at once: actions go to whole slices, each slice's worker
 answers with one status byte as under ``shm``, and a batch is made of whole slices (every
 slice the same size, ``batch_size`` a multiple of it).
@@ -28,6 +28,7 @@ from gymnasium.vector.utils import batch_space
 
 from vecaccel import BackendRegistry, hookimpl
 from vecaccel.envs.source import EnvSource
+from vecaccel.envs.vectorized_slices import SliceInfos, unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.options import AsyncOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
@@ -41,7 +42,6 @@ from vecaccel.vector import (
     normalize_seeds,
     split_reset_mask,
 )
-from vecaccel.vectorized import SliceInfos, unbatch_infos
 from vecaccel.worker import (
     ENV_PAYLOAD_FLAG,
     Command,

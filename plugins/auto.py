@@ -111,7 +111,7 @@ def _choose(num_envs: int, step_s: float | None, options: AutoOptions) -> Choice
 def _choose_vectorized(
     env_fns: Sequence[Callable[[], gym.Env]], options: AutoOptions
 ) -> tuple[Choice, VectorStepCost | None]:
-    """Vectorized slices (:mod:`vecaccel.vectorized`): the inner vector env is stepped in the
+    """Vectorized slices (:mod:`vecaccel.envs.vectorized_slices`): the inner vector env is stepped in the
     caller at the requested size and at one slice's, and :func:`choose_backend` weighs
     the saving against a worker round trip."""
     given = options.given()

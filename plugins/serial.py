@@ -13,6 +13,14 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecaccel import BackendRegistry, hookimpl
 from vecaccel.envs.source import EnvSource
+from vecaccel.envs.vectorized_slices import (
+    SubEnvError,
+    VectorProbeEnv,
+    call_vector_env,
+    inner_seed,
+    set_vector_env_attr,
+    takes_seed_list,
+)
 from vecaccel.errors import WorkerError, env_error
 from vecaccel.options import SerialOptions
 from vecaccel.spaces import (
@@ -36,14 +44,6 @@ from vecaccel.vector import (
     normalize_seeds,
     snapshot,
     split_reset_mask,
-)
-from vecaccel.vectorized import (
-    SubEnvError,
-    VectorProbeEnv,
-    call_vector_env,
-    inner_seed,
-    set_vector_env_attr,
-    takes_seed_list,
 )
 
 __all__ = ["SerialVecEnv", "VectorizedSerialVecEnv"]
@@ -215,10 +215,10 @@ class VectorizedSerialVecEnv(VecEnv):
     Actions are checked, rewards come as ``float64`` and flags as ``bool`` (as on every
     backend), infos pass through as the inner env batched them, and an error inside it is a
     :class:`vecaccel.WorkerError` naming the env range. Reset seeds the inner env so that
-    env ``i`` gets seed ``i`` of ``reset``'s seeds (:func:`vecaccel.vectorized.inner_seed`).
+    env ``i`` gets seed ``i`` of ``reset``'s seeds (:func:`vecaccel.envs.vectorized_slices.inner_seed`).
 
     Args:
-        env_fns: ``num_envs`` :class:`vecaccel.vectorized.SliceEnvFn` of one vector env function.
+        env_fns: ``num_envs`` :class:`vecaccel.envs.vectorized_slices.SliceEnvFn` of one vector env function.
         autoreset_mode: the autoreset mode (the inner vector env's own, checked).
         options: see :class:`vecaccel.options.SerialOptions`.
 

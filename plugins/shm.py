@@ -12,6 +12,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.envs.vectorized_slices import SliceInfos, merge_slice_infos, unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.options import HybridOptions, ShmOptions
 from vecaccel.payload_spaces import batch_view
@@ -25,7 +26,6 @@ from vecaccel.vector import (
     snapshot,
     split_reset_mask,
 )
-from vecaccel.vectorized import SliceInfos, merge_slice_infos, unbatch_infos
 from vecaccel.worker import (
     Command,
     EnvMakeError,

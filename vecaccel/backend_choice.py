@@ -2,7 +2,7 @@
 
 :func:`choose_backend` turns what a step costs into a backend, a worker count and an inline
 share. The cost is either one env's seconds per step (:func:`vecaccel.probe.probe_step_cost`)
-or, for vectorized slices (:mod:`vecaccel.vectorized`), what a vector env of all the envs and
+or, for vectorized slices (:mod:`vecaccel.envs.vectorized_slices`), what a vector env of all the envs and
 one of a slice's envs cost (:class:`vecaccel.slice_cost.VectorStepCost`). For ``num_envs`` envs
 on a machine with ``cpus`` usable CPUs:
 

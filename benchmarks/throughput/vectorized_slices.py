@@ -42,7 +42,7 @@ import vecaccel
 from vecaccel.bench import RunRecord, check_output_path, command_line
 from vecaccel.bench.ceiling import measure_vector_ceiling
 from vecaccel.bench.timing import measure
-from vecaccel.vectorized import VectorEnvFn
+from vecaccel.envs.vectorized_slices import VectorEnvFn
 from vecaccel.worker import usable_cpus
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results")

@@ -429,7 +429,7 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
     import gymnasium as gym
 
     import vecaccel
-    from vecaccel.env_ids import unknown_env_id_message
+    from vecaccel.envs.unknown_ids import unknown_env_id_message
     from vecaccel.manager import register_envs, unknown_backend_message
 
     names = {field.name for field in dataclasses.fields(config_cls)}

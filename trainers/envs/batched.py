@@ -1,7 +1,7 @@
 """Batched simulators as a trainer's envs: one vector env per worker over its slice of the envs.
 
 Two sources, both ``NextStep`` autoreset (the only mode they have), both built by
-``make_vec(..., vectorized=True)`` (see :mod:`vecaccel.vectorized`):
+``make_vec(..., vectorized=True)`` (see :mod:`vecaccel.envs.vectorized_slices`):
 
 * ``vectorized=True``: the id's Gymnasium ``vector_entry_point`` (:class:`EntryPointVectorFn`);
 * ``env_source="envpool"``: an Atari game's frames from EnvPool with the ALE route's
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 
-from vecaccel.vectorized import require_vector_entry_point
+from vecaccel.envs.vectorized_slices import require_vector_entry_point
 
 __all__ = [
     "EntryPointVectorFn",

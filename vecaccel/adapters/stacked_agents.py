@@ -380,39 +380,3 @@ class StackedAgentsFn:
 
     def __repr__(self) -> str:
         return f"StackedAgentsFn({self.fn!r}, {self.index})"
-
-
-class HandOver:
-    """An env function whose first call in this process returns ``instance``, built already.
-
-    ``make_vec`` calls a user's env function once to see whether it makes a PettingZoo env;
-    when it makes a Gymnasium env instead, that env serves as the backend's first one, so the
-    function is called as often as without the look. It pickles as ``fn`` itself.
-    """
-
-    def __init__(self, fn: Callable[[], Any], instance: Any) -> None:
-        self.fn = fn
-        self.instance = instance
-        self._pid = os.getpid()
-
-    def __call__(self) -> Any:
-        instance, self.instance = self.instance, None
-        if instance is not None and os.getpid() == self._pid:
-            return instance
-        return self.fn()
-
-    def close_unused(self) -> None:
-        """Close the instance if no call took it."""
-        instance, self.instance = self.instance, None
-        if instance is not None and os.getpid() == self._pid:
-            instance.close()
-
-    def __reduce__(self):
-        return (_same, (self.fn,))
-
-    def __repr__(self) -> str:
-        return repr(self.fn)
-
-
-def _same(value: Any) -> Any:
-    return value

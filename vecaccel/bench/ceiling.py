@@ -8,7 +8,7 @@ windows overlap; each limits native thread pools (OpenCV in ``AtariPreprocessing
 thread, as vecaccel's workers do, so that one process keeps one core busy.
 
 For a batched simulator (a vector env function ``fn(n) -> VectorEnv``, see
-:mod:`vecaccel.vectorized`) the ceiling is :func:`measure_vector_ceiling`: one process per core,
+:mod:`vecaccel.envs.vectorized_slices`) the ceiling is :func:`measure_vector_ceiling`: one process per core,
 each stepping its own native vector env, the envs of all of them summing to the vector env's
 size, their rates summed.
 """
@@ -114,7 +114,7 @@ def measure_vector_ceiling(
         RuntimeError: if a process fails (its error is in the message) or does not report.
 
     Example:
-        >>> from vecaccel.vectorized import VectorEnvFn
+        >>> from vecaccel.envs.vectorized_slices import VectorEnvFn
         >>> from gymnasium.vector import AutoresetMode
         >>> build = VectorEnvFn("CartPole-v1", AutoresetMode.NEXT_STEP)
         >>> rate, processes = measure_vector_ceiling(build, 8, 0.01, 0.0, 0, 2)

@@ -15,7 +15,7 @@ from vecaccel.bench.peers import PEERS, build_peer, unavailable_reason
 from vecaccel.bench.timing import measure, measure_raw
 from vecaccel.bench.workloads import BenchEnv, resolve_env
 from vecaccel.envs.source import EnvSource
-from vecaccel.vectorized import VectorEnvFn
+from vecaccel.envs.vectorized_slices import VectorEnvFn
 from vecaccel.worker import usable_cpus
 
 __all__ = [

@@ -28,6 +28,7 @@ import importlib.util
 import inspect
 import math
 import numbers
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,11 +38,11 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.env_ids import unknown_env_id_message
+from vecaccel.envs.unknown_ids import unknown_env_id_message
 from vecaccel.manager import register_envs
 from vecaccel.vector import make_env, parse_autoreset_mode
 
-__all__ = ["EnvFactory", "EnvSource", "checked_num_envs"]
+__all__ = ["EnvFactory", "EnvSource", "PrebuiltEnvFn", "checked_num_envs"]
 
 
 class EnvFactory:
@@ -67,6 +68,49 @@ class EnvFactory:
 
     def __repr__(self) -> str:
         return f"EnvFactory({self.env_id!r}, {self.kwargs!r})"
+
+
+class PrebuiltEnvFn:
+    """An env function whose first call in this process returns ``instance``, built already.
+
+    :meth:`EnvSource.resolve` calls a user's env function once to see whether it makes a
+    PettingZoo env; the env it made then serves as the backend's first one, so the function is
+    called as often as without the look. It pickles as ``fn`` itself.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> made = gym.make("CartPole-v1")
+        >>> fn = PrebuiltEnvFn(lambda: gym.make("CartPole-v1"), made)
+        >>> fn() is made, fn() is made
+        (True, False)
+    """
+
+    def __init__(self, fn: Callable[[], Any], instance: Any) -> None:
+        self.fn = fn
+        self.instance = instance
+        self._pid = os.getpid()
+
+    def __call__(self) -> Any:
+        instance, self.instance = self.instance, None
+        if instance is not None and os.getpid() == self._pid:
+            return instance
+        return self.fn()
+
+    def close_unused(self) -> None:
+        """Close the instance if no call took it."""
+        instance, self.instance = self.instance, None
+        if instance is not None and os.getpid() == self._pid:
+            instance.close()
+
+    def __reduce__(self):
+        return (_same, (self.fn,))
+
+    def __repr__(self) -> str:
+        return repr(self.fn)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def checked_num_envs(num_envs: Any) -> int | None:
@@ -109,7 +153,7 @@ class EnvSource(Sequence[Callable[[], Any]]):
     Attributes:
         env_fns: one picklable zero-argument env function per env (under ``fork``, ``spawn``
             and ``forkserver``). For vectorized slices, each is a
-            :class:`vecaccel.vectorized.SliceEnvFn` of one vector env function; for a
+            :class:`vecaccel.envs.vectorized_slices.SliceEnvFn` of one vector env function; for a
             multi-agent source, each returns a PettingZoo env.
         vectorized: the envs are the sub-envs of vectorized slices (one vector env per worker).
         multiagent: the env functions make PettingZoo envs (``make_vec`` stacks their agents).
@@ -166,7 +210,7 @@ class EnvSource(Sequence[Callable[[], Any]]):
         """
         if isinstance(env_fns, EnvSource):
             return env_fns
-        from vecaccel.vectorized import SliceEnvFn
+        from vecaccel.envs.vectorized_slices import SliceEnvFn
 
         fns = tuple(env_fns)
         return cls(fns, vectorized=bool(fns) and isinstance(fns[0], SliceEnvFn))
@@ -178,7 +222,7 @@ class EnvSource(Sequence[Callable[[], Any]]):
         Raises:
             TypeError: if some env functions are not sub-envs of that vector env function.
         """
-        from vecaccel.vectorized import vector_env_fn_of
+        from vecaccel.envs.vectorized_slices import vector_env_fn_of
 
         return vector_env_fn_of(self.env_fns, start)
 
@@ -310,11 +354,9 @@ def _env_fns(
 def _single_agent_source(
     env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None
 ) -> EnvSource:
-    from vecaccel.adapters.stacked_agents import HandOver
-
     env_fns = _env_fns(env, num_envs, env_kwargs)
     # the env made to look at, if any: its spaces are known without making another
-    handed = env_fns[0].instance if isinstance(env_fns[0], HandOver) else None
+    handed = env_fns[0].instance if isinstance(env_fns[0], PrebuiltEnvFn) else None
     return EnvSource(
         tuple(env_fns),
         env_id=env if isinstance(env, str) else None,
@@ -386,10 +428,10 @@ def _slice_source(
     autoreset_mode: str | AutoresetMode,
     env_kwargs: dict[str, Any] | None,
 ) -> EnvSource:
-    """``num_envs`` :class:`~vecaccel.vectorized.SliceEnvFn` naming one checked vector env
+    """``num_envs`` :class:`~vecaccel.envs.vectorized_slices.SliceEnvFn` naming one checked vector env
     function (built once here with one env, so that a wrong autoreset mode fails before any
     worker starts)."""
-    from vecaccel.vectorized import SliceEnvFn, VectorEnvFn
+    from vecaccel.envs.vectorized_slices import SliceEnvFn, VectorEnvFn
 
     if num_envs is None:
         raise ValueError("num_envs is required with vectorized=True")
@@ -457,7 +499,7 @@ def _multiagent_source(
     if env_kwargs:
         probe.close()
         return None, env
-    handed = stacked_agents.HandOver(fns[0], probe)
+    handed = PrebuiltEnvFn(fns[0], probe)
     return None, handed if callable(env) else [handed, *env[1:]]
 
 
@@ -471,7 +513,7 @@ def _stacked_source(fns: list[Callable[[], Any]], probe: Any, env_id: str | None
         probe.close()
         raise
     return EnvSource(
-        (stacked_agents.HandOver(fns[0], probe), *fns[1:]),
+        (PrebuiltEnvFn(fns[0], probe), *fns[1:]),
         multiagent=True,
         env_id=env_id,
         observation_space=observation_space,

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from vecaccel.env_ids import env_error_message
+from vecaccel.envs.unknown_ids import env_error_message
 from vecaccel.payload_spaces import layout_specs
 from vecaccel.spaces import nbytes_of, views_from_buffer
 from vecaccel.worker.info_schema import INFO_BLOCK_BYTES
