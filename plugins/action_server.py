@@ -27,7 +27,7 @@ from vecaccel.errors import WorkerError
 from vecaccel.options import ActionServerOptions
 from vecaccel.payload_spaces import require_fixed_layout
 from vecaccel.plugins.asynchronous import AsyncVecEnv
-from vecaccel.vector import StepReturn
+from vecaccel.vec_env import StepReturn
 from vecaccel.worker import usable_cpus, warn_if_torch_oversubscribes
 
 if TYPE_CHECKING:

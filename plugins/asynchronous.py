@@ -32,7 +32,7 @@ from vecaccel.envs.vectorized_slices import SliceInfos, unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.options import AsyncOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     ResetReturn,
     Seed,

@@ -32,7 +32,7 @@ from vecaccel.spaces import (
     nbytes_of,
     views_from_buffer,
 )
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     EnvRunner,
     ResetReturn,

@@ -17,7 +17,7 @@ from vecaccel.errors import WorkerError
 from vecaccel.options import HybridOptions, ShmOptions
 from vecaccel.payload_spaces import batch_view
 from vecaccel.spaces import assign_tree, copy_tree
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     ResetReturn,
     Seed,

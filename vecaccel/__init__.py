@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.errors import ClosedEnvError, WorkerError, WorkerTimeoutError
 from vecaccel.make import make_vec
 from vecaccel.manager import BackendRegistry, get_plugin_manager, list_backends
-from vecaccel.vector import VecEnv
+from vecaccel.vec_env import VecEnv
 
 
 def _read_version() -> str:

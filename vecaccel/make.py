@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel.envs.source import EnvFactory, EnvSource, checked_num_envs
 from vecaccel.manager import BackendInfo, get_backend
-from vecaccel.vector import parse_autoreset_mode
+from vecaccel.vec_env import parse_autoreset_mode
 
 __all__ = ["make_vec", "EnvFactory"]
 

@@ -53,7 +53,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.payload_spaces import require_fixed_layout
-from vecaccel.vector import Capabilities
+from vecaccel.vec_env import Capabilities
 
 __all__ = ["EpisodeStats", "SampleBatch", "Sampler"]
 

@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.envs.vectorized_slices import unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.manager import register_envs
-from vecaccel.vector import reset_mask_only
+from vecaccel.vec_env import reset_mask_only
 
 __all__ = ["ShardActor", "ShardFailure", "shard_bounds"]
 

@@ -29,7 +29,7 @@ from helpers import assert_same
 from toy_envs import TextActionEnv, TextObsEnv
 
 import vecaccel
-from vecaccel.vector import EnvRunner
+from vecaccel.vec_env import EnvRunner
 from vecaccel.worker import Status
 from vecaccel.worker.info_schema import (
     INFO_BLOCK_BYTES,

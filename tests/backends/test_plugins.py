@@ -609,13 +609,13 @@ def test_core_modules_import_no_private_name_of_another(path):
 def test_the_check_catches_a_private_import(tmp_path):
     bad = tmp_path / "bad_plugin.py"
     bad.write_text(
-        "from vecaccel.vector import VecEnv, _ResetMaskOnly\n"
+        "from vecaccel.vec_env import VecEnv, _ResetMaskOnly\n"
         "from vecaccel.spaces import _align\n"
         "from vecaccel.worker import usable_cpus\n"
         "from vecaccel.make import EnvFactory, _env_fns\n"
     )
     assert _private_uses(bad) == [
-        "vecaccel.vector._ResetMaskOnly (a private name)",
+        "vecaccel.vec_env._ResetMaskOnly (a private name)",
         "vecaccel.spaces._align (a private name)",
         "vecaccel.make._env_fns (a private name)",
     ]

@@ -20,7 +20,7 @@ from gymnasium.vector.utils import batch_space
 from vecaccel.adapters.stacked_agents import zero_row
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.spaces import check_actions
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     Capabilities,
     VecEnv,

@@ -59,7 +59,7 @@ from stable_baselines3.common.vec_env.base_vec_env import (
 )
 
 from vecaccel.spaces import assign_tree, copy_tree, read_item
-from vecaccel.vector import reset_mask_only
+from vecaccel.vec_env import reset_mask_only
 
 __all__ = ["SB3VecEnv", "VecAccelEnv", "to_sb3"]
 

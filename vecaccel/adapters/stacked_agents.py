@@ -27,7 +27,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.vector import snapshot
+from vecaccel.vec_env import snapshot
 
 __all__ = [
     "AgentInfos",

@@ -40,7 +40,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel.envs.unknown_ids import unknown_env_id_message
 from vecaccel.manager import register_envs
-from vecaccel.vector import make_env, parse_autoreset_mode
+from vecaccel.vec_env import make_env, parse_autoreset_mode
 
 __all__ = ["EnvFactory", "EnvSource", "PrebuiltEnvFn", "checked_num_envs"]
 

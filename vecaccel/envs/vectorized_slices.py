@@ -490,7 +490,7 @@ def takes_seed_list(envs: gym.vector.VectorEnv) -> bool:
         False
         >>> envs.close()
     """
-    from vecaccel.vector import VecEnv
+    from vecaccel.vec_env import VecEnv
 
     if isinstance(envs, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv, VecEnv)):
         return True

@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel.payload_spaces import item_columns, store_items, take_items
 from vecaccel.spaces import item_reader, item_writer
-from vecaccel.vector import EnvRunner, check_env_spaces
+from vecaccel.vec_env import EnvRunner, check_env_spaces
 from vecaccel.worker.info_schema import InfoSchema, InfoSlots
 from vecaccel.worker.protocol import ErrorReport, SharedViews, error_report
 

@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.options import WorkerOptions
-from vecaccel.vector import VecEnv
+from vecaccel.vec_env import VecEnv
 from vecaccel.worker.pool import WorkerPool
 
 __all__ = ["ProcessVecEnv"]
