@@ -1,7 +1,7 @@
 """Backend ``auto``: probe one env's step cost, then build ``serial``, ``hybrid`` or ``shm``.
 
 ``make_vec(env, n, backend="auto")`` steps one env in the calling process for a few
-milliseconds (:func:`vecaccel.probe.probe_step_cost`), picks a backend, a worker count and an
+milliseconds (:func:`vecaccel.backend_choice.probe_step_cost`), picks a backend, a worker count and an
 inline share by the rule of :func:`vecaccel.backend_choice.choose_backend`, and returns that backend's
 vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` line on the
 ``vecaccel.plugins.auto`` logger.
@@ -31,18 +31,18 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-import vecaccel.probe
+import vecaccel.backend_choice.env_step_cost
 from vecaccel import BackendRegistry, hookimpl
 from vecaccel.backend_choice import Choice, choose_backend
-from vecaccel.envs.source import EnvSource
-from vecaccel.manager import get_backend
-from vecaccel.options import ShmOptions
-from vecaccel.slice_cost import (
+from vecaccel.backend_choice.vector_step_cost import (
     VectorStepCost,
     probe_vector_step_cost,
     slice_size,
     worker_slots,
 )
+from vecaccel.envs.source import EnvSource
+from vecaccel.manager import get_backend
+from vecaccel.options import ShmOptions
 from vecaccel.worker import usable_cpus
 
 __all__ = ["AutoOptions", "make_auto"]
@@ -162,7 +162,7 @@ def make_auto(
         The chosen backend's vector env, with ``metadata["backend"]`` holding ``name`` (the
         backend), ``options`` (everything it was given), ``step_cost_s``, ``probed`` (whether
         the cost was measured here) and ``reason``; for vectorized slices also
-        ``vector_step_cost`` (:class:`vecaccel.slice_cost.VectorStepCost` as a dict), of which
+        ``vector_step_cost`` (:class:`vecaccel.backend_choice.VectorStepCost` as a dict), of which
         ``step_cost_s`` is the per-env share.
 
     Raises:
@@ -189,7 +189,7 @@ def make_auto(
             step_s = vector_cost.step_s / num_envs
     elif step_s is None and not _isolated(options):
         try:
-            step_s = vecaccel.probe.probe_step_cost(env_fns[0]).step_s
+            step_s = vecaccel.backend_choice.probe_step_cost(env_fns[0]).step_s
         except Exception as exc:
             raise RuntimeError(
                 "backend='auto' steps env 0 in the calling process to measure its step cost, "

@@ -3,7 +3,7 @@
 PufferLib's autotuner varies workers and batch sizes; this one also chooses among backends
 (``serial``, ``shm``, ``hybrid``, ``async``, ``action_server`` with and without alternation).
 It also measures what ``backend="auto"`` would build: the same probe of one env's step cost
-(:func:`vecaccel.probe.probe_step_cost`) and the same rule (:func:`vecaccel.backend_choice.choose_backend`),
+(:func:`vecaccel.backend_choice.probe_step_cost`) and the same rule (:func:`vecaccel.backend_choice.choose_backend`),
 so its line shows how close the automatic choice comes to the best one. Each setting is timed by
 ``vecaccel bench``'s clock (:func:`vecaccel.bench.timing.measure`).
 """
@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import vecaccel
-from vecaccel import probe
-from vecaccel.backend_choice import choose_backend
+from vecaccel.backend_choice import choose_backend, env_step_cost
 from vecaccel.envs.source import EnvSource
 from vecaccel.manager import unknown_backend_message
 from vecaccel.worker import usable_cpus
@@ -227,7 +226,7 @@ def autotune(
     source = EnvSource.resolve(env, max(num_envs_options))
     try:
         # the probe backend="auto" runs, once for every env count
-        step_s = probe.probe_step_cost(source[0]).step_s if "auto" in backends else None
+        step_s = env_step_cost.probe_step_cost(source[0]).step_s if "auto" in backends else None
         trials = candidate_configs(num_envs_options, backends, step_s=step_s)
         if plan is not None:
             plan(trials)

@@ -14,7 +14,7 @@ from toy_vector_envs import costly_sync, native_cartpole
 
 import vecaccel
 from vecaccel.backend_choice import MIN_SAVING_S, SHM_MIN_SLICE_S, choose_backend
-from vecaccel.slice_cost import (
+from vecaccel.backend_choice.vector_step_cost import (
     MULTICORE_RATIO,
     VectorStepCost,
     probe_vector_step_cost,

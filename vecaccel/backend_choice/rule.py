@@ -1,9 +1,9 @@
 """The backend a step cost calls for: the one rule ``backend="auto"`` and ``vecaccel tune`` go by.
 
 :func:`choose_backend` turns what a step costs into a backend, a worker count and an inline
-share. The cost is either one env's seconds per step (:func:`vecaccel.probe.probe_step_cost`)
+share. The cost is either one env's seconds per step (:func:`vecaccel.backend_choice.probe_step_cost`)
 or, for vectorized slices (:mod:`vecaccel.envs.vectorized_slices`), what a vector env of all the envs and
-one of a slice's envs cost (:class:`vecaccel.slice_cost.VectorStepCost`). For ``num_envs`` envs
+one of a slice's envs cost (:class:`vecaccel.backend_choice.VectorStepCost`). For ``num_envs`` envs
 on a machine with ``cpus`` usable CPUs:
 
 1. The envs must stay in worker processes (``on_worker_failure="restart"`` or a
@@ -48,7 +48,7 @@ with one worker about 80 µs (see ``docs/benchmarks/throughput.md``). A loaded m
 trips are longer, which only moves the choice towards ``serial``.
 
 Example:
-    >>> from vecaccel.slice_cost import VectorStepCost
+    >>> from vecaccel.backend_choice.vector_step_cost import VectorStepCost
     >>> choice = choose_backend(800e-6, 16, 2)
     >>> choice.backend, choice.options
     ('shm', {'num_workers': 2})
@@ -69,7 +69,12 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from vecaccel.slice_cost import MULTICORE_RATIO, VectorStepCost, slice_size, worker_slots
+from vecaccel.backend_choice.vector_step_cost import (
+    MULTICORE_RATIO,
+    VectorStepCost,
+    slice_size,
+    worker_slots,
+)
 
 __all__ = [
     "HYBRID_ROUND_TRIP_S",
@@ -139,9 +144,9 @@ def choose_backend(
     """The backend for ``num_envs`` envs whose step costs ``cost`` (see the module's rule).
 
     Args:
-        cost: seconds per step of one env (:attr:`vecaccel.probe.StepCost.step_s`), or what
+        cost: seconds per step of one env (:attr:`vecaccel.backend_choice.StepCost.step_s`), or what
             the vector env of vectorized slices costs
-            (:class:`~vecaccel.slice_cost.VectorStepCost`); ``None`` (not measured) only with
+            (:class:`~vecaccel.backend_choice.VectorStepCost`); ``None`` (not measured) only with
             ``isolate``, which needs no cost.
         num_envs: the number of envs.
         cpus: usable CPUs.
@@ -150,7 +155,7 @@ def choose_backend(
         workers: the envs must run on a worker backend (an option only those take was given),
             so not ``serial``.
         num_workers: a worker count given by the user, kept as given (a vector env's ``cost``
-            measured its slices, :func:`~vecaccel.slice_cost.worker_slots`).
+            measured its slices, :func:`~vecaccel.backend_choice.vector_step_cost.worker_slots`).
 
     Returns:
         The choice; its ``options`` hold ``num_workers`` for ``shm``, ``num_workers`` and

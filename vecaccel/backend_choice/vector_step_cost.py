@@ -23,7 +23,7 @@ from typing import Any
 
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.probe import PROBE_S
+from vecaccel.backend_choice.env_step_cost import PROBE_S
 
 __all__ = [
     "MULTICORE_RATIO",
