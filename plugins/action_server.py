@@ -25,8 +25,8 @@ from vecaccel import BackendRegistry, hookimpl
 from vecaccel.envs.source import EnvSource
 from vecaccel.errors import WorkerError
 from vecaccel.options import ActionServerOptions
-from vecaccel.payload_spaces import require_fixed_layout
 from vecaccel.plugins.asynchronous import AsyncVecEnv
+from vecaccel.spaces.payload import require_fixed_layout
 from vecaccel.vec_env import StepReturn
 from vecaccel.worker import usable_cpus, warn_if_torch_oversubscribes
 

@@ -15,8 +15,8 @@ from vecaccel import BackendRegistry, hookimpl
 from vecaccel.envs.vectorized_slices import SliceInfos, merge_slice_infos, unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.options import HybridOptions, ShmOptions
-from vecaccel.payload_spaces import batch_view
 from vecaccel.spaces import assign_tree, copy_tree
+from vecaccel.spaces.payload import batch_view
 from vecaccel.vec_env import (
     AsyncState,
     ResetReturn,

@@ -112,7 +112,7 @@ def check_tensor_spaces(
 
     Every vecaccel backend but ``action_server`` steps such envs, batched as Gymnasium's
     ``SyncVectorEnv`` batches them; the trainers' networks and buffers need fixed-shape tensors.
-    The check is :func:`vecaccel.payload_spaces.require_fixed_layout`'s.
+    The check is :func:`vecaccel.spaces.payload.require_fixed_layout`'s.
 
     Example:
         >>> check_tensor_spaces("PPO", gym.spaces.Box(0, 1, (3,)), gym.spaces.Discrete(2))
@@ -123,7 +123,7 @@ def check_tensor_spaces(
         ...     print(str(exc).split(": ")[1].split(". ")[0])
         Sequence(Discrete(3), stack=False)
     """
-    from vecaccel.payload_spaces import require_fixed_layout
+    from vecaccel.spaces.payload import require_fixed_layout
 
     for kind, space in (("observation", observation_space), ("action", action_space)):
         if space is not None:
