@@ -9,11 +9,11 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.envs.source import EnvFactory, EnvSource, checked_num_envs
+from vecaccel.envs.source import EnvSource, checked_num_envs
 from vecaccel.manager import BackendInfo, get_backend
 from vecaccel.vec_env import parse_autoreset_mode
 
-__all__ = ["make_vec", "EnvFactory"]
+__all__ = ["make_vec"]
 
 
 def _make_multiagent(

@@ -612,7 +612,7 @@ def test_the_check_catches_a_private_import(tmp_path):
         "from vecaccel.vec_env import VecEnv, _ResetMaskOnly\n"
         "from vecaccel.spaces import _align\n"
         "from vecaccel.worker import usable_cpus\n"
-        "from vecaccel.make import EnvFactory, _env_fns\n"
+        "from vecaccel.make import make_vec, _env_fns\n"
     )
     assert _private_uses(bad) == [
         "vecaccel.vec_env._ResetMaskOnly (a private name)",
