@@ -31,9 +31,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-import vecaccel.backend_choice.env_step_cost
 from vecaccel import BackendRegistry, hookimpl
-from vecaccel.backend_choice import Choice, choose_backend
+from vecaccel.backend_choice import Choice, choose_backend, env_step_cost
 from vecaccel.backend_choice.vector_step_cost import (
     VectorStepCost,
     probe_vector_step_cost,
@@ -189,7 +188,7 @@ def make_auto(
             step_s = vector_cost.step_s / num_envs
     elif step_s is None and not _isolated(options):
         try:
-            step_s = vecaccel.backend_choice.probe_step_cost(env_fns[0]).step_s
+            step_s = env_step_cost.probe_step_cost(env_fns[0]).step_s
         except Exception as exc:
             raise RuntimeError(
                 "backend='auto' steps env 0 in the calling process to measure its step cost, "
