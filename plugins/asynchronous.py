@@ -7,10 +7,10 @@ Observations, rewards and flags are still read from the shared buffer, and so ar
 fit the info schema (:mod:`vecaccel.worker.info_schema`); other non-empty infos take the side
 channel. The ``action_server`` backend is built on this class.
 
-Over vectorized slices (``make_vec(..., vectorized=True)``, :mod:`vecaccel.envs.vectorized_slices`) a
-worker steps its whole vector env at once: actions go to whole slices, each slice's worker
-answers with one status byte as under ``shm``, and a batch is made of whole slices (every
-slice the same size, ``batch_size`` a multiple of it).
+Over vectorized slices (``make_vec(..., vectorized=True)``, :mod:`vecaccel.envs.vectorized_slices`)
+a worker steps its whole vector env at once: actions go to whole slices, each slice's worker answers
+with one status byte as under ``shm``, and a batch is made of whole slices (every slice the same
+size, ``batch_size`` a multiple of it).
 """
 
 from __future__ import annotations

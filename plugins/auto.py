@@ -1,17 +1,16 @@
 """Backend ``auto``: probe one env's step cost, then build ``serial``, ``hybrid`` or ``shm``.
 
 ``make_vec(env, n, backend="auto")`` steps one env in the calling process for a few
-milliseconds (:func:`vecaccel.backend_choice.probe_step_cost`), picks a backend, a worker count and an
-inline share by the rule of :func:`vecaccel.backend_choice.choose_backend`, and returns that backend's
-vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` line on the
+milliseconds (:func:`vecaccel.backend_choice.probe_step_cost`), picks a backend, a worker count and
+an inline share by the rule of :func:`vecaccel.backend_choice.choose_backend`, and returns that
+backend's vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` line on the
 ``vecaccel.plugins.auto`` logger.
 
 With ``vectorized=True`` (a vector env function, or an EnvPool task through
-:func:`vecaccel.adapters.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at the
-requested size and at one worker slice's size instead, and keeps it in the caller (``serial``)
-unless slicing saves more than twice a worker round trip (the same rule): a cheap
-batched simulator, or one whose own threads already use the cores, is not handed to workers that
-would slow it down.
+:func:`vecaccel.adapters.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at
+the requested size and at one worker slice's size instead, and keeps it in the caller (``serial``)
+unless slicing saves more than twice a worker round trip (the same rule): a cheap batched simulator,
+or one whose own threads already use the cores, is not handed to workers that would slow it down.
 
 Options given to ``auto`` are kept: they go to the chosen backend, and a backend that does not
 take one is not chosen (``num_workers`` or ``context`` rule out ``serial``).

@@ -215,7 +215,8 @@ class VectorizedSerialVecEnv(VecEnv):
     Actions are checked, rewards come as ``float64`` and flags as ``bool`` (as on every
     backend), infos pass through as the inner env batched them, and an error inside it is a
     :class:`vecaccel.WorkerError` naming the env range. Reset seeds the inner env so that
-    env ``i`` gets seed ``i`` of ``reset``'s seeds (:func:`vecaccel.envs.vectorized_slices.inner_seed`).
+    env ``i`` gets seed ``i`` of ``reset``'s seeds
+    (:func:`vecaccel.envs.vectorized_slices.inner_seed`).
 
     Args:
         env_fns: ``num_envs`` :class:`vecaccel.envs.vectorized_slices.SliceEnvFn` of one vector env function.

@@ -85,8 +85,8 @@ def make_vec(
         autoreset_mode: Gymnasium's ``AutoresetMode`` (or its string value).
         env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id.
         vectorized: build one batched vector env per worker over its slice of the envs
-            (see :mod:`vecaccel.envs.vectorized_slices`), instead of one env per env. Its autoreset mode
-            must be ``autoreset_mode``; the build fails naming both otherwise.
+            (see :mod:`vecaccel.envs.vectorized_slices`), instead of one env per env. Its autoreset
+            mode must be ``autoreset_mode``; the build fails naming both otherwise.
         **options: backend options, e.g. ``num_workers``, ``context``, ``copy``,
             ``step_timeout_s``; each backend's are one dataclass of
             :mod:`vecaccel.options` (``ShmOptions`` for ``shm``...). Alias spellings such as

@@ -3,9 +3,10 @@
 PufferLib's autotuner varies workers and batch sizes; this one also chooses among backends
 (``serial``, ``shm``, ``hybrid``, ``async``, ``action_server`` with and without alternation).
 It also measures what ``backend="auto"`` would build: the same probe of one env's step cost
-(:func:`vecaccel.backend_choice.probe_step_cost`) and the same rule (:func:`vecaccel.backend_choice.choose_backend`),
-so its line shows how close the automatic choice comes to the best one. Each setting is timed by
-``vecaccel bench``'s clock (:func:`vecaccel.bench.timing.measure`).
+(:func:`vecaccel.backend_choice.probe_step_cost`) and the same rule
+(:func:`vecaccel.backend_choice.choose_backend`), so its line shows how close the automatic choice
+comes to the best one. Each setting is timed by ``vecaccel bench``'s clock
+(:func:`vecaccel.bench.timing.measure`).
 """
 
 from __future__ import annotations

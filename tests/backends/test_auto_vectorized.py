@@ -1,6 +1,6 @@
 """``auto`` for vector env functions (``vectorized=True``) and EnvPool: the rule of
-``vecaccel.backend_choice.choose_backend`` by its choices on given vector env costs, and ``make_vec(..., backend="auto",
-vectorized=True)`` on a cheap and on a costly vector env."""
+``vecaccel.backend_choice.choose_backend`` by its choices on given vector env costs, and
+``make_vec(..., backend="auto", vectorized=True)`` on a cheap and on a costly vector env."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """The backend a step cost calls for: the one rule ``backend="auto"`` and ``vecaccel tune`` go by.
 
 :func:`choose_backend` turns what a step costs into a backend, a worker count and an inline
-share. The cost is either one env's seconds per step (:func:`vecaccel.backend_choice.probe_step_cost`)
-or, for vectorized slices (:mod:`vecaccel.envs.vectorized_slices`), what a vector env of all the envs and
-one of a slice's envs cost (:class:`vecaccel.backend_choice.VectorStepCost`). For ``num_envs`` envs
-on a machine with ``cpus`` usable CPUs:
+share. The cost is either one env's seconds per step
+(:func:`vecaccel.backend_choice.probe_step_cost`) or, for vectorized slices
+(:mod:`vecaccel.envs.vectorized_slices`), what a vector env of all the envs and one of a slice's
+envs cost (:class:`vecaccel.backend_choice.VectorStepCost`). For ``num_envs`` envs on a machine with
+``cpus`` usable CPUs:
 
 1. The envs must stay in worker processes (``on_worker_failure="restart"`` or a
    ``step_timeout_s``): ``shm``, one worker per CPU (at most one per env), whatever a step

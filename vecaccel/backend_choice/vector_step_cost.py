@@ -1,8 +1,8 @@
 """What a vector env function's step costs, measured by stepping it in the calling process.
 
 ``make_vec(fn, n, vectorized=True, backend="auto")`` hands every worker one batched vector env
-over its slice of the envs (:mod:`vecaccel.envs.vectorized_slices`). A cheap batched simulator such as
-Gymnasium's ``CartPoleVectorEnv`` steps thousands of envs in the time of one worker round trip,
+over its slice of the envs (:mod:`vecaccel.envs.vectorized_slices`). A cheap batched simulator such
+as Gymnasium's ``CartPoleVectorEnv`` steps thousands of envs in the time of one worker round trip,
 and EnvPool's own threads already use every core: workers would make both slower.
 :func:`probe_vector_step_cost` steps the inner vector env in the calling process at the sizes
 that matter (all the envs, and one slice of them); the one rule of

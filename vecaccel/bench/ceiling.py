@@ -8,9 +8,9 @@ windows overlap; each limits native thread pools (OpenCV in ``AtariPreprocessing
 thread, as vecaccel's workers do, so that one process keeps one core busy.
 
 For a batched simulator (a vector env function ``fn(n) -> VectorEnv``, see
-:mod:`vecaccel.envs.vectorized_slices`) the ceiling is :func:`measure_vector_ceiling`: one process per core,
-each stepping its own native vector env, the envs of all of them summing to the vector env's
-size, their rates summed.
+:mod:`vecaccel.envs.vectorized_slices`) the ceiling is :func:`measure_vector_ceiling`: one process
+per core, each stepping its own native vector env, the envs of all of them summing to the vector
+env's size, their rates summed.
 """
 
 from __future__ import annotations

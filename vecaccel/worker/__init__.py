@@ -6,7 +6,8 @@ The machinery every backend on worker processes shares, in small modules:
   error reports and the startup message;
 * :mod:`~vecaccel.worker.env_slice`: the envs of one worker, stepped, reset and rebuilt in place;
 * :mod:`~vecaccel.worker.vector_env_slice`: a worker's slice as one batched vector env
-  (:mod:`vecaccel.envs.vectorized_slices`), and :func:`make_env_slice`, which picks the kind of slice;
+  (:mod:`vecaccel.envs.vectorized_slices`), and :func:`make_env_slice`, which picks the kind of
+  slice;
 * :mod:`~vecaccel.worker.info_schema`: step infos of a fixed schema in shared memory;
 * :mod:`~vecaccel.worker.process`: the worker process's loop;
 * :mod:`~vecaccel.worker.pool`: the parent's side: start, send, kill, restart, close; waiting

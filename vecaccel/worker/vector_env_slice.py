@@ -2,8 +2,8 @@
 
 :class:`VectorSlice` has :class:`~vecaccel.worker.EnvSlice`'s interface, so the worker loop
 and ``hybrid``'s caller run either; :func:`make_env_slice` picks the one the env functions
-ask for (:mod:`vecaccel.envs.vectorized_slices`). A step reads the slice's actions from shared memory,
-steps the inner vector env once, and writes its batch of observations, rewards and flags
+ask for (:mod:`vecaccel.envs.vectorized_slices`). A step reads the slice's actions from shared
+memory, steps the inner vector env once, and writes its batch of observations, rewards and flags
 into the slice's slots with one assignment each. Infos stay batched: one
 :class:`~vecaccel.envs.vectorized_slices.SliceInfos` per step that has any.
 """
