@@ -30,8 +30,9 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+import vecaccel.backend_choice.env_step_cost as env_step_cost
 from vecaccel import BackendRegistry, hookimpl
-from vecaccel.backend_choice import Choice, choose_backend, env_step_cost
+from vecaccel.backend_choice import Choice, choose_backend
 from vecaccel.backend_choice.vector_step_cost import (
     VectorStepCost,
     probe_vector_step_cost,
