@@ -22,12 +22,12 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.envs.source import EnvSource
 from vecaccel.errors import WorkerError
 from vecaccel.options import ActionServerOptions
-from vecaccel.payload_spaces import require_fixed_layout
 from vecaccel.plugins.asynchronous import AsyncVecEnv
-from vecaccel.vector import StepReturn
-from vecaccel.vectorized import is_vectorized
+from vecaccel.spaces.payload import require_fixed_layout
+from vecaccel.vec_env import StepReturn
 from vecaccel.worker import usable_cpus, warn_if_torch_oversubscribes
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ class ActionServerVecEnv(AsyncVecEnv):
             # 1,410 steps/s with 2 workers, 1,840 with 1)
             free = usable_cpus() - torch.get_num_threads()
             options = dataclasses.replace(options, num_workers=max(1, min(num_envs, free)))
-        if alternating and is_vectorized(env_fns):
+        if alternating and EnvSource.of(env_fns).vectorized:
             # each half is whole slices (the even workers', the odd workers'): an even count
             workers = options.num_workers or min(num_envs, usable_cpus())
             options = dataclasses.replace(options, num_workers=max(2, workers + workers % 2))

@@ -7,10 +7,10 @@ Observations, rewards and flags are still read from the shared buffer, and so ar
 fit the info schema (:mod:`vecaccel.worker.info_schema`); other non-empty infos take the side
 channel. The ``action_server`` backend is built on this class.
 
-Over vectorized slices (``make_vec(..., vectorized=True)``, :mod:`vecaccel.vectorized`) a
-worker steps its whole vector env at once: actions go to whole slices, each slice's worker
-answers with one status byte as under ``shm``, and a batch is made of whole slices (every
-slice the same size, ``batch_size`` a multiple of it).
+Over vectorized slices (``make_vec(..., vectorized=True)``, :mod:`vecaccel.envs.vectorized_slices`)
+a worker steps its whole vector env at once: actions go to whole slices, each slice's worker answers
+with one status byte as under ``shm``, and a batch is made of whole slices (every slice the same
+size, ``batch_size`` a multiple of it).
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.envs.source import EnvSource
+from vecaccel.envs.vectorized_slices import SliceInfos, unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.options import AsyncOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     ResetReturn,
     Seed,
@@ -40,7 +42,6 @@ from vecaccel.vector import (
     normalize_seeds,
     split_reset_mask,
 )
-from vecaccel.vectorized import SliceInfos, is_vectorized, unbatch_infos
 from vecaccel.worker import (
     ENV_PAYLOAD_FLAG,
     Command,
@@ -102,7 +103,7 @@ class AsyncVecEnv(ProcessVecEnv):
             raise ValueError(
                 f"batch_size must be an integer in 1..num_envs={num_envs}, got {batch_size!r}"
             )
-        vectorized = is_vectorized(env_fns)
+        vectorized = EnvSource.of(env_fns).vectorized
         if options.num_workers is None and vectorized:
             options = dataclasses.replace(options, num_workers=min(num_envs, usable_cpus()))
         elif options.num_workers is None:

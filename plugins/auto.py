@@ -1,17 +1,16 @@
 """Backend ``auto``: probe one env's step cost, then build ``serial``, ``hybrid`` or ``shm``.
 
 ``make_vec(env, n, backend="auto")`` steps one env in the calling process for a few
-milliseconds (:func:`vecaccel.probe.probe_step_cost`), picks a backend, a worker count and an
-inline share by the rule of :func:`vecaccel.probe.choose_backend`, and returns that backend's
-vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` line on the
+milliseconds (:func:`vecaccel.backend_choice.probe_step_cost`), picks a backend, a worker count and
+an inline share by the rule of :func:`vecaccel.backend_choice.choose_backend`, and returns that
+backend's vector env. The choice is in ``envs.metadata["backend"]`` and in one ``INFO`` line on the
 ``vecaccel.plugins.auto`` logger.
 
 With ``vectorized=True`` (a vector env function, or an EnvPool task through
-:func:`vecaccel.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at the
-requested size and at one worker slice's size instead, and keeps it in the caller (``serial``)
-unless slicing saves more than twice a worker round trip (:mod:`vecaccel.slice_cost`): a cheap
-batched simulator, or one whose own threads already use the cores, is not handed to workers that
-would slow it down.
+:func:`vecaccel.adapters.envpool.envpool_vector_fn`) it steps the inner vector env in the caller at
+the requested size and at one worker slice's size instead, and keeps it in the caller (``serial``)
+unless slicing saves more than twice a worker round trip (the same rule): a cheap batched simulator,
+or one whose own threads already use the cores, is not handed to workers that would slow it down.
 
 Options given to ``auto`` are kept: they go to the chosen backend, and a backend that does not
 take one is not chosen (``num_workers`` or ``context`` rule out ``serial``).
@@ -31,19 +30,18 @@ from typing import Any, ClassVar
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-import vecaccel.probe
+import vecaccel.backend_choice.env_step_cost as env_step_cost
 from vecaccel import BackendRegistry, hookimpl
-from vecaccel.manager import get_backend
-from vecaccel.options import ShmOptions
-from vecaccel.probe import Choice
-from vecaccel.slice_cost import (
+from vecaccel.backend_choice import Choice, choose_backend
+from vecaccel.backend_choice.vector_step_cost import (
     VectorStepCost,
-    choose_vector_backend,
     probe_vector_step_cost,
     slice_size,
     worker_slots,
 )
-from vecaccel.vectorized import is_vectorized, vector_env_fn_of
+from vecaccel.envs.source import EnvSource
+from vecaccel.manager import get_backend
+from vecaccel.options import ShmOptions
 from vecaccel.worker import usable_cpus
 
 __all__ = ["AutoOptions", "make_auto"]
@@ -93,7 +91,7 @@ def _choose(num_envs: int, step_s: float | None, options: AutoOptions) -> Choice
     given = options.given()
     isolate = _isolated(options)
     workers = any(name not in AutoOptions.ANYWHERE for name in given)
-    choice = vecaccel.probe.choose_backend(
+    choice = choose_backend(
         step_s,
         num_envs,
         usable_cpus(),
@@ -112,8 +110,8 @@ def _choose(num_envs: int, step_s: float | None, options: AutoOptions) -> Choice
 def _choose_vectorized(
     env_fns: Sequence[Callable[[], gym.Env]], options: AutoOptions
 ) -> tuple[Choice, VectorStepCost | None]:
-    """Vectorized slices (:mod:`vecaccel.vectorized`): the inner vector env is stepped in the
-    caller at the requested size and at one slice's, and :func:`choose_vector_backend` weighs
+    """Vectorized slices (:mod:`vecaccel.envs.vectorized_slices`): the inner vector env is stepped in the
+    caller at the requested size and at one slice's, and :func:`choose_backend` weighs
     the saving against a worker round trip."""
     given = options.given()
     num_envs = len(env_fns)
@@ -129,7 +127,7 @@ def _choose_vectorized(
         per_env = options.step_cost_s
         cost = VectorStepCost(per_env * num_envs, per_env * slice_size(num_envs, slots))
     elif not isolate:
-        vector_fn = vector_env_fn_of(env_fns, 0)
+        vector_fn = EnvSource.of(env_fns).vector_env_fn()
         try:
             cost = probe_vector_step_cost(vector_fn, num_envs, cpus, options.num_workers)
         except Exception as exc:
@@ -138,7 +136,7 @@ def _choose_vectorized(
                 f"step cost, and that failed: {type(exc).__name__}: {exc} (choose a backend, "
                 "or give step_cost_s to skip the probe)"
             ) from exc
-    choice = choose_vector_backend(
+    choice = choose_backend(
         cost, num_envs, cpus, isolate=isolate, workers=workers, num_workers=options.num_workers
     )
     return choice, cost
@@ -163,7 +161,7 @@ def make_auto(
         The chosen backend's vector env, with ``metadata["backend"]`` holding ``name`` (the
         backend), ``options`` (everything it was given), ``step_cost_s``, ``probed`` (whether
         the cost was measured here) and ``reason``; for vectorized slices also
-        ``vector_step_cost`` (:class:`vecaccel.slice_cost.VectorStepCost` as a dict), of which
+        ``vector_step_cost`` (:class:`vecaccel.backend_choice.VectorStepCost` as a dict), of which
         ``step_cost_s`` is the per-env share.
 
     Raises:
@@ -183,20 +181,21 @@ def make_auto(
     # an env that may hang or crash (why a timeout or restarts were asked for) is not stepped
     # in the caller even for the probe: the choice does not depend on its cost then
     vector_cost = None
-    if is_vectorized(env_fns):
+    vectorized = EnvSource.of(env_fns).vectorized
+    if vectorized:
         choice, vector_cost = _choose_vectorized(env_fns, options)
         if vector_cost is not None:
             step_s = vector_cost.step_s / num_envs
     elif step_s is None and not _isolated(options):
         try:
-            step_s = vecaccel.probe.probe_step_cost(env_fns[0]).step_s
+            step_s = env_step_cost.probe_step_cost(env_fns[0]).step_s
         except Exception as exc:
             raise RuntimeError(
                 "backend='auto' steps env 0 in the calling process to measure its step cost, "
                 f"and that failed: {type(exc).__name__}: {exc} (choose a backend, or give "
                 "step_cost_s to skip the probe)"
             ) from exc
-    if not is_vectorized(env_fns):
+    if not vectorized:
         choice = _choose(num_envs, step_s, options)
     chosen = {**choice.options, **options.given()}  # what the user gave is kept as given
     info = get_backend(choice.backend)

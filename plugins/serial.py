@@ -12,6 +12,15 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.envs.source import EnvSource
+from vecaccel.envs.vectorized_slices import (
+    SubEnvError,
+    VectorProbeEnv,
+    call_vector_env,
+    inner_seed,
+    set_vector_env_attr,
+    takes_seed_list,
+)
 from vecaccel.errors import WorkerError, env_error
 from vecaccel.options import SerialOptions
 from vecaccel.spaces import (
@@ -23,7 +32,7 @@ from vecaccel.spaces import (
     nbytes_of,
     views_from_buffer,
 )
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     EnvRunner,
     ResetReturn,
@@ -35,16 +44,6 @@ from vecaccel.vector import (
     normalize_seeds,
     snapshot,
     split_reset_mask,
-)
-from vecaccel.vectorized import (
-    SubEnvError,
-    VectorProbeEnv,
-    call_vector_env,
-    inner_seed,
-    is_vectorized,
-    set_vector_env_attr,
-    takes_seed_list,
-    vector_env_fn_of,
 )
 
 __all__ = ["SerialVecEnv", "VectorizedSerialVecEnv"]
@@ -216,10 +215,11 @@ class VectorizedSerialVecEnv(VecEnv):
     Actions are checked, rewards come as ``float64`` and flags as ``bool`` (as on every
     backend), infos pass through as the inner env batched them, and an error inside it is a
     :class:`vecaccel.WorkerError` naming the env range. Reset seeds the inner env so that
-    env ``i`` gets seed ``i`` of ``reset``'s seeds (:func:`vecaccel.vectorized.inner_seed`).
+    env ``i`` gets seed ``i`` of ``reset``'s seeds
+    (:func:`vecaccel.envs.vectorized_slices.inner_seed`).
 
     Args:
-        env_fns: ``num_envs`` :class:`vecaccel.vectorized.SliceEnvFn` of one vector env function.
+        env_fns: ``num_envs`` :class:`vecaccel.envs.vectorized_slices.SliceEnvFn` of one vector env function.
         autoreset_mode: the autoreset mode (the inner vector env's own, checked).
         options: see :class:`vecaccel.options.SerialOptions`.
 
@@ -242,7 +242,7 @@ class VectorizedSerialVecEnv(VecEnv):
         options: SerialOptions | None = None,
     ) -> None:
         options = SerialOptions() if options is None else options
-        vector_fn = vector_env_fn_of(env_fns, 0)
+        vector_fn = EnvSource.of(env_fns).vector_env_fn()
         try:
             self.envs = vector_fn(len(env_fns))
         except Exception as exc:
@@ -337,7 +337,7 @@ def make_serial(
     """The ``serial`` backend's factory: ``make_vec`` passes checked ``options``; a direct call
     may pass the options as keywords instead."""
     options = SerialOptions.resolve("serial", options, kwargs)
-    if is_vectorized(env_fns):
+    if EnvSource.of(env_fns).vectorized:
         return VectorizedSerialVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
     return SerialVecEnv(env_fns, autoreset_mode=autoreset_mode, options=options)
 

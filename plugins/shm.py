@@ -12,11 +12,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel import BackendRegistry, hookimpl
+from vecaccel.envs.vectorized_slices import SliceInfos, merge_slice_infos, unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.options import HybridOptions, ShmOptions
-from vecaccel.payload_spaces import batch_view
 from vecaccel.spaces import assign_tree, copy_tree
-from vecaccel.vector import (
+from vecaccel.spaces.payload import batch_view
+from vecaccel.vec_env import (
     AsyncState,
     ResetReturn,
     Seed,
@@ -25,7 +26,6 @@ from vecaccel.vector import (
     snapshot,
     split_reset_mask,
 )
-from vecaccel.vectorized import SliceInfos, merge_slice_infos, unbatch_infos
 from vecaccel.worker import (
     Command,
     EnvMakeError,

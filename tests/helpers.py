@@ -94,7 +94,7 @@ def assert_same(a: Any, b: Any, path: str = "") -> None:
 def reorder_batch(space: gym.Space, batch: Any, order: np.ndarray) -> Any:
     """Put a batch of single space ``space`` (batched as ``SyncVectorEnv`` batches it: arrays,
     and a tuple of items for a leaf with no fixed size) into the order ``order``."""
-    from vecaccel.payload_spaces import is_fixed_leaf
+    from vecaccel.spaces.payload import is_fixed_leaf
 
     if isinstance(space, gym.spaces.Dict):
         return {key: reorder_batch(sub, batch[key], order) for key, sub in space.spaces.items()}

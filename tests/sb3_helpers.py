@@ -27,7 +27,7 @@ from toy_envs import (
 )
 
 import vecaccel
-from vecaccel.sb3 import VecAccelEnv, to_sb3
+from vecaccel.adapters.sb3 import VecAccelEnv, to_sb3
 
 N_ENVS = 3
 

@@ -16,10 +16,11 @@ from typing import Any
 import pluggy
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.envs.source import EnvSource
 from vecaccel.errors import ClosedEnvError, WorkerError, WorkerTimeoutError
 from vecaccel.make import make_vec
 from vecaccel.manager import BackendRegistry, get_plugin_manager, list_backends
-from vecaccel.vector import VecEnv
+from vecaccel.vec_env import VecEnv
 
 
 def _read_version() -> str:
@@ -55,6 +56,7 @@ __all__ = [
     "AutoresetMode",
     "BackendRegistry",
     "ClosedEnvError",
+    "EnvSource",
     "VecEnv",
     "WorkerError",
     "WorkerTimeoutError",

@@ -191,7 +191,7 @@ class Commands:
         Raises:
             argparse.ArgumentError: if another command has this name.
         """
-        parser = self.add_parser(
+        parser: ArgumentParser = self._subparsers.add_parser(
             name,
             help=help,
             description=help if description is None else description,
@@ -199,12 +199,6 @@ class Commands:
         )
         parser.set_defaults(handler=handler)
         return parser
-
-    def add_parser(self, name: str, **parser_options: Any) -> ArgumentParser:
-        """Add ``vecaccel NAME`` with argparse's own call, whose caller sets the handler with
-        ``parser.set_defaults(handler=...)``: what plugins written for argparse's sub-parser
-        collection call, which keeps working."""
-        return self._subparsers.add_parser(name, **parser_options)
 
 
 def _backends_command(args: argparse.Namespace) -> int:
@@ -350,9 +344,8 @@ def _add_plugin_commands(pm: pluggy.PluginManager, commands: Commands) -> None:
     from vecaccel.manager import DISABLE_ENV_VAR, PluginWarning
 
     for impl in pm.hook.vecaccel_add_commands.get_hookimpls():
-        # only the arguments it asks for, as pluggy calls a hook: specs may grow. ``subparsers``
-        # is an alias of ``commands``, whose ``add_parser`` answers as argparse's does
-        offered = (("commands", commands), ("subparsers", commands))
+        # only the arguments it asks for, as pluggy calls a hook: specs may grow
+        offered = (("commands", commands),)
         arguments = {name: value for name, value in offered if name in impl.argnames}
         try:
             impl.function(**arguments)

@@ -96,7 +96,7 @@ def env_error(exc: BaseException, index: int, what: str) -> WorkerError:
     """
     import traceback
 
-    from vecaccel.env_ids import env_error_message
+    from vecaccel.envs.unknown_ids import env_error_message
 
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return WorkerError(

@@ -55,16 +55,8 @@ def vecaccel_register_envs() -> None:
     """
 
 
-@hookspec(
-    warn_on_impl_args={
-        "subparsers": DeprecationWarning(
-            "vecaccel_add_commands(subparsers) is an alias of the argument: name it "
-            "`commands` (a vecaccel.cli.Commands; add a command with commands.add(name, "
-            "handler, help=...))"
-        )
-    }
-)
-def vecaccel_add_commands(commands: Commands, subparsers: Commands) -> None:
+@hookspec
+def vecaccel_add_commands(commands: Commands) -> None:
     """Add sub-commands to the ``vecaccel`` command line.
 
     Called once while the command-line parser is built, for each plugin on its own in
@@ -86,10 +78,6 @@ def vecaccel_add_commands(commands: Commands, subparsers: Commands) -> None:
             :class:`vecaccel.cli.ArgumentParser`, argparse's with full flag names only and a
             "did you mean" for misspellings) to add flags to. The handler receives the parsed
             ``argparse.Namespace`` and returns the exit code.
-        subparsers: the same object under an alias, for plugins written against argparse's
-            sub-parser collection: its ``add_parser(name, **kwargs)`` works as argparse's does (the handler then set with
-            ``parser.set_defaults(handler=...)``). Naming it warns with a
-            ``DeprecationWarning`` when the plugin is registered.
 
     Returns:
         Nothing; every plugin's implementation is called (not ``firstresult``).

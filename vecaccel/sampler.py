@@ -52,8 +52,8 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.payload_spaces import require_fixed_layout
-from vecaccel.vector import Capabilities
+from vecaccel.spaces.payload import require_fixed_layout
+from vecaccel.vec_env import Capabilities
 
 __all__ = ["EpisodeStats", "SampleBatch", "Sampler"]
 
@@ -143,7 +143,7 @@ class Sampler:
         ValueError: for a non-positive horizon or an unknown ``episode_stats``.
         TypeError: if observations are not arrays (dict/tuple spaces are not supported), or
             (before the env is reset) a space has a leaf with no fixed size (``Text``,
-            ``Graph``...; see :func:`vecaccel.payload_spaces.require_fixed_layout`).
+            ``Graph``...; see :func:`vecaccel.spaces.payload.require_fixed_layout`).
     """
 
     def __init__(

@@ -3,9 +3,10 @@
 PufferLib's autotuner varies workers and batch sizes; this one also chooses among backends
 (``serial``, ``shm``, ``hybrid``, ``async``, ``action_server`` with and without alternation).
 It also measures what ``backend="auto"`` would build: the same probe of one env's step cost
-(:func:`vecaccel.probe.probe_step_cost`) and the same rule (:func:`vecaccel.probe.choose_backend`),
-so its line shows how close the automatic choice comes to the best one. Each setting is timed by
-``vecaccel bench``'s clock (:func:`vecaccel.bench.timing.measure`).
+(:func:`vecaccel.backend_choice.probe_step_cost`) and the same rule
+(:func:`vecaccel.backend_choice.choose_backend`), so its line shows how close the automatic choice
+comes to the best one. Each setting is timed by ``vecaccel bench``'s clock
+(:func:`vecaccel.bench.timing.measure`).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import vecaccel
-from vecaccel import probe
-from vecaccel.make import _env_fns
+from vecaccel.backend_choice import choose_backend, env_step_cost
+from vecaccel.envs.source import EnvSource
 from vecaccel.manager import unknown_backend_message
 from vecaccel.worker import usable_cpus
 
@@ -92,7 +93,7 @@ def candidate_configs(
 ) -> list[Trial]:
     """The configurations to try: workers, envs per worker, batch sizes and alternation.
 
-    ``"auto"`` stands for the configuration :func:`vecaccel.probe.choose_backend` picks for
+    ``"auto"`` stands for the configuration :func:`vecaccel.backend_choice.choose_backend` picks for
     one env's step cost ``step_s`` (which it then requires).
 
     The setting auto picks is tried once, labelled ``auto->...``, where it is one of the others.
@@ -109,7 +110,7 @@ def candidate_configs(
         if backend == "auto":
             if step_s is None:
                 raise ValueError("the auto candidate needs the step cost (step_s)")
-            choice = probe.choose_backend(step_s, n, cpus)
+            choice = choose_backend(step_s, n, cpus)
             trials.append(Trial(choice.backend, n, choice.options, auto=True, reason=choice.reason))
         elif backend == "serial":
             trials.append(Trial("serial", n))
@@ -154,7 +155,7 @@ def estimated_seconds(trials: int, seconds: float) -> float:
 
 
 def measure_trial(
-    env_fns: Sequence[Callable], trial: Trial, seconds: float, policy_s: float = 0.0
+    env_fns: EnvSource | Sequence[Callable], trial: Trial, seconds: float, policy_s: float = 0.0
 ) -> float:
     """Steps per second of ``trial``, on ``vecaccel bench``'s clock: random actions sampled
     before timing, a short untimed warm-up, and ``policy_s`` of simulated inference latency
@@ -162,7 +163,7 @@ def measure_trial(
     from vecaccel.bench.timing import measure
 
     build = functools.partial(
-        vecaccel.make_vec, list(env_fns[: trial.num_envs]), backend=trial.backend, **trial.options
+        vecaccel.make_vec, env_fns[: trial.num_envs], backend=trial.backend, **trial.options
     )
     warmup = min(0.25, seconds / 8)
     threads = None
@@ -190,7 +191,7 @@ def measure_trial(
 
 
 def autotune(
-    env: str | Callable,
+    env: EnvSource | str | Callable,
     num_envs_options: Sequence[int] = DEFAULT_NUM_ENVS,
     backends: Iterable[str] | None = None,
     seconds: float = DEFAULT_SECONDS,
@@ -223,23 +224,22 @@ def autotune(
     for name in backends:
         if name not in registered:
             raise ValueError(unknown_backend_message(name, registered))
-    env_fns = (
-        _env_fns(env, max(num_envs_options), None)
-        if not callable(env)
-        else [env] * max(num_envs_options)
-    )
-    # the probe backend="auto" runs, once for every env count
-    step_s = probe.probe_step_cost(env_fns[0]).step_s if "auto" in backends else None
-    trials = candidate_configs(num_envs_options, backends, step_s=step_s)
-    if plan is not None:
-        plan(trials)
-    for trial in trials:
-        try:
-            trial.steps_per_s = measure_trial(env_fns, trial, seconds, policy_ms / 1e3)
-        except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
-            trial.error = f"{type(exc).__name__}: {exc}"
-        if report is not None:
-            report(trial)
+    source = EnvSource.resolve(env, max(num_envs_options))
+    try:
+        # the probe backend="auto" runs, once for every env count
+        step_s = env_step_cost.probe_step_cost(source[0]).step_s if "auto" in backends else None
+        trials = candidate_configs(num_envs_options, backends, step_s=step_s)
+        if plan is not None:
+            plan(trials)
+        for trial in trials:
+            try:
+                trial.steps_per_s = measure_trial(source, trial, seconds, policy_ms / 1e3)
+            except Exception as exc:  # noqa: BLE001 - a configuration that cannot run is reported, not fatal
+                trial.error = f"{type(exc).__name__}: {exc}"
+            if report is not None:
+                report(trial)
+    finally:
+        source.close_unused()
     return sorted(trials, key=lambda t: -t.steps_per_s)
 
 

@@ -72,7 +72,7 @@ def cartpole_cases(n: int, workers: int) -> dict[str, tuple[str, Callable[[], An
 
 def pong_cases(n: int, workers: int) -> dict[str, tuple[str, Callable[[], Any]]]:
     """EnvPool Pong: alone (``workers`` threads), ``shm`` slices of one thread, and ``auto``."""
-    from vecaccel.envpool import envpool_vector_fn
+    from vecaccel.adapters.envpool import envpool_vector_fn
 
     def build(backend: str, fn: Any, **options: Any) -> tuple[str, Callable[[], Any]]:
         make = functools.partial(vecaccel.make_vec, fn, n, backend=backend, vectorized=True)

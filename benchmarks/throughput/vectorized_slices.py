@@ -42,7 +42,7 @@ import vecaccel
 from vecaccel.bench import RunRecord, check_output_path, command_line
 from vecaccel.bench.ceiling import measure_vector_ceiling
 from vecaccel.bench.timing import measure
-from vecaccel.vectorized import VectorEnvFn
+from vecaccel.envs.vectorized_slices import VectorEnvFn
 from vecaccel.worker import usable_cpus
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results")
@@ -92,7 +92,7 @@ def pong_cases(n: int, workers: int) -> dict[str, tuple[str, Callable[[], Any]]]
 
     import envpool
 
-    from vecaccel.envpool import envpool_vector_fn
+    from vecaccel.adapters.envpool import envpool_vector_fn
 
     def alone() -> Any:
         with warnings.catch_warnings():

@@ -43,7 +43,7 @@ from gymnasium.vector.utils import batch_space
 import vecaccel
 from vecaccel.bench import RunRecord, command_line, parse_workloads
 from vecaccel.bench.ceiling import measure_ceiling
-from vecaccel.bench.timing import ACTION_BATCHES, _sample_actions
+from vecaccel.bench.timing import ACTION_BATCHES, sample_actions
 from vecaccel.bench.workloads import resolve_env
 from vecaccel.worker import usable_cpus
 from vecaccel.worker.cpus import limit_threads_after_envs, limit_threads_before_envs
@@ -58,7 +58,7 @@ def _bare_worker(env_fn: Any, count: int, seed: int, spin: bool, cmd: Any, done:
     limit_threads_after_envs(1)
     for k, env in enumerate(envs):
         env.reset(seed=seed + k)
-    actions = _sample_actions(envs[0].action_space, ACTION_BATCHES, seed)
+    actions = sample_actions(envs[0].action_space, ACTION_BATCHES, seed)
     cmd_fd, done_fd = cmd.fileno(), done.fileno()
     poller = select.poll()
     poller.register(cmd_fd, select.POLLIN)
@@ -126,7 +126,7 @@ class VecAccel:
         self.envs.reset(seed=0)
         self.num_envs = int(options.get("batch_size") or num_envs)
         batched = batch_space(self.envs.single_action_space, self.num_envs)
-        self.actions = _sample_actions(batched, ACTION_BATCHES, 0)
+        self.actions = sample_actions(batched, ACTION_BATCHES, 0)
         self.i = 0
 
     def step(self) -> None:

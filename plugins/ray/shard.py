@@ -16,10 +16,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.envs.vectorized_slices import unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.manager import register_envs
-from vecaccel.vector import reset_mask_only
-from vecaccel.vectorized import unbatch_infos
+from vecaccel.vec_env import reset_mask_only
 
 __all__ = ["ShardActor", "ShardFailure", "shard_bounds"]
 

@@ -15,7 +15,7 @@ from gymnasium.vector.utils import batch_space, concatenate, create_empty_array,
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.options import RayOptions
 from vecaccel.spaces import assign_tree, has_fixed_layout, index_tree, read_item
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     ResetReturn,
     Seed,

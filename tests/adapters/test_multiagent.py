@@ -376,7 +376,7 @@ def test_sb3_ppo_trains_one_shared_policy_over_the_rows():
     pytest.importorskip("stable_baselines3")
     from stable_baselines3 import PPO
 
-    from vecaccel.sb3 import to_sb3
+    from vecaccel.adapters.sb3 import to_sb3
 
     envs = vecaccel.make_vec(KAZ, 2, backend="shm", num_workers=2, autoreset_mode=SAME)
     venv = to_sb3(envs)
@@ -389,7 +389,7 @@ def test_sb3_ppo_trains_one_shared_policy_over_the_rows():
 
 
 def test_sb3_refuses_rows_without_same_step_autoreset():
-    from vecaccel.sb3 import to_sb3
+    from vecaccel.adapters.sb3 import to_sb3
 
     envs = vecaccel.make_vec(_echo_fns(2), backend="serial", autoreset_mode="Disabled")
     try:

@@ -39,7 +39,7 @@ from toy_envs import (
 )
 
 import vecaccel
-from vecaccel.sb3 import VecAccelEnv, to_sb3
+from vecaccel.adapters.sb3 import VecAccelEnv, to_sb3
 from vecaccel.testing.envs import CounterEnv, counter_fns
 
 # ---------------------------------------------------------------------------------------------
@@ -55,7 +55,7 @@ def sb3():
     pytest.importorskip("stable_baselines3")
     from stable_baselines3.common import vec_env
 
-    from vecaccel.sb3 import VecAccelEnv
+    from vecaccel.adapters.sb3 import VecAccelEnv
 
     return vec_env, VecAccelEnv
 

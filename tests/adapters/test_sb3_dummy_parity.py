@@ -37,7 +37,7 @@ from toy_envs import (
 )
 
 import vecaccel
-from vecaccel.sb3 import SB3VecEnv, VecAccelEnv, to_sb3
+from vecaccel.adapters.sb3 import SB3VecEnv, VecAccelEnv, to_sb3
 
 # ---------------------------------------------------------------------------------------------
 # step-by-step equality with DummyVecEnv

@@ -24,7 +24,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.utils import LinearSchedule
 
-from vecaccel.sb3 import VecAccelEnv
+from vecaccel.adapters.sb3 import VecAccelEnv
 
 #: SB3 steps every env at once, in index order, as NumPy arrays.
 BACKENDS = select(lockstep=True, tensors=False)

@@ -40,7 +40,7 @@ from toy_envs import (
     InfoEnv,
 )
 
-from vecaccel.sb3 import VecAccelEnv
+from vecaccel.adapters.sb3 import VecAccelEnv
 
 # ---------------------------------------------------------------------------------------------
 # SB3's wrappers on top

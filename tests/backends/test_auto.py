@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vecaccel
-from vecaccel import probe
+from vecaccel.backend_choice import INLINE_MAX_STEP_S, ROUND_TRIP_S, choose_backend
+from vecaccel.backend_choice import env_step_cost as probe
+from vecaccel.backend_choice.env_step_cost import StepCost
 from vecaccel.plugins.auto import AutoOptions
 from vecaccel.plugins.serial import SerialVecEnv
-from vecaccel.probe import INLINE_MAX_STEP_S, ROUND_TRIP_S, StepCost, choose_backend
 from vecaccel.tune import autotune
 from vecaccel.worker import usable_cpus
 
@@ -251,7 +252,7 @@ def test_bad_auto_options_are_refused_before_anything_runs():
 
 
 def test_tune_and_auto_share_the_probe(monkeypatch, no_leaks):
-    """Both ask ``vecaccel.probe.probe_step_cost``: told that a step costs Pong's, each picks
+    """Both ask ``vecaccel.backend_choice.env_step_cost.probe_step_cost``: told that a step costs Pong's, each picks
     shm for CartPole, where the real probe would have kept it in the caller."""
     calls: list[str] = []
 
@@ -279,7 +280,7 @@ def test_tune_and_auto_share_the_probe(monkeypatch, no_leaks):
 def test_the_sb3_adapter_and_the_trainers_default_to_auto(no_leaks):
     import inspect
 
-    from vecaccel.sb3 import VecAccelEnv
+    from vecaccel.adapters.sb3 import VecAccelEnv
     from vecaccel.trainers.config.settings import RunConfig
     from vecaccel.trainers.envs.make import make_env_for_training
 

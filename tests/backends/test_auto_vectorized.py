@@ -1,6 +1,6 @@
 """``auto`` for vector env functions (``vectorized=True``) and EnvPool: the rule of
-:mod:`vecaccel.slice_cost` by its choices on given costs, and ``make_vec(..., backend="auto",
-vectorized=True)`` on a cheap and on a costly vector env."""
+``vecaccel.backend_choice.choose_backend`` by its choices on given vector env costs, and
+``make_vec(..., backend="auto", vectorized=True)`` on a cheap and on a costly vector env."""
 
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ import pytest
 from toy_vector_envs import costly_sync, native_cartpole
 
 import vecaccel
-from vecaccel.slice_cost import (
-    MIN_SAVING_S,
+from vecaccel.backend_choice import MIN_SAVING_S, SHM_MIN_SLICE_S, choose_backend
+from vecaccel.backend_choice.vector_step_cost import (
     MULTICORE_RATIO,
-    SHM_MIN_SLICE_S,
     VectorStepCost,
-    choose_vector_backend,
     probe_vector_step_cost,
     slice_size,
     worker_slots,
@@ -30,36 +28,36 @@ from vecaccel.slice_cost import (
 
 def test_a_cheap_batched_simulator_stays_in_the_caller():
     # CartPole's native vector env on 2 cores: 256 envs in 47 µs, 128 in 25 µs
-    choice = choose_vector_backend(VectorStepCost(47e-6, 25e-6), 256, 2)
+    choice = choose_backend(VectorStepCost(47e-6, 25e-6), 256, 2)
     assert choice.backend == "serial", choice
     assert "round trip" in choice.reason
 
 
 def test_a_large_cheap_batch_steps_a_slice_in_the_caller_beside_a_worker():
     # 4,096 envs gain a few per cent from hybrid on a quiet machine, too few to risk; 16,384 more
-    assert choose_vector_backend(VectorStepCost(181e-6, 95e-6), 4096, 2).backend == "serial"
-    choice = choose_vector_backend(VectorStepCost(900e-6, 450e-6), 16384, 2)
+    assert choose_backend(VectorStepCost(181e-6, 95e-6), 4096, 2).backend == "serial"
+    choice = choose_backend(VectorStepCost(900e-6, 450e-6), 16384, 2)
     assert choice.backend == "hybrid", choice
     assert choice.options == {"num_workers": 1, "inline_envs": 8192}
 
 
 def test_a_costly_slice_goes_to_one_worker_per_cpu():
     # Pong from EnvPool with one thread per pool: 16 envs in 8 ms, a slice of 8 in 4 ms
-    choice = choose_vector_backend(VectorStepCost(8e-3, 4e-3, cores=1.0), 16, 2)
+    choice = choose_backend(VectorStepCost(8e-3, 4e-3, cores=1.0), 16, 2)
     assert choice.backend == "shm" and choice.options == {"num_workers": 2}, choice
-    assert choose_vector_backend(VectorStepCost(40e-3, 10e-3), 64, 4).options == {"num_workers": 4}
+    assert choose_backend(VectorStepCost(40e-3, 10e-3), 64, 4).options == {"num_workers": 4}
 
 
 def test_envpool_with_its_own_threads_stays_in_the_caller():
     # EnvPool's default threads: the pool alone keeps both cores busy
-    choice = choose_vector_backend(VectorStepCost(4e-3, 4e-3, cores=1.9), 16, 2)
+    choice = choose_backend(VectorStepCost(4e-3, 4e-3, cores=1.9), 16, 2)
     assert choice.backend == "serial", choice
     assert "its own threads" in choice.reason
 
 
 def test_a_multithreaded_vector_env_gets_the_workers_its_threads_leave_room_for():
     assert worker_slots(64, 16, cores=4.1) == 4
-    choice = choose_vector_backend(VectorStepCost(40e-3, 10e-3, cores=4.1), 64, 16)
+    choice = choose_backend(VectorStepCost(40e-3, 10e-3, cores=4.1), 64, 16)
     assert choice.backend == "shm" and choice.options == {"num_workers": 4}, choice
 
 
@@ -70,33 +68,33 @@ def test_a_multithreaded_vector_env_gets_the_workers_its_threads_leave_room_for(
 @pytest.mark.parametrize("cpus", [1, 2, 8])
 def test_a_costlier_step_never_moves_the_choice_back_towards_the_caller(step_s, slice_s, cpus):
     order = {"serial": 0, "hybrid": 1, "shm": 2}
-    low = choose_vector_backend(VectorStepCost(step_s, slice_s), 4096, cpus)
-    high = choose_vector_backend(VectorStepCost(step_s * 10, slice_s * 10), 4096, cpus)
+    low = choose_backend(VectorStepCost(step_s, slice_s), 4096, cpus)
+    high = choose_backend(VectorStepCost(step_s * 10, slice_s * 10), 4096, cpus)
     assert order[low.backend] <= order[high.backend], (low, high)
 
 
 def test_the_thresholds_are_where_the_rule_says():
     at_the_margin = VectorStepCost(2 * MIN_SAVING_S, MIN_SAVING_S)
-    assert choose_vector_backend(at_the_margin, 4096, 2).backend == "serial"
+    assert choose_backend(at_the_margin, 4096, 2).backend == "serial"
     past_it = VectorStepCost(2.2 * MIN_SAVING_S, MIN_SAVING_S)
-    assert choose_vector_backend(past_it, 4096, 2).backend == "hybrid"
+    assert choose_backend(past_it, 4096, 2).backend == "hybrid"
     above = VectorStepCost(2 * SHM_MIN_SLICE_S, SHM_MIN_SLICE_S)
-    assert choose_vector_backend(above, 4096, 2).backend == "shm"
+    assert choose_backend(above, 4096, 2).backend == "shm"
 
 
 def test_isolation_or_worker_options_keep_the_envs_in_workers():
     cheap = VectorStepCost(47e-6, 25e-6)
-    assert choose_vector_backend(None, 256, 2, isolate=True).backend == "shm"
-    assert choose_vector_backend(cheap, 256, 2, workers=True).backend != "serial"
-    kept = choose_vector_backend(cheap, 256, 2, workers=True, num_workers=3)
+    assert choose_backend(None, 256, 2, isolate=True).backend == "shm"
+    assert choose_backend(cheap, 256, 2, workers=True).backend != "serial"
+    kept = choose_backend(cheap, 256, 2, workers=True, num_workers=3)
     assert kept.options["num_workers"] == 3
     with pytest.raises(ValueError, match="step cost is needed"):
-        choose_vector_backend(None, 256, 2)
+        choose_backend(None, 256, 2)
 
 
 def test_one_env_or_one_cpu_is_serial():
-    assert choose_vector_backend(VectorStepCost(1.0, 1.0), 1, 8).backend == "serial"
-    assert choose_vector_backend(VectorStepCost(1.0, 0.5), 64, 1).backend == "serial"
+    assert choose_backend(VectorStepCost(1.0, 1.0), 1, 8).backend == "serial"
+    assert choose_backend(VectorStepCost(1.0, 0.5), 64, 1).backend == "serial"
 
 
 def test_slices_are_cut_as_the_workers_cut_them():
@@ -141,7 +139,7 @@ def test_a_busy_thread_of_the_caller_is_not_counted_as_the_env_s_cores():
         stop.set()
         thread.join()
     assert 0 < cost.cores < MULTICORE_RATIO, cost
-    assert choose_vector_backend(cost, 8, 2).backend == "shm"
+    assert choose_backend(cost, 8, 2).backend == "shm"
 
 
 def test_auto_keeps_a_cheap_native_vector_env_in_the_caller(no_leaks):

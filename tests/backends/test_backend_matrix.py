@@ -13,7 +13,7 @@ from backend_matrix import SETUPS, backends, options_for, partial_batch_options,
 import vecaccel
 from vecaccel.manager import get_backend
 from vecaccel.testing.envs import counter_fns, env_pid
-from vecaccel.vector import Capabilities
+from vecaccel.vec_env import Capabilities
 
 NUM_ENVS = 4
 

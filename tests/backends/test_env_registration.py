@@ -14,7 +14,7 @@ from helpers import last_json, run_child
 from user_env_fns import make_from_an_unknown_namespace
 
 import vecaccel
-from vecaccel.env_ids import env_error_message, namespace_hint
+from vecaccel.envs.unknown_ids import env_error_message, namespace_hint
 from vecaccel.errors import WorkerError
 
 pytest.importorskip("ale_py")
@@ -83,7 +83,7 @@ def test_a_function_making_ale_pong_by_id_runs_in_a_ray_shard():
 def packaged_namespace(monkeypatch):
     """``NoSuchPackage`` as if a known plugin package that is not installed provided it."""
     monkeypatch.setitem(
-        vecaccel.env_ids.NAMESPACE_PACKAGES,
+        vecaccel.envs.unknown_ids.NAMESPACE_PACKAGES,
         "NoSuchPackage",
         ("no_such_package", "no-such-package", "nosuch"),
     )

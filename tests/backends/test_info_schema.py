@@ -29,7 +29,7 @@ from helpers import assert_same
 from toy_envs import TextActionEnv, TextObsEnv
 
 import vecaccel
-from vecaccel.vector import EnvRunner
+from vecaccel.vec_env import EnvRunner
 from vecaccel.worker import Status
 from vecaccel.worker.info_schema import (
     INFO_BLOCK_BYTES,
@@ -468,7 +468,7 @@ def test_sb3_adapter_infos_match_dummy_vec_env(backend):
     pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from vecaccel.sb3 import VecAccelEnv
+    from vecaccel.adapters.sb3 import VecAccelEnv
 
     fns = schema_fns(odd_every=5, odd="missing", episode=7)
     reference = DummyVecEnv(fns)

@@ -26,15 +26,15 @@ from space_strategies import payload_leaves, space_trees
 from toy_envs import RaiseAt
 
 import vecaccel
-from vecaccel.payload_spaces import (
+from vecaccel.spaces import PayloadLeaf, check_actions, item_reader, leaf_specs
+from vecaccel.spaces.payload import (
     format_path,
     layout_specs,
     require_fixed_layout,
 )
-from vecaccel.payload_spaces import (
+from vecaccel.spaces.payload import (
     payload_leaves as leaves_of,
 )
-from vecaccel.spaces import PayloadLeaf, check_actions, item_reader, leaf_specs
 from vecaccel.worker import derived_seed
 
 

@@ -269,7 +269,7 @@ def test_lost_shard(cluster, fault, policy):
 def test_sampler_and_sb3_adapter_over_ray(cluster):
     torch = pytest.importorskip("torch")
     pytest.importorskip("stable_baselines3")
-    from vecaccel.sb3 import to_sb3
+    from vecaccel.adapters.sb3 import to_sb3
 
     envs = vecaccel.make_vec(
         "CartPole-v1",

@@ -243,7 +243,7 @@ def _failing_fns():
 
 
 def test_sb3_adapter_reports_a_restart_as_a_truncation():
-    from vecaccel.sb3 import VecAccelEnv
+    from vecaccel.adapters.sb3 import VecAccelEnv
 
     venv = VecAccelEnv(_failing_fns(), backend="shm", num_workers=2, on_worker_failure="restart")
     try:

@@ -757,7 +757,7 @@ def test_spaces_without_layout_match_sync(obs_space, act_space, mode, backend):
 
 def test_layout_of_spaces_without_layout_is_refused_by_leaf_specs_naming_the_space():
     """``leaf_specs`` lays out fixed spaces only (what plugins with their own buffers use);
-    ``vecaccel.payload_spaces.layout_specs`` lays out any space."""
+    ``vecaccel.spaces.payload.layout_specs`` lays out any space."""
     with pytest.raises(TypeError, match=r"Text\(") as info:
         leaf_specs(spaces.Dict({"t": spaces.Text(3)}), 2)
     assert "layout_specs" in str(info.value)

@@ -47,7 +47,7 @@ from hypothesis.stateful import (
 import vecaccel
 from vecaccel.testing.envs import HARD_FAULTS, FaultEnv, env_state, fault_env_fns
 from vecaccel.testing.leaks import child_pids, leaked_shm, open_fds, shm_entries, wait_until
-from vecaccel.vector import EnvRunner
+from vecaccel.vec_env import EnvRunner
 
 NUM_ENVS = 4
 WORKER_ENVS = ((0, 1), (2, 3))  # num_workers=2 gives each worker half of the envs

@@ -22,7 +22,7 @@ from gymnasium.vector import AutoresetMode
 import vecaccel
 from vecaccel.plugins.serial import SerialVecEnv
 from vecaccel.testing import NUM_ENVS, check_backend
-from vecaccel.vector import EnvRunner, VecEnv
+from vecaccel.vec_env import EnvRunner, VecEnv
 
 EXAMPLE_PLUGIN = Path(__file__).resolve().parents[2] / "examples" / "vecaccel-example-plugin"
 

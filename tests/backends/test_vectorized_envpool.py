@@ -15,7 +15,7 @@ envpool = pytest.importorskip(
 )
 
 import vecaccel  # noqa: E402
-from vecaccel.envpool import EnvPoolVectorEnv, envpool_vector_fn  # noqa: E402
+from vecaccel.adapters.envpool import EnvPoolVectorEnv, envpool_vector_fn  # noqa: E402
 
 N = 8
 

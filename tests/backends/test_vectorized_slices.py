@@ -31,11 +31,11 @@ from toy_vector_envs import (
 )
 
 import vecaccel
+from vecaccel.envs.vectorized_slices import merge_slice_infos, unbatch_infos
 from vecaccel.errors import WorkerError
 from vecaccel.testing import NUM_ENVS as CONTRACT_ENVS
 from vecaccel.testing import check_backend
 from vecaccel.testing.leaks import process_gone, wait_until
-from vecaccel.vectorized import merge_slice_infos, unbatch_infos
 from vecaccel.worker import derived_seed
 
 torch.set_num_threads(1)
@@ -278,7 +278,7 @@ def test_num_envs_is_required():
 
 
 def test_a_backend_stepping_envs_alone_gets_a_clear_error():
-    from vecaccel.vectorized import SliceEnvFn, VectorEnvFn
+    from vecaccel.envs.vectorized_slices import SliceEnvFn, VectorEnvFn
 
     probe = SliceEnvFn(VectorEnvFn(native_cartpole, AutoresetMode.NEXT_STEP))()
     try:
@@ -494,7 +494,7 @@ def test_sampler_collects_from_vectorized_slices():
 
 def test_sb3_adapter_steps_vectorized_slices():
     pytest.importorskip("stable_baselines3")
-    from vecaccel.sb3 import SB3VecEnv
+    from vecaccel.adapters.sb3 import SB3VecEnv
 
     fn = functools.partial(sync_cartpole, mode="SameStep")
     envs = vecaccel.make_vec(

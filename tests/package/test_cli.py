@@ -51,26 +51,6 @@ def test_plugins_add_commands(
     assert capsys.readouterr().out == "hello vecaccel\n"
 
 
-def test_a_plugin_written_for_argparses_subparsers_still_works_and_is_told_the_new_name(
-    fresh_plugin_manager: None, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Plugins written when the hook handed over argparse's sub-parser collection (the argument
-    named ``subparsers``, ``add_parser`` then ``set_defaults(handler=...)``) keep working; a
-    DeprecationWarning at registration names the new argument."""
-
-    class OldHello:
-        @vecaccel.hookimpl
-        def vecaccel_add_commands(self, subparsers) -> None:
-            parser = subparsers.add_parser("hello", help="say hello")
-            parser.add_argument("--name", default="world")
-            parser.set_defaults(handler=lambda args: print(f"hello {args.name}") or 3)
-
-    with pytest.warns(DeprecationWarning, match="name it `commands`"):
-        vecaccel.get_plugin_manager().register(OldHello(), name="test-old-hello")
-    assert main(["hello", "--name", "vecaccel"]) == 3
-    assert capsys.readouterr().out == "hello vecaccel\n"
-
-
 def test_every_command_comes_through_the_hook_built_ins_first() -> None:
     """``backends``, ``bench`` and ``tune`` are added by the built-in plugin ``vecaccel.cli``
     through ``vecaccel_add_commands``, as the trainers add ``train`` and ``eval``."""

@@ -58,21 +58,12 @@ def test_a_written_result_reads_back_as_written(tmp_path_factory, results, summa
         assert key in meta, key
 
 
-@pytest.mark.parametrize("row_key", ["runs", "arms", "records", "results"])
-def test_an_older_file_reads_with_its_rows_as_results(tmp_path, row_key):
-    path = tmp_path / "old.json"
-    older = {"command": "python x.py", row_key: [{"seed": 1}], "summary": {"ok": True}, "n": 3}
-    path.write_text(json.dumps(older))
-    assert load_result(path) == {
-        "meta": {"format": 0, "command": "python x.py", "n": 3},
-        "results": [{"seed": 1}],
-        "summary": {"ok": True},
-    }
-
-
-def test_a_file_without_rows_is_refused_by_name(tmp_path):
+def test_a_file_not_of_the_format_is_refused_by_name(tmp_path):
     path = tmp_path / "flat.json"
     path.write_text(json.dumps({"rate": 1.0}))
+    with pytest.raises(ValueError, match=r"flat\.json: no meta object"):
+        load_result(path)
+    path.write_text(json.dumps({"meta": {"format": 1}, "runs": [{"seed": 1}]}))
     with pytest.raises(ValueError, match=r"flat\.json: no rows"):
         load_result(path)
     path.write_text("[1, 2]")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import vecaccel
-from vecaccel.env_ids import env_id_hint, unknown_env_id_message
+from vecaccel.envs.unknown_ids import env_id_hint, unknown_env_id_message
 
 pytest.importorskip("minatar")
 

@@ -48,12 +48,12 @@ def test_the_sb3_adapter_warning_names_the_line_that_called_sb3(too_many_torch_t
     pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.env_util import make_vec_env
 
-    import vecaccel.sb3
+    import vecaccel.adapters.sb3
 
     line = inspect.currentframe().f_lineno + 2  # the line of the call
     caught = _recorded(
         lambda: make_vec_env(
-            "CartPole-v1", n_envs=2, vec_env_cls=vecaccel.sb3.VecAccelEnv,
+            "CartPole-v1", n_envs=2, vec_env_cls=vecaccel.adapters.sb3.VecAccelEnv,
             vec_env_kwargs={"backend": "shm", "num_workers": 1},
         )
     )  # fmt: skip

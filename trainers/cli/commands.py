@@ -221,7 +221,7 @@ def _train(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     if args.async_mode:
-        from vecaccel.multiagent import is_module_env_path
+        from vecaccel.adapters.stacked_agents import is_module_env_path
 
         if is_module_env_path(env_id):
             print(
@@ -445,7 +445,7 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
     import gymnasium as gym
 
     import vecaccel
-    from vecaccel.env_ids import unknown_env_id_message
+    from vecaccel.envs.unknown_ids import unknown_env_id_message
     from vecaccel.manager import register_envs, unknown_backend_message
 
     names = {field.name for field in dataclasses.fields(config_cls)}
@@ -456,8 +456,8 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
     registered = vecaccel.list_backends()
     if cfg.backend not in registered:
         raise ValueError(unknown_backend_message(cfg.backend, registered))
+    from vecaccel.adapters.stacked_agents import is_module_env_path
     from vecaccel.manager import get_backend
-    from vecaccel.multiagent import is_module_env_path
     from vecaccel.trainers.envs.batched import batched_env_fn, is_batched_source
     from vecaccel.trainers.envs.make import backend_options_of
 

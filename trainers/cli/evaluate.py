@@ -94,7 +94,7 @@ def eval_command(args: argparse.Namespace) -> int:
     if env_id is None:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2
-    from vecaccel.multiagent import is_module_env_path
+    from vecaccel.adapters.stacked_agents import is_module_env_path
     from vecaccel.trainers.checkpoints.format import check_env_matches
     from vecaccel.trainers.envs.make import make_env_fn, parallel_env_spaces
 

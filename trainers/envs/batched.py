@@ -1,7 +1,7 @@
 """Batched simulators as a trainer's envs: one vector env per worker over its slice of the envs.
 
 Two sources, both ``NextStep`` autoreset (the only mode they have), both built by
-``make_vec(..., vectorized=True)`` (see :mod:`vecaccel.vectorized`):
+``make_vec(..., vectorized=True)`` (see :mod:`vecaccel.envs.vectorized_slices`):
 
 * ``vectorized=True``: the id's Gymnasium ``vector_entry_point`` (:class:`EntryPointVectorFn`);
 * ``env_source="envpool"``: an Atari game's frames from EnvPool with the ALE route's
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 
-from vecaccel.vectorized import require_vector_entry_point
+from vecaccel.envs.vectorized_slices import require_vector_entry_point
 
 __all__ = [
     "EntryPointVectorFn",
@@ -92,7 +92,7 @@ def envpool_atari_fn(env_id: str, training: bool = True) -> Callable[[int], gym.
         >>> envpool_atari_fn("PongNoFrameskip-v4")
         envpool_vector_fn('Pong-v5', **{... 'episodic_life': True, 'reward_clip': True, ...})
     """
-    from vecaccel.envpool import envpool_vector_fn
+    from vecaccel.adapters.envpool import envpool_vector_fn
 
     sticky = 0.25 if env_id.startswith("ALE/") and env_id.endswith("-v5") else 0.0
     return envpool_vector_fn(
@@ -145,7 +145,7 @@ def batched_env_fn(
         if atari is False or (atari is None and not is_atari_id(env_id)):
             raise ValueError(
                 f"env_source='envpool' takes Atari games' frames from EnvPool; {env_id} is not "
-                "an Atari id (for another EnvPool task, hand vecaccel.envpool.envpool_vector_fn "
+                "an Atari id (for another EnvPool task, hand vecaccel.adapters.envpool.envpool_vector_fn "
                 "to make_vec(..., vectorized=True) and train on that vector env)"
             )
         import importlib.util

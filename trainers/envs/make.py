@@ -17,7 +17,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from vecaccel.multiagent import ModuleEnvFn, as_parallel, is_module_env_path
+from vecaccel.adapters.stacked_agents import is_module_env_path
+from vecaccel.envs.source import EnvSource
 from vecaccel.trainers.envs.batched import batched_env_fn, is_batched_source
 
 __all__ = [
@@ -34,12 +35,13 @@ __all__ = [
     "make_env_fn",
     "make_env_for_training",
     "parallel_env_spaces",
+    "training_env_source",
 ]
 
 
 def is_parallel_env_path(env_id: str | None) -> bool:
     """Whether ``env_id`` is the module path of a PettingZoo env rather than a Gymnasium id,
-    by ``make_vec``'s own rule (:func:`vecaccel.multiagent.is_module_env_path`).
+    by ``make_vec``'s own rule (:func:`vecaccel.adapters.stacked_agents.is_module_env_path`).
 
     Example:
         >>> is_parallel_env_path("CartPole-v1"), is_parallel_env_path("ALE/Pong-v5")
@@ -50,12 +52,10 @@ def is_parallel_env_path(env_id: str | None) -> bool:
 
 @functools.lru_cache(maxsize=16)
 def _parallel_env_facts(env_id: str) -> tuple[int, gym.Space, gym.Space]:
-    env = as_parallel(ModuleEnvFn(env_id)())  # an AEC module's env made parallel, as make_vec does
-    try:
-        agents = list(env.possible_agents)
-        return len(agents), env.observation_space(agents[0]), env.action_space(agents[0])
-    finally:
-        env.close()
+    source = EnvSource.resolve(env_id, 1)  # the one env it makes is read, then closed
+    source.close_unused()
+    assert source.observation_space is not None and source.action_space is not None
+    return len(source.agents), source.observation_space, source.action_space
 
 
 def agents_per_env(env_id: str | None) -> int:
@@ -112,7 +112,7 @@ def check_tensor_spaces(
 
     Every vecaccel backend but ``action_server`` steps such envs, batched as Gymnasium's
     ``SyncVectorEnv`` batches them; the trainers' networks and buffers need fixed-shape tensors.
-    The check is :func:`vecaccel.payload_spaces.require_fixed_layout`'s.
+    The check is :func:`vecaccel.spaces.payload.require_fixed_layout`'s.
 
     Example:
         >>> check_tensor_spaces("PPO", gym.spaces.Box(0, 1, (3,)), gym.spaces.Discrete(2))
@@ -123,7 +123,7 @@ def check_tensor_spaces(
         ...     print(str(exc).split(": ")[1].split(". ")[0])
         Sequence(Discrete(3), stack=False)
     """
-    from vecaccel.payload_spaces import require_fixed_layout
+    from vecaccel.spaces.payload import require_fixed_layout
 
     for kind, space in (("observation", observation_space), ("action", action_space)):
         if space is not None:
@@ -274,8 +274,54 @@ def backend_options_of(config: Any) -> dict[str, Any]:
     return options
 
 
-def make_env_for_training(
+def training_env_source(
     env_id: str,
+    num_envs: int,
+    atari: bool | None = None,
+    autoreset_mode: str | None = None,
+    training: bool = True,
+    vectorized: bool = False,
+    env_source: str = "ale",
+) -> EnvSource:
+    """The env source a trainer builds its vector env from: the arguments as
+    :func:`make_env_for_training` takes them (``autoreset_mode``: the one the vector env
+    function of a batched source must have).
+
+    Raises:
+        ValueError: for a batched source an env cannot have (a PettingZoo env; an Atari game
+            with ``vectorized`` but not ``env_source="envpool"``; EnvPool for a non-Atari id).
+
+    Example:
+        >>> source = training_env_source("CartPole-v1", 2)
+        >>> source.num_envs, source.multiagent
+        (2, False)
+    """
+    from vecaccel.trainers.config.settings import ENV_SOURCES
+
+    if env_source not in ENV_SOURCES:
+        raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {env_source!r}")
+    batched = is_batched_source(vectorized, env_source)
+    if autoreset_mode is None:
+        autoreset_mode = "NextStep" if batched else "SameStep"
+    if is_module_env_path(env_id):
+        if atari:
+            raise ValueError(f"atari=True: {env_id} is a PettingZoo env, not an Atari game")
+        if batched:
+            raise ValueError(
+                f"vectorized=True and env_source='envpool' build Gymnasium ids; {env_id} is a "
+                "PettingZoo env"
+            )
+        return EnvSource.resolve(env_id, num_envs)
+    if batched:
+        vector_fn = batched_env_fn(env_id, atari, training, env_source)
+        return EnvSource.resolve(
+            vector_fn, num_envs, vectorized=True, autoreset_mode=autoreset_mode
+        )
+    return EnvSource.resolve([make_env_fn(env_id, atari, training)] * num_envs)
+
+
+def make_env_for_training(
+    env_id: str | EnvSource,
     num_envs: int,
     backend: str = "auto",
     seed: int | None = None,
@@ -295,7 +341,8 @@ def make_env_for_training(
     simulators (``vectorized``, ``env_source="envpool"``) give one vector env per worker.
 
     Args:
-        env_id: a Gymnasium id, or the module path of a PettingZoo env.
+        env_id: a Gymnasium id, or the module path of a PettingZoo env; or an env source
+            resolved already (:func:`training_env_source`), built as it is.
         num_envs: number of sub-environments (PettingZoo: envs, not rows).
         backend: a registered vecaccel backend (``auto``: chosen from one env's step cost).
         seed: seeds the batched action space; the sampler's first ``reset(seed=...)`` seeds the
@@ -321,43 +368,16 @@ def make_env_for_training(
             with ``vectorized`` but not ``env_source="envpool"``; EnvPool for a non-Atari id).
     """
     import vecaccel
-    from vecaccel.trainers.config.settings import ENV_SOURCES
 
-    if env_source not in ENV_SOURCES:
-        raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {env_source!r}")
-    batched = is_batched_source(vectorized, env_source)
+    source = env_id
+    if not isinstance(source, EnvSource):
+        source = training_env_source(
+            source, num_envs, atari, autoreset_mode, training, vectorized, env_source
+        )
     if autoreset_mode is None:
-        autoreset_mode = "NextStep" if batched else "SameStep"
-    if is_module_env_path(env_id):
-        if atari:
-            raise ValueError(f"atari=True: {env_id} is a PettingZoo env, not an Atari game")
-        if batched:
-            raise ValueError(
-                f"vectorized=True and env_source='envpool' build Gymnasium ids; {env_id} is a "
-                "PettingZoo env"
-            )
-        envs = vecaccel.make_vec(
-            env_id, num_envs, backend=backend, autoreset_mode=autoreset_mode, **backend_options
-        )
-        if seed is not None:
-            envs.action_space.seed(seed)
-        return envs
-    if batched:
-        vector_fn = batched_env_fn(env_id, atari, training, env_source)
-        envs = vecaccel.make_vec(
-            vector_fn,
-            num_envs,
-            backend=backend,
-            autoreset_mode=autoreset_mode,
-            vectorized=True,
-            **backend_options,
-        )
-        if seed is not None:
-            envs.action_space.seed(seed)
-        return envs
-    env_fn = make_env_fn(env_id, atari, training)
+        autoreset_mode = "NextStep" if source.vectorized else "SameStep"
     envs = vecaccel.make_vec(
-        [env_fn] * num_envs, backend=backend, autoreset_mode=autoreset_mode, **backend_options
+        source, num_envs, backend=backend, autoreset_mode=autoreset_mode, **backend_options
     )
     if seed is not None:
         envs.action_space.seed(seed)

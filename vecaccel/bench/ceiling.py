@@ -8,9 +8,9 @@ windows overlap; each limits native thread pools (OpenCV in ``AtariPreprocessing
 thread, as vecaccel's workers do, so that one process keeps one core busy.
 
 For a batched simulator (a vector env function ``fn(n) -> VectorEnv``, see
-:mod:`vecaccel.vectorized`) the ceiling is :func:`measure_vector_ceiling`: one process per core,
-each stepping its own native vector env, the envs of all of them summing to the vector env's
-size, their rates summed.
+:mod:`vecaccel.envs.vectorized_slices`) the ceiling is :func:`measure_vector_ceiling`: one process
+per core, each stepping its own native vector env, the envs of all of them summing to the vector
+env's size, their rates summed.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.bench.timing import ACTION_BATCHES, _sample_actions, _time_raw, _time_vector
+from vecaccel.bench.timing import ACTION_BATCHES, sample_actions, time_raw, time_vector
 from vecaccel.bench.workloads import BenchEnv
 from vecaccel.worker import usable_cpus
 from vecaccel.worker.cpus import limit_threads_after_envs, limit_threads_before_envs
@@ -43,9 +43,9 @@ def _step_raw_env(
         limit_threads_after_envs(1)
         try:
             env.reset(seed=seed)
-            actions = _sample_actions(env.action_space, ACTION_BATCHES, seed)
+            actions = sample_actions(env.action_space, ACTION_BATCHES, seed)
             barrier.wait(START_TIMEOUT_S)
-            conn.send(("ok", _time_raw(env, actions, seconds, warmup)))
+            conn.send(("ok", time_raw(env, actions, seconds, warmup)))
         finally:
             env.close()
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
@@ -73,9 +73,9 @@ def _step_vector_env(
         try:
             envs.reset(seed=seed)
             space = batch_space(envs.single_action_space, num_envs)
-            actions = _sample_actions(space, ACTION_BATCHES, seed)
+            actions = sample_actions(space, ACTION_BATCHES, seed)
             barrier.wait(START_TIMEOUT_S)
-            batches, elapsed = _time_vector(envs, actions, seconds, warmup)
+            batches, elapsed = time_vector(envs, actions, seconds, warmup)
             conn.send(("ok", (batches * num_envs, elapsed)))
         finally:
             envs.close()
@@ -114,7 +114,7 @@ def measure_vector_ceiling(
         RuntimeError: if a process fails (its error is in the message) or does not report.
 
     Example:
-        >>> from vecaccel.vectorized import VectorEnvFn
+        >>> from vecaccel.envs.vectorized_slices import VectorEnvFn
         >>> from gymnasium.vector import AutoresetMode
         >>> build = VectorEnvFn("CartPole-v1", AutoresetMode.NEXT_STEP)
         >>> rate, processes = measure_vector_ceiling(build, 8, 0.01, 0.0, 0, 2)

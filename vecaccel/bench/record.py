@@ -31,10 +31,8 @@ run; benchmarks that measure none leave the list empty. Where a benchmark of bat
 measures one native vector env per process instead, its entries say so (``vector_env``) with
 the envs they held (``num_envs``).
 
-:func:`load_result` reads files without a ``format`` key as format 0: files with the same
-``meta`` and ``results`` keys (the ceilings among the rows only) and files whose rows are under
-``runs``, ``arms`` or ``records``, which become ``results`` while the other keys go to ``meta``
-unchanged.
+Files of format 0 have the same ``meta`` and ``results`` keys, their ceilings among the rows
+only; :func:`load_result` reads both formats.
 
 Example:
     >>> import pathlib, tempfile
@@ -64,7 +62,6 @@ from vecaccel.bench.report import machine_info
 from vecaccel.worker.cpus import usable_cpus
 
 __all__ = [
-    "LEGACY_ROW_KEYS",
     "RESULT_FORMAT",
     "RunRecord",
     "check_output_path",
@@ -78,9 +75,6 @@ RESULT_FORMAT = 1
 
 #: Distributions whose versions a run record adds to :func:`~vecaccel.bench.machine_info`'s.
 RECORDED_VERSIONS: tuple[str, ...] = ("torch", "pettingzoo", "supersuit", "mpe2", "ray")
-
-#: Keys that held the rows in result files written before the format, in the order tried.
-LEGACY_ROW_KEYS: tuple[str, ...] = ("results", "runs", "arms", "records")
 
 
 def load_average() -> list[float] | None:
@@ -253,40 +247,26 @@ class RunRecord:
 
 
 def load_result(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a result file as the one format, whichever version of a script wrote it.
-
-    A file of the format is returned as it is. A file without ``format`` has its rows (its first list under
-    ``results``, ``runs``, ``arms`` or ``records``) become ``results``, its ``summary`` stays,
-    and every other key goes to ``meta`` under its own name (the keys of a ``meta`` object it
-    holds first), with ``meta["format"]`` 0.
+    """Read a result file of the one format (``meta``, ``results``, an optional ``summary``).
 
     Raises:
-        ValueError: if the file holds no JSON object, or an object with no list of rows.
+        ValueError: if the file holds no JSON object, or one without a ``meta`` object naming
+            its format or without a list of rows under ``results``.
 
     Example:
         >>> import json, pathlib, tempfile
-        >>> path = pathlib.Path(tempfile.mkdtemp()) / "old.json"
-        >>> _ = path.write_text(json.dumps({"command": "python x.py", "runs": [{"seed": 1}]}))
-        >>> load_result(path)
-        {'meta': {'format': 0, 'command': 'python x.py'}, 'results': [{'seed': 1}]}
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "result.json"
+        >>> _ = path.write_text(json.dumps({"meta": {"format": 1}, "results": [{"seed": 1}]}))
+        >>> load_result(path)["results"]
+        [{'seed': 1}]
     """
     with open(path, encoding="utf-8") as handle:
         payload = json.load(handle)
     if not isinstance(payload, dict):
         raise ValueError(f"{os.fspath(path)}: a result file holds a JSON object")
     meta = payload.get("meta")
-    if isinstance(meta, dict) and meta.get("format") == RESULT_FORMAT:
-        return payload
-    row_key = next((key for key in LEGACY_ROW_KEYS if isinstance(payload.get(key), list)), None)
-    if row_key is None:
-        raise ValueError(
-            f"{os.fspath(path)}: no rows (a list under one of {', '.join(LEGACY_ROW_KEYS)})"
-        )
-    converted: dict[str, Any] = {"meta": {"format": 0, **(meta if isinstance(meta, dict) else {})}}
-    for key, value in payload.items():
-        if key not in ("meta", row_key, "summary"):
-            converted["meta"][key] = value
-    converted["results"] = payload[row_key]
-    if "summary" in payload:
-        converted["summary"] = payload["summary"]
-    return converted
+    if not isinstance(meta, dict) or not isinstance(meta.get("format"), int):
+        raise ValueError(f"{os.fspath(path)}: no meta object with the result format's version")
+    if not isinstance(payload.get("results"), list):
+        raise ValueError(f"{os.fspath(path)}: no rows (a list under results)")
+    return payload

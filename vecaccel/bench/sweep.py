@@ -14,7 +14,8 @@ from vecaccel.bench.ceiling import measure_ceiling, measure_vector_ceiling
 from vecaccel.bench.peers import PEERS, build_peer, unavailable_reason
 from vecaccel.bench.timing import measure, measure_raw
 from vecaccel.bench.workloads import BenchEnv, resolve_env
-from vecaccel.vectorized import VectorEnvFn
+from vecaccel.envs.source import EnvSource
+from vecaccel.envs.vectorized_slices import VectorEnvFn
 from vecaccel.worker import usable_cpus
 
 __all__ = [
@@ -228,50 +229,56 @@ def run_benchmark(
     processes = usable_cpus()
     vector_fn = None
     if vectorized:
-        if not isinstance(target.make_vec_arg, str):
+        env_id = EnvSource.id_of(target.make_vec_arg)
+        if env_id is None:
             raise ValueError(f"vectorized needs an env id with a vector_entry_point, not {env!r}")
-        vector_fn = VectorEnvFn(target.make_vec_arg, AutoresetMode.NEXT_STEP)
+        vector_fn = VectorEnvFn(env_id, AutoresetMode.NEXT_STEP)
         backend_options = {
             name: {**backend_options.get(name, {}), "vectorized": True} for name in backends
         }
-    for _ in range(repeat):
-        if vector_fn is not None:
-            for n in num_envs_list:
+    # resolved once for the largest count; each count builds from its first envs
+    source = EnvSource.resolve(target.make_vec_arg, max(num_envs_list), vectorized=vectorized)
+    try:
+        for _ in range(repeat):
+            if vector_fn is not None:
+                for n in num_envs_list:
+                    run_baseline(
+                        "ceiling",
+                        n,
+                        f"ceiling, {processes} processes each stepping a native vector env",
+                        functools.partial(_vector_ceiling, vector_fn, n, seconds, warmup, seed),
+                    )
+                    run_one("native", "peer", n, functools.partial(vector_fn, n))
+            if "raw" in peers:
+                run_baseline(
+                    "raw", 1, "raw single env", lambda: measure_raw(target, seconds, warmup, seed)
+                )
+            if "ceiling" in peers and vector_fn is None:
                 run_baseline(
                     "ceiling",
-                    n,
-                    f"ceiling, {processes} processes each stepping a native vector env",
-                    functools.partial(_vector_ceiling, vector_fn, n, seconds, warmup, seed),
+                    processes,
+                    f"ceiling, {processes} processes each stepping a raw env",
+                    lambda: measure_ceiling(target, seconds, warmup, seed, processes)[0],
                 )
-                run_one("native", "peer", n, functools.partial(vector_fn, n))
-        if "raw" in peers:
-            run_baseline(
-                "raw", 1, "raw single env", lambda: measure_raw(target, seconds, warmup, seed)
-            )
-        if "ceiling" in peers and vector_fn is None:
-            run_baseline(
-                "ceiling",
-                processes,
-                f"ceiling, {processes} processes each stepping a raw env",
-                lambda: measure_ceiling(target, seconds, warmup, seed, processes)[0],
-            )
-        for n in num_envs_list:
-            for name in backends:
-                options = dict(backend_options.get(name, {}))
-                run_one(
-                    f"vecaccel-{name}",
-                    "vecaccel",
-                    n,
-                    functools.partial(make_vec, target.make_vec_arg, n, backend=name, **options),
-                )
-            for peer in peers:
-                if peer in ("raw", "ceiling"):
-                    continue
-                reason = unavailable_reason(peer, target)
-                if reason is not None:
-                    skip(peer, "peer", n, reason)
-                    continue
-                run_one(peer, "peer", n, functools.partial(build_peer, peer, target, n, seed))
+            for n in num_envs_list:
+                for name in backends:
+                    options = dict(backend_options.get(name, {}))
+                    run_one(
+                        f"vecaccel-{name}",
+                        "vecaccel",
+                        n,
+                        functools.partial(make_vec, source[:n], backend=name, **options),
+                    )
+                for peer in peers:
+                    if peer in ("raw", "ceiling"):
+                        continue
+                    reason = unavailable_reason(peer, target)
+                    if reason is not None:
+                        skip(peer, "peer", n, reason)
+                        continue
+                    run_one(peer, "peer", n, functools.partial(build_peer, peer, target, n, seed))
+    finally:
+        source.close_unused()
 
     results = list(records.values())
     for entry in results:

@@ -17,22 +17,30 @@ from gymnasium.vector.utils import batch_space
 from vecaccel.bench.peers import reset_envs
 from vecaccel.bench.workloads import BenchEnv
 
-__all__ = ["measure", "measure_raw"]
+__all__ = ["ACTION_BATCHES", "measure", "measure_raw", "sample_actions", "time_raw", "time_vector"]
 
 #: How many batches of random actions are sampled before timing; stepping cycles through them.
 ACTION_BATCHES = 64
 
 
-def _sample_actions(space: gym.Space, count: int, seed: int) -> list[Any]:
+def sample_actions(space: gym.Space, count: int, seed: int) -> list[Any]:
+    """``count`` actions of ``space``, sampled after seeding it with ``seed``, to cycle through
+    while the clock runs.
+
+    Example:
+        >>> sample_actions(gym.spaces.Discrete(2), 3, seed=0)[0] in (0, 1)
+        True
+    """
     space.seed(seed)
     return [space.sample() for _ in range(count)]
 
 
-def _time_vector(
+def time_vector(
     envs: Any, actions: Sequence[Any], seconds: float, warmup: float, policy_s: float = 0.0
 ) -> tuple[int, float]:
-    """Step ``envs`` for ``warmup`` then ``seconds``, sleeping ``policy_s`` before each step;
-    return (batches stepped, elapsed s)."""
+    """Step the vector env ``envs`` for ``warmup`` then ``seconds`` through ``actions`` (a
+    cycle of batches), sleeping ``policy_s`` before each step; return (batches stepped, elapsed
+    s)."""
     count = len(actions)
     step = envs.step
     i = 0
@@ -54,10 +62,11 @@ def _time_vector(
             return batches, now - start
 
 
-def _time_raw(
+def time_raw(
     env: gym.Env, actions: Sequence[Any], seconds: float, warmup: float
 ) -> tuple[int, float]:
-    """Step one plain env, resetting it when an episode ends; return (steps, elapsed s)."""
+    """Step one plain env for ``warmup`` then ``seconds`` through ``actions`` (a cycle),
+    resetting it when an episode ends; return (steps, elapsed s)."""
     count = len(actions)
     step, reset = env.step, env.reset
     i = 0
@@ -133,8 +142,8 @@ def measure(
         # action server) take and return that many
         per_step = int(getattr(envs, "batch_size", None) or num_envs)
         batched = batch_space(single_action_space, per_step)
-        actions = _sample_actions(batched, ACTION_BATCHES, seed)
-        batches, elapsed = _time_vector(envs, actions, seconds, warmup, policy_s)
+        actions = sample_actions(batched, ACTION_BATCHES, seed)
+        batches, elapsed = time_vector(envs, actions, seconds, warmup, policy_s)
         return batches * per_step / elapsed, setup
     finally:
         envs.close()
@@ -145,8 +154,8 @@ def measure_raw(target: BenchEnv, seconds: float, warmup: float, seed: int) -> f
     env = target.env_fn()
     try:
         env.reset(seed=seed)
-        actions = _sample_actions(env.action_space, ACTION_BATCHES, seed)
-        steps, elapsed = _time_raw(env, actions, seconds, warmup)
+        actions = sample_actions(env.action_space, ACTION_BATCHES, seed)
+        steps, elapsed = time_raw(env, actions, seconds, warmup)
         return steps / elapsed
     finally:
         env.close()

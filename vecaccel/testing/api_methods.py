@@ -42,7 +42,7 @@ _RESTS_ON = {"get_attr": "call", "call": "call_indices", "set_attr": "set_attr_i
 def _placeholder(envs: Any, method: str) -> bool:
     """Whether ``method`` is ``vecaccel.VecEnv``'s own and ends, through what it calls, at an
     ``*_indices`` method the backend left as the placeholder that raises ``TypeError``."""
-    from vecaccel.vector import VecEnv
+    from vecaccel.vec_env import VecEnv
 
     if not isinstance(envs, VecEnv) or getattr(type(envs), method) is not getattr(VecEnv, method):
         return False

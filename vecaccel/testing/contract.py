@@ -48,7 +48,7 @@ from vecaccel.testing.contract_envs import (
 )
 from vecaccel.testing.leaks import LeakBaseline
 from vecaccel.testing.writable import read_only_arrays
-from vecaccel.vector import VecEnv
+from vecaccel.vec_env import VecEnv
 
 __all__ = ["CONTRACT_ENVS", "NUM_ENVS", "STEPS", "check_backend"]
 
@@ -68,7 +68,7 @@ CONTRACT_ENVS: dict[str, Callable[[], gym.Env]] = {
 _RESET_SEED = 123
 _MASKED_RESET_SEED = 77
 _FIX_AUTORESET = (
-    "step each env as gymnasium.vector.SyncVectorEnv does in this mode (vecaccel.vector.EnvRunner "
+    "step each env as gymnasium.vector.SyncVectorEnv does in this mode (vecaccel.vec_env.EnvRunner "
     "does); if the backend does not implement the mode, leave it out of "
     "registry.add(..., autoreset_modes=...)"
 )
@@ -438,7 +438,7 @@ class _Trajectory:
             (result[0], None, None, None, result[1]),
             "reset seeding",
             "reset env i with seed + i for an int seed, seeds[i] for a list, and seed=None "
-            "(the env's generator runs on) for None (vecaccel.vector.normalize_seeds)",
+            "(the env's generator runs on) for None (vecaccel.vec_env.normalize_seeds)",
             lambda: self._full_reset(seed),
         )
 

@@ -15,9 +15,9 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.payload_spaces import item_columns, store_items, take_items
 from vecaccel.spaces import item_reader, item_writer
-from vecaccel.vector import EnvRunner, check_env_spaces
+from vecaccel.spaces.payload import item_columns, store_items, take_items
+from vecaccel.vec_env import EnvRunner, check_env_spaces
 from vecaccel.worker.info_schema import InfoSchema, InfoSlots
 from vecaccel.worker.protocol import ErrorReport, SharedViews, error_report
 
@@ -181,7 +181,7 @@ class EnvSlice:
 
     def obs_items(self, env_indices: Sequence[int]) -> list:
         """The observation items (leaves with no fixed size) of envs ``env_indices``, for a
-        reply; see :func:`vecaccel.payload_spaces.take_items`."""
+        reply; see :func:`vecaccel.spaces.payload.take_items`."""
         return take_items(self.obs_columns, env_indices)
 
     def take_action_items(self, items: list) -> list[int]:

@@ -24,8 +24,8 @@ from gymnasium.vector import AutoresetMode
 
 from vecaccel.errors import WorkerError, WorkerTimeoutError
 from vecaccel.options import WorkerOptions
-from vecaccel.payload_spaces import item_columns, take_items
 from vecaccel.spaces import read_item
+from vecaccel.spaces.payload import item_columns, take_items
 from vecaccel.worker import pickling
 from vecaccel.worker.commands import ControlCommands
 from vecaccel.worker.cpus import current_cpu, usable_cpus

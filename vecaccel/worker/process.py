@@ -39,7 +39,7 @@ from vecaccel.worker.protocol import (
     read_startup,
 )
 from vecaccel.worker.stacks import arm_stack_dump
-from vecaccel.worker.vector_slice import make_env_slice
+from vecaccel.worker.vector_env_slice import make_env_slice
 
 __all__ = ["FORK_BLOCKED_SIGNALS", "signals_blocked_for_fork", "worker_main"]
 

@@ -34,9 +34,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from vecaccel.env_ids import env_error_message
-from vecaccel.payload_spaces import layout_specs
+from vecaccel.envs.unknown_ids import env_error_message
 from vecaccel.spaces import nbytes_of, views_from_buffer
+from vecaccel.spaces.payload import layout_specs
 from vecaccel.worker.info_schema import INFO_BLOCK_BYTES
 
 __all__ = [
@@ -90,7 +90,7 @@ class ObsItems(NamedTuple):
     """A reply's payload together with the observation items of the envs it concerns.
 
     Sent only where the observation space has leaves with no fixed size; the parent stores
-    ``items`` (see :func:`vecaccel.payload_spaces.take_items`) in its views' item columns and
+    ``items`` (see :func:`vecaccel.spaces.payload.take_items`) in its views' item columns and
     handles ``payload`` as it would have been sent alone.
     """
 

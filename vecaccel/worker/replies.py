@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vecaccel.errors import RemoteTraceback, WorkerError
-from vecaccel.payload_spaces import store_items
 from vecaccel.spaces import ItemList
+from vecaccel.spaces.payload import store_items
 from vecaccel.worker.handle import MAIN_GUARD_EXIT_CODE, MAIN_GUARD_HINT, describe_exit
 from vecaccel.worker.protocol import ErrorReport, ObsItems, SharedViews, Status
 from vecaccel.worker.stacks import describe_stacks, reached_worker_code, request_stacks

@@ -1,7 +1,7 @@
 """A thread-pool vector env built on vecaccel's shared pieces.
 
 It subclasses :class:`vecaccel.VecEnv` (spaces, metadata, action checking, info batching) and
-steps every env through :class:`vecaccel.vector.EnvRunner`, so its autoreset semantics are the
+steps every env through :class:`vecaccel.vec_env.EnvRunner`, so its autoreset semantics are the
 same as every other backend's. Each thread steps a contiguous slice of the envs and writes
 straight into its rows of the observation arrays.
 
@@ -33,7 +33,7 @@ from vecaccel.spaces import (
     views_from_buffer,
     write_item,
 )
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     EnvRunner,
     ResetReturn,

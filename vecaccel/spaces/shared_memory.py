@@ -6,7 +6,7 @@ the way ``gymnasium.vector.utils`` does, so new space types can be registered by
 A tree of views may hold :class:`ItemList` columns where its space has a leaf with no fixed size
 (``Text``, ``Graph``, ``Sequence``, ``OneOf``, a space subclass vecaccel does not know): one
 Python object per env, batched as Gymnasium batches them (a tuple). The tree functions below
-take them; :mod:`vecaccel.payload_spaces` lays such spaces out.
+take them; :mod:`vecaccel.spaces.payload` lays such spaces out.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def leaf_specs(space: spaces.Space, n: int) -> Any:
     """Describe the arrays that hold ``n`` items of ``space``: a tree of ``(shape, dtype)``."""
     raise TypeError(
         f"space {space!r} cannot be laid out in shared memory; supported: Box, Discrete, "
-        "MultiDiscrete, MultiBinary and nested Dict/Tuple of them (vecaccel.payload_spaces."
+        "MultiDiscrete, MultiBinary and nested Dict/Tuple of them (vecaccel.spaces.payload."
         "layout_specs lays out any space, leaving such leaves to the payload path)"
     )
 

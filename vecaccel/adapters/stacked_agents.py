@@ -4,7 +4,7 @@
 observation is a fixed-size ``Dict``: every agent's observation stacked in ``possible_agents``
 order, and each agent's reward, termination, truncation and whether it is live. Every backend
 moves such an env through shared memory as it moves any other, so worker processes, restarts
-and fault reports apply unchanged; :class:`vecaccel.multiagent_vec.MultiAgentVecEnv` then
+and fault reports apply unchanged; :class:`vecaccel.adapters.agent_rows.MultiAgentVecEnv` then
 unpacks one row per (env, agent). The env's own reward is the agents' sum; it terminates when
 no agent is left, and never truncates (a truncated stacked env is one that a worker restarted).
 
@@ -27,7 +27,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
-from vecaccel.vector import snapshot
+from vecaccel.vec_env import snapshot
 
 __all__ = [
     "AgentInfos",
@@ -380,39 +380,3 @@ class StackedAgentsFn:
 
     def __repr__(self) -> str:
         return f"StackedAgentsFn({self.fn!r}, {self.index})"
-
-
-class HandOver:
-    """An env function whose first call in this process returns ``instance``, built already.
-
-    ``make_vec`` calls a user's env function once to see whether it makes a PettingZoo env;
-    when it makes a Gymnasium env instead, that env serves as the backend's first one, so the
-    function is called as often as without the look. It pickles as ``fn`` itself.
-    """
-
-    def __init__(self, fn: Callable[[], Any], instance: Any) -> None:
-        self.fn = fn
-        self.instance = instance
-        self._pid = os.getpid()
-
-    def __call__(self) -> Any:
-        instance, self.instance = self.instance, None
-        if instance is not None and os.getpid() == self._pid:
-            return instance
-        return self.fn()
-
-    def close_unused(self) -> None:
-        """Close the instance if no call took it."""
-        instance, self.instance = self.instance, None
-        if instance is not None and os.getpid() == self._pid:
-            instance.close()
-
-    def __reduce__(self):
-        return (_same, (self.fn,))
-
-    def __repr__(self) -> str:
-        return repr(self.fn)
-
-
-def _same(value: Any) -> Any:
-    return value

@@ -2,7 +2,7 @@
 
 A vector env function is a callable ``fn(n) -> gymnasium.vector.VectorEnv`` with ``n``
 sub-envs (Gymnasium's ``CartPoleVectorEnv``, an EnvPool env through
-:func:`vecaccel.envpool.envpool_vector_fn`, a ``SyncVectorEnv`` of your own...).
+:func:`vecaccel.adapters.envpool.envpool_vector_fn`, a ``SyncVectorEnv`` of your own...).
 ``make_vec(fn, num_envs, vectorized=True)`` hands every worker one such vector env over its
 slice of the envs, instead of one Gymnasium env per env; a registered id with a
 ``vector_entry_point`` (``"CartPole-v1"``) is built through that entry point.
@@ -44,7 +44,6 @@ __all__ = [
     "call_vector_env",
     "check_vector_env",
     "inner_seed",
-    "is_vectorized",
     "merge_slice_infos",
     "require_vector_entry_point",
     "set_vector_env_attr",
@@ -252,18 +251,9 @@ class SliceEnvFn:
         return f"SliceEnvFn({self.vector_fn!r})"
 
 
-def is_vectorized(env_fns: Sequence[Any]) -> bool:
-    """Whether ``env_fns`` are the sub-envs of vectorized slices (all or none must be).
-
-    Example:
-        >>> is_vectorized([lambda: None])
-        False
-    """
-    return bool(env_fns) and isinstance(env_fns[0], SliceEnvFn)
-
-
 def vector_env_fn_of(env_fns: Sequence[Any], start: int) -> VectorEnvFn:
-    """The vector env function of a slice's env functions (envs ``start`` and on).
+    """The vector env function of a slice's env functions (envs ``start`` and on); read it
+    through :meth:`vecaccel.envs.source.EnvSource.vector_env_fn`.
 
     Raises:
         TypeError: if some are not :class:`SliceEnvFn`, or name other vector env functions.
@@ -500,7 +490,7 @@ def takes_seed_list(envs: gym.vector.VectorEnv) -> bool:
         False
         >>> envs.close()
     """
-    from vecaccel.vector import VecEnv
+    from vecaccel.vec_env import VecEnv
 
     if isinstance(envs, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv, VecEnv)):
         return True

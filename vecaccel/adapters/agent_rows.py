@@ -1,10 +1,10 @@
 """``MultiAgentVecEnv``: one row per (env, agent) on top of any backend.
 
-The backend runs :class:`vecaccel.multiagent.StackedAgentsEnv` sub-environments (one PettingZoo
-env each, its agents stacked in a fixed-size ``Dict`` observation); this vector env unpacks them
-into rows, env by env and within an env in ``possible_agents`` order. A row whose agent is not
-live holds zeros, reward 0 and both flags False, with ``infos["active"]`` False; an env resets
-when all its agents are done, under the backend's autoreset mode.
+The backend runs :class:`vecaccel.adapters.stacked_agents.StackedAgentsEnv` sub-environments (one
+PettingZoo env each, its agents stacked in a fixed-size ``Dict`` observation); this vector env
+unpacks them into rows, env by env and within an env in ``possible_agents`` order. A row whose agent
+is not live holds zeros, reward 0 and both flags False, with ``infos["active"]`` False; an env
+resets when all its agents are done, under the backend's autoreset mode.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from vecaccel.adapters.stacked_agents import zero_row
 from vecaccel.errors import WorkerError, WorkerTimeoutError
-from vecaccel.multiagent import zero_row
 from vecaccel.spaces import check_actions
-from vecaccel.vector import (
+from vecaccel.vec_env import (
     AsyncState,
     Capabilities,
     VecEnv,

@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.options import WorkerOptions
-from vecaccel.vector import VecEnv
+from vecaccel.vec_env import VecEnv
 from vecaccel.worker.pool import WorkerPool
 
 __all__ = ["ProcessVecEnv"]
@@ -68,7 +68,7 @@ class ProcessVecEnv(VecEnv):
         """Refuse spaces this backend cannot serve (raise), before any worker starts.
 
         Every space is served by default; a backend that needs tensors refuses leaves with no
-        fixed size here (:func:`vecaccel.payload_spaces.require_fixed_layout`).
+        fixed size here (:func:`vecaccel.spaces.payload.require_fixed_layout`).
         """
 
     def _prepare_control(self) -> None:

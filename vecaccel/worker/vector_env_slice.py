@@ -2,10 +2,10 @@
 
 :class:`VectorSlice` has :class:`~vecaccel.worker.EnvSlice`'s interface, so the worker loop
 and ``hybrid``'s caller run either; :func:`make_env_slice` picks the one the env functions
-ask for (:mod:`vecaccel.vectorized`). A step reads the slice's actions from shared memory,
-steps the inner vector env once, and writes its batch of observations, rewards and flags
+ask for (:mod:`vecaccel.envs.vectorized_slices`). A step reads the slice's actions from shared
+memory, steps the inner vector env once, and writes its batch of observations, rewards and flags
 into the slice's slots with one assignment each. Infos stay batched: one
-:class:`~vecaccel.vectorized.SliceInfos` per step that has any.
+:class:`~vecaccel.envs.vectorized_slices.SliceInfos` per step that has any.
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.spaces import assign_tree, copy_tree, has_fixed_layout, index_tree
-from vecaccel.vectorized import (
+from vecaccel.envs.source import EnvSource
+from vecaccel.envs.vectorized_slices import (
     SliceInfos,
     SubEnvError,
     call_vector_env,
     inner_seed,
-    is_vectorized,
     set_vector_env_attr,
     takes_seed_list,
     unbatch_infos,
-    vector_env_fn_of,
 )
+from vecaccel.spaces import assign_tree, copy_tree, has_fixed_layout, index_tree
 from vecaccel.worker.env_slice import ENV_ERRORS, EnvMakeError, EnvSlice, derived_seed
 from vecaccel.worker.info_schema import InfoSchema
 from vecaccel.worker.protocol import ErrorReport, SharedViews, error_report
@@ -50,7 +49,7 @@ def make_env_slice(
     """The slice for ``env_fns``: a :class:`VectorSlice` for the sub-envs of a vector env
     function, else an :class:`~vecaccel.worker.EnvSlice`; ``owner`` names who steps it in
     error messages (``"worker 3"``)."""
-    if is_vectorized(env_fns):
+    if EnvSource.of(env_fns).vectorized:
         return VectorSlice(
             start, env_fns, autoreset_mode, views, obs_space, action_space, restart_on_error, owner
         )
@@ -61,7 +60,7 @@ def make_env_slice(
 
 class VectorSlice:
     """The envs ``start .. start + len(env_fns) - 1`` as one vector env built by their vector
-    env function (:class:`vecaccel.vectorized.VectorEnvFn`).
+    env function (:class:`vecaccel.envs.vectorized_slices.VectorEnvFn`).
 
     Seeds: a reset seeds the inner vector env with the slice's first seed (``seed + start``
     for ``reset(seed=seed)``), so a ``SyncVectorEnv`` inside seeds its sub-envs exactly as
@@ -71,7 +70,7 @@ class VectorSlice:
 
     Args:
         start: the index of the slice's first env in the whole vector env.
-        env_fns: the slice's env functions (:class:`vecaccel.vectorized.SliceEnvFn`).
+        env_fns: the slice's env functions (:class:`vecaccel.envs.vectorized_slices.SliceEnvFn`).
         autoreset_mode: the autoreset mode (the inner vector env's own, checked).
         views: the shared buffer's views.
         obs_space: every env's observation space (checked against the inner env's).
@@ -112,7 +111,7 @@ class VectorSlice:
         self.skip_next_step = False
         self._slots = slice(start, self.stop)
         try:
-            self.vector_fn = vector_env_fn_of(env_fns, start)
+            self.vector_fn = EnvSource.of(env_fns).vector_env_fn(start)
             if not (has_fixed_layout(obs_space) and has_fixed_layout(action_space)):
                 raise TypeError(
                     "a vectorized slice needs observation and action spaces of fixed size "
@@ -294,7 +293,7 @@ class VectorSlice:
         kwargs: dict,
     ) -> tuple[list[Any], list[ErrorReport]]:
         """Call ``name`` on the sub-envs ``local_indices`` of the slice
-        (:func:`vecaccel.vectorized.call_vector_env`)."""
+        (:func:`vecaccel.envs.vectorized_slices.call_vector_env`)."""
         if not local_indices:
             return [], []
         try:
@@ -307,7 +306,7 @@ class VectorSlice:
 
     def set_attrs(self, name: str, pairs: Sequence[tuple[int, Any]]) -> list[ErrorReport]:
         """Set ``name`` on the sub-envs ``pairs`` names
-        (:func:`vecaccel.vectorized.set_vector_env_attr`)."""
+        (:func:`vecaccel.envs.vectorized_slices.set_vector_env_attr`)."""
         try:
             set_vector_env_attr(self.envs, name, pairs, self.where)
         except ENV_ERRORS as exc:

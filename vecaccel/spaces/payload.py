@@ -22,7 +22,7 @@ from typing import Any
 
 from gymnasium import spaces
 
-from vecaccel.spaces import ItemList, PayloadLeaf, leaf_specs
+from vecaccel.spaces.shared_memory import ItemList, PayloadLeaf, leaf_specs
 
 __all__ = [
     "batch_view",
