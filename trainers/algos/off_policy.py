@@ -40,6 +40,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from vecaccel.envs.source import EnvSource
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.exploration import EnvStepper, EpsilonGreedy, Transition
 from vecaccel.trainers.checkpoints.format import check_env_matches
@@ -164,12 +165,13 @@ class OffPolicyAlgorithm(Algorithm):
         """Train on ``env``: an id (built on the config's backend, ``SAME_STEP``) or a ready
         vector env in any autoreset mode (see
         :class:`~vecaccel.trainers.algos.exploration.EnvStepper`)."""
-        self.env_id = env if isinstance(env, str) else getattr(env.spec, "id", None)
-        if isinstance(env, str):
-            self.envs = self.make_envs(env)
+        self.env_id = EnvSource.id_of(env)
+        if self.env_id is not None:
+            self.envs = self.make_envs(self.env_id)
             self.owns_envs = True
         else:
             self.envs = env
+            self.env_id = getattr(env.spec, "id", None)
         space = self.envs.single_action_space
         try:
             check_tensor_spaces(type(self).__name__, self.envs.single_observation_space, space)

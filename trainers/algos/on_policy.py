@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import gymnasium as gym
 import numpy as np
 
+from vecaccel.envs.source import EnvSource
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.checkpoints.format import check_env_matches
 from vecaccel.trainers.checkpoints.reader import (
@@ -49,7 +50,6 @@ from vecaccel.trainers.config.settings import (
 from vecaccel.trainers.envs.make import (
     agents_per_env,
     check_tensor_spaces,
-    is_parallel_env_path,
     make_env_fn,
     parallel_env_spaces,
 )
@@ -138,8 +138,9 @@ class OnPolicyAlgorithm(Algorithm):
     ) -> dict[str, Any]:
         """The preset's values and the keywords; an id given as ``env`` is the config's
         ``env_id``."""
-        if isinstance(env, str):
-            explicit["env_id"] = env
+        env_id = EnvSource.id_of(env)
+        if env_id is not None:
+            explicit["env_id"] = env_id
         return self.preset_values(env, preset, explicit, base)
 
     def _build(
@@ -238,7 +239,7 @@ class OnPolicyAlgorithm(Algorithm):
     # -- env and sampler ------------------------------------------------------------------------
 
     def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
-        if is_parallel_env_path(env_id):
+        if EnvSource.is_module_path(env_id):
             return parallel_env_spaces(env_id)
         env = make_env_fn(env_id, self.config.atari)()
         try:
@@ -249,7 +250,7 @@ class OnPolicyAlgorithm(Algorithm):
     def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
         """Train on ``env``: an id (built on the config's backend) or a ready vector env."""
         cfg = self.config
-        if isinstance(env, str):
+        if EnvSource.id_of(env) is not None:
             options: dict[str, Any] = {}
             if cfg.backend == "action_server":
                 options.update(device=str(self.device), alternating=cfg.alternating)
@@ -259,7 +260,7 @@ class OnPolicyAlgorithm(Algorithm):
             self.owns_envs = True
             # a PettingZoo env's rows have no RecordEpisodeStatistics: each agent's return is
             # the sum of its rewards
-            self._episode_stats = "rewards" if is_parallel_env_path(cfg.env_id) else "infos"
+            self._episode_stats = "rewards" if EnvSource.is_module_path(cfg.env_id) else "infos"
         else:
             if env.num_envs != cfg.num_envs:
                 cfg.num_envs = int(env.num_envs)
@@ -441,8 +442,9 @@ class OnPolicyAlgorithm(Algorithm):
                 rank_states=state.get("rank_rng"),
             )
         if env is not None:
-            if isinstance(env, str):
-                agent.config.env_id = env  # the id given, not the one recorded
+            env_id = EnvSource.id_of(env)
+            if env_id is not None:
+                agent.config.env_id = env_id  # the id given, not the one recorded
             agent.attach_env(env)
             try:
                 check_env_matches(

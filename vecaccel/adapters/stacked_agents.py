@@ -15,9 +15,7 @@ never leads to PettingZoo being imported.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -35,15 +33,11 @@ __all__ = [
     "StackedAgentsEnv",
     "StackedAgentsFn",
     "common_spaces",
-    "is_module_env_path",
     "is_multiagent_env",
-    "module_env_fn",
 ]
 
 #: the keys of a stacked env's observation, besides ``obs``
 FLAG_KEYS = ("reward", "terminated", "truncated", "active")
-
-_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
 class AgentInfos:
@@ -117,47 +111,6 @@ class ModuleEnvFn:
 
     def __repr__(self) -> str:
         return f"ModuleEnvFn({self.module!r}, {self.kwargs!r})"
-
-
-def module_env_fn(path: str, env_kwargs: dict[str, Any] | None) -> ModuleEnvFn | None:
-    """The env function for module path ``path`` when that module makes PettingZoo envs
-    (it has ``parallel_env``, or ``env`` for AEC), else ``None``.
-
-    Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
-    anything here.
-
-    Example:
-        >>> module_env_fn("CartPole-v1", None) is None
-        True
-    """
-    if not _MODULE_PATH.match(path):
-        return None
-    try:
-        if importlib.util.find_spec(path.split(".")[0]) is None:
-            return None
-        module = importlib.import_module(path)
-    except ImportError:
-        return None
-    if not (hasattr(module, "parallel_env") or hasattr(module, "raw_env")):
-        return None
-    return ModuleEnvFn(path, env_kwargs)
-
-
-def is_module_env_path(path: object) -> bool:
-    """Whether ``path`` is the module path of a PettingZoo env (a module with ``parallel_env``,
-    or ``env``/``raw_env`` for AEC, such as ``pettingzoo.butterfly.pistonball_v6``) rather than
-    a Gymnasium id: the one rule ``make_vec`` and the trainers go by.
-
-    Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
-    anything here.
-
-    Example:
-        >>> is_module_env_path("CartPole-v1"), is_module_env_path("ALE/Pong-v5")
-        (False, False)
-        >>> is_module_env_path("pettingzoo.butterfly.pistonball_v6")
-        True
-    """
-    return isinstance(path, str) and module_env_fn(path, None) is not None
 
 
 class ParallelEnvFn:

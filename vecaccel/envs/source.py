@@ -29,6 +29,7 @@ import inspect
 import math
 import numbers
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -244,6 +245,26 @@ class EnvSource(Sequence[Callable[[], Any]]):
             return env.env_id
         return env if isinstance(env, str) else None
 
+    @staticmethod
+    def is_module_path(env: Any) -> bool:
+        """Whether ``env`` is the module path of a PettingZoo env (a module with
+        ``parallel_env``, or ``env``/``raw_env`` for AEC, such as
+        ``pettingzoo.butterfly.pistonball_v6``) rather than a Gymnasium id: the rule
+        :meth:`resolve` goes by, read without making an env.
+
+        Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
+        anything here.
+
+        Example:
+            >>> EnvSource.is_module_path("CartPole-v1"), EnvSource.is_module_path("ALE/Pong-v5")
+            (False, False)
+            >>> EnvSource.is_module_path("pettingzoo.butterfly.pistonball_v6")
+            True
+        """
+        if isinstance(env, EnvSource):
+            return env.multiagent and env.env_id is not None
+        return isinstance(env, str) and _module_env_fn(env, None) is not None
+
     # -- what the user passed --------------------------------------------------------------------
 
     @classmethod
@@ -444,6 +465,28 @@ def _slice_source(
     )
 
 
+_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def _module_env_fn(path: str, env_kwargs: dict[str, Any] | None) -> Callable[[], Any] | None:
+    """The env function of module path ``path`` where that module makes PettingZoo envs (it
+    has ``parallel_env``, or ``raw_env`` for AEC), else ``None``; a string that is no dotted
+    name of an importable module imports nothing."""
+    from vecaccel.adapters.stacked_agents import ModuleEnvFn
+
+    if not _MODULE_PATH.match(path):
+        return None
+    try:
+        if importlib.util.find_spec(path.split(".")[0]) is None:
+            return None
+        module = importlib.import_module(path)
+    except ImportError:
+        return None
+    if not (hasattr(module, "parallel_env") or hasattr(module, "raw_env")):
+        return None
+    return ModuleEnvFn(path, env_kwargs)
+
+
 @functools.lru_cache(maxsize=1)
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
@@ -469,7 +512,7 @@ def _multiagent_source(
     if isinstance(env, str):
         if env in gym.registry:
             return None, env
-        fn = stacked_agents.module_env_fn(env, env_kwargs)
+        fn = _module_env_fn(env, env_kwargs)
         if fn is None:
             return None, env
         if num_envs is None:
