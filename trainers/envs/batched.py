@@ -78,7 +78,7 @@ def envpool_task_id(env_id: str) -> str:
 
 def envpool_atari_fn(env_id: str, training: bool = True) -> Callable[[int], gym.vector.VectorEnv]:
     """The vector env function of EnvPool's pool of the Atari game ``env_id`` names, with the
-    preprocessing of :class:`~vecaccel.trainers.envs.make.AtariEnvFactory`: 84x84 grey, frame skip 4 with max-pooling, a
+    preprocessing of :func:`~vecaccel.trainers.envs.make.make_atari_env`: 84x84 grey, frame skip 4 with max-pooling, a
     stack of 4, up to 30 no-op starts, and in training life-loss terminals (the game goes on) and
     clipped rewards; ``info["episode"]`` holds true scores of whole games either way.
 

@@ -4,7 +4,7 @@ PettingZoo parallel envs named by their module path (one row per agent, a shared
 Batched simulators come in two ways, both one vector env per worker over its slice of the envs
 (``make_vec(..., vectorized=True)``), both ``NextStep`` autoreset: ``vectorized=True`` builds an
 id through its Gymnasium ``vector_entry_point``, and ``env_source="envpool"`` takes an Atari
-game's frames from EnvPool with the preprocessing of :class:`AtariEnvFactory`; see
+game's frames from EnvPool with the preprocessing of :func:`make_atari_env`; see
 :mod:`vecaccel.trainers.envs.batched`.
 """
 
@@ -17,12 +17,11 @@ from typing import Any
 
 import gymnasium as gym
 
+from vecaccel.envs.env_fns import EnvCall
 from vecaccel.envs.source import EnvSource
 from vecaccel.trainers.envs.batched import batched_env_fn
 
 __all__ = [
-    "AtariEnvFactory",
-    "ClassicEnvFactory",
     "EpisodicLifeEnv",
     "action_start",
     "agents_per_env",
@@ -30,9 +29,11 @@ __all__ = [
     "check_tensor_spaces",
     "is_atari_id",
     "is_minatar_id",
+    "make_atari_env",
     "make_env_fn",
     "make_env_for_training",
     "make_envs_for_config",
+    "make_recorded_env",
     "parallel_env_spaces",
     "training_env_source",
     "training_vector_fn",
@@ -155,8 +156,13 @@ class EpisodicLifeEnv(gym.Wrapper):
         return obs, info
 
 
-class AtariEnvFactory:
-    """A picklable env function building the standard Atari set-up from Gymnasium's wrappers.
+def make_atari_env(
+    env_id: str,
+    training: bool = True,
+    frame_stack: int = 4,
+    render_mode: str | None = None,
+) -> gym.Env:
+    """The standard Atari set-up of ``env_id`` from Gymnasium's wrappers.
 
     ``RecordEpisodeStatistics`` (innermost, so ``info["episode"]`` holds real, unclipped game
     scores) → ``AtariPreprocessing`` (no-op reset, frame skip 4 with max-pooling, 84x84 gray)
@@ -169,79 +175,68 @@ class AtariEnvFactory:
         frame_stack: frames stacked along the first axis.
         render_mode: passed to ``gymnasium.make`` (``"rgb_array"`` for videos).
     """
+    from vecaccel.manager import register_envs
 
-    def __init__(
-        self,
-        env_id: str,
-        training: bool = True,
-        frame_stack: int = 4,
-        render_mode: str | None = None,
-    ) -> None:
-        self.env_id = env_id
-        self.training = training
-        self.frame_stack = frame_stack
-        self.render_mode = render_mode
-
-    def __call__(self) -> gym.Env:
-        from vecaccel.manager import register_envs
-
-        register_envs()
-        kwargs: dict[str, Any] = {}
-        if self.render_mode is not None:
-            kwargs["render_mode"] = self.render_mode
-        if gym.spec(self.env_id).kwargs.get("frameskip", 1) != 1:
-            kwargs["frameskip"] = 1
-        env = gym.make(self.env_id, **kwargs)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        env = gym.wrappers.AtariPreprocessing(
-            env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True
-        )
-        if self.training:
-            env = EpisodicLifeEnv(env)
-            env = gym.wrappers.ClipReward(env, -1.0, 1.0)
-        env = gym.wrappers.FrameStackObservation(env, self.frame_stack)
-        return env
-
-    def __repr__(self) -> str:
-        return f"AtariEnvFactory({self.env_id!r}, training={self.training})"
+    register_envs()
+    kwargs: dict[str, Any] = {}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if gym.spec(env_id).kwargs.get("frameskip", 1) != 1:
+        kwargs["frameskip"] = 1
+    env = gym.make(env_id, **kwargs)
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True
+    )
+    if training:
+        env = EpisodicLifeEnv(env)
+        env = gym.wrappers.ClipReward(env, -1.0, 1.0)
+    return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
-class ClassicEnvFactory:
-    """A picklable env function: ``gymnasium.make(env_id)`` with ``RecordEpisodeStatistics``."""
+def make_recorded_env(env_id: str, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
+    """``gymnasium.make(env_id)`` with ``RecordEpisodeStatistics``: a trainer's env of an id
+    that is not an Atari game.
 
-    def __init__(self, env_id: str, render_mode: str | None = None, **kwargs: Any) -> None:
-        self.env_id = env_id
-        self.render_mode = render_mode
-        self.kwargs = kwargs
+    Example:
+        >>> env = make_recorded_env("CartPole-v1")
+        >>> type(env).__name__
+        'RecordEpisodeStatistics'
+        >>> env.close()
+    """
+    from vecaccel.manager import register_envs
 
-    def __call__(self) -> gym.Env:
-        from vecaccel.manager import register_envs
-
-        register_envs()
-        kwargs = dict(self.kwargs)
-        if self.render_mode is not None:
-            kwargs["render_mode"] = self.render_mode
-        with warnings.catch_warnings():
-            if is_minatar_id(self.env_id):
-                # MinAtar's -v0 (every action) and -v1 (the minimal set) are two settings of one
-                # game; Gymnasium calls -v0 out of date only because a higher version exists
-                warnings.filterwarnings("ignore", ".*is out of date", DeprecationWarning)
-            env = gym.make(self.env_id, **kwargs)
-        return gym.wrappers.RecordEpisodeStatistics(env)
-
-    def __repr__(self) -> str:
-        return f"ClassicEnvFactory({self.env_id!r})"
+    register_envs()
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    with warnings.catch_warnings():
+        if is_minatar_id(env_id):
+            # MinAtar's -v0 (every action) and -v1 (the minimal set) are two settings of one
+            # game; Gymnasium calls -v0 out of date only because a higher version exists
+            warnings.filterwarnings("ignore", ".*is out of date", DeprecationWarning)
+        env = gym.make(env_id, **kwargs)
+    return gym.wrappers.RecordEpisodeStatistics(env)
 
 
 def make_env_fn(
     env_id: str, atari: bool | None = None, training: bool = True, render_mode: str | None = None
 ) -> Callable[[], gym.Env]:
-    """The picklable single-env function :func:`make_env_for_training` vectorizes."""
+    """The picklable single-env function :func:`make_env_for_training` vectorizes: the Atari
+    set-up (:func:`make_atari_env`) for an ALE game, else the id with its episode statistics
+    (:func:`make_recorded_env`).
+
+    Example:
+        >>> make_env_fn("CartPole-v1")
+        EnvCall(make_recorded_env, 'CartPole-v1')
+        >>> make_env_fn("ALE/Pong-v5", atari=True, training=False)
+        EnvCall(make_atari_env, 'ALE/Pong-v5', training=False)
+    """
     if atari is None:
         atari = is_atari_id(env_id)
+    options: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
     if atari:
-        return AtariEnvFactory(env_id, training=training, render_mode=render_mode)
-    return ClassicEnvFactory(env_id, render_mode=render_mode)
+        return EnvCall(make_atari_env, env_id, training=training, **options)
+    return EnvCall(make_recorded_env, env_id, **options)
 
 
 def backend_options_of(config: Any) -> dict[str, Any]:
@@ -381,7 +376,7 @@ def make_env_for_training(
     """Build the vectorized env a trainer samples from.
 
     Every env records episode statistics (``info["episode"]``, real scores for Atari); Atari
-    envs get the standard set-up of :class:`AtariEnvFactory`. A PettingZoo module path
+    envs get the standard set-up of :func:`make_atari_env`. A PettingZoo module path
     (:meth:`EnvSource.is_module_path <vecaccel.envs.source.EnvSource.is_module_path>`) gives ``num_envs`` copies of its ``parallel_env()`` with one
     row per agent (``num_envs * agents_per_env(env_id)`` rows), and no wrappers. Batched
     simulators (``vectorized``, ``env_source="envpool"``) give one vector env per worker.

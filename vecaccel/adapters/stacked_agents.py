@@ -14,7 +14,6 @@ never leads to PettingZoo being imported.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -29,7 +28,6 @@ from vecaccel.vec_env import snapshot
 
 __all__ = [
     "AgentInfos",
-    "ParallelEnvFn",
     "StackedAgentsEnv",
     "StackedAgentsFn",
     "common_spaces",
@@ -88,43 +86,6 @@ def as_parallel(env: Any) -> Any:
 
         return aec_to_parallel(env)
     return env
-
-
-class ModuleEnvFn:
-    """A picklable env function: ``module.parallel_env(**kwargs)`` for a module path.
-
-    Example:
-        >>> fn = ModuleEnvFn("pettingzoo.butterfly.pistonball_v6", {"n_pistons": 3})
-        >>> fn
-        ModuleEnvFn('pettingzoo.butterfly.pistonball_v6', {'n_pistons': 3})
-    """
-
-    def __init__(self, module: str, kwargs: dict[str, Any] | None = None) -> None:
-        self.module = module
-        self.kwargs = dict(kwargs or {})
-
-    def __call__(self) -> Any:
-        module = importlib.import_module(self.module)
-        if hasattr(module, "parallel_env"):
-            return module.parallel_env(**self.kwargs)
-        return module.env(**self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"ModuleEnvFn({self.module!r}, {self.kwargs!r})"
-
-
-class ParallelEnvFn:
-    """A picklable env function that calls ``fn(**kwargs)`` (``env_kwargs`` for a callable)."""
-
-    def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
-        self.fn = fn
-        self.kwargs = dict(kwargs)
-
-    def __call__(self) -> Any:
-        return self.fn(**self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"ParallelEnvFn({self.fn!r}, {self.kwargs!r})"
 
 
 def common_spaces(env: Any, index: int = 0) -> tuple[list[str], gym.Space, gym.Space]:
@@ -298,22 +259,21 @@ class StackedAgentsEnv(gym.Env):
 
 
 class StackedAgentsFn:
-    """A picklable env function: the PettingZoo env of ``fn`` as a :class:`StackedAgentsEnv`.
+    """A picklable env function: the PettingZoo env of ``fn`` as a :class:`StackedAgentsEnv`
+    (env ``index``, for the messages).
 
-    ``prebuilt`` is an env ``fn`` already returned in this process (the caller's probe); the
-    first call here takes it instead of building another one.
+    Example:
+        >>> from vecaccel.envs import EnvCall, make_pettingzoo_env
+        >>> fn = StackedAgentsFn(EnvCall(make_pettingzoo_env, "pettingzoo.butterfly.pistonball_v6"), 0)
+        >>> fn
+        StackedAgentsFn(EnvCall(make_pettingzoo_env, 'pettingzoo.butterfly.pistonball_v6'), 0)
     """
 
-    def __init__(self, fn: Callable[[], Any], index: int, prebuilt: Any = None) -> None:
+    def __init__(self, fn: Callable[[], Any], index: int) -> None:
         self.fn = fn
         self.index = index
-        self._prebuilt = prebuilt
-        self._pid = os.getpid()
 
     def __call__(self) -> StackedAgentsEnv:
-        prebuilt, self._prebuilt = self._prebuilt, None
-        if prebuilt is not None and os.getpid() == self._pid:
-            return StackedAgentsEnv(prebuilt, self.index)
         env = self.fn()
         if not is_multiagent_env(env):
             raise TypeError(
@@ -321,15 +281,6 @@ class StackedAgentsFn:
                 "PettingZoo ParallelEnv or AECEnv"
             )
         return StackedAgentsEnv(env, self.index)
-
-    def close_unused(self) -> None:
-        """Close the prebuilt env if no call took it."""
-        prebuilt, self._prebuilt = self._prebuilt, None
-        if prebuilt is not None and os.getpid() == self._pid:
-            prebuilt.close()
-
-    def __getstate__(self) -> dict:
-        return {"fn": self.fn, "index": self.index, "_prebuilt": None, "_pid": None}
 
     def __repr__(self) -> str:
         return f"StackedAgentsFn({self.fn!r}, {self.index})"
