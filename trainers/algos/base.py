@@ -5,8 +5,8 @@ state for checkpoints; it has no loop over env steps. A runner (:class:`SyncRunn
 <vecaccel.trainers.runners.sync.SyncRunner>`, or the asynchronous one) owns the loop and calls the
 public methods documented here, the same for every algorithm: a runner knows no family. Each
 family's base implements that interface (``begin_run``, ``async_feed``, the checkpoint section):
-:class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C, PPO) updates from rollout
-batches its sampler collects, :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`
+:class:`~vecaccel.trainers.algos.on_policy.base.OnPolicyAlgorithm` (A2C, PPO) updates from rollout
+batches its sampler collects, :class:`~vecaccel.trainers.algos.off_policy.base.OffPolicyAlgorithm`
 (DQN, C51, Rainbow) from replay samples of the transitions its env stepper stores.
 
 The public API is declared here once, in SB3's shape, for all five algorithms: the constructor

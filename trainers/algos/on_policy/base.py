@@ -3,8 +3,8 @@
 :class:`OnPolicyAlgorithm` holds an actor-critic model and its optimizer, builds the sampler that
 collects ``[T, B]`` rollout batches, and predicts; it writes and reads its checkpoint section
 (model, optimizer, schedule). What one iteration is (collect a batch, anneal the learning rate,
-update) is its :class:`~vecaccel.trainers.algos.on_policy_loop.OnPolicyLoop` and, asynchronously,
-its :class:`~vecaccel.trainers.algos.on_policy_feed.RolloutFeed`; the loop around them (logging,
+update) is its :class:`~vecaccel.trainers.algos.on_policy.loop.OnPolicyLoop` and, asynchronously,
+its :class:`~vecaccel.trainers.algos.on_policy.feed.RolloutFeed`; the loop around them (logging,
 checkpoints, signals) is the runner's (:class:`~vecaccel.trainers.runners.sync.SyncRunner`).
 
 Resume. Env state cannot be saved across processes, so a resumable run makes its own deterministic
@@ -230,8 +230,8 @@ class OnPolicyAlgorithm(Algorithm):
     def flat_batch(self, batch: Any) -> Any:
         """``batch`` with GAE advantages and returns, flattened to the rows the losses learn
         from: the step A2C and PPO share before their losses (see
-        :func:`~vecaccel.trainers.algos.advantages.flat_batch_with_advantages`)."""
-        from vecaccel.trainers.algos.advantages import flat_batch_with_advantages
+        :func:`~vecaccel.trainers.algos.on_policy.advantages.flat_batch_with_advantages`)."""
+        from vecaccel.trainers.algos.on_policy.advantages import flat_batch_with_advantages
 
         cfg = self.config
         return flat_batch_with_advantages(batch, self.model.value, cfg.gamma, cfg.gae_lambda)
@@ -356,8 +356,8 @@ class OnPolicyAlgorithm(Algorithm):
 
     def begin_run(self, total_timesteps: int | None, reset_num_timesteps: bool) -> TrainingLoop:
         """Begin a synchronous run: one update per rollout batch (see
-        :class:`~vecaccel.trainers.algos.on_policy_loop.OnPolicyLoop`)."""
-        from vecaccel.trainers.algos.on_policy_loop import OnPolicyLoop
+        :class:`~vecaccel.trainers.algos.on_policy.loop.OnPolicyLoop`)."""
+        from vecaccel.trainers.algos.on_policy.loop import OnPolicyLoop
 
         return OnPolicyLoop(self, total_timesteps, reset_num_timesteps)
 
@@ -370,8 +370,8 @@ class OnPolicyAlgorithm(Algorithm):
         options: Any,
     ) -> Any:
         """Begin an asynchronous run on whole rollouts (see
-        :class:`~vecaccel.trainers.algos.on_policy_feed.RolloutFeed`)."""
-        from vecaccel.trainers.algos.on_policy_feed import RolloutFeed
+        :class:`~vecaccel.trainers.algos.on_policy.feed.RolloutFeed`)."""
+        from vecaccel.trainers.algos.on_policy.feed import RolloutFeed
 
         return RolloutFeed(
             self,
