@@ -1,5 +1,5 @@
-"""The env functions an env source holds: they pickle under every start method and say what
-they build."""
+"""The env functions a training env source holds: they pickle under every start method and say
+what they build, and the env source answers what the user's env is."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 import vecaccel
 from vecaccel.envs import EnvCall, EnvSource, make_gym_env
+from vecaccel.trainers.envs.make import make_env_fn, training_env_source
 
 
 def _env_id_in_child(fn):
@@ -63,3 +64,16 @@ def test_module_path_env_steps_under_spawn():
         assert envs.num_envs == 6
     finally:
         envs.close()
+
+
+def test_training_env_functions_pickle_and_build_the_recorded_env():
+    fn = pickle.loads(pickle.dumps(make_env_fn("CartPole-v1")))
+    assert repr(fn) == "EnvCall(make_recorded_env, 'CartPole-v1')"
+    env = fn()
+    assert type(env).__name__ == "RecordEpisodeStatistics"
+    env.close()
+
+
+def test_a_batched_source_says_so_once_resolved():
+    assert training_env_source("CartPole-v1", 2, vectorized=True).vectorized
+    assert not training_env_source("CartPole-v1", 2).vectorized
