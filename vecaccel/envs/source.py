@@ -182,7 +182,8 @@ class EnvSource(Sequence[Callable[[], Any]]):
         """Whether ``env`` is the module path of a PettingZoo env (a module with
         ``parallel_env``, or ``env``/``raw_env`` for AEC, such as
         ``pettingzoo.butterfly.pistonball_v6``) rather than a Gymnasium id: the rule
-        :meth:`resolve` goes by, read without making an env.
+        :meth:`resolve` goes by, read without making an env. An env source answers for the
+        module path it was resolved from.
 
         Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
         anything here.
