@@ -23,7 +23,7 @@ import torch
 import vecaccel
 from vecaccel.bench.policy_loop import policy_steps_per_second
 from vecaccel.testing.action_server import check_action_server
-from vecaccel.trainers.envs.make import AtariEnvFactory
+from vecaccel.trainers.envs.make import make_env_fn
 from vecaccel.trainers.nets.networks import ActorCritic
 
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("no CUDA device found (use --allow-cpu to run the checks on the CPU)")
         return 2
-    factory = AtariEnvFactory(args.env, training=False)
+    factory = make_env_fn(args.env, atari=True, training=False)
     report = check_action_server([factory] * min(args.num_envs, 8), device)
     staged = "pinned staging, " if report["pinned_staging"] else ""
     print(f"correctness: tensors on {device}, {staged}alternating halves exact: OK")

@@ -63,7 +63,7 @@ from vecaccel.bench.device_usage import DeviceUsage
 from vecaccel.bench.policy_loop import policy_steps_per_second
 from vecaccel.testing.action_server import check_action_server
 from vecaccel.trainers import DQN, PPO
-from vecaccel.trainers.envs.make import AtariEnvFactory
+from vecaccel.trainers.envs.make import make_env_fn
 from vecaccel.trainers.nets.networks import ActorCritic
 
 #: the short parts first, so that a run stopped during PPO's fixed wall-clock still leaves them
@@ -200,7 +200,7 @@ def torch_threads(count: int) -> Iterator[None]:
 def nature_cnn_policy(env_id: str, device: torch.device) -> torch.nn.Module:
     """The trainers' actor-critic (Nature-CNN torso) for ``env_id``'s Atari set-up, on
     ``device``."""
-    probe = AtariEnvFactory(env_id, training=False)()
+    probe = make_env_fn(env_id, atari=True, training=False)()
     try:
         policy = ActorCritic(probe.observation_space, probe.action_space, network="cnn")
     finally:
@@ -223,7 +223,7 @@ def rollout_rate(
     if backend == "action_server":
         options["device"] = device
     envs = vecaccel.make_vec(
-        [AtariEnvFactory(env_id, training=False)] * num_envs,
+        [make_env_fn(env_id, atari=True, training=False)] * num_envs,
         backend=backend,
         num_workers=min(args.workers, num_envs),
         **options,
@@ -238,7 +238,7 @@ def part_check(
     args: argparse.Namespace, progress: Callable[[dict[str, Any]], None]
 ) -> dict[str, Any]:
     """The action-server checks, then the check's speed with and without alternation."""
-    factory = AtariEnvFactory(args.env, training=False)
+    factory = make_env_fn(args.env, atari=True, training=False)
     policy = nature_cnn_policy(args.env, args.device)
     with torch_threads(1):
         report = check_action_server(

@@ -28,7 +28,7 @@ from torch import nn
 
 import vecaccel
 from vecaccel.bench import RunRecord, command_line
-from vecaccel.trainers.envs.make import AtariEnvFactory
+from vecaccel.trainers.envs.make import make_env_fn
 from vecaccel.trainers.nets.networks import NatureCNN
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     run_record = RunRecord(command_line(argv, __file__))
     torch.set_num_threads(args.threads)
-    factory = AtariEnvFactory(args.env, training=False)
+    factory = make_env_fn(args.env, atari=True, training=False)
     probe = factory()
     policy = Policy(probe.action_space.n).eval()
     probe.close()

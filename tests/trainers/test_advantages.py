@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vecaccel.trainers.algos.advantages import compute_gae
+from vecaccel.trainers.algos.on_policy.advantages import compute_gae
 
 torch.set_num_threads(1)
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from vecaccel.trainers import A2C, C51, DQN, PPO, AsyncRunner, Rainbow
-from vecaccel.trainers.algos.off_policy_feed import ReplayFeed
+from vecaccel.trainers.algos.off_policy.feed import ReplayFeed
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
-from vecaccel.trainers.algos.on_policy_feed import RolloutFeed
+from vecaccel.trainers.algos.on_policy.feed import RolloutFeed
 from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME, load_checkpoint
 from vecaccel.trainers.cli import async_flags
 from vecaccel.trainers.runners.asynchronous import loop as async_loop

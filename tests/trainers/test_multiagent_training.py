@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecaccel
 from vecaccel.trainers import A2C, DQN, PPO
-from vecaccel.trainers.algos.advantages import compute_gae, learning_rows
+from vecaccel.trainers.algos.on_policy.advantages import compute_gae, learning_rows
 from vecaccel.trainers.replay.buffer import ReplayBuffer
 from vecaccel.trainers.services.team_returns import TeamReturns
 

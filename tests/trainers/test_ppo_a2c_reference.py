@@ -17,7 +17,7 @@ import torch
 import vecaccel
 from vecaccel.sampler import SampleBatch
 from vecaccel.trainers import A2C, PPO
-from vecaccel.trainers.algos.advantages import compute_gae
+from vecaccel.trainers.algos.on_policy.advantages import compute_gae
 from vecaccel.trainers.nets.optim import FlatAdam
 
 torch.set_num_threads(1)

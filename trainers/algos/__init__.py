@@ -1,1 +1,4 @@
-"""The algorithms: A2C and PPO on the on-policy base, the DQN family on its own base."""
+"""The algorithms, one module each (``a2c``, ``ppo``, ``dqn``), on their family's base: the
+on-policy family in :mod:`vecaccel.trainers.algos.on_policy`, the off-policy family in
+:mod:`vecaccel.trainers.algos.off_policy`; ``base`` holds what every family shares and
+``training_loop`` the interface a runner drives."""

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.algos.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
+from vecaccel.trainers.algos.on_policy.advantages import explained_variance
 from vecaccel.trainers.config.presets import A2C_PRESETS
 from vecaccel.trainers.nets.optim import FlatRMSprop
 
@@ -32,7 +32,7 @@ __all__ = ["A2C", "A2CConfig", "PRESETS"]
 @dataclass
 class A2CConfig(OnPolicyConfig):
     """Every A2C setting; each field's docstring is its ``--help`` text (the shared ones are
-    :class:`~vecaccel.trainers.algos.on_policy.OnPolicyConfig`'s)."""
+    :class:`~vecaccel.trainers.algos.on_policy.base.OnPolicyConfig`'s)."""
 
     num_envs: int = 16
     """Parallel environments (B)."""

@@ -5,8 +5,8 @@ state for checkpoints; it has no loop over env steps. A runner (:class:`SyncRunn
 <vecaccel.trainers.runners.sync.SyncRunner>`, or the asynchronous one) owns the loop and calls the
 public methods documented here, the same for every algorithm: a runner knows no family. Each
 family's base implements that interface (``begin_run``, ``async_feed``, the checkpoint section):
-:class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm` (A2C, PPO) updates from rollout
-batches its sampler collects, :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`
+:class:`~vecaccel.trainers.algos.on_policy.base.OnPolicyAlgorithm` (A2C, PPO) updates from rollout
+batches its sampler collects, :class:`~vecaccel.trainers.algos.off_policy.base.OffPolicyAlgorithm`
 (DQN, C51, Rainbow) from replay samples of the transitions its env stepper stores.
 
 The public API is declared here once, in SB3's shape, for all five algorithms: the constructor
@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from vecaccel.envs.source import EnvSource
 from vecaccel.trainers.checkpoints.reader import load_agent
 from vecaccel.trainers.checkpoints.writer import save_agent, write_run_checkpoint
 from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import RunConfig, resolve_device
-from vecaccel.trainers.envs.batched import is_batched_source
-from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
+from vecaccel.trainers.envs.make import action_start, make_envs_for_config
 from vecaccel.trainers.services import distributed
 from vecaccel.trainers.services.seeding import (
     configure_torch_threads,
@@ -163,12 +163,7 @@ class Algorithm(abc.ABC):
 
         if base is not None and preset == AUTO:  # a whole config is explicit
             return {**base, **explicit}
-        if isinstance(env, str):
-            env_id = env
-        elif env is None:
-            env_id = explicit.get("env_id")
-        else:
-            env_id = None
+        env_id = explicit.get("env_id") if env is None else EnvSource.id_of(env)
         defaults = cls.defaults if base is None else base
         return apply_preset(cls.algo_name, cls.presets, defaults, preset, env_id, explicit)
 
@@ -264,19 +259,7 @@ class Algorithm(abc.ABC):
         """The training envs of ``env_id`` on the config's backend with its
         ``backend_options`` (which win over ``options``), ``SameStep`` autoreset unless the
         config says otherwise (batched simulators: ``NextStep``, their only mode)."""
-        cfg = self.config
-        batched = is_batched_source(cfg.vectorized, cfg.env_source)
-        return make_env_for_training(
-            env_id,
-            cfg.num_envs,
-            backend=cfg.backend,
-            seed=cfg.seed,
-            atari=getattr(cfg, "atari", None),
-            autoreset_mode=None if batched else getattr(cfg, "autoreset_mode", "SameStep"),
-            vectorized=cfg.vectorized,
-            env_source=cfg.env_source,
-            **{**options, **backend_options_of(cfg)},
-        )
+        return make_envs_for_config(self.config, env_id, **options)
 
     def restart_seed(self) -> int:
         """The seed a restart point resets the envs with: a function of the run's seed and

@@ -3,7 +3,7 @@
 The file reads top to bottom like a CleanRL script: the config, the C51 projection, then the
 agent: its network and :meth:`DQN.update`, the whole loss and update. The envs, the replay
 buffer (n-step targets computed at sample time), the target network and ε-greedy acting are
-:class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s; the loop is a runner's
+:class:`~vecaccel.trainers.algos.off_policy.base.OffPolicyAlgorithm`'s; the loop is a runner's
 (:class:`~vecaccel.trainers.runners.sync.SyncRunner`, or
 :class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`).
 
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.algos.exploration import expected_q
 from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
+from vecaccel.trainers.algos.off_policy.exploration import expected_q
 from vecaccel.trainers.config.presets import DQN_PRESETS as PRESETS
 from vecaccel.trainers.config.settings import RunConfig, check_dqn_config
 from vecaccel.trainers.nets.networks import QNetwork, use_bf16
@@ -216,7 +216,7 @@ class DQN(OffPolicyAlgorithm):
     ``DQN(env, *, preset="auto", **config)`` with :class:`DQNConfig` fields, as every
     algorithm is built (:class:`~vecaccel.trainers.algos.base.Algorithm`). The envs, the replay
     buffer, the target network, ε-greedy acting, ``learn``, saving and loading are
-    :class:`~vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm`'s; this class holds the
+    :class:`~vecaccel.trainers.algos.off_policy.base.OffPolicyAlgorithm`'s; this class holds the
     network and the loss.
     """
 

@@ -23,8 +23,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from vecaccel.trainers.algos.advantages import explained_variance
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm, OnPolicyConfig
+from vecaccel.trainers.algos.on_policy.advantages import explained_variance
 from vecaccel.trainers.config.presets import PPO_PRESETS
 from vecaccel.trainers.nets.optim import FlatAdam
 from vecaccel.trainers.services.distributed import all_reduce_mean
@@ -46,7 +46,7 @@ class Minibatch(NamedTuple):
 @dataclass
 class PPOConfig(OnPolicyConfig):
     """Every PPO setting; each field's docstring is its ``--help`` text (the shared ones are
-    :class:`~vecaccel.trainers.algos.on_policy.OnPolicyConfig`'s)."""
+    :class:`~vecaccel.trainers.algos.on_policy.base.OnPolicyConfig`'s)."""
 
     adam_eps: float = 1e-5
     """Adam epsilon."""

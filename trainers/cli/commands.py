@@ -221,9 +221,9 @@ def _train(args: argparse.Namespace) -> int:
     except setup_errors() as exc:
         return usage_error(exc)
     if args.async_mode:
-        from vecaccel.adapters.stacked_agents import is_module_env_path
+        from vecaccel.envs.source import EnvSource
 
-        if is_module_env_path(env_id):
+        if EnvSource.is_module_path(env_id):
             print(
                 f"error: --async trains Gymnasium envs; {env_id} is a PettingZoo env (train it "
                 "synchronously)",
@@ -456,30 +456,23 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
     registered = vecaccel.list_backends()
     if cfg.backend not in registered:
         raise ValueError(unknown_backend_message(cfg.backend, registered))
-    from vecaccel.adapters.stacked_agents import is_module_env_path
+    from vecaccel.envs.source import EnvSource
     from vecaccel.manager import get_backend
-    from vecaccel.trainers.envs.batched import batched_env_fn, is_batched_source
-    from vecaccel.trainers.envs.make import backend_options_of
+    from vecaccel.trainers.envs.make import backend_options_of, training_vector_fn
 
     options_cls = get_backend(cfg.backend).options
     if options_cls is not None:  # a misspelled --backend-option: TypeError suggesting the name
         options_cls.from_kwargs(cfg.backend, backend_options_of(cfg))
-    batched = is_batched_source(
-        getattr(cfg, "vectorized", False), getattr(cfg, "env_source", "ale")
+    if not EnvSource.is_module_path(env_id):
+        register_envs()
+        try:
+            gym.spec(env_id)
+        except gym.error.Error as exc:  # naming the id, close matches and a missing package
+            raise ValueError(unknown_env_id_message(env_id, exc)) from None
+    # the source the env cannot have, refused before a process starts
+    training_vector_fn(
+        env_id,
+        getattr(cfg, "atari", None),
+        vectorized=getattr(cfg, "vectorized", False),
+        env_source=getattr(cfg, "env_source", "ale"),
     )
-    if is_module_env_path(env_id):
-        if getattr(cfg, "atari", None):
-            raise ValueError(f"--atari: {env_id} is a PettingZoo env, not an Atari game")
-        if batched:
-            raise ValueError(
-                f"--vectorized and --env-source envpool build Gymnasium ids; {env_id} is a "
-                "PettingZoo env"
-            )
-        return
-    register_envs()
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as exc:  # naming the id, close matches and a missing package
-        raise ValueError(unknown_env_id_message(env_id, exc)) from None
-    if batched:  # the source the env cannot have, refused before a process starts
-        batched_env_fn(env_id, getattr(cfg, "atari", None), True, cfg.env_source)

@@ -94,11 +94,11 @@ def eval_command(args: argparse.Namespace) -> int:
     if env_id is None:
         print("error: the checkpoint names no env; pass --env", file=sys.stderr)
         return 2
-    from vecaccel.adapters.stacked_agents import is_module_env_path
+    from vecaccel.envs.source import EnvSource
     from vecaccel.trainers.checkpoints.format import check_env_matches
     from vecaccel.trainers.envs.make import make_env_fn, parallel_env_spaces
 
-    multi_agent = is_module_env_path(env_id)
+    multi_agent = EnvSource.is_module_path(env_id)
     try:
         if multi_agent:
             spaces = parallel_env_spaces(env_id)
@@ -151,7 +151,7 @@ class AgentReturns(NamedTuple):
     team: list[float]
     """The sum of every agent's return."""
     agents: dict[str, list[float]]
-    """Each agent's own return, by agent name (``possible_agents`` order)."""
+    """Each agent's own return, by agent name (in the env source's ``agents`` order)."""
     lengths: list[int]
     """Env steps until every agent was done."""
 
@@ -169,15 +169,17 @@ def evaluate_agents(
 
     Episode ``i`` is reset with ``seed + i``; it ends when no agent is left.
     """
-    import importlib
-
     import numpy as np
+
+    from vecaccel.envs.source import EnvSource
 
     if video is not None:
         _render_offscreen()
-    module = importlib.import_module(env_id)
-    env = module.parallel_env(**({"render_mode": "rgb_array"} if video else {}))
-    names = list(env.possible_agents)
+    source = EnvSource.resolve(
+        env_id, 1, env_kwargs={"render_mode": "rgb_array"} if video else None
+    )
+    env = source[0]()
+    names = list(source.agents)
     result = AgentReturns([], {name: [] for name in names}, [])
     frames: list[Any] = []
     try:

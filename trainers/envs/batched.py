@@ -8,8 +8,8 @@ Two sources, both ``NextStep`` autoreset (the only mode they have), both built b
   preprocessing (:func:`envpool_atari_fn`).
 
 Example:
-    >>> is_batched_source(True), envpool_task_id("ALE/Pong-v5")
-    (True, 'Pong-v5')
+    >>> envpool_task_id("ALE/Pong-v5")
+    'Pong-v5'
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ __all__ = [
     "batched_env_fn",
     "envpool_atari_fn",
     "envpool_task_id",
-    "is_batched_source",
 ]
 
 
@@ -79,7 +78,7 @@ def envpool_task_id(env_id: str) -> str:
 
 def envpool_atari_fn(env_id: str, training: bool = True) -> Callable[[int], gym.vector.VectorEnv]:
     """The vector env function of EnvPool's pool of the Atari game ``env_id`` names, with the
-    preprocessing of :class:`~vecaccel.trainers.envs.make.AtariEnvFactory`: 84x84 grey, frame skip 4 with max-pooling, a
+    preprocessing of :func:`~vecaccel.trainers.envs.make.make_atari_env`: 84x84 grey, frame skip 4 with max-pooling, a
     stack of 4, up to 30 no-op starts, and in training life-loss terminals (the game goes on) and
     clipped rewards; ``info["episode"]`` holds true scores of whole games either way.
 
@@ -112,21 +111,11 @@ def envpool_atari_fn(env_id: str, training: bool = True) -> Callable[[int], gym.
     )
 
 
-def is_batched_source(vectorized: bool, env_source: str = "ale") -> bool:
-    """Whether a trainer's envs are batched simulators (``NextStep`` autoreset), one vector env
-    per worker: ``vectorized=True``, or Atari frames from EnvPool.
-
-    Example:
-        >>> is_batched_source(False), is_batched_source(False, "envpool")
-        (False, True)
-    """
-    return bool(vectorized) or env_source == "envpool"
-
-
 def batched_env_fn(
     env_id: str, atari: bool | None, training: bool, env_source: str
 ) -> Callable[[int], gym.vector.VectorEnv]:
-    """The vector env function of a batched source (:func:`is_batched_source`): EnvPool's pool
+    """The vector env function of a batched source (``vectorized``, or ``env_source="envpool"``;
+    see :func:`~vecaccel.trainers.envs.make.training_vector_fn`): EnvPool's pool
     of an Atari game, or the id's Gymnasium ``vector_entry_point`` env; built without making
     an env, so that a source the env cannot have is refused early.
 

@@ -4,7 +4,7 @@ PettingZoo parallel envs named by their module path (one row per agent, a shared
 Batched simulators come in two ways, both one vector env per worker over its slice of the envs
 (``make_vec(..., vectorized=True)``), both ``NextStep`` autoreset: ``vectorized=True`` builds an
 id through its Gymnasium ``vector_entry_point``, and ``env_source="envpool"`` takes an Atari
-game's frames from EnvPool with the preprocessing of :class:`AtariEnvFactory`; see
+game's frames from EnvPool with the preprocessing of :func:`make_atari_env`; see
 :mod:`vecaccel.trainers.envs.batched`.
 """
 
@@ -17,13 +17,11 @@ from typing import Any
 
 import gymnasium as gym
 
-from vecaccel.adapters.stacked_agents import is_module_env_path
+from vecaccel.envs.env_fns import EnvCall
 from vecaccel.envs.source import EnvSource
-from vecaccel.trainers.envs.batched import batched_env_fn, is_batched_source
+from vecaccel.trainers.envs.batched import batched_env_fn
 
 __all__ = [
-    "AtariEnvFactory",
-    "ClassicEnvFactory",
     "EpisodicLifeEnv",
     "action_start",
     "agents_per_env",
@@ -31,23 +29,15 @@ __all__ = [
     "check_tensor_spaces",
     "is_atari_id",
     "is_minatar_id",
-    "is_parallel_env_path",
+    "make_atari_env",
     "make_env_fn",
     "make_env_for_training",
+    "make_envs_for_config",
+    "make_recorded_env",
     "parallel_env_spaces",
     "training_env_source",
+    "training_vector_fn",
 ]
-
-
-def is_parallel_env_path(env_id: str | None) -> bool:
-    """Whether ``env_id`` is the module path of a PettingZoo env rather than a Gymnasium id,
-    by ``make_vec``'s own rule (:func:`vecaccel.adapters.stacked_agents.is_module_env_path`).
-
-    Example:
-        >>> is_parallel_env_path("CartPole-v1"), is_parallel_env_path("ALE/Pong-v5")
-        (False, False)
-    """
-    return is_module_env_path(env_id)
 
 
 @functools.lru_cache(maxsize=16)
@@ -61,7 +51,7 @@ def _parallel_env_facts(env_id: str) -> tuple[int, gym.Space, gym.Space]:
 def agents_per_env(env_id: str | None) -> int:
     """Rows per env of ``env_id`` in a trainer's vector env: the number of agents of a
     PettingZoo env (one row each), 1 for a Gymnasium id (read without making an env)."""
-    if not is_module_env_path(env_id):
+    if not EnvSource.is_module_path(env_id):
         return 1
     assert env_id is not None
     return _parallel_env_facts(env_id)[0]
@@ -166,8 +156,13 @@ class EpisodicLifeEnv(gym.Wrapper):
         return obs, info
 
 
-class AtariEnvFactory:
-    """A picklable env function building the standard Atari set-up from Gymnasium's wrappers.
+def make_atari_env(
+    env_id: str,
+    training: bool = True,
+    frame_stack: int = 4,
+    render_mode: str | None = None,
+) -> gym.Env:
+    """The standard Atari set-up of ``env_id`` from Gymnasium's wrappers.
 
     ``RecordEpisodeStatistics`` (innermost, so ``info["episode"]`` holds real, unclipped game
     scores) → ``AtariPreprocessing`` (no-op reset, frame skip 4 with max-pooling, 84x84 gray)
@@ -180,79 +175,68 @@ class AtariEnvFactory:
         frame_stack: frames stacked along the first axis.
         render_mode: passed to ``gymnasium.make`` (``"rgb_array"`` for videos).
     """
+    from vecaccel.manager import register_envs
 
-    def __init__(
-        self,
-        env_id: str,
-        training: bool = True,
-        frame_stack: int = 4,
-        render_mode: str | None = None,
-    ) -> None:
-        self.env_id = env_id
-        self.training = training
-        self.frame_stack = frame_stack
-        self.render_mode = render_mode
-
-    def __call__(self) -> gym.Env:
-        from vecaccel.manager import register_envs
-
-        register_envs()
-        kwargs: dict[str, Any] = {}
-        if self.render_mode is not None:
-            kwargs["render_mode"] = self.render_mode
-        if gym.spec(self.env_id).kwargs.get("frameskip", 1) != 1:
-            kwargs["frameskip"] = 1
-        env = gym.make(self.env_id, **kwargs)
-        env = gym.wrappers.RecordEpisodeStatistics(env)
-        env = gym.wrappers.AtariPreprocessing(
-            env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True
-        )
-        if self.training:
-            env = EpisodicLifeEnv(env)
-            env = gym.wrappers.ClipReward(env, -1.0, 1.0)
-        env = gym.wrappers.FrameStackObservation(env, self.frame_stack)
-        return env
-
-    def __repr__(self) -> str:
-        return f"AtariEnvFactory({self.env_id!r}, training={self.training})"
+    register_envs()
+    kwargs: dict[str, Any] = {}
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    if gym.spec(env_id).kwargs.get("frameskip", 1) != 1:
+        kwargs["frameskip"] = 1
+    env = gym.make(env_id, **kwargs)
+    env = gym.wrappers.RecordEpisodeStatistics(env)
+    env = gym.wrappers.AtariPreprocessing(
+        env, noop_max=30, frame_skip=4, screen_size=84, grayscale_obs=True
+    )
+    if training:
+        env = EpisodicLifeEnv(env)
+        env = gym.wrappers.ClipReward(env, -1.0, 1.0)
+    return gym.wrappers.FrameStackObservation(env, frame_stack)
 
 
-class ClassicEnvFactory:
-    """A picklable env function: ``gymnasium.make(env_id)`` with ``RecordEpisodeStatistics``."""
+def make_recorded_env(env_id: str, render_mode: str | None = None, **kwargs: Any) -> gym.Env:
+    """``gymnasium.make(env_id)`` with ``RecordEpisodeStatistics``: a trainer's env of an id
+    that is not an Atari game.
 
-    def __init__(self, env_id: str, render_mode: str | None = None, **kwargs: Any) -> None:
-        self.env_id = env_id
-        self.render_mode = render_mode
-        self.kwargs = kwargs
+    Example:
+        >>> env = make_recorded_env("CartPole-v1")
+        >>> type(env).__name__
+        'RecordEpisodeStatistics'
+        >>> env.close()
+    """
+    from vecaccel.manager import register_envs
 
-    def __call__(self) -> gym.Env:
-        from vecaccel.manager import register_envs
-
-        register_envs()
-        kwargs = dict(self.kwargs)
-        if self.render_mode is not None:
-            kwargs["render_mode"] = self.render_mode
-        with warnings.catch_warnings():
-            if is_minatar_id(self.env_id):
-                # MinAtar's -v0 (every action) and -v1 (the minimal set) are two settings of one
-                # game; Gymnasium calls -v0 out of date only because a higher version exists
-                warnings.filterwarnings("ignore", ".*is out of date", DeprecationWarning)
-            env = gym.make(self.env_id, **kwargs)
-        return gym.wrappers.RecordEpisodeStatistics(env)
-
-    def __repr__(self) -> str:
-        return f"ClassicEnvFactory({self.env_id!r})"
+    register_envs()
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    with warnings.catch_warnings():
+        if is_minatar_id(env_id):
+            # MinAtar's -v0 (every action) and -v1 (the minimal set) are two settings of one
+            # game; Gymnasium calls -v0 out of date only because a higher version exists
+            warnings.filterwarnings("ignore", ".*is out of date", DeprecationWarning)
+        env = gym.make(env_id, **kwargs)
+    return gym.wrappers.RecordEpisodeStatistics(env)
 
 
 def make_env_fn(
     env_id: str, atari: bool | None = None, training: bool = True, render_mode: str | None = None
 ) -> Callable[[], gym.Env]:
-    """The picklable single-env function :func:`make_env_for_training` vectorizes."""
+    """The picklable single-env function :func:`make_env_for_training` vectorizes: the Atari
+    set-up (:func:`make_atari_env`) for an ALE game, else the id with its episode statistics
+    (:func:`make_recorded_env`).
+
+    Example:
+        >>> make_env_fn("CartPole-v1")
+        EnvCall(make_recorded_env, 'CartPole-v1')
+        >>> make_env_fn("ALE/Pong-v5", atari=True, training=False)
+        EnvCall(make_atari_env, 'ALE/Pong-v5', training=False)
+    """
     if atari is None:
         atari = is_atari_id(env_id)
+    options: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
     if atari:
-        return AtariEnvFactory(env_id, training=training, render_mode=render_mode)
-    return ClassicEnvFactory(env_id, render_mode=render_mode)
+        return EnvCall(make_atari_env, env_id, training=training, **options)
+    return EnvCall(make_recorded_env, env_id, **options)
 
 
 def backend_options_of(config: Any) -> dict[str, Any]:
@@ -274,6 +258,48 @@ def backend_options_of(config: Any) -> dict[str, Any]:
     return options
 
 
+def training_vector_fn(
+    env_id: str,
+    atari: bool | None = None,
+    training: bool = True,
+    vectorized: bool = False,
+    env_source: str = "ale",
+) -> Callable[[int], gym.vector.VectorEnv] | None:
+    """The vector env function of the batched simulator that a trainer's settings ask for
+    (``vectorized``, or ``env_source="envpool"``), ``None`` where the envs are made one by one;
+    built without making an env, so that a source the env cannot have is refused before any
+    process starts.
+
+    Raises:
+        ValueError: for an unknown ``env_source``, or a source an env cannot have (``atari`` or
+            a batched source for a PettingZoo env; an Atari game with ``vectorized`` but not
+            ``env_source="envpool"``; EnvPool for a non-Atari id).
+
+    Example:
+        >>> training_vector_fn("CartPole-v1") is None
+        True
+        >>> training_vector_fn("CartPole-v1", vectorized=True)
+        EntryPointVectorFn('CartPole-v1')
+    """
+    from vecaccel.trainers.config.settings import ENV_SOURCES
+
+    if env_source not in ENV_SOURCES:
+        raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {env_source!r}")
+    batched = bool(vectorized) or env_source == "envpool"
+    if EnvSource.is_module_path(env_id):
+        if atari:
+            raise ValueError(
+                f"atari=True (--atari): {env_id} is a PettingZoo env, not an Atari game"
+            )
+        if batched:
+            raise ValueError(
+                "vectorized=True and env_source='envpool' (--vectorized, --env-source envpool) "
+                f"build Gymnasium ids; {env_id} is a PettingZoo env"
+            )
+        return None
+    return batched_env_fn(env_id, atari, training, env_source) if batched else None
+
+
 def training_env_source(
     env_id: str,
     num_envs: int,
@@ -285,39 +311,54 @@ def training_env_source(
 ) -> EnvSource:
     """The env source a trainer builds its vector env from: the arguments as
     :func:`make_env_for_training` takes them (``autoreset_mode``: the one the vector env
-    function of a batched source must have).
+    function of a batched source must have, ``NextStep`` where ``None``); a batched source is
+    one whose ``vectorized`` is set.
 
     Raises:
-        ValueError: for a batched source an env cannot have (a PettingZoo env; an Atari game
-            with ``vectorized`` but not ``env_source="envpool"``; EnvPool for a non-Atari id).
+        ValueError: as :func:`training_vector_fn`.
 
     Example:
         >>> source = training_env_source("CartPole-v1", 2)
-        >>> source.num_envs, source.multiagent
-        (2, False)
+        >>> source.num_envs, source.multiagent, source.vectorized
+        (2, False, False)
     """
-    from vecaccel.trainers.config.settings import ENV_SOURCES
-
-    if env_source not in ENV_SOURCES:
-        raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {env_source!r}")
-    batched = is_batched_source(vectorized, env_source)
-    if autoreset_mode is None:
-        autoreset_mode = "NextStep" if batched else "SameStep"
-    if is_module_env_path(env_id):
-        if atari:
-            raise ValueError(f"atari=True: {env_id} is a PettingZoo env, not an Atari game")
-        if batched:
-            raise ValueError(
-                f"vectorized=True and env_source='envpool' build Gymnasium ids; {env_id} is a "
-                "PettingZoo env"
-            )
-        return EnvSource.resolve(env_id, num_envs)
-    if batched:
-        vector_fn = batched_env_fn(env_id, atari, training, env_source)
+    vector_fn = training_vector_fn(env_id, atari, training, vectorized, env_source)
+    if vector_fn is not None:
         return EnvSource.resolve(
-            vector_fn, num_envs, vectorized=True, autoreset_mode=autoreset_mode
+            vector_fn, num_envs, vectorized=True, autoreset_mode=autoreset_mode or "NextStep"
         )
+    if EnvSource.is_module_path(env_id):
+        return EnvSource.resolve(env_id, num_envs)
     return EnvSource.resolve([make_env_fn(env_id, atari, training)] * num_envs)
+
+
+def make_envs_for_config(config: Any, env_id: str, **options: Any) -> gym.vector.VectorEnv:
+    """The training envs of ``env_id`` that a run's config asks for: its backend with its
+    ``backend_options`` (which win over ``options``), its seed and env settings, and its
+    ``autoreset_mode`` (``SameStep`` where it has none) unless the source is a batched
+    simulator (``NextStep``, the only mode those have).
+
+    Args:
+        config: an algorithm's config (``num_envs``, ``backend``, ``seed``, ``vectorized``,
+            ``env_source``; ``atari`` and ``autoreset_mode`` where it has them).
+        env_id: a Gymnasium id, or the module path of a PettingZoo env.
+        **options: backend options of the caller's own (the action server's device, say).
+    """
+    source = training_env_source(
+        env_id,
+        config.num_envs,
+        atari=getattr(config, "atari", None),
+        vectorized=config.vectorized,
+        env_source=config.env_source,
+    )
+    return make_env_for_training(
+        source,
+        config.num_envs,
+        backend=config.backend,
+        seed=config.seed,
+        autoreset_mode=None if source.vectorized else getattr(config, "autoreset_mode", "SameStep"),
+        **{**options, **backend_options_of(config)},
+    )
 
 
 def make_env_for_training(
@@ -335,8 +376,8 @@ def make_env_for_training(
     """Build the vectorized env a trainer samples from.
 
     Every env records episode statistics (``info["episode"]``, real scores for Atari); Atari
-    envs get the standard set-up of :class:`AtariEnvFactory`. A PettingZoo module path
-    (:func:`is_parallel_env_path`) gives ``num_envs`` copies of its ``parallel_env()`` with one
+    envs get the standard set-up of :func:`make_atari_env`. A PettingZoo module path
+    (:meth:`EnvSource.is_module_path <vecaccel.envs.source.EnvSource.is_module_path>`) gives ``num_envs`` copies of its ``parallel_env()`` with one
     row per agent (``num_envs * agents_per_env(env_id)`` rows), and no wrappers. Batched
     simulators (``vectorized``, ``env_source="envpool"``) give one vector env per worker.
 

@@ -1,8 +1,8 @@
 """Schedules of the training loop: a value annealed linearly over env steps, and the off-policy
 family's replay schedule (warm-up, replay ratio, target-network updates), all in env steps.
 
-The off-policy family's synchronous loop (:mod:`vecaccel.trainers.algos.off_policy_loop`) and
-its asynchronous feed (:mod:`vecaccel.trainers.algos.off_policy_feed`) both time their updates
+The off-policy family's synchronous loop (:mod:`vecaccel.trainers.algos.off_policy.loop`) and
+its asynchronous feed (:mod:`vecaccel.trainers.algos.off_policy.feed`) both time their updates
 with one :class:`ReplaySchedule`; :class:`LogPeriod` says when a metric row is due.
 """
 

@@ -14,10 +14,7 @@ never leads to PettingZoo being imported.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
-import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -31,19 +28,14 @@ from vecaccel.vec_env import snapshot
 
 __all__ = [
     "AgentInfos",
-    "ParallelEnvFn",
     "StackedAgentsEnv",
     "StackedAgentsFn",
     "common_spaces",
-    "is_module_env_path",
     "is_multiagent_env",
-    "module_env_fn",
 ]
 
 #: the keys of a stacked env's observation, besides ``obs``
 FLAG_KEYS = ("reward", "terminated", "truncated", "active")
-
-_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
 class AgentInfos:
@@ -94,84 +86,6 @@ def as_parallel(env: Any) -> Any:
 
         return aec_to_parallel(env)
     return env
-
-
-class ModuleEnvFn:
-    """A picklable env function: ``module.parallel_env(**kwargs)`` for a module path.
-
-    Example:
-        >>> fn = ModuleEnvFn("pettingzoo.butterfly.pistonball_v6", {"n_pistons": 3})
-        >>> fn
-        ModuleEnvFn('pettingzoo.butterfly.pistonball_v6', {'n_pistons': 3})
-    """
-
-    def __init__(self, module: str, kwargs: dict[str, Any] | None = None) -> None:
-        self.module = module
-        self.kwargs = dict(kwargs or {})
-
-    def __call__(self) -> Any:
-        module = importlib.import_module(self.module)
-        if hasattr(module, "parallel_env"):
-            return module.parallel_env(**self.kwargs)
-        return module.env(**self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"ModuleEnvFn({self.module!r}, {self.kwargs!r})"
-
-
-def module_env_fn(path: str, env_kwargs: dict[str, Any] | None) -> ModuleEnvFn | None:
-    """The env function for module path ``path`` when that module makes PettingZoo envs
-    (it has ``parallel_env``, or ``env`` for AEC), else ``None``.
-
-    Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
-    anything here.
-
-    Example:
-        >>> module_env_fn("CartPole-v1", None) is None
-        True
-    """
-    if not _MODULE_PATH.match(path):
-        return None
-    try:
-        if importlib.util.find_spec(path.split(".")[0]) is None:
-            return None
-        module = importlib.import_module(path)
-    except ImportError:
-        return None
-    if not (hasattr(module, "parallel_env") or hasattr(module, "raw_env")):
-        return None
-    return ModuleEnvFn(path, env_kwargs)
-
-
-def is_module_env_path(path: object) -> bool:
-    """Whether ``path`` is the module path of a PettingZoo env (a module with ``parallel_env``,
-    or ``env``/``raw_env`` for AEC, such as ``pettingzoo.butterfly.pistonball_v6``) rather than
-    a Gymnasium id: the one rule ``make_vec`` and the trainers go by.
-
-    Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
-    anything here.
-
-    Example:
-        >>> is_module_env_path("CartPole-v1"), is_module_env_path("ALE/Pong-v5")
-        (False, False)
-        >>> is_module_env_path("pettingzoo.butterfly.pistonball_v6")
-        True
-    """
-    return isinstance(path, str) and module_env_fn(path, None) is not None
-
-
-class ParallelEnvFn:
-    """A picklable env function that calls ``fn(**kwargs)`` (``env_kwargs`` for a callable)."""
-
-    def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
-        self.fn = fn
-        self.kwargs = dict(kwargs)
-
-    def __call__(self) -> Any:
-        return self.fn(**self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"ParallelEnvFn({self.fn!r}, {self.kwargs!r})"
 
 
 def common_spaces(env: Any, index: int = 0) -> tuple[list[str], gym.Space, gym.Space]:
@@ -345,22 +259,21 @@ class StackedAgentsEnv(gym.Env):
 
 
 class StackedAgentsFn:
-    """A picklable env function: the PettingZoo env of ``fn`` as a :class:`StackedAgentsEnv`.
+    """A picklable env function: the PettingZoo env of ``fn`` as a :class:`StackedAgentsEnv`
+    (env ``index``, for the messages).
 
-    ``prebuilt`` is an env ``fn`` already returned in this process (the caller's probe); the
-    first call here takes it instead of building another one.
+    Example:
+        >>> from vecaccel.envs import EnvCall, make_pettingzoo_env
+        >>> fn = StackedAgentsFn(EnvCall(make_pettingzoo_env, "pettingzoo.butterfly.pistonball_v6"), 0)
+        >>> fn
+        StackedAgentsFn(EnvCall(make_pettingzoo_env, 'pettingzoo.butterfly.pistonball_v6'), 0)
     """
 
-    def __init__(self, fn: Callable[[], Any], index: int, prebuilt: Any = None) -> None:
+    def __init__(self, fn: Callable[[], Any], index: int) -> None:
         self.fn = fn
         self.index = index
-        self._prebuilt = prebuilt
-        self._pid = os.getpid()
 
     def __call__(self) -> StackedAgentsEnv:
-        prebuilt, self._prebuilt = self._prebuilt, None
-        if prebuilt is not None and os.getpid() == self._pid:
-            return StackedAgentsEnv(prebuilt, self.index)
         env = self.fn()
         if not is_multiagent_env(env):
             raise TypeError(
@@ -368,15 +281,6 @@ class StackedAgentsFn:
                 "PettingZoo ParallelEnv or AECEnv"
             )
         return StackedAgentsEnv(env, self.index)
-
-    def close_unused(self) -> None:
-        """Close the prebuilt env if no call took it."""
-        prebuilt, self._prebuilt = self._prebuilt, None
-        if prebuilt is not None and os.getpid() == self._pid:
-            prebuilt.close()
-
-    def __getstate__(self) -> dict:
-        return {"fn": self.fn, "index": self.index, "_prebuilt": None, "_pid": None}
 
     def __repr__(self) -> str:
         return f"StackedAgentsFn({self.fn!r}, {self.index})"

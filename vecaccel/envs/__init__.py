@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
-from vecaccel.envs.source import EnvFactory, EnvSource
+from vecaccel.envs.env_fns import EnvCall, PrebuiltEnvFn, make_gym_env, make_pettingzoo_env
+from vecaccel.envs.source import EnvSource
 
-__all__ = ["EnvFactory", "EnvSource"]
+__all__ = ["EnvCall", "EnvSource", "PrebuiltEnvFn", "make_gym_env", "make_pettingzoo_env"]

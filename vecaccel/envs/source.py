@@ -28,7 +28,7 @@ import importlib.util
 import inspect
 import math
 import numbers
-import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -38,79 +38,12 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.envs.env_fns import EnvCall, PrebuiltEnvFn, make_gym_env, make_pettingzoo_env
 from vecaccel.envs.unknown_ids import unknown_env_id_message
 from vecaccel.manager import register_envs
 from vecaccel.vec_env import make_env, parse_autoreset_mode
 
-__all__ = ["EnvFactory", "EnvSource", "PrebuiltEnvFn", "checked_num_envs"]
-
-
-class EnvFactory:
-    """A picklable zero-argument env function for a registered Gymnasium id.
-
-    It lets plugins register their envs inside the worker process too, which matters under the
-    ``spawn`` and ``forkserver`` start methods where the child starts from a fresh interpreter.
-
-    Example:
-        >>> env = EnvFactory("CartPole-v1")()
-        >>> env.spec.id
-        'CartPole-v1'
-        >>> env.close()
-    """
-
-    def __init__(self, env_id: str, kwargs: dict[str, Any] | None = None) -> None:
-        self.env_id = env_id
-        self.kwargs = dict(kwargs or {})
-
-    def __call__(self) -> gym.Env:
-        register_envs()
-        return gym.make(self.env_id, **self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"EnvFactory({self.env_id!r}, {self.kwargs!r})"
-
-
-class PrebuiltEnvFn:
-    """An env function whose first call in this process returns ``instance``, built already.
-
-    :meth:`EnvSource.resolve` calls a user's env function once to see whether it makes a
-    PettingZoo env; the env it made then serves as the backend's first one, so the function is
-    called as often as without the look. It pickles as ``fn`` itself.
-
-    Example:
-        >>> import gymnasium as gym
-        >>> made = gym.make("CartPole-v1")
-        >>> fn = PrebuiltEnvFn(lambda: gym.make("CartPole-v1"), made)
-        >>> fn() is made, fn() is made
-        (True, False)
-    """
-
-    def __init__(self, fn: Callable[[], Any], instance: Any) -> None:
-        self.fn = fn
-        self.instance = instance
-        self._pid = os.getpid()
-
-    def __call__(self) -> Any:
-        instance, self.instance = self.instance, None
-        if instance is not None and os.getpid() == self._pid:
-            return instance
-        return self.fn()
-
-    def close_unused(self) -> None:
-        """Close the instance if no call took it."""
-        instance, self.instance = self.instance, None
-        if instance is not None and os.getpid() == self._pid:
-            instance.close()
-
-    def __reduce__(self):
-        return (_same, (self.fn,))
-
-    def __repr__(self) -> str:
-        return repr(self.fn)
-
-
-def _same(value: Any) -> Any:
-    return value
+__all__ = ["EnvSource", "checked_num_envs"]
 
 
 def checked_num_envs(num_envs: Any) -> int | None:
@@ -244,6 +177,27 @@ class EnvSource(Sequence[Callable[[], Any]]):
             return env.env_id
         return env if isinstance(env, str) else None
 
+    @staticmethod
+    def is_module_path(env: Any) -> bool:
+        """Whether ``env`` is the module path of a PettingZoo env (a module with
+        ``parallel_env``, or ``env``/``raw_env`` for AEC, such as
+        ``pettingzoo.butterfly.pistonball_v6``) rather than a Gymnasium id: the rule
+        :meth:`resolve` goes by, read without making an env. An env source answers for the
+        module path it was resolved from.
+
+        Only a dotted name of an importable module qualifies, so a Gymnasium id never imports
+        anything here.
+
+        Example:
+            >>> EnvSource.is_module_path("CartPole-v1"), EnvSource.is_module_path("ALE/Pong-v5")
+            (False, False)
+            >>> EnvSource.is_module_path("pettingzoo.butterfly.pistonball_v6")
+            True
+        """
+        if isinstance(env, EnvSource):
+            return env.multiagent and env.env_id is not None
+        return isinstance(env, str) and _module_env_fn(env, None) is not None
+
     # -- what the user passed --------------------------------------------------------------------
 
     @classmethod
@@ -324,7 +278,7 @@ def _env_fns(
                 raise ValueError(unknown_env_id_message(env, exc)) from None
         if num_envs is None:
             raise ValueError("num_envs is required when env is an environment id")
-        return [EnvFactory(env, env_kwargs) for _ in range(num_envs)]
+        return [EnvCall(make_gym_env, env, **(env_kwargs or {})) for _ in range(num_envs)]
     if isinstance(env, EnvSpec):
         raise TypeError(f"make_vec takes an env id, not an EnvSpec: pass its id {env.id!r}")
     if isinstance(env, gym.Env) or not (callable(env) or isinstance(env, Iterable)):
@@ -444,6 +398,26 @@ def _slice_source(
     )
 
 
+_MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def _module_env_fn(path: str, env_kwargs: dict[str, Any] | None) -> Callable[[], Any] | None:
+    """The env function of module path ``path`` where that module makes PettingZoo envs (it
+    has ``parallel_env``, or ``raw_env`` for AEC), else ``None``; a string that is no dotted
+    name of an importable module imports nothing."""
+    if not _MODULE_PATH.match(path):
+        return None
+    try:
+        if importlib.util.find_spec(path.split(".")[0]) is None:
+            return None
+        module = importlib.import_module(path)
+    except ImportError:
+        return None
+    if not (hasattr(module, "parallel_env") or hasattr(module, "raw_env")):
+        return None
+    return EnvCall(make_pettingzoo_env, path, **(env_kwargs or {}))
+
+
 @functools.lru_cache(maxsize=1)
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
@@ -469,7 +443,7 @@ def _multiagent_source(
     if isinstance(env, str):
         if env in gym.registry:
             return None, env
-        fn = stacked_agents.module_env_fn(env, env_kwargs)
+        fn = _module_env_fn(env, env_kwargs)
         if fn is None:
             return None, env
         if num_envs is None:
@@ -492,7 +466,7 @@ def _multiagent_source(
     else:
         return None, env
     if env_kwargs:
-        fns = [stacked_agents.ParallelEnvFn(fn, env_kwargs) for fn in fns]
+        fns = [EnvCall(fn, **env_kwargs) for fn in fns]
     probe = make_env(fns[0], 0)
     if stacked_agents.is_multiagent_env(probe):
         return _stacked_source(fns, probe, None), env

@@ -259,8 +259,8 @@ class ReplayFeed(AsyncFeed):
 def chunk_collector_loop(spec: dict[str, Any]) -> None:
     """The DQN family's sampler: chunk ``n`` of ε-greedy steps into slot ``n % 2``, stepped by
     the algorithm's own acting policy and collector
-    (:class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy`)."""
-    from vecaccel.trainers.algos.exploration import EnvStepper, EpsilonGreedy
+    (:class:`~vecaccel.trainers.algos.off_policy.exploration.EpsilonGreedy`)."""
+    from vecaccel.trainers.algos.off_policy.exploration import EnvStepper, EpsilonGreedy
     from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
     from vecaccel.trainers.services.schedules import linear_schedule
     from vecaccel.trainers.services.seeding import seed_everything, split_seed

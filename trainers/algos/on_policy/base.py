@@ -3,8 +3,8 @@
 :class:`OnPolicyAlgorithm` holds an actor-critic model and its optimizer, builds the sampler that
 collects ``[T, B]`` rollout batches, and predicts; it writes and reads its checkpoint section
 (model, optimizer, schedule). What one iteration is (collect a batch, anneal the learning rate,
-update) is its :class:`~vecaccel.trainers.algos.on_policy_loop.OnPolicyLoop` and, asynchronously,
-its :class:`~vecaccel.trainers.algos.on_policy_feed.RolloutFeed`; the loop around them (logging,
+update) is its :class:`~vecaccel.trainers.algos.on_policy.loop.OnPolicyLoop` and, asynchronously,
+its :class:`~vecaccel.trainers.algos.on_policy.feed.RolloutFeed`; the loop around them (logging,
 checkpoints, signals) is the runner's (:class:`~vecaccel.trainers.runners.sync.SyncRunner`).
 
 Resume. Env state cannot be saved across processes, so a resumable run makes its own deterministic
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import gymnasium as gym
 import numpy as np
 
+from vecaccel.envs.source import EnvSource
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.checkpoints.format import check_env_matches
 from vecaccel.trainers.checkpoints.reader import (
@@ -49,7 +50,6 @@ from vecaccel.trainers.config.settings import (
 from vecaccel.trainers.envs.make import (
     agents_per_env,
     check_tensor_spaces,
-    is_parallel_env_path,
     make_env_fn,
     parallel_env_spaces,
 )
@@ -138,8 +138,9 @@ class OnPolicyAlgorithm(Algorithm):
     ) -> dict[str, Any]:
         """The preset's values and the keywords; an id given as ``env`` is the config's
         ``env_id``."""
-        if isinstance(env, str):
-            explicit["env_id"] = env
+        env_id = EnvSource.id_of(env)
+        if env_id is not None:
+            explicit["env_id"] = env_id
         return self.preset_values(env, preset, explicit, base)
 
     def _build(
@@ -229,8 +230,8 @@ class OnPolicyAlgorithm(Algorithm):
     def flat_batch(self, batch: Any) -> Any:
         """``batch`` with GAE advantages and returns, flattened to the rows the losses learn
         from: the step A2C and PPO share before their losses (see
-        :func:`~vecaccel.trainers.algos.advantages.flat_batch_with_advantages`)."""
-        from vecaccel.trainers.algos.advantages import flat_batch_with_advantages
+        :func:`~vecaccel.trainers.algos.on_policy.advantages.flat_batch_with_advantages`)."""
+        from vecaccel.trainers.algos.on_policy.advantages import flat_batch_with_advantages
 
         cfg = self.config
         return flat_batch_with_advantages(batch, self.model.value, cfg.gamma, cfg.gae_lambda)
@@ -238,7 +239,7 @@ class OnPolicyAlgorithm(Algorithm):
     # -- env and sampler ------------------------------------------------------------------------
 
     def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
-        if is_parallel_env_path(env_id):
+        if EnvSource.is_module_path(env_id):
             return parallel_env_spaces(env_id)
         env = make_env_fn(env_id, self.config.atari)()
         try:
@@ -249,7 +250,7 @@ class OnPolicyAlgorithm(Algorithm):
     def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
         """Train on ``env``: an id (built on the config's backend) or a ready vector env."""
         cfg = self.config
-        if isinstance(env, str):
+        if EnvSource.id_of(env) is not None:
             options: dict[str, Any] = {}
             if cfg.backend == "action_server":
                 options.update(device=str(self.device), alternating=cfg.alternating)
@@ -259,7 +260,7 @@ class OnPolicyAlgorithm(Algorithm):
             self.owns_envs = True
             # a PettingZoo env's rows have no RecordEpisodeStatistics: each agent's return is
             # the sum of its rewards
-            self._episode_stats = "rewards" if is_parallel_env_path(cfg.env_id) else "infos"
+            self._episode_stats = "rewards" if EnvSource.is_module_path(cfg.env_id) else "infos"
         else:
             if env.num_envs != cfg.num_envs:
                 cfg.num_envs = int(env.num_envs)
@@ -355,8 +356,8 @@ class OnPolicyAlgorithm(Algorithm):
 
     def begin_run(self, total_timesteps: int | None, reset_num_timesteps: bool) -> TrainingLoop:
         """Begin a synchronous run: one update per rollout batch (see
-        :class:`~vecaccel.trainers.algos.on_policy_loop.OnPolicyLoop`)."""
-        from vecaccel.trainers.algos.on_policy_loop import OnPolicyLoop
+        :class:`~vecaccel.trainers.algos.on_policy.loop.OnPolicyLoop`)."""
+        from vecaccel.trainers.algos.on_policy.loop import OnPolicyLoop
 
         return OnPolicyLoop(self, total_timesteps, reset_num_timesteps)
 
@@ -369,8 +370,8 @@ class OnPolicyAlgorithm(Algorithm):
         options: Any,
     ) -> Any:
         """Begin an asynchronous run on whole rollouts (see
-        :class:`~vecaccel.trainers.algos.on_policy_feed.RolloutFeed`)."""
-        from vecaccel.trainers.algos.on_policy_feed import RolloutFeed
+        :class:`~vecaccel.trainers.algos.on_policy.feed.RolloutFeed`)."""
+        from vecaccel.trainers.algos.on_policy.feed import RolloutFeed
 
         return RolloutFeed(
             self,
@@ -441,8 +442,9 @@ class OnPolicyAlgorithm(Algorithm):
                 rank_states=state.get("rank_rng"),
             )
         if env is not None:
-            if isinstance(env, str):
-                agent.config.env_id = env  # the id given, not the one recorded
+            env_id = EnvSource.id_of(env)
+            if env_id is not None:
+                agent.config.env_id = env_id  # the id given, not the one recorded
             agent.attach_env(env)
             try:
                 check_env_matches(

@@ -187,8 +187,7 @@ def _next_log(step: int, every: int) -> int:
 def rollout_loop(spec: dict[str, Any]) -> None:
     """The on-policy sampler: ``[T, B]`` rollouts of the algorithm's sampler policy."""
     import vecaccel
-    from vecaccel.trainers.envs.batched import is_batched_source
-    from vecaccel.trainers.envs.make import backend_options_of, make_env_for_training
+    from vecaccel.trainers.envs.make import make_envs_for_config
     from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
@@ -198,18 +197,7 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     # the policy's action sampling, new draws for a resumed run (the version published before
     # this process started)
     seed_everything(split_seed(int(cfg.seed), CHILD_SEED_KEY, link.counters.version))
-    batched = is_batched_source(cfg.vectorized, cfg.env_source)
-    env = make_env_for_training(
-        cfg.env_id,
-        cfg.num_envs,
-        backend=cfg.backend,
-        seed=cfg.seed,
-        atari=cfg.atari,
-        autoreset_mode=None if batched else cfg.autoreset_mode,
-        vectorized=cfg.vectorized,
-        env_source=cfg.env_source,
-        **backend_options_of(cfg),
-    )
+    env = make_envs_for_config(cfg, cfg.env_id)
     try:
         model.eval()
         params = list(model.state_dict().values())

@@ -2,7 +2,7 @@
 then the updates the replay ratio allows.
 
 :class:`OffPolicyLoop` is what :meth:`OffPolicyAlgorithm.begin_run
-<vecaccel.trainers.algos.off_policy.OffPolicyAlgorithm.begin_run>` hands the
+<vecaccel.trainers.algos.off_policy.base.OffPolicyAlgorithm.begin_run>` hands the
 :class:`~vecaccel.trainers.runners.sync.SyncRunner`.
 """
 

@@ -1,25 +1,27 @@
 """The off-policy side of DQN, C51 and Rainbow: envs, replay buffer, target network, acting.
 
-:class:`OffPolicyAlgorithm` is the twin of :class:`~vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm`
-(as SB3's ``OffPolicyAlgorithm`` is of its ``OnPolicyAlgorithm``). It owns what the family shares:
+:class:`OffPolicyAlgorithm` is the twin of
+:class:`~vecaccel.trainers.algos.on_policy.base.OnPolicyAlgorithm` (as SB3's
+``OffPolicyAlgorithm`` is of its ``OnPolicyAlgorithm``). It owns what the family shares:
 
 - the envs, in any autoreset mode: the collector hands over real transitions only, and a
   truncated episode bootstraps from its true final observation (those built from an id are
   ``SAME_STEP``, whose ``infos["final_obs"]`` holds it);
 - the replay buffer (n-step targets are computed at sample time, prioritized replay optional);
 - the online and target networks, the optimizer and the target update;
-- **one** acting policy, :class:`~vecaccel.trainers.algos.exploration.EpsilonGreedy` (on the
-  expected return for distributional heads), and the env stepper that steps the envs with it;
+- **one** acting policy,
+  :class:`~vecaccel.trainers.algos.off_policy.exploration.EpsilonGreedy` (on the expected
+  return for distributional heads), and the env stepper that steps the envs with it;
 - its checkpoint section (networks, optimizer, exploration, the replay buffer when asked), which
   it writes and reads.
 
 A subclass holds its config, its network, its loss and ``update``. The loop is a runner's
 (:class:`~vecaccel.trainers.runners.sync.SyncRunner` or
 :class:`~vecaccel.trainers.runners.asynchronous.runner.AsyncRunner`), driving the family's
-:class:`~vecaccel.trainers.algos.off_policy_loop.OffPolicyLoop` (which collects through
+:class:`~vecaccel.trainers.algos.off_policy.loop.OffPolicyLoop` (which collects through
 :meth:`OffPolicyAlgorithm.collect`) or its
-:class:`~vecaccel.trainers.algos.off_policy_feed.ReplayFeed` (whose collector process steps a
-:class:`~vecaccel.trainers.algos.exploration.EnvStepper` of its own).
+:class:`~vecaccel.trainers.algos.off_policy.feed.ReplayFeed` (whose collector process steps a
+:class:`~vecaccel.trainers.algos.off_policy.exploration.EnvStepper` of its own).
 
 Example:
     >>> from vecaccel.trainers import DQN
@@ -40,8 +42,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from vecaccel.envs.source import EnvSource
 from vecaccel.trainers.algos.base import Algorithm
-from vecaccel.trainers.algos.exploration import EnvStepper, EpsilonGreedy, Transition
+from vecaccel.trainers.algos.off_policy.exploration import EnvStepper, EpsilonGreedy, Transition
 from vecaccel.trainers.checkpoints.format import check_env_matches
 from vecaccel.trainers.checkpoints.reader import (
     check_checkpoint_algorithm,
@@ -98,7 +101,7 @@ class OffPolicyAlgorithm(Algorithm):
         config: the settings in force.
         q_network: the online network; ``target_network`` its lagged copy.
         policy: the acting policy (ε-greedy on ``q_network``).
-        stepper: the :class:`~vecaccel.trainers.algos.exploration.EnvStepper` stepping
+        stepper: the :class:`~vecaccel.trainers.algos.off_policy.exploration.EnvStepper` stepping
             ``envs`` (``None`` without envs).
         rng: the generator of exploration (and of nothing else).
         episode_log: ``(env_step, return, length)`` of every finished episode.
@@ -163,13 +166,14 @@ class OffPolicyAlgorithm(Algorithm):
     def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
         """Train on ``env``: an id (built on the config's backend, ``SAME_STEP``) or a ready
         vector env in any autoreset mode (see
-        :class:`~vecaccel.trainers.algos.exploration.EnvStepper`)."""
-        self.env_id = env if isinstance(env, str) else getattr(env.spec, "id", None)
-        if isinstance(env, str):
-            self.envs = self.make_envs(env)
+        :class:`~vecaccel.trainers.algos.off_policy.exploration.EnvStepper`)."""
+        self.env_id = EnvSource.id_of(env)
+        if self.env_id is not None:
+            self.envs = self.make_envs(self.env_id)
             self.owns_envs = True
         else:
             self.envs = env
+            self.env_id = getattr(env.spec, "id", None)
         space = self.envs.single_action_space
         try:
             check_tensor_spaces(type(self).__name__, self.envs.single_observation_space, space)
@@ -379,8 +383,8 @@ class OffPolicyAlgorithm(Algorithm):
     def begin_run(self, total_timesteps: int | None, reset_num_timesteps: bool) -> TrainingLoop:
         """Begin a synchronous run: a vector step into the replay buffer per iteration, then
         the updates the replay ratio allows (see
-        :class:`~vecaccel.trainers.algos.off_policy_loop.OffPolicyLoop`)."""
-        from vecaccel.trainers.algos.off_policy_loop import OffPolicyLoop
+        :class:`~vecaccel.trainers.algos.off_policy.loop.OffPolicyLoop`)."""
+        from vecaccel.trainers.algos.off_policy.loop import OffPolicyLoop
 
         return OffPolicyLoop(self, total_timesteps, reset_num_timesteps)
 
@@ -393,8 +397,8 @@ class OffPolicyAlgorithm(Algorithm):
         options: Any,
     ) -> Any:
         """Begin an asynchronous run on chunks of steps for the replay buffer (see
-        :class:`~vecaccel.trainers.algos.off_policy_feed.ReplayFeed`)."""
-        from vecaccel.trainers.algos.off_policy_feed import ReplayFeed
+        :class:`~vecaccel.trainers.algos.off_policy.feed.ReplayFeed`)."""
+        from vecaccel.trainers.algos.off_policy.feed import ReplayFeed
 
         return ReplayFeed(
             self,

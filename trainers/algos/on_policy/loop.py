@@ -1,7 +1,7 @@
 """The on-policy family's side of the synchronous loop: one update per rollout batch.
 
 :class:`OnPolicyLoop` is what :meth:`OnPolicyAlgorithm.begin_run
-<vecaccel.trainers.algos.on_policy.OnPolicyAlgorithm.begin_run>` hands the
+<vecaccel.trainers.algos.on_policy.base.OnPolicyAlgorithm.begin_run>` hands the
 :class:`~vecaccel.trainers.runners.sync.SyncRunner`: each iteration collects a ``[T, B]`` batch
 with the sampler and makes one update from it.
 """

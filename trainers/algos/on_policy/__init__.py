@@ -1,0 +1,13 @@
+"""The on-policy family: its base (rollout storage, the policy-gradient update's shared step),
+its synchronous loop, its asynchronous rollout feed and the GAE advantages its algorithms
+learn from. The algorithms on it (A2C, PPO) are modules of :mod:`vecaccel.trainers.algos`.
+
+Example:
+    >>> from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+    >>> OnPolicyAlgorithm.__module__
+    'vecaccel.trainers.algos.on_policy.base'
+"""
+
+from vecaccel.trainers.algos.on_policy.base import OnPolicyAlgorithm, OnPolicyConfig
+
+__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
