@@ -1,5 +1,5 @@
-"""The tests pick backends by what each declares (``tests/backend_matrix.py``): each property
-read from a backend's options must hold for the backend running."""
+"""The tests pick backends by what each declares (``tests/support/backend_matrix.py``): each
+property read from a backend's options must hold for the backend running."""
 
 from __future__ import annotations
 

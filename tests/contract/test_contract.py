@@ -364,7 +364,7 @@ def test_closed_env_raises_gymnasium_closed_environment_error(backend_id):
 @pytest.mark.parametrize("env_fn", [TextObsEnv, TextActionEnv], ids=["text_obs", "text_action"])
 def test_serial_reference_handles_spaces_sync_vector_env_handles(env_fn):
     """``serial`` is the in-process reference: it runs what ``SyncVectorEnv`` runs, spaces with
-    no fixed size included (the process backends' side is tests/backends/test_payload_spaces.py)."""
+    no fixed size included (the process backends' side is tests/vecaccel/spaces/test_payload.py)."""
     fns = [env_fn] * 2
     sync = SyncVectorEnv(fns)
     with contextlib.closing(sync), opened(fns, "serial") as envs:

@@ -6,7 +6,7 @@ backend registers (``registry.add(..., options=ShmOptions)``) tells whether it r
 worker processes (``context``), restarts them (``on_worker_failure``), returns part of its envs
 per step (``batch_size``, ``alternating``) or torch tensors (``device``). A newly registered
 backend is picked up by every selection it fits, with no options unless :data:`SETUPS` gives it
-some; ``tests/backends/test_backend_matrix.py`` checks each property against the running
+some; ``tests/contract/test_backend_matrix.py`` checks each property against the running
 backend (its ``capabilities``, the processes its envs run in, the type of what it returns).
 
 :data:`SETUPS` is the one table of what is backend-specific in the tests: the options each
@@ -77,11 +77,12 @@ SETUPS: dict[str, Setup] = {
     "auto": Setup(
         selections_skip="it builds serial, hybrid or shm as the env's step cost decides, so its "
         "declared worker options do not tell where its envs run; each of those is selected on "
-        "its own, and tests/backends/test_auto*.py test the choice",
+        "its own, and tests/plugins/test_auto.py and tests/vecaccel/backend_choice/test_rule.py "
+        "test the choice",
     ),
     "ray": Setup(
         left_out="needs a Ray cluster, which costs seconds to start: "
-        "tests/backends/test_ray_*.py share one per module and run the contract on it",
+        "tests/plugins/ray/test_*.py share one per module and run the contract on it",
     ),
 }
 

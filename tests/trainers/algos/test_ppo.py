@@ -43,7 +43,7 @@ def backend_params() -> list:
             marks = [pytest.mark.skip(reason="steps a subset of envs per call; no [T, B] batch")]
         elif name == "ray":
             marks = [
-                pytest.mark.skip(reason="tests/backends/test_ray_backend.py trains on its cluster")
+                pytest.mark.skip(reason="tests/plugins/ray/test_vec_env.py trains on its cluster")
             ]
         params.append(pytest.param(name, marks=marks, id=name))
     return params

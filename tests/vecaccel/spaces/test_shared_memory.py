@@ -721,8 +721,9 @@ def test_bfloat16_torch_actions_are_accepted_like_float16():
 
 
 # ---------------------------------------------------------------------------------------------
-# 8. spaces without a fixed layout: every backend matches Sync (tests/backends/test_payload_spaces.py
-#    covers each kind, nested, in every autoreset mode and start method)
+# 8. spaces without a fixed layout: every backend matches Sync
+#    (tests/vecaccel/spaces/test_payload.py covers each kind, nested, in every autoreset mode and
+#    start method)
 
 
 FREE_SPACES = [
