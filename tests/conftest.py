@@ -14,7 +14,8 @@ import pytest
 from vecaccel import get_plugin_manager
 from vecaccel.manager import _reset_plugin_manager
 
-sys.path.insert(0, os.path.dirname(__file__))  # `import toy_envs`, also in spawned workers
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))  # `import toy_envs`, also in
+# spawned workers
 
 from backend_matrix import contract_params, options_for, select
 

@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         "vecaccel's PPO and A2C are SB3's algorithms step for step: from the same weights and "
         "rollout, one update gives SB3's advantages and parameters; with SB3's action sampling "
         "switched to vecaccel's (inverse CDF of the same `torch.rand` draws), both libraries play "
-        "the very same episodes (`tests/trainers/test_ppo_a2c.py`: `test_update_matches_sb3`, "
+        "the very same episodes (`tests/trainers/algos/test_ppo.py`: `test_update_matches_sb3`, "
         "`test_training_tracks_sb3_exactly_given_the_same_random_draws`). Each library draws "
         "its own random stream, so which seeds are lucky differs between them: the ratio of the "
         "median env steps is that luck (ratio of the mean env steps over the seeds: "

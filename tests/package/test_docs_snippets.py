@@ -295,22 +295,24 @@ NOT_RUN = [
     (
         "docs/writing-an-algorithm.md",
         "def test_reinforce_keeps_the_trainers_contract",
-        "needs the example installed; tests/trainers/test_example_algorithm.py runs its tests",
+        "needs the example installed; tests/package/test_example_algorithm.py runs its tests",
     ),
     (
         "docs/ray.md",
         'backend="ray", num_shards=2',
-        "starts Ray; tests/backends/test_ray_backend.py makes these calls on a loopback-only cluster",
+        "starts Ray; tests/plugins/ray/test_vec_env.py makes these calls on a loopback-only "
+        "cluster",
     ),
     (
         "examples/vecaccel-example-plugin/README.md",
         'backend="example-threads"',
-        "needs the example package installed; tests/backends/test_plugins.py installs it and runs this",
+        "needs the example package installed; tests/vecaccel/test_manager.py installs it and runs "
+        "this",
     ),
     (
         "examples/vecaccel-example-plugin/README.md",
         "def vecaccel_register_backends(registry):",
-        "an excerpt of the package's module, which tests/backends/test_plugins.py imports",
+        "an excerpt of the package's module, which tests/vecaccel/test_manager.py imports",
     ),
 ]
 
@@ -398,7 +400,8 @@ COMMAND_RUNS = [
         "docs/scale_out.md",
         [
             (
-                "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-timesteps 20000",
+                "vecaccel train dqn --async --preset cartpole --env CartPole-v1 --total-timesteps "
+                "20000",
                 {"--total-timesteps 20000": "--total-timesteps 1000"},
             )
         ],
@@ -411,7 +414,7 @@ NOT_RUN_COMMANDS = [
     (
         "docs/writing-an-algorithm.md",
         "reinforce",
-        "needs the example installed; tests/trainers/test_example_algorithm.py trains it by name",
+        "needs the example installed; tests/package/test_example_algorithm.py trains it by name",
     ),
     (
         "benchmarks/README.md",
@@ -421,24 +424,26 @@ NOT_RUN_COMMANDS = [
     (
         "examples/vecaccel-example-plugin/README.md",
         "pytest examples/vecaccel-example-plugin/tests",
-        "the example plugin's tests; tests/backends/test_testing_kit.py runs them",
+        "the example plugin's tests; tests/vecaccel/testing/test_contract.py runs them",
     ),
     (
         "README.md",
         "make run",
-        "trains for about a minute; tests/trainers/test_run_dir.py checks its line",
+        "trains for about a minute; tests/trainers/services/test_logger_run_dir.py checks its line",
     ),
     ("README.md", "make test", "the whole test suite"),
     (
         "README.md",
         "PongNoFrameskip-v4 --total-timesteps 10000000",
-        "an Atari run (minutes a preset update on CPU); tests/trainers/test_atari.py trains on Pong",
+        "an Atari run (minutes a preset update on CPU); tests/trainers/envs/test_make.py trains "
+        "on Pong",
     ),
-    ("README.md", "--help", "prints the help; tests/trainers/test_train_cli.py checks it"),
+    ("README.md", "--help", "prints the help; tests/trainers/cli/test_commands.py checks it"),
     (
         "README.md",
         "--nproc 2",
-        "two DDP ranks (two torch processes); tests/trainers/test_distributed.py runs them",
+        "two DDP ranks (two torch processes); tests/trainers/services/test_distributed.py runs "
+        "them",
     ),
     ("README.md", "torchrun --nnodes 2", "needs a second machine (HOST)"),
     (
@@ -449,17 +454,19 @@ NOT_RUN_COMMANDS = [
     (
         "docs/scale_out.md",
         "--nproc",
-        "several DDP ranks (torch processes each); tests/trainers/test_distributed.py runs them",
+        "several DDP ranks (torch processes each); tests/trainers/services/test_distributed.py "
+        "runs them",
     ),
     (
         "docs/scale_out.md",
         "torchrun",
-        "DDP ranks under torchrun; tests/trainers/test_distributed.py",
+        "DDP ranks under torchrun; tests/trainers/services/test_distributed.py",
     ),
     (
         "docs/scale_out.md",
         "vecaccel train ppo --async --preset cartpole",
-        "the same path as the async DQN line, which runs; tests/trainers/test_async_training.py",
+        "the same path as the async DQN line, which runs; "
+        "tests/trainers/runners/asynchronous/test_runner.py",
     ),
     (
         "docs/scale_out.md",
@@ -474,13 +481,14 @@ NOT_RUN_COMMANDS = [
     (
         "docs/training.md",
         "--preset none # the plain defaults",
-        "the preset line that runs, with the plain defaults; tests/trainers/test_presets.py",
+        "the preset line that runs, with the plain defaults; tests/trainers/config/test_presets.py",
     ),
     ("docs/training.md", "ALE/Breakout-v5", "an Atari run of the large-batch preset"),
     (
         "docs/training.md",
         "mpe2.simple_spread_v3 --num-envs 8",
-        "a multi-agent learning run; tests/trainers/test_multiagent_training.py trains these envs",
+        "a multi-agent learning run; tests/trainers/algos/test_advantages_multiagent.py trains "
+        "these envs",
     ),
     ("docs/training.md", "pistonball_v6", "a multi-agent learning run of image observations"),
     ("docs/training.md", "cooperative_pong_v6", "a multi-agent learning run"),
@@ -492,12 +500,12 @@ NOT_RUN_COMMANDS = [
     (
         "docs/backends.md",
         "vecaccel tune",
-        "a minute of timing per line; tests/tools/test_tune.py runs the command",
+        "a minute of timing per line; tests/vecaccel/test_tune.py runs the command",
     ),
     (
         "docs/benchmarks/throughput.md",
         "vecaccel bench",
-        "benchmarks of minutes; tests/tools/test_bench.py",
+        "benchmarks of minutes; tests/vecaccel/bench/test_command.py",
     ),
     (
         "docs/benchmarks/throughput.md",
@@ -547,47 +555,50 @@ NOT_RUN_COMMANDS = [
     (
         "docs/soak.md",
         "benchmarks/reliability/soak.py",
-        "a 30-minute soak; tests/backends/test_soak.py runs a short one",
+        "a 30-minute soak; tests/benchmarks/reliability/test_soak.py runs a short one",
     ),
     ("docs/multiagent.md", "pip install", "installs from the network"),
     ("README.md", 'pip install "vecaccel[ray]"', "installs from the network"),
     (
         "README.md",
         "ray start",
-        "starts a Ray cluster node; tests/backends/test_ray_backend.py starts a local one",
+        "starts a Ray cluster node; tests/plugins/ray/test_vec_env.py starts a local one",
     ),
     (
         "README.md",
         "RAY_ADDRESS=HEAD:6379",
-        "needs a Ray cluster's head (HEAD) and Pong at scale; tests/backends/test_ray_backend.py runs the backend",
+        "needs a Ray cluster's head (HEAD) and Pong at scale; tests/plugins/ray/test_vec_env.py "
+        "runs the backend",
     ),
     ("docs/ray.md", "pip install", "installs from the network"),
     ("docs/minatar.md", "pip install", "installs from the network"),
     (
         "docs/minatar.md",
         "benchmarks/learning/minatar_games.py",
-        "hours of training; tests/tools/test_minatar_games_bench.py runs and reports tiny runs",
+        "hours of training; tests/benchmarks/learning/test_minatar_games.py runs and reports tiny "
+        "runs",
     ),
     (
         "docs/ray.md",
         "ray start",
-        "starts a Ray cluster node (HEAD_IP); tests/backends/test_ray_join.py runs these lines on 127.0.0.1",
+        "starts a Ray cluster node (HEAD_IP); tests/plugins/ray/test_auth.py runs these lines on "
+        "127.0.0.1",
     ),
     (
         "docs/ray.md",
         "ray get-auth-token",
-        "writes a token to ~/.ray; tests/backends/test_ray_join.py runs it in a temporary home",
+        "writes a token to ~/.ray; tests/plugins/ray/test_auth.py runs it in a temporary home",
     ),
     (
         "docs/ray.md",
         "--backend ray --num-envs 256",
-        "256 Pong envs on a Ray cluster; tests/backends/test_ray_backend.py runs a local one",
+        "256 Pong envs on a Ray cluster; tests/plugins/ray/test_vec_env.py runs a local one",
     ),
-    ("examples/vecaccel-example-plugin/README.md", "pip install", "tests/backends/test_plugins.py"),
+    ("examples/vecaccel-example-plugin/README.md", "pip install", "tests/vecaccel/test_manager.py"),
     (
         "examples/vecaccel-example-plugin/README.md",
         "vecaccel backends",
-        "lists the example's backend once it is installed; tests/backends/test_plugins.py",
+        "lists the example's backend once it is installed; tests/vecaccel/test_manager.py",
     ),
 ]
 
@@ -609,25 +620,28 @@ NOT_RUN_BLOCKS = [
         "docs/writing-an-algorithm.md",
         "toml",
         "[project.entry-points.vecaccel]",
-        "an excerpt of the example's pyproject.toml, which tests/trainers/test_example_algorithm.py installs",
+        "an excerpt of the example's pyproject.toml, which "
+        "tests/package/test_example_algorithm.py installs",
     ),
     (
         "docs/backends.md",
         "text",
         "AssertionError: check_backend('mine')",
-        "a sample failure; tests/backends/test_testing_kit.py checks the kit's messages on broken backends",
+        "a sample failure; tests/vecaccel/testing/test_contract.py checks the kit's messages on "
+        "broken backends",
     ),
     (
         "docs/training.md",
         "text",
         "AlgorithmInfo(",
-        "a registry entry, annotated; tests/trainers/test_registry.py checks the registry's entries",
+        "a registry entry, annotated; tests/trainers/config/test_registry.py checks the "
+        "registry's entries",
     ),
     (
         "docs/backends.md",
         "text",
         "did not start within start_timeout_s=3 s",
-        "sample output; tests/backends/test_worker_start.py checks that message",
+        "sample output; tests/vecaccel/worker/test_pool_start.py checks that message",
     ),
     (
         "docs/training.md",
@@ -639,7 +653,7 @@ NOT_RUN_BLOCKS = [
         "examples/vecaccel-example-plugin/README.md",
         "toml",
         "[project.entry-points.vecaccel]",
-        "an excerpt of the example's pyproject.toml, which tests/backends/test_plugins.py installs",
+        "an excerpt of the example's pyproject.toml, which tests/vecaccel/test_manager.py installs",
     ),
 ]
 

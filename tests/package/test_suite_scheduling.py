@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import _has_module_fixture
+from tests.conftest import _has_module_fixture
 
 TESTS = Path(__file__).parents[1]
 
 
 def test_files_with_a_module_scoped_fixture_are_found(tmp_path) -> None:
     for name in (
-        "tools/test_gpu_run.py",
-        "backends/test_ray_backend.py",
-        "trainers/test_distributed.py",
+        "benchmarks/gpu/test_gpu_run.py",
+        "plugins/ray/test_vec_env.py",
+        "trainers/services/test_distributed.py",
     ):
         assert _has_module_fixture(TESTS / name), name
-    assert not _has_module_fixture(TESTS / "backends" / "test_faults.py")
+    assert not _has_module_fixture(TESTS / "contract" / "test_faults.py")
     path = tmp_path / "test_example.py"
     path.write_text('import pytest\n\n@pytest.fixture(scope="module", autouse=True)\ndef s():\n')
     assert _has_module_fixture(path)

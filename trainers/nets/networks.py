@@ -55,7 +55,8 @@ def bf16_autocast_helps(device: str | torch.device = "cpu") -> bool:
     On CPUs it pays with native bf16 matrix units (AMX, or AVX512-BF16); on CUDA with
     compute capability 8.0 or newer. With AVX512-BF16 alone, PPO on Pong (Nature CNN,
     channels_last) trains about 1.6x faster end to end than in float32 (see the benchmark
-    pages), and its updates stay within rounding of float32's (``tests/trainers/test_bf16.py``).
+    pages), and its updates stay within rounding of float32's
+    (``tests/trainers/nets/test_networks_bf16.py``).
     """
     device = torch.device(device)
     if device.type == "cuda":
@@ -160,7 +161,7 @@ class NatureCNN(nn.Module):
         # One conversion pass straight to the convolutions' dtype and memory format, then an
         # in-place division, instead of float32 conversion, division, re-layout and autocast's
         # cast to bfloat16 (a quarter of a bf16 training step in torch.profiler). Bit for bit
-        # the same result (tests/trainers/test_bf16.py): 0..255 are
+        # the same result (tests/trainers/nets/test_networks_bf16.py): 0..255 are
         # exact in bfloat16, and bfloat16 division rounds the float32 quotient once, as
         # autocast's cast of it does.
         if self.channels_last_input:  # a view: NHWC memory is the channels_last layout of NCHW

@@ -13,7 +13,7 @@ Here every parameter is a view into one contiguous ``flat`` tensor and every gra
 into one ``grad`` tensor, so zeroing, clipping and the update are a handful of operations on
 one tensor each. The arithmetic is ``torch.optim``'s single-tensor Adam and RMSprop (the CPU
 default, and what Stable-Baselines3 runs), element for element, so learning is unchanged
-(``tests/trainers/test_optim.py`` checks both against ``torch.optim`` step by step).
+(``tests/trainers/nets/test_optim.py`` checks both against ``torch.optim`` step by step).
 
 Example:
     >>> import torch
