@@ -249,11 +249,12 @@ def test_example_plugin_tests_pass_with_the_kit() -> None:
     assert "3 passed" in completed.stdout
 
 
-def test_the_readmes_plugin_example_passes_the_kit_as_written(tmp_path) -> None:
-    """The README's backend, pasted into a script as it stands, ends with ``check_backend``."""
+def test_the_backends_guides_example_passes_the_kit_as_written(tmp_path) -> None:
+    """The backends guide's example backend, pasted into a script as it stands, ends with
+    ``check_backend``."""
     from doc_blocks import block
 
-    code = block("README.md", "def vecaccel_register_backends(registry):")
+    code = block("docs/backends.md", "def vecaccel_register_backends(registry):")
     assert 'check_backend("mine")' in code and "(vecaccel.VecEnv)" in code
     script = tmp_path / "plugin.py"
     script.write_text(code)
