@@ -427,11 +427,11 @@ class OffPolicyAlgorithm(Algorithm):
 
     checkpoint_key = "off_policy"
     async_help = (
-        "a collector process steps the envs while this process trains from a shared-memory "
-        "replay buffer, the replay ratio enforced by throttling both"
+        "a collector process steps the envs and hands the steps over in chunks while this "
+        "process trains from its replay buffer, the replay ratio enforced by throttling both"
     )
     async_fixed_lag_help = (
-        "the sampler collects chunks of half --async-max-lead env steps, each with the "
+        "the collector collects chunks of half --async-max-lead env steps, each with the "
         "weights of two chunks before, and this process adds them to the replay buffer in order"
     )
     has_replay = True
