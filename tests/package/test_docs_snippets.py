@@ -487,7 +487,7 @@ NOT_RUN_COMMANDS = [
     (
         "docs/training.md",
         "mpe2.simple_spread_v3 --num-envs 8",
-        "a multi-agent learning run; tests/trainers/algos/test_advantages_multiagent.py trains "
+        "a multi-agent learning run; tests/trainers/algos/on_policy/test_advantages_multiagent.py trains "
         "these envs",
     ),
     ("docs/training.md", "pistonball_v6", "a multi-agent learning run of image observations"),

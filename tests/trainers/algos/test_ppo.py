@@ -23,7 +23,7 @@ from toy_envs import (
 )
 
 import vecaccel
-import vecaccel.trainers.algos.base as algorithm
+import vecaccel.trainers.envs.make as training_envs
 from vecaccel.trainers import A2C, PPO
 from vecaccel.trainers.checkpoints.format import load_checkpoint
 from vecaccel.trainers.config.settings import lr_scale
@@ -440,7 +440,7 @@ def test_refused_action_space_closes_the_env_it_built(monkeypatch):
     envs (worker processes for shm); the observation-space refusal closes them, this one
     does not."""
     closed: list[bool] = []
-    make = algorithm.make_env_for_training
+    make = training_envs.make_env_for_training
 
     def make_and_spy(*args, **kwargs):
         env = make(*args, **kwargs)
@@ -454,7 +454,7 @@ def test_refused_action_space_closes_the_env_it_built(monkeypatch):
         env.close = spy_close
         return env
 
-    monkeypatch.setattr(algorithm, "make_env_for_training", make_and_spy)
+    monkeypatch.setattr(training_envs, "make_env_for_training", make_and_spy)
     with pytest.raises(TypeError, match="MultiDiscrete"):
         PPO("CartPole-v1", backend="serial", num_envs=2, num_steps=4, torch_threads=1)
     assert closed, "the trainer raised for its action space but left the envs it built open"

@@ -14,10 +14,9 @@ from pettingzoo_envs import EchoAgentsEnv
 from vecaccel.adapters.stacked_agents import (
     StackedAgentsEnv,
     common_spaces,
-    is_module_env_path,
     is_multiagent_env,
-    module_env_fn,
 )
+from vecaccel.envs import EnvCall, EnvSource, make_pettingzoo_env
 
 
 def test_agents_are_stacked_and_dead_agents_are_zeros() -> None:
@@ -57,10 +56,10 @@ def test_agents_with_different_spaces_are_refused_naming_them() -> None:
 
 
 def test_module_paths_of_pettingzoo_envs_and_nothing_else() -> None:
-    assert is_module_env_path("pettingzoo.butterfly.pistonball_v6")
+    assert EnvSource.is_module_path("pettingzoo.butterfly.pistonball_v6")
     for not_a_module in ("CartPole-v1", "ALE/Pong-v5", "numpy.linalg", "no_such.module", 3):
-        assert not is_module_env_path(not_a_module)
-    fn = module_env_fn("pettingzoo.butterfly.pistonball_v6", {"n_pistons": 3})
+        assert not EnvSource.is_module_path(not_a_module)
+    fn = EnvCall(make_pettingzoo_env, "pettingzoo.butterfly.pistonball_v6", n_pistons=3)
     env = fn()
     assert is_multiagent_env(env)
     assert len(StackedAgentsEnv(env).agents) == 3

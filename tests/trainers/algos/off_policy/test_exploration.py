@@ -9,7 +9,7 @@ import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
-from vecaccel.trainers.algos.exploration import EnvStepper, EpsilonGreedy, expected_q
+from vecaccel.trainers.algos.off_policy.exploration import EnvStepper, EpsilonGreedy, expected_q
 
 
 def _network() -> torch.nn.Module:
