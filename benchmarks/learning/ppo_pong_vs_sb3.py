@@ -63,7 +63,7 @@ CONFIGS = (*SB3_CONFIGS, *VECACCEL_CONFIGS)
 
 def torch_threads(requested: int, num_envs: int) -> int:
     """The thread count both libraries get: ``requested``, or vecaccel's automatic rule."""
-    from vecaccel.trainers.services.seeding import configure_torch_threads
+    from vecaccel.trainers.services.threads import configure_torch_threads
 
     return configure_torch_threads(requested, "shm", num_envs)
 

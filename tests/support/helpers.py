@@ -6,11 +6,13 @@ interpreters some tests start, and by the benchmark scripts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +247,28 @@ def serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
     from vecaccel.trainers.envs.make import make_env_for_training
 
     return make_env_for_training("CartPole-v1", num_envs, backend="serial", seed=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# the machine's load
+
+
+@contextlib.contextmanager
+def busy_loop_elsewhere() -> Iterator[int]:
+    """A busy loop that is not this process's descendant (the shell that starts it exits at
+    once), as another user's job would be; yields its pid and kills it on exit."""
+    started = subprocess.run(
+        ["sh", "-c", f'"{sys.executable}" -c "while True: pass" >/dev/null 2>&1 & echo $!'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(started.stdout.strip())
+    time.sleep(0.2)
+    try:
+        yield pid
+    finally:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass

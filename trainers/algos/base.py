@@ -44,12 +44,8 @@ from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import RunConfig, resolve_device
 from vecaccel.trainers.envs.make import action_start, make_envs_for_config
 from vecaccel.trainers.services import distributed
-from vecaccel.trainers.services.seeding import (
-    configure_torch_threads,
-    get_rng_state,
-    seed_everything,
-    split_seed,
-)
+from vecaccel.trainers.services.seeding import get_rng_state, seed_everything, split_seed
+from vecaccel.trainers.services.threads import AdaptiveThreads, configure_torch_threads
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11's
     from typing_extensions import Self
@@ -288,6 +284,14 @@ class Algorithm(abc.ABC):
         """Make ``total_timesteps`` the run's total (a resumed run's new budget); an unchanged
         total continues the loaded run exactly."""
         self.target_steps = int(total_timesteps)
+
+    def adaptive_threads(self, reserved: int = 0) -> AdaptiveThreads:
+        """What keeps torch's threads at the cores the machine leaves free while this run goes
+        (``reserved``: cores kept for another part of the run, an async run's collector)."""
+        cfg = self.config
+        return AdaptiveThreads(
+            cfg.torch_threads, cfg.backend, cfg.num_envs, cfg.num_workers, reserved
+        )
 
     def record_progress(self, steps: int = 0, updates: int = 0) -> None:
         """Count ``steps`` more env steps (over all ranks) and ``updates`` more updates."""

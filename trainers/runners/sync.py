@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from vecaccel.trainers.algos.base import Algorithm, Callback
@@ -117,6 +118,7 @@ class SyncRunner:
         loop = agent.begin_run(total_timesteps, reset_num_timesteps)
         logger = open_run_logger(agent, loop.horizon, loop.resume_step)
         loop.start(logger)
+        threads = agent.adaptive_threads()
         guard = SignalCheckpoint()
         sb3, plain = callbacks.sb3 is not None, bool(callbacks.plain)
         try:
@@ -128,7 +130,11 @@ class SyncRunner:
                     experience = loop.collect()
                     if sb3 and not callbacks.rollout_end(loop.step_locals(experience)):
                         break
+                    updates_before, started = agent.num_updates, time.perf_counter()
                     metrics = loop.update(experience)
+                    threads.observe(
+                        time.perf_counter() - started, agent.num_updates - updates_before
+                    )
                     metrics, log, stop = loop.report(metrics, guard.requested)
                     if log:
                         logger.log(agent.global_step, metrics)

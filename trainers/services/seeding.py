@@ -1,4 +1,4 @@
-"""Seeds, RNG states (per rank) and torch's thread count."""
+"""Seeds and RNG states (per rank)."""
 
 from __future__ import annotations
 
@@ -8,43 +8,12 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "configure_torch_threads",
     "get_rng_state",
     "restore_rank_rng_state",
     "seed_everything",
     "set_rng_state",
     "split_seed",
 ]
-
-
-def configure_torch_threads(
-    requested: int, backend: str, num_envs: int, num_workers: int = 0
-) -> int:
-    """Set torch's intra-op threads; return the number in force.
-
-    ``requested > 0`` is applied as given. ``0`` (automatic) leaves the cores that the env
-    workers use to them: with a process backend whose workers fill every core, torch's default
-    of one thread per core makes its OpenMP threads spin on the workers' cores and slows
-    PPO on CartPole about 3x.
-
-    Example:
-        >>> configure_torch_threads(1, "serial", 8)
-        1
-    """
-    import torch
-
-    from vecaccel.worker import usable_cpus
-
-    if requested > 0:
-        threads = requested
-    elif backend == "serial":
-        return torch.get_num_threads()
-    else:
-        cpus = usable_cpus()
-        workers = num_workers if num_workers > 0 else min(num_envs, cpus)
-        threads = max(1, cpus - workers)
-    torch.set_num_threads(threads)
-    return threads
 
 
 def seed_everything(seed: int) -> None:

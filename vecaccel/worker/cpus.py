@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 __all__ = [
     "THREAD_ENV_VARS",
+    "CpuLoad",
+    "available_cpus",
+    "cpu_quota",
     "current_cpu",
     "limit_threads_after_envs",
     "limit_threads_before_envs",
@@ -97,6 +102,158 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def cpu_quota() -> float | None:
+    """The CPUs this process's cgroup may use in time (``cpu.max`` in cgroup v2, the CFS quota in
+    v1), or ``None`` where it sets no limit: a container started with ``--cpus 1.5`` answers
+    1.5 however many CPUs its affinity lists.
+
+    Example:
+        >>> quota = cpu_quota()
+        >>> quota is None or quota > 0
+        True
+    """
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    limits = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: the process's group and every group above it
+            group = Path("/sys/fs/cgroup") / path.lstrip("/")
+            for folder in [group, *group.parents]:
+                limits.append(_quota_of(folder / "cpu.max"))
+                if folder == Path("/sys/fs/cgroup"):
+                    break
+        elif "cpu" in controllers.split(","):  # v1
+            for root in ("cpu", "cpu,cpuacct"):
+                folder = Path("/sys/fs/cgroup") / root / path.lstrip("/")
+                limits.append(_quota_of(folder / "cpu.cfs_quota_us", folder / "cpu.cfs_period_us"))
+    known = [limit for limit in limits if limit is not None]
+    return min(known) if known else None
+
+
+def _quota_of(quota_file: Path, period_file: Path | None = None) -> float | None:
+    """One cgroup's CPU limit in CPUs (``None``: no limit, or no such file)."""
+    try:
+        fields = quota_file.read_text().split()
+        if period_file is not None:
+            fields.append(period_file.read_text().strip())
+        quota, period = fields[0], float(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    if quota in ("max", "-1") or period <= 0:
+        return None
+    return max(float(quota) / period, 0.01)
+
+
+def available_cpus() -> int:
+    """The CPUs this process may use: its affinity, capped by its cgroup's quota (rounded, at
+    least one).
+
+    Example:
+        >>> 1 <= available_cpus() <= usable_cpus()
+        True
+    """
+    cpus = usable_cpus()
+    quota = cpu_quota()
+    return cpus if quota is None else max(1, min(cpus, round(quota)))
+
+
+class CpuLoad:
+    """A reading of how busy this process's CPUs are, to compare with a later one.
+
+    ``others_since(earlier)`` is the CPU time that processes outside this one and its children
+    took on those CPUs between the two readings, in cores: a busy loop beside the run counts
+    about 1.0. Time a hypervisor gave to other machines (steal) counts as taken too; processes
+    niced below this one do not, since the scheduler gives way to this one before them. A
+    reading costs a scan of ``/proc`` (a few milliseconds); where ``/proc`` is missing (not
+    Linux) every reading says nothing is taken.
+
+    Example:
+        >>> import time
+        >>> first = CpuLoad()
+        >>> time.sleep(0.05)
+        >>> CpuLoad().others_since(first) >= 0.0
+        True
+    """
+
+    def __init__(self) -> None:
+        self.time = time.monotonic()
+        self.busy, self.own = _busy_ticks(), _own_tree_ticks()
+
+    def others_since(self, earlier: CpuLoad) -> float:
+        """Cores that other processes kept busy between ``earlier`` and this reading."""
+        seconds = self.time - earlier.time
+        if seconds <= 0 or self.busy is None or earlier.busy is None:
+            return 0.0
+        ticks = (self.busy - earlier.busy) - (self.own - earlier.own)
+        return max(0.0, ticks / _TICKS_PER_SECOND / seconds)
+
+    @classmethod
+    def measure(cls, seconds: float = 0.1) -> float:
+        """The cores other processes keep busy, over ``seconds`` from now."""
+        first = cls()
+        time.sleep(seconds)
+        return cls().others_since(first)
+
+
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _busy_ticks() -> int | None:
+    """Busy clock ticks of this process's CPUs since boot (``/proc/stat``), ``None`` where
+    unknown. Niced time counts only when this process is niced itself."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    mine = (
+        {f"cpu{cpu}" for cpu in os.sched_getaffinity(0)}
+        if hasattr(os, "sched_getaffinity")
+        else None
+    )
+    niced = os.getpriority(os.PRIO_PROCESS, 0) > 0 if hasattr(os, "getpriority") else False
+    total = 0
+    for line in lines[1:]:
+        if not line.startswith("cpu"):
+            break
+        name, *values = line.split()
+        if mine is not None and name not in mine:
+            continue
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in values[:8])
+        total += user + system + irq + softirq + steal + (nice if niced else 0)
+    return total
+
+
+def _own_tree_ticks() -> int:
+    """CPU clock ticks that this process and its live descendants have used."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return 0
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces: split after it
+        fields = stat[stat.rfind(")") + 2 :].split()
+        parents[pid] = int(fields[1])
+        ticks[pid] = int(fields[11]) + int(fields[12])
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 #: Modules whose frames a warning skips, to point at the line of the user's code that made the
 #: vector env (the SB3 adapter is made inside SB3's ``make_vec_env``).
 _LIBRARY_MODULES = ("vecaccel", "stable_baselines3", "gymnasium")
@@ -142,13 +299,19 @@ def warn_if_torch_oversubscribes(num_workers: int, stacklevel: int | None = None
     torch = sys.modules.get("torch")
     if torch is None or num_workers <= 0:
         return
-    cpus = usable_cpus()
     threads = torch.get_num_threads()
-    if threads > max(1, cpus - num_workers):
+    if threads <= 1:
+        return
+    cpus = available_cpus()
+    # other processes' busy cores count as the workers' do: torch's threads wait on them too
+    others = int(CpuLoad.measure(0.05) + 0.5)
+    fits = max(1, cpus - num_workers - others)
+    if threads > fits:
+        busy = f" while other processes keep {others} busy" if others else ""
         warnings.warn(
             f"torch uses {threads} threads and vecaccel {num_workers} env workers on {cpus} "
-            f"cores: torch's spinning threads will starve the workers. Call "
-            f"torch.set_num_threads({max(1, cpus - num_workers)}) or pass fewer num_workers.",
+            f"cores{busy}: torch's spinning threads will starve the workers. Call "
+            f"torch.set_num_threads({fits}) or pass fewer num_workers.",
             TorchThreadsWarning,
             stacklevel=user_stacklevel() if stacklevel is None else stacklevel + 1,
         )

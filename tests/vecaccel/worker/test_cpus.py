@@ -1,4 +1,5 @@
-"""The torch-threads warning points at the user's line, wherever in vecaccel it is raised.
+"""The CPUs a process may use, the load others put on them, and the torch-threads warning, which
+points at the user's line wherever in vecaccel it is raised.
 
 It is raised deep inside a backend's constructor (and, for the SB3 adapter, under SB3's own
 ``make_vec_env``); a warning that names ``vecaccel/make.py`` tells the user nothing about which
@@ -8,13 +9,18 @@ of their lines to change. The library's own tools set torch's threads and stay q
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
+import time
 import warnings
 
 import pytest
 import torch
+from helpers import busy_loop_elsewhere
 
 import vecaccel
 from vecaccel.worker import TorchThreadsWarning, usable_cpus
+from vecaccel.worker.cpus import CpuLoad, available_cpus, cpu_quota
 
 
 @pytest.fixture
@@ -71,3 +77,53 @@ def test_tune_sets_torch_threads_for_the_action_server_and_says_nothing(too_many
         trial = Trial("action_server", 2, {"num_workers": 1})
         assert measure_trial(fns, trial, seconds=0.05) > 0
     assert torch.get_num_threads() == threads  # the caller's setting is back
+
+
+# -- the machine's load -------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(usable_cpus() < 2, reason="needs two CPUs")
+def test_a_reading_counts_a_busy_loop_of_another_process():
+    with busy_loop_elsewhere():
+        assert CpuLoad.measure(0.3) >= 0.5
+
+
+def test_a_reading_leaves_out_this_process_and_its_children():
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        first = CpuLoad()
+        time.sleep(0.3)
+        second = CpuLoad()
+        assert second.own - first.own >= 5  # clock ticks of the child's loop
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.skipif(usable_cpus() < 2, reason="needs two CPUs")
+def test_the_sb3_adapter_warning_counts_other_processes_busy_cores():
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.env_util import make_vec_env
+
+    import vecaccel.adapters.sb3
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(available_cpus())
+    try:
+        with busy_loop_elsewhere():
+            caught = _recorded(
+                lambda: make_vec_env(
+                    "CartPole-v1", n_envs=2, vec_env_cls=vecaccel.adapters.sb3.VecAccelEnv,
+                    vec_env_kwargs={"backend": "shm", "num_workers": 1},
+                )
+            )  # fmt: skip
+    finally:
+        torch.set_num_threads(previous)
+    assert len(caught) == 1
+    assert "while other processes keep" in str(caught[0].message)
+
+
+def test_the_quota_and_the_available_cpus_agree_with_the_affinity():
+    quota = cpu_quota()
+    assert quota is None or quota > 0
+    assert 1 <= available_cpus() <= usable_cpus()

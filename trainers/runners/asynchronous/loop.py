@@ -246,7 +246,10 @@ def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
             start = time.perf_counter()  # rates are timed from when the collector process runs
             callbacks.training_start(agent, feed.horizon)
             go_on = True
+            # the optimiser's turns mix waiting with updating: only the load is read again
+            threads = agent.adaptive_threads(reserved=int(collector.options.threads))
             while not feed.complete and go_on:
+                threads.check()
                 if sb3:
                     callbacks.rollout_start()
                 meet = feed.turn(waits, guard.requested)

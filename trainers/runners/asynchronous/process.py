@@ -301,13 +301,11 @@ class CollectorHandle:
 def leave_cores_to_collector(cfg: Any, collector_threads: int) -> None:
     """With automatic torch threads (``torch_threads=0``), leave the collector process (and its
     env workers) their cores: torch's default of one thread per core would make the optimiser's
-    OpenMP threads spin on them. Ranks on one machine share its cores."""
+    OpenMP threads spin on them. Ranks on one machine share its cores, and cores that other
+    processes keep busy are left to them (:func:`~vecaccel.trainers.services.threads.automatic_threads`)."""
     if getattr(cfg, "torch_threads", 0) > 0:
         return
-    from vecaccel.worker import usable_cpus
+    from vecaccel.trainers.services.threads import automatic_threads
 
-    cpus = usable_cpus() // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    workers = 0
-    if cfg.backend != "serial":
-        workers = getattr(cfg, "num_workers", 0) or min(cfg.num_envs, cpus)
-    torch.set_num_threads(max(1, cpus - collector_threads - workers))
+    threads = automatic_threads(cfg.backend, cfg.num_envs, cfg.num_workers, collector_threads)
+    torch.set_num_threads(threads)
