@@ -1,18 +1,19 @@
-"""``backend="auto"``: the probe, the choice rule, what it builds, records and logs, and that
-``vecaccel tune`` shares its probe."""
+"""``backend="auto"``: what it builds, records and logs for per-env functions and for vector env
+functions (``vectorized=True``), the options that rule backends out, and that ``vecaccel tune``
+shares its probe."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from toy_vector_envs import costly_sync, native_cartpole
 
 import vecaccel
-from vecaccel.backend_choice import INLINE_MAX_STEP_S, ROUND_TRIP_S, choose_backend
+from vecaccel.backend_choice import choose_backend
 from vecaccel.backend_choice import env_step_cost as probe
 from vecaccel.backend_choice.env_step_cost import StepCost
 from vecaccel.plugins.auto import AutoOptions
@@ -22,100 +23,6 @@ from vecaccel.worker import usable_cpus
 
 RANK = {"serial": 0, "hybrid": 1, "shm": 2}
 CHEAP_S, COSTLY_S = 13e-6, 800e-6  # CartPole's step and Pong's, roughly
-
-step_costs = st.floats(min_value=0.0, max_value=0.1, allow_nan=False)
-counts = st.integers(min_value=1, max_value=512)
-cpu_counts = st.integers(min_value=1, max_value=64)
-
-
-# ---------------------------------------------------------------------------------------------
-# the rule
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    step_s=step_costs,
-    num_envs=counts,
-    cpus=cpu_counts,
-    isolate=st.booleans(),
-    workers=st.booleans(),
-    num_workers=st.none() | st.integers(min_value=1, max_value=64),
-)
-def test_the_rule_gives_a_runnable_choice_and_says_why(
-    step_s, num_envs, cpus, isolate, workers, num_workers
-):
-    choice = choose_backend(
-        step_s, num_envs, cpus, isolate=isolate, workers=workers, num_workers=num_workers
-    )
-    assert choice.backend in RANK and choice.reason
-    if isolate:  # nothing in the caller's process: no serial, no inline share
-        assert choice.backend == "shm" and "inline_envs" not in choice.options
-    if workers or isolate:
-        assert choice.backend != "serial"
-    if choice.backend == "serial":
-        assert choice.options == {}
-        saved = num_envs * step_s * (1 - 1 / cpus)
-        assert num_envs == 1 or cpus == 1 or saved <= ROUND_TRIP_S
-    else:
-        workers_chosen = choice.options["num_workers"]
-        assert workers_chosen == (num_workers or workers_chosen)
-        assert 1 <= workers_chosen <= max(num_workers or 0, cpus, 1)
-    if choice.backend == "hybrid":
-        inline = choice.options["inline_envs"]
-        assert step_s < INLINE_MAX_STEP_S
-        assert 1 <= inline < num_envs  # the workers have envs too
-        assert choice.options["num_workers"] < num_envs
-    if choice.backend == "shm" and num_workers is None:
-        assert choice.options["num_workers"] == min(num_envs, cpus)
-
-
-@settings(max_examples=300, deadline=None)
-@given(low=step_costs, high=step_costs, num_envs=counts, cpus=cpu_counts)
-def test_a_costlier_step_never_moves_the_choice_back_towards_the_caller(low, high, num_envs, cpus):
-    low, high = sorted((low, high))
-    cheap = choose_backend(low, num_envs, cpus)
-    costly = choose_backend(high, num_envs, cpus)
-    assert RANK[cheap.backend] <= RANK[costly.backend]
-
-
-def test_cartpole_and_pong_costs_on_two_cpus():
-    assert choose_backend(CHEAP_S, 4, 2).backend == "serial"
-    assert choose_backend(CHEAP_S, 64, 2).options == {"num_workers": 1, "inline_envs": 32}
-    assert choose_backend(COSTLY_S, 16, 2).options == {"num_workers": 2}
-    assert choose_backend(COSTLY_S, 1, 2).backend == "serial"  # nothing to spread
-
-
-@pytest.mark.parametrize("bad", [-1.0, float("nan"), "fast", True])
-def test_the_rule_refuses_a_step_cost_that_is_not_seconds(bad):
-    with pytest.raises(ValueError, match="step_s"):
-        choose_backend(bad, 4, 2)
-
-
-# ---------------------------------------------------------------------------------------------
-# the probe
-
-
-class RecordsClose(gym.Wrapper):
-    closed = 0
-
-    def close(self) -> None:
-        RecordsClose.closed += 1
-        super().close()
-
-
-def test_probe_steps_through_resets_and_closes_the_env():
-    made: list[gym.Env] = []
-
-    def env_fn() -> gym.Env:
-        made.append(RecordsClose(gym.make("CartPole-v1")))
-        return made[-1]
-
-    cost = probe.probe_step_cost(env_fn, seconds=0.02)
-    assert cost.steps > 0 and cost.resets > 0  # random CartPole episodes last ~20 steps
-    assert 0 < cost.step_s < 0.02 and cost.reset_s > 0
-    assert len(made) == 1 and RecordsClose.closed == 1
-    with pytest.raises(ValueError, match="seconds"):
-        probe.probe_step_cost(env_fn, seconds=0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,9 +77,6 @@ def test_restart_or_a_step_timeout_keeps_every_env_in_a_worker(isolating, monkey
             assert envs.num_workers == min(8, usable_cpus())
             envs.reset(seed=0)
             envs.step(envs.action_space.sample())
-    assert choose_backend(None, 8, 2, isolate=True).backend == "shm"
-    with pytest.raises(ValueError, match="step_s"):
-        choose_backend(None, 8, 2)
 
 
 def test_metadata_and_one_log_line_say_what_was_chosen_and_why(caplog, no_leaks):
@@ -245,6 +149,74 @@ def test_bad_auto_options_are_refused_before_anything_runs():
     with pytest.raises(TypeError, match="did you mean 'num_workers'"):
         vecaccel.make_vec("CartPole-v1", 2, backend="auto", num_wrokers=2)
     assert AutoOptions(step_cost_s=0.0).given() == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# make_vec(backend="auto", vectorized=True)
+
+
+def test_auto_keeps_a_cheap_native_vector_env_in_the_caller(no_leaks):
+    envs = vecaccel.make_vec(native_cartpole, 256, backend="auto", vectorized=True)
+    try:
+        record = envs.metadata["backend"]
+        assert record["name"] == "serial", record
+        assert record["probed"] is True
+        assert set(record["vector_step_cost"]) == {"step_s", "slice_step_s", "cores"}
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (256, 4)
+        envs.step(np.zeros(256, dtype=np.int64))
+    finally:
+        envs.close()
+
+
+def test_auto_spreads_a_costly_vector_env_over_workers(no_leaks):
+    # 8 envs of 1.2 ms each: a slice of 4 costs ~4.8 ms, far above the shm threshold
+    fn = functools.partial(costly_sync, cpu_s=0.0012)
+    envs = vecaccel.make_vec(fn, 8, backend="auto", vectorized=True)
+    try:
+        record = envs.metadata["backend"]
+        cpus = vecaccel.worker.usable_cpus()
+        if cpus == 1:
+            assert record["name"] == "serial", record
+        else:
+            # the reason and the measured cost, which a long record's repr would cut off
+            why = (record["reason"], record["vector_step_cost"])
+            assert record["name"] == "shm", why
+            assert record["options"]["num_workers"] == min(8, cpus), why
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (8, 4)
+        envs.step(np.zeros(8, dtype=np.int64))
+    finally:
+        envs.close()
+
+
+def test_a_given_step_cost_skips_the_vector_probe(no_leaks):
+    calls = []
+
+    def counting(n):
+        calls.append(n)
+        return native_cartpole(n)
+
+    envs = vecaccel.make_vec(
+        counting, 64, backend="auto", vectorized=True, step_cost_s=1e-3, num_workers=2
+    )
+    try:
+        record = envs.metadata["backend"]
+        assert record["probed"] is False
+        assert record["name"] == "shm" and record["options"]["num_workers"] == 2, record
+    finally:
+        envs.close()
+    assert 64 not in calls  # only the size check's one env and the workers' slices were built
+
+
+def test_a_failing_vector_probe_names_the_probe():
+    def breaks_when_big(n):
+        if n > 1:
+            raise RuntimeError("too big")
+        return native_cartpole(n)
+
+    with pytest.raises(RuntimeError, match="measure its step cost.*too big"):
+        vecaccel.make_vec(breaks_when_big, 8, backend="auto", vectorized=True)
 
 
 # ---------------------------------------------------------------------------------------------

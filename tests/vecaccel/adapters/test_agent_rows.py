@@ -9,8 +9,6 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -214,44 +212,6 @@ def test_a_module_path_and_an_aec_env_make_the_same_rows():
     finally:
         by_path.close()
         aec.close()
-
-
-def test_a_gymnasium_id_does_not_import_pettingzoo():
-    code = (
-        "import sys, vecaccel\n"
-        "envs = vecaccel.make_vec('CartPole-v1', 2, backend='serial')\n"
-        "envs.close()\n"
-        "assert 'pettingzoo' not in sys.modules, 'pettingzoo was imported'\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-
-
-def test_an_env_function_that_imports_pettingzoo_itself():
-    code = (
-        "import sys, vecaccel\n"
-        "def make():\n"
-        "    from pettingzoo.butterfly import cooperative_pong_v6\n"
-        "    return cooperative_pong_v6.parallel_env()\n"
-        "assert 'pettingzoo' not in sys.modules\n"
-        "envs = vecaccel.make_vec(make, 2, backend='serial')\n"
-        "assert envs.num_envs == 4 and envs.agents_per_env == 2, envs.num_envs\n"
-        "envs.close()\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
-
-
-def test_a_gymnasium_env_function_is_called_as_often_as_before(tmp_path):
-    import gymnasium as gym
-
-    calls = []
-
-    def make():
-        calls.append(1)
-        return gym.make("CartPole-v1")
-
-    envs = vecaccel.make_vec(make, 2, backend="serial")
-    envs.close()
-    assert type(envs).__name__ == "SerialVecEnv" and len(calls) == 2
 
 
 def test_agents_with_different_spaces_are_refused_naming_them():

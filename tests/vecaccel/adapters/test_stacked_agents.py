@@ -1,6 +1,6 @@
 """A PettingZoo parallel env as one Gymnasium env with its agents stacked: observations in
 ``possible_agents`` order, zeros for agents that are not live, actions handed only to live
-agents, the env done once no agent is left; and the module paths that name PettingZoo envs."""
+agents, the env done once no agent is left."""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ pytest.importorskip("pettingzoo")
 
 from pettingzoo_envs import EchoAgentsEnv
 
-from vecaccel.adapters.stacked_agents import (
-    StackedAgentsEnv,
-    common_spaces,
-    is_multiagent_env,
-)
-from vecaccel.envs import EnvCall, EnvSource, make_pettingzoo_env
+from vecaccel.adapters.stacked_agents import StackedAgentsEnv, common_spaces
 
 
 def test_agents_are_stacked_and_dead_agents_are_zeros() -> None:
@@ -53,14 +48,3 @@ def test_agents_with_different_spaces_are_refused_naming_them() -> None:
     with pytest.raises(ValueError, match="agent_2: Box") as caught:
         common_spaces(EchoAgentsEnv(num_agents=3, odd_spaces=True), index=4)
     assert "multi-agent env 4" in str(caught.value)
-
-
-def test_module_paths_of_pettingzoo_envs_and_nothing_else() -> None:
-    assert EnvSource.is_module_path("pettingzoo.butterfly.pistonball_v6")
-    for not_a_module in ("CartPole-v1", "ALE/Pong-v5", "numpy.linalg", "no_such.module", 3):
-        assert not EnvSource.is_module_path(not_a_module)
-    fn = EnvCall(make_pettingzoo_env, "pettingzoo.butterfly.pistonball_v6", n_pistons=3)
-    env = fn()
-    assert is_multiagent_env(env)
-    assert len(StackedAgentsEnv(env).agents) == 3
-    env.close()

@@ -55,9 +55,16 @@ def test_a_real_env_is_probed_and_closed() -> None:
     _SlowEnv.closed = False
     probe_step_cost(lambda: _SlowEnv(), seconds=0.005)
     assert _SlowEnv.closed
-    cartpole = probe_step_cost(lambda: gym.make("CartPole-v1"), seconds=0.02, seed=3)
-    assert cartpole.steps > 0 and 0 < cartpole.step_s < 0.01
+    made: list[gym.Env] = []
+
+    def cartpole_fn() -> gym.Env:
+        made.append(gym.make("CartPole-v1"))
+        return made[-1]
+
+    cartpole = probe_step_cost(cartpole_fn, seconds=0.02, seed=3)
+    assert cartpole.steps > 0 and 0 < cartpole.step_s < 0.01 and cartpole.reset_s > 0
     assert cartpole.resets >= 1  # random CartPole episodes end within a few dozen steps
+    assert len(made) == 1  # one env, stepped through its resets
 
 
 def test_the_probe_needs_a_positive_time() -> None:

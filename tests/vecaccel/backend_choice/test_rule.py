@@ -1,29 +1,108 @@
-"""``auto`` for vector env functions (``vectorized=True``) and EnvPool: the rule of
-``vecaccel.backend_choice.choose_backend`` by its choices on given vector env costs, and
-``make_vec(..., backend="auto", vectorized=True)`` on a cheap and on a costly vector env."""
+"""The rule of ``vecaccel.backend_choice.choose_backend``: its choices on given step costs, one
+env's (properties over the whole range, and CartPole's and Pong's figures) and a vector env's
+(cheap and costly batched simulators, EnvPool with and without its own threads)."""
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import threading
-
-import numpy as np
 import pytest
-from toy_vector_envs import costly_sync, native_cartpole
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-import vecaccel
-from vecaccel.backend_choice import MIN_SAVING_S, SHM_MIN_SLICE_S, choose_backend
-from vecaccel.backend_choice.vector_step_cost import (
-    MULTICORE_RATIO,
-    VectorStepCost,
-    probe_vector_step_cost,
-    slice_size,
-    worker_slots,
+from vecaccel.backend_choice import (
+    INLINE_MAX_STEP_S,
+    MIN_SAVING_S,
+    ROUND_TRIP_S,
+    SHM_MIN_SLICE_S,
+    choose_backend,
 )
+from vecaccel.backend_choice.vector_step_cost import VectorStepCost, worker_slots
+
+RANK = {"serial": 0, "hybrid": 1, "shm": 2}
+CHEAP_S, COSTLY_S = 13e-6, 800e-6  # CartPole's step and Pong's, roughly
+
+step_costs = st.floats(min_value=0.0, max_value=0.1, allow_nan=False)
+counts = st.integers(min_value=1, max_value=512)
+cpu_counts = st.integers(min_value=1, max_value=64)
+
 
 # ---------------------------------------------------------------------------------------------
-# the rule, on given costs
+# one env's step cost
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    step_s=step_costs,
+    num_envs=counts,
+    cpus=cpu_counts,
+    isolate=st.booleans(),
+    workers=st.booleans(),
+    num_workers=st.none() | st.integers(min_value=1, max_value=64),
+)
+def test_the_rule_gives_a_runnable_choice_and_says_why(
+    step_s, num_envs, cpus, isolate, workers, num_workers
+):
+    choice = choose_backend(
+        step_s, num_envs, cpus, isolate=isolate, workers=workers, num_workers=num_workers
+    )
+    assert choice.backend in RANK and choice.reason
+    if isolate:  # nothing in the caller's process: no serial, no inline share
+        assert choice.backend == "shm" and "inline_envs" not in choice.options
+    if workers or isolate:
+        assert choice.backend != "serial"
+    if choice.backend == "serial":
+        assert choice.options == {}
+        saved = num_envs * step_s * (1 - 1 / cpus)
+        assert num_envs == 1 or cpus == 1 or saved <= ROUND_TRIP_S
+    else:
+        workers_chosen = choice.options["num_workers"]
+        assert workers_chosen == (num_workers or workers_chosen)
+        assert 1 <= workers_chosen <= max(num_workers or 0, cpus, 1)
+    if choice.backend == "hybrid":
+        inline = choice.options["inline_envs"]
+        assert step_s < INLINE_MAX_STEP_S
+        assert 1 <= inline < num_envs  # the workers have envs too
+        assert choice.options["num_workers"] < num_envs
+    if choice.backend == "shm" and num_workers is None:
+        assert choice.options["num_workers"] == min(num_envs, cpus)
+
+
+@settings(max_examples=300, deadline=None)
+@given(low=step_costs, high=step_costs, num_envs=counts, cpus=cpu_counts)
+def test_a_costlier_env_step_never_moves_the_choice_back_towards_the_caller(
+    low, high, num_envs, cpus
+):
+    low, high = sorted((low, high))
+    cheap = choose_backend(low, num_envs, cpus)
+    costly = choose_backend(high, num_envs, cpus)
+    assert RANK[cheap.backend] <= RANK[costly.backend]
+
+
+def test_cartpole_and_pong_costs_on_two_cpus():
+    assert choose_backend(CHEAP_S, 4, 2).backend == "serial"
+    assert choose_backend(CHEAP_S, 64, 2).options == {"num_workers": 1, "inline_envs": 32}
+    assert choose_backend(COSTLY_S, 16, 2).options == {"num_workers": 2}
+    assert choose_backend(COSTLY_S, 1, 2).backend == "serial"  # nothing to spread
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), "fast", True])
+def test_the_rule_refuses_a_step_cost_that_is_not_seconds(bad):
+    with pytest.raises(ValueError, match="step_s"):
+        choose_backend(bad, 4, 2)
+
+
+@pytest.mark.parametrize(
+    "counts, named",
+    [((0, 2, None), "num_envs"), ((4, 0, None), "cpus"), ((4, 2, 0), "num_workers"),
+     ((True, 2, None), "num_envs"), ((4, 2.0, None), "cpus")],
+)  # fmt: skip
+def test_the_rule_refuses_counts_that_are_not_positive_integers(counts, named):
+    num_envs, cpus, num_workers = counts
+    with pytest.raises(ValueError, match=f"{named} must be a positive integer"):
+        choose_backend(CHEAP_S, num_envs, cpus, num_workers=num_workers)
+
+
+# ---------------------------------------------------------------------------------------------
+# a vector env's step cost
 
 
 def test_a_cheap_batched_simulator_stays_in_the_caller():
@@ -66,11 +145,12 @@ def test_a_multithreaded_vector_env_gets_the_workers_its_threads_leave_room_for(
     [(47e-6, 25e-6), (200e-6, 100e-6), (2e-3, 1e-3), (20e-3, 10e-3), (0.0, 0.0)],
 )
 @pytest.mark.parametrize("cpus", [1, 2, 8])
-def test_a_costlier_step_never_moves_the_choice_back_towards_the_caller(step_s, slice_s, cpus):
-    order = {"serial": 0, "hybrid": 1, "shm": 2}
+def test_a_costlier_vector_step_never_moves_the_choice_back_towards_the_caller(
+    step_s, slice_s, cpus
+):
     low = choose_backend(VectorStepCost(step_s, slice_s), 4096, cpus)
     high = choose_backend(VectorStepCost(step_s * 10, slice_s * 10), 4096, cpus)
-    assert order[low.backend] <= order[high.backend], (low, high)
+    assert RANK[low.backend] <= RANK[high.backend], (low, high)
 
 
 def test_the_thresholds_are_where_the_rule_says():
@@ -95,112 +175,3 @@ def test_isolation_or_worker_options_keep_the_envs_in_workers():
 def test_one_env_or_one_cpu_is_serial():
     assert choose_backend(VectorStepCost(1.0, 1.0), 1, 8).backend == "serial"
     assert choose_backend(VectorStepCost(1.0, 0.5), 64, 1).backend == "serial"
-
-
-def test_slices_are_cut_as_the_workers_cut_them():
-    assert slice_size(4096, 2) == 2048 and slice_size(5, 2) == 3
-    assert worker_slots(4096, 2, 1.0) == 2 and worker_slots(3, 8, 1.0) == 3
-    assert worker_slots(4096, 2, 1.0, num_workers=5) == 5
-
-
-# ---------------------------------------------------------------------------------------------
-# the probe and make_vec
-
-
-def test_the_probe_steps_the_whole_batch_and_one_slice():
-    sizes = []
-
-    def recording(n):
-        sizes.append(n)
-        return native_cartpole(n)
-
-    cost = probe_vector_step_cost(recording, 64, cpus=2, seconds=0.005)
-    assert sizes == [64, 32]
-    assert cost.step_s > 0 and cost.slice_step_s > 0 and cost.cores > 0
-
-
-def test_a_busy_thread_of_the_caller_is_not_counted_as_the_env_s_cores():
-    """A thread that was burning CPU (outside the GIL) before the probe began, as a training
-    or data-loading thread does, is the process's, not the vector env's: the single-threaded
-    env still reads as one core, and is not kept in the caller as a multithreaded one."""
-    stop = threading.Event()
-    chunk = bytes(8 << 20)
-
-    def burn() -> None:
-        while not stop.is_set():
-            hashlib.sha256(chunk).digest()  # hashing releases the GIL
-
-    thread = threading.Thread(target=burn, daemon=True)
-    thread.start()
-    try:
-        fn = functools.partial(costly_sync, cpu_s=0.0012)
-        cost = probe_vector_step_cost(fn, 8, cpus=2, seconds=0.2)
-    finally:
-        stop.set()
-        thread.join()
-    assert 0 < cost.cores < MULTICORE_RATIO, cost
-    assert choose_backend(cost, 8, 2).backend == "shm"
-
-
-def test_auto_keeps_a_cheap_native_vector_env_in_the_caller(no_leaks):
-    envs = vecaccel.make_vec(native_cartpole, 256, backend="auto", vectorized=True)
-    try:
-        record = envs.metadata["backend"]
-        assert record["name"] == "serial", record
-        assert record["probed"] is True
-        assert set(record["vector_step_cost"]) == {"step_s", "slice_step_s", "cores"}
-        obs, _ = envs.reset(seed=0)
-        assert obs.shape == (256, 4)
-        envs.step(np.zeros(256, dtype=np.int64))
-    finally:
-        envs.close()
-
-
-def test_auto_spreads_a_costly_vector_env_over_workers(no_leaks):
-    # 8 envs of 1.2 ms each: a slice of 4 costs ~4.8 ms, far above the shm threshold
-    fn = functools.partial(costly_sync, cpu_s=0.0012)
-    envs = vecaccel.make_vec(fn, 8, backend="auto", vectorized=True)
-    try:
-        record = envs.metadata["backend"]
-        cpus = vecaccel.worker.usable_cpus()
-        if cpus == 1:
-            assert record["name"] == "serial", record
-        else:
-            # the reason and the measured cost, which a long record's repr would cut off
-            why = (record["reason"], record["vector_step_cost"])
-            assert record["name"] == "shm", why
-            assert record["options"]["num_workers"] == min(8, cpus), why
-        obs, _ = envs.reset(seed=0)
-        assert obs.shape == (8, 4)
-        envs.step(np.zeros(8, dtype=np.int64))
-    finally:
-        envs.close()
-
-
-def test_a_given_step_cost_skips_the_probe(no_leaks):
-    calls = []
-
-    def counting(n):
-        calls.append(n)
-        return native_cartpole(n)
-
-    envs = vecaccel.make_vec(
-        counting, 64, backend="auto", vectorized=True, step_cost_s=1e-3, num_workers=2
-    )
-    try:
-        record = envs.metadata["backend"]
-        assert record["probed"] is False
-        assert record["name"] == "shm" and record["options"]["num_workers"] == 2, record
-    finally:
-        envs.close()
-    assert 64 not in calls  # only the size check's one env and the workers' slices were built
-
-
-def test_a_failing_probe_names_the_probe():
-    def breaks_when_big(n):
-        if n > 1:
-            raise RuntimeError("too big")
-        return native_cartpole(n)
-
-    with pytest.raises(RuntimeError, match="measure its step cost.*too big"):
-        vecaccel.make_vec(breaks_when_big, 8, backend="auto", vectorized=True)

@@ -1,49 +1,16 @@
-"""``vecaccel bench``: the table, JSON and plot it writes, its workloads, and its usage errors."""
+"""``vecaccel bench``: the table, JSON and plot it writes, its ratios, ``--vectorized``, and its
+usage errors."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import pickle
-import statistics
 
 import pytest
-import torch
 from helpers import run_main
 
-import vecaccel
 from vecaccel import bench
+from vecaccel.bench import load_result
 from vecaccel.cli import main
-
-torch.set_num_threads(1)
-
-
-@pytest.mark.parametrize(
-    "backend,options",
-    [
-        ("async", {"batch_size": 2, "num_workers": 1}),
-        ("action_server", {"alternating": True, "num_workers": 1}),
-    ],
-    ids=["async-batch_size-2", "action_server-alternating"],
-)
-def test_bench_measures_backends_that_return_part_of_the_envs(backend, options):
-    """``vecaccel bench`` samples actions for the envs a step returns, not ``num_envs`` whatever
-    the backend, so a configuration returning fewer envs per step (``-o async.batch_size=2``)
-    runs, and its rate counts the batch returned per call, not ``num_envs`` steps."""
-    from vecaccel.bench import run_benchmark
-
-    results = run_benchmark(
-        "CartPole-v1",
-        [4],
-        backends=[backend],
-        peers=[],
-        seconds=0.05,
-        warmup=0.0,
-        backend_options={backend: options},
-    )
-    (entry,) = results
-    assert entry["status"] == "ok", entry["reason"]
-    assert entry["steps_per_s"] > 0
 
 
 def test_bench_writes_table_json_and_plot(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,57 +80,6 @@ def test_bench_rejects_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None
     assert main(["bench", "--seconds", "0", "-q"]) == 2
 
 
-def test_run_benchmark_repeats_and_reports_skips() -> None:
-    results = bench.run_benchmark(
-        "CartPole-v1",
-        [2],
-        backends=["serial"],
-        peers=["raw", "gym-sync"],
-        seconds=0.01,
-        warmup=0.0,
-        repeat=2,
-    )
-    assert [(r["impl"], r["status"]) for r in results] == [
-        ("raw", "ok"),
-        ("vecaccel-serial", "ok"),
-        ("gym-sync", "ok"),
-    ]
-    for entry in results:
-        assert len(entry["samples"]) == 2
-        assert entry["steps_per_s"] == pytest.approx(statistics.median(entry["samples"]))
-
-    table = bench.format_table(
-        [*results, {**results[0], "impl": "envpool", "status": "skipped", "reason": "absent"}]
-    )
-    assert "envpool num_envs=1: skipped (absent)" in table
-
-
-def test_default_backends_are_the_registered_ones() -> None:
-    registered = vecaccel.list_backends()
-    assert bench.default_backends() == [b for b in bench.DEFAULT_BACKENDS if b in registered]
-
-
-def test_pong_env_function_pickles_by_reference() -> None:
-    target = bench.resolve_env("PONG")
-    assert pickle.loads(pickle.dumps(target.env_fn)) is bench.make_pong_env
-    assert target.envpool_kwargs["frame_skip"] == 4
-    assert target.envpool_kwargs["repeat_action_probability"] == 0.0
-
-
-@pytest.mark.skipif(importlib.util.find_spec("ale_py") is None, reason="ale-py not installed")
-def test_pong_preset_steps() -> None:
-    env = bench.make_pong_env()
-    try:
-        assert env.observation_space.shape == (84, 84)
-        assert env.action_space.n == 6
-    finally:
-        env.close()
-    results = bench.run_benchmark(
-        "pong", [1], backends=["serial"], peers=["raw"], seconds=0.01, warmup=0.0
-    )
-    assert [r["status"] for r in results] == ["ok", "ok"]
-
-
 def test_bench_refuses_an_output_path_that_is_a_folder(
     tmp_path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -223,92 +139,19 @@ def test_bench_json_ratios_use_the_same_num_envs_baseline(tmp_path, capsys):
         assert sync["vs_gym_sync"] == pytest.approx(1.0) and mine["vs_gym_async"] is None
 
 
-# ---------------------------------------------------------------------------------------------
-# the ceiling: one process per usable CPU, each stepping its own raw env
-
-
-def _row(impl: str, kind: str, num_envs: int, rate: float | None, status: str = "ok") -> dict:
-    return {"env": "e", "impl": impl, "kind": kind, "num_envs": num_envs, "status": status,
-            "reason": "", "steps_per_s": rate, "vs_raw": None, "vs_gym_sync": None,
-            "vs_gym_async": None}  # fmt: skip
-
-
-def test_the_table_shows_the_ceiling_and_shares_computed_from_the_rates():
-    rows = [
-        _row("raw", "raw", 1, 1000.0),
-        _row("ceiling", "ceiling", 2, 1940.0),
-        _row("vecaccel-shm", "vecaccel", 8, 1455.0),
-        _row("vecaccel-hybrid", "vecaccel", 8, 1843.0),
-        _row("gym-async", "peer", 8, None, status="error"),
-    ]
-    lines = bench.format_table(rows).splitlines()
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    assert header[3:6] == ["steps/s", "ceiling", "share of ceiling"]
-    cells = {line.split("|")[3].strip(): line.split("|") for line in lines[2:6]}
-    assert cells["vecaccel-shm"][5].strip() == "1,940" and cells["vecaccel-shm"][6] == " 0.75 "
-    assert cells["vecaccel-hybrid"][6].strip() == f"{1843 / 1940:.2f}"
-    assert cells["ceiling"][6].strip() == "1.00" and cells["raw"][6].strip() == "0.52"
-    assert "gym-async num_envs=8: error" in lines[-1]
-    shares = bench.shares_of_ceiling(rows)
-    assert shares[("e", "vecaccel-shm", 8)] == pytest.approx(1455 / 1940)
-    # without a measured ceiling the columns stay empty rather than guessing one
-    no_ceiling = bench.format_table([rows[0], rows[2]]).splitlines()[3].split("|")
-    assert no_ceiling[5].strip() == "" and no_ceiling[6].strip() == ""
-
-
-def test_run_benchmark_measures_the_ceiling_in_the_same_run_and_each_share():
-    from vecaccel.worker import usable_cpus
-
-    results = bench.run_benchmark(
-        "CartPole-v1",
-        [2],
-        backends=["serial"],
-        peers=["raw", "ceiling"],
-        seconds=0.02,
-        warmup=0.0,
-        repeat=2,
-    )
-    rows = {r["impl"]: r for r in results}
-    ceiling = rows["ceiling"]
-    assert ceiling["status"] == "ok" and ceiling["kind"] == "ceiling", ceiling
-    assert ceiling["num_envs"] == usable_cpus() and len(ceiling["samples"]) == 2
-    for entry in results:
-        assert entry["ceiling_steps_per_s"] == ceiling["steps_per_s"]
-        assert entry["share_of_ceiling"] == pytest.approx(
-            entry["steps_per_s"] / ceiling["steps_per_s"]
-        )
-    assert rows["ceiling"]["vs_raw"] == pytest.approx(
-        ceiling["steps_per_s"] / rows["raw"]["steps_per_s"]
-    )
-
-
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_ceiling_processes_report_their_steps_or_their_error(context):
-    from toy_envs import BrokenStepEnv
-
-    from vecaccel.bench.workloads import BenchEnv
-
-    rate, processes = bench.measure_ceiling(
-        bench.resolve_env("CartPole-v1"), 0.01, 0.0, seed=0, processes=2, context=context
-    )
-    assert rate > 0 and processes == 2
-    broken = BenchEnv("broken", BrokenStepEnv, BrokenStepEnv)
-    with pytest.raises(RuntimeError, match="this env cannot step"):
-        bench.measure_ceiling(broken, 0.01, 0.0, seed=0, processes=2, context=context)
-
-
-def test_the_clock_simulates_a_policys_latency_before_each_step():
-    """``vecaccel tune --policy-ms`` times on this clock: each timed step waits ``policy_s``
-    first, so no more than ``num_envs / policy_s`` env steps fit in a second."""
-    import functools
-
-    import gymnasium as gym
-
-    from vecaccel.bench.timing import measure
-    from vecaccel.bench.workloads import make_gym_env
-
-    build = functools.partial(
-        gym.vector.SyncVectorEnv, [functools.partial(make_gym_env, "CartPole-v1")] * 2
-    )
-    rate, _ = measure("gym-sync", build, 2, seconds=0.05, warmup=0.0, seed=0, policy_s=0.005)
-    assert 0 < rate <= 2 / 0.005
+def test_the_command_line_takes_vectorized(capsys, tmp_path):
+    out_json = tmp_path / "bench.json"
+    code = run_main(
+        [
+            "bench", "--vectorized", "--num-envs", "4", "--backends", "serial", "--peers", "none",
+            "--seconds", "0.02", "--warmup", "0", "-q", "--json", str(out_json),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "native vector env" in out and "| native |" in out
+    written = load_result(out_json)
+    (ceiling,) = [r for r in written["results"] if r["impl"] == "ceiling"]
+    (noted,) = written["meta"]["ceilings"]
+    assert noted["vector_env"] is True and noted["num_envs"] == 4
+    assert noted["steps_per_s"] == ceiling["steps_per_s"] and 1 <= noted["processes"] <= 4

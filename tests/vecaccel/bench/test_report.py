@@ -64,3 +64,32 @@ def test_the_plot_is_written(tmp_path) -> None:
     path = tmp_path / "bench.png"
     plot_results(RESULTS, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _rate_row(impl: str, kind: str, num_envs: int, rate: float | None, status: str = "ok") -> dict:
+    return {"env": "e", "impl": impl, "kind": kind, "num_envs": num_envs, "status": status,
+            "reason": "", "steps_per_s": rate, "vs_raw": None, "vs_gym_sync": None,
+            "vs_gym_async": None}  # fmt: skip
+
+
+def test_the_table_shows_the_ceiling_and_shares_computed_from_the_rates():
+    rows = [
+        _rate_row("raw", "raw", 1, 1000.0),
+        _rate_row("ceiling", "ceiling", 2, 1940.0),
+        _rate_row("vecaccel-shm", "vecaccel", 8, 1455.0),
+        _rate_row("vecaccel-hybrid", "vecaccel", 8, 1843.0),
+        _rate_row("gym-async", "peer", 8, None, status="error"),
+    ]
+    lines = format_table(rows).splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert header[3:6] == ["steps/s", "ceiling", "share of ceiling"]
+    cells = {line.split("|")[3].strip(): line.split("|") for line in lines[2:6]}
+    assert cells["vecaccel-shm"][5].strip() == "1,940" and cells["vecaccel-shm"][6] == " 0.75 "
+    assert cells["vecaccel-hybrid"][6].strip() == f"{1843 / 1940:.2f}"
+    assert cells["ceiling"][6].strip() == "1.00" and cells["raw"][6].strip() == "0.52"
+    assert "gym-async num_envs=8: error" in lines[-1]
+    shares = shares_of_ceiling(rows)
+    assert shares[("e", "vecaccel-shm", 8)] == pytest.approx(1455 / 1940)
+    # without a measured ceiling the columns stay empty rather than guessing one
+    no_ceiling = format_table([rows[0], rows[2]]).splitlines()[3].split("|")
+    assert no_ceiling[5].strip() == "" and no_ceiling[6].strip() == ""

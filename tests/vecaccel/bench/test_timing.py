@@ -4,12 +4,16 @@ at each episode end."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
+from vecaccel.bench import run_benchmark
 from vecaccel.bench.timing import measure, sample_actions, time_raw, time_vector
+from vecaccel.bench.workloads import make_gym_env
 
 
 class _Counting(gym.vector.VectorWrapper):
@@ -89,3 +93,39 @@ def test_measure_reports_env_steps_per_second_and_closes_the_env() -> None:
     # every timed batch is 3 env steps, over at least the 0.05 timed seconds
     assert 0 < rate <= 3 * built[0].steps / 0.05
     assert built[0].env.closed
+
+
+def test_the_clock_simulates_a_policys_latency_before_each_step():
+    """``vecaccel tune --policy-ms`` times on this clock: each timed step waits ``policy_s``
+    first, so no more than ``num_envs / policy_s`` env steps fit in a second."""
+    build = functools.partial(
+        gym.vector.SyncVectorEnv, [functools.partial(make_gym_env, "CartPole-v1")] * 2
+    )
+    rate, _ = measure("gym-sync", build, 2, seconds=0.05, warmup=0.0, seed=0, policy_s=0.005)
+    assert 0 < rate <= 2 / 0.005
+
+
+@pytest.mark.parametrize(
+    "backend,options",
+    [
+        ("async", {"batch_size": 2, "num_workers": 1}),
+        ("action_server", {"alternating": True, "num_workers": 1}),
+    ],
+    ids=["async-batch_size-2", "action_server-alternating"],
+)
+def test_bench_measures_backends_that_return_part_of_the_envs(backend, options):
+    """``vecaccel bench`` samples actions for the envs a step returns, not ``num_envs`` whatever
+    the backend, so a configuration returning fewer envs per step (``-o async.batch_size=2``)
+    runs, and its rate counts the batch returned per call, not ``num_envs`` steps."""
+    results = run_benchmark(
+        "CartPole-v1",
+        [4],
+        backends=[backend],
+        peers=[],
+        seconds=0.05,
+        warmup=0.0,
+        backend_options={backend: options},
+    )
+    (entry,) = results
+    assert entry["status"] == "ok", entry["reason"]
+    assert entry["steps_per_s"] > 0

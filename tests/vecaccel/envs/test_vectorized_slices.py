@@ -8,7 +8,6 @@ import functools
 import os
 import signal
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -264,17 +263,11 @@ def test_an_id_without_a_vector_entry_point_is_refused():
     [
         (wrong_count, ValueError, "asked for 1 envs but built 2"),
         (not_a_vector_env, TypeError, "not a gymnasium.vector.VectorEnv"),
-        (lambda: gym.make("CartPole-v1"), TypeError, "takes no argument.*without vectorized=True"),
     ],
 )
 def test_a_bad_vector_env_function_is_refused(fn, error, match):
     with pytest.raises(error, match=match):
         vecaccel.make_vec(fn, 4, backend="shm", vectorized=True)
-
-
-def test_num_envs_is_required():
-    with pytest.raises(ValueError, match="num_envs is required"):
-        vecaccel.make_vec(native_cartpole, backend="shm", vectorized=True)
 
 
 def test_a_backend_stepping_envs_alone_gets_a_clear_error():

@@ -88,6 +88,18 @@ def test_a_misspelled_flag_is_refused_with_the_flag_it_meant(
     assert f"usage: vecaccel {argv[0]}" in err, err
 
 
+def test_each_misspelled_flag_gets_its_own_hint_and_a_negative_number_is_no_flag() -> None:
+    parser = ArgumentParser(prog="demo")
+    parser.add_argument("--num-envs", type=int)
+    parser.add_argument("--seed", type=int)
+    assert parser.unrecognized_message(["--num_envs", "4", "--Seed=1"]) == (
+        "unrecognized arguments: --num_envs 4 --Seed=1; did you mean --num-envs for --num_envs, "
+        "--seed for --Seed?"
+    )
+    # values, not flags: no flag is guessed from them
+    assert parser.unrecognized_message(["-1", "-0.5"]) == "unrecognized arguments: -1 -0.5"
+
+
 def test_an_unknown_flag_with_nothing_close_is_refused_without_a_guess(capsys) -> None:
     assert run_main(["bench", "--gpu"]) == 2
     err = capsys.readouterr().err
@@ -135,6 +147,24 @@ def test_suggest_flag_property() -> None:
         assert suggest_flag("--" + "".join(chars), known) == flag
 
     check()
+
+
+def test_a_handler_s_exit_code_is_main_s_and_ctrl_c_ends_in_one_line(
+    fresh_plugin_manager: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(args):
+        raise KeyboardInterrupt("stopped while the workers started")
+
+    class ExitCodes:
+        @vecaccel.hookimpl
+        def vecaccel_add_commands(self, commands: Commands) -> None:
+            commands.add("quiet", lambda args: None, help="returns nothing")
+            commands.add("interrupted", interrupted, help="raises KeyboardInterrupt")
+
+    vecaccel.get_plugin_manager().register(ExitCodes(), name="test-exit-codes")
+    assert main(["quiet"]) == 0
+    assert main(["interrupted"]) == 130
+    assert capsys.readouterr().err == "stopped while the workers started\n"
 
 
 def test_python_dash_m_vecaccel() -> None:
