@@ -365,38 +365,3 @@ def test_a_stuck_env_function_of_the_main_script_is_named_by_its_file(tmp_path, 
         completed.stdout + completed.stderr
     )
     assert "<dynamic-code>" not in completed.stdout
-
-
-class SignalReportingEnv(CounterEnv):
-    """Reports, through ``call``, how its worker handles SIGTERM and which signals it blocks."""
-
-    def signal_state(self) -> tuple[bool, list[str]]:
-        import signal
-
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-        return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, sorted(s.name for s in blocked)
-
-
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_a_worker_runs_none_of_the_parents_signal_handlers(context, no_leaks):
-    """A handler the caller installed in Python (Ray's, a trainer's) is not run in a worker:
-    forked with SIGTERM and SIGINT blocked until it has its own, a worker takes SIGTERM's
-    default, and the caller's handler and signal mask are as they were."""
-    import signal
-
-    def raising(signum, frame):
-        raise RuntimeError("the caller's handler ran")
-
-    previous = signal.signal(signal.SIGTERM, raising)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    try:
-        envs = vecaccel.make_vec([SignalReportingEnv] * 2, backend="shm", num_workers=2,
-                                 context=context)  # fmt: skip
-        try:
-            assert envs.call("signal_state") == ((True, []), (True, []))
-        finally:
-            envs.close()
-        assert signal.getsignal(signal.SIGTERM) is raising
-        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
-    finally:
-        signal.signal(signal.SIGTERM, previous)
