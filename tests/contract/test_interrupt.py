@@ -20,13 +20,11 @@ import textwrap
 import threading
 import time
 
-import numpy as np
 import pytest
 from backend_matrix import DEFAULT_BACKEND, options_for, select, spread_start_methods
 from helpers import NUM_ENVS, as_numpy, close_promptly, last_json, make_backend, run_child, zeros
 
-import vecaccel
-from vecaccel.testing.envs import counter_fns, env_pid, fault_env_fns
+from vecaccel.testing.envs import counter_fns
 from vecaccel.testing.leaks import descendants, leaked_shm, process_gone, shm_entries, wait_until
 
 #: Backends whose steps return envs as they come (``info["env_id"]``), each env in a worker.
@@ -265,47 +263,6 @@ def test_caught_keyboard_interrupt_then_close_and_go_on(tmp_path, mode):
     assert code == 0, err
     assert out.split()[-1] == "recovered"
     assert_clean_stderr(err, keyboard_interrupt=False)
-
-
-# ---------------------------------------------------------------------------------------------
-# what makes workers follow their parent out, without ending them too early
-
-
-def test_forkserver_workers_stay_while_idle(no_leaks):
-    """Under forkserver a worker's parent is the fork server, not the vector env's process:
-    the idle check must not mistake that for the parent having died."""
-    from vecaccel.worker import PARENT_CHECK_INTERVAL
-
-    envs = vecaccel.make_vec(fault_env_fns(2), backend="shm", num_workers=2, context="forkserver")
-    try:
-        envs.reset(seed=0, options={})
-        time.sleep(2.5 * PARENT_CHECK_INTERVAL)
-        obs, *_ = envs.step(np.zeros(2, dtype=np.int64))
-        assert obs.shape == (2, 3)
-    finally:
-        envs.close()
-
-
-def test_workers_started_from_a_thread_outlive_the_thread(no_leaks):
-    """Linux's parent-death signal follows the *thread* that forked; workers a short-lived
-    thread started must not die with it."""
-    made = []
-    thread = threading.Thread(
-        target=lambda: made.append(
-            vecaccel.make_vec(fault_env_fns(2), backend="shm", num_workers=2, context="fork")
-        )
-    )
-    thread.start()
-    thread.join()
-    envs = made[0]
-    try:
-        pids = set(envs.call(env_pid))
-        time.sleep(0.5)
-        assert all(not process_gone(pid) for pid in pids)
-        envs.reset(seed=0, options={})
-        envs.step(np.zeros(2, dtype=np.int64))
-    finally:
-        envs.close()
 
 
 INTERRUPTED_CALL_SCRIPT = textwrap.dedent(

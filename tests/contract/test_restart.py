@@ -1,4 +1,4 @@
-"""``on_worker_failure="restart"``: failed envs and dead or stuck workers are rebuilt, and the
+"""``on_worker_failure="restart"``: failed envs and dead workers are rebuilt, and the
 SB3 adapter and the Sampler report a restart as a truncation.
 """
 
@@ -123,32 +123,6 @@ def test_max_restarts_raises():
         with pytest.raises(vecaccel.WorkerError, match="max_restarts=3"):
             for _ in range(10):
                 envs.step(np.zeros(2, dtype=np.int64))
-    finally:
-        envs.close()
-
-
-@pytest.mark.parametrize("policy", ["raise", "restart"])
-def test_stuck_worker_is_killed_after_step_timeout(policy):
-    fns = [
-        functools.partial(tagged_counter, 0, sleep_on={2: 60.0}),
-        functools.partial(tagged_counter, 1),
-    ]
-    envs = vecaccel.make_vec(
-        fns, backend="shm", num_workers=2, on_worker_failure=policy, step_timeout=0.5
-    )
-    try:
-        envs.reset(seed=1)
-        envs.step(np.zeros(2, dtype=np.int64))
-        # env 0 sleeps 60 s: only the timeout can make the next step raise or restart it
-        if policy == "raise":
-            with pytest.raises(vecaccel.WorkerError, match="step_timeout"):
-                envs.step(np.zeros(2, dtype=np.int64))
-        else:
-            obs, rew, term, trunc, infos = envs.step(np.zeros(2, dtype=np.int64))
-            assert trunc.tolist() == [True, False]
-            assert infos["_worker_restarted"].tolist() == [True, False]
-            assert "step_timeout" in infos["restart_reason"][0]
-            obs, *_ = envs.step(np.zeros(2, dtype=np.int64))  # keeps going
     finally:
         envs.close()
 

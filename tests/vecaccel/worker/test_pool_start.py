@@ -1,11 +1,12 @@
-"""Worker start: thread pools the caller's process already runs, and workers that get stuck.
+"""Worker start: thread pools the caller's process already runs, and workers that do not start.
 
 * A worker forked from a process whose OpenCV, torch or OpenMP pool has run must start and
   step (resizing an inherited pool waits for threads that did not survive the fork), and the
   caller's own thread settings stay as they were.
 * A worker that loads OpenCV or torch itself still caps it at ``worker_threads``.
-* A worker stuck in its env's constructor, ``step`` or ``reset`` ends in an error that names
-  it, its envs, and the line it is stuck on (its Python stack at that moment).
+* A worker that does not start within ``start_timeout_s`` (stuck in its env's constructor, or
+  before vecaccel's code) ends in an error that names it, its envs, and where it is stuck (its
+  Python stack at that moment, where it has one).
 
 The thread-pool scenarios run in child interpreters, so that what the caller's process has
 loaded and run is exactly what the scenario says.
@@ -22,11 +23,9 @@ import sys
 import textwrap
 from functools import partial
 
-import numpy as np
 import pytest
-from backend_matrix import DEFAULT_BACKEND, select, spread_start_methods
-from helpers import CHILD_TIMEOUT, last_json, make_backend, run_child
-from toy_envs import WaitingEnv, wait_in_constructor
+from helpers import CHILD_TIMEOUT, last_json, run_child
+from toy_envs import wait_in_constructor
 
 import vecaccel
 from vecaccel.testing.envs import CounterEnv
@@ -216,7 +215,7 @@ def test_an_inherited_opencv_whose_pool_never_ran_is_still_capped():
 
 
 # ---------------------------------------------------------------------------------------------
-# stuck workers
+# workers that do not start
 
 
 def _line_of(function, text: str) -> int:
@@ -250,43 +249,6 @@ def test_a_worker_stuck_in_an_env_constructor_shows_where(context, no_leaks):
     del caught, error  # the traceback holds the pool's frames
     gc.collect()
     assert wait_until(lambda: open_fds() <= fds), sorted(open_fds() - fds)
-
-
-#: (backend, where the worker waits, start method): the default backend stuck in a step under
-#: both start methods and in a reset under fork; each other backend holding all its envs in
-#: workers stuck in a step under one start method, the start methods taking turns.
-STUCK_CASES = [
-    (DEFAULT_BACKEND, "step", "fork"),
-    (DEFAULT_BACKEND, "step", "spawn"),
-    (DEFAULT_BACKEND, "reset", "fork"),
-    *(
-        (backend, "step", context)
-        for backend, context in spread_start_methods(
-            [b for b in select(envs_in_workers=True) if b != DEFAULT_BACKEND], ("spawn", "fork")
-        )
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    "backend, wait_in, context", [pytest.param(*case, id="-".join(case)) for case in STUCK_CASES]
-)
-def test_a_worker_stuck_past_step_timeout_shows_where(backend, wait_in, context, no_leaks):
-    fns = [CounterEnv, CounterEnv, CounterEnv, partial(WaitingEnv, wait_in)]
-    envs = make_backend(backend, fns, context, step_timeout_s=1)
-    try:
-        with pytest.raises(vecaccel.WorkerError) as caught:
-            envs.reset(seed=0)
-            envs.step(np.zeros(4, dtype=np.int64))
-    finally:
-        envs.close()
-    error = caught.value
-    assert error.env_indices == (2, 3)
-    message = str(error)
-    assert message.startswith("worker 1 (envs [2, 3]) exceeded step_timeout_s=1")
-    line = _line_of(getattr(WaitingEnv, wait_in), ".wait(")
-    assert f'toy_envs.py", line {line} in {wait_in}' in message, message
-    assert f"in {wait_in}" in error.remote_traceback
 
 
 STUCK_MAIN = textwrap.dedent(
@@ -365,38 +327,3 @@ def test_a_stuck_env_function_of_the_main_script_is_named_by_its_file(tmp_path, 
         completed.stdout + completed.stderr
     )
     assert "<dynamic-code>" not in completed.stdout
-
-
-class SignalReportingEnv(CounterEnv):
-    """Reports, through ``call``, how its worker handles SIGTERM and which signals it blocks."""
-
-    def signal_state(self) -> tuple[bool, list[str]]:
-        import signal
-
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-        return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, sorted(s.name for s in blocked)
-
-
-@pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_a_worker_runs_none_of_the_parents_signal_handlers(context, no_leaks):
-    """A handler the caller installed in Python (Ray's, a trainer's) is not run in a worker:
-    forked with SIGTERM and SIGINT blocked until it has its own, a worker takes SIGTERM's
-    default, and the caller's handler and signal mask are as they were."""
-    import signal
-
-    def raising(signum, frame):
-        raise RuntimeError("the caller's handler ran")
-
-    previous = signal.signal(signal.SIGTERM, raising)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    try:
-        envs = vecaccel.make_vec([SignalReportingEnv] * 2, backend="shm", num_workers=2,
-                                 context=context)  # fmt: skip
-        try:
-            assert envs.call("signal_state") == ((True, []), (True, []))
-        finally:
-            envs.close()
-        assert signal.getsignal(signal.SIGTERM) is raising
-        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == mask
-    finally:
-        signal.signal(signal.SIGTERM, previous)
