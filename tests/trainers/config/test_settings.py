@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,8 +13,6 @@ from vecaccel.cli import ArgumentParser, Commands
 from vecaccel.trainers import A2C, DQN, PPO, DQNConfig
 from vecaccel.trainers.algos.a2c import A2CConfig
 from vecaccel.trainers.algos.ppo import PPOConfig
-from vecaccel.trainers.checkpoints.format import load_checkpoint, save_checkpoint
-from vecaccel.trainers.checkpoints.reader import read_checkpoint
 from vecaccel.trainers.cli.commands import vecaccel_add_commands
 from vecaccel.trainers.config.settings import RunConfig, config_help
 
@@ -110,7 +107,6 @@ def test_empty_hidden_sizes_name_the_field():
 # -- the shared run config ---------------------------------------------------
 
 
-FIXTURES = Path(__file__).parents[2] / "data" / "checkpoints"
 SHARED = {field.name for field in dataclasses.fields(RunConfig)}
 
 
@@ -143,18 +139,6 @@ def test_on_policy_logs_every_log_every_steps():
         assert {12, 24, 36, 48} <= set(steps)
     finally:
         agent.close()
-
-
-def test_earlier_spellings_in_saved_checkpoints_are_read(tmp_path):
-    # the DQN family's bf16 was True/False in files of the current layout: it reads as off/on
-    assert DQN.load(FIXTURES / "version2" / "dqn", device="cpu").config.bf16 == "off"
-    state = load_checkpoint(FIXTURES / "version2" / "dqn" / "checkpoint.pt")
-    state["config"]["bf16"] = True
-    state["config"]["async_weight_sync_period"] = 1  # a setting the runner holds now
-    path = save_checkpoint(tmp_path / "checkpoint.pt", state)
-    assert read_checkpoint(path)["config"]["bf16"] == "on"
-    assert "async_weight_sync_period" not in read_checkpoint(path)["config"]
-    assert DQN.load(path).config.bf16 == "on"
 
 
 def _parse(*argv: str) -> argparse.Namespace:
