@@ -240,6 +240,16 @@ TINY_ASYNC_DQN = dict(
 )
 
 
+def train_async(agent: Any, total_timesteps: int, **options: Any) -> Any:
+    """``AsyncRunner(agent).run(total_timesteps, **options)``, and the ``AsyncStats`` it measured."""
+    from vecaccel.trainers import AsyncRunner
+
+    runner = AsyncRunner(agent)
+    runner.run(total_timesteps, **options)
+    assert runner.stats is not None
+    return runner.stats
+
+
 def serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
     """CartPole as the trainers build it, on the serial backend."""
     from vecaccel.trainers.envs.make import make_env_for_training

@@ -196,20 +196,6 @@ def test_reset_num_timesteps_counts_from_zero_or_goes_on(name) -> None:
         agent.close()
 
 
-def test_the_async_runner_counts_on_policy_steps_from_zero_too() -> None:
-    cls = registry.get("a2c").load_class()
-    agent = cls(None, env_id="CartPole-v1", backend="serial", num_envs=2, num_steps=8, seed=0,
-                progress=False, tensorboard=False)  # fmt: skip
-    try:
-        agent.learn(32, mode="async", context="fork")
-        agent.learn(16, mode="async", context="fork")
-        assert agent.global_step == 16 and agent.num_updates == 1
-        agent.learn(16, mode="async", context="fork", reset_num_timesteps=False)
-        assert agent.global_step == 32 and agent.num_updates == 2
-    finally:
-        agent.close()
-
-
 def test_progress_bar_is_for_the_run_only() -> None:
     agent = make("a2c")
     try:
