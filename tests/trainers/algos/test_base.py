@@ -114,19 +114,6 @@ def test_a_positional_callback_is_called_once_per_iteration_with_the_same_keys(n
     assert any(key.startswith("losses/") for key in seen[-1])
 
 
-def test_dqn_calls_a_callback_passed_positionally_and_stops_on_false() -> None:
-    from vecaccel.trainers import DQN
-
-    steps: list[int] = []
-    agent = DQN("CartPole-v1", backend="serial", num_envs=2, learning_starts=8, batch_size=8,
-                progress=False, tensorboard=False)  # fmt: skip
-    try:
-        agent.learn(1_000, lambda agent, metrics: steps.append(agent.global_step) or len(steps) < 5)
-    finally:
-        agent.close()
-    assert steps == [2, 4, 6, 8, 10] and agent.global_step == 10
-
-
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
 def test_predict_takes_sb3s_positional_form(name) -> None:
     agent = make(name)
@@ -139,24 +126,6 @@ def test_predict_takes_sb3s_positional_form(name) -> None:
         assert np.ndim(single) == 0 and single == actions[0]
     finally:
         agent.close()
-
-
-def test_dqn_predict_is_epsilon_greedy_unless_deterministic() -> None:
-    from vecaccel.trainers import DQN
-
-    agent = DQN(None, observation_space=CARTPOLE_OBS, action_space=TWO, eval_epsilon=1.0,
-                preset=None)  # fmt: skip
-    obs = np.zeros((200, 4), np.float32)
-    greedy, _ = agent.predict(obs, deterministic=True)
-    assert len(set(greedy.tolist())) == 1
-    sampled, _ = agent.predict(obs)  # SB3's default: deterministic=False
-    assert set(sampled.tolist()) == {0, 1}
-    # predict draws from its own generator: exploration's stream is left as it was
-    assert agent.rng.bit_generator.state == DQN(None, preset=None).rng.bit_generator.state
-
-
-CARTPOLE_OBS = __import__("gymnasium").spaces.Box(-np.inf, np.inf, (4,), np.float32)
-TWO = __import__("gymnasium").spaces.Discrete(2)
 
 
 @pytest.mark.parametrize("name", ["a2c", "rainbow"])

@@ -283,12 +283,6 @@ def test_the_attributes_a_runner_reads_are_there_after_construction(algo):
         agent.close()
 
 
-def test_a_dqn_without_envs_refuses_to_learn():
-    agent = DQN(env=None, device="cpu")
-    with pytest.raises(RuntimeError, match="no env"):
-        agent.learn(10)
-
-
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])
 def test_callbacks_run_in_async_mode_once_per_turn(algo):
     from vecaccel.trainers.runners.callbacks import CALLBACK_KEYS
