@@ -1,6 +1,7 @@
 """One public API for every algorithm, declared on the base and in SB3's shape: ``learn``,
 ``predict``, ``save``, ``load`` and the constructor, checked for every algorithm the registry
-lists, and the callbacks ``learn`` takes (ours and SB3's ``BaseCallback``)."""
+lists, the callbacks ``learn`` takes (ours and SB3's ``BaseCallback``), and the one gradient step
+every update takes, which refuses a non-finite loss."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from toy_envs import NanRewardEnv
 
+import vecaccel
+from vecaccel.trainers import A2C, PPO
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+from vecaccel.trainers.checkpoints.format import load_checkpoint
 from vecaccel.trainers.config import registry
 from vecaccel.trainers.runners.callbacks import CALLBACK_KEYS
 
@@ -286,6 +291,31 @@ def test_the_dqn_family_refuses_a_non_finite_step(name, max_grad_norm) -> None:
         assert all(torch.equal(a, b) for a, b in zip(before, after))
     finally:
         agent.close()
+
+
+@pytest.mark.parametrize("algo", [PPO, A2C], ids=lambda c: c.__name__)
+def test_nan_loss_stops_before_the_step_and_writes_no_checkpoint(algo, tmp_path):
+    """A NaN reward in the third rollout: the error names the update and the step, the
+    parameters are those of the last good step (finite), and no checkpoint is written after it."""
+    envs = vecaccel.make_vec([NanRewardEnv] * 2, backend="serial", autoreset_mode="SameStep")
+    agent = algo(envs, run_dir=tmp_path, tensorboard=False, num_envs=2, num_steps=8,
+                 torch_threads=1, seed=0, checkpoint_every=1)  # fmt: skip
+    before: list[torch.Tensor] = []
+
+    def keep_parameters(agent, metrics):
+        before[:] = [p.detach().clone() for p in agent.model.parameters()]
+
+    try:
+        with pytest.raises(FloatingPointError, match=r"update 2 \(global step 48\).*nan"):
+            agent.learn(64, callback=keep_parameters)
+        if algo is A2C:  # one step per update: the parameters of the end of update 1
+            for p, q in zip(agent.model.parameters(), before, strict=True):
+                torch.testing.assert_close(p, q, rtol=0, atol=0)
+        assert all(bool(torch.isfinite(p).all()) for p in agent.model.parameters())
+        checkpoint = tmp_path / "checkpoint.pt"
+        assert load_checkpoint(checkpoint)["num_updates"] == 2, "update 1's, not after the error"
+    finally:
+        envs.close()
 
 
 @pytest.mark.parametrize("name", NAMES)

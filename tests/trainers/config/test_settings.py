@@ -14,7 +14,7 @@ from vecaccel.trainers import A2C, DQN, PPO, DQNConfig
 from vecaccel.trainers.algos.a2c import A2CConfig
 from vecaccel.trainers.algos.ppo import PPOConfig
 from vecaccel.trainers.cli.commands import vecaccel_add_commands
-from vecaccel.trainers.config.settings import RunConfig, config_help
+from vecaccel.trainers.config.settings import RunConfig, config_help, lr_scale
 
 torch.set_num_threads(1)
 
@@ -99,6 +99,14 @@ def test_documented_special_values_stay_valid(config_cls, values):
     config_cls(**values)
 
 
+def test_lr_scale_modes():
+    assert lr_scale(1024, 256, "none") == 1.0
+    assert lr_scale(1024, 256, "linear") == 4.0
+    assert lr_scale(1024, 256, "sqrt") == 2.0
+    with pytest.raises(ValueError, match="mode"):
+        lr_scale(1024, 256, "cubic")
+
+
 def test_empty_hidden_sizes_name_the_field():
     with pytest.raises(ValueError, match="hidden_sizes"):
         PPO(None, hidden_sizes=(), backend="serial", torch_threads=1)
@@ -128,17 +136,6 @@ def test_one_default_device_backend_and_progress(config_cls):
 def test_a_setting_under_another_name_is_refused_with_the_fields(cls, name):
     with pytest.raises(TypeError, match=f"{name}.*log_every_steps"):
         cls(None, device="cpu", **{name: 3})
-
-
-def test_on_policy_logs_every_log_every_steps():
-    agent = A2C("CartPole-v1", backend="serial", num_envs=1, num_steps=4, log_every_steps=12)
-    try:
-        agent.learn(4 * 12)
-        steps = [row["step"] for row in agent.logger.history]
-        # every third update, and any update in which an episode ended
-        assert {12, 24, 36, 48} <= set(steps)
-    finally:
-        agent.close()
 
 
 def _parse(*argv: str) -> argparse.Namespace:
