@@ -49,7 +49,7 @@ def make_without_envs(algo: str, **extra: Any) -> Algorithm:
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_sync_runner_runs_every_algorithm(algo):
     """``from vecaccel.trainers import SyncRunner`` runs each of the five algorithms (its twin,
-    AsyncRunner, in test_async_loop.py)."""
+    AsyncRunner, in asynchronous/test_loop.py)."""
     agent = make(algo)
     try:
         assert SyncRunner(agent).run(64) is agent
