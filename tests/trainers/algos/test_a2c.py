@@ -75,14 +75,13 @@ def test_one_update_is_one_rmsprop_step_on_the_losses_by_hand() -> None:
     cfg = agent.config
     new_log_prob, _, new_value = reference.evaluate(obs[0], actions[0])
     loss = -(advantages * new_log_prob).mean() + cfg.vf_coef * F.mse_loss(new_value, rewards)
-    optimizer = torch.optim.RMSprop(
-        reference.parameters(), lr=cfg.learning_rate, alpha=cfg.rms_alpha, eps=cfg.rms_eps
-    )
     loss.backward()
     torch.nn.utils.clip_grad_norm_(reference.parameters(), cfg.max_grad_norm)
-    optimizer.step()
     for ours, theirs in zip(agent.model.parameters(), reference.parameters(), strict=True):
-        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
+        # RMSprop's first step: v = (1 - alpha) g^2, p <- p - lr g / (sqrt(v) + eps)
+        square_avg = (1 - cfg.rms_alpha) * theirs.grad**2
+        step = cfg.learning_rate * theirs.grad / (square_avg.sqrt() + cfg.rms_eps)
+        torch.testing.assert_close(ours, (theirs - step).detach(), rtol=1e-5, atol=1e-7)
 
 
 # -- the same algorithm as SB3 -------------------------------------------------------------------
