@@ -22,10 +22,7 @@ torch.set_num_threads(1)
 
 TINY = TINY_DQN
 
-
 CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
-
-
 TWO = gym.spaces.Discrete(2)
 
 
