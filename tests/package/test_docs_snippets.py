@@ -466,7 +466,7 @@ NOT_RUN_COMMANDS = [
         "docs/scale_out.md",
         "vecaccel train ppo --async --preset cartpole",
         "the same path as the async DQN line, which runs; "
-        "tests/trainers/runners/asynchronous/test_runner.py",
+        "tests/trainers/algos/on_policy/test_feed.py",
     ),
     (
         "docs/scale_out.md",

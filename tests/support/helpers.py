@@ -242,6 +242,26 @@ TINY_ASYNC_DQN = dict(
 )
 
 
+def best_rolling_return(agent: Any, window: int = 10) -> float:
+    """The best mean of ``window`` consecutive logged episodic returns of ``agent``'s run."""
+    returns = [
+        r["charts/episodic_return"] for r in agent.logger.history if "charts/episodic_return" in r
+    ]
+    if len(returns) < window:
+        return float("-inf")
+    return max(np.mean(returns[i : i + window]) for i in range(len(returns) - window + 1))
+
+
+def train_async(agent: Any, total_timesteps: int, **options: Any) -> Any:
+    """``AsyncRunner(agent).run(total_timesteps, **options)``, and the ``AsyncStats`` it measured."""
+    from vecaccel.trainers import AsyncRunner
+
+    runner = AsyncRunner(agent)
+    runner.run(total_timesteps, **options)
+    assert runner.stats is not None
+    return runner.stats
+
+
 def serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
     """CartPole as the trainers build it, on the serial backend."""
     from vecaccel.trainers.envs.make import make_env_for_training

@@ -1,6 +1,7 @@
 """One public API for every algorithm, declared on the base and in SB3's shape: ``learn``,
 ``predict``, ``save``, ``load`` and the constructor, checked for every algorithm the registry
-lists, and the callbacks ``learn`` takes (ours and SB3's ``BaseCallback``)."""
+lists, the callbacks ``learn`` takes (ours and SB3's ``BaseCallback``), and the one gradient step
+every update takes, which refuses a non-finite loss."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from toy_envs import NanRewardEnv
 
+import vecaccel
+from vecaccel.trainers import A2C, PPO
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
+from vecaccel.trainers.checkpoints.format import load_checkpoint
 from vecaccel.trainers.config import registry
 from vecaccel.trainers.runners.callbacks import CALLBACK_KEYS
 
@@ -114,19 +119,6 @@ def test_a_positional_callback_is_called_once_per_iteration_with_the_same_keys(n
     assert any(key.startswith("losses/") for key in seen[-1])
 
 
-def test_dqn_calls_a_callback_passed_positionally_and_stops_on_false() -> None:
-    from vecaccel.trainers import DQN
-
-    steps: list[int] = []
-    agent = DQN("CartPole-v1", backend="serial", num_envs=2, learning_starts=8, batch_size=8,
-                progress=False, tensorboard=False)  # fmt: skip
-    try:
-        agent.learn(1_000, lambda agent, metrics: steps.append(agent.global_step) or len(steps) < 5)
-    finally:
-        agent.close()
-    assert steps == [2, 4, 6, 8, 10] and agent.global_step == 10
-
-
 @pytest.mark.parametrize("name", ["ppo", "dqn"])
 def test_predict_takes_sb3s_positional_form(name) -> None:
     agent = make(name)
@@ -139,24 +131,6 @@ def test_predict_takes_sb3s_positional_form(name) -> None:
         assert np.ndim(single) == 0 and single == actions[0]
     finally:
         agent.close()
-
-
-def test_dqn_predict_is_epsilon_greedy_unless_deterministic() -> None:
-    from vecaccel.trainers import DQN
-
-    agent = DQN(None, observation_space=CARTPOLE_OBS, action_space=TWO, eval_epsilon=1.0,
-                preset=None)  # fmt: skip
-    obs = np.zeros((200, 4), np.float32)
-    greedy, _ = agent.predict(obs, deterministic=True)
-    assert len(set(greedy.tolist())) == 1
-    sampled, _ = agent.predict(obs)  # SB3's default: deterministic=False
-    assert set(sampled.tolist()) == {0, 1}
-    # predict draws from its own generator: exploration's stream is left as it was
-    assert agent.rng.bit_generator.state == DQN(None, preset=None).rng.bit_generator.state
-
-
-CARTPOLE_OBS = __import__("gymnasium").spaces.Box(-np.inf, np.inf, (4,), np.float32)
-TWO = __import__("gymnasium").spaces.Discrete(2)
 
 
 @pytest.mark.parametrize("name", ["a2c", "rainbow"])
@@ -192,20 +166,6 @@ def test_reset_num_timesteps_counts_from_zero_or_goes_on(name) -> None:
         assert agent.global_step == 16
         agent.learn(16, reset_num_timesteps=False)
         assert agent.global_step == 32
-    finally:
-        agent.close()
-
-
-def test_the_async_runner_counts_on_policy_steps_from_zero_too() -> None:
-    cls = registry.get("a2c").load_class()
-    agent = cls(None, env_id="CartPole-v1", backend="serial", num_envs=2, num_steps=8, seed=0,
-                progress=False, tensorboard=False)  # fmt: skip
-    try:
-        agent.learn(32, mode="async", context="fork")
-        agent.learn(16, mode="async", context="fork")
-        assert agent.global_step == 16 and agent.num_updates == 1
-        agent.learn(16, mode="async", context="fork", reset_num_timesteps=False)
-        assert agent.global_step == 32 and agent.num_updates == 2
     finally:
         agent.close()
 
@@ -331,6 +291,31 @@ def test_the_dqn_family_refuses_a_non_finite_step(name, max_grad_norm) -> None:
         assert all(torch.equal(a, b) for a, b in zip(before, after))
     finally:
         agent.close()
+
+
+@pytest.mark.parametrize("algo", [PPO, A2C], ids=lambda c: c.__name__)
+def test_nan_loss_stops_before_the_step_and_writes_no_checkpoint(algo, tmp_path):
+    """A NaN reward in the third rollout: the error names the update and the step, the
+    parameters are those of the last good step (finite), and no checkpoint is written after it."""
+    envs = vecaccel.make_vec([NanRewardEnv] * 2, backend="serial", autoreset_mode="SameStep")
+    agent = algo(envs, run_dir=tmp_path, tensorboard=False, num_envs=2, num_steps=8,
+                 torch_threads=1, seed=0, checkpoint_every=1)  # fmt: skip
+    before: list[torch.Tensor] = []
+
+    def keep_parameters(agent, metrics):
+        before[:] = [p.detach().clone() for p in agent.model.parameters()]
+
+    try:
+        with pytest.raises(FloatingPointError, match=r"update 2 \(global step 48\).*nan"):
+            agent.learn(64, callback=keep_parameters)
+        if algo is A2C:  # one step per update: the parameters of the end of update 1
+            for p, q in zip(agent.model.parameters(), before, strict=True):
+                torch.testing.assert_close(p, q, rtol=0, atol=0)
+        assert all(bool(torch.isfinite(p).all()) for p in agent.model.parameters())
+        checkpoint = tmp_path / "checkpoint.pt"
+        assert load_checkpoint(checkpoint)["num_updates"] == 2, "update 1's, not after the error"
+    finally:
+        envs.close()
 
 
 @pytest.mark.parametrize("name", NAMES)

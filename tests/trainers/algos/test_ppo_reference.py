@@ -1,8 +1,9 @@
-"""A2C and PPO against references: SB3 and CleanRL updates, and losses computed by hand.
+"""PPO against references: SB3 and CleanRL updates, and losses computed by hand.
 
 Each test gives both sides the same weights, batch and random draws and compares the update or
-the loss: SB3's A2C and PPO, a CleanRL-style PPO with several minibatches, the atari preset
-against CleanRL's ``ppo_atari.py`` loss, and the clipped surrogate and value loss by hand.
+the loss: SB3's PPO, a CleanRL-style PPO with several minibatches, the atari preset against
+CleanRL's ``ppo_atari.py`` loss, and the clipped surrogate and value loss by hand (A2C against
+SB3's: ``test_a2c.py``).
 """
 
 from __future__ import annotations
@@ -13,10 +14,17 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from sb3_twins import (
+    assert_one_update_matches_sb3,
+    inverse_cdf_sample,
+    learn_side_by_side,
+    sb3_parameter_pairs,
+    short_cartpole,
+)
 
 import vecaccel
 from vecaccel.sampler import SampleBatch
-from vecaccel.trainers import A2C, PPO
+from vecaccel.trainers import PPO
 from vecaccel.trainers.algos.on_policy.advantages import compute_gae
 from vecaccel.trainers.nets.optim import FlatAdam
 
@@ -29,34 +37,7 @@ CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 # -- the same algorithm as SB3 -------------------------------------------------------------------
 
 
-def short_cartpole() -> gym.Env:
-    return gym.wrappers.RecordEpisodeStatistics(gym.make("CartPole-v1", max_episode_steps=12))
-
-
-def sb3_parameter_pairs(model, policy):
-    """``(SB3 parameter, the same parameter of vecaccel's ActorCritic)`` for the MLP policy."""
-    twins = (policy.mlp_extractor.policy_net, policy.mlp_extractor.value_net)
-    for twin, net in enumerate(twins):  # the TwinMLP's copy 0 is the actor, 1 the critic
-        for layer, index in enumerate((0, 2)):  # Linear, Tanh, Linear, Tanh
-            weight, bias = model.encoder.weights[layer][twin], model.encoder.biases[layer][twin]
-            yield net[index].weight, weight.T
-            yield net[index].bias, bias[0]
-    for theirs_layer, our_layer in (
-        (policy.action_net, model.actor_head),
-        (policy.value_net, model.critic_head),
-    ):
-        yield theirs_layer.weight, our_layer.weight
-        yield theirs_layer.bias, our_layer.bias
-
-
-def copy_weights_to_sb3(model, policy) -> None:
-    with torch.no_grad():
-        for theirs_param, our_param in sb3_parameter_pairs(model, policy):
-            theirs_param.copy_(our_param)
-
-
-@pytest.mark.parametrize("algo", ["ppo", "a2c"])
-def test_update_matches_sb3(algo):
+def test_update_matches_sb3():
     """From the same weights and rollout, one update gives SB3's advantages and parameters.
 
     The rollout has terminations and truncations (a 12-step time limit), so this covers
@@ -66,65 +47,27 @@ def test_update_matches_sb3(algo):
     """
     sb3 = pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.logger import configure
 
     T, B, gamma, lam = 16, 4, 0.98, 0.8
     envs = vecaccel.make_vec([short_cartpole] * B, backend="serial", autoreset_mode="SameStep")
     shared = dict(gamma=gamma, gae_lambda=lam, ent_coef=0.01, learning_rate=1e-3)
     sb3_env = make_vec_env("CartPole-v1", n_envs=B)
-    if algo == "ppo":
-        ours = PPO(
-            envs, num_envs=B, num_steps=T, update_epochs=3, num_minibatches=1,
-            clip_vloss=False, clip_coef=0.2, seed=0, torch_threads=1, **shared,
-        )  # fmt: skip
-        theirs = sb3.PPO(
-            "MlpPolicy", sb3_env, n_steps=T, batch_size=T * B, n_epochs=3, clip_range=0.2,
-            seed=0, device="cpu", **shared,
-        )  # fmt: skip
-    else:
-        ours = A2C(envs, num_envs=B, num_steps=T, seed=0, torch_threads=1, **shared)
-        theirs = sb3.A2C("MlpPolicy", sb3_env, n_steps=T, seed=0, device="cpu", **shared)
-    theirs.set_logger(configure(None, []))
-    model = ours.model
-    copy_weights_to_sb3(model, theirs.policy)
-
-    batch = ours.sampler.collect()
-    assert batch.terminated.any() and len(batch.final_index) > 0
-    # SB3's buffer from the same transitions, with SB3's own truncation bootstrap
-    with torch.no_grad():
-        final_values = model.value(batch.final_obs)
-        last_values = model.value(batch.next_obs)
-    rewards = batch.rewards.clone()
-    rewards[batch.final_index[:, 0], batch.final_index[:, 1]] += gamma * final_values
-    dones = (batch.terminated | batch.truncated).numpy()
-    buffer = theirs.rollout_buffer
-    buffer.reset()
-    for t in range(T):
-        buffer.add(
-            batch.obs[t].numpy(),
-            batch.actions[t].numpy().reshape(-1, 1),
-            rewards[t].numpy(),
-            dones[t - 1] if t else np.zeros(B, dtype=bool),
-            batch.extras["value"][t],
-            batch.extras["log_prob"][t],
-        )
-    buffer.compute_returns_and_advantage(last_values, dones[-1])
-    advantages, _ = compute_gae(
-        batch.rewards, batch.extras["value"], last_values, batch.terminated, batch.truncated,
-        final_values, batch.final_index, gamma, lam,
+    ours = PPO(
+        envs, num_envs=B, num_steps=T, update_epochs=3, num_minibatches=1,
+        clip_vloss=False, clip_coef=0.2, seed=0, torch_threads=1, **shared,
     )  # fmt: skip
-    np.testing.assert_allclose(advantages.numpy(), buffer.advantages, rtol=1e-5, atol=1e-5)
+    theirs = sb3.PPO(
+        "MlpPolicy", sb3_env, n_steps=T, batch_size=T * B, n_epochs=3, clip_range=0.2,
+        seed=0, device="cpu", **shared,
+    )  # fmt: skip
+    try:
+        assert_one_update_matches_sb3(ours, theirs, gamma, lam)
+    finally:
+        ours.close()
+        sb3_env.close()
 
-    theirs.train()
-    ours.update(batch, progress_remaining=1.0)
-    for theirs_param, our_param in sb3_parameter_pairs(model, theirs.policy):
-        torch.testing.assert_close(theirs_param, our_param, rtol=1e-4, atol=1e-6)
-    ours.close()
-    sb3_env.close()
 
-
-@pytest.mark.parametrize("algo", ["ppo", "a2c"])
-def test_training_tracks_sb3_exactly_given_the_same_random_draws(algo, monkeypatch):
+def test_training_tracks_sb3_exactly_given_the_same_random_draws(monkeypatch):
     """Whole runs, rollouts and updates, from the same weights, env seeds and uniform draws.
 
     SB3 samples its actions with ``torch.multinomial``, vecaccel by inverse CDF from
@@ -133,55 +76,29 @@ def test_training_tracks_sb3_exactly_given_the_same_random_draws(algo, monkeypat
     the env steps they need to learn is the luck of the random stream, nothing in the algorithm.
     """
     sb3 = pytest.importorskip("stable_baselines3")
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.distributions import CategoricalDistribution
     from stable_baselines3.common.env_util import make_vec_env
-
-    def inverse_cdf_sample(self):
-        cdf = self.distribution.logits.log_softmax(-1).exp().cumsum(-1)
-        uniform = torch.rand(cdf.shape[:-1] + (1,), dtype=cdf.dtype)
-        return (cdf < uniform).sum(-1).clamp_(max=cdf.shape[-1] - 1)
 
     monkeypatch.setattr(CategoricalDistribution, "sample", inverse_cdf_sample)
 
     # constant rates: vecaccel reads its schedules before a rollout (as CleanRL does), SB3
     # after it, an offset of one update that is no part of this comparison
-    seed, B = 3, 4
+    seed, B, T, updates = 3, 4, 16, 4
     sb3_env = make_vec_env("CartPole-v1", n_envs=B, seed=seed)
-    ours_config = dict(backend="serial", num_envs=B, seed=seed, torch_threads=1, anneal_lr=False)
-    if algo == "ppo":
-        T, updates = 16, 4
-        shared = dict(gamma=0.98, gae_lambda=0.8, ent_coef=0.0, learning_rate=1e-3)
-        ours = PPO(
-            "CartPole-v1", num_steps=T, update_epochs=5, num_minibatches=1, clip_coef=0.2,
-            clip_vloss=False, **ours_config, **shared,
-        )  # fmt: skip
-        theirs = sb3.PPO(
-            "MlpPolicy", sb3_env, n_steps=T, batch_size=T * B, n_epochs=5, clip_range=0.2,
-            seed=seed, device="cpu", **shared,
-        )  # fmt: skip
-    else:
-        T, updates = 5, 30
-        shared = dict(gamma=0.99, gae_lambda=1.0, ent_coef=0.0, learning_rate=7e-4)
-        ours = A2C("CartPole-v1", num_steps=T, **ours_config, **shared)
-        theirs = sb3.A2C("MlpPolicy", sb3_env, n_steps=T, seed=seed, device="cpu", **shared)
-    copy_weights_to_sb3(ours.model, theirs.policy)
-
-    our_returns: list[float] = []
-    sb3_returns: list[float] = []
-
-    class Returns(BaseCallback):
-        def _on_step(self) -> bool:
-            sb3_returns.extend(i["episode"]["r"] for i in self.locals["infos"] if "episode" in i)
-            return True
-
-    torch.manual_seed(0)
-    ours.learn(updates * T * B, callback=lambda a, m: our_returns.extend(a.last_episodes.returns))
-    torch.manual_seed(0)
-    theirs.learn(updates * T * B, callback=Returns())
-    ours.close()
-    sb3_env.close()
-
+    shared = dict(gamma=0.98, gae_lambda=0.8, ent_coef=0.0, learning_rate=1e-3)
+    ours = PPO(
+        "CartPole-v1", num_steps=T, update_epochs=5, num_minibatches=1, clip_coef=0.2,
+        clip_vloss=False, backend="serial", num_envs=B, seed=seed, torch_threads=1,
+        anneal_lr=False, **shared,
+    )  # fmt: skip
+    theirs = sb3.PPO(
+        "MlpPolicy", sb3_env, n_steps=T, batch_size=T * B, n_epochs=5, clip_range=0.2,
+        seed=seed, device="cpu", **shared,
+    )  # fmt: skip
+    try:
+        our_returns, sb3_returns = learn_side_by_side(ours, theirs, updates * T * B)
+    finally:
+        sb3_env.close()
     assert len(our_returns) > 5 and our_returns == sb3_returns
     for theirs_param, our_param in sb3_parameter_pairs(ours.model, theirs.policy):
         torch.testing.assert_close(theirs_param, our_param, rtol=1e-4, atol=1e-5)

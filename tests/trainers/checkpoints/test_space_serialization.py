@@ -16,9 +16,10 @@ SPACES = [
     gym.spaces.Discrete(5, start=-2),
     gym.spaces.Box(-1.0, 2.0, (3, 2), np.float32),
     gym.spaces.Box(0, 255, (4, 4, 3), np.uint8),
+    gym.spaces.Box(0, 1, (10, 10, 2), np.bool_),
     gym.spaces.Box(np.array([-1.0, -np.inf]), np.array([1.0, np.inf]), dtype=np.float64),
     gym.spaces.MultiBinary([2, 3]),
-    gym.spaces.MultiDiscrete([3, 4], start=[1, 0]),
+    gym.spaces.MultiDiscrete([3, 4, 2], start=[1, 0, -1]),
     gym.spaces.MultiDiscrete(np.array([[2, 3], [4, 5]])),
     gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(0.0, 1.0, (2,), np.float32))),
     gym.spaces.Dict(
@@ -37,7 +38,7 @@ def test_spaces_round_trip_through_a_weights_only_load(space: gym.Space) -> None
     buffer.seek(0)
     loaded = space_from_dict(torch.load(buffer, weights_only=True))
     assert loaded == space
-    assert type(loaded) is type(space)
+    assert type(loaded) is type(space) and loaded.dtype == space.dtype
     sample = space.sample()
     assert loaded.contains(sample)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,10 +13,8 @@ from vecaccel.cli import ArgumentParser, Commands
 from vecaccel.trainers import A2C, DQN, PPO, DQNConfig
 from vecaccel.trainers.algos.a2c import A2CConfig
 from vecaccel.trainers.algos.ppo import PPOConfig
-from vecaccel.trainers.checkpoints.format import load_checkpoint, save_checkpoint
-from vecaccel.trainers.checkpoints.reader import read_checkpoint
 from vecaccel.trainers.cli.commands import vecaccel_add_commands
-from vecaccel.trainers.config.settings import RunConfig, config_help
+from vecaccel.trainers.config.settings import RunConfig, config_help, lr_scale
 
 torch.set_num_threads(1)
 
@@ -102,6 +99,14 @@ def test_documented_special_values_stay_valid(config_cls, values):
     config_cls(**values)
 
 
+def test_lr_scale_modes():
+    assert lr_scale(1024, 256, "none") == 1.0
+    assert lr_scale(1024, 256, "linear") == 4.0
+    assert lr_scale(1024, 256, "sqrt") == 2.0
+    with pytest.raises(ValueError, match="mode"):
+        lr_scale(1024, 256, "cubic")
+
+
 def test_empty_hidden_sizes_name_the_field():
     with pytest.raises(ValueError, match="hidden_sizes"):
         PPO(None, hidden_sizes=(), backend="serial", torch_threads=1)
@@ -110,7 +115,6 @@ def test_empty_hidden_sizes_name_the_field():
 # -- the shared run config ---------------------------------------------------
 
 
-FIXTURES = Path(__file__).parents[2] / "data" / "checkpoints"
 SHARED = {field.name for field in dataclasses.fields(RunConfig)}
 
 
@@ -132,29 +136,6 @@ def test_one_default_device_backend_and_progress(config_cls):
 def test_a_setting_under_another_name_is_refused_with_the_fields(cls, name):
     with pytest.raises(TypeError, match=f"{name}.*log_every_steps"):
         cls(None, device="cpu", **{name: 3})
-
-
-def test_on_policy_logs_every_log_every_steps():
-    agent = A2C("CartPole-v1", backend="serial", num_envs=1, num_steps=4, log_every_steps=12)
-    try:
-        agent.learn(4 * 12)
-        steps = [row["step"] for row in agent.logger.history]
-        # every third update, and any update in which an episode ended
-        assert {12, 24, 36, 48} <= set(steps)
-    finally:
-        agent.close()
-
-
-def test_earlier_spellings_in_saved_checkpoints_are_read(tmp_path):
-    # the DQN family's bf16 was True/False in files of the current layout: it reads as off/on
-    assert DQN.load(FIXTURES / "version2" / "dqn", device="cpu").config.bf16 == "off"
-    state = load_checkpoint(FIXTURES / "version2" / "dqn" / "checkpoint.pt")
-    state["config"]["bf16"] = True
-    state["config"]["async_weight_sync_period"] = 1  # a setting the runner holds now
-    path = save_checkpoint(tmp_path / "checkpoint.pt", state)
-    assert read_checkpoint(path)["config"]["bf16"] == "on"
-    assert "async_weight_sync_period" not in read_checkpoint(path)["config"]
-    assert DQN.load(path).config.bf16 == "on"
 
 
 def _parse(*argv: str) -> argparse.Namespace:

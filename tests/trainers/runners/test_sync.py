@@ -49,7 +49,7 @@ def make_without_envs(algo: str, **extra: Any) -> Algorithm:
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_sync_runner_runs_every_algorithm(algo):
     """``from vecaccel.trainers import SyncRunner`` runs each of the five algorithms (its twin,
-    AsyncRunner, in test_async_loop.py)."""
+    AsyncRunner, in asynchronous/test_loop.py)."""
     agent = make(algo)
     try:
         assert SyncRunner(agent).run(64) is agent
@@ -281,12 +281,6 @@ def test_the_attributes_a_runner_reads_are_there_after_construction(algo):
         assert isinstance(agent.restart_seed(), int)
     finally:
         agent.close()
-
-
-def test_a_dqn_without_envs_refuses_to_learn():
-    agent = DQN(env=None, device="cpu")
-    with pytest.raises(RuntimeError, match="no env"):
-        agent.learn(10)
 
 
 @pytest.mark.parametrize("algo", ["ppo", "dqn"])

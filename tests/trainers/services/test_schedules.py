@@ -1,11 +1,13 @@
-"""The off-policy replay schedule and the log period: when updates, target updates and metric
-rows fall due, on one rank and on several."""
+"""The linear schedule (against CleanRL's), the off-policy replay schedule and the log period:
+when updates, target updates and metric rows fall due, on one rank and on several."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vecaccel.trainers.services.schedules import LogPeriod, ReplaySchedule, linear_schedule
 
@@ -14,6 +16,24 @@ def test_linear_schedule_holds_its_end_after_the_duration() -> None:
     assert linear_schedule(1.0, 0.1, 100, 0) == 1.0
     assert linear_schedule(1.0, 0.1, 100, 100) == pytest.approx(0.1)
     assert linear_schedule(1.0, 0.1, 100, 10_000) == pytest.approx(0.1)
+
+
+def _cleanrl_linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
+    slope = (end_e - start_e) / duration
+    return max(slope * t + start_e, end_e)
+
+
+@given(
+    st.floats(0.05, 1.0),
+    st.floats(0.0, 0.05),
+    st.integers(1, 10_000),
+    st.integers(0, 20_000),
+)
+@settings(max_examples=200, deadline=None, derandomize=True)
+def test_linear_schedule_matches_cleanrl(start, end, duration, t) -> None:
+    assert linear_schedule(start, end, duration, t) == pytest.approx(
+        _cleanrl_linear_schedule(start, end, duration, t), abs=1e-12
+    )
 
 
 def test_updates_keep_the_replay_ratio_at_every_step() -> None:
