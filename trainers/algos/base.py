@@ -44,6 +44,7 @@ from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import RunConfig, resolve_device
 from vecaccel.trainers.envs.make import action_start, make_envs_for_config
 from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.logger import is_interactive
 from vecaccel.trainers.services.seeding import get_rng_state, seed_everything, split_seed
 from vecaccel.trainers.services.threads import AdaptiveThreads, configure_torch_threads
 
@@ -198,6 +199,9 @@ class Algorithm(abc.ABC):
         self.elapsed_before = 0.0
         self.async_run = False
         self.async_options: dict[str, Any] = {}
+        #: the periodic evaluations of this agent's runs: ``(step, eval/... metrics)``
+        self.evaluations: list[tuple[int, dict[str, float]]] = []
+        self.best_eval_reward: float | None = None
 
     # -- the run's settings, read from the config ----------------------------------------------
 
@@ -212,12 +216,15 @@ class Algorithm(abc.ABC):
 
     @property
     def progress(self) -> bool:
-        """Whether ``learn`` shows a progress bar."""
+        """Whether ``learn`` shows a progress bar: the config's ``progress``, or where that is
+        ``None``, whether the run is interactive (:func:`is_interactive`)."""
+        if self.config.progress is None:
+            return is_interactive()
         return bool(self.config.progress)
 
     @progress.setter
-    def progress(self, value: bool) -> None:
-        self.config.progress = bool(value)
+    def progress(self, value: bool | None) -> None:
+        self.config.progress = None if value is None else bool(value)
 
     @property
     def tensorboard(self) -> bool:

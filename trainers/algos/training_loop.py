@@ -22,7 +22,8 @@ __all__ = ["TrainingLoop"]
 class TrainingLoop(abc.ABC):
     """One synchronous run of an algorithm, as its family runs it: collect, optimise, report.
 
-    The :class:`~vecaccel.trainers.runners.sync.SyncRunner` calls, per iteration,
+    The :class:`~vecaccel.trainers.runners.sync.SyncRunner` calls :meth:`steps_per_iteration`
+    and :meth:`start` once, then, per iteration,
     :meth:`collect`, :meth:`update`, :meth:`report`, then :meth:`callback_metrics`,
     :meth:`restart_due` and :meth:`restart_point`; :meth:`write_checkpoint` where a checkpoint
     is due and :meth:`end` once, however the run ends.
@@ -77,6 +78,11 @@ class TrainingLoop(abc.ABC):
     @abc.abstractmethod
     def write_checkpoint(self) -> None:
         """Write the run's checkpoint (every rank calls this at the same point)."""
+
+    def steps_per_iteration(self) -> int | None:
+        """The env steps one iteration collects, over all ranks (``None``: not fixed). A run
+        ends at the first whole iteration at or past :attr:`horizon`."""
+        return None
 
     def end(self) -> None:  # noqa: B027 - a loop with nothing to keep keeps nothing
         """The run ended (normally, stopped, or in an error): keep what a checkpoint saved later

@@ -185,6 +185,11 @@ def _train(args: argparse.Namespace) -> int:
     cls = algorithm_class(args.algo)
     explicit = _explicit_config(args)
     runtime = {"progress": not args.no_progress, "tensorboard": not args.no_tensorboard}
+    if getattr(args, "config_file", None) is not None:
+        try:
+            explicit = _from_config_file(args, explicit)
+        except ValueError as exc:
+            return usage_error(exc)
     if args.resume is not None:
         return _resume(args, cls, explicit, runtime, fixed_lag, weight_sync_period)
     if getattr(args, "no_replay", False):
@@ -257,6 +262,36 @@ def _train(args: argparse.Namespace) -> int:
     if agent.is_main and args.no_progress:
         _print_run_dir(Path(run_dir))
     return 0
+
+
+#: what a config file records of the run it came from but a new run decides for itself
+_RUN_OWN_FIELDS = ("run_dir", "progress", "tensorboard")
+
+
+def _from_config_file(args: argparse.Namespace, explicit: dict[str, Any]) -> dict[str, Any]:
+    """The config of ``--config FILE`` under the flags given (``explicit``); sets the preset
+    and the step total the file records where the flags give none."""
+    from vecaccel.trainers.config.presets import NONE
+    from vecaccel.trainers.services.run_config import config_values, read_run_config
+
+    if args.resume is not None:
+        raise ValueError("--config starts a new run; --resume continues one (give one of them)")
+    saved = read_run_config(args.config_file)
+    if saved.algorithm != args.algo:
+        raise ValueError(
+            f"{args.config_file} is the config of a {saved.algorithm} run; train it with "
+            f"`vecaccel train {saved.algorithm} --config {args.config_file}`"
+        )
+    config = {k: v for k, v in saved.config.items() if k not in _RUN_OWN_FIELDS}
+    config = config_values(config, algorithm_class(args.algo).config_cls)
+    preset = config.pop("preset", None)
+    if getattr(args, "preset", None) is None:
+        # the file holds the preset's values already; applying none keeps them as they are
+        args.preset = NONE
+        explicit = {**explicit, "preset": preset}
+    if args.total_timesteps is None:
+        args.total_timesteps = saved.total_timesteps
+    return {**config, **explicit}
 
 
 def _resumed_dir(resume: Path) -> Path:
@@ -398,7 +433,9 @@ def _with_preset(
     given = args.env or explicit.get("env_id")
     env_id = _env_id(args, cls.config_cls, explicit) if chosen is None else given
     name = resolve_preset(args.algo, named, AUTO if chosen is None else chosen, env_id)
-    config = {**(named[name] if name is not None else {}), **explicit, "preset": name}
+    # a config file's record of the preset its values came from stays (its values hold it)
+    config = {**(named[name] if name is not None else {}), **explicit}
+    config["preset"] = explicit.get("preset", name)
     if chosen is None and name is not None and os.environ.get("RANK", "0") == "0":
         families = {ATARI: "Atari games", MINATAR: "MinAtar games"}
         suits = ", ".join(families.get(env, env) for env in suited_env_ids(args.algo, name))

@@ -211,6 +211,15 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
         help="continue the run in DIR from DIR/checkpoint.pt",
     )
     parser.add_argument(
+        "--config",
+        dest="config_file",
+        type=Path,
+        metavar="FILE",
+        help="start from the settings of FILE, the config.json a run writes to its run "
+        "directory (or YAML of the same shape): its algorithm, env, preset, settings and "
+        "--total-timesteps; flags given override them",
+    )
+    parser.add_argument(
         "--no-progress", action="store_true", help="no progress bar (e.g. in CI logs)"
     )
     parser.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")

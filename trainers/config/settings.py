@@ -87,10 +87,17 @@ class RunConfig:
     log_every_steps: int = 0
     """Env steps between metric rows (0: every update); a row is also written when an episode
     ended and at the end."""
-    progress: bool = False
-    """Show a live progress bar."""
+    progress: bool | None = None
+    """Show a live progress bar (None: when the run is interactive, its stderr a terminal or a
+    notebook)."""
     tensorboard: bool = True
     """Write TensorBoard event files under run_dir."""
+    eval_every: int = 0
+    """Env steps between evaluations on envs of their own (0: none): eval_episodes
+    deterministic episodes each, their mean and std logged as eval/..., the best agent kept
+    as run_dir/best.pt."""
+    eval_episodes: int = 10
+    """Episodes of each evaluation (eval_every)."""
     preset: str | None = None
     """The preset the settings started from (None: the plain defaults). A record, kept in
     checkpoints: the algorithm's ``preset`` argument (``--preset``) is what applies one."""
@@ -104,6 +111,8 @@ class RunConfig:
             ("torch_threads", 0, " (0: automatic)"),
             ("checkpoint_every", 0, " (0: only at the end)"),
             ("log_every_steps", 0, " (0: every update)"),
+            ("eval_every", 0, " (0: no evaluation)"),
+            ("eval_episodes", 1, ""),
         ):
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < least:

@@ -84,6 +84,7 @@ class Callbacks:
             items = list(callback)
         else:
             items = [callback]
+
         sb3 = [item for item in items if is_sb3_callback(item)]
         self.plain = [item for item in items if not is_sb3_callback(item)]
         for item in self.plain:
@@ -99,6 +100,16 @@ class Callbacks:
             from stable_baselines3.common.callbacks import CallbackList
 
             self.sb3 = CallbackList(sb3)
+
+    def add_config_callbacks(self, agent: Any) -> None:
+        """Add the callbacks ``agent``'s config asks for, after the user's: its periodic
+        evaluation (``eval_every``, :mod:`~vecaccel.trainers.runners.evaluation`). Called once
+        the run has begun, its step counters set."""
+        from vecaccel.trainers.runners.evaluation import periodic_evaluation
+
+        evaluation = periodic_evaluation(agent)
+        if evaluation is not None:
+            self.plain.append(evaluation)
 
     def training_start(self, agent: Any, total_timesteps: int) -> None:
         """Before the first collect of a run to ``total_timesteps`` env steps in all."""

@@ -28,9 +28,16 @@ from vecaccel.trainers.algos.base import Algorithm, Callback
 from vecaccel.trainers.checkpoints.format import CHECKPOINT_NAME
 from vecaccel.trainers.runners.callbacks import Callbacks
 from vecaccel.trainers.services.logger import RunLogger
+from vecaccel.trainers.services.run_config import write_run_config
 from vecaccel.trainers.services.signals import SignalCheckpoint, TrainingInterrupted
 
-__all__ = ["SyncRunner", "announce_interrupt", "announce_run_dir", "open_run_logger"]
+__all__ = [
+    "SyncRunner",
+    "announce_interrupt",
+    "announce_run_dir",
+    "announce_run_length",
+    "open_run_logger",
+]
 
 
 def open_run_logger(agent: Algorithm, horizon: int, resume_step: int | None) -> RunLogger:
@@ -52,7 +59,24 @@ def open_run_logger(agent: Algorithm, horizon: int, resume_step: int | None) -> 
         resume_step=resume_step,
     )
     agent.start_logging(logger)
+    if main and agent.run_dir is not None:
+        write_run_config(agent.run_dir, agent.algo_name, agent.config, horizon)
     return logger
+
+
+def announce_run_length(
+    logger: RunLogger, agent: Algorithm, horizon: int, per_iteration: int | None
+) -> None:
+    """Say where the run will end when whole iterations take it past ``horizon``."""
+    if not per_iteration or not agent.is_main or agent.global_step >= horizon:
+        return
+    iterations = -(-(horizon - agent.global_step) // per_iteration)
+    end = agent.global_step + iterations * per_iteration
+    if end != horizon:
+        logger.write(
+            f"training to step {end:,}, not {horizon:,}: the run collects {per_iteration:,} "
+            f"env steps at a time ({iterations:,} times)"
+        )
 
 
 def announce_interrupt(logger: RunLogger, agent: Algorithm, signal_name: str) -> None:
@@ -116,7 +140,9 @@ class SyncRunner:
         agent = self.agent
         callbacks = Callbacks(callback)
         loop = agent.begin_run(total_timesteps, reset_num_timesteps)
+        callbacks.add_config_callbacks(agent)
         logger = open_run_logger(agent, loop.horizon, loop.resume_step)
+        announce_run_length(logger, agent, loop.horizon, loop.steps_per_iteration())
         loop.start(logger)
         threads = agent.adaptive_threads()
         guard = SignalCheckpoint()

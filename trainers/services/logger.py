@@ -28,6 +28,7 @@ __all__ = [
     "RunDirInUseError",
     "RunLogger",
     "check_run_dir",
+    "is_interactive",
     "mean_or_none",
     "plot_learning_curve",
     "refuse_used_run_dir",
@@ -36,7 +37,14 @@ __all__ = [
 
 #: What a run writes in its directory (the checkpoint, the CSV, the curve, TensorBoard's
 #: folder): a directory holding any of them holds a run.
-RUN_FILES = ("checkpoint.pt", "metrics.csv", "learning_curve.png", "tb")
+RUN_FILES = (
+    "checkpoint.pt",
+    "metrics.csv",
+    "learning_curve.png",
+    "tb",
+    "config.json",
+    "best.pt",
+)
 
 #: The replay buffers a DQN-family checkpoint names (``checkpoint.replay-<step>-<id>.npz``),
 #: removed with the run they belong to.
@@ -45,6 +53,26 @@ _REPLAY_FILES = "checkpoint.replay-*.npz"
 #: The run directories this process's runs wrote: a later run of the same process (a second
 #: ``learn()``) goes on writing there.
 _RUN_DIRS_OF_THIS_PROCESS: set[Path] = set()
+
+
+def is_interactive() -> bool:
+    """Whether a person is watching this process: its stderr is a terminal, or it runs in a
+    Jupyter (IPython) kernel. Where it is not (a pipe, a CI log, a test), a progress bar would
+    only fill the log.
+
+    Example:
+        >>> isinstance(is_interactive(), bool)
+        True
+    """
+    try:
+        if sys.stderr is not None and sys.stderr.isatty():
+            return True
+    except (AttributeError, ValueError):  # a replaced or closed stream
+        pass
+    shell = sys.modules.get("IPython")
+    get_ipython = getattr(shell, "get_ipython", None)
+    kernel = get_ipython() if get_ipython is not None else None
+    return kernel is not None and "IPKernelApp" in getattr(kernel, "config", {})
 
 
 class RunDirInUseError(FileExistsError):

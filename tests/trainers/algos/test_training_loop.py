@@ -74,6 +74,7 @@ def test_the_runner_calls_the_loop_in_the_documented_order(tmp_path, monkeypatch
         agent.close()
     iteration = ["collect", "update", "report", "callback_metrics", "restart_due"]
     assert calls == [
+        "steps_per_iteration",  # to say where the run ends
         "start",
         *iteration,
         *iteration,

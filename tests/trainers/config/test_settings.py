@@ -128,7 +128,8 @@ def test_every_config_holds_the_shared_run_settings(config_cls):
 @pytest.mark.parametrize("config_cls", [PPOConfig, A2CConfig, DQNConfig])
 def test_one_default_device_backend_and_progress(config_cls):
     config = config_cls()
-    assert (config.device, config.backend, config.progress) == ("auto", "auto", False)
+    # progress None: a bar where the run is interactive
+    assert (config.device, config.backend, config.progress) == ("auto", "auto", None)
 
 
 @pytest.mark.parametrize("cls", [PPO, A2C, DQN])

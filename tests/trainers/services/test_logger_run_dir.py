@@ -145,7 +145,9 @@ def test_check_run_dir_refuses_a_run_and_overwrite_removes_only_its_files(tmp_pa
         (tmp_path / name).mkdir() if name == "tb" else (tmp_path / name).write_bytes(b"")
     with pytest.raises(RunDirInUseError) as caught:
         check_run_dir(tmp_path)
-    assert caught.value.files == ["checkpoint.pt", "metrics.csv", "learning_curve.png", "tb/"]
+    assert caught.value.files == [
+        "checkpoint.pt", "metrics.csv", "learning_curve.png", "tb/", "config.json", "best.pt"
+    ]  # fmt: skip
     assert isinstance(caught.value, FileExistsError)
     (tmp_path / "checkpoint.replay-100-r0-ab12.npz").write_bytes(b"")  # the run's replay
     check_run_dir(tmp_path, overwrite=True)

@@ -108,6 +108,10 @@ class OffPolicyLoop(TrainingLoop):
         self.recent_losses: list[dict[str, float]] = []
         self.finished: list[tuple[float, float]] = []
 
+    def steps_per_iteration(self) -> int:
+        """One vector step: ``num_envs`` env steps on each rank."""
+        return int(self.steps_per_vector_step)
+
     def start(self, logger: RunLogger) -> None:
         agent = self.agent
         logger.log(

@@ -58,6 +58,10 @@ class OnPolicyLoop(TrainingLoop):
         agent.record_progress(steps=agent.batch_size)
         return agent.to_model_actions(batch)
 
+    def steps_per_iteration(self) -> int:
+        """A rollout batch: ``num_envs x num_steps`` env steps on each rank."""
+        return int(self.agent.batch_size)
+
     def step_locals(self, batch: Any) -> list[dict[str, Any]]:
         """Each vector step's rewards and episode ends, as SB3 callbacks read them."""
         rewards = batch.rewards.cpu().numpy()

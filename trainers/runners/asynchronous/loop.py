@@ -220,6 +220,7 @@ def run_async(agent: Any, feed: AsyncFeed, callback: Any = None) -> AsyncStats:
     from vecaccel.trainers.services.signals import SignalCheckpoint, TrainingInterrupted
 
     callbacks = Callbacks(callback)
+    callbacks.add_config_callbacks(agent)
     sb3, plain = callbacks.sb3 is not None, bool(callbacks.plain)
     feed.wants_step_locals = sb3
     world = agent.world_size

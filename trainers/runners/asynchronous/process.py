@@ -307,5 +307,7 @@ def leave_cores_to_collector(cfg: Any, collector_threads: int) -> None:
         return
     from vecaccel.trainers.services.threads import automatic_threads
 
-    threads = automatic_threads(cfg.backend, cfg.num_envs, cfg.num_workers, collector_threads)
+    threads = automatic_threads(
+        cfg.backend, cfg.num_envs, getattr(cfg, "num_workers", 0), collector_threads
+    )
     torch.set_num_threads(threads)

@@ -145,9 +145,11 @@ def test_a_wait_ends_with_the_error_of_a_check() -> None:
 def test_automatic_torch_threads_leave_the_collector_and_its_workers_their_cores(
     config: dict[str, Any], local_world_size: str, expected: int | None, monkeypatch
 ) -> None:
-    import vecaccel.worker
+    from vecaccel.trainers.services import threads
 
-    monkeypatch.setattr(vecaccel.worker, "usable_cpus", lambda: 8)
+    # an 8-CPU machine with nothing else running on it
+    monkeypatch.setattr(threads, "available_cpus", lambda: 8)
+    monkeypatch.setattr(threads.CpuLoad, "measure", staticmethod(lambda seconds=0.1: 0.0))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world_size)
     previous = torch.get_num_threads()
     try:
