@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -20,6 +21,11 @@ from vecaccel.trainers.cli.errors import (
     usage_error,
 )
 from vecaccel.trainers.config.registry import algorithms
+from vecaccel.trainers.services.video import (
+    prepare_video_recording,
+    to_video_frame,
+    write_video,
+)
 
 __all__ = [
     "DEFAULT_EVAL_EPSILON",
@@ -99,6 +105,13 @@ def eval_command(args: argparse.Namespace) -> int:
     from vecaccel.trainers.envs.make import make_env_fn, parallel_env_spaces
 
     multi_agent = EnvSource.is_module_path(env_id)
+    if args.video is not None:
+        # before the env check below makes the first env: MuJoCo reads MUJOCO_GL when it loads
+        try:
+            prepare_video_recording(env_id)
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     try:
         if multi_agent:
             spaces = parallel_env_spaces(env_id)
@@ -174,7 +187,7 @@ def evaluate_agents(
     from vecaccel.envs.source import EnvSource
 
     if video is not None:
-        _render_offscreen()
+        prepare_video_recording(env_id)
     source = EnvSource.resolve(
         env_id, 1, env_kwargs={"render_mode": "rgb_array"} if video else None
     )
@@ -204,7 +217,7 @@ def evaluate_agents(
             result.team.append(sum(totals.values()))
             result.lengths.append(length)
         if video is not None and frames:
-            _write_video(frames, video, fps=int(env.metadata.get("render_fps", 30) or 30))
+            write_video(frames, video, fps=int(env.metadata.get("render_fps", 30) or 30))
     finally:
         env.close()
     return result
@@ -247,18 +260,27 @@ def evaluate_agent(
     """Play ``episodes`` full episodes with ``agent.predict``; returns (returns, lengths).
 
     The env is built without the training-only wrappers, so the returns are real scores.
+    With ``video``, the first episode's ``rgb_array`` frames are written there by
+    :func:`~vecaccel.trainers.services.video.write_video`, which makes any renderer's frames
+    (MinAtar's float 10x10 cells included) a watchable RGB video.
     """
     import numpy as np
 
     from vecaccel.trainers.envs.make import make_env_fn
 
     if video is not None:
-        _render_offscreen()
+        prepare_video_recording(env_id)
     env = make_env_fn(env_id, atari, training=False, render_mode="rgb_array" if video else None)()
     if video is not None:
         try:
             env.reset(seed=seed)
-            env.render()
+            with warnings.catch_warnings():
+                # Gymnasium's env checker warns on the first render of a float frame (MinAtar)
+                # and of an env with no render_fps; write_video converts the one and picks 30
+                # frames per second for the other
+                warnings.filterwarnings("ignore", ".*RGB-array rendering should return")
+                warnings.filterwarnings("ignore", ".*No render fps was declared")
+                to_video_frame(env.render())
         except Exception as exc:  # e.g. pygame missing for the classic-control renderers
             env.close()
             raise RuntimeError(f"cannot record a video of {env_id}: {exc}") from exc
@@ -280,29 +302,7 @@ def evaluate_agent(
             returns.append(total)
             lengths.append(length)
         if video is not None and frames:
-            _write_video(frames, video, fps=int(env.metadata.get("render_fps", 30) or 30))
+            write_video(frames, video, fps=int(env.metadata.get("render_fps", 30) or 30))
     finally:
         env.close()
     return returns, lengths
-
-
-def _render_offscreen() -> None:
-    """Let pygame draw ``rgb_array`` frames without a display or a sound device.
-
-    An ``rgb_array`` renderer (Gymnasium's classic control, PettingZoo's butterfly envs) only
-    draws into a surface, but ``pygame.init()`` opens SDL's video and audio drivers; on a
-    machine with no display or desktop login SDL then prints ``error: XDG_RUNTIME_DIR is invalid``
-    on a run that succeeds. SDL's dummy drivers open nothing. Settings the user made stay.
-    """
-    import os
-
-    os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-
-
-def _write_video(frames: list[Any], path: Path, fps: int) -> None:
-    from moviepy import ImageSequenceClip
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    clip = ImageSequenceClip(list(frames), fps=max(1, min(fps, 60)))
-    clip.write_videofile(str(path), logger=None, audio=False)

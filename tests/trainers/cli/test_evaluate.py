@@ -56,3 +56,31 @@ def test_epsilon_must_be_a_probability(capsys: pytest.CaptureFixture[str]) -> No
 
 def _numbers(line: str) -> list[str]:
     return re.findall(r"-?\d+\.\d+", line)
+
+
+def test_a_minatar_video_shows_the_game(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MinAtar renders float frames in [0, 1] of 10x10 cells; the video holds them on 0..255,
+    enlarged to 160x160 pixels."""
+    pytest.importorskip("minatar")
+    from moviepy import VideoFileClip
+
+    from vecaccel.trainers import PPO
+
+    agent = PPO("MinAtar/Breakout-v1", backend="serial", num_envs=2, num_steps=4,
+                num_minibatches=1, update_epochs=1, torch_threads=1, seed=0)  # fmt: skip
+    agent.learn(8)
+    agent.save(tmp_path / "run" / "checkpoint.pt")
+    agent.close()
+    video = tmp_path / "breakout.mp4"
+    assert main(["eval", str(tmp_path / "run"), "--episodes", "1", "--video", str(video)]) == 0
+    out, err = capsys.readouterr()
+    assert f"video: {video}" in out and "Warning" not in err
+    clip = VideoFileClip(str(video))
+    try:
+        frames = list(clip.iter_frames())
+    finally:
+        clip.close()
+    assert frames and frames[0].shape == (160, 160, 3)
+    # every frame shows the paddle, the ball and the bricks in their colours
+    assert all(frame.max() > 150 for frame in frames)
+    assert min(int((frame.max(axis=2) > 60).sum()) for frame in frames) >= 10 * 16 * 16
