@@ -97,9 +97,7 @@ def test_a_handle_unpickles_with_the_pickler_of_its_data_channel():
             conn.close()
 
 
-def test_a_worker_importing_the_main_script_ends_silently_with_its_exit_code(
-    monkeypatch, capsys
-):
+def test_a_worker_importing_the_main_script_ends_silently_with_its_exit_code(monkeypatch, capsys):
     """The worker says nothing: the caller reports it, once, whatever the number of workers."""
     refuse_start_while_importing_main()  # this process imports no one's main script: no effect
     monkeypatch.setattr(mp.process.current_process(), "_inheriting", True, raising=False)
