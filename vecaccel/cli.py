@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vecaccel import hookimpl
+from vecaccel.errors import closest_name, did_you_mean
 
 if TYPE_CHECKING:
     import pluggy
@@ -51,13 +51,7 @@ def suggest_flag(flag: str, known: Iterable[str]) -> str | None:
         >>> suggest_flag("--Total-Steps", known), suggest_flag("--gpu", known) is None
         ('--total-steps', True)
     """
-    known = [option for option in known if option.startswith("-")]
-    spelled = flag.replace("_", "-").lower()
-    for option in known:
-        if option.lower() == spelled:
-            return option
-    close = difflib.get_close_matches(spelled, known, n=1, cutoff=0.75)
-    return close[0] if close else None
+    return closest_name(flag, [option for option in known if option.startswith("-")], cutoff=0.75)
 
 
 def _looks_like_flag(arg: str) -> bool:
@@ -126,15 +120,34 @@ class ArgumentParser(argparse.ArgumentParser):
             owner.error(owner.unrecognized_message(extras))
         return namespace
 
+    def short_usage(self) -> str:
+        """The usage line an error ends with: argparse's where it fits on one line, else
+        ``usage: PROG [options]; see PROG --help`` (a command with many flags has a usage of
+        dozens of lines, which would bury the error above it).
+
+        Example:
+            >>> parser = ArgumentParser(prog="demo")
+            >>> parser.short_usage()
+            'usage: demo [-h]'
+            >>> for index in range(30):
+            ...     _ = parser.add_argument(f"--option-{index}")
+            >>> parser.short_usage()
+            'usage: demo [options]; see demo --help'
+        """
+        usage = self.format_usage().strip()
+        if "\n" not in usage:
+            return usage
+        return f"usage: {self.prog} [options]; see {self.prog} --help"
+
     def error(self, message: str) -> Any:  # type: ignore[override]
+        """Exit with code 2 after printing ``PROG: error: MESSAGE`` and then
+        :meth:`short_usage`: the error first, as the line a reader looks for."""
         # "argument COMMAND: invalid choice: 'trian' (choose from 'train', 'eval')"
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
         if match is not None:
             choices = re.findall(r"'([^']*)'", match.group(2))
-            close = difflib.get_close_matches(match.group(1), choices, n=1)
-            if close:
-                message = f"{message}; did you mean {close[0]!r}?"
-        super().error(message)
+            message += did_you_mean(match.group(1), choices)
+        self.exit(2, f"{self.prog}: error: {message}\n{self.short_usage()}\n")
 
 
 class Commands:

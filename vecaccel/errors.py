@@ -8,11 +8,74 @@ env's own file and line first, then vecaccel's one-line summary.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
 
 from gymnasium.error import ClosedEnvironmentError
 
-__all__ = ["WorkerError", "WorkerTimeoutError", "ClosedEnvError", "RemoteTraceback", "env_error"]
+__all__ = [
+    "WorkerError",
+    "WorkerTimeoutError",
+    "ClosedEnvError",
+    "RemoteTraceback",
+    "closest_name",
+    "did_you_mean",
+    "env_error",
+]
+
+
+def _spelling(name: str) -> str:
+    return name.lower().replace("_", "-")
+
+
+def closest_name(
+    name: str, known: Iterable[str] | Mapping[str, str], *, cutoff: float = 0.6
+) -> str | None:
+    """The name of ``known`` that ``name`` most likely meant, or ``None`` where none is close.
+
+    The one rule every "did you mean" of vecaccel follows (backend options, flags, env ids,
+    trainer settings): the same spelling up to letter case and ``_`` for ``-`` wins, else the
+    closest spelling by ``difflib``'s ratio, if it reaches ``cutoff``.
+
+    Args:
+        name: what the user wrote.
+        known: the valid names; or a mapping from each accepted spelling (an alias, a short
+            form) to the name to suggest for it.
+        cutoff: the least ``difflib`` ratio (0 to 1) that counts as close.
+
+    Example:
+        >>> closest_name("learning_rat", ["learning_rate", "gamma"])
+        'learning_rate'
+        >>> closest_name("NUM-ENVS", ["num_envs"]), closest_name("gpu", ["num_envs"]) is None
+        ('num_envs', True)
+        >>> closest_name("step_timeout", {"step_timeout_s": "step_timeout_s", "timeout": "step_timeout_s"})
+        'step_timeout_s'
+    """
+    answers = dict(known) if isinstance(known, Mapping) else {k: k for k in known}
+    spelled = _spelling(name)
+    by_spelling: dict[str, str] = {}
+    for candidate, answer in answers.items():
+        by_spelling.setdefault(_spelling(candidate), answer)
+    if spelled in by_spelling:
+        return by_spelling[spelled]
+    close = difflib.get_close_matches(spelled, list(by_spelling), n=1, cutoff=cutoff)
+    return by_spelling[close[0]] if close else None
+
+
+def did_you_mean(
+    name: str, known: Iterable[str] | Mapping[str, str], *, cutoff: float = 0.6
+) -> str:
+    """``"; did you mean 'NAME'?"`` for :func:`closest_name`'s answer, ``""`` where it has none:
+    the clause an error message about ``name`` ends with.
+
+    Example:
+        >>> f"unknown setting 'gama'{did_you_mean('gama', ['gamma', 'seed'])}"
+        "unknown setting 'gama'; did you mean 'gamma'?"
+        >>> did_you_mean("gpu", ["gamma", "seed"])
+        ''
+    """
+    meant = closest_name(name, known, cutoff=cutoff)
+    return "" if meant is None else f"; did you mean {meant!r}?"
 
 
 class RemoteTraceback(Exception):

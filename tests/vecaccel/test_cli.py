@@ -82,10 +82,13 @@ def test_a_misspelled_flag_is_refused_with_the_flag_it_meant(
     argv: list[str], meant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert run_main(argv) == 2
-    err = capsys.readouterr().err
-    assert f"did you mean {meant}?" in err, err
-    # the usage printed is the sub-command's own, whose flags the hint comes from
-    assert f"usage: vecaccel {argv[0]}" in err, err
+    error, *rest = capsys.readouterr().err.splitlines()
+    # the hint first, then one usage line of the sub-command whose flags the hint comes from,
+    # not its page of flags
+    prog = "vecaccel " + " ".join(argv[:2] if argv[0] == "train" else argv[:1])
+    assert error.startswith(f"{prog}: error: unrecognized arguments: ")
+    assert error.endswith(f"; did you mean {meant}?"), error
+    assert rest == [f"usage: {prog} [options]; see {prog} --help"], rest
 
 
 def test_each_misspelled_flag_gets_its_own_hint_and_a_negative_number_is_no_flag() -> None:

@@ -21,6 +21,7 @@ from helpers import CHILD_TIMEOUT
 
 import vecaccel
 from vecaccel.errors import RemoteTraceback
+from vecaccel.worker.handle import MAIN_GUARD_HINT
 
 FAILING_SCRIPT = textwrap.dedent(
     """
@@ -155,9 +156,39 @@ UNGUARDED_SCRIPT = textwrap.dedent(
 def test_a_script_without_the_main_guard_ends_with_what_to_do(tmp_path):
     completed = _run(tmp_path, UNGUARDED_SCRIPT)
     assert completed.returncode == 1
-    last = completed.stderr.rstrip().splitlines()[-1]
-    assert last.startswith("vecaccel.errors.WorkerError: worker "), completed.stderr
-    assert 'under `if __name__ == "__main__":`' in last, last
-    # each worker says it in one line, instead of multiprocessing's long RuntimeError
+    lines = completed.stderr.rstrip().splitlines()
+    # one block, the caller's traceback: neither worker prints a line of its own, so none runs
+    # into another's on the shared stderr, and multiprocessing's long RuntimeError is avoided
+    assert lines[0] == "Traceback (most recent call last):", completed.stderr
+    assert lines[-1].startswith("vecaccel.errors.WorkerError: worker "), completed.stderr
+    assert lines[-1].endswith(f"while it imported the main script: {MAIN_GUARD_HINT}")
+    assert completed.stderr.count(MAIN_GUARD_HINT) == 1, completed.stderr
     assert "bootstrapping phase" not in completed.stderr
-    assert completed.stderr.count("vecaccel: a worker process imported the main script") >= 1
+
+
+# -- the one "did you mean" rule ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("learning_rat", "learning_rate"),  # a letter short
+        ("Learning-Rate", "learning_rate"),  # case and a dash: the same spelling
+        ("gama", "gamma"),
+        ("gpu", None),  # nothing close: no guess
+    ],
+)
+def test_closest_name_takes_the_same_spelling_then_the_closest(name, meant):
+    from vecaccel.errors import closest_name, did_you_mean
+
+    known = ["learning_rate", "gamma", "num_envs"]
+    assert closest_name(name, known) == meant
+    assert did_you_mean(name, known) == ("" if meant is None else f"; did you mean {meant!r}?")
+
+
+def test_closest_name_of_an_alias_suggests_the_name_it_stands_for():
+    from vecaccel.errors import closest_name
+
+    spellings = {"step_timeout_s": "step_timeout_s", "step_timeout": "step_timeout_s"}
+    assert closest_name("step_timout", spellings) == "step_timeout_s"
+    assert closest_name("step-timeout", spellings) == "step_timeout_s"

@@ -41,7 +41,7 @@ from vecaccel.envs.source import EnvSource
 from vecaccel.trainers.checkpoints.reader import load_agent
 from vecaccel.trainers.checkpoints.writer import save_agent, write_run_checkpoint
 from vecaccel.trainers.config.presets import AUTO
-from vecaccel.trainers.config.settings import RunConfig, resolve_device
+from vecaccel.trainers.config.settings import RunConfig, resolve_device, unknown_settings_message
 from vecaccel.trainers.envs.make import action_start, make_envs_for_config
 from vecaccel.trainers.services import distributed
 from vecaccel.trainers.services.logger import is_interactive
@@ -170,10 +170,7 @@ class Algorithm(abc.ABC):
         names = [field.name for field in dataclasses.fields(self.config_cls)]
         unknown = sorted(set(values) - set(names))
         if unknown:
-            raise TypeError(
-                f"unknown {type(self).__name__} settings: {unknown}; "
-                f"{self.config_cls.__name__} fields are: {', '.join(names)}"
-            )
+            raise TypeError(unknown_settings_message(type(self).__name__, unknown, names))
         self.config = self.config_cls(**values)
         cfg = self.config
         device = resolve_device(cfg.device)

@@ -225,6 +225,7 @@ def _train(args: argparse.Namespace) -> int:
         _preflight(cls.config_cls, env_id, config)
     except setup_errors() as exc:
         return usage_error(exc)
+    _announce_preset(args, config["preset"])
     if args.async_mode:
         from vecaccel.envs.source import EnvSource
 
@@ -413,19 +414,8 @@ def _with_preset(
     args: argparse.Namespace, cls: type[Any], explicit: dict[str, Any]
 ) -> dict[str, Any]:
     """The config of a new run: its preset's values (``--preset``, or else the one made for the
-    env trained on), then the flags given; the preset's name under ``"preset"``.
-
-    A preset taken without ``--preset`` is announced in one line, on the first rank only.
-    """
-    import os
-
-    from vecaccel.trainers.config.presets import (
-        ATARI,
-        AUTO,
-        MINATAR,
-        resolve_preset,
-        suited_env_ids,
-    )
+    env trained on), then the flags given; the preset's name under ``"preset"``."""
+    from vecaccel.trainers.config.presets import AUTO, resolve_preset
 
     named = presets(args.algo)
     chosen = getattr(args, "preset", None)
@@ -436,15 +426,24 @@ def _with_preset(
     # a config file's record of the preset its values came from stays (its values hold it)
     config = {**(named[name] if name is not None else {}), **explicit}
     config["preset"] = explicit.get("preset", name)
-    if chosen is None and name is not None and os.environ.get("RANK", "0") == "0":
-        families = {ATARI: "Atari games", MINATAR: "MinAtar games"}
-        suits = ", ".join(families.get(env, env) for env in suited_env_ids(args.algo, name))
-        print(
-            f"preset: {name}, made for {suits} (flags given override it; --preset none for the "
-            "plain defaults)",
-            file=sys.stderr,
-        )
     return config
+
+
+def _announce_preset(args: argparse.Namespace, name: str | None) -> None:
+    """Say in one line, on the first rank only, which preset a run took without ``--preset``:
+    once the flags, the backend and the env id have passed their checks, so that the line
+    never stands above an error that has nothing to do with it."""
+    from vecaccel.trainers.config.presets import ATARI, MINATAR, suited_env_ids
+
+    if getattr(args, "preset", None) is not None or name is None or not _is_first_rank():
+        return
+    families = {ATARI: "Atari games", MINATAR: "MinAtar games"}
+    suits = ", ".join(families.get(env, env) for env in suited_env_ids(args.algo, name))
+    print(
+        f"preset: {name}, made for {suits} (flags given override it; --preset none for the "
+        "plain defaults)",
+        file=sys.stderr,
+    )
 
 
 def _default_run_dir(algo: str, env_id: str, config: dict[str, Any], config_cls: type[Any]) -> Path:
@@ -479,11 +478,8 @@ def _print_run_dir(run_dir: Path) -> None:
 def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> None:
     """Check what can be checked before any process starts (the async runners start theirs
     first): the config's values, the backend, and that the env id is registered."""
-    import gymnasium as gym
-
     import vecaccel
-    from vecaccel.envs.unknown_ids import unknown_env_id_message
-    from vecaccel.manager import register_envs, unknown_backend_message
+    from vecaccel.manager import unknown_backend_message
 
     names = {field.name for field in dataclasses.fields(config_cls)}
     values = {key: value for key, value in config.items() if key in names}
@@ -493,20 +489,14 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
     registered = vecaccel.list_backends()
     if cfg.backend not in registered:
         raise ValueError(unknown_backend_message(cfg.backend, registered))
-    from vecaccel.envs.source import EnvSource
     from vecaccel.manager import get_backend
     from vecaccel.trainers.envs.make import backend_options_of, training_vector_fn
 
     options_cls = get_backend(cfg.backend).options
     if options_cls is not None:  # a misspelled --backend-option: TypeError suggesting the name
         options_cls.from_kwargs(cfg.backend, backend_options_of(cfg))
-    if not EnvSource.is_module_path(env_id):
-        register_envs()
-        try:
-            gym.spec(env_id)
-        except gym.error.Error as exc:  # naming the id, close matches and a missing package
-            raise ValueError(unknown_env_id_message(env_id, exc)) from None
-    # the source the env cannot have, refused before a process starts
+    # an unknown env id (naming close matches and a missing package), and a source the env
+    # cannot have, refused before a process starts
     training_vector_fn(
         env_id,
         getattr(cfg, "atari", None),

@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -248,8 +247,9 @@ def get(name: str) -> AlgorithmInfo:
     try:
         return registered[name]
     except KeyError:
-        close = difflib.get_close_matches(str(name).lower(), list(registered), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ";"
+        from vecaccel.errors import did_you_mean
+
+        hint = did_you_mean(str(name), list(registered)) or ";"
         raise KeyError(
             f"unknown algorithm {name!r}{hint} (algorithms: {', '.join(registered)})"
         ) from None

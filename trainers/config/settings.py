@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "config_help",
     "lr_scale",
     "resolve_device",
+    "unknown_settings_message",
 ]
 
 LR_SCALE_MODES = ("none", "linear", "sqrt")
@@ -286,6 +287,32 @@ def config_from_dict(config_cls: type, values: dict[str, Any]) -> Any:
     """Build ``config_cls`` from a dict, ignoring keys it does not have (a checkpoint may hold more)."""
     names = {field.name for field in dataclasses.fields(config_cls)}
     return config_cls(**{key: value for key, value in values.items() if key in names})
+
+
+def unknown_settings_message(owner: str, unknown: Sequence[str], names: Sequence[str]) -> str:
+    """The one line for keyword settings ``owner`` (an algorithm's name) does not have: the
+    setting each most likely meant; the list of its settings only where one has none close.
+
+    Example:
+        >>> names = ["learning_rate", "gamma", "num_envs"]
+        >>> unknown_settings_message("PPO", ["learning_rat"], names)
+        "unknown PPO setting 'learning_rat'; did you mean 'learning_rate'?"
+        >>> unknown_settings_message("PPO", ["gama", "numenvs"], names)
+        "unknown PPO settings 'gama', 'numenvs'; did you mean 'gamma' for 'gama', 'num_envs' for 'numenvs'?"
+        >>> unknown_settings_message("PPO", ["gpu"], names)
+        "unknown PPO setting 'gpu'; its settings: learning_rate, gamma, num_envs"
+    """
+    from vecaccel.errors import closest_name
+
+    meant = {name: closest_name(name, names) for name in unknown}
+    which = "setting" if len(unknown) == 1 else "settings"
+    message = f"unknown {owner} {which} {', '.join(map(repr, unknown))}"
+    if all(meant.values()):
+        if len(unknown) == 1:
+            return f"{message}; did you mean {meant[unknown[0]]!r}?"
+        pairs = ", ".join(f"{right!r} for {wrong!r}" for wrong, right in meant.items())
+        return f"{message}; did you mean {pairs}?"
+    return f"{message}; its settings: {', '.join(names)}"
 
 
 def _check_torso(cfg: Any) -> None:

@@ -271,9 +271,11 @@ def training_vector_fn(
     process starts.
 
     Raises:
-        ValueError: for an unknown ``env_source``, or a source an env cannot have (``atari`` or
-            a batched source for a PettingZoo env; an Atari game with ``vectorized`` but not
-            ``env_source="envpool"``; EnvPool for a non-Atari id).
+        ValueError: for an env id that names no registered env (:meth:`EnvSource.check_id
+            <vecaccel.envs.source.EnvSource.check_id>`), an unknown ``env_source``, or a source
+            an env cannot have (``atari`` or a batched source for a PettingZoo env; an Atari
+            game with ``vectorized`` but not ``env_source="envpool"``; EnvPool for a non-Atari
+            id).
 
     Example:
         >>> training_vector_fn("CartPole-v1") is None
@@ -286,6 +288,9 @@ def training_vector_fn(
     if env_source not in ENV_SOURCES:
         raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {env_source!r}")
     batched = bool(vectorized) or env_source == "envpool"
+    # the trainers wrap an id in env functions of their own, which the env source cannot look
+    # into: an unknown id is refused here, in the caller, not by each worker making its env
+    EnvSource.check_id(env_id)
     if EnvSource.is_module_path(env_id):
         if atari:
             raise ValueError(

@@ -198,6 +198,33 @@ class EnvSource(Sequence[Callable[[], Any]]):
             return env.multiagent and env.env_id is not None
         return isinstance(env, str) and _module_env_fn(env, None) is not None
 
+    @staticmethod
+    def check_id(env_id: str) -> None:
+        """Refuse, in the caller's process, an id that names no registered env: the check
+        :meth:`resolve` makes before any env or worker process is built, for callers that
+        wrap an id in env functions of their own (the trainers' wrappers) before resolving
+        them. A PettingZoo module path passes.
+
+        Raises:
+            ValueError: ``unknown environment id ...``, with Gymnasium's close names and
+                :func:`~vecaccel.envs.unknown_ids.env_id_hint`'s sentence (the package a
+                namespace comes from, the namespaced id meant).
+
+        Example:
+            >>> EnvSource.check_id("CartPole-v1")
+            >>> EnvSource.check_id("CartPol-v1")
+            Traceback (most recent call last):
+            ...
+            ValueError: unknown environment id 'CartPol-v1': Environment `CartPol` doesn't exist. Did you mean: `CartPole`?
+        """
+        register_envs()  # the namespaces of installed plugin packages (ALE/, MinAtar/)
+        if env_id in gym.registry or EnvSource.is_module_path(env_id):
+            return
+        try:
+            gym.spec(env_id)  # raises a helpful error with close matches
+        except gym.error.Error as exc:
+            raise ValueError(unknown_env_id_message(env_id, exc)) from None
+
     # -- what the user passed --------------------------------------------------------------------
 
     @classmethod
@@ -271,11 +298,7 @@ def _env_fns(
     env: Any, num_envs: int | None, env_kwargs: dict[str, Any] | None
 ) -> list[Callable[[], gym.Env]]:
     if isinstance(env, str):
-        if env not in gym.registry:
-            try:
-                gym.spec(env)  # raises a helpful error with close matches
-            except gym.error.Error as exc:
-                raise ValueError(unknown_env_id_message(env, exc)) from None
+        EnvSource.check_id(env)
         if num_envs is None:
             raise ValueError("num_envs is required when env is an environment id")
         return [EnvCall(make_gym_env, env, **(env_kwargs or {})) for _ in range(num_envs)]

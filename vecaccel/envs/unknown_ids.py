@@ -16,10 +16,11 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import importlib.util
 import re
 from collections.abc import Callable
+
+from vecaccel.errors import closest_name
 
 __all__ = [
     "NAMESPACE_PACKAGES",
@@ -79,12 +80,8 @@ def env_id_hint(env_id: str, installed: Callable[[str], bool] = _installed) -> s
         for registered in gym.registry
         if _namespace_of(registered) in NAMESPACE_PACKAGES
     }
-    if wanted in namespaced:
-        return f"did you mean {namespaced[wanted]!r}?"
-    close = difflib.get_close_matches(wanted, list(namespaced), n=1, cutoff=0.85)
-    if close:
-        return f"did you mean {namespaced[close[0]]!r}?"
-    return None
+    meant = closest_name(wanted, namespaced, cutoff=0.85)
+    return None if meant is None else f"did you mean {meant!r}?"
 
 
 def unknown_env_id_message(env_id: str, error: BaseException) -> str:

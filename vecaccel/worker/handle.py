@@ -51,14 +51,17 @@ def get_context(context: str | None) -> Any:
 
 
 def refuse_start_while_importing_main() -> None:
-    """In a worker still importing the main script, end it with one line saying what to do.
+    """In a worker still importing the main script, end it at once, silently, with exit code
+    :data:`MAIN_GUARD_EXIT_CODE`.
 
     Under spawn (and forkserver) a worker imports the caller's main script before it runs
     anything else; a script that makes a vector env at import time, without the ``__main__``
     guard, would make one in every worker. ``multiprocessing`` refuses that with a long
-    ``RuntimeError`` per worker; this ends the worker first, with one line and exit code
-    :data:`MAIN_GUARD_EXIT_CODE`, and the caller's :class:`vecaccel.WorkerError` then says the
-    same.
+    ``RuntimeError`` per worker. Ending the worker first is shorter, and only the caller
+    reports it: its :class:`vecaccel.WorkerError` reads the exit code and says what to do
+    (:data:`MAIN_GUARD_HINT`), once. Each worker printing it too would print it once per
+    worker, the copies interleaved on the shared stderr (unbuffered when it is not a
+    terminal, so a line and its newline are separate writes).
 
     Raises:
         SystemExit: only in a process that is still importing its parent's main script.
@@ -66,12 +69,6 @@ def refuse_start_while_importing_main() -> None:
     # the multiprocess package (dill) keeps its own copy of multiprocessing's process state
     packages = [mp, sys.modules.get("multiprocess")]
     if any(getattr(p.process.current_process(), "_inheriting", False) for p in packages if p):
-        print(
-            "vecaccel: a worker process imported the main script, which starts workers at "
-            f"import time: {MAIN_GUARD_HINT}",
-            file=sys.stderr,
-            flush=True,
-        )
         raise SystemExit(MAIN_GUARD_EXIT_CODE)
 
 

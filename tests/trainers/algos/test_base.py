@@ -366,3 +366,14 @@ def test_sb3s_own_eval_and_checkpoint_callbacks_work(name, tmp_path) -> None:
     assert len(saved) == 4
     loaded = type(agent).load(saved[-1])
     assert loaded.global_step == agent.global_step
+
+
+def test_a_misspelled_setting_is_one_line_naming_the_setting_it_meant():
+    from vecaccel.trainers import PPO
+
+    with pytest.raises(TypeError) as caught:
+        PPO("CartPole-v1", learning_rat=1e-3)
+    assert str(caught.value) == "unknown PPO setting 'learning_rat'; did you mean 'learning_rate'?"
+    # with nothing close, the settings there are
+    with pytest.raises(TypeError, match=r"^unknown PPO setting 'gpu'; its settings: env_id, "):
+        PPO("CartPole-v1", gpu=True)

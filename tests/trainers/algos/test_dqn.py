@@ -80,7 +80,9 @@ def test_algorithm_defaults() -> None:
     assert atari.batch_size == 2048 and atari.categorical and atari.frame_stack == 4
     with pytest.raises(ValueError, match="unknown preset"):
         DQN(env=None, preset="nope")
-    with pytest.raises(TypeError, match="unknown DQN settings"):
+    with pytest.raises(
+        TypeError, match="unknown DQN setting 'bacth_size'; did you mean 'batch_size'"
+    ):
         DQN(env=None, bacth_size=3)
 
 

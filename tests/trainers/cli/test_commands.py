@@ -343,7 +343,40 @@ def test_cli_bad_arguments_are_usage_errors(argv, tmp_path, capsys):
     code = run_cli(["train", *argv, "--run-dir", str(tmp_path / "run"), *QUIET,
                     "--torch-threads", "1"])  # fmt: skip
     assert code == 2
-    assert "error" in capsys.readouterr().err.lower()
+    # one line; argparse's own errors add the short usage line under it, not the flags' page
+    first, *rest = capsys.readouterr().err.splitlines()
+    prog = f"vecaccel train {argv[0]}"
+    assert first.startswith(("error: ", f"{prog}: error: ")), first
+    assert rest in ([], [f"usage: {prog} [options]; see {prog} --help"]), rest
+
+
+def test_cli_misspelled_env_id_is_the_env_layers_one_line(tmp_path, capsys):
+    """The line ``make_vec`` raises for the id, before any worker starts (``shm`` would start
+    two here): not a worker's traceback."""
+    import vecaccel
+
+    with pytest.raises(ValueError) as caught:
+        vecaccel.make_vec("CartPol-v1", 2)
+    assert run_cli(["train", "ppo", "--env", "CartPol-v1", "--backend", "shm", "--num-envs",
+                    "2", "--total-timesteps", "8", "--run-dir", str(tmp_path / "run"),
+                    *QUIET]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert err == f"error: {caught.value}\n"
+    assert "did you mean" in err.lower() and "CartPole" in err
+
+
+def test_cli_preset_line_comes_only_after_the_arguments_are_checked(tmp_path, capsys):
+    """CartPole-v1 takes the ``cartpole`` preset by itself; a misspelled backend is the one
+    line a run with it prints, and a valid run announces the preset before it trains."""
+    run = ["train", "ppo", "--env", "CartPole-v1", "--total-timesteps", "8", *QUIET]
+    assert run_cli([*run, "--backend", "shmm", "--run-dir", str(tmp_path / "a")]) == 2
+    assert capsys.readouterr().err == (
+        "error: unknown backend 'shmm'; did you mean 'shm'? registered backends: "
+        f"{', '.join(sorted(__import__('vecaccel').list_backends()))}\n"
+    )
+    assert run_cli([*run, "--backend", "serial", "--num-envs", "2", "--num-steps", "4",
+                    "--torch-threads", "1", "--run-dir", str(tmp_path / "b")]) == 0  # fmt: skip
+    assert capsys.readouterr().err.startswith("preset: cartpole, made for CartPole-v1")
 
 
 @pytest.mark.parametrize(

@@ -77,3 +77,19 @@ def test_training_env_functions_pickle_and_build_the_recorded_env():
 def test_a_batched_source_says_so_once_resolved():
     assert training_env_source("CartPole-v1", 2, vectorized=True).vectorized
     assert not training_env_source("CartPole-v1", 2).vectorized
+
+
+def test_an_unknown_id_is_refused_in_the_caller_as_make_vec_refuses_it():
+    """The trainers wrap an id in env functions of their own; the id is still checked before a
+    worker starts, and the error is the env layer's line, not a worker's traceback."""
+    from vecaccel.trainers import PPO
+
+    with pytest.raises(ValueError) as layer:
+        vecaccel.make_vec("CartPol-v1", 2)
+    with pytest.raises(ValueError) as source:
+        training_env_source("CartPol-v1", 2)
+    with pytest.raises(ValueError) as trainer:
+        PPO("CartPol-v1", backend="shm", num_envs=2, torch_threads=1, tensorboard=False)
+    assert str(source.value) == str(trainer.value) == str(layer.value)
+    assert "\n" not in str(trainer.value) and "`CartPole`" in str(trainer.value)
+    assert multiprocessing.active_children() == []  # no worker was started to find out

@@ -223,6 +223,19 @@ def test_an_incomplete_or_unknown_env_is_refused(env, num_envs, error, message):
         EnvSource.resolve(env, num_envs)
 
 
+def test_check_id_refuses_an_unknown_id_with_resolves_one_line():
+    """What a caller that wraps the id in env functions of its own checks first: the message
+    ``resolve`` gives for the id itself."""
+    EnvSource.check_id("CartPole-v1")
+    with pytest.raises(ValueError) as resolved:
+        EnvSource.resolve("CartPol-v1", 2)
+    with pytest.raises(ValueError) as checked:
+        EnvSource.check_id("CartPol-v1")
+    assert str(checked.value) == str(resolved.value)
+    assert str(checked.value).startswith("unknown environment id 'CartPol-v1': ")
+    assert "\n" not in str(checked.value) and "`CartPole`" in str(checked.value)
+
+
 def test_env_kwargs_of_a_gymnasium_env_function_are_refused():
     """They apply to an id or a PettingZoo env function only (where PettingZoo is installed,
     the function is called with them once to see which it is)."""
