@@ -314,6 +314,12 @@ NOT_RUN = [
         "def vecaccel_register_backends(registry):",
         "an excerpt of the package's module, which tests/vecaccel/test_manager.py imports",
     ),
+    (
+        "docs/training.md",
+        "track=True, wandb_project_name=",
+        "logs to Weights & Biases; tests/trainers/services/test_tracking.py trains a tracked run "
+        "offline and reads it back",
+    ),
 ]
 
 
@@ -484,6 +490,12 @@ NOT_RUN_COMMANDS = [
         "the preset line that runs, with the plain defaults; tests/trainers/config/test_presets.py",
     ),
     ("docs/training.md", "ALE/Breakout-v5", "an Atari run of the large-batch preset"),
+    (
+        "docs/training.md",
+        "--track --wandb-project-name cartpole",
+        "logs to Weights & Biases; tests/trainers/services/test_tracking.py parses these flags and "
+        "trains a tracked run offline",
+    ),
     (
         "docs/training.md",
         "mpe2.simple_spread_v3 --num-envs 8",

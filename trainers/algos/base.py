@@ -47,6 +47,7 @@ from vecaccel.trainers.services import distributed
 from vecaccel.trainers.services.logger import is_interactive
 from vecaccel.trainers.services.seeding import get_rng_state, seed_everything, split_seed
 from vecaccel.trainers.services.threads import AdaptiveThreads, configure_torch_threads
+from vecaccel.trainers.services.tracking import require_wandb
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11's
     from typing_extensions import Self
@@ -303,8 +304,27 @@ class Algorithm(abc.ABC):
         self.num_updates += int(updates)
 
     def start_logging(self, logger: Any) -> None:
-        """Make ``logger`` (a :class:`~vecaccel.trainers.services.logger.RunLogger`) the run's logger."""
+        """Make ``logger`` (a :class:`~vecaccel.trainers.services.logger.RunLogger`) the run's
+        logger, and give it the run's settings: TensorBoard's hyperparameters, and with
+        ``track`` a Weights & Biases run on rank 0.
+
+        Raises:
+            ModuleNotFoundError: ``track`` is on and wandb is not installed.
+        """
         self.logger = logger
+        cfg = self.config
+        settings = {
+            "algo": self.algo_name,
+            "total_timesteps": logger.total_timesteps,
+            **dataclasses.asdict(cfg),
+        }
+        logger.log_hparams(settings)
+        if cfg.track and self.is_main:
+            try:
+                logger.start_tracking(settings, cfg.wandb_project_name, cfg.wandb_entity)
+            except BaseException:
+                logger.close()  # the bar and the CSV of a run that does not start
+                raise
 
     def end_run(self, elapsed_s: float) -> None:
         """The run in progress ended after ``elapsed_s`` seconds of training in all (a
@@ -514,9 +534,14 @@ class Algorithm(abc.ABC):
         Raises:
             ValueError: ``total_timesteps`` is ``None`` but there is no unfinished loaded run,
                 or ``mode`` is neither ``"sync"`` nor ``"async"``.
+            ModuleNotFoundError: ``track`` is on and wandb is not installed (``pip install
+                'vecaccel[track]'``), before anything is written.
         """
         from vecaccel.trainers.runners import run_in_mode
 
+        if self.config.track and self.is_main:
+            # before the run opens its files, which would make run_dir refuse the next try
+            require_wandb("track=True")
         progress = self.config.progress
         if progress_bar is not None:
             self.config.progress = bool(progress_bar)

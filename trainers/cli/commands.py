@@ -477,7 +477,8 @@ def _print_run_dir(run_dir: Path) -> None:
 
 def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> None:
     """Check what can be checked before any process starts (the async runners start theirs
-    first): the config's values, the backend, and that the env id is registered."""
+    first): the config's values, wandb where the run is tracked, the backend, and that the
+    env id is registered."""
     import vecaccel
     from vecaccel.manager import unknown_backend_message
 
@@ -486,6 +487,11 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
     if "env_id" in names:
         values["env_id"] = env_id
     cfg = config_cls(**values)
+    if getattr(cfg, "track", False):
+        from vecaccel.trainers.services.tracking import wandb_missing
+
+        if missing := wandb_missing("--track"):
+            raise ValueError(missing)
     registered = vecaccel.list_backends()
     if cfg.backend not in registered:
         raise ValueError(unknown_backend_message(cfg.backend, registered))

@@ -99,6 +99,13 @@ class RunConfig:
     as run_dir/best.pt."""
     eval_episodes: int = 10
     """Episodes of each evaluation (eval_every)."""
+    track: bool = False
+    """Log the run to Weights & Biases from rank 0: the config, every metric row against
+    global_step, the learning curve and the run's videos (pip install 'vecaccel[track]')."""
+    wandb_project_name: str = "vecaccel"
+    """The Weights & Biases project of a tracked run."""
+    wandb_entity: str | None = None
+    """The Weights & Biases team or user of a tracked run (None: the login's default)."""
     preset: str | None = None
     """The preset the settings started from (None: the plain defaults). A record, kept in
     checkpoints: the algorithm's ``preset`` argument (``--preset``) is what applies one."""
@@ -120,6 +127,21 @@ class RunConfig:
                 expected = "a positive integer" if least == 1 else f"an integer >= {least}{meaning}"
                 raise ValueError(f"{name} must be {expected}, got {value!r}")
         self._check_env_settings()
+        self._check_tracking()
+
+    def _check_tracking(self) -> None:
+        if not isinstance(self.track, (bool, np.bool_)):
+            raise ValueError(f"track must be True or False, got {self.track!r}")
+        if not isinstance(self.wandb_project_name, str) or not self.wandb_project_name.strip():
+            raise ValueError(
+                f"wandb_project_name must be a non-empty string, got {self.wandb_project_name!r}"
+            )
+        if self.wandb_entity is not None and (
+            not isinstance(self.wandb_entity, str) or not self.wandb_entity.strip()
+        ):
+            raise ValueError(
+                f"wandb_entity must be None or a non-empty string, got {self.wandb_entity!r}"
+            )
 
     def _check_env_settings(self) -> None:
         if not isinstance(self.backend_options, dict) or not all(

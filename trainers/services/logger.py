@@ -1,7 +1,10 @@
 """The run logger: metrics to a CSV, TensorBoard and a progress bar, and the learning curve.
 
 TensorBoard, tqdm and matplotlib are optional (``pip install vecaccel[train]`` brings them):
-without one, the run goes on without its event files, bar or plot, and says so once.
+without one, the run goes on without its event files, bar or plot, and says so once. The run's
+config goes to TensorBoard as hyperparameters (:meth:`RunLogger.log_hparams`), and with
+tracking on (:meth:`RunLogger.start_tracking`, :mod:`vecaccel.trainers.services.tracking`)
+every row, the curve and the run's videos go to Weights & Biases as well.
 
 A run directory is never overwritten by accident: a new run refuses a directory that holds
 another run (:func:`check_run_dir`), as CleanRL's and SB3's logs get a new directory per run.
@@ -17,11 +20,13 @@ import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from vecaccel.trainers.services.tracking import WandbTracker, hparam_value
 
 __all__ = [
     "RUN_FILES",
@@ -49,6 +54,13 @@ RUN_FILES = (
 #: The replay buffers a DQN-family checkpoint names (``checkpoint.replay-<step>-<id>.npz``),
 #: removed with the run they belong to.
 _REPLAY_FILES = "checkpoint.replay-*.npz"
+
+#: The video files a tracked run sends when it ends, found under its run directory.
+VIDEO_SUFFIXES = (".mp4", ".gif", ".webm")
+
+#: The metrics TensorBoard's HPARAMS tab shows beside a run's hyperparameters (scalars the
+#: run writes under these tags).
+HPARAM_METRICS = ("charts/episodic_return", "charts/SPS")
 
 #: The run directories this process's runs wrote: a later run of the same process (a second
 #: ``learn()``) goes on writing there.
@@ -249,6 +261,11 @@ class RunLogger:
     ) -> None:
         self.run_dir = None if run_dir is None else Path(run_dir)
         self.total_timesteps = int(total_timesteps)
+        self.resume_step = resume_step
+        #: the W&B run this logger feeds (:meth:`start_tracking`), if any
+        self.tracker: WandbTracker | None = None
+        # videos written after this moment are the run's own
+        self._opened_at = time.time()
         self.csv_path: Path | None = None
         self.curve_path: Path | None = None
         if self.run_dir is not None:
@@ -368,6 +385,8 @@ class RunLogger:
         if self._writer is not None:
             for key, value in clean.items():
                 self._writer.add_scalar(key, value, int(step))
+        if self.tracker is not None:
+            self.tracker.log(int(step), clean)
         if self.RETURN_KEY in clean:
             self._recent_returns.append(clean[self.RETURN_KEY])
         if self._bar is not None:
@@ -379,6 +398,88 @@ class RunLogger:
                 postfix["return"] = f"{np.mean(self._recent_returns):.1f}"
             self._bar.set_postfix(postfix, refresh=False)
         self._last_step = int(step)
+
+    def log_hparams(self, config: Mapping[str, Any]) -> None:
+        """Write the run's settings to TensorBoard as hyperparameters (its HPARAMS tab).
+
+        They go into the run's own event file (``run_dir/tb``), beside its scalars, which
+        ``SummaryWriter.add_hparams`` would put in a second run folder of their own. Values
+        that are no number or string are written as their ``repr``
+        (:func:`~vecaccel.trainers.services.tracking.hparam_value`). Without TensorBoard this
+        does nothing.
+
+        Args:
+            config: setting name to value (the algorithm's config, its name, the step budget).
+        """
+        if self._writer is None:
+            return
+        from torch.utils.tensorboard.summary import hparams
+
+        values = {key: hparam_value(value) for key, value in config.items()}
+        # the metrics are named, not given values: the HPARAMS tab reads the run's own scalars
+        summaries = hparams(values, {key: 0.0 for key in HPARAM_METRICS})
+        step = self.resume_step or 0
+        for summary in summaries:
+            self._writer.file_writer.add_summary(summary, step)
+        self._writer.flush()
+
+    def start_tracking(
+        self, config: Mapping[str, Any], project: str, entity: str | None = None
+    ) -> WandbTracker:
+        """Open a Weights & Biases run with ``config`` that every later row goes to, and the
+        learning curve and the run's videos when the logger closes.
+
+        Call it on the rank that logs (rank 0). A resumed logger (``resume_step``) continues
+        the W&B run its run directory recorded.
+
+        Args:
+            config: the run's resolved settings, for ``wandb.init(config=...)``.
+            project: the W&B project.
+            entity: the W&B team or user (``None``: the login's default).
+
+        Returns:
+            The tracker, also :attr:`tracker`.
+
+        Raises:
+            ModuleNotFoundError: wandb is not installed; the message names
+                ``pip install 'vecaccel[track]'``.
+        """
+        if self.tracker is None:
+            self.tracker = WandbTracker(
+                config,
+                project=project,
+                entity=entity,
+                run_dir=self.run_dir,
+                resume=self.resume_step is not None,
+            )
+        return self.tracker
+
+    def log_video(
+        self, path: str | os.PathLike[str], step: int | None = None, key: str = "videos"
+    ) -> None:
+        """Send the video file at ``path`` to the tracker under ``key`` at env step ``step``
+        (``None``: the last step logged); without tracking this does nothing. Videos the run
+        writes under its run directory are sent when it ends without this call."""
+        if self.tracker is not None:
+            self.tracker.log_video(key, path, self._last_step if step is None else int(step))
+
+    def _run_videos(self) -> list[Path]:
+        """The video files written under the run directory since this logger opened (W&B's
+        own folder aside), oldest first."""
+        if self.run_dir is None:
+            return []
+        found = []
+        for path in self.run_dir.rglob("*"):
+            inside_wandb = "wandb" in path.relative_to(self.run_dir).parts[:-1]
+            if path.suffix.lower() not in VIDEO_SUFFIXES or inside_wandb or not path.is_file():
+                continue
+            try:
+                written = path.stat().st_mtime
+            except OSError:  # removed since it was listed
+                continue
+            if written >= self._opened_at:
+                found.append((written, path))
+        return [path for _, path in sorted(found)]
 
     def record(self, key: str, value: Any, exclude: Any = None) -> None:
         """Add ``key`` to the next row written (SB3's ``Logger.record``, which SB3 callbacks
@@ -414,9 +515,21 @@ class RunLogger:
             self._writer.close()
         if self._csv_file is not None:
             self._csv_file.close()
-        if self.csv_path is None or self.curve_path is None:
-            return None
-        return plot_learning_curve(self.csv_path, self.curve_path)
+        # in a finally block while an exception propagates: the tracked run is marked failed
+        failed = sys.exc_info()[0] is not None
+        curve = None
+        try:
+            if self.csv_path is not None and self.curve_path is not None:
+                curve = plot_learning_curve(self.csv_path, self.curve_path)
+            if self.tracker is not None:
+                if curve is not None:
+                    self.tracker.log_image("charts/learning_curve", curve, self._last_step)
+                for video in self._run_videos():
+                    self.tracker.log_video("videos", video, self._last_step)
+        finally:
+            if self.tracker is not None:
+                self.tracker.finish(failed=failed)
+        return curve
 
     def __enter__(self) -> RunLogger:
         return self

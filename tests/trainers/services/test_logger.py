@@ -25,3 +25,28 @@ def test_run_logger_files_and_resume(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert [int(r["step"]) for r in rows] == [100, 200, 300]
     assert rows[-1]["charts/SPS"] == "5.0" and rows[-1]["charts/episodic_return"] == ""
+
+
+def test_the_config_goes_to_tensorboard_as_hyperparameters_of_the_run_itself(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import metadata
+
+    logger = RunLogger(tmp_path, 200, progress=False)
+    config = {"algo": "ppo", "learning_rate": 2.5e-4, "num_envs": 8, "anneal_lr": True,
+              "run_dir": None, "hidden_sizes": (64, 64)}  # fmt: skip
+    logger.log_hparams(config)
+    logger.log(100, {"charts/episodic_return": 12.0})
+    logger.close()
+
+    (events,) = (tmp_path / "tb").iterdir()  # add_hparams would make a second run folder
+    assert events.is_file()
+    accumulator = EventAccumulator(str(tmp_path / "tb"))
+    accumulator.Reload()
+    content = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
+    start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    shown = {key: getattr(value, value.WhichOneof("kind")) for key, value in start.hparams.items()}
+    assert shown == {"algo": "ppo", "learning_rate": 2.5e-4, "num_envs": 8.0, "anneal_lr": "True",
+                     "run_dir": "None", "hidden_sizes": "(64, 64)"}  # fmt: skip
+    experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
+    assert "charts/episodic_return" in {info.name.tag for info in experiment.metric_infos}
+    assert accumulator.Scalars("charts/episodic_return")[0].value == 12.0
