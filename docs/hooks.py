@@ -8,6 +8,8 @@ and a docstring on every public name of the reference.
   read (an editor, the forge). The site carries each file so linked (a result, a plot) under
   ``repository/`` and links to its copy, once checked to exist: a link to nothing is a warning,
   and ``mkdocs build --strict`` fails on warnings. A link to a folder shows its path as code.
+- :func:`leftover_roles` finds Sphinx roles a page still shows as text (``:class:`X```), which
+  ``docs/griffe_extensions.py`` turns into links: each is a warning.
 - :func:`missing_docstrings` names every public object of the reference's modules without a
   docstring, each a warning: the strict build fails naming them.
 """
@@ -144,6 +146,9 @@ def on_pre_build(config: Any) -> None:
 
 #: where the site carries the repository's files that the pages link to
 REPOSITORY_DIR = "repository"
+#: a role left as text in the prose of a page, whose backticks Markdown made a <code> element
+#: (in a code block, where a role is source shown as it is, they stay backticks)
+LEFTOVER_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|data|exc|obj|const):<code>")
 
 
 def _outward(page_src_path: str, target: str, docs_dir: Path) -> Path | None:
@@ -205,3 +210,15 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         return f"[{text}]({copy}{'#' + anchor if anchor else ''})"
 
     return LINK.sub(outward, markdown)
+
+
+def leftover_roles(html: str) -> list[str]:
+    """The Sphinx roles ``html`` shows as text, each with a little of what follows it."""
+    return [html[m.start() : m.end() + 40] for m in LEFTOVER_ROLE.finditer(html)]
+
+
+def on_post_page(output: str, page: Any, config: Any) -> str:
+    """Warn of every Sphinx role the page still shows as text."""
+    for found in leftover_roles(output):
+        log.warning("%s shows a Sphinx role as text: %s", page.file.src_path, found)
+    return output

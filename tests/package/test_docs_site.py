@@ -122,6 +122,15 @@ def test_a_link_to_a_missing_file_warns_naming_it(caplog):
     assert any("gone.json" in record.getMessage() for record in caplog.records)
 
 
+def test_a_sphinx_role_left_as_text_on_a_page_is_found():
+    html = (
+        "<p>the :class:<code>SyncRunner</code> runs</p>"
+        '<pre><code>"""A :class:`ReinforceConfig`, as the source has it."""</code></pre>'
+    )
+    [found] = HOOKS.leftover_roles(html)
+    assert found.startswith(":class:<code>SyncRunner</code> runs")
+
+
 def test_make_docs_without_the_docs_extra_names_it(tmp_path):
     venv = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
