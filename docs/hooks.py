@@ -5,9 +5,11 @@ and a docstring on every public name of the reference.
   ``vecaccel.plugins`` and ``vecaccel.trainers``: :func:`build_package_tree` copies that layout to
   ``build/package-tree``, where mkdocstrings looks first.
 - The pages link to the repository's files with relative paths, which work where the Markdown is
-  read (an editor, the forge). On the site such a link becomes the file's address in the
-  repository (``repo_url``), once checked to exist: a link to nothing is a warning, and
-  ``mkdocs build --strict`` fails on warnings.
+  read (an editor, the forge). The site carries each file so linked (a result, a plot) under
+  ``repository/`` and links to its copy, once checked to exist: a link to nothing is a warning,
+  and ``mkdocs build --strict`` fails on warnings. A link to a folder shows its path as code.
+- :func:`leftover_roles` finds Sphinx roles a page still shows as text (``:class:`X```), which
+  ``docs/griffe_extensions.py`` turns into links: each is a warning.
 - :func:`missing_docstrings` names every public object of the reference's modules without a
   docstring, each a warning: the strict build fails naming them.
 """
@@ -42,7 +44,7 @@ REFERENCE_MODULES = (
 )
 
 log = logging.getLogger("mkdocs.hooks.vecaccel")
-LINK = re.compile(r"(\]\()([^)\s]+)(\))")
+LINK = re.compile(r"\[(?P<text>[^\]]*)\]\((?P<target>[^)\s]+)\)")
 
 
 def build_package_tree(target: Path = PACKAGE_TREE) -> Path:
@@ -142,25 +144,81 @@ def on_pre_build(config: Any) -> None:
         log.warning("%s has no docstring; the API reference needs one", name)
 
 
+#: where the site carries the repository's files that the pages link to
+REPOSITORY_DIR = "repository"
+#: a role left as text in the prose of a page, whose backticks Markdown made a <code> element
+#: (in a code block, where a role is source shown as it is, they stay backticks)
+LEFTOVER_ROLE = re.compile(r":(?:py:)?(?:class|func|meth|mod|attr|data|exc|obj|const):<code>")
+
+
+def _outward(page_src_path: str, target: str, docs_dir: Path) -> Path | None:
+    """The file or folder of the repository that ``target``, a link of the page at
+    ``page_src_path``, points at outside ``docs/`` (``None``: an address, an anchor, a page)."""
+    if re.match(r"\w+:", target) or target.startswith(("#", "/")):
+        return None
+    path = target.partition("#")[0]
+    resolved = Path(posixpath.normpath((docs_dir / page_src_path).parent / path))
+    return None if resolved.is_relative_to(docs_dir) else resolved
+
+
+def linked_files(docs_dir: Path) -> list[Path]:
+    """The repository's files the pages of ``docs_dir`` link to, each once."""
+    found: set[Path] = set()
+    for page in docs_dir.rglob("*.md"):
+        src_path = page.relative_to(docs_dir).as_posix()
+        for match in LINK.finditer(page.read_text()):
+            resolved = _outward(src_path, match["target"], docs_dir)
+            if resolved is not None and resolved.is_file() and resolved.is_relative_to(ROOT):
+                found.add(resolved)
+    return sorted(found)
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Carry the repository's files that the pages link to, under ``repository/``, as they
+    are: a Markdown file among them (a result's table) is a file to read, not a page."""
+    from mkdocs.structure.files import File
+
+    class RepositoryFile(File):
+        def is_documentation_page(self) -> bool:
+            return False
+
+    for path in linked_files(Path(config["docs_dir"])):
+        uri = f"{REPOSITORY_DIR}/{path.relative_to(ROOT).as_posix()}"
+        files.append(RepositoryFile.generated(config, uri, abs_src_path=str(path)))
+    return files
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Point the links that leave ``docs/`` at the repository, warning of any that lead nowhere."""
+    """Point the links that leave ``docs/`` at the site's copies of the files, warning of any
+    that lead nowhere."""
     docs_dir = Path(config["docs_dir"])
-    page_dir = (docs_dir / page.file.src_path).parent
-    repo_url = config["repo_url"].rstrip("/")
+    src_path = page.file.src_path
 
     def outward(match: re.Match[str]) -> str:
-        target = match.group(2)
-        if re.match(r"\w+:", target) or target.startswith(("#", "/")):
-            return match.group(0)
-        path, _, anchor = target.partition("#")
-        resolved = Path(posixpath.normpath(page_dir / path))
-        if resolved.is_relative_to(docs_dir):
-            return match.group(0)  # mkdocs checks links between pages
+        text, target = match["text"], match["target"]
+        resolved = _outward(src_path, target, docs_dir)
+        if resolved is None:
+            return match.group(0)  # an address, an anchor, or a page: mkdocs checks those
         if not resolved.is_relative_to(ROOT) or not resolved.exists():
-            log.warning("%s links to %s, which does not exist", page.file.src_path, target)
+            log.warning("%s links to %s, which does not exist", src_path, target)
             return match.group(0)
-        kind = "tree" if resolved.is_dir() else "blob"
-        address = f"{repo_url}/{kind}/main/{resolved.relative_to(ROOT).as_posix()}"
-        return f"{match.group(1)}{address}{'#' + anchor if anchor else ''}{match.group(3)}"
+        relative = resolved.relative_to(ROOT).as_posix()
+        if resolved.is_dir():  # a folder has no page on the site: its path, as code
+            return f"{text} (`{relative}/`)"
+        anchor = target.partition("#")[2]
+        copy = posixpath.relpath(f"{REPOSITORY_DIR}/{relative}", posixpath.dirname(src_path) or ".")
+        return f"[{text}]({copy}{'#' + anchor if anchor else ''})"
 
     return LINK.sub(outward, markdown)
+
+
+def leftover_roles(html: str) -> list[str]:
+    """The Sphinx roles ``html`` shows as text, each with a little of what follows it."""
+    return [html[m.start() : m.end() + 40] for m in LEFTOVER_ROLE.finditer(html)]
+
+
+def on_post_page(output: str, page: Any, config: Any) -> str:
+    """Warn of every Sphinx role the page still shows as text."""
+    for found in leftover_roles(output):
+        log.warning("%s shows a Sphinx role as text: %s", page.file.src_path, found)
+    return output

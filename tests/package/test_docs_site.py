@@ -88,31 +88,47 @@ def test_the_reference_modules_have_every_docstring(tmp_path):
     assert HOOKS.missing_docstrings(search_path=tree) == []
 
 
-def _page(tmp_path: Path, name: str):
-    config = {"docs_dir": str(ROOT / "docs"), "repo_url": "https://example.invalid/vecaccel/"}
+def _page(name: str):
+    config = {"docs_dir": str(ROOT / "docs")}
     page = SimpleNamespace(file=SimpleNamespace(src_path=name))
     return page, config
 
 
-def test_links_out_of_the_docs_point_at_the_repository(tmp_path, caplog):
-    page, config = _page(tmp_path, "benchmarks/throughput.md")
+def test_links_out_of_the_docs_point_at_the_sites_copies(caplog):
+    page, config = _page("benchmarks/throughput.md")
     text = (
         "[result](../../benchmarks/results/soak.json) [folder](../../benchmarks/) "
         "[page](../backends.md#spaces) [web](https://gymnasium.farama.org)"
     )
     with caplog.at_level(logging.WARNING):
         out = HOOKS.on_page_markdown(text, page, config, None)
-    assert "](https://example.invalid/vecaccel/blob/main/benchmarks/results/soak.json)" in out
-    assert "](https://example.invalid/vecaccel/tree/main/benchmarks)" in out
-    assert "](../backends.md#spaces)" in out and "](https://gymnasium.farama.org)" in out
+    assert "[result](../repository/benchmarks/results/soak.json)" in out
+    assert "folder (`benchmarks/`)" in out
+    assert "[page](../backends.md#spaces)" in out and "(https://gymnasium.farama.org)" in out
     assert not caplog.records
 
 
-def test_a_link_to_a_missing_file_warns_naming_it(tmp_path, caplog):
-    page, config = _page(tmp_path, "backends.md")
+def test_the_site_carries_every_file_the_pages_link_to():
+    linked = [path.relative_to(ROOT).as_posix() for path in HOOKS.linked_files(ROOT / "docs")]
+    assert "benchmarks/results/soak.json" in linked and "benchmarks/README.md" in linked
+    assert all((ROOT / path).is_file() for path in linked)
+    assert not any(path.startswith("docs/") for path in linked)
+
+
+def test_a_link_to_a_missing_file_warns_naming_it(caplog):
+    page, config = _page("backends.md")
     with caplog.at_level(logging.WARNING):
         HOOKS.on_page_markdown("[gone](../benchmarks/results/gone.json)", page, config, None)
     assert any("gone.json" in record.getMessage() for record in caplog.records)
+
+
+def test_a_sphinx_role_left_as_text_on_a_page_is_found():
+    html = (
+        "<p>the :class:<code>SyncRunner</code> runs</p>"
+        '<pre><code>"""A :class:`ReinforceConfig`, as the source has it."""</code></pre>'
+    )
+    [found] = HOOKS.leftover_roles(html)
+    assert found.startswith(":class:<code>SyncRunner</code> runs")
 
 
 def test_make_docs_without_the_docs_extra_names_it(tmp_path):

@@ -8,8 +8,9 @@ file in a temporary directory and run there with ``python snippet.py`` in a fres
 user who pastes it into a script would: a missing import, an undefined name or a missing
 ``if __name__ == "__main__":`` guard (for code that starts processes with ``spawn``) fails here.
 Long budgets are cut with exact substitutions, each of which must match the block, so a changed
-snippet is noticed rather than silently no longer tested. Placeholders the prose explains
-(``policy``) get a minimal definition in a preamble.
+snippet is noticed rather than silently no longer tested. Every snippet defines what it uses
+(a ``policy`` included), so that it runs as pasted; a preamble only adapts the machine (an
+optional package's absence, torch's threads on the CPU).
 
 A snippet must also run quietly: a warning on its stderr fails it (on a 2-core machine torch's
 threads and the env workers compete, and the examples set torch's threads as the prose advises).
@@ -93,9 +94,7 @@ PYTHON_SNIPPETS = [
             "batch_size=16, num_workers=8": "batch_size=4, num_workers=2",
             "range(1000)": "range(20)",
         },
-        # the prose's placeholder: any callable obs -> actions
-        "import numpy as np\nimport vecaccel\n"
-        "policy = lambda obs: np.random.randint(0, 6, size=len(obs))\n",
+        "",
         "",
         90,
     ),
@@ -108,10 +107,8 @@ PYTHON_SNIPPETS = [
             'device="cuda"': 'device="cpu"',
             "range(1000)": "range(10)",
         },
-        # the prose's placeholder: a torch callable obs -> actions (Pong has 6 actions); on the
-        # CPU, torch gets one thread and the workers the other cores, as the prose advises
-        "import torch\ntorch.set_num_threads(1)\n"
-        "policy = lambda obs: torch.randint(0, 6, (obs.shape[0],))\n",
+        # on the CPU, torch gets one thread and the workers the other cores, as the prose advises
+        "import torch\ntorch.set_num_threads(1)\n",
         "",
         120,
     ),

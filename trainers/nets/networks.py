@@ -96,8 +96,9 @@ def check_observation_space(space: gym.Space) -> None:
     ):
         raise TypeError(
             f"the trainers' networks take array observations (Box, MultiBinary, "
-            f"MultiDiscrete with at least one axis), got {space}; wrap the env to encode them "
-            "(e.g. one-hot a Discrete observation in an ObservationWrapper)"
+            f"MultiDiscrete with at least one axis), got {space}; wrap the env in "
+            "gymnasium.wrappers.FlattenObservation, which turns a Dict, Tuple or Discrete "
+            "observation into one flat Box (a Discrete one one-hot encoded)"
         )
 
 

@@ -102,3 +102,31 @@ def test_cnn_scales_only_uint8_images():
     as_uint8 = images.to(torch.uint8)
     as_unit_float = images.float() / 255.0
     torch.testing.assert_close(cnn(as_unit_float), cnn(as_uint8))
+
+
+@pytest.mark.parametrize("cls", [PPO, DQN])
+def test_a_dict_observation_is_refused_naming_the_wrapper_that_flattens_it(cls):
+    """A Dict observation has no feature axis: the refusal names Gymnasium's
+    ``FlattenObservation``, and the env so wrapped is taken."""
+    import gymnasium as gym
+    import toy_envs
+
+    mode = gym.vector.AutoresetMode.SAME_STEP if cls is DQN else gym.vector.AutoresetMode.NEXT_STEP
+    envs = gym.vector.SyncVectorEnv([toy_envs.DictObsEnv] * 2, autoreset_mode=mode)
+    try:
+        with pytest.raises(TypeError) as caught:
+            cls(envs, device="cpu")
+    finally:
+        envs.close()
+    message = str(caught.value)
+    assert "got Dict(" in message and "gymnasium.wrappers.FlattenObservation" in message
+
+    def flat():
+        return gym.wrappers.FlattenObservation(toy_envs.DictObsEnv())
+
+    small = {"buffer_size": 64, "learning_starts": 16, "batch_size": 4} if cls is DQN else {}
+    agent = cls(gym.vector.SyncVectorEnv([flat] * 2, autoreset_mode=mode), device="cpu", **small)
+    try:
+        assert agent.envs.single_observation_space.shape == (8,)
+    finally:
+        agent.close()
