@@ -489,6 +489,17 @@ NOT_RUN_COMMANDS = [
     ("docs/training.md", "ALE/Breakout-v5", "an Atari run of the large-batch preset"),
     (
         "docs/training.md",
+        "--eval-every 10000 --eval-episodes 10",
+        "a learning run; tests/trainers/cli/test_commands_config.py trains with these flags",
+    ),
+    (
+        "docs/training.md",
+        "vecaccel train ppo --config runs/ppo-CartPole-v1-1-20260101-120000/config.json",
+        "a time-stamped run name for the reader to replace; "
+        "tests/trainers/cli/test_commands_config.py starts runs from config files",
+    ),
+    (
+        "docs/training.md",
         "--track --wandb-project-name cartpole",
         "logs to Weights & Biases; tests/trainers/services/test_tracking.py parses these flags and "
         "trains a tracked run offline",

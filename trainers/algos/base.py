@@ -46,8 +46,13 @@ from vecaccel.trainers.envs.make import action_start, make_envs_for_config
 from vecaccel.trainers.services import distributed
 from vecaccel.trainers.services.logger import is_interactive
 from vecaccel.trainers.services.seeding import get_rng_state, seed_everything, split_seed
-from vecaccel.trainers.services.threads import AdaptiveThreads, configure_torch_threads
+from vecaccel.trainers.services.threads import (
+    START_SAMPLE_SECONDS,
+    AdaptiveThreads,
+    configure_torch_threads,
+)
 from vecaccel.trainers.services.tracking import require_wandb
+from vecaccel.worker.cpus import CpuLoad
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11's
     from typing_extensions import Self
@@ -181,7 +186,14 @@ class Algorithm(abc.ABC):
             cfg.seed = distributed.rank_seed(cfg.seed)
         self.world_size = distributed.world_size()
         self.is_main = distributed.is_main_process()
-        configure_torch_threads(cfg.torch_threads, cfg.backend, cfg.num_envs, cfg.num_workers)
+        # the cores other processes keep busy, measured once (0.1 s) for automatic threads
+        self.others_at_start = (
+            CpuLoad.measure(START_SAMPLE_SECONDS) if cfg.torch_threads <= 0 else 0.0
+        )
+        configure_torch_threads(
+            cfg.torch_threads, cfg.backend, cfg.num_envs, cfg.num_workers,
+            others=self.others_at_start,
+        )  # fmt: skip
         seed_everything(cfg.seed)
         import torch
 
@@ -290,13 +302,15 @@ class Algorithm(abc.ABC):
         total continues the loaded run exactly."""
         self.target_steps = int(total_timesteps)
 
-    def adaptive_threads(self, reserved: int = 0) -> AdaptiveThreads:
+    def adaptive_threads(self, reserved: int = 0, phases: bool = False) -> AdaptiveThreads:
         """What keeps torch's threads at the cores the machine leaves free while this run goes
-        (``reserved``: cores kept for another part of the run, an async run's collector)."""
+        (``reserved``: cores kept for another part of the run, an async run's collector;
+        ``phases``: a synchronous run, whose updates may take the env workers' cores)."""
         cfg = self.config
         return AdaptiveThreads(
-            cfg.torch_threads, cfg.backend, cfg.num_envs, cfg.num_workers, reserved
-        )
+            cfg.torch_threads, cfg.backend, cfg.num_envs, cfg.num_workers, reserved,
+            others=getattr(self, "others_at_start", None), phases=phases,
+        )  # fmt: skip
 
     def record_progress(self, steps: int = 0, updates: int = 0) -> None:
         """Count ``steps`` more env steps (over all ranks) and ``updates`` more updates."""

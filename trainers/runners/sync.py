@@ -144,7 +144,7 @@ class SyncRunner:
         logger = open_run_logger(agent, loop.horizon, loop.resume_step)
         announce_run_length(logger, agent, loop.horizon, loop.steps_per_iteration())
         loop.start(logger)
-        threads = agent.adaptive_threads()
+        threads = agent.adaptive_threads(phases=True)
         guard = SignalCheckpoint()
         sb3, plain = callbacks.sb3 is not None, bool(callbacks.plain)
         try:
@@ -153,9 +153,11 @@ class SyncRunner:
                 while agent.global_step < loop.horizon:
                     if sb3:
                         callbacks.rollout_start()
+                    threads.collect_phase()
                     experience = loop.collect()
                     if sb3 and not callbacks.rollout_end(loop.step_locals(experience)):
                         break
+                    threads.update_phase()
                     updates_before, started = agent.num_updates, time.perf_counter()
                     metrics = loop.update(experience)
                     threads.observe(
@@ -176,6 +178,7 @@ class SyncRunner:
                 loop.write_checkpoint()
                 callbacks.training_end()
         finally:
+            threads.collect_phase()
             loop.end()
             agent.end_run(logger.elapsed)
             announce_run_dir(logger, agent, logger.close())

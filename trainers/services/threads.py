@@ -5,7 +5,8 @@ one of their cores, every operation waits for the thread it descheduled, and a r
 alone took 36 s beside one busy loop with torch's default of a thread per core (7 s with one
 thread). So with automatic threads (``torch_threads=0``) a run starts with the cores that are
 free: this process's CPUs (affinity and cgroup quota), less the env workers' and less what other
-processes keep busy, measured at start (:func:`automatic_threads`). While it runs,
+processes keep busy, measured at start (:func:`automatic_threads`). A synchronous run's updates
+also take the workers' cores, which wait while it updates. While it runs,
 :class:`AdaptiveThreads` reads the machine's load again every few seconds and times each update
 against the best time seen with as many threads, and drops a thread when others took the cores
 or the updates slow down (a hypervisor's steal, a quota), and takes it back once the cores are
@@ -21,7 +22,13 @@ from typing import Any
 
 from vecaccel.worker.cpus import CpuLoad, TorchThreadsWarning, available_cpus, user_stacklevel
 
-__all__ = ["AdaptiveThreads", "automatic_threads", "configure_torch_threads", "free_cores"]
+__all__ = [
+    "AdaptiveThreads",
+    "automatic_threads",
+    "configure_torch_threads",
+    "env_workers",
+    "free_cores",
+]
 
 #: How long the load is measured at start (seconds).
 START_SAMPLE_SECONDS = 0.1
@@ -43,6 +50,19 @@ def free_cores(others: float | None = None) -> int:
     return max(1, cpus - int(others + 0.5))
 
 
+def env_workers(backend: str, num_envs: int, num_workers: int = 0) -> int:
+    """The cores a run's env workers fill: none on the ``serial`` backend, else its worker
+    processes (``num_workers``, or one per env up to one per CPU).
+
+    Example:
+        >>> env_workers("serial", 64), env_workers("shm", 64, num_workers=3)
+        (0, 3)
+    """
+    if backend == "serial":
+        return 0
+    return num_workers if num_workers > 0 else min(num_envs, available_cpus())
+
+
 def automatic_threads(
     backend: str,
     num_envs: int,
@@ -50,27 +70,30 @@ def automatic_threads(
     reserved: int = 0,
     others: float | None = None,
 ) -> int:
-    """The torch threads of an automatic run: the free cores (:func:`free_cores`) less the ones
-    its env workers fill (a process backend's, one per core at most) and ``reserved`` (an async
-    run's collector). At least one.
+    """The torch threads of an automatic run while its env workers step: the free cores
+    (:func:`free_cores`) less the ones its env workers fill (:func:`env_workers`) and
+    ``reserved`` (an async run's collector). At least one.
 
     Example:
         >>> automatic_threads("shm", num_envs=64, others=0.0)
         1
     """
-    cores = free_cores(others)
-    workers = 0
-    if backend != "serial":
-        workers = num_workers if num_workers > 0 else min(num_envs, available_cpus())
-    return max(1, cores - workers - reserved)
+    workers = env_workers(backend, num_envs, num_workers)
+    return max(1, free_cores(others) - workers - reserved)
 
 
 def configure_torch_threads(
-    requested: int, backend: str, num_envs: int, num_workers: int = 0, reserved: int = 0
+    requested: int,
+    backend: str,
+    num_envs: int,
+    num_workers: int = 0,
+    reserved: int = 0,
+    others: float | None = None,
 ) -> int:
     """Set torch's intra-op threads; return the number in force.
 
-    ``requested > 0`` is applied as given; ``0`` (automatic) sets :func:`automatic_threads`.
+    ``requested > 0`` is applied as given; ``0`` (automatic) sets :func:`automatic_threads`
+    (``others``: the cores other processes keep busy, measured now when ``None``).
 
     Example:
         >>> configure_torch_threads(1, "serial", 8)
@@ -79,7 +102,9 @@ def configure_torch_threads(
     import torch
 
     threads = (
-        requested if requested > 0 else automatic_threads(backend, num_envs, num_workers, reserved)
+        requested
+        if requested > 0
+        else automatic_threads(backend, num_envs, num_workers, reserved, others)
     )
     torch.set_num_threads(threads)
     return threads
@@ -87,6 +112,12 @@ def configure_torch_threads(
 
 class AdaptiveThreads:
     """Keeps torch's threads at what the machine leaves free while a run goes.
+
+    In a synchronous run (``phases=True``) the env workers wait while this process updates, so
+    an update may take their cores too, and the collection leaves them to the workers: the
+    runner calls :meth:`collect_phase` before collecting and :meth:`update_phase` before
+    updating (setting the count costs microseconds). An asynchronous run's workers step all the
+    time, and both counts are the collection's.
 
     The runner calls :meth:`observe` after every update with its time. Every ``check_every``
     seconds the load of other processes is read again (without waiting: the reading is compared
@@ -103,6 +134,9 @@ class AdaptiveThreads:
         requested: the run's ``torch_threads`` (0: automatic).
         backend, num_envs, num_workers: the run's envs, whose workers keep their cores.
         reserved: cores kept for another part of the run (an async run's collector).
+        others: the cores other processes kept busy when the run started (``None``: none known;
+            the first reading, ``check_every`` seconds in, tells).
+        phases: a synchronous run, whose updates may use the workers' cores.
         check_every: seconds between two readings of the load.
         slow: how many times its best an update may take before it counts as slow.
         patience: slow updates in a row that drop a thread.
@@ -122,6 +156,8 @@ class AdaptiveThreads:
         num_envs: int,
         num_workers: int = 0,
         reserved: int = 0,
+        others: float | None = None,
+        phases: bool = False,
         check_every: float = 5.0,
         slow: float = 1.5,
         patience: int = 3,
@@ -130,10 +166,16 @@ class AdaptiveThreads:
 
         self._torch = torch
         self.automatic = requested <= 0
-        self.threads = torch.get_num_threads()
+        self.phases = phases
+        self.workers = env_workers(backend, num_envs, num_workers)
+        self.reserved = reserved
         # what the envs leave on a quiet machine: the most an automatic run takes
-        self.ceiling = automatic_threads(backend, num_envs, num_workers, reserved, others=0.0)
-        self._rule = (backend, num_envs, num_workers, reserved)
+        self.ceiling = self._update_target(free_cores(0.0))
+        self.free = free_cores(0.0 if others is None else others)
+        if self.automatic:
+            self.threads = min(self.ceiling, self._update_target(self.free))
+        else:
+            self.threads = torch.get_num_threads()
         self.check_every, self.slow, self.patience = check_every, slow, patience
         self.best: dict[int, float] = {}
         self.slow_run = 0
@@ -141,6 +183,26 @@ class AdaptiveThreads:
         self.warned = False
         self.changes: list[tuple[int, int, str]] = []
         self._reading = CpuLoad()
+
+    def _update_target(self, free: int) -> int:
+        """The threads an update takes when ``free`` cores are free."""
+        workers = 0 if self.phases else self.workers
+        return max(1, free - workers - self.reserved)
+
+    @property
+    def collect_threads(self) -> int:
+        """The threads the collection takes (the workers step beside it)."""
+        if not (self.automatic and self.phases):
+            return self.threads
+        return max(1, min(self.threads, self.free - self.workers - self.reserved))
+
+    def collect_phase(self) -> None:
+        """Set the threads for collecting."""
+        self._torch.set_num_threads(self.collect_threads)
+
+    def update_phase(self) -> None:
+        """Set the threads for updating."""
+        self._torch.set_num_threads(self.threads)
 
     def observe(self, seconds: float, updates: int = 1) -> int:
         """Take an update's time (``updates`` gradient updates took ``seconds``); return the
@@ -176,10 +238,8 @@ class AdaptiveThreads:
         """Move to the threads the machine leaves free while other processes keep ``others``
         cores busy (a thread comes back only after the hold)."""
         now = time.monotonic() if now is None else now
-        backend, num_envs, num_workers, reserved = self._rule
-        free = min(
-            self.ceiling, automatic_threads(backend, num_envs, num_workers, reserved, others)
-        )
+        self.free = free_cores(others)
+        free = min(self.ceiling, self._update_target(self.free))
         if free < self.threads:
             self._change(free, f"other processes kept {others:.1f} cores busy", now)
         elif free > self.threads and self.automatic and now >= self.hold_until:

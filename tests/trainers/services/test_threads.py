@@ -130,3 +130,20 @@ def test_a_training_run_keeps_its_threads_on_a_quiet_update() -> None:
         assert torch.get_num_threads() == 1
     finally:
         agent.close()
+
+
+@needs_two_cpus
+def test_a_synchronous_run_updates_on_the_cores_its_waiting_workers_leave(
+    two_threads: None,
+) -> None:
+    cpus = available_cpus()
+    sync = AdaptiveThreads(0, "shm", num_envs=8, num_workers=1, others=0.0, phases=True)
+    sync.collect_phase()
+    assert torch.get_num_threads() == sync.collect_threads == cpus - 1
+    sync.update_phase()
+    assert torch.get_num_threads() == sync.threads == cpus
+    with pytest.warns(TorchThreadsWarning):  # another process takes a core: both give way
+        sync.follow_load(1.0, now=1.0)
+    assert (sync.threads, sync.collect_threads) == (cpus - 1, max(1, cpus - 2))
+    overlapped = AdaptiveThreads(0, "shm", num_envs=8, num_workers=1, others=0.0)
+    assert overlapped.threads == overlapped.collect_threads == cpus - 1
