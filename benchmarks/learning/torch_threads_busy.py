@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(rows, settings)
     fixed = " | ".join(f"{t} thread{'s' if t > 1 else ''}" for t in settings[1:])
     print(f"| game | busy loops | default | {fixed} | default / best fixed |")
-    print("| --- | ---: | ---: |" + " ---: |" * (len(settings) - 1) + "")
+    print("| --- | ---: | ---: |" + " ---: |" * len(settings))
     for s in summary:
         cells = " | ".join(f"{s['steps_per_s'][str(t)]:,.0f}" for t in settings[1:])
         print(
