@@ -175,6 +175,13 @@ def _train_argv(run_dir: Path, *extra: str) -> list[str]:
     return [*argv, *extra]
 
 
+def _rows_written(metrics: Path) -> int:
+    try:
+        return max(len(metrics.read_text().splitlines()) - 1, 0)
+    except OSError:
+        return 0
+
+
 def test_ctrl_c_while_ray_starts_under_train_prints_one_line(tmp_path):
     pytest.importorskip("torch")
     process = subprocess.Popen(
@@ -229,8 +236,10 @@ def test_a_signalled_training_run_ends_quietly(tmp_path, signum, ray_started_by)
             preexec_fn=as_from_a_terminal,
         )
         try:
-            metrics = run_dir / "metrics.csv"  # written once training has begun
-            assert wait_until(lambda: metrics.exists() and metrics.stat().st_size, BOUND_S, 0.1)
+            # the header is written as the logger opens, before the run's signal handlers are
+            # in place; a row is written only once training has begun
+            metrics = run_dir / "metrics.csv"
+            assert wait_until(lambda: _rows_written(metrics) > 0, BOUND_S, 0.1)
             process.send_signal(signum)
             out, err = process.communicate(timeout=BOUND_S)
         finally:
