@@ -7,8 +7,8 @@ after a few, with the sampler's pid in ``RUN_DIR/sampler-pid-RANK``) and keeps t
 killed (for the dead-rank and dead-sampler tests).
 
 With ``--train ALGO:STEPS[:fixed-lag]`` (repeated) the ranks train one agent after another in the
-same process group, each seeded as when it runs alone, and ``--out`` gets ``{SPEC: result}``: one launch of
-torch and the ranks for several checks.
+same process group, each seeded as when it runs alone, and ``--out`` gets ``{SPEC: result}`` (a
+spec given again: ``SPEC#2``, ...): one launch of torch and the ranks for several checks.
 """
 
 from __future__ import annotations
@@ -199,7 +199,10 @@ def main() -> None:
             algo, steps, *option = spec.split(":")
             if algo not in ALGOS or option not in ([], ["fixed-lag"]):
                 parser.error(f"--train {spec}: not ALGO:STEPS[:fixed-lag]")
-            results[spec] = train(algo, int(steps), bool(option), False, args.out)
+            # a spec given again is a repeat: its result is kept under SPEC#2, SPEC#3, ...
+            repeat = sum(key.split("#")[0] == spec for key in results)
+            key = f"{spec}#{repeat + 1}" if repeat else spec
+            results[key] = train(algo, int(steps), bool(option), False, args.out)
         if int(os.environ["RANK"]) == 0:
             args.out.write_text(json.dumps(results))
     else:

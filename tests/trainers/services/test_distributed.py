@@ -55,9 +55,10 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
 
 #: The runs of ``dist_worker.py`` whose results the tests below check, trained one after
 #: another by one launch of two ranks (starting torchrun and two ranks that import torch costs
-#: more than most of these runs). The second fixed-lag run gets a launch of its own: the two
-#: repeat exactly although one follows other runs in its process and the other runs first.
-SHARED_RUNS = ("ppo:128", "dqn:128", "ppo-async:128", "dqn-async:2000", "dqn-async:1000:fixed-lag")
+#: more than most of these runs). The fixed-lag run comes first and again last: the two must
+#: repeat exactly although one runs first in its process and the other follows other runs.
+FIXED_LAG = "dqn-async:1000:fixed-lag"
+SHARED_RUNS = (FIXED_LAG, "ppo:128", "dqn:128", "ppo-async:128", "dqn-async:2000", FIXED_LAG)
 
 
 def _run_worker(tmp_path: Path, *runs: str) -> dict:
@@ -246,40 +247,6 @@ def test_killed_rank_ends_job_with_an_error(tmp_path: Path) -> None:
         _reap(job)
 
 
-def test_sigterm_checkpoints_all_ranks_and_resume_continues(tmp_path: Path) -> None:
-    from vecaccel.trainers.checkpoints.format import load_checkpoint
-
-    run_dir = tmp_path / "run"
-    common = ["--no-progress", "--no-tensorboard", "--torch-threads", "1"]
-    returncode, output = _preempt(
-        [
-            # shm: torchrun stops a rank with killpg(SIGTERM), which must not reach its workers
-            "train", "a2c", "--nproc", "2", "--env", "CartPole-v1", "--backend", "shm",
-            "--num-envs", "2", "--num-steps", "5", "--total-timesteps", "100000000",
-            "--run-dir", str(run_dir), "--log-every-steps", "1", *common,
-        ],
-        run_dir,
-    )  # fmt: skip
-    assert returncode == 128 + signal.SIGTERM, output[-3000:]
-    assert "checkpoint saved" in output
-    step = int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"])
-    assert step > 0
-    resumed = _run(
-        [
-            sys.executable, "-m", "vecaccel", "train", "a2c", "--nproc", "2",
-            "--resume", str(run_dir), "--total-timesteps", str(step + 40), *common,
-        ]
-    )  # fmt: skip
-    # `--nproc 2` ran torchrun: both ranks trained to the budget, logged as one run of world 2
-    assert int(load_checkpoint(run_dir / "checkpoint.pt")["global_step"]) == step + 40
-    rows = _metrics(run_dir)
-    assert float(rows[-1]["step"]) == step + 40
-    assert float(rows[-1]["charts/world_size"]) == 2
-    # one line for the run, from rank 0, not one per rank
-    output = resumed.stdout + resumed.stderr
-    assert output.count("resuming a2c from") == 1, output[-3000:]
-
-
 # -- asynchronous mode on several ranks: a collector process per rank, data-parallel optimisers --
 
 
@@ -309,11 +276,8 @@ def test_async_dqn_two_ranks_identical_parameters_and_replay_ratio(shared_runs: 
     assert result["logged_world_size"] == 2
 
 
-def test_async_dqn_two_ranks_with_a_fixed_lag_repeat_exactly(
-    shared_runs: dict, tmp_path: Path
-) -> None:
-    spec = "dqn-async:1000:fixed-lag"
-    first, second = shared_runs[spec], _run_worker(tmp_path, spec)[spec]
+def test_async_dqn_two_ranks_with_a_fixed_lag_repeat_exactly(shared_runs: dict) -> None:
+    first, second = shared_runs[FIXED_LAG], shared_runs[f"{FIXED_LAG}#2"]
     assert first["checksums"][0] == first["checksums"][1]  # all-reduced updates
     assert first["checksums"] == second["checksums"]  # and the run repeats
     assert first["episode_log"] == second["episode_log"]
@@ -330,8 +294,9 @@ def test_async_ppo_two_ranks_identical_parameters(shared_runs: dict) -> None:
     assert result["local_steps"] == [64.0, 64.0]
 
 
-@pytest.mark.parametrize("victim", ["sampler", "rank"])
-def test_async_dead_sampler_or_rank_ends_job_with_an_error(victim: str, tmp_path: Path) -> None:
+def test_async_dead_sampler_ends_job_with_an_error(tmp_path: Path) -> None:
+    """A rank's collector process killed: the job ends with an error naming it, and no
+    collector outlives the job (a killed rank is ``test_killed_rank_ends_job_with_an_error``)."""
     out = tmp_path / "result.json"
     job = subprocess.Popen(
         _torchrun(
@@ -351,10 +316,8 @@ def test_async_dead_sampler_or_rank_ends_job_with_an_error(victim: str, tmp_path
             time.sleep(0.1)
         assert all(path.exists() for path in pid_files), "the ranks never started updating"
         samplers = [int(path.read_text()) for path in pid_files[:2]]
-        target = samplers[1] if victim == "sampler" else int(pid_files[3].read_text())
-        output = _kill_and_expect_job_failure(job, target, out)
-        if victim == "sampler":
-            assert "CollectorError" in output and "of rank 1" in output, output[-3000:]
+        output = _kill_and_expect_job_failure(job, samplers[1], out)
+        assert "CollectorError" in output and "of rank 1" in output, output[-3000:]
         # no collector process outlives the job: each stops with its rank or when it is orphaned
         deadline = time.monotonic() + 10
         while any(_process_alive(pid) for pid in samplers) and time.monotonic() < deadline:
@@ -392,53 +355,63 @@ def test_cli_async_nproc_sigterm_checkpoints(tmp_path: Path) -> None:
 
 
 def _replay_arrays(run_dir: Path, entry: dict) -> dict:
-
     with np.load(run_dir / entry["file"]) as archive:
         return {name: archive[name] for name in ("actions", "rewards", "cursor")}
 
 
-def test_dqn_each_rank_checkpoints_and_resumes_its_own_replay_buffer(tmp_path: Path) -> None:
-    """Two ranks collect different experience: a checkpoint holds both buffers, and a run resumed
-    on two ranks gives each rank its own back (rank 1 does not restart from rank 0's)."""
-
+def test_sigterm_checkpoints_every_rank_and_each_resumes_its_own_replay_buffer(
+    tmp_path: Path,
+) -> None:
+    """``--nproc 2`` preempted by SIGTERM: the launcher exits 143 after one checkpoint that holds
+    both ranks' replay buffers (their envs are seeded apart, so the buffers differ); the run
+    resumed on two ranks trains to its budget as one run of world 2, and each rank gets its own
+    buffer back (rank 1 does not restart from rank 0's)."""
     from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     run_dir = tmp_path / "run"
-    common = [
-        "--no-progress", "--no-tensorboard", "--torch-threads", "1", "--run-dir", str(run_dir),
-    ]  # fmt: skip
-    _run(
+    common = ["--no-progress", "--no-tensorboard", "--torch-threads", "1"]
+    returncode, output = _preempt(
         [
-            sys.executable, "-m", "vecaccel", "train", "dqn", "--nproc", "2",
-            "--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2",
-            "--total-timesteps", "400", "--learning-starts", "64", "--batch-size", "8",
-            # (the preset's ratio of 32 makes 4 updates of 8 an env step; the buffers are checked)
-            "--replay-ratio", "4", "--buffer-size", "4000", *common,
-        ]
+            # shm: torchrun stops a rank with killpg(SIGTERM), which must not reach its workers
+            "train", "dqn", "--nproc", "2", "--env", "CartPole-v1", "--backend", "shm",
+            "--num-envs", "2", "--total-timesteps", "100000000", "--learning-starts", "64",
+            "--batch-size", "8", "--replay-ratio", "4", "--buffer-size", "4000",
+            "--log-every-steps", "16", "--run-dir", str(run_dir), *common,
+        ],
+        run_dir,
     )  # fmt: skip
+    assert returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "checkpoint saved" in output
     first = load_checkpoint(run_dir / "checkpoint.pt")
+    step = int(first["global_step"])
+    assert step > 0
     ranks = first["off_policy"]["rank_replays"]
     assert len(ranks) == 2 and first["off_policy"]["replay"]["file"] == ranks[0]["file"]
     before = [_replay_arrays(run_dir, entry) for entry in ranks]
-    # the ranks' envs are seeded apart: their buffers differ
     assert not np.array_equal(before[0]["actions"], before[1]["actions"])
     assert ranks[0]["agent_rng"] != ranks[1]["agent_rng"]
 
-    _run(
+    resumed = _run(
         [
             sys.executable, "-m", "vecaccel", "train", "dqn", "--nproc", "2",
-            "--resume", str(run_dir), "--total-timesteps", "600", *common,
+            "--resume", str(run_dir), "--total-timesteps", str(step + 200), *common,
         ]
     )  # fmt: skip
     second = load_checkpoint(run_dir / "checkpoint.pt")
-    assert second["global_step"] == 600
+    assert second["global_step"] == step + 200
+    rows = _metrics(run_dir)
+    assert float(rows[-1]["step"]) == step + 200
+    assert float(rows[-1]["charts/world_size"]) == 2
+    # one line for the run, from rank 0, not one per rank
+    output = resumed.stdout + resumed.stderr
+    assert output.count("resuming dqn from") == 1, output[-3000:]
     after = [_replay_arrays(run_dir, entry) for entry in second["off_policy"]["rank_replays"]]
     for rank in (0, 1):  # the rows written before the checkpoint are each rank's own still
-        rows = int(before[rank]["cursor"].min())
-        assert rows > 0
+        kept = int(before[rank]["cursor"].min())
+        assert kept > 0
         for name in ("actions", "rewards"):
             np.testing.assert_array_equal(
-                after[rank][name][:rows], before[rank][name][:rows], err_msg=f"rank {rank} {name}"
+                after[rank][name][:kept], before[rank][name][:kept], err_msg=f"rank {rank} {name}"
             )
     # only the files the checkpoint names are left
     names = sorted(entry["file"] for entry in second["off_policy"]["rank_replays"])
