@@ -360,17 +360,12 @@ def test_ppo_and_dqn_train_over_ray(cluster):
     assert agent.global_step == 96
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"num_shards": 2, "shard_backend": "serial"},
-        {"num_shards": 2, "shard_backend": "serial", "batch_size": 2},
-    ],
-    ids=["lockstep", "first-ready-shard"],
-)
-def test_the_backend_kit_passes_over_ray(cluster, options):
+def test_the_backend_kit_passes_over_ray_returning_the_first_ready_shards(cluster):
+    """The kit in the mode that returns whole shards as they finish, env by env against
+    ``SyncVectorEnv``; lock-step batches over Ray are compared with it in
+    ``test_trajectories_equal_sync_vector_env``, in every autoreset mode."""
     _two_idle_nodes(cluster)
-    check_backend("ray", **options)
+    check_backend("ray", num_shards=2, shard_backend="serial", batch_size=2)
 
 
 def test_train_command_passes_backend_options_to_ray(cluster, tmp_path, capsys, trainers_plugin):
