@@ -554,6 +554,8 @@ class Algorithm(abc.ABC):
                 or ``mode`` is neither ``"sync"`` nor ``"async"``.
             ModuleNotFoundError: ``track`` is on and wandb is not installed (``pip install
                 'vecaccel[track]'``), before anything is written.
+            RuntimeError: ``track`` is on, the W&B run would go online and wandb finds no
+                credentials (``wandb login``, ``WANDB_API_KEY``), before anything is written.
         """
         from vecaccel.trainers.runners import run_in_mode
 
