@@ -6,7 +6,6 @@ only when the plugin manager is first built, so ``import vecaccel`` stays light.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import os
@@ -21,6 +20,7 @@ import pluggy
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecaccel import hookspecs
+from vecaccel.errors import did_you_mean
 from vecaccel.options import BackendOptions
 
 __all__ = [
@@ -308,12 +308,10 @@ def unknown_backend_message(name: object, registered: Iterable[str]) -> str:
         "unknown backend 'gpu'; registered backends: serial, shm"
     """
     known = sorted(registered)
-    meant = next((b for b in known if isinstance(name, str) and b.lower() == name.lower()), None)
-    if meant is None and isinstance(name, str):
-        close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6)
-        meant = close[0] if close else None
-    hint = f"; did you mean {meant!r}?" if meant is not None else ";"
-    return f"unknown backend {name!r}{hint} registered backends: {', '.join(known) or 'none'}"
+    hint = did_you_mean(name, known) if isinstance(name, str) else ""
+    return (
+        f"unknown backend {name!r}{hint or ';'} registered backends: {', '.join(known) or 'none'}"
+    )
 
 
 def get_backend(name: str) -> BackendInfo:

@@ -21,11 +21,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
+
+from vecaccel.errors import did_you_mean
 
 __all__ = [
     "FAILURE_POLICIES",
@@ -146,8 +147,7 @@ class BackendOptions:
     def _unknown(backend: str, key: str, names: list[str], aliases: dict[str, str]) -> str:
         candidates = {name: name for name in names}
         candidates.update(aliases)  # a near-miss of an alias suggests the field's name
-        close = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
-        hint = f"; did you mean {candidates[close[0]]!r}?" if close else ""
+        hint = did_you_mean(key, candidates)
         return f"backend {backend!r} has no option {key!r}{hint} (its options: {', '.join(names)})"
 
 

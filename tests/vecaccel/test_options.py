@@ -218,6 +218,10 @@ def test_an_option_under_both_spellings_is_a_type_error(no_workers):
         ("action_server", "alternate", "alternating"),
         ("action_server", "drain_timout", "drain_timeout_s"),
         ("serial", "cpy", "copy"),
+        # the house's one rule (vecaccel.errors.closest_name): letter case and "-" for "_"
+        # are the same spelling
+        ("shm", "NUM-WORKERS", "num_workers"),
+        ("shm", "Step-Timeout", "step_timeout_s"),
     ],
 )
 def test_a_misspelled_option_is_a_type_error_naming_backend_option_and_suggestion(

@@ -124,6 +124,10 @@ class Algorithm(abc.ABC):
         whole = config.pop("config", None)
         base = None if whole is None else dataclasses.asdict(whole)
         self._setup(self.config_values(env, preset, config, base))
+        if env is None and (observation_space is None or action_space is None):
+            # an agent without envs or spaces makes its envs from env_id later, maybe in another
+            # process: a misspelled id is the env layer's one line here, in the caller
+            EnvSource.check_id(self.config.env_id)
         self._build(env, observation_space, action_space)
 
     def config_values(
@@ -550,6 +554,8 @@ class Algorithm(abc.ABC):
                 or ``mode`` is neither ``"sync"`` nor ``"async"``.
             ModuleNotFoundError: ``track`` is on and wandb is not installed (``pip install
                 'vecaccel[track]'``), before anything is written.
+            RuntimeError: ``track`` is on, the W&B run would go online and wandb finds no
+                credentials (``wandb login``, ``WANDB_API_KEY``), before anything is written.
         """
         from vecaccel.trainers.runners import run_in_mode
 

@@ -99,11 +99,13 @@ def recorded_config(state: dict[str, Any], overrides: dict[str, Any]) -> dict[st
 
 
 def restore_header(agent: Any, state: dict[str, Any]) -> None:
-    """Restore the counters and run mode every family saves."""
+    """Restore the counters, the best evaluation and the run mode every family saves."""
     agent.global_step = int(state["global_step"])
     agent.num_updates = int(state["num_updates"])
     target = state["target_steps"]
     agent.target_steps = None if target is None else int(target)
     agent.elapsed_before = float(state.get("elapsed", 0.0))
+    best = state.get("best_eval_reward")  # files of earlier releases lack it: no best yet
+    agent.best_eval_reward = None if best is None else float(best)
     agent.async_run = bool(state.get("async", False))
     agent.async_options = dict(state.get("async_options", {}))

@@ -8,6 +8,9 @@ A checkpoint is one dict of plain data (``weights_only`` loadable) in the checks
 - ``observation_space`` and ``action_space`` as plain data (:mod:`.spaces`);
 - the counters ``global_step``, ``num_updates``, ``target_steps`` (the total of the run a
   resume continues, ``None`` when there is none) and ``elapsed`` (seconds of training);
+- ``best_eval_reward``: the best mean reward of the periodic evaluations so far, the one
+  ``best.pt`` holds (``None`` before any; files written without it read as ``None``), so that a
+  resumed run replaces ``best.pt`` only with a better agent;
 - ``rng`` (rank 0's torch, NumPy and Python states) and, from a run on several ranks that
   gathered them, ``rank_rng`` (every rank's); ``async`` and ``async_options`` (how the run
   trained, so that a resume goes on alike).
@@ -79,6 +82,9 @@ def checkpoint_state(
         "target_steps": agent.checkpoint_target_steps(),
         "elapsed": float(
             agent.logger.elapsed if agent.logger is not None else agent.elapsed_before
+        ),
+        "best_eval_reward": (
+            None if agent.best_eval_reward is None else float(agent.best_eval_reward)
         ),
         "rng": get_rng_state(),
         "async": bool(agent.async_run),

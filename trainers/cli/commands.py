@@ -488,10 +488,10 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
         values["env_id"] = env_id
     cfg = config_cls(**values)
     if getattr(cfg, "track", False):
-        from vecaccel.trainers.services.tracking import wandb_missing
+        from vecaccel.trainers.services.tracking import wandb_missing, wandb_not_logged_in
 
-        if missing := wandb_missing("--track"):
-            raise ValueError(missing)
+        if problem := wandb_missing("--track") or wandb_not_logged_in("--track"):
+            raise ValueError(problem)
     registered = vecaccel.list_backends()
     if cfg.backend not in registered:
         raise ValueError(unknown_backend_message(cfg.backend, registered))

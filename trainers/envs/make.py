@@ -27,6 +27,7 @@ __all__ = [
     "agents_per_env",
     "backend_options_of",
     "check_tensor_spaces",
+    "env_spaces",
     "is_atari_id",
     "is_minatar_id",
     "make_atari_env",
@@ -237,6 +238,30 @@ def make_env_fn(
     if atari:
         return EnvCall(make_atari_env, env_id, training=training, **options)
     return EnvCall(make_recorded_env, env_id, **options)
+
+
+def env_spaces(env_id: str, atari: bool | None = None) -> tuple[gym.Space, gym.Space]:
+    """The single-env observation and action space of ``env_id``, which an agent without envs
+    builds its networks for: read from one env made as the training envs are
+    (:func:`make_env_fn`), or a PettingZoo env's agents' spaces.
+
+    Raises:
+        ValueError: for an id that names no registered env, the env layer's one line
+            (:meth:`EnvSource.check_id <vecaccel.envs.source.EnvSource.check_id>`).
+
+    Example:
+        >>> observation_space, action_space = env_spaces("CartPole-v1")
+        >>> observation_space.shape, action_space
+        ((4,), Discrete(2))
+    """
+    EnvSource.check_id(env_id)
+    if EnvSource.is_module_path(env_id):
+        return parallel_env_spaces(env_id)
+    env = make_env_fn(env_id, atari)()
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
 
 
 def backend_options_of(config: Any) -> dict[str, Any]:

@@ -6,8 +6,9 @@ real scores: ``eval_episodes`` deterministic episodes (``--eval-episodes K``), t
 each time so that two evaluations compare the agent and not the episodes. Each evaluation
 logs ``eval/mean_reward``, ``eval/std_reward``, ``eval/mean_ep_length`` and
 ``eval/best_mean_reward`` at its step (CSV, TensorBoard, the trackers), and a new best mean
-saves the agent to ``run_dir/best.pt`` (SB3: ``best_model.zip``). On several ranks the first
-one evaluates.
+saves the agent to ``run_dir/best.pt`` (SB3: ``best_model.zip``). The best mean
+(``agent.best_eval_reward``) is saved in checkpoints, so a resumed run replaces ``best.pt`` only
+with a better agent. On several ranks the first one evaluates.
 
 Example:
     >>> from vecaccel.trainers import PPO

@@ -20,6 +20,11 @@ user opens would be uploaded into this run), sends nothing when TensorBoard is o
 left to wandb's own settings (``WANDB_SAVE_CODE``...). ``WANDB_MODE=offline`` keeps a run on
 disk for a later ``wandb sync``.
 
+An online run needs credentials: where wandb finds none (no ``WANDB_API_KEY``, no ``~/.netrc``
+entry from ``wandb login``, no key in its settings), tracking is refused with one line before
+the run starts, as wandb would only fail inside ``wandb.init``. The look sends nothing over the
+network: it reads the places wandb reads, as ``wandb.init`` does before it connects.
+
 Where wandb writes: ``WANDB_DIR`` when it is set, else the run directory (``RUN_DIR/wandb/``),
 so a run's files stay together; a resumed run (``--resume``) continues the same W&B run, whose
 id the run directory keeps in ``wandb-run-id``.
@@ -32,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 from collections.abc import Mapping
@@ -48,6 +54,7 @@ __all__ = [
     "hparam_value",
     "require_wandb",
     "wandb_missing",
+    "wandb_not_logged_in",
 ]
 
 #: the metric every chart of a tracked run is drawn against: the env steps, over all ranks
@@ -77,18 +84,75 @@ def wandb_missing(what: str = "track=True") -> str | None:
     return None
 
 
+def wandb_not_logged_in(what: str = "track=True") -> str | None:
+    """The one line saying that ``what`` would log to W&B online with no credentials and how to
+    give some, or ``None`` when wandb finds credentials or does not go online
+    (``WANDB_MODE=offline`` or ``disabled``). Sends nothing over the network.
+
+    Args:
+        what: what asked for tracking, in the caller's terms (``"--track"``, ``"track=True"``).
+
+    Raises:
+        ModuleNotFoundError: wandb cannot be imported (see :func:`wandb_missing`).
+    """
+    import wandb
+
+    try:
+        if _wandb_logged_in(wandb):
+            return None
+    except wandb.errors.AuthenticationError as exc:  # a key in a form wandb refuses
+        return f"{what}: wandb cannot use the credentials it found: {exc}"
+    return (
+        f"{what} logs to W&B online, but wandb finds no login on this machine: run "
+        "`wandb login`, set WANDB_API_KEY, or set WANDB_MODE=offline to keep the run on disk "
+        "(`wandb sync` uploads it later)"
+    )
+
+
+def _wandb_logged_in(wandb: ModuleType) -> bool:
+    """Whether a run ``wandb.init`` starts now has credentials or needs none, as wandb
+    decides it before it connects: its settings (the mode), then the session's credentials,
+    ``WANDB_API_KEY`` (or ``WANDB_IDENTITY_TOKEN_FILE``), the ``.netrc`` entry of its host, and
+    the key in its settings files. Nothing is prompted for, stored or verified."""
+    try:
+        from wandb.sdk import wandb_setup
+        from wandb.sdk.lib import wbauth
+    except ImportError:  # releases before wbauth: wandb.api reads the same places
+        mode = os.environ.get("WANDB_MODE", "online")
+        return mode in ("offline", "dryrun", "disabled") or bool(wandb.api.api_key)
+    settings = wandb_setup.singleton().settings
+    if settings.mode in ("offline", "dryrun", "disabled"):
+        return True
+    look = wbauth.authenticate_session
+    if not {"prompt", "update_session", "verify"} <= set(inspect.signature(look).parameters):
+        return bool(wandb.api.api_key)
+    found = look(
+        host=settings.base_url,
+        source="vecaccel",
+        prompt=False,
+        verify=False,
+        update_session=False,
+    )
+    return found is not None
+
+
 def require_wandb(what: str = "track=True") -> ModuleType:
-    """``wandb``, imported.
+    """``wandb``, imported, with credentials for an online run.
 
     Raises:
         ModuleNotFoundError: (an ``ImportError``) naming ``what`` and ``pip install
             'vecaccel[track]'`` when wandb cannot be imported.
+        RuntimeError: the run would go online and wandb finds no credentials (see
+            :func:`wandb_not_logged_in`).
     """
     missing = wandb_missing(what)
     if missing is not None:
         raise ModuleNotFoundError(missing, name="wandb")
     import wandb
 
+    not_logged_in = wandb_not_logged_in(what)
+    if not_logged_in is not None:
+        raise RuntimeError(not_logged_in)
     return wandb
 
 
@@ -131,6 +195,7 @@ class WandbTracker:
     Raises:
         ModuleNotFoundError: wandb is not installed (the message names ``pip install
             'vecaccel[track]'``).
+        RuntimeError: the run would go online and wandb finds no credentials.
     """
 
     def __init__(

@@ -377,3 +377,43 @@ def test_a_misspelled_setting_is_one_line_naming_the_setting_it_meant():
     # with nothing close, the settings there are
     with pytest.raises(TypeError, match=r"^unknown PPO setting 'gpu'; its settings: env_id, "):
         PPO("CartPole-v1", gpu=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_an_agent_built_from_env_id_refuses_an_unknown_id_as_make_vec_does(name) -> None:
+    """``env=None`` with ``env_id=``: the envs are made later (by ``learn``, or the asynchronous
+    runner's collector), so the id is checked when the agent is built, in the caller."""
+    import multiprocessing
+
+    cls = registry.get(name).load_class()
+    with pytest.raises(ValueError) as layer:
+        vecaccel.make_vec("CartPol-v1", 2)
+    with pytest.raises(ValueError) as agent:
+        cls(None, env_id="CartPol-v1", backend="shm", num_envs=2, tensorboard=False)
+    assert str(agent.value) == str(layer.value)
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_a_loaded_agent_makes_no_env_of_its_id(name, tmp_path) -> None:
+    """A checkpoint loads to predict in a process where its env is not registered: the saved
+    spaces build the networks, and the id is checked only where envs are made."""
+    import gymnasium as gym
+
+    env_id = "VecaccelLoadTest-v0"
+    gym.register(env_id, entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    try:
+        cls = registry.get(name).load_class()
+        settings = SETTINGS["on_policy" if issubclass(cls, OnPolicyAlgorithm) else "off_policy"]
+        agent = cls(env_id, backend="serial", seed=0, progress=False, tensorboard=False, **settings)
+        try:
+            agent.learn(16)
+            path = agent.save(tmp_path / "agent.pt")
+            obs, _ = agent.envs.reset(seed=0)
+        finally:
+            agent.close()
+    finally:
+        del gym.registry[env_id]
+    loaded = cls.load(path)
+    assert loaded.env_id == env_id
+    assert loaded.predict(obs, deterministic=True)[0].shape == (2,)

@@ -31,6 +31,7 @@ HEADER = {
     "num_updates",
     "target_steps",
     "elapsed",
+    "best_eval_reward",
     "rng",
     "async",
     "async_options",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -350,16 +351,19 @@ def test_cli_bad_arguments_are_usage_errors(argv, tmp_path, capsys):
     assert rest in ([], [f"usage: {prog} [options]; see {prog} --help"]), rest
 
 
-def test_cli_misspelled_env_id_is_the_env_layers_one_line(tmp_path, capsys):
+@pytest.mark.parametrize("mode", [[], ["--async"]], ids=["sync", "async"])
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_cli_misspelled_env_id_is_the_env_layers_one_line(algo, mode, tmp_path, capsys):
     """The line ``make_vec`` raises for the id, before any worker starts (``shm`` would start
-    two here): not a worker's traceback."""
+    two here), the asynchronous collector's included: not a worker's traceback."""
     import vecaccel
 
     with pytest.raises(ValueError) as caught:
         vecaccel.make_vec("CartPol-v1", 2)
-    assert run_cli(["train", "ppo", "--env", "CartPol-v1", "--backend", "shm", "--num-envs",
+    assert run_cli(["train", algo, "--env", "CartPol-v1", "--backend", "shm", "--num-envs",
                     "2", "--total-timesteps", "8", "--run-dir", str(tmp_path / "run"),
-                    *QUIET]) == 2  # fmt: skip
+                    *mode, *QUIET]) == 2  # fmt: skip
+    assert multiprocessing.active_children() == []
     err = capsys.readouterr().err
     assert err == f"error: {caught.value}\n"
     assert "did you mean" in err.lower() and "CartPole" in err

@@ -1,4 +1,5 @@
-"""The Atari set-up: the Gymnasium wrappers it uses, and life loss."""
+"""The Atari set-up: the Gymnasium wrappers it uses, and life loss; the spaces an agent without
+envs reads from one env."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from vecaccel.trainers.envs.make import EpisodicLifeEnv, make_env_for_training
+import vecaccel
+from vecaccel.trainers.envs.make import EpisodicLifeEnv, env_spaces, make_env_for_training
 
 torch.set_num_threads(1)
 
@@ -61,3 +63,19 @@ def test_life_loss_ends_the_episode_but_not_the_game():
     env.reset()
     assert env.unwrapped.ale.lives() == lives - 1  # the same game goes on
     env.close()
+
+
+def test_env_spaces_are_the_training_envs_and_refuse_an_unknown_id_as_make_vec_does():
+    envs = make_env_for_training("CartPole-v1", 1, backend="serial")
+    try:
+        assert env_spaces("CartPole-v1") == (
+            envs.single_observation_space,
+            envs.single_action_space,
+        )
+    finally:
+        envs.close()
+    with pytest.raises(ValueError) as layer:
+        vecaccel.make_vec("CartPol-v1", 2)
+    with pytest.raises(ValueError) as spaces:
+        env_spaces("CartPol-v1")
+    assert str(spaces.value) == str(layer.value)

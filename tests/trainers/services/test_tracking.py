@@ -1,7 +1,8 @@
 """Tracking on Weights & Biases, offline: one tiny tracked PPO run, read back from the run's
 ``.wandb`` file (the config, every metric row at its global_step, the curve, a video), the same
 config in TensorBoard's hyperparameters, a resumed run continuing its W&B run, rank 0 alone
-tracking, the command line's flags, and the error when wandb is missing."""
+tracking, the command line's flags, and the errors when wandb is missing or an online run has no
+login (checked in fresh interpreters whose home holds no login; nothing goes online)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import dataclasses
 import json
 import os
 import struct
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from helpers import run_main
+from helpers import REPO, run_main
 
 from vecaccel.cli import build_parser
 from vecaccel.trainers import PPO
@@ -297,3 +299,103 @@ def test_without_wandb_track_is_a_one_line_usage_error(tmp_path, monkeypatch, ca
 def test_bad_tracking_settings_are_refused_naming_the_field(field, value) -> None:
     with pytest.raises(ValueError, match=field):
         PPO.config_cls(**{field: value})
+
+
+# -- an online run without a login ------------------------------------------------------------
+
+#: what refusing an online run without credentials says, after what asked for tracking
+NOT_LOGGED_IN = (
+    " logs to W&B online, but wandb finds no login on this machine: run `wandb login`, set "
+    "WANDB_API_KEY, or set WANDB_MODE=offline to keep the run on disk (`wandb sync` uploads "
+    "it later)"
+)
+
+
+def _without_login(home: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a fresh interpreter (wandb reads its settings once per process) whose
+    home holds no wandb login, with no ``WANDB_*`` variable but ``env``; stdin is no terminal,
+    so wandb could not prompt either. The interpreter is stopped after two minutes at most,
+    so a check that reached for the network fails rather than hangs."""
+    clean = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("WANDB_") and key not in ("NETRC", "XDG_CONFIG_HOME")
+    }
+    clean.update(HOME=str(home), PYTHONPATH=str(REPO), **env)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=home,
+        env=clean,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+CHECK = (
+    "from vecaccel.trainers.services.tracking import wandb_not_logged_in; "
+    "print(wandb_not_logged_in('--track'))"
+)
+#: a key in the form wandb takes (never sent anywhere: nothing here goes online)
+KEY = "k" * 40
+
+
+def test_without_a_login_an_online_run_is_refused_with_what_to_do(tmp_path) -> None:
+    done = _without_login(tmp_path, ["-c", CHECK])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"--track{NOT_LOGGED_IN}\n"
+
+
+def _netrc_entry(home: Path) -> dict[str, str]:
+    """The ``~/.netrc`` entry ``wandb login`` writes for wandb's default host; no variable."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(wandb.Settings().base_url).netloc
+    (home / ".netrc").write_text(f"machine {host}\n  login user\n  password {KEY}\n")
+    (home / ".netrc").chmod(0o600)
+    return {}
+
+
+#: each way a run passes the check: what it puts in the empty home, and its variables
+LOGINS: dict[str, Any] = {
+    "WANDB_API_KEY": lambda home: {"WANDB_API_KEY": KEY},
+    "netrc": _netrc_entry,
+    "offline": lambda home: {"WANDB_MODE": "offline"},
+    "disabled": lambda home: {"WANDB_MODE": "disabled"},
+}
+
+
+@pytest.mark.parametrize("login", sorted(LOGINS))
+def test_a_login_or_a_run_kept_off_line_passes_the_check(login, tmp_path) -> None:
+    done = _without_login(tmp_path, ["-c", CHECK], **LOGINS[login](tmp_path))
+    assert (done.returncode, done.stdout) == (0, "None\n"), done.stderr
+
+
+def test_a_key_wandb_cannot_use_is_named_before_the_run(tmp_path) -> None:
+    done = _without_login(tmp_path, ["-c", CHECK], WANDB_API_KEY="short")
+    assert done.stdout.startswith("--track: wandb cannot use the credentials it found: ")
+    assert "40" in done.stdout  # wandb's own reason: the length of a key
+
+
+def test_without_a_login_track_is_one_line_before_the_run_writes(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    argv = ["-m", "vecaccel", "train", "ppo", "--env", "CartPole-v1", "--backend", "serial",
+            "--num-envs", "2", "--total-timesteps", "64", "--no-progress", "--run-dir",
+            str(run_dir), "--preset", "none", "--track"]  # fmt: skip
+    done = _without_login(tmp_path, argv)
+    assert (done.returncode, done.stderr) == (2, f"error: --track{NOT_LOGGED_IN}\n")
+    assert not run_dir.exists() and not (tmp_path / "wandb").exists()
+    # the Python API refuses it where learn starts, before the run directory is written
+    learn = (
+        "from vecaccel.trainers import PPO\n"
+        f"agent = PPO('CartPole-v1', run_dir={str(run_dir)!r}, track=True, "
+        "backend='serial', num_envs=2, progress=False)\n"
+        "try:\n"
+        "    agent.learn(64)\n"
+        "except RuntimeError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = _without_login(tmp_path, ["-c", learn])
+    assert done.stdout == f"track=True{NOT_LOGGED_IN}\n", done.stderr
+    assert not run_dir.exists() or not os.listdir(run_dir)

@@ -414,14 +414,10 @@ class OffPolicyAlgorithm(Algorithm):
         group: its model is then data-parallel)."""
         if self.observation_space is not None or self.config.env_id is None:
             return
-        from vecaccel.trainers.envs.make import make_env_fn
+        from vecaccel.trainers.envs.make import env_spaces
 
         env_id = self.config.env_id
-        env = make_env_fn(env_id)()
-        try:
-            self.attach_spaces(env.observation_space, env.action_space, env_id=env_id)
-        finally:
-            env.close()
+        self.attach_spaces(*env_spaces(env_id), env_id=env_id)
 
     # -- saving and loading -------------------------------------------------------------------
 
@@ -483,11 +479,15 @@ class OffPolicyAlgorithm(Algorithm):
                 f"optimizer={config.optimizer!r}: {path} holds the state of {saved_optimizer!r}, "
                 f"which the other cannot continue; load it with optimizer={saved_optimizer!r}"
             )
-        agent: Any = cls(env=None, config=config)
-        agent.observation_space = space_from_dict(state["observation_space"])
-        agent.action_space = space_from_dict(state["action_space"])
+        # built for the saved spaces: a loaded agent makes no env of its id, which need not be
+        # registered in this process
+        agent: Any = cls(
+            env=None,
+            config=config,
+            observation_space=space_from_dict(state["observation_space"]),
+            action_space=space_from_dict(state["action_space"]),
+        )
         agent.env_id = state["config"].get("env_id")
-        agent.build_networks()
         agent.q_network.load_state_dict(section["q_network"])
         agent.target_network.load_state_dict(section["target_network"])
         agent.optimizer.load_state_dict(section["optimizer"])

@@ -50,8 +50,7 @@ from vecaccel.trainers.config.settings import (
 from vecaccel.trainers.envs.make import (
     agents_per_env,
     check_tensor_spaces,
-    make_env_fn,
-    parallel_env_spaces,
+    env_spaces,
 )
 from vecaccel.trainers.services import distributed
 from vecaccel.trainers.services.seeding import restore_rank_rng_state
@@ -166,7 +165,7 @@ class OnPolicyAlgorithm(Algorithm):
             observation_space = self.envs.single_observation_space
             action_space = self.envs.single_action_space
         elif observation_space is None or action_space is None:
-            observation_space, action_space = self._spaces_from_env_id(cfg.env_id)
+            observation_space, action_space = env_spaces(cfg.env_id, cfg.atari)
         self.observation_space = observation_space
         self.action_space = action_space
         # a space the model refuses (or any failure setting up) must not leave the envs it
@@ -237,15 +236,6 @@ class OnPolicyAlgorithm(Algorithm):
         return flat_batch_with_advantages(batch, self.model.value, cfg.gamma, cfg.gae_lambda)
 
     # -- env and sampler ------------------------------------------------------------------------
-
-    def _spaces_from_env_id(self, env_id: str) -> tuple[gym.Space[Any], gym.Space[Any]]:
-        if EnvSource.is_module_path(env_id):
-            return parallel_env_spaces(env_id)
-        env = make_env_fn(env_id, self.config.atari)()
-        try:
-            return env.observation_space, env.action_space
-        finally:
-            env.close()
 
     def attach_env(self, env: str | gym.vector.VectorEnv) -> None:
         """Train on ``env``: an id (built on the config's backend) or a ready vector env."""
