@@ -43,7 +43,7 @@ from vecaccel.trainers.services.seeding import get_rng_state
 __all__ = ["FORMAT", "VERSION", "checkpoint_state", "save_agent", "write_run_checkpoint"]
 
 FORMAT = "vecaccel-trainer"
-#: the layout this module writes; :mod:`.legacy` reads the earlier ones into it
+#: the layout this module writes, the one the reader accepts
 VERSION = 2
 
 
