@@ -80,14 +80,17 @@ from vecaccel.bench import RunRecord, command_line, run_in_child
 from vecaccel.bench.learning import (
     WINDOW,
     ReturnCurve,
-    censored_median,
     format_cell,
     iqm_interval,
     json_values,
     learn_on_curve,
     median,
     plot_seed_curves,
+    race_summary,
     return_by,
+    run_race,
+    sb3_curve_callback,
+    time_ratios,
     up_to,
 )
 from vecaccel.bench.learning import load_runs as load_run_files
@@ -211,12 +214,11 @@ def run_vecaccel(
     return outcome
 
 
-def _sb3_parts(curve: ReturnCurve) -> tuple[type, type]:
+def _sb3_extractor() -> type:
     """SB3's features extractor of the MinAtar network (its conv and 128-unit layer; the heads
-    are SB3's), and a callback that feeds the episodes SB3 ends to ``curve``."""
+    are SB3's)."""
     import gymnasium as gym
     import torch
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     from vecaccel.trainers.nets.networks import MinAtarNet
@@ -230,12 +232,7 @@ def _sb3_parts(curve: ReturnCurve) -> tuple[type, type]:
         def forward(self, observations: torch.Tensor) -> torch.Tensor:
             return self.net(observations)
 
-    class Record(BaseCallback):
-        def _on_step(self) -> bool:
-            ended = [info["episode"]["r"] for info in self.locals["infos"] if "episode" in info]
-            return curve.add(self.num_timesteps, ended)
-
-    return MinAtarExtractor, Record
+    return MinAtarExtractor
 
 
 def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) -> dict[str, Any]:
@@ -250,7 +247,7 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
     register_envs()
     preset = PPO_PRESETS["minatar"]
     curve = ReturnCurve(steps, stop_at)
-    MinAtarExtractor, Record = _sb3_parts(curve)
+    MinAtarExtractor = _sb3_extractor()
     envs = make_vec_env(env_id, n_envs=preset["num_envs"], seed=seed)
     batch = preset["num_envs"] * preset["num_steps"]
     # the learning rate vecaccel's PPO trains with: the preset's, scaled to its batch
@@ -279,7 +276,7 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
         seed=seed,
         device="cpu",
     )
-    model.learn(steps, callback=Record())
+    model.learn(steps, callback=sb3_curve_callback(curve))
     envs.close()
     return curve.outcome(model.num_timesteps, dict(preset))
 
@@ -300,7 +297,7 @@ def run_sb3_dqn(env_id: str, seed: int, steps: int) -> dict[str, Any]:
     register_envs()
     preset = DQN_PRESETS[PRESET_OF["dqn"]]
     curve = ReturnCurve(steps)
-    MinAtarExtractor, Record = _sb3_parts(curve)
+    MinAtarExtractor = _sb3_extractor()
     num_envs = preset["num_envs"]
     envs = make_vec_env(env_id, n_envs=num_envs, seed=seed)
     samples = preset["replay_ratio"] * num_envs  # trained on per vector step
@@ -330,7 +327,7 @@ def run_sb3_dqn(env_id: str, seed: int, steps: int) -> dict[str, Any]:
         seed=seed,
         device="cpu",
     )
-    model.learn(steps, callback=Record())
+    model.learn(steps, callback=sb3_curve_callback(curve))
     envs.close()
     config = json_values(preset)
     config.update(double=False, gradient_steps=gradient_steps)
@@ -395,57 +392,29 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
     Each run is written to its own file under ``OUT/minatar_race_runs`` as it ends, and a run
     whose file exists is read instead of run again: an interrupted race resumes where it was.
     """
-    from vecaccel.bench import load_result, run_seeds
-
     record = RunRecord(command_line(), benchmark="learning/minatar_games")
     folder = Path(args.out) / "minatar_race_runs"
-    folder.mkdir(parents=True, exist_ok=True)
     common = dict(game=args.game, score=args.score, max_steps=args.max_steps)
     arms = list(args.arms)
 
     def run_path(library: str, seed: int) -> Path:
         return folder / f"{library}-{args.game}-score{args.score:g}-s{seed}.json"
 
-    def stored(arm: Any, seed: int) -> dict[str, Any] | None:
-        path = run_path(arm["library"], seed)
-        if path.exists():
-            return dict(load_result(path)["results"][0])
-        print(f"race: {arm['library']} {args.game} seed {seed} ...", flush=True)
-        return None
-
-    def keep(run: dict[str, Any]) -> None:
-        RunRecord(command_line(), benchmark="learning/minatar_games").write(
-            run_path(run["library"], run["seed"]), [run], **common
-        )
-
-    runs = run_seeds(
+    runs = run_race(
         __file__,
         "race_one",
         args.seeds,
-        [{"library": library} for library in arms],
+        arms,
+        run_path,
+        benchmark="learning/minatar_games",
+        command=command_line(),
         common=common,
-        alternate=True,  # each arm goes first in turn
-        stored=stored,
-        on_run=keep,
+        arm_key="library",
+        label=args.game,
     )
-    summary: dict[str, Any] = {}
-    for library in arms:
-        mine = [run for run in runs if run["library"] == library]
-        reached = [run for run in mine if run["reached"]]
-        summary[library] = {
-            "reached": f"{len(reached)} of {len(mine)}",
-            "median_time_to_score_s": censored_median(mine, "wall_s"),
-            "median_steps_to_score": censored_median(mine, "step"),
-            "median_steps_per_s": median([run["steps_per_s"] for run in mine]),
-        }
+    summary = race_summary(runs, arms, arm_key="library")
     # each vecaccel arm's median time to score over SB3's
-    slow = summary.get("sb3", {}).get("median_time_to_score_s")
-    summary["time_to_score_ratio"] = {
-        library: (fast / slow if fast and slow else None)
-        for library in arms
-        if library != "sb3"
-        for fast in [summary[library]["median_time_to_score_s"]]
-    }
+    summary["time_to_score_ratio"] = time_ratios(summary, "sb3")
     return record.write(Path(args.out) / "minatar_race.json", runs, summary=summary, **common)
 
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,11 @@ __all__ = [
     "load_runs",
     "median",
     "plot_seed_curves",
+    "race_summary",
     "return_by",
+    "run_race",
+    "sb3_curve_callback",
+    "time_ratios",
     "up_to",
 ]
 
@@ -146,6 +151,21 @@ class CurveCallback:
         return self.curve.add(agent.global_step, returns)
 
 
+def sb3_curve_callback(curve: ReturnCurve) -> Any:
+    """A Stable-Baselines3 callback that hands ``curve`` the episodes its envs end (the
+    ``info["episode"]`` of SB3's ``Monitor``: the env's own returns, under ``VecNormalize``
+    too), and stops SB3's ``learn`` once the curve has reached its ``stop_at``."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class FeedCurve(BaseCallback):
+        def _on_step(self) -> bool:
+            infos = self.locals["infos"]
+            ended = [info["episode"]["r"] for info in infos if "episode" in info]
+            return curve.add(self.num_timesteps, ended)
+
+    return FeedCurve()
+
+
 def json_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """The entries of ``values`` a JSON file can hold as they are (a run's config, say).
 
@@ -186,6 +206,110 @@ def censored_median(runs: Sequence[Mapping[str, Any]], key: str) -> float | None
     otherwise it is unknown (``None``)."""
     middle = median([run["reached"][key] if run["reached"] else math.inf for run in runs])
     return middle if math.isfinite(middle) else None  # nan for no runs
+
+
+def run_race(
+    script: str | os.PathLike[str],
+    function: str,
+    seeds: Sequence[int],
+    arms: Sequence[str],
+    run_path: Callable[[str, int], Path],
+    *,
+    benchmark: str,
+    command: str,
+    common: Mapping[str, Any] | None = None,
+    arm_key: str = "arm",
+    label: str = "",
+) -> list[dict[str, Any]]:
+    """Run a race: ``function(**common, <arm_key>=arm, seed=seed)`` of ``script`` in a child
+    process for every seed and arm, seed by seed with the arms' order turning (each arm goes
+    first in turn). Each run is written to its own file, ``run_path(arm, seed)``, as it ends;
+    a run whose file exists is read instead of run again, so a stopped race resumes.
+
+    Args:
+        script: the benchmark script (see :func:`~vecaccel.bench.seeds.run_in_child`).
+        function: its function of one run; it returns the run's record (a JSON object).
+        seeds: the seeds, outer loop.
+        arms: the arms' names.
+        run_path: where the run of an arm and a seed is kept.
+        benchmark: the benchmark's name in the run files (``learning/<script>``).
+        command: the command line the run files record.
+        common: keyword arguments of every run, recorded in each run file's ``meta``.
+        arm_key: the keyword that names the arm to ``function`` and in the records.
+        label: what the progress line says is raced (an env, a game).
+
+    Returns:
+        Every run's record, with its arm, ``seed`` and ``load_before``, in the order run.
+    """
+    from vecaccel.bench.record import RunRecord, load_result
+    from vecaccel.bench.seeds import run_seeds
+
+    def stored(arm: Mapping[str, Any], seed: int) -> dict[str, Any] | None:
+        path = run_path(arm[arm_key], seed)
+        if path.exists():
+            return dict(load_result(path)["results"][0])
+        print(f"race: {arm[arm_key]} {label} seed {seed} ...", flush=True)
+        return None
+
+    def keep(run: dict[str, Any]) -> None:
+        path = run_path(run[arm_key], run["seed"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        RunRecord(command, benchmark=benchmark).write(path, [run], **dict(common or {}))
+
+    return run_seeds(
+        script,
+        function,
+        seeds,
+        [{arm_key: arm} for arm in arms],
+        common=common,
+        alternate=True,
+        stored=stored,
+        on_run=keep,
+    )
+
+
+def race_summary(
+    runs: Sequence[Mapping[str, Any]], arms: Sequence[str], arm_key: str = "arm"
+) -> dict[str, Any]:
+    """Per arm: how many of its runs reached the score, the censored medians of the seconds
+    and env steps to it (:func:`censored_median`) and the median steps per second.
+
+    Example:
+        >>> runs = [{"arm": "a", "reached": {"wall_s": 4.0, "step": 80}, "steps_per_s": 20.0}]
+        >>> race_summary(runs, ["a"])["a"]["median_time_to_score_s"]
+        4.0
+    """
+    summary: dict[str, Any] = {}
+    for arm in arms:
+        mine = [run for run in runs if run[arm_key] == arm]
+        reached = [run for run in mine if run["reached"]]
+        summary[arm] = {
+            "reached": f"{len(reached)} of {len(mine)}",
+            "median_time_to_score_s": censored_median(mine, "wall_s"),
+            "median_steps_to_score": censored_median(mine, "step"),
+            "median_steps_per_s": median([run["steps_per_s"] for run in mine]),
+        }
+    return summary
+
+
+def time_ratios(summary: Mapping[str, Any], baseline: str) -> dict[str, float | None]:
+    """Each arm's median time to score over ``baseline``'s (:func:`race_summary`'s figures),
+    ``None`` where either is unknown.
+
+    Example:
+        >>> summary = {"fast": {"median_time_to_score_s": 50.0},
+        ...            "slow": {"median_time_to_score_s": 200.0}}
+        >>> time_ratios(summary, "slow")
+        {'fast': 0.25}
+    """
+    slow = summary.get(baseline, {}).get("median_time_to_score_s")
+    ratios: dict[str, float | None] = {}
+    for arm, figures in summary.items():
+        if arm == baseline or not isinstance(figures, Mapping):
+            continue
+        fast = figures.get("median_time_to_score_s")
+        ratios[arm] = fast / slow if fast and slow else None
+    return ratios
 
 
 def iqm_interval(
