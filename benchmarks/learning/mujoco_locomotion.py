@@ -320,13 +320,18 @@ def plot(found: list[dict[str, Any]], path: Path) -> None:
 def write_report(
     runs: Path, out: Path, command: str, budget: int = STEPS, reps: int = 2000
 ) -> dict[str, Any]:
-    """``mujoco_locomotion.json``, ``.md`` and ``.png`` in ``out`` from the run files in
-    ``runs``; ``budget`` is the published one, which the aggregate needs, and ``reps`` its
-    bootstrap's resamples."""
+    """``mujoco_locomotion.md``, ``.json`` and ``.png`` in ``out`` from the run files in
+    ``runs`` (the Markdown alone where there are none); ``budget`` is the published one, which
+    the aggregate needs, and ``reps`` its bootstrap's resamples."""
     found = load_runs(runs, ("arm", "task", "seed", "total_steps")) if runs.exists() else []
     rows = score_table(found)
     summary = aggregate(found, reps, budget)
-    payload = RunRecord(command, benchmark="learning/mujoco_locomotion").write(
+    (out / "mujoco_locomotion.md").write_text(markdown(rows, summary, found), encoding="utf-8")
+    record = RunRecord(command, benchmark="learning/mujoco_locomotion")
+    if not found:
+        # the Markdown says so; a result file holds measured rows only
+        return {"meta": record.meta(), "results": []}
+    payload = record.write(
         out / "mujoco_locomotion.json",
         rows,
         summary={"iqm": summary} if summary else None,
@@ -337,9 +342,7 @@ def write_report(
         published_steps=budget,
         window=WINDOW,
     )
-    (out / "mujoco_locomotion.md").write_text(markdown(rows, summary, found), encoding="utf-8")
-    if found:
-        plot(found, out / "mujoco_locomotion.png")
+    plot(found, out / "mujoco_locomotion.png")
     return payload
 
 
