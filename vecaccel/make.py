@@ -103,6 +103,9 @@ def make_vec(
             the backend is unknown, or an option's value is out of range; with ``vectorized``,
             if the id has no vector entry point or the vector env's autoreset mode is not
             ``autoreset_mode``.
+        gymnasium.error.DependencyNotInstalled: if the id is registered but its envs need a
+            package that is not installed (a MuJoCo env without ``mujoco``); the message names
+            the vecaccel extra that installs it, and no worker starts.
 
     Example:
         >>> import vecaccel

@@ -77,6 +77,23 @@ from pathlib import Path
 from typing import Any
 
 from vecaccel.bench import RunRecord, command_line, run_in_child
+from vecaccel.bench.learning import (
+    WINDOW,
+    ReturnCurve,
+    format_cell,
+    iqm_interval,
+    json_values,
+    learn_on_curve,
+    median,
+    plot_seed_curves,
+    race_summary,
+    return_by,
+    run_race,
+    sb3_curve_callback,
+    time_ratios,
+    up_to,
+)
+from vecaccel.bench.learning import load_runs as load_run_files
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 RUNS = RESULTS / "minatar_runs"
@@ -159,66 +176,12 @@ PUBLISHED = {
         "SpaceInvaders": 185.0,
     },
 }
-WINDOW = 100  # the score: the mean return of the last 100 training episodes
 FRAMES = 5_000_000  # the published scores' budget
-POINTS = 100  # curve points per run
 
 
 def run_file(runs: Path, algo: str, game: str, setting: str, seed: int) -> Path:
     """Where the run's result lives."""
     return runs / f"{algo}-{game}-{setting}-s{seed}.json"
-
-
-class Curve:
-    """Episode returns as they end, kept as ``POINTS`` points: at every ``steps / POINTS`` env
-    steps, the mean of the last ``WINDOW`` returns, the episodes so far and the seconds since
-    the curve was made (before the envs and the agent are). With ``stop_at``, it notes the first
-    step and second at which that mean (over a full window) reaches it."""
-
-    def __init__(self, total_steps: int, stop_at: float | None = None) -> None:
-        self.every = max(1, total_steps // POINTS)
-        self.next_point = self.every
-        self.returns: list[float] = []
-        self.points: list[dict[str, float]] = []
-        self.stop_at = stop_at
-        self.reached: dict[str, float] | None = None
-        self.start = time.perf_counter()
-
-    def add(self, step: int, returns: Sequence[float]) -> bool:
-        """Record the episodes that ended by ``step``; False once ``stop_at`` is reached."""
-        self.returns.extend(float(value) for value in returns)
-        while step >= self.next_point:
-            self.points.append(self._point(self.next_point))
-            self.next_point += self.every
-        if self.stop_at is None or self.reached is not None or len(self.returns) < WINDOW:
-            return self.reached is None
-        if self.score() >= self.stop_at:
-            self.reached = {"step": int(step), "wall_s": time.perf_counter() - self.start}
-        return self.reached is None
-
-    def _point(self, step: int) -> dict[str, float]:
-        recent = self.returns[-WINDOW:]
-        return {
-            "step": step,
-            "wall_s": round(time.perf_counter() - self.start, 2),
-            "episodes": len(self.returns),
-            "return": round(statistics.fmean(recent), 3) if recent else math.nan,
-        }
-
-    def score(self) -> float:
-        recent = self.returns[-WINDOW:]
-        return statistics.fmean(recent) if recent else math.nan
-
-    def outcome(self, steps: int, config: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "curve": self.points,
-            "score": self.score(),
-            "episodes": len(self.returns),
-            "wall_s": time.perf_counter() - self.start,
-            "steps": int(steps),
-            "reached": self.reached,
-            "config": config,
-        }
 
 
 def run_vecaccel(
@@ -234,7 +197,7 @@ def run_vecaccel(
     from vecaccel.trainers.config import registry
 
     cls = registry.get(algo).load_class()
-    curve = Curve(steps, stop_at)
+    curve = ReturnCurve(steps, stop_at)
     agent = cls(
         env_id,
         preset=PRESET_OF[algo],
@@ -243,35 +206,19 @@ def run_vecaccel(
         tensorboard=False,
         **changes,
     )
-    seen = 0
-
-    def on_policy(model: Any, metrics: Any = None) -> bool:
-        episodes = model.last_episodes
-        return curve.add(model.global_step, list(episodes.returns) if episodes else [])
-
-    def off_policy(model: Any, metrics: Any = None) -> bool:
-        nonlocal seen
-        ended = model.episode_log[seen:]
-        seen = len(model.episode_log)
-        return curve.add(model.global_step, [episode_return for _, episode_return, _ in ended])
-
-    callback = off_policy if hasattr(agent, "episode_log") else on_policy
-    try:
-        agent.learn(steps, callback=callback)
-        config = {key: value for key, value in vars(agent.config).items() if _json_value(value)}
-        network = agent.model if hasattr(agent, "model") else agent.q_network
-        config["bf16_in_force"] = any(getattr(part, "bf16", False) for part in network.modules())
-        return curve.outcome(agent.global_step, config)
-    finally:
-        agent.close()
+    outcome = learn_on_curve(agent, steps, curve)
+    network = agent.model if hasattr(agent, "model") else agent.q_network
+    outcome["config"]["bf16_in_force"] = any(
+        getattr(part, "bf16", False) for part in network.modules()
+    )
+    return outcome
 
 
-def _sb3_parts(curve: Curve) -> tuple[type, type]:
+def _sb3_extractor() -> type:
     """SB3's features extractor of the MinAtar network (its conv and 128-unit layer; the heads
-    are SB3's), and a callback that feeds the episodes SB3 ends to ``curve``."""
+    are SB3's)."""
     import gymnasium as gym
     import torch
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
     from vecaccel.trainers.nets.networks import MinAtarNet
@@ -285,12 +232,7 @@ def _sb3_parts(curve: Curve) -> tuple[type, type]:
         def forward(self, observations: torch.Tensor) -> torch.Tensor:
             return self.net(observations)
 
-    class Record(BaseCallback):
-        def _on_step(self) -> bool:
-            ended = [info["episode"]["r"] for info in self.locals["infos"] if "episode" in info]
-            return curve.add(self.num_timesteps, ended)
-
-    return MinAtarExtractor, Record
+    return MinAtarExtractor
 
 
 def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) -> dict[str, Any]:
@@ -304,8 +246,8 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
 
     register_envs()
     preset = PPO_PRESETS["minatar"]
-    curve = Curve(steps, stop_at)
-    MinAtarExtractor, Record = _sb3_parts(curve)
+    curve = ReturnCurve(steps, stop_at)
+    MinAtarExtractor = _sb3_extractor()
     envs = make_vec_env(env_id, n_envs=preset["num_envs"], seed=seed)
     batch = preset["num_envs"] * preset["num_steps"]
     # the learning rate vecaccel's PPO trains with: the preset's, scaled to its batch
@@ -334,7 +276,7 @@ def run_sb3(env_id: str, seed: int, steps: int, stop_at: float | None = None) ->
         seed=seed,
         device="cpu",
     )
-    model.learn(steps, callback=Record())
+    model.learn(steps, callback=sb3_curve_callback(curve))
     envs.close()
     return curve.outcome(model.num_timesteps, dict(preset))
 
@@ -354,8 +296,8 @@ def run_sb3_dqn(env_id: str, seed: int, steps: int) -> dict[str, Any]:
 
     register_envs()
     preset = DQN_PRESETS[PRESET_OF["dqn"]]
-    curve = Curve(steps)
-    MinAtarExtractor, Record = _sb3_parts(curve)
+    curve = ReturnCurve(steps)
+    MinAtarExtractor = _sb3_extractor()
     num_envs = preset["num_envs"]
     envs = make_vec_env(env_id, n_envs=num_envs, seed=seed)
     samples = preset["replay_ratio"] * num_envs  # trained on per vector step
@@ -385,15 +327,11 @@ def run_sb3_dqn(env_id: str, seed: int, steps: int) -> dict[str, Any]:
         seed=seed,
         device="cpu",
     )
-    model.learn(steps, callback=Record())
+    model.learn(steps, callback=sb3_curve_callback(curve))
     envs.close()
-    config = {key: value for key, value in preset.items() if _json_value(value)}
+    config = json_values(preset)
     config.update(double=False, gradient_steps=gradient_steps)
     return curve.outcome(model.num_timesteps, config)
-
-
-def _json_value(value: Any) -> bool:
-    return isinstance(value, (str, int, float, bool, type(None), list, tuple, dict))
 
 
 def one(algo: str, game: str, setting: str, seed: int, steps: int, runs: str, command: str) -> str:
@@ -447,15 +385,6 @@ def race_one(library: str, game: str, seed: int, score: float, max_steps: int) -
     return outcome
 
 
-def _censored_median(runs: list[dict[str, Any]], key: str) -> float | None:
-    """The median seconds or steps to the score, a run that stopped short of it counting as
-    longer than any that reached it (its true time is past its budget). That median is exact
-    while fewer than half the runs fall short, as the median of three with one short is the
-    second of the two that reached; otherwise it is unknown (``None``)."""
-    middle = _median([run["reached"][key] if run["reached"] else math.inf for run in runs])
-    return middle if math.isfinite(middle) else None  # nan for no runs
-
-
 def race(args: argparse.Namespace) -> dict[str, Any]:
     """vecaccel's PPO and SB3's, seed by seed with the arms' order rotating, each to the same
     score.
@@ -463,57 +392,29 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
     Each run is written to its own file under ``OUT/minatar_race_runs`` as it ends, and a run
     whose file exists is read instead of run again: an interrupted race resumes where it was.
     """
-    from vecaccel.bench import load_result, run_seeds
-
     record = RunRecord(command_line(), benchmark="learning/minatar_games")
     folder = Path(args.out) / "minatar_race_runs"
-    folder.mkdir(parents=True, exist_ok=True)
     common = dict(game=args.game, score=args.score, max_steps=args.max_steps)
     arms = list(args.arms)
 
     def run_path(library: str, seed: int) -> Path:
         return folder / f"{library}-{args.game}-score{args.score:g}-s{seed}.json"
 
-    def stored(arm: Any, seed: int) -> dict[str, Any] | None:
-        path = run_path(arm["library"], seed)
-        if path.exists():
-            return dict(load_result(path)["results"][0])
-        print(f"race: {arm['library']} {args.game} seed {seed} ...", flush=True)
-        return None
-
-    def keep(run: dict[str, Any]) -> None:
-        RunRecord(command_line(), benchmark="learning/minatar_games").write(
-            run_path(run["library"], run["seed"]), [run], **common
-        )
-
-    runs = run_seeds(
+    runs = run_race(
         __file__,
         "race_one",
         args.seeds,
-        [{"library": library} for library in arms],
+        arms,
+        run_path,
+        benchmark="learning/minatar_games",
+        command=command_line(),
         common=common,
-        alternate=True,  # each arm goes first in turn
-        stored=stored,
-        on_run=keep,
+        arm_key="library",
+        label=args.game,
     )
-    summary: dict[str, Any] = {}
-    for library in arms:
-        mine = [run for run in runs if run["library"] == library]
-        reached = [run for run in mine if run["reached"]]
-        summary[library] = {
-            "reached": f"{len(reached)} of {len(mine)}",
-            "median_time_to_score_s": _censored_median(mine, "wall_s"),
-            "median_steps_to_score": _censored_median(mine, "step"),
-            "median_steps_per_s": _median([run["steps_per_s"] for run in mine]),
-        }
+    summary = race_summary(runs, arms, arm_key="library")
     # each vecaccel arm's median time to score over SB3's
-    slow = summary.get("sb3", {}).get("median_time_to_score_s")
-    summary["time_to_score_ratio"] = {
-        library: (fast / slow if fast and slow else None)
-        for library in arms
-        if library != "sb3"
-        for fast in [summary[library]["median_time_to_score_s"]]
-    }
+    summary["time_to_score_ratio"] = time_ratios(summary, "sb3")
     return record.write(Path(args.out) / "minatar_race.json", runs, summary=summary, **common)
 
 
@@ -595,22 +496,7 @@ def relabel(runs: Path, algo: str, old: str, new: str) -> list[Path]:
 
 def load_runs(runs: Path) -> list[dict[str, Any]]:
     """Every run file under ``runs``: its settings, summary and curve, one dict each."""
-    found = []
-    for path in sorted(runs.glob("*.json")):
-        payload = json.loads(path.read_text(encoding="utf-8"))
-        meta = payload["meta"]
-        found.append(
-            {
-                **{key: meta[key] for key in ("algo", "game", "setting", "seed", "total_steps")},
-                **payload["summary"],
-                "curve": payload["results"],
-                "load_average": meta.get("load_average"),
-                "load_average_after": meta.get("load_average_after"),
-                "date": meta.get("date"),
-                "file": path.name,
-            }
-        )
-    return found
+    return load_run_files(runs, ("algo", "game", "setting", "seed", "total_steps"))
 
 
 def arm_name(algo: str, setting: str) -> str:
@@ -619,10 +505,6 @@ def arm_name(algo: str, setting: str) -> str:
         return f"SB3 {algo.upper()}"
     name = {"rainbow": "ε-Rainbow"}.get(algo, algo.upper())
     return name if setting == "preset" else f"{name} {setting}"
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else math.nan
 
 
 def _by_arm(found: list[dict[str, Any]]) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
@@ -641,7 +523,7 @@ def score_table(found: list[dict[str, Any]], frames: int = FRAMES) -> list[dict[
     for (algo, setting, game), entries in sorted(_by_arm(found).items()):
         entries.sort(key=lambda entry: entry["seed"])
         scores = [entry["score"] for entry in entries]
-        median = _median(scores)
+        middle = median(scores)
         row = {
             "algo": algo,
             "setting": setting,
@@ -649,14 +531,14 @@ def score_table(found: list[dict[str, Any]], frames: int = FRAMES) -> list[dict[
             "arm": arm_name(algo, setting),
             "seeds": [entry["seed"] for entry in entries],
             "scores": scores,
-            "median": median,
+            "median": middle,
             "steps": min(entry["steps"] for entry in entries),
-            "wall_s": _median([entry["wall_s"] for entry in entries]),
-            "steps_per_s": _median([entry["steps_per_s"] for entry in entries]),
+            "wall_s": median([entry["wall_s"] for entry in entries]),
+            "steps_per_s": median([entry["steps_per_s"] for entry in entries]),
         }
         for name, levels in PUBLISHED.items():
             row[f"published {name}"] = levels[game]
-            row[f"at or above {name}"] = median >= levels[game] if row["steps"] >= frames else None
+            row[f"at or above {name}"] = middle >= levels[game] if row["steps"] >= frames else None
         rows.append(row)
     return rows
 
@@ -669,42 +551,21 @@ def aggregate(
     every game it has (Agarwal et al., 2021). An arm counts the seeds that every one of its
     games has; its games are listed. Only runs of the published budget (``frames``) count:
     a score at 2M frames is not comparable with one published at 5M."""
-    import numpy as np
-    from rliable import library, metrics
-
     arms: dict[str, dict[str, dict[int, float]]] = {}
     for entry in found:
         if entry["steps"] < frames:
             continue
         games = arms.setdefault(arm_name(entry["algo"], entry["setting"]), {})
         games.setdefault(entry["game"], {})[entry["seed"]] = entry["score"]
-    matrices, games_of = {}, {}
+    summary = {}
     for arm, games in arms.items():
         seeds = sorted(set.intersection(*(set(by_seed) for by_seed in games.values())))
         if not seeds:
             continue
         names = sorted(games)
-        matrices[arm] = np.array(
-            [[games[game][seed] / PUBLISHED["DQN"][game] for game in names] for seed in seeds]
-        )
-        games_of[arm] = {"games": names, "seeds": seeds}
-    if not matrices:
-        return {}
-    iqm = lambda scores: np.array([metrics.aggregate_iqm(scores)])  # noqa: E731
-    summary = {}
-    for arm, matrix in matrices.items():
-        # each arm bootstrapped from the same fixed seed, so that its interval depends on its
-        # own run files only, not on which other arms exist or finish first (rliable draws
-        # some of its resamples from numpy's global generator whatever random_state says)
-        np.random.seed(0)
-        points, intervals = library.get_interval_estimates(
-            {arm: matrix}, iqm, reps=reps, random_state=np.random.RandomState(0)
-        )
-        summary[arm] = {
-            **games_of[arm],
-            "iqm": float(points[arm][0]),
-            "ci95": [float(intervals[arm][0][0]), float(intervals[arm][1][0])],
-        }
+        matrix = [[games[game][seed] / PUBLISHED["DQN"][game] for game in names] for seed in seeds]
+        iqm, ci95 = iqm_interval(matrix, reps)
+        summary[arm] = {"games": names, "seeds": seeds, "iqm": iqm, "ci95": ci95}
     return summary
 
 
@@ -715,16 +576,6 @@ BATCH_CLAIM: dict[str, tuple[str, tuple[str, ...]]] = {
     "dqn": ("batch32", ("preset", "batch2048")),
 }
 BATCH_GAMES = ("Breakout", "SpaceInvaders")
-
-
-def _up_to(curve: list[dict[str, float]], budget: int) -> list[dict[str, float]]:
-    return [point for point in curve if point["step"] <= budget]
-
-
-def _return_by(curve: list[dict[str, float]], wall_s: float) -> float:
-    """The curve's return at its last point within ``wall_s`` seconds."""
-    within = [point["return"] for point in curve if point["wall_s"] <= wall_s]
-    return within[-1] if within else math.nan
 
 
 def _spread(values: list[float]) -> float:
@@ -753,7 +604,7 @@ def batch_claim(found: list[dict[str, Any]], seeds_needed: int = 3) -> list[dict
                 for name, entries in arms.items():
                     per_seed = []
                     for entry in sorted(entries, key=lambda entry: entry["seed"]):
-                        curve = _up_to(entry["curve"], budget)
+                        curve = up_to(entry["curve"], budget)
                         returns = [point["return"] for point in curve
                                    if not math.isnan(point["return"])]  # fmt: skip
                         per_seed.append(
@@ -767,7 +618,7 @@ def batch_claim(found: list[dict[str, Any]], seeds_needed: int = 3) -> list[dict
                     figures[name] = {
                         "seeds": per_seed,
                         **{
-                            key: _median([seed[key] for seed in per_seed])
+                            key: median([seed[key] for seed in per_seed])
                             for key in ("return", "mean_return", "wall_s")
                         },
                     }
@@ -788,9 +639,9 @@ def batch_claim(found: list[dict[str, Any]], seeds_needed: int = 3) -> list[dict
                         "holds": all(holds.values()) if judged else None,
                         "wall_s_ratio": figures[large]["wall_s"] / figures[small]["wall_s"],
                         # the small batch's median return when the large one's median run ends
-                        "small_return_at_large_wall_s": _median(
+                        "small_return_at_large_wall_s": median(
                             [
-                                _return_by(entry["curve"], figures[large]["wall_s"])
+                                return_by(entry["curve"], figures[large]["wall_s"])
                                 for entry in arms[small]
                             ]
                         ),
@@ -821,28 +672,14 @@ def _plot(
             ]
             if not entries:
                 continue
-            curves = [_up_to(entry["curve"], budget or entry["total_steps"]) for entry in entries]
-            for row, axis_key in enumerate(("step", "wall_s")):
-                axis = axes[row][column]
-                for curve in curves:
-                    xs = [point[axis_key] for point in curve]
-                    axis.plot(
-                        xs,
-                        [point["return"] for point in curve],
-                        color=colour,
-                        lw=0.6,
-                        alpha=0.45,
-                    )
-                length = min(len(curve) for curve in curves)
-                xs = [_median([curve[i][axis_key] for curve in curves]) for i in range(length)]
-                ys = [_median([curve[i]["return"] for curve in curves]) for i in range(length)]
-                axis.plot(
-                    xs,
-                    ys,
-                    color=colour,
-                    lw=2.2,
-                    label=f"{arm_name(algo, setting)} ({len(entries)} seeds)",
-                )
+            curves = [up_to(entry["curve"], budget or entry["total_steps"]) for entry in entries]
+            plot_seed_curves(
+                axes[0][column],
+                axes[1][column],
+                curves,
+                colour,
+                f"{arm_name(algo, setting)} ({len(entries)} seeds)",
+            )
         for row in range(2):
             axis = axes[row][column]
             for style, (name, levels) in zip(("--", ":"), PUBLISHED.items()):
@@ -859,14 +696,6 @@ def _plot(
     plt.close(figure)
 
 
-def _cell(value: float, digits: int = 1) -> str:
-    return (
-        "-"
-        if value is None or (isinstance(value, float) and math.isnan(value))
-        else f"{value:,.{digits}f}"
-    )
-
-
 def markdown(
     rows: list[dict[str, Any]], summary: dict[str, Any], claim: Sequence[dict[str, Any]] = ()
 ) -> str:
@@ -879,10 +708,10 @@ def markdown(
     for row in rows:
         lines.append(
             f"| {row['arm']} | {row['game']} | {len(row['seeds'])} | "
-            f"{', '.join(_cell(score) for score in row['scores'])} | {_cell(row['median'])} | "
-            f"{_cell(row['published DQN'])} | {_cell(row['published AC(lambda)'])} | "
-            f"{row['steps'] / 1e6:.1f}M | {_cell(row['wall_s'] / 60)} min | "
-            f"{_cell(row['steps_per_s'], 0)} |"
+            f"{', '.join(format_cell(score) for score in row['scores'])} | {format_cell(row['median'])} | "
+            f"{format_cell(row['published DQN'])} | {format_cell(row['published AC(lambda)'])} | "
+            f"{row['steps'] / 1e6:.1f}M | {format_cell(row['wall_s'] / 60)} min | "
+            f"{format_cell(row['steps_per_s'], 0)} |"
         )
     lines += [
         "",
@@ -907,18 +736,19 @@ def markdown(
         for row in claim:
             small, large = row["arms"][row["small"]], row["arms"][row["large"]]
             seeds = "; ".join(
-                ", ".join(_cell(seed["return"]) for seed in arm["seeds"]) for arm in (small, large)
+                ", ".join(format_cell(seed["return"]) for seed in arm["seeds"])
+                for arm in (small, large)
             )
             verdict = {None: "not judged (under 3 seeds)", True: "yes", False: "**no**"}
             lines.append(
                 f"| {arm_name(row['algo'], 'preset')} | {row['game']} | "
                 f"{_batch_name(row['algo'], row['small'])} | "
                 f"{_batch_name(row['algo'], row['large'])} | {row['budget'] / 1e6:.1f}M | "
-                f"{seeds} | {_cell(small['return'])}, {_cell(large['return'])} | "
-                f"{_cell(small['mean_return'])}, {_cell(large['mean_return'])} | "
+                f"{seeds} | {format_cell(small['return'])}, {format_cell(large['return'])} | "
+                f"{format_cell(small['mean_return'])}, {format_cell(large['mean_return'])} | "
                 f"{verdict[row['holds']]} | "
-                f"{_cell(small['wall_s'], 0)} s, {_cell(large['wall_s'], 0)} s | "
-                f"{row['wall_s_ratio']:.2f}x | {_cell(row['small_return_at_large_wall_s'])} |"
+                f"{format_cell(small['wall_s'], 0)} s, {format_cell(large['wall_s'], 0)} s | "
+                f"{row['wall_s_ratio']:.2f}x | {format_cell(row['small_return_at_large_wall_s'])} |"
             )
     return "\n".join(lines) + "\n"
 

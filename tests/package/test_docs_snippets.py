@@ -369,6 +369,10 @@ COMMAND_RUNS = [
                 {"--total-timesteps 5000000": "--total-timesteps 256"},
             ),
             (
+                "vecaccel train ppo --env Hopper-v5",
+                {"--total-timesteps 1000000": "--total-timesteps 256"},
+            ),
+            (
                 "vecaccel train ppo --resume runs/ppo-cartpole",
                 {"--total-timesteps 200000": "--total-timesteps 1024"},
             ),

@@ -104,6 +104,11 @@ def eval_command(args: argparse.Namespace) -> int:
     from vecaccel.trainers.checkpoints.format import check_env_matches
     from vecaccel.trainers.envs.make import make_env_fn, parallel_env_spaces
 
+    try:
+        # a MuJoCo run evaluated where mujoco is missing: the extra, before any env is made
+        EnvSource.check_id(env_id)
+    except setup_errors() as exc:
+        return usage_error(exc)
     multi_agent = EnvSource.is_module_path(env_id)
     if args.video is not None:
         # before the env check below makes the first env: MuJoCo reads MUJOCO_GL when it loads

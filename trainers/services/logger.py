@@ -20,7 +20,7 @@ import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ __all__ = [
     "RunDirInUseError",
     "RunLogger",
     "check_run_dir",
+    "draw_learning_curve",
     "is_interactive",
     "mean_or_none",
     "plot_learning_curve",
@@ -568,18 +569,37 @@ def plot_learning_curve(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    smooth = _moving_average(values, max(1, len(values) // 50))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
-    for axis, xs, label in ((axes[0], steps, "environment steps"), (axes[1], times, "seconds")):
+    figure = draw_learning_curve(steps, times, values, key.split("/")[-1].replace("_", " "))
+    figure.suptitle(title or Path(csv_path).parent.name)
+    figure.savefig(png_path, dpi=110)
+    plt.close(figure)
+    return Path(png_path)
+
+
+def draw_learning_curve(
+    steps: Sequence[float], times: Sequence[float], values: Sequence[float], label: str
+) -> Any:
+    """The figure :func:`plot_learning_curve` saves: ``values`` (raw, thin, and a moving
+    average) against environment steps and against seconds; the caller closes it.
+
+    The step axis reads in engineering notation (``75k``, ``1.2M``) with at most 7 ticks:
+    matplotlib's default writes every digit (``125000``) and picks how many ticks from the
+    font size alone, so six-digit labels ran into each other.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import EngFormatter, MaxNLocator
+
+    smooth = _moving_average(list(values), max(1, len(values) // 50))
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.6), constrained_layout=True)
+    for axis, xs, name in ((axes[0], steps, "environment steps"), (axes[1], times, "seconds")):
         axis.plot(xs, values, alpha=0.3, linewidth=0.8, color="tab:blue")
         axis.plot(xs, smooth, linewidth=1.6, color="tab:blue")
-        axis.set_xlabel(label)
-        axis.set_ylabel(key.split("/")[-1].replace("_", " "))
+        axis.xaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+        axis.set_xlabel(name)
+        axis.set_ylabel(label)
         axis.grid(alpha=0.3)
-    fig.suptitle(title or Path(csv_path).parent.name)
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    return Path(png_path)
+    axes[0].xaxis.set_major_formatter(EngFormatter(sep=""))
+    return figure
 
 
 def _moving_average(values: list[float], window: int) -> list[float]:

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from vecaccel.envs.unknown_ids import uses_mujoco
+
 __all__ = [
     "HEADLESS_GL_LIBRARIES",
     "MIN_SHORT_SIDE",
@@ -276,25 +278,6 @@ def _loads(library: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def uses_mujoco(env_id: str) -> bool:
-    """Whether the registered Gymnasium id ``env_id`` is made by a MuJoCo module (its entry
-    point's module path names ``mujoco``, as Gymnasium's ``HalfCheetah-v5`` and the like do),
-    found without importing the env or MuJoCo. An id that is not registered gives False.
-    """
-    import gymnasium as gym
-
-    from vecaccel.manager import register_envs
-
-    register_envs()
-    try:
-        spec = gym.spec(env_id)
-    except Exception:  # noqa: BLE001 - an id Gymnasium cannot resolve names no MuJoCo env
-        return False
-    entry = spec.entry_point
-    module = entry if isinstance(entry, str) else getattr(entry, "__module__", "")
-    return "mujoco" in str(module).lower()
 
 
 def prepare_video_recording(env_id: str) -> str | None:

@@ -15,8 +15,9 @@ clock), :mod:`~vecaccel.bench.ceiling` (the processes that measure the ceiling),
 :mod:`~vecaccel.bench.sweep` (one run over backends, peers and ``num_envs``),
 :mod:`~vecaccel.bench.report` (table, machine, plot), :mod:`~vecaccel.bench.command` (the CLI),
 :mod:`~vecaccel.bench.record` (the run record and the one result format every benchmark
-writes) and :mod:`~vecaccel.bench.seeds` (one child process per run, for the learning
-benchmarks); :mod:`~vecaccel.bench.policy_loop` times a rollout loop with a torch policy in it,
+writes), :mod:`~vecaccel.bench.seeds` (one child process per run, for the learning
+benchmarks) and :mod:`~vecaccel.bench.learning` (what the learning benchmarks share: the return
+curve and its score, the median of races, rliable's interval, the plot of seeds); :mod:`~vecaccel.bench.policy_loop` times a rollout loop with a torch policy in it,
 on any backend, and :mod:`~vecaccel.bench.device_usage` records a device's peak memory and busy
 share meanwhile.
 

@@ -74,7 +74,7 @@ __all__ = [
 RESULT_FORMAT = 1
 
 #: Distributions whose versions a run record adds to :func:`~vecaccel.bench.machine_info`'s.
-RECORDED_VERSIONS: tuple[str, ...] = ("torch", "pettingzoo", "supersuit", "mpe2", "ray")
+RECORDED_VERSIONS: tuple[str, ...] = ("torch", "pettingzoo", "supersuit", "mpe2", "ray", "mujoco")
 
 
 def load_average() -> list[float] | None:

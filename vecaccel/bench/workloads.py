@@ -93,9 +93,14 @@ class BenchEnv:
     envpool_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-#: Gymnasium ids whose EnvPool task of the same name has the same dynamics and time limit.
+#: Gymnasium ids whose EnvPool task of the same name has the same dynamics and time limit
+#: (EnvPool's MuJoCo v5 tasks take Gymnasium v5's defaults: models, frame skips, rewards).
 _ENVPOOL_TWINS: dict[str, tuple[str, dict[str, Any]]] = {
     "CartPole-v1": ("CartPole-v1", {}),
+    **{
+        name: (name, {})
+        for name in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
+    },
 }
 
 #: EnvPool settings matching :func:`make_pong_env` (no life loss, raw rewards, no sticky actions).

@@ -39,7 +39,7 @@ from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.envs.env_fns import EnvCall, PrebuiltEnvFn, make_gym_env, make_pettingzoo_env
-from vecaccel.envs.unknown_ids import unknown_env_id_message
+from vecaccel.envs.unknown_ids import missing_package_message, unknown_env_id_message
 from vecaccel.manager import register_envs
 from vecaccel.vec_env import make_env, parse_autoreset_mode
 
@@ -209,6 +209,10 @@ class EnvSource(Sequence[Callable[[], Any]]):
             ValueError: ``unknown environment id ...``, with Gymnasium's close names and
                 :func:`~vecaccel.envs.unknown_ids.env_id_hint`'s sentence (the package a
                 namespace comes from, the namespaced id meant).
+            gymnasium.error.DependencyNotInstalled: the id is registered but its envs need a
+                package that is missing (``Hopper-v5`` without ``mujoco``); the message names
+                the vecaccel extra that installs it
+                (:func:`~vecaccel.envs.unknown_ids.missing_package_message`).
 
         Example:
             >>> EnvSource.check_id("CartPole-v1")
@@ -218,7 +222,14 @@ class EnvSource(Sequence[Callable[[], Any]]):
             ValueError: unknown environment id 'CartPol-v1': Environment `CartPol` doesn't exist. Did you mean: `CartPole`?
         """
         register_envs()  # the namespaces of installed plugin packages (ALE/, MinAtar/)
-        if env_id in gym.registry or EnvSource.is_module_path(env_id):
+        if env_id in gym.registry:
+            # Gymnasium registers its MuJoCo envs whether or not mujoco is installed: without
+            # this check every worker would fail to make its env, each with a traceback
+            missing = missing_package_message(env_id)
+            if missing is not None:
+                raise gym.error.DependencyNotInstalled(missing)
+            return
+        if EnvSource.is_module_path(env_id):
             return
         try:
             gym.spec(env_id)  # raises a helpful error with close matches

@@ -1,5 +1,7 @@
 """What to tell a user whose Gymnasium id does not resolve: the package a namespace comes from
-and the vecaccel extra that installs it, or the registered id they most likely meant.
+and the vecaccel extra that installs it, or the registered id they most likely meant; and for a
+registered id whose package is missing (Gymnasium registers its MuJoCo envs whether or not
+``mujoco`` is installed), the extra that installs it.
 
 Gymnasium's own messages already suggest a close name inside a namespace (``MinAtar/Breakot-v1``:
 did you mean ``Breakout``?) and a close namespace (``Minatar/...``: did you mean ``MinAtar``?).
@@ -12,6 +14,8 @@ Example:
     "the MinAtar namespace comes from the 'minatar' package, which is not installed: pip install 'vecaccel[minatar]'"
     >>> env_id_hint("CartPol-v1") is None
     True
+    >>> missing_package_message("Hopper-v5", installed=lambda module: False)
+    "Hopper-v5 is one of Gymnasium's MuJoCo envs and needs the 'mujoco' package, which is not installed: pip install 'vecaccel[mujoco]'"
 """
 
 from __future__ import annotations
@@ -23,11 +27,15 @@ from collections.abc import Callable
 from vecaccel.errors import closest_name
 
 __all__ = [
+    "ENTRY_POINT_PACKAGES",
     "NAMESPACE_PACKAGES",
+    "entry_point_module",
     "env_error_message",
     "env_id_hint",
+    "missing_package_message",
     "namespace_hint",
     "unknown_env_id_message",
+    "uses_mujoco",
 ]
 
 #: Gymnasium namespaces that an installable package registers: namespace -> (the module to
@@ -35,6 +43,13 @@ __all__ = [
 NAMESPACE_PACKAGES: dict[str, tuple[str, str, str]] = {
     "ALE": ("ale_py", "ale-py", "atari"),
     "MinAtar": ("minatar", "minatar", "minatar"),
+}
+
+#: Gymnasium's own envs that need a package Gymnasium does not install: the module path their
+#: entry points start with -> (what the envs are called, the module to import, the
+#: distribution to install, the vecaccel extra that brings it).
+ENTRY_POINT_PACKAGES: dict[str, tuple[str, str, str, str]] = {
+    "gymnasium.envs.mujoco.": ("Gymnasium's MuJoCo envs", "mujoco", "mujoco", "mujoco"),
 }
 
 
@@ -82,6 +97,67 @@ def env_id_hint(env_id: str, installed: Callable[[str], bool] = _installed) -> s
     }
     meant = closest_name(wanted, namespaced, cutoff=0.85)
     return None if meant is None else f"did you mean {meant!r}?"
+
+
+def entry_point_module(env_id: str) -> str | None:
+    """The module path of the entry point of the registered id ``env_id``, read from
+    Gymnasium's registry without importing the env; ``None`` for an id Gymnasium cannot
+    resolve.
+
+    Example:
+        >>> entry_point_module("HalfCheetah-v5")
+        'gymnasium.envs.mujoco.half_cheetah_v5'
+        >>> entry_point_module("NoSuchEnv-v0") is None
+        True
+    """
+    import gymnasium as gym
+
+    from vecaccel.manager import register_envs
+
+    register_envs()
+    try:
+        spec = gym.spec(env_id)
+    except Exception:  # noqa: BLE001 - any id Gymnasium cannot resolve has no entry point
+        return None
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        return entry.partition(":")[0]
+    return getattr(entry, "__module__", None)
+
+
+def uses_mujoco(env_id: str) -> bool:
+    """Whether the registered id ``env_id`` is made by a MuJoCo module (its entry point's
+    module path names ``mujoco``, as Gymnasium's ``HalfCheetah-v5`` and the like do), found
+    without importing the env or MuJoCo. An id that is not registered gives False.
+
+    Example:
+        >>> uses_mujoco("Hopper-v5"), uses_mujoco("CartPole-v1")
+        (True, False)
+    """
+    return "mujoco" in (entry_point_module(env_id) or "").lower()
+
+
+def missing_package_message(
+    env_id: str, installed: Callable[[str], bool] = _installed
+) -> str | None:
+    """The sentence for a registered ``env_id`` whose envs need a package of
+    :data:`ENTRY_POINT_PACKAGES` that is not installed, naming the extra that installs it;
+    ``None`` where nothing is missing.
+
+    Args:
+        env_id: a Gymnasium id.
+        installed: whether a module can be imported (a parameter for tests).
+    """
+    module_path = entry_point_module(env_id)
+    if module_path is None:
+        return None
+    for prefix, (envs, module, distribution, extra) in ENTRY_POINT_PACKAGES.items():
+        if (module_path + ".").startswith(prefix) and not installed(module):
+            return (
+                f"{env_id} is one of {envs} and needs the {distribution!r} package, which is "
+                f"not installed: pip install 'vecaccel[{extra}]'"
+            )
+    return None
 
 
 def unknown_env_id_message(env_id: str, error: BaseException) -> str:

@@ -289,18 +289,3 @@ def test_the_race_stops_every_arm_at_the_score(tmp_path):
     assert files == [f"{arm}-Breakout-score0-s1.json" for arm in arms]
     assert bench.main([*argv, "--out", str(tmp_path)]) == 0
     assert load_result(tmp_path / "minatar_race.json")["results"] == written["results"]
-
-
-def test_a_run_short_of_the_score_counts_as_the_slowest():
-    """The race's median with one run of three stopped short of the score is the slower of the
-    two that reached it; with two of three short, it is unknown."""
-    bench = load_benchmark("learning/minatar_games")
-
-    def run(seconds):
-        return {"reached": {"wall_s": seconds, "step": 1000 * seconds} if seconds else None}
-
-    assert bench._censored_median([run(388.0), run(None), run(166.0)], "wall_s") == 388.0
-    assert bench._censored_median([run(388.0), run(None), run(166.0)], "step") == 388_000.0
-    assert bench._censored_median([run(None), run(None), run(166.0)], "wall_s") is None
-    assert bench._censored_median([run(120.0), run(None)], "wall_s") is None
-    assert bench._censored_median([], "wall_s") is None

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 
+import numpy as np
+import pytest
 import torch
 
-from vecaccel.trainers.services.logger import RunLogger
+from vecaccel.trainers.services.logger import RunLogger, draw_learning_curve
 
 torch.set_num_threads(1)
 
@@ -50,3 +52,33 @@ def test_the_config_goes_to_tensorboard_as_hyperparameters_of_the_run_itself(tmp
     experiment = metadata.parse_experiment_plugin_data(content[metadata.EXPERIMENT_TAG])
     assert "charts/episodic_return" in {info.name.tag for info in experiment.metric_infos}
     assert accumulator.Scalars("charts/episodic_return")[0].value == 12.0
+
+
+@pytest.mark.parametrize("first_step", [2_048, 100_000], ids=["from-the-start", "resumed-at-100k"])
+def test_the_step_axis_of_a_curve_to_300k_reads_in_short_distinct_labels(first_step):
+    """Each tick of the step axis is a few characters in engineering notation (``150k``), none
+    repeated, and no two labels overlap on the saved figure's canvas."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.linspace(first_step, 300_000, 150)
+    figure = draw_learning_curve(steps, steps / 1_000, np.sqrt(steps), "episodic return")
+    try:
+        figure.canvas.draw()
+        axis = figure.axes[0]
+        low, high = axis.get_xlim()
+        shown = [
+            label for label in axis.get_xticklabels() if low <= label.get_position()[0] <= high
+        ]
+        texts = [label.get_text() for label in shown]
+        assert 3 <= len(texts) <= 7, texts
+        assert all(len(text) <= 5 for text in texts), texts
+        assert len(set(texts)) == len(texts), texts
+        assert "300k" in texts or "250k" in texts, texts
+        renderer = figure.canvas.get_renderer()
+        boxes = sorted((label.get_window_extent(renderer) for label in shown), key=lambda b: b.x0)
+        assert all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:])), texts
+    finally:
+        plt.close(figure)
