@@ -370,3 +370,19 @@ def test_train_and_eval_with_the_preset_on_the_command_line(tmp_path, capsys):
         rows = list(csv.DictReader(file))
     assert float(rows[-1]["charts/epsilon"]) == 1.0 and float(rows[-1]["losses/td_loss"]) > 0
     assert run_main(["eval", str(run_dir), "--episodes", "2"]) == 0
+
+
+def test_a_run_resumed_on_the_command_line_goes_on_to_its_new_budget(tmp_path):
+    run_dir = tmp_path / "run"
+    tiny = ["--env", "CartPole-v1", "--backend", "serial", "--num-envs", "2", "--num-steps", "8",
+            "--num-minibatches", "4", "--hidden-sizes", "16", "--no-progress", "--no-tensorboard",
+            "--device", "cpu", "--torch-threads", "1"]  # fmt: skip
+    assert (
+        run_main(["train", "pqn", *tiny, "--total-timesteps", "64", "--run-dir", str(run_dir)]) == 0
+    )
+    first = load_checkpoint(run_dir / "checkpoint.pt")
+    assert (first["global_step"], first["num_updates"]) == (64, 4)
+    assert run_main(["train", "pqn", "--resume", str(run_dir), "--total-timesteps", "128"]) == 0
+    resumed = load_checkpoint(run_dir / "checkpoint.pt")
+    assert (resumed["global_step"], resumed["num_updates"]) == (128, 8)
+    assert resumed["config"]["num_minibatches"] == 4 and resumed["algorithm"] == "pqn"
