@@ -1,4 +1,4 @@
-"""vecaccel's bundled trainers: A2C, PPO and the DQN family, on vecaccel's sampler.
+"""vecaccel's bundled trainers: A2C, PPO, the DQN family and PQN, on vecaccel's sampler.
 
 Each algorithm holds its config, networks, loss and ``update``; a runner owns the loop
 (:class:`SyncRunner`, or :class:`AsyncRunner` for ``--async``), the same for every one. The
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what checkers and editors see; at run time __getattr__ impo
     from vecaccel.trainers.algos.base import Algorithm
     from vecaccel.trainers.algos.dqn import C51, DQN, DQNConfig, Rainbow
     from vecaccel.trainers.algos.ppo import PPO, PPOConfig
+    from vecaccel.trainers.algos.pqn import PQN, PQNConfig
     from vecaccel.trainers.config.settings import RunConfig
     from vecaccel.trainers.runners.asynchronous.runner import AsyncRunner
     from vecaccel.trainers.runners.sync import SyncRunner
@@ -43,6 +44,8 @@ __all__ = [  # the registry's exports, written out for checkers (a test keeps th
     "DQNConfig",
     "PPO",
     "PPOConfig",
+    "PQN",
+    "PQNConfig",
     "Rainbow",
     "RunConfig",
     "SyncRunner",

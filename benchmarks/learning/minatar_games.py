@@ -14,7 +14,8 @@ its ``minatar`` preset (one setting for all five games); the other settings chan
 values:
 
 - ``preset``: the preset as it is (PPO 256 envs x 32 steps in 16 minibatches; the DQN family at
-  batch 512, C51 at 2,048, replay ratio 8; A2C 128 envs x 5 steps);
+  batch 512, C51 at 2,048, replay ratio 8; A2C 128 envs x 5 steps; PQN 128 envs x 32 steps, 2
+  epochs of 32 minibatches, purejaxql's);
 - ``envs16``, ``envs256`` and ``envs256-mb16`` (PPO): 16 or 256 envs in 4 minibatches, and 256
   in 16 (the preset's own split), the learning rate following the preset's ``sqrt`` rule: the
   batch-size claim, run at 2M frames since PPO anneals over its budget;
@@ -22,6 +23,9 @@ values:
   before it took 16 minibatches of 256 envs, in float32 and under bfloat16 autocast
   (``bf16="on"``, faster on CPUs with bf16 units: AMX, AVX512-BF16); each run file says which
   arithmetic it trained in (``bf16_in_force``);
+- ``envs32`` and ``envs512`` (PQN): 32 or 512 envs against the preset's 128, each rollout in
+  the preset's 32 minibatches (so minibatches of 32, 128 and 512) and at its learning rate,
+  which purejaxql does not scale with the batch: the batch-size claim at the same frames;
 - ``batch32``, ``batch512`` and ``batch2048`` (the DQN family): the training batch at the same
   replay ratio, the learning rate following the preset's ``sqrt`` rule from its batch-32 value;
   ``rr32``: MinAtar DQN's schedule in frames (replay ratio 32, the target every 1,000 frames);
@@ -47,6 +51,8 @@ Run (niced, in the background; a run of 5M frames takes 4 to 8 minutes for PPO a
 DQN on 2 CPU cores, by how fast the host is)::
 
     nice -n 19 python benchmarks/learning/minatar_games.py run --algos ppo --seeds 1 2 3
+    nice -n 19 python benchmarks/learning/minatar_games.py run --algos pqn --setting envs512 \
+        --games Breakout SpaceInvaders
     python benchmarks/learning/minatar_games.py report
     python benchmarks/learning/minatar_games.py race --game Breakout --score 15 \
         --arms vecaccel-fp32 sb3
@@ -98,13 +104,14 @@ from vecaccel.bench.learning import load_runs as load_run_files
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 RUNS = RESULTS / "minatar_runs"
 GAMES = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
-ALGOS = ("ppo", "dqn", "a2c", "c51", "rainbow")
+ALGOS = ("ppo", "dqn", "a2c", "c51", "rainbow", "pqn")
 PRESET_OF = {
     "a2c": "minatar",
     "ppo": "minatar",
     "dqn": "minatar-dqn",
     "c51": "minatar-c51",
     "rainbow": "minatar-rainbow",
+    "pqn": "minatar",
 }
 #: setting -> the config values it changes (``sb3`` runs SB3's PPO or DQN instead)
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -118,6 +125,9 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # in float32 and under bf16 autocast
     "envs128-mb4": {"num_envs": 128, "num_minibatches": 4},
     "envs128-mb4-bf16": {"num_envs": 128, "num_minibatches": 4, "bf16": "on"},
+    # PQN's batch-size claim: 32 and 512 envs against the preset's 128, in its 32 minibatches
+    "envs32": {"num_envs": 32},
+    "envs512": {"num_envs": 512},
     "batch32": {"batch_size": 32},
     "batch512": {"batch_size": 512},
     "batch2048": {"batch_size": 2048},
@@ -149,6 +159,8 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
     "envs256-mb16": ("ppo",),
     "envs128-mb4": ("ppo",),
     "envs128-mb4-bf16": ("ppo",),
+    "envs32": ("pqn",),
+    "envs512": ("pqn",),
     "sb3": ("ppo", "dqn"),
     "batch32": _OFF_POLICY,
     "batch512": _OFF_POLICY,
@@ -574,6 +586,7 @@ def aggregate(
 BATCH_CLAIM: dict[str, tuple[str, tuple[str, ...]]] = {
     "ppo": ("envs16", ("envs256", "envs256-mb16")),
     "dqn": ("batch32", ("preset", "batch2048")),
+    "pqn": ("envs32", ("preset", "envs512")),
 }
 BATCH_GAMES = ("Breakout", "SpaceInvaders")
 
@@ -754,11 +767,15 @@ def markdown(
 
 
 def _batch_name(algo: str, setting: str) -> str:
-    """A batch-size arm by what it changes: ``16 envs``, ``batch 512`` (the DQN preset)."""
+    """A batch-size arm by what it changes: ``16 envs``, ``batch 512 (preset)`` (the DQN
+    preset), ``128 envs (preset)`` (PQN's)."""
     if setting == "preset":
-        from vecaccel.trainers.config.presets import DQN_PRESETS
+        from vecaccel.trainers.config import registry
 
-        return f"batch {DQN_PRESETS[PRESET_OF[algo]]['batch_size']} (preset)"
+        preset = registry.get(algo).load_presets()[PRESET_OF[algo]]
+        if "batch_size" in preset:
+            return f"batch {preset['batch_size']} (preset)"
+        return f"{preset['num_envs']} envs (preset)"
     envs, _, minibatches = setting.removeprefix("envs").partition("-mb")
     if setting.startswith("batch"):
         return f"batch {setting.removeprefix('batch')}"
@@ -815,6 +832,9 @@ COMPARISONS = [
             ("dqn", "batch32"),
             ("dqn", "preset"),
             ("dqn", "batch2048"),
+            ("pqn", "envs32"),
+            ("pqn", "preset"),
+            ("pqn", "envs512"),
         ],
         "Large batches against small: the same frames, less wall-clock",
         True,

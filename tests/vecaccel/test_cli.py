@@ -239,7 +239,7 @@ def test_every_documented_command_has_working_help(capsys):
     for argv in (
         [], ["backends"], ["bench"], ["tune"], ["train"], ["eval"],
         ["train", "a2c"], ["train", "ppo"], ["train", "dqn"], ["train", "c51"],
-        ["train", "rainbow"],
+        ["train", "rainbow"], ["train", "pqn"],
     ):  # fmt: skip
         assert run_main([*argv, "--help"]) == 0, argv
     capsys.readouterr()

@@ -1,7 +1,7 @@
 """Every algorithm's named settings (presets), and which preset a run on an env id starts from.
 
-A preset is a dict of config values: :data:`PPO_PRESETS`, :data:`A2C_PRESETS` and
-:data:`DQN_PRESETS` (which DQN, C51 and Rainbow share). Which env ids each preset is made for
+A preset is a dict of config values: :data:`PPO_PRESETS`, :data:`A2C_PRESETS`,
+:data:`DQN_PRESETS` (which DQN, C51 and Rainbow share) and :data:`PQN_PRESETS`. Which env ids each preset is made for
 is part of each algorithm's entry in :mod:`vecaccel.trainers.config.registry` (``made_for``); a run on
 such an id that names no preset starts from it (``PPO("CartPole-v1")``, ``vecaccel train ppo
 --env CartPole-v1``). Explicit settings always win over a preset's, and ``preset=None``
@@ -37,6 +37,7 @@ __all__ = [
     "MINATAR",
     "NONE",
     "PPO_PRESETS",
+    "PQN_PRESETS",
     "apply_preset",
     "check_preset_fits",
     "preset_for_env",
@@ -340,6 +341,43 @@ DQN_PRESETS: dict[str, dict[str, Any]] = {
         batch_size=512,
         learning_rate=6.25e-5,
         adam_eps=1.5e-4,
+    ),
+}
+
+
+#: PQN's named settings: ``PQN(env, preset=NAME)`` and ``vecaccel train pqn --preset NAME``.
+#:
+#: ``minatar``: purejaxql's MinAtar setting, one for all five games, from
+#: ``purejaxql/config/alg/pqn_minatar.yaml`` (github.com/mttga/purejaxql, commit 47af6d7):
+#: ``NUM_ENVS`` 128, ``NUM_STEPS`` 32, ``NUM_EPOCHS`` 2, ``NUM_MINIBATCHES`` 32, ``LAMBDA``
+#: 0.65, ``GAMMA`` 0.99, ``LR`` 5e-4 with ``LR_LINEAR_DECAY``, ``MAX_GRAD_NORM`` 10,
+#: ``EPS_START`` 1, ``EPS_FINISH`` 0.05 and ``EPS_DECAY`` 0.1 (of the updates),
+#: ``NORM_TYPE`` layer_norm, ``EPS_TEST`` 0; and from its ``purejaxql/pqn_minatar.py``: RAdam,
+#: half the squared error as the loss, and the MinAtar network with a LayerNorm after the
+#: convolution and after the hidden layer. Its learning rate does not follow the batch size.
+PQN_PRESETS: dict[str, dict[str, Any]] = {
+    "minatar": dict(
+        env_id="MinAtar/Breakout-v0",
+        backend=_MINATAR_BACKEND,
+        num_envs=128,
+        num_steps=32,
+        update_epochs=2,
+        num_minibatches=32,
+        q_lambda=0.65,
+        gamma=0.99,
+        learning_rate=5e-4,
+        anneal_lr=True,
+        lr_scaling="none",
+        base_batch_size=4096,
+        max_grad_norm=10.0,
+        loss="mse",
+        start_epsilon=1.0,
+        end_epsilon=0.05,
+        exploration_fraction=0.1,
+        eval_epsilon=0.0,
+        layer_norm=True,
+        network="minatar",
+        bf16="off",  # float32, as the other MinAtar presets
     ),
 }
 

@@ -16,7 +16,7 @@ A new algorithm is one module (config dataclass, loss, ``update``, on a family's
 
 Example:
     >>> names()
-    ['a2c', 'ppo', 'dqn', 'c51', 'rainbow']
+    ['a2c', 'ppo', 'dqn', 'c51', 'rainbow', 'pqn']
     >>> get("ppo").summary
     'proximal policy optimization'
     >>> get("ppo").load_class().__name__, sorted(get("c51").load_presets())[:2]
@@ -175,6 +175,14 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
                 "minatar-rainbow": (MINATAR,),
             },
         ),
+        AlgorithmInfo(
+            "pqn",
+            f"{_ALGOS}.pqn:PQN",
+            f"{_ALGOS}.pqn:PQNConfig",
+            "parallelised Q-learning: lambda-returns of large rollouts, no replay or target network",
+            f"{_PRESETS}:PQN_PRESETS",
+            {"minatar": (MINATAR,)},
+        ),
     )
 }
 
@@ -216,8 +224,8 @@ def algorithms() -> dict[str, AlgorithmInfo]:
     ``vecaccel_register_algorithms`` registers, in registration order.
 
     Example:
-        >>> list(algorithms())[:5]
-        ['a2c', 'ppo', 'dqn', 'c51', 'rainbow']
+        >>> list(algorithms())[:6]
+        ['a2c', 'ppo', 'dqn', 'c51', 'rainbow', 'pqn']
     """
     from vecaccel import get_plugin_manager
 
@@ -241,7 +249,7 @@ def get(name: str) -> AlgorithmInfo:
         >>> get("ppo2")
         Traceback (most recent call last):
         ...
-        KeyError: "unknown algorithm 'ppo2'; did you mean 'ppo'? (algorithms: a2c, ppo, dqn, c51, rainbow)"
+        KeyError: "unknown algorithm 'ppo2'; did you mean 'ppo'? (algorithms: a2c, ppo, dqn, c51, rainbow, pqn)"
     """
     registered = algorithms()
     try:

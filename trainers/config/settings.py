@@ -214,8 +214,8 @@ def lr_scale(batch_size: int, base_batch_size: int, mode: str = "none") -> float
 
 
 def check_rollout_config(cfg: Any) -> None:
-    """Raise ``ValueError`` naming the field for an A2C/PPO config that cannot train (the
-    shared fields are checked by :class:`RunConfig`)."""
+    """Raise ``ValueError`` naming the field for a rollout algorithm's config (A2C, PPO, PQN)
+    that cannot train (the shared fields are checked by :class:`RunConfig`)."""
     positive = ["num_steps", "base_batch_size"]
     positive += [name for name in ("num_minibatches", "update_epochs") if hasattr(cfg, name)]
     for name in positive:
@@ -227,13 +227,13 @@ def check_rollout_config(cfg: Any) -> None:
             f"num_minibatches={cfg.num_minibatches} is more than the batch of num_envs x "
             f"num_steps = {cfg.num_envs * cfg.num_steps} transitions"
         )
-    if not 0.0 <= cfg.gamma <= 1.0 or not 0.0 <= cfg.gae_lambda <= 1.0:
-        raise ValueError(
-            f"gamma and gae_lambda must lie in [0, 1], got {cfg.gamma}, {cfg.gae_lambda}"
-        )
+    for name in ("gamma", "gae_lambda"):
+        if hasattr(cfg, name):
+            _check_real(cfg, name, lambda x: 0.0 <= x <= 1.0, "in [0, 1]")
     _check_real(cfg, "learning_rate", lambda x: x > 0, "a positive finite number")
-    _check_real(cfg, "ent_coef", lambda x: x >= 0, "a finite number >= 0")
-    _check_real(cfg, "vf_coef", lambda x: x >= 0, "a finite number >= 0")
+    for name in ("ent_coef", "vf_coef"):
+        if hasattr(cfg, name):
+            _check_real(cfg, name, lambda x: x >= 0, "a finite number >= 0")
     # inf is a clip that never bites; 0 would zero every gradient (there is no "off" value)
     _check_real(
         cfg, "max_grad_norm", lambda x: x > 0, "a positive number (inf: no clipping)", finite=False

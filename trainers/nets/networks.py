@@ -5,7 +5,9 @@ values), as in the baselines, SB3 and CleanRL. Image observations (uint8, ``[C, 
 scaled by 1/255 inside the network, so buffers stay uint8. Images laid out ``[H, W, C]`` (the
 renders PettingZoo envs such as pistonball observe) go to the same CNN, which reads them in
 place as NHWC. MinAtar's ``bool`` ``[10, 10, C]`` grids go to the MinAtar paper's network
-(:class:`MinAtarNet`), which turns them into float channels-first tensors on the device.
+(:class:`MinAtarNet`), which turns them into float channels-first tensors on the device. Every
+torso takes ``layer_norm``: a LayerNorm after each hidden layer, before its activation (PQN's
+networks, Gallici et al., 2025), over the channels at each position after a convolution.
 
 Example:
     >>> import gymnasium as gym, torch
@@ -30,6 +32,7 @@ from vecaccel.trainers.config.settings import NETWORKS
 
 __all__ = [
     "ActorCritic",
+    "ChannelLayerNorm",
     "MLP",
     "MinAtarNet",
     "NatureCNN",
@@ -47,6 +50,38 @@ def layer_init(layer: nn.Module, std: float = math.sqrt(2), bias: float = 0.0) -
     nn.init.orthogonal_(layer.weight, std)
     nn.init.constant_(layer.bias, bias)
     return layer
+
+
+#: the LayerNorms' epsilon: flax's, which purejaxql's PQN networks use (torch's default is 1e-5)
+LAYER_NORM_EPS = 1e-6
+
+
+class ChannelLayerNorm(nn.LayerNorm):
+    """LayerNorm over the channels of an ``[N, C, H, W]`` map, at each position on its own: what
+    a LayerNorm over the last axis does to an ``[N, H, W, C]`` one (flax's, after a convolution
+    in purejaxql's PQN networks).
+
+    Example:
+        >>> norm = ChannelLayerNorm(3)
+        >>> out = norm(torch.randn(2, 3, 5, 5))
+        >>> out.shape, bool(out.mean(dim=1).abs().max() < 1e-5)
+        (torch.Size([2, 3, 5, 5]), True)
+    """
+
+    def __init__(self, channels: int) -> None:
+        super().__init__(channels, eps=LAYER_NORM_EPS)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # a view either way: NHWC is the channels_last layout of NCHW
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+def _norm(layer_norm: bool, features: int, channels: bool = False) -> list[nn.Module]:
+    """The normalisation a torso puts after a layer of ``features`` outputs: none, or a
+    LayerNorm (over the channels of a convolution's map)."""
+    if not layer_norm:
+        return []
+    return [ChannelLayerNorm(features) if channels else nn.LayerNorm(features, eps=LAYER_NORM_EPS)]
 
 
 def bf16_autocast_helps(device: str | torch.device = "cpu") -> bool:
@@ -126,6 +161,8 @@ class NatureCNN(nn.Module):
         channels_last: keep the convolutions in NHWC memory format (faster on CPUs).
         bf16: run the torso under bfloat16 autocast; outputs are cast back to float32.
         channels_last_input: observations come as ``[N, H, W, C]`` (else ``[N, C, H, W]``).
+        layer_norm: a LayerNorm after each convolution (over its channels) and after the
+            linear layer, before their ReLUs.
     """
 
     def __init__(
@@ -136,21 +173,22 @@ class NatureCNN(nn.Module):
         channels_last: bool = False,
         bf16: bool = False,
         channels_last_input: bool = False,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
-        self.convs = nn.Sequential(
-            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-            nn.ReLU(),
-            nn.Flatten(),
-        )
+        layers: list[nn.Module] = []
+        channels = in_channels
+        for out, kernel, stride in ((32, 8, 4), (64, 4, 2), (64, 3, 1)):
+            layers += [layer_init(nn.Conv2d(channels, out, kernel, stride=stride))]
+            layers += [*_norm(layer_norm, out, channels=True), nn.ReLU()]
+            channels = out
+        self.convs = nn.Sequential(*layers, nn.Flatten())
         with torch.no_grad():
             flat = self.convs(torch.zeros(1, in_channels, height, width)).shape[1]
-        self.linear = nn.Sequential(layer_init(nn.Linear(flat, features)), nn.ReLU())
+        self.linear = nn.Sequential(
+            layer_init(nn.Linear(flat, features)), *_norm(layer_norm, features), nn.ReLU()
+        )
         self.out_features = features
         self.channels_last = channels_last
         self.bf16 = bf16
@@ -195,6 +233,8 @@ class MinAtarNet(nn.Module):
         features: output width (128 in the paper).
         channels_last_input: observations come as ``[N, H, W, C]`` (else ``[N, C, H, W]``).
         bf16: run the torso under bfloat16 autocast; outputs are cast back to float32.
+        layer_norm: a LayerNorm after the convolution (over its 16 channels, at each position)
+            and after the linear layer, before their ReLUs: purejaxql's PQN network for MinAtar.
 
     Example:
         >>> net = MinAtarNet(4)
@@ -209,14 +249,20 @@ class MinAtarNet(nn.Module):
         features: int = 128,
         channels_last_input: bool = True,
         bf16: bool = False,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
         self.conv = nn.Sequential(
-            layer_init(nn.Conv2d(in_channels, 16, 3, stride=1)), nn.ReLU(), nn.Flatten()
+            layer_init(nn.Conv2d(in_channels, 16, 3, stride=1)),
+            *_norm(layer_norm, 16, channels=True),
+            nn.ReLU(),
+            nn.Flatten(),
         )
         flat = 16 * (height - 2) * (width - 2)
-        self.linear = nn.Sequential(layer_init(nn.Linear(flat, features)), nn.ReLU())
+        self.linear = nn.Sequential(
+            layer_init(nn.Linear(flat, features)), *_norm(layer_norm, features), nn.ReLU()
+        )
         self.out_features = features
         self.channels_last_input = channels_last_input
         self.bf16 = bf16
@@ -240,10 +286,15 @@ class MLP(nn.Module):
         in_features: flattened observation size.
         hidden_sizes: widths of the hidden layers.
         activation: ``"tanh"`` or ``"relu"``.
+        layer_norm: a LayerNorm after each hidden layer, before its activation.
     """
 
     def __init__(
-        self, in_features: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"
+        self,
+        in_features: int,
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         activations = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -252,7 +303,8 @@ class MLP(nn.Module):
         layers: list[nn.Module] = [nn.Flatten()]
         width = in_features
         for size in hidden_sizes:
-            layers += [layer_init(nn.Linear(width, size)), activations[activation]()]
+            layers += [layer_init(nn.Linear(width, size)), *_norm(layer_norm, size)]
+            layers += [activations[activation]()]
             width = size
         self.body = nn.Sequential(*layers)
         self.out_features = width
@@ -268,9 +320,11 @@ def make_encoder(
     activation: str = "tanh",
     channels_last: bool = False,
     bf16: bool = False,
+    layer_norm: bool = False,
 ) -> nn.Module:
     """The torso ``network`` names (:data:`NETWORKS`); ``auto``: a Nature-CNN for uint8 images,
-    the MinAtar network for MinAtar's boolean ``[10, 10, C]`` grids, an MLP otherwise."""
+    the MinAtar network for MinAtar's boolean ``[10, 10, C]`` grids, an MLP otherwise;
+    ``layer_norm``: with a LayerNorm after each of its hidden layers."""
     check_observation_space(observation_space)
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
@@ -281,7 +335,7 @@ def make_encoder(
                 "the MinAtar network needs [H, W, C] grids of at least 3x3 (MinAtar's "
                 f"[10, 10, C]), got shape {shape}"
             )
-        return MinAtarNet(shape[2], (shape[0], shape[1]), bf16=bf16)
+        return MinAtarNet(shape[2], (shape[0], shape[1]), bf16=bf16, layer_norm=layer_norm)
     if network == "cnn" or (network == "auto" and _is_image_space(observation_space)):
         shape = observation_space.shape
         if shape is None or len(shape) != 3:
@@ -301,9 +355,10 @@ def make_encoder(
             channels_last=channels_last,
             bf16=bf16,
             channels_last_input=last,
+            layer_norm=layer_norm,
         )
     in_features = int(np.prod(observation_space.shape or (1,)))
-    return MLP(in_features, hidden_sizes, activation)
+    return MLP(in_features, hidden_sizes, activation, layer_norm)
 
 
 class TwinMLP(nn.Module):
@@ -509,6 +564,7 @@ class QNetwork(nn.Module):
             case ``forward`` returns logits of shape ``[N, num_actions, num_atoms]``.
         channels_last: NHWC convolutions.
         bf16: bfloat16 autocast in the convolutional torso (Nature CNN or MinAtar's).
+        layer_norm: a LayerNorm after each hidden layer of the torso (PQN's networks).
     """
 
     def __init__(
@@ -522,13 +578,14 @@ class QNetwork(nn.Module):
         num_atoms: int = 1,
         channels_last: bool = False,
         bf16: bool = False,
+        layer_norm: bool = False,
     ) -> None:
         super().__init__()
         self.num_actions = int(num_actions)
         self.num_atoms = int(num_atoms)
         self.dueling = dueling
         self.body = make_encoder(
-            observation_space, network, hidden_sizes, activation, channels_last, bf16
+            observation_space, network, hidden_sizes, activation, channels_last, bf16, layer_norm
         )
         width = self.body.out_features
         self.advantage_head = layer_init(nn.Linear(width, self.num_actions * self.num_atoms), 1.0)

@@ -222,6 +222,31 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
     assert bench.run_file(runs, "ppo", "Breakout", "preset", 1).stat().st_mtime_ns == stamp
 
 
+def test_pqn_runs_write_their_files_and_set_the_batch_claim(tmp_path):
+    """PQN's preset (one rollout of 128 envs x 32 steps) and its 32-env arm, trained for real
+    on a tiny budget: each writes its run file, and the report sets the two against each other
+    in the batch-size claim."""
+    bench = load_benchmark("learning/minatar_games")
+    runs = tmp_path / "runs"
+    common = ["--games", "Breakout", "--seeds", "1", "--steps", "256", "--runs", str(runs)]
+    assert bench.main(["run", "--algos", "pqn", *common]) == 0
+    assert bench.main(["run", "--algos", "pqn", "--setting", "envs32", *common]) == 0
+    for setting, envs in (("preset", 128), ("envs32", 32)):
+        written = json.loads(bench.run_file(runs, "pqn", "Breakout", setting, 1).read_text())
+        assert written["meta"]["env_id"] == "MinAtar/Breakout-v0"
+        assert written["meta"]["config"]["num_envs"] == envs
+        assert written["meta"]["config"]["num_minibatches"] == 32
+        assert written["summary"]["steps"] == envs * 32 and written["summary"]["episodes"] > 0
+    claim = bench.write_report(runs, tmp_path, "report")["summary"]["batch_claim"]
+    assert [(row["algo"], row["small"], row["large"]) for row in claim] == [
+        ("pqn", "envs32", "preset")
+    ]
+    assert (
+        "| PQN | Breakout | 32 envs | 128 envs (preset) |"
+        in (tmp_path / "minatar_games.md").read_text()
+    )
+
+
 def test_sb3_dqn_run_trains_with_the_preset_s_schedule(tmp_path):
     """SB3's DQN on the DQN preset's work, past its learning start, so gradient steps run: the
     run file records the replay ratio held (one step of 512 per 64-env vector step) and the
@@ -263,7 +288,10 @@ def test_settings_that_do_not_apply_are_refused():
                  ["--algos", "ppo", "--setting", "rr32"],
                  ["--algos", "c51", "--setting", "max-target"],
                  ["--algos", "rainbow", "--setting", "rmsprop"],
-                 ["--algos", "ppo", "--setting", "minatar-original"]):  # fmt: skip
+                 ["--algos", "ppo", "--setting", "minatar-original"],
+                 ["--algos", "ppo", "--setting", "envs512"],
+                 ["--algos", "pqn", "--setting", "envs16"],
+                 ["--algos", "pqn", "--setting", "batch512"]):  # fmt: skip
         with pytest.raises(SystemExit):
             bench.main(["run", *argv])
 

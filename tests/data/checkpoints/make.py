@@ -7,12 +7,15 @@ saved to ``version<N>/<algo>/checkpoint.pt`` (N: the layout version written);
 the checkpoint format: a change that stops them loading, or that changes what they predict,
 breaks checkpoints users already have. Fixtures of earlier versions are never rewritten.
 
-Run from the repository root: ``python tests/data/checkpoints/make.py``.
+Run from the repository root: ``python tests/data/checkpoints/make.py`` (every algorithm), or
+with the names of the algorithms to write (``python tests/data/checkpoints/make.py pqn``), which
+leaves the others' files as they are.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +37,24 @@ def fixed_observations() -> np.ndarray:
 
 def build(algo: str) -> Any:
     """A tiny agent of ``algo``, trained ``STEPS`` env steps."""
-    from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
+    from vecaccel.trainers import A2C, C51, DQN, PPO, PQN, Rainbow
 
     common = dict(backend="serial", seed=3, device="cpu", torch_threads=1, preset=None)
     if algo == "ppo":
         agent = PPO("CartPole-v1", num_envs=2, num_steps=32, hidden_sizes=(16, 16), **common)
     elif algo == "a2c":
         agent = A2C("CartPole-v1", num_envs=2, num_steps=8, hidden_sizes=(16, 16), **common)
+    elif algo == "pqn":
+        agent = PQN(
+            "CartPole-v1",
+            num_envs=2,
+            num_steps=16,
+            num_minibatches=4,
+            hidden_sizes=(16, 16),
+            progress=False,
+            tensorboard=False,
+            **common,
+        )
     else:
         cls = {"dqn": DQN, "c51": C51, "rainbow": Rainbow}[algo]
         agent = cls(
@@ -69,12 +83,18 @@ def counters(agent: Any) -> dict[str, int]:
     return {name: int(getattr(agent, name)) for name in names if hasattr(agent, name)}
 
 
-def main() -> None:
+ALGORITHMS = ("ppo", "a2c", "dqn", "c51", "rainbow", "pqn")
+
+
+def main(algorithms: tuple[str, ...] = ALGORITHMS) -> None:
     from vecaccel.trainers.checkpoints.writer import VERSION
 
+    unknown = sorted(set(algorithms) - set(ALGORITHMS))
+    if unknown:
+        raise SystemExit(f"no fixture for {', '.join(unknown)}; choose of {', '.join(ALGORITHMS)}")
     torch.set_num_threads(1)
     obs = fixed_observations()
-    for algo in ("ppo", "a2c", "dqn", "c51", "rainbow"):
+    for algo in algorithms:
         agent = build(algo)
         folder = HERE / f"version{VERSION}" / algo
         folder.mkdir(parents=True, exist_ok=True)
@@ -93,4 +113,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(tuple(sys.argv[1:]) or ALGORITHMS)

@@ -26,17 +26,20 @@ torch.set_num_threads(1)
 NAMES = registry.names()
 API = ("__init__", "learn", "predict", "save", "load")
 
-#: tiny runs of every algorithm on CartPole: on-policy 8-step batches of 2 envs, off-policy
-#: 2 envs updating from the 16th step
+#: tiny runs of every algorithm on CartPole: on-policy 8-step batches of 2 envs (PQN's in 4
+#: minibatches, its default 32 being more than the batch), off-policy 2 envs updating from the
+#: 16th step
 SETTINGS: dict[str, dict[str, Any]] = {
     "on_policy": dict(num_envs=2, num_steps=8),
     "off_policy": dict(num_envs=2, learning_starts=16, batch_size=8, buffer_size=500),
+    "pqn": dict(num_envs=2, num_steps=8, num_minibatches=4),
 }
 
 
 def make(name: str, **extra: Any) -> Algorithm:
     cls = registry.get(name).load_class()
-    settings = SETTINGS["on_policy" if issubclass(cls, OnPolicyAlgorithm) else "off_policy"]
+    family = "on_policy" if issubclass(cls, OnPolicyAlgorithm) else "off_policy"
+    settings = SETTINGS.get(name, SETTINGS[family])
     return cls(
         "CartPole-v1",
         backend="serial",
@@ -133,7 +136,7 @@ def test_predict_takes_sb3s_positional_form(name) -> None:
         agent.close()
 
 
-@pytest.mark.parametrize("name", ["a2c", "rainbow"])
+@pytest.mark.parametrize("name", ["a2c", "rainbow", "pqn"])
 def test_load_returns_the_class_and_takes_a_device(name, tmp_path) -> None:
     agent = make(name)
     try:
@@ -222,7 +225,7 @@ def sb3_recorder(stop_after_steps: int | None = None) -> Any:
     return Recorder()
 
 
-@pytest.mark.parametrize("name", ["a2c", "ppo", "dqn", "c51", "rainbow"])
+@pytest.mark.parametrize("name", ["a2c", "ppo", "dqn", "c51", "rainbow", "pqn"])
 def test_an_sb3_callback_is_called_where_sb3_calls_it(name) -> None:
     pytest.importorskip("stable_baselines3")
     callback = sb3_recorder()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
+from vecaccel.trainers import A2C, C51, DQN, PPO, PQN, Rainbow
 from vecaccel.trainers.checkpoints.format import CheckpointError, load_checkpoint, save_checkpoint
 from vecaccel.trainers.checkpoints.reader import read_checkpoint
 from vecaccel.trainers.checkpoints.writer import VERSION
@@ -24,15 +24,16 @@ from vecaccel.trainers.checkpoints.writer import VERSION
 torch.set_num_threads(1)
 
 FIXTURES = Path(__file__).parents[2] / "data" / "checkpoints"
-ALGORITHMS = ("ppo", "a2c", "dqn", "c51", "rainbow")
+ALGORITHMS = ("ppo", "a2c", "dqn", "c51", "rainbow", "pqn")
 FOLDERS = [FIXTURES / "version2" / algo for algo in ALGORITHMS]
-CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
+CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow, "pqn": PQN}
 
 
 def _agent_class(algo: str) -> type:
     from vecaccel import trainers
 
-    return getattr(trainers, {"ppo": "PPO", "a2c": "A2C", "dqn": "DQN"}.get(algo, algo.title()))
+    names = {"ppo": "PPO", "a2c": "A2C", "dqn": "DQN", "pqn": "PQN"}
+    return getattr(trainers, names.get(algo, algo.title()))
 
 
 def _folder_id(folder: Path) -> str:

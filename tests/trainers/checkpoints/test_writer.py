@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 import torch
 
-from vecaccel.trainers import A2C, C51, DQN, PPO, Rainbow
+from vecaccel.trainers import A2C, C51, DQN, PPO, PQN, Rainbow
 from vecaccel.trainers.checkpoints.format import load_checkpoint
 from vecaccel.trainers.checkpoints.writer import FORMAT, VERSION
 
 torch.set_num_threads(1)
 
 FIXTURES = Path(__file__).parents[2] / "data" / "checkpoints"
-CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
+CLASSES = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow, "pqn": PQN}
 HEADER = {
     "format",
     "version",

@@ -14,13 +14,13 @@ pytest.importorskip("torch")
 import vecaccel.trainers
 from vecaccel.cli import build_parser
 from vecaccel.trainers.config import registry
-from vecaccel.trainers.config.presets import ATARI, ENV_PRESETS, preset_for_env
+from vecaccel.trainers.config.presets import ATARI, ENV_PRESETS, MINATAR, preset_for_env
 
 NAMES = registry.names()
 
 
 def test_the_bundled_algorithms() -> None:
-    assert NAMES == ["a2c", "ppo", "dqn", "c51", "rainbow"]
+    assert NAMES == ["a2c", "ppo", "dqn", "c51", "rainbow", "pqn"]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -63,10 +63,12 @@ def test_the_command_line_offers_one_sub_command_per_entry_with_its_summary(caps
 
 def test_the_env_to_preset_map_is_the_registrys() -> None:
     assert ENV_PRESETS == {name: dict(registry.get(name).made_for) for name in NAMES}
+    # an id of each kind a preset may be made for
+    example = {ATARI: "ALE/Pong-v5", MINATAR: "MinAtar/Breakout-v0"}
     for name in NAMES:
-        first = next(iter(registry.get(name).made_for))
-        assert preset_for_env(name, "CartPole-v1") == first
-        assert ATARI in registry.get(name).made_for[preset_for_env(name, "ALE/Pong-v5")]
+        for preset, env_ids in registry.get(name).made_for.items():
+            for env_id in env_ids:
+                assert preset_for_env(name, example.get(env_id, env_id)) == preset, (name, env_id)
 
 
 def test_an_unknown_algorithm_names_the_known_ones() -> None:

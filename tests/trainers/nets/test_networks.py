@@ -130,3 +130,63 @@ def test_a_dict_observation_is_refused_naming_the_wrapper_that_flattens_it(cls):
         assert agent.envs.single_observation_space.shape == (8,)
     finally:
         agent.close()
+
+
+# -- LayerNorm ----------------------------------------------------------------------------------
+
+
+def test_channel_layer_norm_normalises_each_position_over_its_channels():
+    """As a LayerNorm over the last axis of the ``[N, H, W, C]`` map (flax's, in purejaxql),
+    on the ``[N, C, H, W]`` map torch's convolutions give, in either memory format."""
+    from vecaccel.trainers.nets.networks import ChannelLayerNorm
+
+    norm = ChannelLayerNorm(6)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 2.0)
+        norm.bias.uniform_(-1.0, 1.0)
+    x = torch.randn(3, 6, 5, 4, generator=torch.Generator().manual_seed(1))
+    reference = torch.nn.functional.layer_norm(
+        x.permute(0, 2, 3, 1), (6,), norm.weight, norm.bias, eps=norm.eps
+    ).permute(0, 3, 1, 2)
+    torch.testing.assert_close(norm(x), reference)
+    torch.testing.assert_close(norm(x.to(memory_format=torch.channels_last)), reference)
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "network", "norms"),
+    [
+        ((4,), torch.float32, "mlp", 2),  # after each of the two hidden layers
+        ((10, 10, 4), torch.bool, "minatar", 2),  # after the convolution and the hidden layer
+        ((4, 84, 84), torch.uint8, "cnn", 4),  # after each convolution and the hidden layer
+    ],
+)
+def test_layer_norm_goes_after_every_hidden_layer_and_leaves_the_plain_torsos_as_they_were(
+    shape, dtype, network, norms
+):
+    """``layer_norm=True`` adds a LayerNorm after each hidden layer of each torso, before its
+    activation; without it a torso's parameters keep their names, so saved checkpoints load."""
+    import gymnasium as gym
+    import numpy as np
+
+    from vecaccel.trainers.nets.networks import QNetwork
+
+    low, high, np_dtype = (0, 255, np.uint8) if dtype == torch.uint8 else (0, 1, np.float32)
+    if dtype == torch.bool:
+        np_dtype = np.bool_
+    space = gym.spaces.Box(low, high, shape, np_dtype)
+    plain = QNetwork(space, 3, network=network, hidden_sizes=(16, 8))
+    normed = QNetwork(space, 3, network=network, hidden_sizes=(16, 8), layer_norm=True)
+    layers = [m for m in normed.body.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(layers) == norms
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in plain.modules())
+    weights = {name for name in plain.state_dict() if not name.startswith("advantage_head")}
+    expected = {
+        "mlp": {"body.body.1.weight", "body.body.1.bias", "body.body.3.weight", "body.body.3.bias"},
+        "minatar": {"body.conv.0.weight", "body.conv.0.bias", "body.linear.0.weight",
+                    "body.linear.0.bias"},
+        "cnn": {f"body.convs.{i}.{p}" for i in (0, 2, 4) for p in ("weight", "bias")}
+        | {"body.linear.0.weight", "body.linear.0.bias"},
+    }[network]  # fmt: skip
+    assert weights == expected
+    obs = torch.zeros(2, *shape, dtype=dtype)
+    assert normed(obs).shape == plain(obs).shape == (2, 3)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vecaccel.trainers import A2C, C51, DQN, PPO, AsyncRunner, Rainbow, SyncRunner
+from vecaccel.trainers import A2C, C51, DQN, PPO, PQN, AsyncRunner, Rainbow, SyncRunner
 from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.off_policy import OffPolicyAlgorithm
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
@@ -26,7 +26,7 @@ OFF_POLICY = dict(
     v_max=20.0,
 )
 COMMON = dict(backend="serial", seed=0, device="cpu", torch_threads=1, tensorboard=False)
-ALGORITHMS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow}
+ALGORITHMS = {"ppo": PPO, "a2c": A2C, "dqn": DQN, "c51": C51, "rainbow": Rainbow, "pqn": PQN}
 
 
 def settings_of(algo: str) -> dict[str, Any]:
@@ -34,6 +34,8 @@ def settings_of(algo: str) -> dict[str, Any]:
     settings = ON_POLICY if issubclass(cls, OnPolicyAlgorithm) else OFF_POLICY
     if algo == "dqn":
         settings = {k: v for k, v in settings.items() if k not in ("num_atoms", "v_min", "v_max")}
+    if algo == "pqn":  # its default 32 minibatches would not fit the 16-step batch
+        settings = {**settings, "num_minibatches": 4}
     return {**settings, **COMMON}
 
 
@@ -48,7 +50,7 @@ def make_without_envs(algo: str, **extra: Any) -> Algorithm:
 
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_sync_runner_runs_every_algorithm(algo):
-    """``from vecaccel.trainers import SyncRunner`` runs each of the five algorithms (its twin,
+    """``from vecaccel.trainers import SyncRunner`` runs each of the six algorithms (its twin,
     AsyncRunner, in asynchronous/test_loop.py)."""
     agent = make(algo)
     try:
@@ -59,7 +61,7 @@ def test_sync_runner_runs_every_algorithm(algo):
         agent.close()
 
 
-@pytest.mark.parametrize("algo", ["a2c", "rainbow"])
+@pytest.mark.parametrize("algo", ["a2c", "rainbow", "pqn"])
 def test_learn_in_async_mode_is_the_async_runner(algo):
     agent = make_without_envs(algo)
     assert agent.learn(64, mode="async", context="fork") is agent

@@ -149,6 +149,7 @@ def _rollout(T: int, B: int, seed: int) -> Any:
         extras={
             "value": torch.randn(T, B, generator=g),
             "log_prob": -torch.rand(T, B, generator=g),
+            "max_q": torch.randn(T, B, generator=g),
         },
         next_obs=torch.randn(B, OBS_DIM, generator=g),
         final_obs=torch.zeros(0, OBS_DIM),
@@ -199,7 +200,7 @@ def _flat_grad(params: Any) -> np.ndarray:
     return torch.cat([p.grad.detach().reshape(-1) for p in params]).numpy().copy()
 
 
-# -- A2C / PPO: a 2-rank update equals one big-batch update ---------------------------------
+# -- A2C / PPO / PQN: a 2-rank update equals one big-batch update ---------------------------
 
 T_STEPS, ENVS = 4, 4
 
@@ -212,14 +213,22 @@ ON_POLICY = {
         lr_scaling="sqrt",
         base_batch_size=T_STEPS * ENVS // 2,
     ),
+    # one minibatch: the rows in order on every rank, as in the big batch
+    "pqn": dict(
+        num_minibatches=1,
+        update_epochs=2,
+        hidden_sizes=(16,),
+        lr_scaling="sqrt",
+        base_batch_size=T_STEPS * ENVS // 2,
+    ),
 }
 
 
 def _on_policy_agent(algo: str, num_envs: int, **extra: Any) -> Any:
-    from vecaccel.trainers import A2C, PPO
+    from vecaccel.trainers import A2C, PPO, PQN
 
     obs_space, act_space = _spaces()
-    cls = {"a2c": A2C, "ppo": PPO}[algo]
+    cls = {"a2c": A2C, "ppo": PPO, "pqn": PQN}[algo]
     return cls(
         None,
         env_id="CartPole-v1",

@@ -276,8 +276,9 @@ def test_presets_are_made_for_every_minatar_id_and_refused_elsewhere():
     for game in GAMES:
         for version in ("v0", "v1"):
             env_id = f"MinAtar/{game}-{version}"
-            assert [preset_for_env(a, env_id) for a in ("ppo", "a2c", "dqn", "c51", "rainbow")] == [
-                "minatar", "minatar", "minatar-dqn", "minatar-c51", "minatar-rainbow",
+            algos = ("ppo", "a2c", "dqn", "c51", "rainbow", "pqn")
+            assert [preset_for_env(a, env_id) for a in algos] == [
+                "minatar", "minatar", "minatar-dqn", "minatar-c51", "minatar-rainbow", "minatar",
             ]  # fmt: skip
     with pytest.raises(ValueError, match="'CartPole-v1' is not one: use the preset made for it"):
         check_preset_fits("ppo", "minatar", "CartPole-v1")
@@ -293,6 +294,7 @@ SMOKE = {
     "dqn": dict(num_envs=4, batch_size=32, learning_starts=64, buffer_size=2_000),
     "c51": dict(num_envs=4, batch_size=32, learning_starts=64, buffer_size=2_000),
     "rainbow": dict(num_envs=4, batch_size=32, learning_starts=64, buffer_size=2_000),
+    "pqn": dict(num_envs=8, num_steps=16, num_minibatches=4),
 }
 
 

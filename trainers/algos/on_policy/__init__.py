@@ -1,6 +1,7 @@
 """The on-policy family: its base (rollout storage, the policy-gradient update's shared step),
 its synchronous loop, its asynchronous rollout feed and the GAE advantages its algorithms
-learn from. The algorithms on it (A2C, PPO) are modules of :mod:`vecaccel.trainers.algos`.
+learn from. The algorithms on it (A2C, PPO, and PQN, whose model is a Q-network) are modules of
+:mod:`vecaccel.trainers.algos`.
 
 Example:
     >>> from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
@@ -8,6 +9,6 @@ Example:
     'vecaccel.trainers.algos.on_policy.base'
 """
 
-from vecaccel.trainers.algos.on_policy.base import OnPolicyAlgorithm, OnPolicyConfig
+from vecaccel.trainers.algos.on_policy.base import OnPolicyAlgorithm, OnPolicyConfig, RolloutConfig
 
-__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
+__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig", "RolloutConfig"]

@@ -1,6 +1,7 @@
-"""The on-policy side of A2C and PPO: their shared config, model, optimizer step and state.
+"""The on-policy side of A2C, PPO and PQN: their shared config, model, optimizer step and state.
 
-:class:`OnPolicyAlgorithm` holds an actor-critic model and its optimizer, builds the sampler that
+:class:`OnPolicyAlgorithm` holds a model (an actor-critic, or PQN's Q-network: :meth:`make_model
+<OnPolicyAlgorithm.make_model>`) and its optimizer, builds the sampler that
 collects ``[T, B]`` rollout batches, and predicts; it writes and reads its checkpoint section
 (model, optimizer, schedule). What one iteration is (collect a batch, anneal the learning rate,
 update) is its :class:`~vecaccel.trainers.algos.on_policy.loop.OnPolicyLoop` and, asynchronously,
@@ -26,7 +27,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -60,12 +61,13 @@ if TYPE_CHECKING:  # typing.Self is Python 3.11's
 
     from vecaccel.trainers.algos.training_loop import TrainingLoop
 
-__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
+__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig", "RolloutConfig"]
 
 
 @dataclass
-class OnPolicyConfig(RunConfig):
-    """The settings A2C and PPO share; each field's docstring is its ``--help`` text."""
+class RolloutConfig(RunConfig):
+    """The settings of every algorithm that learns from ``[T, B]`` rollouts on this base (A2C,
+    PPO, PQN); each field's docstring is its ``--help`` text."""
 
     checkpoint_every: int = 50
     """Updates between checkpoints written to run_dir/checkpoint.pt (0: only at the end)."""
@@ -88,14 +90,6 @@ class OnPolicyConfig(RunConfig):
     """Anneal the learning rate linearly to 0 over the run."""
     gamma: float = 0.99
     """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda (1: plain n-step returns)."""
-    norm_adv: bool = True
-    """Normalise advantages (per minibatch)."""
-    ent_coef: float = 0.01
-    """Entropy bonus coefficient."""
-    vf_coef: float = 0.5
-    """Value loss coefficient (the value loss is the mean squared error, as in SB3)."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip."""
 
@@ -117,15 +111,29 @@ class OnPolicyConfig(RunConfig):
         check_rollout_config(self)
 
 
+@dataclass
+class OnPolicyConfig(RolloutConfig):
+    """The settings A2C and PPO share: the rollout's, and those of an actor-critic's losses."""
+
+    gae_lambda: float = 0.95
+    """GAE lambda (1: plain n-step returns)."""
+    norm_adv: bool = True
+    """Normalise advantages (per minibatch)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    vf_coef: float = 0.5
+    """Value loss coefficient (the value loss is the mean squared error, as in SB3)."""
+
+
 class OnPolicyAlgorithm(Algorithm):
-    """Model, optimizer, sampler and checkpoints of A2C and PPO; the loop is the runner's.
+    """Model, optimizer, sampler and checkpoints of A2C, PPO and PQN; the loop is the runner's.
 
     Built as every algorithm is (:class:`~vecaccel.trainers.algos.base.Algorithm`):
     ``PPO(env, *, preset="auto", **config)``. With ``env=None`` and no spaces given, one env
     of ``env_id`` is made to read them.
     """
 
-    config_cls: type = OnPolicyConfig
+    config_cls: ClassVar[type] = OnPolicyConfig
     config: Any
 
     def config_values(
@@ -148,11 +156,7 @@ class OnPolicyAlgorithm(Algorithm):
         observation_space: gym.Space[Any] | None,
         action_space: gym.Space[Any] | None,
     ) -> None:
-        from vecaccel.trainers.nets.networks import (
-            ActorCritic,
-            check_observation_space,
-            use_bf16,
-        )
+        from vecaccel.trainers.nets.networks import check_observation_space
 
         cfg = self.config
         self.sampler: Any = None
@@ -173,15 +177,7 @@ class OnPolicyAlgorithm(Algorithm):
         try:
             check_tensor_spaces(type(self).__name__, observation_space, action_space)
             check_observation_space(observation_space)
-            self.model = ActorCritic(
-                observation_space,
-                action_space,
-                network=cfg.network,
-                hidden_sizes=tuple(cfg.hidden_sizes),
-                activation=cfg.activation,
-                channels_last=cfg.channels_last,
-                bf16=use_bf16(cfg.bf16, self.device, observation_space),
-            ).to(self.device)
+            self.model = self.make_model(observation_space, action_space).to(self.device)
             # the effective batch of an update is the sum of every rank's batch; a PettingZoo
             # env's num_envs counts envs, each one row per agent
             rows = cfg.num_envs * agents_per_env(cfg.env_id)
@@ -207,6 +203,23 @@ class OnPolicyAlgorithm(Algorithm):
             raise
 
     # -- what each algorithm provides -----------------------------------------------------------
+
+    def make_model(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Any:
+        """The model the sampler acts with and the losses train, for these single-env spaces:
+        an :class:`~vecaccel.trainers.nets.networks.ActorCritic` (A2C, PPO) unless the
+        algorithm learns another (PQN: a Q-network)."""
+        from vecaccel.trainers.nets.networks import ActorCritic, use_bf16
+
+        cfg = self.config
+        return ActorCritic(
+            observation_space,
+            action_space,
+            network=cfg.network,
+            hidden_sizes=tuple(cfg.hidden_sizes),
+            activation=cfg.activation,
+            channels_last=cfg.channels_last,
+            bf16=use_bf16(cfg.bf16, self.device, observation_space),
+        )
 
     @abc.abstractmethod
     def make_optimizer(self, learning_rate: float) -> Any:
@@ -462,7 +475,7 @@ class OnPolicyAlgorithm(Algorithm):
 
         tensor = torch.as_tensor(obs, device=self.device)
         self.model.eval()
-        actions = self.model.act(tensor, deterministic=deterministic).cpu().numpy()
+        actions: np.ndarray = self.model.act(tensor, deterministic=deterministic).cpu().numpy()
         if self.action_start:
             actions = actions + self.action_start
         space = self.action_space
