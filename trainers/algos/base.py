@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -59,7 +58,7 @@ if TYPE_CHECKING:  # typing.Self is Python 3.11's
 
     from vecaccel.trainers.algos.training_loop import TrainingLoop
 
-__all__ = ["Algorithm", "Callback", "call_callback"]
+__all__ = ["Algorithm", "Callback"]
 
 #: ``callback(agent, metrics)``, called by the runner after every iteration of its loop (see
 #: :mod:`vecaccel.trainers.runners.callbacks`); returning ``False`` stops training.
@@ -662,26 +661,3 @@ class Algorithm(abc.ABC):
         if self.envs is not None and self.owns_envs:
             self.envs.close()
         self.envs = None
-
-
-def call_callback(callback: Callback, agent: Algorithm, metrics: dict[str, Any]) -> bool:
-    """Call ``callback(agent, metrics)`` (or ``callback(agent)`` for a one-parameter callable);
-    whether training goes on."""
-    if _takes_one_argument(callback):
-        return callback(agent) is not False
-    return callback(agent, metrics) is not False
-
-
-def _takes_one_argument(callback: Callback) -> bool:
-    try:
-        parameters = list(inspect.signature(callback).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
-        return False
-    positional = [
-        p
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    return len(positional) == 1
