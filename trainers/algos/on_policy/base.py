@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # typing.Self is Python 3.11's
 
     from vecaccel.trainers.algos.training_loop import TrainingLoop
 
-__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig"]
+__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig", "scale_rollout_rewards"]
 
 
 @dataclass
@@ -174,6 +174,7 @@ class OnPolicyAlgorithm(Algorithm):
         try:
             check_tensor_spaces(type(self).__name__, observation_space, action_space)
             check_observation_space(observation_space)
+            self.build_normalizer(observation_space)
             self.model = ActorCritic(
                 observation_space,
                 action_space,
@@ -283,7 +284,7 @@ class OnPolicyAlgorithm(Algorithm):
         import vecaccel
 
         self.sampler = vecaccel.Sampler(
-            self.envs,
+            self.training_envs(),
             self.sampler_policy(),
             horizon=self.config.num_steps,
             device=self.device,
@@ -502,6 +503,20 @@ class _ShiftedDiscretePolicy:
     def __call__(self, obs: Any) -> tuple[Any, Any]:
         actions, extras = self.model(obs)
         return actions + self.start, extras
+
+
+def scale_rollout_rewards(normalizer: Any, batch: Any) -> None:
+    """Scale the rewards of the sampler batch ``batch`` in place, row after row as the envs
+    stepped (see :meth:`Normalizer.scale_rewards
+    <vecaccel.trainers.nets.normalization.Normalizer.scale_rewards>`); nothing without reward
+    normalisation. The episodes the sampler counted keep the env's own rewards."""
+    if normalizer is None or normalizer.returns is None:
+        return
+    import torch
+
+    done = (batch.terminated | batch.truncated).cpu().numpy()
+    scaled = normalizer.scale_reward_rows(batch.rewards.cpu().numpy(), done)
+    batch.rewards.copy_(torch.from_numpy(scaled))
 
 
 def _has_mode_dependent_layers(model: Any) -> bool:
