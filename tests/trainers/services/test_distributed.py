@@ -57,7 +57,15 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
 #: another by one launch of two ranks (starting torchrun and two ranks that import torch costs
 #: more than most of these runs). The second fixed-lag run gets a launch of its own: the two
 #: repeat exactly although one follows other runs in its process and the other runs first.
-SHARED_RUNS = ("ppo:128", "dqn:128", "ppo-async:128", "dqn-async:2000", "dqn-async:1000:fixed-lag")
+SHARED_RUNS = (
+    "ppo:128",
+    "dqn:128",
+    "ppo-async:128",
+    "dqn-async:2000",
+    "dqn-async:1000:fixed-lag",
+    "ppo:128:norm",
+    "ppo-async:128:norm",
+)
 
 
 def _run_worker(tmp_path: Path, *runs: str) -> dict:
@@ -328,6 +336,20 @@ def test_async_ppo_two_ranks_identical_parameters(shared_runs: dict) -> None:
     assert first == second
     assert result["updates"] == 4 and result["global_step"] == 128
     assert result["local_steps"] == [64.0, 64.0]
+
+
+@pytest.mark.parametrize("spec", ["ppo:128:norm", "ppo-async:128:norm"])
+def test_two_ranks_end_with_the_same_normalisation_statistics(spec: str, shared_runs: dict) -> None:
+    """Each rank counts its own envs' observations and returns; merged after every batch (by
+    the optimiser, from what an async rank's sampler handed over), both ranks hold the same
+    statistics of every env step of the run, bit for bit, and train the same parameters."""
+    result = shared_runs[spec]
+    first, second = result["normalization"]
+    assert first == second
+    observations, returns = first[:9], first[9:]  # CartPole: 4 means, 4 variances, a count
+    assert observations[-1] == returns[-1] == result["global_step"] == 128
+    assert not np.allclose(observations[:4], 0.0) and returns[1] != 1.0
+    assert result["checksums"][0] == result["checksums"][1]
 
 
 @pytest.mark.parametrize("victim", ["sampler", "rank"])
