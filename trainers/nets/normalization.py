@@ -380,7 +380,7 @@ class Normalizer:
             saved = state.get(key)
             if stats is None or saved is None:
                 continue
-            mean = np.asarray(saved["mean"], dtype=np.float64)
+            mean = _as_float64(saved["mean"])
             if tuple(mean.shape) != stats.shape:
                 raise ValueError(
                     f"the saved {key} normalisation statistics have shape {tuple(mean.shape)}, "
@@ -388,13 +388,21 @@ class Normalizer:
                     "another env"
                 )
             stats.data[: stats.size] = mean.reshape(-1)
-            stats.data[stats.size : 2 * stats.size] = np.asarray(saved["var"]).reshape(-1)
+            stats.data[stats.size : 2 * stats.size] = _as_float64(saved["var"]).reshape(-1)
             stats.data[-1] = float(saved["count"])
 
     def __repr__(self) -> str:
         fields = dataclasses.asdict(self.settings)
         shown = ", ".join(f"{key}={value}" for key, value in fields.items())
         return f"Normalizer({shown}, mode={self.mode!r})"
+
+
+def _as_float64(value: Any) -> np.ndarray:
+    """A saved tensor (on whichever device the checkpoint was loaded to) as a float64 array."""
+    detach = getattr(value, "detach", None)
+    if detach is not None:
+        value = detach().cpu().numpy()
+    return np.asarray(value, dtype=np.float64)
 
 
 def make_normalizer(
