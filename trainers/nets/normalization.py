@@ -194,7 +194,8 @@ class Normalizer:
         self.settings = settings
         self.observation_space = observation_space
         self.mode: Mode = mode
-        self.dtype = np.dtype(getattr(observation_space, "dtype", None) or np.float32)
+        dtype = getattr(observation_space, "dtype", None)
+        self.dtype = np.dtype(np.float32 if dtype is None else dtype)
         self.obs: RunningMeanStd | None = None
         self.returns: RunningMeanStd | None = None
         if settings.norm_obs:

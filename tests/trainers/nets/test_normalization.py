@@ -56,6 +56,8 @@ def test_observations_are_centred_scaled_and_clipped_in_the_spaces_dtype() -> No
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, np.clip((probe - mean) / std, -2.0, 2.0), rtol=1e-6)
     assert out[0, 1] == 2.0  # (50 - 20) / 10 = 3, clipped
+    wide = Normalizer(NormalizationSettings(norm_obs=True), gym.spaces.Box(-1, 1, (3,), np.float64))
+    assert wide.normalize_obs(probe).dtype == np.float64
 
 
 @settings(max_examples=40, deadline=None)
