@@ -487,6 +487,11 @@ NOT_RUN_COMMANDS = [
     ("docs/training.md", "ALE/Breakout-v5", "an Atari run of the large-batch preset"),
     (
         "docs/training.md",
+        "--env Pendulum-v1 --norm-obs --norm-reward",
+        "a learning run; tests/trainers/cli/test_flags.py trains with these flags",
+    ),
+    (
+        "docs/training.md",
         "--eval-every 10000 --eval-episodes 10",
         "a learning run; tests/trainers/cli/test_commands_config.py trains with these flags",
     ),

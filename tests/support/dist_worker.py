@@ -6,9 +6,11 @@ gathers every rank's parameter checksum and step counts and writes them (rank 0)
 after a few, with the sampler's pid in ``RUN_DIR/sampler-pid-RANK``) and keeps training until
 killed (for the dead-rank and dead-sampler tests).
 
-With ``--train ALGO:STEPS[:fixed-lag]`` (repeated) the ranks train one agent after another in the
-same process group, each seeded as when it runs alone, and ``--out`` gets ``{SPEC: result}`` (a
-spec given again: ``SPEC#2``, ...): one launch of torch and the ranks for several checks.
+With ``--train ALGO:STEPS[:fixed-lag|:norm]`` (repeated) the ranks train one agent after another in
+the same process group, each seeded as when it runs alone, and ``--out`` gets ``{SPEC: result}`` (a
+spec given again: ``SPEC#2``, ...): one launch of torch and the ranks for several checks. ``:norm``
+trains ``ppo`` or ``ppo-async`` with normalised observations and rewards, and the result holds every
+rank's statistics.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def _watch_sampler(sampler_pid_file: Path, pid_file: Path, agent: Any) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def train(algo: str, total_timesteps: int, fixed_lag: bool, hold: bool, out: Path) -> dict | None:
+def train(
+    algo: str, total_timesteps: int, fixed_lag: bool, hold: bool, out: Path, norm: bool = False
+) -> dict | None:
     """Train one agent on every rank; rank 0 returns what the test checks (others ``None``)."""
     import torch.distributed as dist
 
@@ -61,6 +65,7 @@ def train(algo: str, total_timesteps: int, fixed_lag: bool, hold: bool, out: Pat
             pid_file.write_text(str(os.getpid()))
 
     common: dict[str, Any] = dict(backend="serial", seed=3, torch_threads=1)
+    normalization: dict[str, Any] = dict(norm_obs=True, norm_reward=True) if norm else {}
     extra: dict[str, Any] = {}
     if algo == "ppo":
         from vecaccel.trainers import PPO
@@ -74,6 +79,7 @@ def train(algo: str, total_timesteps: int, fixed_lag: bool, hold: bool, out: Pat
             lr_scaling="linear",
             base_batch_size=16,
             **common,
+            **normalization,
         )
         model = agent.model
         agent.learn(total_timesteps, callback=lambda a, m: mark())
@@ -121,7 +127,7 @@ def train(algo: str, total_timesteps: int, fixed_lag: bool, hold: bool, out: Pat
 
         agent = PPO(
             None, env_id="CartPole-v1", num_envs=2, num_steps=8, num_minibatches=2,
-            update_epochs=2, **common,
+            update_epochs=2, **common, **normalization,
         )  # fmt: skip
         model = agent.model
         AsyncRunner(agent).run(total_timesteps)
@@ -155,6 +161,11 @@ def train(algo: str, total_timesteps: int, fixed_lag: bool, hold: bool, out: Pat
     )
     gathered = [torch.zeros_like(mine) for _ in range(distributed.world_size())]
     dist.all_gather(gathered, mine)
+    if agent.normalizer is not None:  # every rank's statistics, for the test to compare
+        statistics = torch.cat(agent.normalizer.tensors())
+        ranks = [torch.zeros_like(statistics) for _ in range(distributed.world_size())]
+        dist.all_gather(ranks, statistics)
+        extra["normalization"] = [rank_statistics.tolist() for rank_statistics in ranks]
     result = None
     if rank == 0:
         rows = [g.tolist() for g in gathered]
@@ -186,7 +197,7 @@ def main() -> None:
     parser.add_argument(  # (not --run: torchrun would take it for its --run-path)
         "--train",
         action="append",
-        metavar="ALGO:STEPS[:fixed-lag]",
+        metavar="ALGO:STEPS[:fixed-lag|:norm]",
         help="train these one after another instead (--algo, --total-timesteps, --fixed-lag unused)",
     )
     args = parser.parse_args()
@@ -197,12 +208,13 @@ def main() -> None:
         results = {}
         for spec in args.train:
             algo, steps, *option = spec.split(":")
-            if algo not in ALGOS or option not in ([], ["fixed-lag"]):
-                parser.error(f"--train {spec}: not ALGO:STEPS[:fixed-lag]")
+            if algo not in ALGOS or option not in ([], ["fixed-lag"], ["norm"]):
+                parser.error(f"--train {spec}: not ALGO:STEPS[:fixed-lag|:norm]")
+            fixed_lag, norm = option == ["fixed-lag"], option == ["norm"]
             # a spec given again is a repeat: its result is kept under SPEC#2, SPEC#3, ...
             repeat = sum(key.split("#")[0] == spec for key in results)
             key = f"{spec}#{repeat + 1}" if repeat else spec
-            results[key] = train(algo, int(steps), bool(option), False, args.out)
+            results[key] = train(algo, int(steps), fixed_lag, False, args.out, norm)
         if int(os.environ["RANK"]) == 0:
             args.out.write_text(json.dumps(results))
     else:

@@ -299,6 +299,28 @@ class NanRewardEnv(gym.Env):
         return np.zeros(2, np.float32), reward, False, self.t >= 10, {}
 
 
+class NanObsEnv(gym.Env):
+    """Observes its step count in both entries, NaN in the second at its ``nan_at``-th step."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, nan_at: int = 20) -> None:
+        self.nan_at = nan_at
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        obs = np.full(2, self.steps, np.float32)
+        if self.steps == self.nan_at:
+            obs[1] = np.nan
+        return obs, 1.0, False, False, {}
+
+
 # -- envs for the SB3 adapter -----------------------------------------------------------------
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +42,8 @@ from vecaccel.trainers.checkpoints.writer import save_agent, write_run_checkpoin
 from vecaccel.trainers.config.presets import AUTO
 from vecaccel.trainers.config.settings import RunConfig, resolve_device, unknown_settings_message
 from vecaccel.trainers.envs.make import action_start, make_envs_for_config
+from vecaccel.trainers.envs.normalized import normalized_envs
+from vecaccel.trainers.nets.normalization import Normalizer, make_normalizer
 from vecaccel.trainers.services import distributed
 from vecaccel.trainers.services.logger import is_interactive
 from vecaccel.trainers.services.seeding import get_rng_state, seed_everything, split_seed
@@ -59,7 +60,7 @@ if TYPE_CHECKING:  # typing.Self is Python 3.11's
 
     from vecaccel.trainers.algos.training_loop import TrainingLoop
 
-__all__ = ["Algorithm", "Callback", "call_callback"]
+__all__ = ["Algorithm", "Callback"]
 
 #: ``callback(agent, metrics)``, called by the runner after every iteration of its loop (see
 #: :mod:`vecaccel.trainers.runners.callbacks`); returning ``False`` stops training.
@@ -81,6 +82,9 @@ class Algorithm(abc.ABC):
         target_steps: the step total of the run in progress, or ``None`` before one.
         logger: the :class:`~vecaccel.trainers.services.logger.RunLogger` of the last run, if any.
         elapsed_before: seconds of training before this process took over (a resumed run).
+        normalizer: the observation and reward normalisation of ``norm_obs`` and
+            ``norm_reward`` (a :class:`~vecaccel.trainers.nets.normalization.Normalizer`; ``None``
+            when both are off), whose statistics are saved and loaded with the agent.
         async_run: whether the asynchronous runner trained this agent last; with
             ``async_options`` it is saved in checkpoints, so that a resumed run goes on alike.
     """
@@ -213,6 +217,8 @@ class Algorithm(abc.ABC):
         self.elapsed_before = 0.0
         self.async_run = False
         self.async_options: dict[str, Any] = {}
+        self.normalizer: Normalizer | None = None  # made with the spaces
+        self._training_envs: Any = None
         #: the periodic evaluations of this agent's runs: ``(step, eval/... metrics)``
         self.evaluations: list[tuple[int, dict[str, float]]] = []
         self.best_eval_reward: float | None = None
@@ -277,6 +283,17 @@ class Algorithm(abc.ABC):
         ``backend_options`` (which win over ``options``), ``SameStep`` autoreset unless the
         config says otherwise (batched simulators: ``NextStep``, their only mode)."""
         return make_envs_for_config(self.config, env_id, **options)
+
+    def build_normalizer(self, observation_space: gym.Space[Any]) -> None:
+        """Make the normaliser the config asks for (``norm_obs``, ``norm_reward``), for the
+        single-env ``observation_space``: statistics of the run like the weights, synced over
+        the ranks (see :mod:`vecaccel.trainers.nets.normalization`)."""
+        self.normalizer = make_normalizer(self.config, observation_space, self.world_size)
+
+    def training_envs(self) -> Any:
+        """``envs`` as training steps them: behind the normalisation when it is on."""
+        self._training_envs = normalized_envs(self.envs, self.normalizer, self._training_envs)
+        return self._training_envs
 
     def restart_seed(self) -> int:
         """The seed a restart point resets the envs with: a function of the run's seed and
@@ -585,7 +602,9 @@ class Algorithm(abc.ABC):
         episode_start: Any = None,
         deterministic: bool = False,
     ) -> tuple[np.ndarray, None]:
-        """Actions for one observation or a batch with a leading env axis, as SB3's ``predict``.
+        """Actions for one observation or a batch with a leading env axis, as SB3's ``predict``;
+        with ``norm_obs`` the observations are normalised by the run's statistics first (which
+        predicting never changes).
 
         Args:
             observation: one observation, or a batch of them.
@@ -601,7 +620,10 @@ class Algorithm(abc.ABC):
         obs = np.asarray(observation)
         shape = getattr(self.observation_space, "shape", None)
         single = shape is not None and obs.shape == tuple(shape)
-        actions = self.act_for_predict(obs[None] if single else obs, bool(deterministic))
+        batch = obs[None] if single else obs
+        if self.normalizer is not None:  # with the statistics as they are, counting nothing
+            batch = self.normalizer.normalize_obs(batch)
+        actions = self.act_for_predict(batch, bool(deterministic))
         return (actions[0] if single else actions), None
 
     @abc.abstractmethod
@@ -668,26 +690,3 @@ class Algorithm(abc.ABC):
         if self.envs is not None and self.owns_envs:
             self.envs.close()
         self.envs = None
-
-
-def call_callback(callback: Callback, agent: Algorithm, metrics: dict[str, Any]) -> bool:
-    """Call ``callback(agent, metrics)`` (or ``callback(agent)`` for a one-parameter callable);
-    whether training goes on."""
-    if _takes_one_argument(callback):
-        return callback(agent) is not False
-    return callback(agent, metrics) is not False
-
-
-def _takes_one_argument(callback: Callback) -> bool:
-    try:
-        parameters = list(inspect.signature(callback).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
-        return False
-    positional = [
-        p
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    return len(positional) == 1

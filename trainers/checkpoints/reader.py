@@ -99,7 +99,14 @@ def recorded_config(state: dict[str, Any], overrides: dict[str, Any]) -> dict[st
 
 
 def restore_header(agent: Any, state: dict[str, Any]) -> None:
-    """Restore the counters, the best evaluation and the run mode every family saves."""
+    """Restore the counters, the best evaluation and the run mode every family saves, and the
+    normalisation statistics into the agent's normaliser (built for its observation space)
+    where both exist.
+
+    Raises:
+        CheckpointError: the saved observation statistics do not have the shape of the
+            agent's observations (both shapes in the message).
+    """
     agent.global_step = int(state["global_step"])
     agent.num_updates = int(state["num_updates"])
     target = state["target_steps"]
@@ -109,3 +116,9 @@ def restore_header(agent: Any, state: dict[str, Any]) -> None:
     agent.best_eval_reward = None if best is None else float(best)
     agent.async_run = bool(state.get("async", False))
     agent.async_options = dict(state.get("async_options", {}))
+    saved, normalizer = state.get("normalization"), getattr(agent, "normalizer", None)
+    if saved is not None and normalizer is not None:
+        try:
+            normalizer.load_state_dict(saved)
+        except ValueError as exc:
+            raise CheckpointError(f"cannot restore the checkpoint's normalisation: {exc}") from exc

@@ -13,7 +13,10 @@ A checkpoint is one dict of plain data (``weights_only`` loadable) in the checks
   resumed run replaces ``best.pt`` only with a better agent;
 - ``rng`` (rank 0's torch, NumPy and Python states) and, from a run on several ranks that
   gathered them, ``rank_rng`` (every rank's); ``async`` and ``async_options`` (how the run
-  trained, so that a resume goes on alike).
+  trained, so that a resume goes on alike);
+- ``normalization``, in a checkpoint of a run that normalises observations or rewards: the
+  running statistics (``Normalizer.state_dict``: ``obs`` and ``returns``, each ``mean``,
+  ``var`` and ``count``), which a loaded agent predicts and trains on with.
 
 Then one section, the family's (``Algorithm.checkpoint_section``, under
 ``Algorithm.checkpoint_key``):
@@ -93,6 +96,9 @@ def checkpoint_state(
     }
     if rank_rng is not None:
         state["rank_rng"] = rank_rng
+    normalizer = getattr(agent, "normalizer", None)
+    if normalizer is not None:
+        state["normalization"] = normalizer.state_dict()
     return state
 
 

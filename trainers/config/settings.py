@@ -85,6 +85,21 @@ class RunConfig:
     reset_envs_at_checkpoint: bool = True
     """Reset the envs with a derived seed at each periodic checkpoint, so that a run resumed from
     it is bit-identical on CPU to one never interrupted (the running episodes are cut short)."""
+    norm_obs: bool = False
+    """Normalise observations by their running mean and variance, updated from every env's
+    observations in the trainer's process, saved with the agent and applied by predict and
+    eval (SB3's VecNormalize; floating-point Box observations only)."""
+    norm_reward: bool = False
+    """Divide rewards by the running standard deviation of the discounted return (SB3's
+    VecNormalize); the logged episodic returns stay the env's own."""
+    clip_obs: float = 10.0
+    """Bound of a normalised observation (with norm_obs)."""
+    clip_reward: float = 10.0
+    """Bound of a scaled reward (with norm_reward)."""
+    norm_gamma: float | None = None
+    """Discount of the return whose variance scales the rewards (None: the algorithm's gamma)."""
+    norm_epsilon: float = 1e-8
+    """Added to the running variances before their square root (norm_obs, norm_reward)."""
     log_every_steps: int = 0
     """Env steps between metric rows (0: every update); a row is also written when an episode
     ended and at the end."""
@@ -128,6 +143,21 @@ class RunConfig:
                 raise ValueError(f"{name} must be {expected}, got {value!r}")
         self._check_env_settings()
         self._check_tracking()
+        self._check_normalization()
+
+    def _check_normalization(self) -> None:
+        for name in ("norm_obs", "norm_reward"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        _check_real(
+            self, "clip_obs", lambda x: x > 0, "a positive number (inf: no clipping)", False
+        )
+        _check_real(
+            self, "clip_reward", lambda x: x > 0, "a positive number (inf: no clipping)", False
+        )
+        _check_real(self, "norm_epsilon", lambda x: x > 0, "a positive finite number")
+        if self.norm_gamma is not None:
+            _check_real(self, "norm_gamma", lambda x: 0 <= x <= 1, "None or a number in [0, 1]")
 
     def _check_tracking(self) -> None:
         if not isinstance(self.track, (bool, np.bool_)):

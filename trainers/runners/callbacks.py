@@ -40,12 +40,13 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
-from vecaccel.trainers.algos.base import call_callback
+from vecaccel.trainers.algos.base import Algorithm, Callback
 
-__all__ = ["CALLBACK_KEYS", "Callbacks", "is_sb3_callback"]
+__all__ = ["CALLBACK_KEYS", "Callbacks", "call_callback", "is_sb3_callback"]
 
 #: The keys of every callback's ``metrics``, for every algorithm (a value is ``None`` where
 #: there is nothing to report, an episode return when no episode ended in the iteration, say).
@@ -143,3 +144,26 @@ class Callbacks:
         """When the run has ended without an error."""
         if self.sb3 is not None:
             self.sb3.on_training_end()
+
+
+def call_callback(callback: Callback, agent: Algorithm, metrics: dict[str, Any]) -> bool:
+    """Call ``callback(agent, metrics)`` (or ``callback(agent)`` for a one-parameter callable);
+    whether training goes on."""
+    if _takes_one_argument(callback):
+        return callback(agent) is not False
+    return callback(agent, metrics) is not False
+
+
+def _takes_one_argument(callback: Callback) -> bool:
+    try:
+        parameters = list(inspect.signature(callback).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        return False
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    return len(positional) == 1

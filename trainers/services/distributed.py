@@ -43,6 +43,7 @@ __all__ = [
     "MethodDDP",
     "all_reduce_any",
     "all_reduce_mean",
+    "all_reduce_moments",
     "barrier",
     "cleanup",
     "init_from_env",
@@ -266,6 +267,58 @@ def all_reduce_mean(values: Sequence[float], device: Any = "cpu") -> list[float]
     tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=device)
     _dist().all_reduce(tensor)
     return (tensor / world_size()).tolist()
+
+
+def all_reduce_moments(
+    moments: Sequence[tuple[float, Any, Any]], device: Any = "cpu"
+) -> list[tuple[float, Any, Any]]:
+    """Every rank's moments merged: for each ``(count, mean, var)`` of ``moments`` (a
+    population variance, NumPy arrays of any shape), the count, mean and variance of the
+    samples of all ranks together; every rank must call it with the same shapes, and all get
+    the same result (identity without a process group).
+
+    Two all-reduces in float64 carry the parallel-variance merge (Chan et al.): the counts and
+    count-weighted sums give the common mean, then each rank's sum of squared deviations about
+    it (``count * var + count * (mean - common)**2``) adds up to the whole ``M2``.
+
+    Example:
+        >>> import numpy as np
+        >>> all_reduce_moments([(2.0, np.array([1.0]), np.array([0.25]))])
+        [(2.0, array([1.]), array([0.25]))]
+    """
+    import numpy as np
+
+    if not is_distributed():
+        return [(float(n), np.asarray(m), np.asarray(v)) for n, m, v in moments]
+    import torch
+
+    counts = [float(n) for n, _, _ in moments]
+    means = [np.asarray(m, dtype=np.float64) for _, m, _ in moments]
+    variances = [np.asarray(v, dtype=np.float64) for _, _, v in moments]
+    sums = np.concatenate([np.concatenate(([n], n * m.ravel())) for n, m in zip(counts, means)])
+    first = torch.from_numpy(sums).to(device)
+    _dist().all_reduce(first)
+    reduced = first.cpu().numpy()
+    totals, common, at = [], [], 0
+    for mean in means:
+        total = float(reduced[at])
+        totals.append(total)
+        summed = reduced[at + 1 : at + 1 + mean.size].reshape(mean.shape)
+        common.append(summed / total if total > 0 else np.zeros_like(mean))
+        at += 1 + mean.size
+    squares = [
+        (n * v + n * np.square(m - c)).ravel() if n > 0 else np.zeros(m.size)
+        for n, m, v, c in zip(counts, means, variances, common)
+    ]
+    second = torch.from_numpy(np.concatenate(squares)).to(device)
+    _dist().all_reduce(second)
+    whole = second.cpu().numpy()
+    out, at = [], 0
+    for total, mean in zip(totals, common):
+        m2 = whole[at : at + mean.size].reshape(mean.shape)
+        out.append((total, mean, m2 / total if total > 0 else np.ones_like(mean)))
+        at += mean.size
+    return out
 
 
 def all_gather_object(obj: Any) -> list[Any]:

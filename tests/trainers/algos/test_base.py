@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from toy_envs import NanRewardEnv
+from toy_envs import NanObsEnv, NanRewardEnv
 
 import vecaccel
 from vecaccel.trainers import A2C, PPO
@@ -19,6 +19,7 @@ from vecaccel.trainers.algos.base import Algorithm
 from vecaccel.trainers.algos.on_policy import OnPolicyAlgorithm
 from vecaccel.trainers.checkpoints.format import load_checkpoint
 from vecaccel.trainers.config import registry
+from vecaccel.trainers.nets.normalization import NonFiniteInputError
 from vecaccel.trainers.runners.callbacks import CALLBACK_KEYS
 
 torch.set_num_threads(1)
@@ -134,6 +135,82 @@ def test_predict_takes_sb3s_positional_form(name) -> None:
         assert np.ndim(single) == 0 and single == actions[0]
     finally:
         agent.close()
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_a_loaded_agent_predicts_with_the_saved_normalisation(name, tmp_path) -> None:
+    """The statistics come with the model: a loaded agent acts on the observations normalised
+    as the trained one did, and predicting counts nothing."""
+    agent = make(name, norm_obs=True, norm_reward=True)
+    obs = np.random.default_rng(0).normal(0.0, 2.0, (6, 4)).astype(np.float32)
+    try:
+        agent.learn(64)
+        assert agent.normalizer.obs.count == agent.normalizer.returns.count == 64
+        expected, _ = agent.predict(obs, deterministic=True)
+        path = agent.save(tmp_path / "agent.pt")
+    finally:
+        agent.close()
+    loaded = type(agent).load(path)
+    saved = agent.normalizer.state_dict()
+    np.testing.assert_array_equal(loaded.normalizer.obs.data, agent.normalizer.obs.data)
+    np.testing.assert_array_equal(loaded.normalizer.returns.data, agent.normalizer.returns.data)
+    actions, _ = loaded.predict(obs, deterministic=True)
+    np.testing.assert_array_equal(actions, expected)
+    normalized = loaded.normalizer.normalize_obs(obs)
+    assert not np.allclose(normalized, obs)
+    np.testing.assert_array_equal(actions, loaded.act_for_predict(normalized, True))
+    single, _ = loaded.predict(obs[0], deterministic=True)
+    assert single == expected[0]
+    assert torch.equal(loaded.normalizer.state_dict()["obs"]["mean"], saved["obs"]["mean"])
+    assert loaded.normalizer.obs.count == 64  # predicting counted nothing
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_rewards_are_learnt_scaled_while_the_logged_returns_stay_the_envs_own(name) -> None:
+    """CartPole pays 1 a step: with scaled rewards the rollouts (the replay buffer) hold other
+    values, while each logged episodic return is still its episode's length."""
+    agent = make(name, norm_reward=True, log_every_steps=0)
+    learnt: list[np.ndarray] = []
+    update = agent.update
+
+    def keep_rewards(batch, *args):
+        if isinstance(agent, OnPolicyAlgorithm):
+            learnt.append(batch.rewards.detach().cpu().numpy().copy())
+        return update(batch, *args)
+
+    agent.update = keep_rewards  # type: ignore[method-assign]
+    try:
+        agent.learn(400)
+        rows = [row for row in agent.logger.history if row.get("charts/episodic_return")]
+        if not isinstance(agent, OnPolicyAlgorithm):
+            stored = agent.buffer.arrays["rewards"]
+            learnt.append(stored[stored != 0])  # CartPole's scaled rewards: never 0
+    finally:
+        agent.close()
+    assert rows, "no episode ended"
+    for row in rows:
+        assert row["charts/episodic_return"] == pytest.approx(row["charts/episodic_length"])
+    rewards = np.concatenate([r.reshape(-1) for r in learnt])
+    assert len(rewards) and not np.allclose(rewards, 1.0)
+    assert np.all(np.abs(rewards) <= agent.config.clip_reward)
+
+
+@pytest.mark.parametrize("name", ["ppo", "dqn"])
+def test_a_nan_observation_stops_the_run_naming_the_env_before_it_is_counted(name) -> None:
+    import functools
+
+    env_fns = [NanObsEnv, functools.partial(NanObsEnv, nan_at=5)]
+    envs = vecaccel.make_vec(env_fns, backend="serial", autoreset_mode="SameStep")
+    cls = registry.get(name).load_class()
+    settings = SETTINGS["on_policy" if issubclass(cls, OnPolicyAlgorithm) else "off_policy"]
+    agent = cls(envs, norm_obs=True, seed=0, progress=False, tensorboard=False, **settings)
+    try:
+        with pytest.raises(NonFiniteInputError, match="env 1 returned a non-finite observation"):
+            agent.learn(64)
+        assert agent.normalizer.obs.count == 2 * 4  # the four steps before it, every env
+        assert np.isfinite(agent.normalizer.obs.data).all()
+    finally:
+        envs.close()
 
 
 @pytest.mark.parametrize("name", ["a2c", "rainbow", "pqn"])

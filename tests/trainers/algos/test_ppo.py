@@ -51,6 +51,37 @@ def test_atari_cnn_smoke():
     assert state is None and np.asarray(actions).shape == ()
 
 
+def test_pendulum_trains_with_normalised_observations_and_rewards():
+    """A few thousand steps of Gaussian PPO on Pendulum, both normalisations on: the
+    statistics count every env's step and move off their start, and the rollouts hold
+    observations and rewards within their bounds."""
+    agent = PPO("Pendulum-v1", backend="serial", num_envs=4, num_steps=64, num_minibatches=4,
+                update_epochs=2, norm_obs=True, norm_reward=True, clip_obs=5.0, seed=0,
+                torch_threads=1, progress=False, tensorboard=False)  # fmt: skip
+    batches = []
+    update = agent.update
+
+    def keep(batch, progress_remaining=1.0):
+        batches.append((batch.obs.clone(), batch.rewards.clone()))
+        return update(batch, progress_remaining)
+
+    agent.update = keep  # type: ignore[method-assign]
+    try:
+        agent.learn(2048)
+    finally:
+        agent.close()
+    normalizer = agent.normalizer
+    assert agent.num_updates == 8 and len(batches) == 8
+    assert normalizer.obs.count == normalizer.returns.count == 2048
+    # cos, sin and angular velocity: not the zero mean and unit variance they started from
+    assert not np.allclose(normalizer.obs.mean, 0.0) and not np.allclose(normalizer.obs.var, 1.0)
+    assert normalizer.returns.var > 1.0  # returns of rewards down to -16 a step
+    obs = torch.cat([o for o, _ in batches])
+    rewards = torch.cat([r for _, r in batches])
+    assert float(obs.abs().max()) <= 5.0 and float(rewards.abs().max()) <= 10.0
+    assert all(np.isfinite(p.detach().numpy()).all() for p in agent.model.parameters())
+
+
 # -- learning -----------------------------------------------------------------------------------
 
 

@@ -137,3 +137,18 @@ def test_earlier_spellings_in_saved_checkpoints_are_read(tmp_path):
     assert read_checkpoint(path)["config"]["bf16"] == "on"
     assert "async_weight_sync_period" not in read_checkpoint(path)["config"]
     assert DQN.load(path).config.bf16 == "on"
+
+
+@pytest.mark.parametrize("cls", [PPO, DQN], ids=["on-policy", "off-policy"])
+def test_statistics_of_another_observation_shape_are_refused_naming_both(cls, tmp_path):
+    agent = cls("CartPole-v1", backend="serial", num_envs=2, norm_obs=True, torch_threads=1)
+    try:
+        path = agent.save(tmp_path / "agent.pt")
+    finally:
+        agent.close()
+    state = load_checkpoint(path)
+    for key in ("mean", "var"):  # statistics made for an env of three observations
+        state["normalization"]["obs"][key] = torch.zeros(3, dtype=torch.float64)
+    save_checkpoint(path, state)
+    with pytest.raises(CheckpointError, match=r"shape \(3,\).*shape \(4,\)"):
+        cls.load(path)

@@ -84,6 +84,29 @@ def test_a_checkpoint_is_one_header_and_its_family_section(cls, tmp_path):
     assert other not in state
 
 
+@pytest.mark.parametrize("cls", [PPO, DQN], ids=["on-policy", "off-policy"])
+def test_a_normalising_agents_header_holds_its_statistics(cls, tmp_path):
+    agent = _agent(cls, OBSERVATION_SPACES["box-float"])
+    plain = load_checkpoint(agent.save(tmp_path / "plain.pt"))
+    assert "normalization" not in plain  # normalisation off: the header of before
+    normalizing = cls(
+        None,
+        observation_space=OBSERVATION_SPACES["box-float"],
+        action_space=gym.spaces.Discrete(3),
+        preset=None,
+        norm_obs=True,
+        norm_reward=True,
+    )
+    normalizing.normalizer.observe_obs(np.arange(10.0, dtype=np.float32).reshape(2, 5))
+    normalizing.normalizer.scale_rewards(np.array([1.0, 3.0]), np.zeros(2, bool))
+    state = load_checkpoint(normalizing.save(tmp_path / "normalized.pt"))
+    saved = state["normalization"]
+    assert set(state) == HEADER | {"normalization", cls.checkpoint_key}
+    assert saved["obs"]["mean"].tolist() == [2.5, 3.5, 4.5, 5.5, 6.5]
+    assert saved["obs"]["count"] == 2.0 and saved["returns"]["count"] == 2.0
+    assert saved["returns"]["var"].item() == 1.0  # of the returns 1 and 3
+
+
 def _parameters(agent) -> list[torch.Tensor]:
     network = agent.model if agent.checkpoint_key == "on_policy" else agent.q_network
     return [p.detach().clone() for p in network.parameters()]

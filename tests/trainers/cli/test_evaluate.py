@@ -1,4 +1,5 @@
-"""``vecaccel eval --stochastic`` samples for every algorithm, and says how it acted."""
+"""``vecaccel eval --stochastic`` samples for every algorithm, and says how it acted; an agent
+trained with normalised observations is evaluated with its statistics, which stay as they are."""
 
 from __future__ import annotations
 
@@ -52,6 +53,48 @@ def test_epsilon_must_be_a_probability(capsys: pytest.CaptureFixture[str]) -> No
     with pytest.raises(SystemExit):
         main(["eval", str(FIXTURES / "dqn"), "--stochastic", "--epsilon", "1.5"])
     assert "must be from 0 to 1" in capsys.readouterr().err
+
+
+def test_eval_normalises_with_the_saved_statistics_and_counts_nothing(tmp_path, capsys) -> None:
+    import gymnasium as gym
+    import numpy as np
+
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.cli.evaluate import evaluate_agent
+
+    agent = PPO("Pendulum-v1", backend="serial", num_envs=2, num_steps=64, norm_obs=True,
+                norm_reward=True, torch_threads=1, seed=0)  # fmt: skip
+    agent.learn(256)
+    agent.save(tmp_path / "run" / "checkpoint.pt")
+    agent.close()
+    loaded = PPO.load(tmp_path / "run")
+    statistics = [loaded.normalizer.obs.data.copy(), loaded.normalizer.returns.data.copy()]
+    returns, _ = evaluate_agent(loaded, "Pendulum-v1", episodes=2, seed=0)
+
+    def play(normalize: bool) -> list[float]:
+        env, totals = gym.make("Pendulum-v1"), []
+        for episode in range(2):
+            obs, _ = env.reset(seed=episode)
+            total, done = 0.0, False
+            while not done:
+                batch = obs[None]
+                if normalize:
+                    batch = loaded.normalizer.normalize_obs(batch)
+                action = loaded.act_for_predict(batch, deterministic=True)[0]
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            totals.append(total)
+        env.close()
+        return totals
+
+    assert returns == play(normalize=True) and returns != play(normalize=False)
+    # frozen: the observations evaluated on are not counted, and no reward is scaled
+    np.testing.assert_array_equal(loaded.normalizer.obs.data, statistics[0])
+    np.testing.assert_array_equal(loaded.normalizer.returns.data, statistics[1])
+    line = evaluate(capsys, str(tmp_path / "run"), "--seed", "0")
+    mean = np.mean(evaluate_agent(PPO.load(tmp_path / "run"), "Pendulum-v1", episodes=4)[0])
+    assert f"return {mean:.2f} " in line
 
 
 def _numbers(line: str) -> list[str]:

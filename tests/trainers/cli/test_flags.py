@@ -1,5 +1,6 @@
 """``vecaccel train --backend-option KEY=VALUE``: parsed as ``vecaccel bench -o`` values are,
-kept in the run's config (and so by ``--resume``), checked before the run starts."""
+kept in the run's config (and so by ``--resume``), checked before the run starts; the
+normalisation flags, kept alike with the statistics."""
 
 from __future__ import annotations
 
@@ -72,6 +73,23 @@ def test_options_reach_the_backend_and_survive_resume(tmp_path):
     assert train("ppo", "--resume", str(run_dir), "--total-timesteps", "96") == 0
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["global_step"] == 96 and state["config"]["backend_options"] == options
+
+
+def test_normalisation_flags_reach_the_config_and_resume_goes_on_counting(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [*TINY_PPO, "--backend", "serial", "--run-dir", str(run_dir), "--norm-obs"]
+    argv += ["--norm-reward", "--clip-obs", "5", "--clip-reward", "2.5", "--norm-gamma", "0.9"]
+    assert train("ppo", *argv, "--total-timesteps", "64") == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    config = state["config"]
+    assert config["norm_obs"] is config["norm_reward"] is True
+    assert (config["clip_obs"], config["clip_reward"], config["norm_gamma"]) == (5.0, 2.5, 0.9)
+    assert config["norm_epsilon"] == 1e-8
+    assert state["normalization"]["obs"]["count"] == 64.0
+    assert train("ppo", "--resume", str(run_dir), "--total-timesteps", "96") == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["normalization"]["obs"]["count"] == state["normalization"]["returns"]["count"]
+    assert state["normalization"]["obs"]["count"] == 96.0
 
 
 def test_a_misspelled_option_exits_2_suggesting_the_name(tmp_path, capsys):

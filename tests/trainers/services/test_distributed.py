@@ -58,7 +58,16 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
 #: more than most of these runs). The fixed-lag run comes first and again last: the two must
 #: repeat exactly although one runs first in its process and the other follows other runs.
 FIXED_LAG = "dqn-async:1000:fixed-lag"
-SHARED_RUNS = (FIXED_LAG, "ppo:128", "dqn:128", "ppo-async:128", "dqn-async:2000", FIXED_LAG)
+SHARED_RUNS = (
+    FIXED_LAG,
+    "ppo:128",
+    "dqn:128",
+    "ppo-async:128",
+    "dqn-async:2000",
+    "ppo:128:norm",
+    "ppo-async:128:norm",
+    FIXED_LAG,
+)
 
 
 def _run_worker(tmp_path: Path, *runs: str) -> dict:
@@ -292,6 +301,20 @@ def test_async_ppo_two_ranks_identical_parameters(shared_runs: dict) -> None:
     assert first == second
     assert result["updates"] == 4 and result["global_step"] == 128
     assert result["local_steps"] == [64.0, 64.0]
+
+
+@pytest.mark.parametrize("spec", ["ppo:128:norm", "ppo-async:128:norm"])
+def test_two_ranks_end_with_the_same_normalisation_statistics(spec: str, shared_runs: dict) -> None:
+    """Each rank counts its own envs' observations and returns; merged after every batch (by
+    the optimiser, from what an async rank's sampler handed over), both ranks hold the same
+    statistics of every env step of the run, bit for bit, and train the same parameters."""
+    result = shared_runs[spec]
+    first, second = result["normalization"]
+    assert first == second
+    observations, returns = first[:9], first[9:]  # CartPole: 4 means, 4 variances, a count
+    assert observations[-1] == returns[-1] == result["global_step"] == 128
+    assert not np.allclose(observations[:4], 0.0) and returns[1] != 1.0
+    assert result["checksums"][0] == result["checksums"][1]
 
 
 def test_async_dead_sampler_ends_job_with_an_error(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Each test starts a gloo process group of two ranks itself (two ``multiprocessing`` processes on
 the loopback address, one torch thread each) and calls the trainers' functions directly on fixed
 data, so that a K-rank step can be compared with one big-batch step in this process: the updates
-of both families, the ranks' seeds and random streams across a resume, and an error on one rank.
+of both families, the normalisation statistics the ranks merge, the ranks' seeds and random
+streams across a resume, and an error on one rank.
 ``SCALE_OUT_START_METHOD`` picks their start method (default ``fork``, the quicker to start).
 """
 
@@ -370,6 +371,63 @@ def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
     np.testing.assert_allclose(
         first["grad"], _flat_grad(reference.q_network.parameters()), rtol=1e-4, atol=1e-6
     )
+
+
+# -- normalisation: the ranks' moments merged --------------------------------------------------
+
+#: each rank's observation batches (of different sizes and spreads) and rewards, per sync
+NORMALIZATION_SIZES = {0: [(5, 1.0), (3, 4.0)], 1: [(2, 10.0), (7, 0.5)]}
+
+
+def _normalization_data(rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(100 + rank)
+    return [
+        (rng.normal(rank * 3.0, spread, (n, OBS_DIM)), rng.normal(0, spread, n))
+        for n, spread in NORMALIZATION_SIZES[rank]
+    ]
+
+
+def _normalization_rank(rank: int, world: int) -> list[list[float]]:
+    from vecaccel.trainers.nets.normalization import NormalizationSettings, Normalizer
+    from vecaccel.trainers.services import distributed
+
+    distributed.init_from_env("cpu")
+    settings = NormalizationSettings(norm_obs=True, norm_reward=True, gamma=0.9)
+    normalizer = Normalizer(settings, _spaces()[0], "defer")
+    for obs, rewards in _normalization_data(rank):
+        normalizer.observe_obs(obs)
+        for reward in rewards:  # one env, one step after another
+            normalizer.scale_rewards(np.array([reward]), np.array([False]))
+        normalizer.sync()
+    return [normalizer.obs.data.tolist(), normalizer.returns.data.tolist()]
+
+
+def _discounted(rewards: np.ndarray, gamma: float) -> list[float]:
+    returns, out = 0.0, []
+    for reward in rewards:
+        returns = returns * gamma + reward
+        out.append(returns)
+    return out
+
+
+def test_synced_statistics_are_identical_on_every_rank_and_those_of_all_samples() -> None:
+    """Two ranks observe batches of different sizes and sync after each: both hold the same
+    statistics, bit for bit, and they are NumPy's over every rank's samples."""
+    results = _run_ranks(_normalization_rank)
+    assert results[0] == results[1]
+    obs = np.concatenate([o for rank in (0, 1) for o, _ in _normalization_data(rank)])
+    returns = np.array(
+        [
+            value
+            for rank in (0, 1)
+            for value in _discounted(np.concatenate([r for _, r in _normalization_data(rank)]), 0.9)
+        ]
+    )
+    statistics, return_statistics = np.array(results[0][0]), np.array(results[0][1])
+    np.testing.assert_allclose(statistics[:OBS_DIM], obs.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(statistics[OBS_DIM:-1], obs.var(0), rtol=1e-10)
+    assert statistics[-1] == len(obs) and return_statistics[-1] == len(returns)
+    np.testing.assert_allclose(return_statistics[:2], [returns.mean(), returns.var()], rtol=1e-10)
 
 
 # -- seeds and random streams per rank --------------------------------------------------------

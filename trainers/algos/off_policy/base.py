@@ -194,7 +194,7 @@ class OffPolicyAlgorithm(Algorithm):
                 self.envs = None
             raise
         if self.observation_space is not None:  # a loaded agent: its networks are built
-            self.stepper = EnvStepper(self.envs, self.policy)
+            self.stepper = EnvStepper(self.training_envs(), self.policy)
 
     def attach_spaces(
         self,
@@ -214,6 +214,7 @@ class OffPolicyAlgorithm(Algorithm):
         """The online and target networks, the optimizer, the support and the acting policy,
         for the spaces set."""
         cfg = self.config
+        self.build_normalizer(self.observation_space)
         self.q_network = self.make_q_network().to(self.device)
         self.target_network = copy.deepcopy(self.q_network)
         self.target_network.requires_grad_(False)
@@ -241,7 +242,7 @@ class OffPolicyAlgorithm(Algorithm):
             self.device,
         )
         if self.envs is not None:
-            self.stepper = EnvStepper(self.envs, self.policy)
+            self.stepper = EnvStepper(self.training_envs(), self.policy)
 
     def buffer_kwargs(self, num_envs: int) -> dict[str, Any]:
         """The replay buffer's arguments (of this agent's buffer and of the asynchronous
@@ -289,7 +290,12 @@ class OffPolicyAlgorithm(Algorithm):
         A multi-agent env's rows whose agent is not live are no transitions: not stored.
         """
         transition, finished = self.stepper.step(epsilon, self.rng)
-        self.buffer.add(*transition[:6], active=transition.active)
+        if self.normalizer is None:
+            self.buffer.add(*transition[:6], active=transition.active)
+        else:  # the rewards learnt from are scaled; the transition keeps the env's own
+            done = transition.terminated | transition.truncated
+            reward = self.normalizer.scale_rewards(transition.reward, done)
+            self.buffer.add(*transition[:2], reward, *transition[3:6], active=transition.active)
         return transition, finished
 
     # -- the update's other half ----------------------------------------------------------------

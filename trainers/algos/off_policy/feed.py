@@ -114,6 +114,9 @@ class ReplayFeed(AsyncFeed):
             exploration_steps=math.ceil(exploration / world),
             chunk_steps=chunk_steps,
             vector_steps=vector_steps,
+            # a copy that normalises with the statistics handed over with the weights and
+            # hands back what each chunk observed
+            normalizer=None if agent.normalizer is None else agent.normalizer.for_collector(),
         )
         self.steps = local_start  # env steps of this rank
         self.chunk = 0  # the next chunk
@@ -151,6 +154,9 @@ class ReplayFeed(AsyncFeed):
             return False
         length, behaviour, ended = waits.take(self.channels.filled)
         shared = {key: value.numpy() for key, value in self.slots[m % 2].items()}
+        if agent.normalizer is not None:  # the chunk's moments, merged over the ranks
+            agent.normalizer.add_moments(shared["moments"])
+            agent.normalizer.sync(agent.device)
         for t in range(length):  # in order: the run repeats exactly
             agent.buffer.add(
                 shared["obs"][t],
@@ -262,6 +268,7 @@ def chunk_collector_loop(spec: dict[str, Any]) -> None:
     (:class:`~vecaccel.trainers.algos.off_policy.exploration.EpsilonGreedy`)."""
     from vecaccel.trainers.algos.off_policy.exploration import EnvStepper, EpsilonGreedy
     from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
+    from vecaccel.trainers.envs.normalized import normalized_envs
     from vecaccel.trainers.services.schedules import linear_schedule
     from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
@@ -273,7 +280,10 @@ def chunk_collector_loop(spec: dict[str, Any]) -> None:
     # before this process started)
     seed_everything(split_seed(int(spec["env_seed"]), CHILD_SEED_KEY, link.counters.version))
     network: torch.nn.Module = spec["network"]
+    normalizer = spec["normalizer"]
     params = list(network.state_dict().values())
+    if normalizer is not None:  # the trainer's statistics come with its weights
+        params += normalizer.tensors()
     envs = make_env_for_training(
         cfg.env_id,
         cfg.num_envs,
@@ -287,11 +297,12 @@ def chunk_collector_loop(spec: dict[str, Any]) -> None:
     policy = EpsilonGreedy(
         network, int(action_space.n), action_start(action_space), spec["support"]
     )
-    collector = EnvStepper(envs, policy)
+    collector = EnvStepper(normalized_envs(envs, normalizer), policy)
     collector.reset(seed=spec["env_seed"])
     try:
         chunk_steps, vector_steps = spec["chunk_steps"], spec["vector_steps"]
-        shared = chunk_slots(spec["observation_space"], cfg.num_envs, chunk_steps)
+        moments = 0 if normalizer is None else normalizer.moments_size
+        shared = chunk_slots(spec["observation_space"], cfg.num_envs, chunk_steps, moments)
         channels.started.put(shared)
         slots = [{key: value.numpy() for key, value in slot.items()} for slot in shared]
         for n in range(math.ceil(vector_steps / chunk_steps)):
@@ -310,7 +321,11 @@ def chunk_collector_loop(spec: dict[str, Any]) -> None:
                 transition, finished = collector.step(epsilon, rng)
                 slot["obs"][t] = transition.obs
                 slot["actions"][t] = transition.actions
-                slot["rewards"][t] = transition.reward
+                reward = transition.reward
+                if normalizer is not None:  # the replay buffer learns from scaled rewards
+                    done = transition.terminated | transition.truncated
+                    reward = normalizer.scale_rewards(reward, done)
+                slot["rewards"][t] = reward
                 slot["terminated"][t] = transition.terminated
                 slot["truncated"][t] = transition.truncated
                 final_obs = transition.final_obs
@@ -321,6 +336,8 @@ def chunk_collector_loop(spec: dict[str, Any]) -> None:
                 ended.extend(finished)
                 link.check_optimiser()
             link.counters.steps = steps
+            if normalizer is not None:
+                normalizer.take_moments(slot["moments"])
             channels.filled.put((length, version, ended))
         # the slots travel as file descriptors that this process shares itself: it must not
         # exit before the optimiser has them (a run of two chunks could)

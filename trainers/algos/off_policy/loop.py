@@ -143,6 +143,15 @@ class OffPolicyLoop(TrainingLoop):
             done = transition.terminated | transition.truncated
             self.step_team = self.team.record(transition.reward, done, transition.active)
             self.team_finished += self.step_team
+        self.sync_normalization(every=STOP_AGREEMENT_PERIOD)
+
+    def sync_normalization(self, every: int = 1) -> None:
+        """On several ranks, merge the ranks' normalisation statistics every ``every`` vector
+        steps of the run (a collective); on one rank each step is merged as it comes."""
+        agent = self.agent
+        if agent.normalizer is not None:
+            if (agent.global_step // self.steps_per_vector_step) % every == 0:
+                agent.normalizer.sync(agent.device)
 
     def step_locals(self, experience: None) -> list[dict[str, Any]]:
         """The vector step's rewards, episode ends and actions, as SB3 callbacks read them."""
@@ -266,6 +275,7 @@ class OffPolicyLoop(TrainingLoop):
 
     def write_checkpoint(self) -> None:
         agent = self.agent
+        self.sync_normalization()  # every rank writes this checkpoint's statistics alike
         agent.set_loop_state(self.loop_state())
         agent.write_checkpoint(agent.run_dir, replay=agent.config.checkpoint_replay)
 

@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # typing.Self is Python 3.11's
 
     from vecaccel.trainers.algos.training_loop import TrainingLoop
 
-__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig", "RolloutConfig"]
+__all__ = ["OnPolicyAlgorithm", "OnPolicyConfig", "RolloutConfig", "scale_rollout_rewards"]
 
 
 @dataclass
@@ -177,6 +177,7 @@ class OnPolicyAlgorithm(Algorithm):
         try:
             check_tensor_spaces(type(self).__name__, observation_space, action_space)
             check_observation_space(observation_space)
+            self.build_normalizer(observation_space)
             self.model = self.make_model(observation_space, action_space).to(self.device)
             # the effective batch of an update is the sum of every rank's batch; a PettingZoo
             # env's num_envs counts envs, each one row per agent
@@ -286,7 +287,7 @@ class OnPolicyAlgorithm(Algorithm):
         import vecaccel
 
         self.sampler = vecaccel.Sampler(
-            self.envs,
+            self.training_envs(),
             self.sampler_policy(),
             horizon=self.config.num_steps,
             device=self.device,
@@ -505,6 +506,20 @@ class _ShiftedDiscretePolicy:
     def __call__(self, obs: Any) -> tuple[Any, Any]:
         actions, extras = self.model(obs)
         return actions + self.start, extras
+
+
+def scale_rollout_rewards(normalizer: Any, batch: Any) -> None:
+    """Scale the rewards of the sampler batch ``batch`` in place, row after row as the envs
+    stepped (see :meth:`Normalizer.scale_rewards
+    <vecaccel.trainers.nets.normalization.Normalizer.scale_rewards>`); nothing without reward
+    normalisation. The episodes the sampler counted keep the env's own rewards."""
+    if normalizer is None or normalizer.returns is None:
+        return
+    import torch
+
+    done = (batch.terminated | batch.truncated).cpu().numpy()
+    scaled = normalizer.scale_reward_rows(batch.rewards.cpu().numpy(), done)
+    batch.rewards.copy_(torch.from_numpy(scaled))
 
 
 def _has_mode_dependent_layers(model: Any) -> bool:

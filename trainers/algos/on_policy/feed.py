@@ -74,8 +74,15 @@ class RolloutFeed(AsyncFeed):
         memo: dict[int, Any] = {}
         model = copy.deepcopy(agent.model, memo)
         policy = copy.deepcopy(agent.sampler_policy(), memo)
+        normalizer = agent.normalizer
         self.spec = dict(
-            config=agent.config, model=model.cpu(), policy=policy, num_batches=num_batches
+            config=agent.config,
+            model=model.cpu(),
+            policy=policy,
+            num_batches=num_batches,
+            # a copy that normalises with the statistics handed over with the weights and
+            # hands back what each batch observed
+            normalizer=None if normalizer is None else normalizer.for_collector(),
         )
         self.complete = agent.global_step >= agent.target_steps
         self.start_step = int(agent.global_step)
@@ -106,6 +113,9 @@ class RolloutFeed(AsyncFeed):
             final_index=shared["final_index"][:k].to(device),
         )
         batch = agent.to_model_actions(batch)
+        if agent.normalizer is not None:  # the batch's moments, merged over the ranks
+            agent.normalizer.add_moments(shared["moments"].numpy())
+            agent.normalizer.sync(device)
         lag = agent.num_updates - behaviour
         progress_remaining = agent.progress_remaining()
         lr_now = agent.apply_learning_rate(progress_remaining)
@@ -187,7 +197,9 @@ def _next_log(step: int, every: int) -> int:
 def rollout_loop(spec: dict[str, Any]) -> None:
     """The on-policy sampler: ``[T, B]`` rollouts of the algorithm's sampler policy."""
     import vecaccel
+    from vecaccel.trainers.algos.on_policy.base import scale_rollout_rewards
     from vecaccel.trainers.envs.make import make_envs_for_config
+    from vecaccel.trainers.envs.normalized import normalized_envs
     from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
@@ -198,13 +210,20 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     # this process started)
     seed_everything(split_seed(int(cfg.seed), CHILD_SEED_KEY, link.counters.version))
     env = make_envs_for_config(cfg, cfg.env_id)
+    normalizer = spec["normalizer"]
     try:
         model.eval()
         params = list(model.state_dict().values())
+        if normalizer is not None:  # the trainer's statistics come with its weights
+            params += normalizer.tensors()
         # the algorithm's sampler policy around `model` (a Discrete(n, start) env gets the
         # model's actions 0..n-1 moved to start..start+n-1); the optimiser moves them back
         sampler = vecaccel.Sampler(
-            env, spec["policy"], horizon=cfg.num_steps, seed=cfg.seed, episode_stats="infos"
+            normalized_envs(env, normalizer),
+            spec["policy"],
+            horizon=cfg.num_steps,
+            seed=cfg.seed,
+            episode_stats="infos",
         )
         slots: list[dict[str, Any]] | None = None
         for n in range(spec["num_batches"]):
@@ -214,8 +233,9 @@ def rollout_loop(spec: dict[str, Any]) -> None:
             if version is None:
                 break
             batch = sampler.collect()
+            scale_rollout_rewards(normalizer, batch)
             if slots is None:
-                slots = rollout_slots(batch)
+                slots = rollout_slots(batch, 0 if normalizer is None else normalizer.moments_size)
                 channels.started.put(slots)
             if not link.acquire(channels.free_slots):
                 break
@@ -229,6 +249,8 @@ def rollout_loop(spec: dict[str, Any]) -> None:
             if k:
                 target["final_obs"][:k].copy_(batch.final_obs)
                 target["final_index"][:k].copy_(batch.final_index)
+            if normalizer is not None:
+                normalizer.take_moments(target["moments"].numpy())
             episodes = sampler.pop_episodes()
             link.counters.steps += batch.rewards.numel()
             channels.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from vecaccel.trainers.algos.on_policy.base import scale_rollout_rewards
 from vecaccel.trainers.algos.training_loop import TrainingLoop
 from vecaccel.trainers.services import distributed
 from vecaccel.trainers.services.logger import RunLogger, mean_or_none
@@ -55,6 +56,10 @@ class OnPolicyLoop(TrainingLoop):
         self.team_return = None
         if self.team is not None and batch.active is not None:
             self.team_return = mean_or_none(self.team.record_batch(batch))
+        normalizer = agent.normalizer
+        if normalizer is not None:  # the team returns above are of the env's own rewards
+            scale_rollout_rewards(normalizer, batch)
+            normalizer.sync(agent.device)  # every rank, every batch: the same statistics
         agent.record_progress(steps=agent.batch_size)
         return agent.to_model_actions(batch)
 

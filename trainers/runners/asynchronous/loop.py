@@ -76,7 +76,8 @@ class AsyncFeed(abc.ABC):
 
     Args:
         agent: the algorithm; its step and update counters are where this run starts.
-        model: the module whose weights the collector process acts with.
+        model: the module whose weights the collector process acts with; the agent's
+            normalisation statistics, if any, are handed over with them.
         role: ``sampler`` or ``rollout`` (in messages and the process's name).
         loop: the collector process's loop (the family's, beside its feed).
         options: how the collector process runs.
@@ -112,7 +113,9 @@ class AsyncFeed(abc.ABC):
         self.agent = agent
         self.loop = loop
         self.fixed_lag = options.fixed_lag
-        self.collector = CollectorHandle(options, role, model)
+        normalizer = agent.normalizer
+        extra = () if normalizer is None else normalizer.tensors()
+        self.collector = CollectorHandle(options, role, model, extra)
         self.counters = self.collector.counters
         self.channels = self.collector.channels
         self.horizon = 0

@@ -219,15 +219,23 @@ class CollectorHandle:
         role: ``sampler`` or ``rollout`` (in messages and the process's name).
         model: the module whose weights are published (its ``state_dict`` tensors share storage
             with the parameters, so the list taken here stays current).
+        extra: further tensors published with the weights, after them and kept current in
+            place alike (the run's normalisation statistics).
     """
 
-    def __init__(self, options: CollectorOptions, role: str, model: torch.nn.Module) -> None:
+    def __init__(
+        self,
+        options: CollectorOptions,
+        role: str,
+        model: torch.nn.Module,
+        extra: Sequence[torch.Tensor] = (),
+    ) -> None:
         import torch.multiprocessing as mp
 
         self.role = role
         self.options = options
         self.ctx = ctx = mp.get_context(options.context)
-        self._state = list(model.state_dict().values())
+        self._state = [*model.state_dict().values(), *extra]
         self.channels = CollectorChannels(ctx, self._state, options.fixed_lag)
         self.counters = self.channels.counters
         self._weights_lock = _GuardedLock(self.channels.weights_lock, self.check)

@@ -86,31 +86,44 @@ def _shared(tensors: dict[str, Any]) -> dict[str, Any]:
     return {key: value.share_memory_() for key, value in tensors.items()}
 
 
+def _with_moments(tensors: dict[str, Any], moments: int) -> dict[str, Any]:
+    """``tensors``, and a float64 ``moments`` entry of that length where it is not 0."""
+    if moments:
+        tensors["moments"] = torch.zeros(moments, dtype=torch.float64)
+    return tensors
+
+
 def chunk_slots(
-    observation_space: Any, num_envs: int, chunk_steps: int
+    observation_space: Any, num_envs: int, chunk_steps: int, moments: int = 0
 ) -> list[dict[str, torch.Tensor]]:
-    """The two shared slots of a replay run, ``chunk_steps`` vector steps each."""
+    """The two shared slots of a replay run, ``chunk_steps`` vector steps each; with
+    ``moments``, room for the normalisation moments the chunk observed (that many numbers,
+    ``Normalizer.take_moments``)."""
     obs_dtype = torch.from_numpy(np.zeros(0, dtype=observation_space.dtype)).dtype
     shape = (chunk_steps, num_envs)
     obs_shape = (*shape, *observation_space.shape)
     return [
         _shared(
-            {
-                "obs": torch.zeros(obs_shape, dtype=obs_dtype),
-                "final_obs": torch.zeros(obs_shape, dtype=obs_dtype),
-                "actions": torch.zeros(shape, dtype=torch.int64),
-                "rewards": torch.zeros(shape, dtype=torch.float64),
-                "terminated": torch.zeros(shape, dtype=torch.bool),
-                "truncated": torch.zeros(shape, dtype=torch.bool),
-            }
+            _with_moments(
+                {
+                    "obs": torch.zeros(obs_shape, dtype=obs_dtype),
+                    "final_obs": torch.zeros(obs_shape, dtype=obs_dtype),
+                    "actions": torch.zeros(shape, dtype=torch.int64),
+                    "rewards": torch.zeros(shape, dtype=torch.float64),
+                    "terminated": torch.zeros(shape, dtype=torch.bool),
+                    "truncated": torch.zeros(shape, dtype=torch.bool),
+                },
+                moments,
+            )
         )
         for _ in range(2)
     ]
 
 
-def rollout_slots(batch: Any) -> list[dict[str, Any]]:
+def rollout_slots(batch: Any, moments: int = 0) -> list[dict[str, Any]]:
     """The two shared slots of an on-policy run, each shaped like the ``SampleBatch`` ``batch``
-    (with room for a final observation at every step)."""
+    (with room for a final observation at every step); with ``moments``, room for the
+    normalisation moments the batch observed, as :func:`chunk_slots` has."""
     T, B = batch.rewards.shape
     final_shape = (T * B, *batch.next_obs.shape[1:])
     keys = ("obs", "actions", "rewards", "terminated", "truncated", "valid", "next_obs")
@@ -119,6 +132,7 @@ def rollout_slots(batch: Any) -> list[dict[str, Any]]:
         tensors = {key: torch.zeros_like(getattr(batch, key), device="cpu") for key in keys}
         tensors["final_obs"] = torch.zeros(final_shape, dtype=batch.next_obs.dtype)
         tensors["final_index"] = torch.zeros((T * B, 2), dtype=torch.int64)
+        _with_moments(tensors, moments)
         extras = {key: torch.zeros_like(value, device="cpu") for key, value in batch.extras.items()}
         return {**_shared(tensors), "extras": _shared(extras)}
 

@@ -146,6 +146,8 @@ RESUME_CASES = [
         (C51, "shm", {}, ""),
         (Rainbow, "serial", {}, ""),
         (Rainbow, "shm", {}, ""),
+        # the buffer holds normalised observations and scaled rewards, alike after a resume
+        (DQN, "serial", {"norm_obs": True, "norm_reward": True}, "-normalized"),
     ]
     if backend in vecaccel.list_backends()
 ]
@@ -197,6 +199,11 @@ def test_resume_is_bit_identical(algorithm, backend, overrides, tmp_path, monkey
             assert torch.equal(states[0][key][name], states[1][key][name]), name
     for name, array in uninterrupted.buffer.arrays.items():
         np.testing.assert_array_equal(array, resumed.buffer.arrays[name], err_msg=name)
+    if uninterrupted.normalizer is not None:
+        for mine, theirs in zip(
+            uninterrupted.normalizer.tensors(), resumed.normalizer.tensors(), strict=True
+        ):
+            assert torch.equal(mine, theirs)
     # the metrics the crashed run wrote after its checkpoint are dropped on resume
     steps = [int(r["step"]) for r in csv.DictReader(open(tmp_path / "b" / "metrics.csv"))]
     assert steps == sorted(steps) and steps[-1] == total

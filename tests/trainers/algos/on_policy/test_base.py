@@ -189,10 +189,23 @@ class Interrupt(Exception):
     pass
 
 
-@pytest.mark.parametrize("backend", [b for b in ("serial", "shm") if b in vecaccel.list_backends()])
-@pytest.mark.parametrize("algo", ALGORITHMS, ids=lambda c: c.__name__)
-def test_resume_is_bit_identical(algo, backend, tmp_path, monkeypatch):
+NORMALIZED = {"norm_obs": True, "norm_reward": True}
+RESUME_CASES = [
+    *(
+        pytest.param(algo, backend, {}, id=f"{algo.__name__}-{backend}")
+        for backend in ("serial", "shm")
+        if backend in vecaccel.list_backends()
+        for algo in ALGORITHMS
+    ),
+    # the normalisation statistics go on exactly too
+    pytest.param(PPO, "serial", NORMALIZED, id="PPO-serial-normalized"),
+]
+
+
+@pytest.mark.parametrize("algo, backend, normalization", RESUME_CASES)
+def test_resume_is_bit_identical(algo, backend, normalization, tmp_path, monkeypatch):
     config = dict(
+        **normalization,
         backend=backend,
         num_envs=3,
         num_steps=16,
@@ -231,6 +244,9 @@ def test_resume_is_bit_identical(algo, backend, tmp_path, monkeypatch):
     for a, b in zip(parameters(uninterrupted), parameters(resumed), strict=True):
         assert torch.equal(a, b)
     _assert_same_state(uninterrupted.optimizer.state_dict(), resumed.optimizer.state_dict())
+    if normalization:
+        _assert_same_state(uninterrupted.normalizer.state_dict(), resumed.normalizer.state_dict())
+        assert resumed.normalizer.obs.count == resumed.normalizer.returns.count == total
     # the metrics a crashed run wrote after its checkpoint are dropped on resume
     steps = [int(r["step"]) for r in csv.DictReader(open(tmp_path / "b" / "metrics.csv"))]
     assert steps == sorted(steps) and steps[-1] == total

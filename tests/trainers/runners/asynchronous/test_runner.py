@@ -1,6 +1,6 @@
 """The asynchronous runner around either family's feed: no collector process is left behind when
-a run cannot start, and both families' collector processes act in a ``Discrete(n, start)`` space
-(each feed's own behaviour: ``algos/on_policy/test_feed.py``, ``algos/off_policy/test_feed.py``).
+a run cannot start, both families' collector processes act in a ``Discrete(n, start)`` space, and
+normalise with the statistics the trainer hands over with its weights (each feed's own behaviour: ``algos/on_policy/test_feed.py``, ``algos/off_policy/test_feed.py``).
 """
 
 from __future__ import annotations
@@ -138,3 +138,65 @@ def test_async_runner_acts_in_a_discrete_space_with_a_start(
         gym.registry.pop(env_id, None)
     sent = [int(line) for line in log.read_text().split()]
     assert sent and set(sent) <= {1, 2}, sorted(set(sent))
+
+
+# -- normalisation: the trainer's statistics, handed over with the weights ---------------------
+
+
+def _known_statistics(agent: Any, mean: float) -> None:
+    """Statistics of a million samples: observations of mean ``mean`` and std 5, returns of
+    std 100; what a run of a few hundred steps adds barely moves them."""
+    normalizer = agent.normalizer
+    normalizer.obs.data[:] = [mean] * OBS_DIM + [25.0] * OBS_DIM + [1e6]
+    normalizer.returns.data[:] = [0.0, 1e4, 1e6]
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_the_sampler_normalises_with_the_trainers_statistics(algo: str) -> None:
+    """The collector process acts on and hands over observations normalised by the trainer's
+    statistics (CartPole's, all within 3.5 of 0, become about (x - 20) / 5), rewards scaled by
+    them (1 / 100), and the moments it counted come back into them. PPO's trainer moves its
+    mean to -20 during its first update: every later batch, collected with the weights
+    published after it (a fixed lag), is normalised by that mean."""
+    from vecaccel.trainers import PPO
+    from vecaccel.trainers.algos.dqn import DQN
+
+    normalization = dict(norm_obs=True, norm_reward=True, backend="serial", num_envs=2,
+                         torch_threads=1, progress=False, tensorboard=False)  # fmt: skip
+    if algo == "ppo":
+        agent: Any = PPO(None, env_id="CartPole-v1", num_steps=16, **normalization)
+        batches: list[tuple[torch.Tensor, torch.Tensor]] = []
+        update = agent.update
+
+        def keep(batch: Any, progress_remaining: float = 1.0) -> Any:
+            batches.append((batch.obs.clone(), batch.rewards.clone()))
+            if len(batches) == 1:
+                agent.normalizer.obs.data[:OBS_DIM] = -20.0
+            return update(batch, progress_remaining)
+
+        agent.update = keep
+        _known_statistics(agent, 20.0)
+        train_async(agent, 128, fixed_lag=True, context="fork")
+        assert len(batches) == 4
+        # batches 0 and 1 act with the first weights, batch n >= 2 with those of update n - 1;
+        # a batch's first row is what the last step of the one before returned, normalised then
+        first = torch.cat([obs for obs, _ in batches[:2]])
+        later = torch.cat([obs[1:] for obs, _ in batches[2:]])
+        assert float(first.max()) < -3.0 and float(first.min()) > -5.0
+        assert float(later.min()) > 3.0 and float(later.max()) < 5.0
+        rewards = torch.cat([r for _, r in batches])
+    else:
+        agent = DQN(env=None, env_id="CartPole-v1", batch_size=16, buffer_size=500,
+                    learning_starts=64, hidden_sizes=(16,), async_max_lead=32,
+                    **normalization)  # fmt: skip
+        agent.prepare_async()  # the networks and the normaliser, for one env of env_id
+        _known_statistics(agent, 20.0)
+        train_async(agent, 128, context="fork")
+        stored = agent.buffer.sample(64).obs
+        assert float(stored.max()) < -3.0 and float(stored.min()) > -5.0
+        rewards = torch.as_tensor(agent.buffer.rewards)
+        rewards = rewards[rewards != 0]  # the slots written
+        assert len(rewards) == 128
+    torch.testing.assert_close(rewards, torch.full_like(rewards, 0.01), rtol=1e-3, atol=0)
+    # the sampler's counts came back: a million and every step of the run
+    assert agent.normalizer.obs.count == agent.normalizer.returns.count == 1e6 + 128
