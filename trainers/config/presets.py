@@ -136,6 +136,37 @@ PPO_PRESETS: dict[str, dict[str, Any]] = {
         network="minatar",
         bf16="off",  # float32: docs/minatar.md, "bf16 and learning"
     ),
+    # Gymnasium's MuJoCo locomotion tasks with one setting: CleanRL's ppo_continuous_action.py
+    # update (a batch of 2,048 samples, 10 epochs of 32 minibatches of 64, Adam 3e-4 annealed,
+    # GAE 0.95, clip 0.2, no entropy bonus, separate 64x64 tanh actor and critic, a
+    # state-independent log-std, observations and rewards normalised and clipped at 10),
+    # collected from 32 envs x 64 steps instead of one env x 2,048 so that the policy acts for
+    # 32 envs at once; the learning rate, set for 2,048 samples, scales by
+    # sqrt(batch / 2048) when the envs or steps change (Stooke & Abbeel, 2018, section 4)
+    "mujoco": dict(
+        env_id="Hopper-v5",
+        num_envs=32,
+        num_steps=64,
+        num_minibatches=32,
+        update_epochs=10,
+        learning_rate=3e-4,
+        lr_scaling="sqrt",
+        base_batch_size=2048,
+        anneal_lr=True,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_coef=0.2,
+        clip_vloss=True,
+        ent_coef=0.0,
+        # CleanRL weighs 0.5 x (0.5 x MSE); vecaccel's value loss is the plain MSE
+        vf_coef=0.25,
+        max_grad_norm=0.5,
+        network="mlp",
+        hidden_sizes=(64, 64),
+        activation="tanh",
+        norm_obs=True,
+        norm_reward=True,
+    ),
 }
 
 
@@ -189,6 +220,28 @@ A2C_PRESETS: dict[str, dict[str, Any]] = {
         ent_coef=0.01,
         network="minatar",
         bf16="off",  # float32: docs/minatar.md, "bf16 and learning"
+    ),
+    # Gymnasium's MuJoCo locomotion tasks with one setting: rl-baselines3-zoo's A2C for MuJoCo
+    # (hyperparams/a2c.yml: SB3's A2C defaults, 5 steps, RMSprop 7e-4 constant, GAE 1, no
+    # entropy bonus, observations normalised) on 32 envs, the learning rate scaled from the
+    # classic 80-sample batch by sqrt(160 / 80) as the seed paper does; returns are scaled too,
+    # as for PPO, since 32 envs of unscaled MuJoCo rewards swamp the value loss
+    "mujoco": dict(
+        env_id="Hopper-v5",
+        num_envs=32,
+        num_steps=5,
+        learning_rate=7e-4,
+        lr_scaling="sqrt",
+        base_batch_size=80,
+        anneal_lr=False,
+        gamma=0.99,
+        gae_lambda=1.0,
+        ent_coef=0.0,
+        network="mlp",
+        hidden_sizes=(64, 64),
+        activation="tanh",
+        norm_obs=True,
+        norm_reward=True,
     ),
 }
 

@@ -35,6 +35,7 @@ __all__ = [
     "ATARI",
     "EXPORTS",
     "MINATAR",
+    "MUJOCO_LOCOMOTION",
     "AlgorithmInfo",
     "AlgorithmRegistry",
     "algorithms",
@@ -47,6 +48,8 @@ __all__ = [
 #: Stands for every ALE game id in an algorithm's ``made_for`` (``ALE/Pong-v5``,
 #: ``PongNoFrameskip-v4``...), as :func:`~vecaccel.trainers.envs.make.is_atari_id` decides.
 ATARI = "<every ALE id>"
+#: Gymnasium's MuJoCo locomotion tasks, the ones the ``mujoco`` presets are made for
+MUJOCO_LOCOMOTION = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
 #: Stands for every MinAtar game id in an algorithm's ``made_for`` (``MinAtar/Breakout-v0``...),
 #: as :func:`~vecaccel.trainers.envs.make.is_minatar_id` decides.
 MINATAR = "<every MinAtar id>"
@@ -129,7 +132,12 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
             f"{_ALGOS}.a2c:A2CConfig",
             "synchronous advantage actor-critic (large batch)",
             f"{_PRESETS}:A2C_PRESETS",
-            {"cartpole": ("CartPole-v1",), "atari": (ATARI,), "minatar": (MINATAR,)},
+            {
+                "cartpole": ("CartPole-v1",),
+                "atari": (ATARI,),
+                "minatar": (MINATAR,),
+                "mujoco": MUJOCO_LOCOMOTION,
+            },
         ),
         AlgorithmInfo(
             "ppo",
@@ -137,7 +145,12 @@ ALGORITHMS: dict[str, AlgorithmInfo] = {
             f"{_ALGOS}.ppo:PPOConfig",
             "proximal policy optimization",
             f"{_PRESETS}:PPO_PRESETS",
-            {"cartpole": ("CartPole-v1",), "atari": (ATARI,), "minatar": (MINATAR,)},
+            {
+                "cartpole": ("CartPole-v1",),
+                "atari": (ATARI,),
+                "minatar": (MINATAR,),
+                "mujoco": MUJOCO_LOCOMOTION,
+            },
         ),
         AlgorithmInfo(
             "dqn",

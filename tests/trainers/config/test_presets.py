@@ -55,6 +55,22 @@ def test_the_preset_made_for_an_env_id(algo: str, cartpole: str, atari: str) -> 
     assert preset_for_env(algo, "NoSuchEnv-v0") is None
 
 
+@pytest.mark.parametrize("algo", ["ppo", "a2c"])
+def test_the_mujoco_tasks_start_from_one_normalising_preset(algo: str) -> None:
+    """Every locomotion task gets the ``mujoco`` preset: many envs, observations and rewards
+    normalised, and the batch and learning rate its rule states."""
+    tasks = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
+    assert {preset_for_env(algo, task) for task in tasks} == {"mujoco"}
+    assert preset_for_env(algo, "Pendulum-v1") is None
+    cfg = CLASSES[algo](env=None, env_id="Hopper-v5", device="cpu").config
+    assert cfg.preset == "mujoco" and cfg.norm_obs and cfg.norm_reward
+    assert cfg.num_envs >= 32 and cfg.network == "mlp" and cfg.lr_scaling == "sqrt"
+    if algo == "ppo":  # CleanRL's batch of 2,048 and its minibatch of 64, at its own rate
+        assert cfg.num_envs * cfg.num_steps == cfg.base_batch_size == 2048
+        assert cfg.num_envs * cfg.num_steps // cfg.num_minibatches == 64
+        assert cfg.learning_rate == 3e-4
+
+
 def test_a_no_frameskip_id_gets_the_atari_preset() -> None:
     pytest.importorskip("ale_py")
     assert preset_for_env("ppo", "PongNoFrameskip-v4") == "atari"
