@@ -156,6 +156,8 @@ def _metrics(run_dir: Path) -> list[dict[str, str]]:
 
 
 def test_two_node_loopback_run(tmp_path: Path) -> None:
+    """Two torchrun nodes on the loopback address train one run of world 2; tracked (W&B,
+    offline), rank 0 alone opens the W&B run."""
     port = _free_port()
     run_dir = tmp_path / "run"
     common = [
@@ -195,11 +197,15 @@ def test_two_node_loopback_run(tmp_path: Path) -> None:
         "--no-tensorboard",
         "--torch-threads",
         "1",
+        "--track",
     ]
+    env = _env()
+    env.update(WANDB_MODE="offline", WANDB_SILENT="true", HOME=str(tmp_path))
+    env.pop("WANDB_DIR", None)
     nodes = [
         subprocess.Popen(
             _torchrun(*common, "--node-rank", str(node), *train),
-            env=_env(),
+            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -217,6 +223,7 @@ def test_two_node_loopback_run(tmp_path: Path) -> None:
     rows = _metrics(run_dir)
     assert float(rows[-1]["step"]) == 128
     assert float(rows[-1]["charts/world_size"]) == 2
+    assert len(list((run_dir / "wandb").glob("offline-run-*"))) == 1
 
 
 def test_killed_rank_ends_job_with_an_error(tmp_path: Path) -> None:
