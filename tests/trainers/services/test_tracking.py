@@ -23,11 +23,13 @@ import torch
 from helpers import REPO, run_main
 
 from vecaccel.cli import build_parser
+from vecaccel.testing.leaks import wait_until
 from vecaccel.trainers import PPO
 from vecaccel.trainers.services.tracking import RUN_ID_FILE, STEP_KEY
 
 wandb = pytest.importorskip("wandb")
 pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
+DecodeError = pytest.importorskip("google.protobuf.message").DecodeError
 
 torch.set_num_threads(1)
 
@@ -107,8 +109,23 @@ class OfflineRun:
                 self.exit_code = record.exit.exit_code
 
 
-def offline_runs(wandb_dir: Path) -> list[OfflineRun]:
-    return [OfflineRun(folder) for folder in sorted((wandb_dir / "wandb").glob("offline-run-*"))]
+def offline_runs(wandb_dir: Path, timeout_s: float = 60.0) -> list[OfflineRun]:
+    """The offline runs under ``wandb_dir``, each read once its log holds the exit record:
+    wandb's service process writes the log after ``finish()`` returns, as it does for a run
+    that ``wandb sync`` uploads later."""
+    folders = sorted((wandb_dir / "wandb").glob("offline-run-*"))
+
+    def written(folder: Path) -> bool:
+        try:
+            return OfflineRun(folder).exit_code is not None
+        # no log yet, its header only, or a record half written
+        except (ValueError, AssertionError, struct.error, DecodeError):
+            return False
+
+    assert wait_until(lambda: all(written(folder) for folder in folders), timeout_s, 0.1), (
+        "a W&B run log was never completed"
+    )
+    return [OfflineRun(folder) for folder in folders]
 
 
 def write_video(agent: PPO, metrics: dict[str, float]) -> None:
