@@ -247,7 +247,9 @@ def test_signals_blocked_for_fork_are_held_until_the_block_ends():
             assert not FORK_BLOCKED_SIGNALS & signal.pthread_sigmask(signal.SIG_BLOCK, [])
         with signals_blocked_for_fork(True):
             assert FORK_BLOCKED_SIGNALS <= signal.pthread_sigmask(signal.SIG_BLOCK, [])
-            os.kill(os.getpid(), signal.SIGINT)
+            # to this thread: a signal sent to the process may go to another thread that does
+            # not block it (pytest-xdist's I/O thread), whose handler flag this thread then runs
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
             assert received == []
         assert not FORK_BLOCKED_SIGNALS & signal.pthread_sigmask(signal.SIG_BLOCK, [])
         for _ in range(1000):  # the handler runs between two bytecodes of this thread
