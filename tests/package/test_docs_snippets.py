@@ -531,6 +531,11 @@ NOT_RUN_COMMANDS = [
         "benchmarks of minutes; tests/vecaccel/bench/test_command.py",
     ),
     (
+        "docs/benchmarks/mujoco-throughput.md",
+        "benchmarks/",
+        "a benchmark of minutes that needs EnvPool; its flags are checked against its --help here",
+    ),
+    (
         "docs/benchmarks/throughput.md",
         "make bench",
         "the benchmarks of minutes that rewrite results",
