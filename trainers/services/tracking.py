@@ -110,10 +110,10 @@ def wandb_not_logged_in(what: str = "track=True") -> str | None:
 
 
 def _wandb_logged_in(wandb: ModuleType) -> bool:
-    """Whether a run ``wandb.init`` starts now has credentials or needs none, as wandb
-    decides it before it connects: its settings (the mode), then the session's credentials,
-    ``WANDB_API_KEY`` (or ``WANDB_IDENTITY_TOKEN_FILE``), the ``.netrc`` entry of its host, and
-    the key in its settings files. Nothing is prompted for, stored or verified."""
+    """Whether a run ``wandb.init`` starts now has credentials or needs none. wandb looks, in
+    order, at its mode setting, the current login, ``WANDB_API_KEY`` (or
+    ``WANDB_IDENTITY_TOKEN_FILE``), the ``.netrc`` entry of its host and the key in its settings
+    files; this reads the same places and prompts for, stores and verifies nothing."""
     try:
         from wandb.sdk import wandb_setup
         from wandb.sdk.lib import wbauth
