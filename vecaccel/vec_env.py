@@ -341,15 +341,24 @@ class Capabilities:
 
     Example:
         >>> Capabilities.of(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2))
-        Capabilities(batch_size=2, in_index_order=True, alternating=False)
+        Capabilities(batch_size=2, in_index_order=True, alternating=False, min_batch_size=None)
     """
 
     batch_size: int
-    """Envs each step returns (every env, unless the backend returns them as they finish)."""
+    """Envs each step returns (every env, unless the backend returns them as they finish); the
+    most it returns where batches vary."""
     in_index_order: bool
     """Whether they come in index order (``False``: in the order they finish)."""
     alternating: bool
     """Whether two fixed halves of the envs take turns (the action server's ``alternating``)."""
+    min_batch_size: int | None = None
+    """The fewest envs a step returns where batches vary (a floor below the ceiling);
+    ``None``: every step returns ``batch_size``."""
+
+    @property
+    def fixed_batch(self) -> bool:
+        """Whether every step returns ``batch_size`` envs."""
+        return self.min_batch_size in (None, self.batch_size)
 
     @classmethod
     def of(cls, env: Any) -> Capabilities:
@@ -376,14 +385,19 @@ class VecEnv(VectorEnv[Any, Any, Any]):
     returns_envs_in_order: bool = True
     #: Whether two fixed halves of the envs take turns.
     alternating: bool = False
+    #: The fewest envs a step returns where batches vary (``None``: always ``batch_size``).
+    min_batch_size: int | None = None
 
     @property
     def capabilities(self) -> Capabilities:
         """What each step returns (:class:`Capabilities`)."""
+        batch_size = int(self.batch_size or self.num_envs)
+        floor = self.min_batch_size
         return Capabilities(
-            batch_size=int(self.batch_size or self.num_envs),
+            batch_size=batch_size,
             in_index_order=bool(self.returns_envs_in_order),
             alternating=bool(self.alternating),
+            min_batch_size=None if floor in (None, batch_size) else int(floor),  # type: ignore[arg-type]
         )
 
     def __init__(

@@ -187,6 +187,36 @@ class HeavyTailEnv(gym.Env):
         return np.zeros(4, np.float32), 1.0, False, self.t >= 200, {}
 
 
+class SleepEnv(gym.Env):
+    """Sleeps ``step_s`` in every step (a remote simulator's latency, with no CPU used);
+    observes its step count. The batch former's checks make one env slow with it.
+
+    Example:
+        >>> env = SleepEnv(0.0)
+        >>> env.reset(seed=0)[0].tolist(), env.step(0)[0].tolist()
+        ([0.0], [1.0])
+    """
+
+    def __init__(self, step_s: float = 0.0) -> None:
+        self.step_s = step_s
+        self.observation_space = spaces.Box(0.0, np.inf, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self.step_s:
+            time.sleep(self.step_s)
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, False, False, {}
+
+
 # -- FaultEnv: fails on demand, the fault-injection tool of the reliability tests -------------
 #
 # FaultEnv observes ``[value, t, last action]``, where ``value`` follows a recurrence driven
