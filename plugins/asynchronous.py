@@ -234,6 +234,7 @@ class AsyncVecEnv(ProcessVecEnv):
         checked = self._check_actions(actions, env_ids=ids)
         if self.vectorized:
             self._check_slice_ids(ids)
+        self._clock.begin()
         # envs rebuilt after their worker died, while the caller held them, are returned as
         # restarted (truncated) without stepping: the action was meant for the old episode
         restarted = ids[self._restart_pending[ids]]
@@ -459,6 +460,7 @@ class AsyncVecEnv(ProcessVecEnv):
             count -= count % self._slice_size
         ids = np.array([self._ready.popleft() for _ in range(count)], dtype=np.int64)
         self.last_ready_age_s = max(0.0, time.monotonic() - float(ready_at[ids].min()))
+        self._clock.end()
         return self._gather(ids)
 
     def _batch_bounds(
@@ -495,6 +497,7 @@ class AsyncVecEnv(ProcessVecEnv):
             raise RuntimeError(f"envs {sorted(missing)} are neither ready nor stepping")
         self._wait_until(lambda: wanted.issubset(self._ready), timeout, "recv")
         self._ready = deque(i for i in self._ready if i not in wanted)
+        self._clock.end()
         return self._gather(ids)
 
     def _discard_results(self, env_ids: np.ndarray) -> None:

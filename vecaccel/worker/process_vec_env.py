@@ -96,6 +96,12 @@ class ProcessVecEnv(VecEnv):
     def _busy(self) -> bool:
         return False
 
+    def _env_busy_s(self) -> np.ndarray | None:
+        pool = getattr(self, "pool", None)
+        if pool is None or pool.views is None:
+            return None
+        return pool.env_busy_s()
+
     def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
         pool = getattr(self, "pool", None)
         if pool is not None:
