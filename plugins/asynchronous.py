@@ -104,6 +104,7 @@ class AsyncVecEnv(ProcessVecEnv):
     #: ``step`` returns envs in the order they finish (``info["env_id"]``), not by index
     returns_envs_in_order = False
     batch_size: int
+    min_batch_size: int
 
     def __init__(
         self,

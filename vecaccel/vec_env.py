@@ -398,7 +398,7 @@ class VecEnv(VectorEnv[Any, Any, Any]):
             batch_size=batch_size,
             in_index_order=bool(self.returns_envs_in_order),
             alternating=bool(self.alternating),
-            min_batch_size=None if floor in (None, batch_size) else int(floor),  # type: ignore[arg-type]
+            min_batch_size=None if floor in (None, batch_size) else int(floor),
         )
 
     def __init__(
@@ -431,7 +431,15 @@ class VecEnv(VectorEnv[Any, Any, Any]):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._state = AsyncState.DEFAULT
         self.closed = False
-        self._clock = StepClock(self._env_busy_s)
+
+    @property
+    def _clock(self) -> StepClock:
+        """The step clock, made at first use: adapters that subclass ``VecEnv`` without calling
+        its ``__init__`` get one too."""
+        clock = self.__dict__.get("_step_clock")
+        if clock is None:
+            clock = self.__dict__["_step_clock"] = StepClock(self._env_busy_s)
+        return clock
 
     def _env_busy_s(self) -> np.ndarray | None:
         """Cumulative seconds inside the envs, one per lane (a worker, the caller's own envs),

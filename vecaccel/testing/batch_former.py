@@ -138,7 +138,7 @@ def _check_ceiling(name: str, options: dict[str, Any], fail: Any) -> None:
     """Every env ready and a ceiling below them: exactly the ceiling, without the deadline."""
     ceiling = BATCH_ENVS - 2
     fns = [SleepEnv] * BATCH_ENVS
-    envs = make_vec(
+    envs: Any = make_vec(
         fns,
         backend=name,
         min_batch_size=1,
@@ -150,8 +150,7 @@ def _check_ceiling(name: str, options: dict[str, Any], fail: Any) -> None:
         _, infos = envs.reset(seed=0)
         for _ in range(3):
             ids = np.asarray(infos["env_id"])
-            step_async = envs.step_async
-            step_async(np.zeros(len(ids), dtype=np.int64))
+            envs.step_async(np.zeros(len(ids), dtype=np.int64))
             try:
                 _, _, _, _, infos = envs.step_wait(timeout=_LONG_WAIT_S / 3)
             except TimeoutError:
@@ -170,7 +169,7 @@ def _check_ceiling(name: str, options: dict[str, Any], fail: Any) -> None:
         recv = getattr(envs, "recv", None)
         if recv is not None:
             ids = np.asarray(infos["env_id"])
-            envs.send(np.zeros(len(ids), dtype=np.int64), ids)  # type: ignore[attr-defined]
+            envs.send(np.zeros(len(ids), dtype=np.int64), ids)
             _, _, _, _, infos = recv(min_batch_size=2, max_batch_size=2, batch_wait_s=0.0)
             if len(infos["env_id"]) != 2:
                 raise fail(
