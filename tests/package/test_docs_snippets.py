@@ -70,7 +70,7 @@ PYTHON_SNIPPETS = [
     (
         "backends-batch-former",
         "docs/backends.md",
-        "min_batch_size=2, max_batch_size=6",
+        "batch_wait_s=0.002,",
         {},
         "",
         "",
