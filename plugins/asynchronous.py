@@ -11,6 +11,13 @@ Over vectorized slices (``make_vec(..., vectorized=True)``, :mod:`vecaccel.envs.
 a worker steps its whole vector env at once: actions go to whole slices, each slice's worker answers
 with one status byte as under ``shm``, and a batch is made of whole slices (every slice the same
 size, ``batch_size`` a multiple of it).
+
+A batch is formed between a floor and a ceiling with a deadline (``min_batch_size``,
+``max_batch_size``, ``batch_wait_s``; TorchRL's ``AsyncEnvPool`` takes ``min_get``, ``max_get`` and
+a ``timeout`` alike): ``recv`` returns once the floor is ready and ``batch_wait_s`` has passed
+since the oldest ready env finished, or at once when the ceiling is ready. A worker stamps each
+env's finish time into shared memory, so the deadline counts from when the env finished, not
+from when the caller next looked.
 """
 
 from __future__ import annotations
@@ -58,11 +65,14 @@ __all__ = ["AsyncVecEnv", "make_async"]
 class AsyncVecEnv(ProcessVecEnv):
     """Asynchronous stepping: ``batch_size < num_envs`` so a slow env never stalls the batch.
 
-    ``send(actions, env_ids)`` starts envs; ``recv()`` returns the first ``batch_size`` envs
-    that are ready with ``info["env_id"]``; ``step(actions)`` sends ``actions`` to the envs
-    the last ``recv`` returned and receives the next batch. It runs on the same worker
+    ``send(actions, env_ids)`` starts envs; ``recv()`` returns the envs that are ready with
+    ``info["env_id"]``: ``batch_size`` of them, or, with a floor and a ceiling, between
+    ``min_batch_size`` and ``max_batch_size`` once ``batch_wait_s`` has passed since the oldest
+    ready env finished (the ceiling returns at once). ``step(actions)`` sends ``actions`` to the
+    envs the last ``recv`` returned and receives the next batch. It runs on the same worker
     processes and shared memory as ``shm``. ``num_envs`` is the number of sub-environments;
-    ``observation_space``/``action_space`` are batched over ``batch_size``.
+    ``observation_space``/``action_space`` are batched over the batch last returned (the
+    ceiling, ``batch_size``, before the first).
 
     Args:
         env_fns: one zero-argument env function per sub-environment.
@@ -79,11 +89,22 @@ class AsyncVecEnv(ProcessVecEnv):
         ((2, 4), 2)
         >>> obs, rew, term, trunc, infos = envs.step(np.zeros(2, dtype=np.int64))
         >>> envs.close()
+
+        A floor of 2, a ceiling of 4 and a 5 ms deadline:
+
+        >>> envs = vecaccel.make_vec("CartPole-v1", 4, backend="async", num_workers=2,
+        ...                          min_batch_size=2, max_batch_size=4, batch_wait_s=0.005)
+        >>> obs, infos = envs.reset(seed=0)
+        >>> obs, rew, term, trunc, infos = envs.step(np.zeros(len(obs), dtype=np.int64))
+        >>> 2 <= len(infos["env_id"]) <= 4
+        True
+        >>> envs.close()
     """
 
     #: ``step`` returns envs in the order they finish (``info["env_id"]``), not by index
     returns_envs_in_order = False
     batch_size: int
+    min_batch_size: int
 
     def __init__(
         self,
@@ -95,14 +116,21 @@ class AsyncVecEnv(ProcessVecEnv):
     ) -> None:
         options = AsyncOptions() if options is None else options
         num_envs = len(env_fns)
-        if batch_size is None:
-            batch_size = getattr(options, "batch_size", None)
-        if batch_size is None:
-            batch_size = num_envs
-        if not isinstance(batch_size, (int, np.integer)) or not 1 <= batch_size <= num_envs:
+        if batch_size is not None:
+            low = high = batch_size
+        elif isinstance(options, AsyncOptions):
+            options.check_num_envs(num_envs)
+            low, high = options.batch_bounds(num_envs)
+        else:
+            low = high = num_envs
+        if not isinstance(high, (int, np.integer)) or not 1 <= high <= num_envs:
             raise ValueError(
-                f"batch_size must be an integer in 1..num_envs={num_envs}, got {batch_size!r}"
+                f"batch_size must be an integer in 1..num_envs={num_envs}, got {high!r}"
             )
+        self.min_batch_size, self.max_batch_size = int(low), int(high)
+        self.batch_wait_s = float(getattr(options, "batch_wait_s", 0.0))
+        #: seconds the oldest env of the last batch waited between finishing and being returned
+        self.last_ready_age_s = 0.0
         vectorized = EnvSource.of(env_fns).vectorized
         if options.num_workers is None and vectorized:
             options = dataclasses.replace(options, num_workers=min(num_envs, usable_cpus()))
@@ -112,9 +140,10 @@ class AsyncVecEnv(ProcessVecEnv):
             num_workers = max(min(num_envs, usable_cpus()), -(-num_envs // most))
             options = dataclasses.replace(options, num_workers=num_workers)
         super().__init__(env_fns, autoreset_mode=autoreset_mode, options=options)
-        self.batch_size = int(batch_size)
-        self.observation_space = batch_space(self.single_observation_space, self.batch_size)
-        self.action_space = batch_space(self.single_action_space, self.batch_size)
+        self.batch_size = int(high)
+        self._spaces_cache: dict[int, tuple[gym.Space, gym.Space]] = {}
+        self._spaces_size = 0
+        self._batch_spaces(self.batch_size)
         self.vectorized = vectorized
         widest = max(w.stop - w.start for w in self.pool.workers)
         if vectorized:
@@ -128,6 +157,7 @@ class AsyncVecEnv(ProcessVecEnv):
         self._ready: deque[int] = deque()
         self._in_flight = np.zeros(self.num_envs, dtype=np.bool_)
         self._sent_at = np.zeros(self.num_envs, dtype=np.float64)  # for step_timeout_s
+        self._ready_at = np.zeros(self.num_envs, dtype=np.float64)  # for batch_wait_s
         self._infos: dict[int, dict] = {}
         self._errors: list[ErrorReport] = []
         self._failed_envs: set[int] = set()
@@ -140,18 +170,33 @@ class AsyncVecEnv(ProcessVecEnv):
         for worker in self.pool.workers:
             self._env_to_worker[worker.start : worker.stop] = worker.index
 
+    def _batch_spaces(self, size: int) -> None:
+        """Batch the spaces over ``size`` envs: the batch last returned, whose actions the next
+        ``step`` takes (a batch between a floor and a ceiling changes size)."""
+        if size not in self._spaces_cache:
+            self._spaces_cache[size] = (
+                batch_space(self.single_observation_space, size),
+                batch_space(self.single_action_space, size),
+            )
+        self.observation_space, self.action_space = self._spaces_cache[size]
+        self._spaces_size = size
+
     def _check_whole_slices(self, size: int) -> None:
         """Vectorized slices: a batch of every env, or every slice ``size`` envs and a batch a
         whole number of them."""
         sizes = sorted({w.stop - w.start for w in self.pool.workers})
-        if self.batch_size != self.num_envs and (len(sizes) > 1 or self.batch_size % size):
+        bounds = (self.min_batch_size, self.max_batch_size)
+        if bounds != (self.num_envs, self.num_envs) and (
+            len(sizes) > 1 or any(bound % size for bound in bounds)
+        ):
             self.close(terminate=True)
             raise ValueError(
                 f"vectorized slices on async need num_envs={self.num_envs} to split evenly over "
-                f"num_workers={self.num_workers} (slices of {sizes} envs) and a batch_size that "
-                f"is a multiple of the slice size, or batch_size=num_envs (got "
-                f"{self.batch_size}): a batch is made of whole slices"
+                f"num_workers={self.num_workers} (slices of {sizes} envs) and batch bounds that "
+                f"are multiples of the slice size, or batch_size=num_envs (got "
+                f"{list(bounds)}): a batch is made of whole slices"
             )
+        self._slice_size = size
 
     def _check_slice_ids(self, ids: np.ndarray) -> None:
         """Vectorized slices step as a whole: ``ids`` must cover whole slices."""
@@ -190,12 +235,14 @@ class AsyncVecEnv(ProcessVecEnv):
         checked = self._check_actions(actions, env_ids=ids)
         if self.vectorized:
             self._check_slice_ids(ids)
+        self._clock.begin()
         # envs rebuilt after their worker died, while the caller held them, are returned as
         # restarted (truncated) without stepping: the action was meant for the old episode
         restarted = ids[self._restart_pending[ids]]
         if restarted.size:
             self._restart_pending[restarted] = False
             self._ready.extend(restarted.tolist())
+            self._ready_at[restarted] = time.monotonic()
             keep = ~np.isin(ids, restarted)
             ids = ids[keep]
             checked = index_tree(checked, keep)
@@ -229,6 +276,7 @@ class AsyncVecEnv(ProcessVecEnv):
         """Read finished envs from the workers; ``False`` on timeout."""
         arrived, dead = self.pool.wait_bytes(timeout)
         flags = self.pool.views.info_flags
+        finished_at = self.pool.views.ready_at
         learning = self.pool.info_schema.generation == 0
         pairs: list[tuple[int, dict]] = []  # the infos that came as dicts, for the schema
         in_slots = 0
@@ -254,6 +302,7 @@ class AsyncVecEnv(ProcessVecEnv):
                     self._slot_generation[index] = flags[index]
                     in_slots += 1
                 self._in_flight[index] = False
+                self._ready_at[index] = finished_at[index]
                 self._ready.append(index)
         if pairs or not learning:
             self.pool.observe_infos(pairs, in_slots)
@@ -279,6 +328,7 @@ class AsyncVecEnv(ProcessVecEnv):
                     for j, info in enumerate(rows):
                         if info:
                             self._infos[part.start + j] = info
+            self._ready_at[envs] = time.monotonic()
             self._ready.extend(envs)
 
     def _on_worker_death(self, worker: WorkerHandle) -> None:
@@ -294,6 +344,7 @@ class AsyncVecEnv(ProcessVecEnv):
             self._slot_generation[index] = 0
             if self._in_flight[index]:
                 self._in_flight[index] = False
+                self._ready_at[index] = time.monotonic()
                 self._ready.append(index)
             elif index not in ready:
                 self._restart_pending[index] = True
@@ -304,10 +355,16 @@ class AsyncVecEnv(ProcessVecEnv):
             raise self.pool.error_from_reports(errors)
 
     def _wait_until(
-        self, done: Callable[[], bool], timeout: float | None, what: str, raise_early: bool = True
+        self,
+        done: Callable[[], bool],
+        timeout: float | None,
+        what: str,
+        raise_early: bool = True,
+        due_at: Callable[[], float | None] | None = None,
     ) -> None:
         """Take finished envs until ``done()``; env errors are raised as soon as they arrive,
-        or (``raise_early=False``) only once ``done()``."""
+        or (``raise_early=False``) only once ``done()``. ``due_at()`` is a time at which
+        ``done()`` may turn true without a new arrival (a batch's deadline), or ``None``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             # checked even when done() already holds: with batch_size < num_envs the other envs
@@ -323,7 +380,8 @@ class AsyncVecEnv(ProcessVecEnv):
                 raise TimeoutError(
                     f"{what} did not finish within {timeout} s; envs running: {running}"
                 )
-            ends = [t - now for t in (deadline, kill_at) if t is not None]
+            due = None if due_at is None else due_at()
+            ends = [t - now for t in (deadline, kill_at, due) if t is not None]
             self._take_bytes(max(0.0, min(ends)) if ends else None)
         self._raise_errors()
 
@@ -343,20 +401,91 @@ class AsyncVecEnv(ProcessVecEnv):
         later = due[due > now]
         return float(later.min()) if later.size else None
 
-    def recv(self, timeout: float | None = None):
-        """Return ``(obs, rew, terminated, truncated, info)`` for the first ``batch_size`` envs
-        that are ready; ``info["env_id"]`` says which envs they are."""
+    def recv(
+        self,
+        timeout: float | None = None,
+        *,
+        min_batch_size: int | None = None,
+        max_batch_size: int | None = None,
+        batch_wait_s: float | None = None,
+    ):
+        """Return ``(obs, rew, terminated, truncated, info)`` for a batch of ready envs, in the
+        order they finished; ``info["env_id"]`` says which envs they are.
+
+        The batch holds at least ``min_batch_size`` and at most ``max_batch_size`` envs: it is
+        returned once the floor is ready and ``batch_wait_s`` has passed since the oldest ready
+        env finished, or as soon as the ceiling is ready (or the floor is, and no other env is
+        stepping). Each bound defaults to the backend's option.
+
+        Args:
+            timeout: seconds to wait for the floor before a ``TimeoutError`` (``None``: no limit).
+            min_batch_size: the floor, fewest envs returned.
+            max_batch_size: the ceiling, most envs returned.
+            batch_wait_s: seconds to wait for more envs after the oldest ready one finished.
+
+        Raises:
+            ValueError: if a bound is out of range, the floor above the ceiling, or the wait
+                negative.
+            RuntimeError: if fewer than the floor are ready or stepping.
+        """
         self._check_open()
         self.pool.check_usable()
+        low, high, wait = self._batch_bounds(min_batch_size, max_batch_size, batch_wait_s)
         stepping = int(self._in_flight.sum())
-        if len(self._ready) + stepping < self.batch_size:
+        if len(self._ready) + stepping < low:
             raise RuntimeError(
-                f"recv() needs {self.batch_size} envs but only {len(self._ready)} are ready and "
+                f"recv() needs {low} envs but only {len(self._ready)} are ready and "
                 f"{stepping} stepping: send() actions first"
             )
-        self._wait_until(lambda: len(self._ready) >= self.batch_size, timeout, "recv")
-        ids = np.array([self._ready.popleft() for _ in range(self.batch_size)], dtype=np.int64)
+        ready_at = self._ready_at
+
+        def due_at() -> float | None:
+            if not wait or len(self._ready) < low:
+                return None
+            return float(ready_at[list(self._ready)].min()) + wait
+
+        def done() -> bool:
+            count = len(self._ready)
+            if count >= high:
+                return True
+            if count < low:
+                return False
+            if not wait or not self._in_flight.any():
+                return True
+            due = due_at()
+            return due is not None and time.monotonic() >= due
+
+        self._wait_until(done, timeout, "recv", due_at=due_at)
+        count = min(len(self._ready), high)
+        if self.vectorized:  # whole slices only
+            count -= count % self._slice_size
+        ids = np.array([self._ready.popleft() for _ in range(count)], dtype=np.int64)
+        self.last_ready_age_s = max(0.0, time.monotonic() - float(ready_at[ids].min()))
+        self._clock.end()
         return self._gather(ids)
+
+    def _batch_bounds(
+        self, low: int | None, high: int | None, wait: float | None
+    ) -> tuple[int, int, float]:
+        """``recv``'s floor, ceiling and wait: the arguments, else the backend's options."""
+        low = self.min_batch_size if low is None else low
+        high = self.max_batch_size if high is None else high
+        wait = self.batch_wait_s if wait is None else wait
+        for name, value in (("min_batch_size", low), ("max_batch_size", high)):
+            if not isinstance(value, (int, np.integer)) or not 1 <= value <= self.num_envs:
+                raise ValueError(
+                    f"{name} must be an integer in 1..num_envs={self.num_envs}, got {value!r}"
+                )
+        if low > high:
+            raise ValueError(f"min_batch_size={low} is above max_batch_size={high}")
+        if not isinstance(wait, (int, float, np.floating)) or wait < 0:
+            raise ValueError(f"batch_wait_s must be seconds >= 0, got {wait!r}")
+        if self.vectorized and (low % self._slice_size or high % self._slice_size):
+            raise ValueError(
+                f"batch bounds must be multiples of the slice size {self._slice_size}, got "
+                f"{low} and {high}: a batch is made of whole slices"
+            )
+        return int(low), int(high), float(wait)
 
     def recv_ids(self, env_ids: Any, timeout: float | None = None):
         """Wait for exactly the envs ``env_ids`` and return them in that order."""
@@ -369,6 +498,7 @@ class AsyncVecEnv(ProcessVecEnv):
             raise RuntimeError(f"envs {sorted(missing)} are neither ready nor stepping")
         self._wait_until(lambda: wanted.issubset(self._ready), timeout, "recv")
         self._ready = deque(i for i in self._ready if i not in wanted)
+        self._clock.end()
         return self._gather(ids)
 
     def _discard_results(self, env_ids: np.ndarray) -> None:
@@ -382,6 +512,8 @@ class AsyncVecEnv(ProcessVecEnv):
     def _gather(self, ids: np.ndarray):
         views = self.pool.views
         self._last_ids = ids
+        if len(ids) != self._spaces_size:
+            self._batch_spaces(len(ids))
         if not self._in_flight.any():
             self._state = AsyncState.DEFAULT
         obs = index_tree(views.obs, ids)
@@ -413,7 +545,7 @@ class AsyncVecEnv(ProcessVecEnv):
             if info is None and in_slots[position]:
                 info = tracker.slots(int(generations[position])).decode([index])[0]
             if info:  # batched over the returned batch, not over all envs
-                infos = add_info(infos, info, position, self.batch_size)
+                infos = add_info(infos, info, position, len(ids))
         return infos
 
     # -- the VectorEnv API ----------------------------------------------------------------------
@@ -467,6 +599,7 @@ class AsyncVecEnv(ProcessVecEnv):
             self._ready = deque(i for i in self._ready if i not in reset_set)
             return self._after_masked_reset()
         self._ready = deque([i for i in self._ready if i not in reset_set] + reset_ids)
+        self._ready_at[reset_ids] = time.monotonic()
         return self._after_reset()
 
     def _after_reset(self):
@@ -504,6 +637,7 @@ def vecaccel_register_backends(registry: BackendRegistry) -> None:
     registry.add(
         "async",
         make_async,
-        "shared-memory workers; recv() returns the first batch_size envs that are ready",
+        "shared-memory workers; recv() returns the envs that are ready, between a floor and a "
+        "ceiling with a deadline",
         options=AsyncOptions,
     )

@@ -108,6 +108,10 @@ class SerialVecEnv(VecEnv):
         # a step that finished after step_wait's timeout: the next step_wait returns it, the
         # next step_async or reset discards it (as on the process backends)
         self._late: tuple | None = None
+        self._env_s = np.zeros(1)  # seconds in the envs' steps, for stats()
+
+    def _env_busy_s(self) -> np.ndarray | None:
+        return self._env_s.copy()
 
     def _observations(self) -> Any:
         if self._obs_items is not None:
@@ -159,6 +163,7 @@ class SerialVecEnv(VecEnv):
         rewards, terminations, truncations = self._rewards, self._terminations, self._truncations
         keep = snapshot if self.per_env_infos else _as_is  # as in reset()
         pairs = []
+        began = time.perf_counter()
         for i, runner in enumerate(self.runners):
             try:
                 obs, rew, term, trunc, info = runner.step(read_action(i))
@@ -168,6 +173,7 @@ class SerialVecEnv(VecEnv):
             rewards[i], terminations[i], truncations[i] = rew, term, trunc
             if info:
                 pairs.append((i, keep(info)))
+        self._env_s[0] += time.perf_counter() - began
         result = (
             self._observations(),
             self._rewards.copy(),
@@ -259,6 +265,10 @@ class VectorizedSerialVecEnv(VecEnv):
             raise
         self.metadata = {**dict(self.envs.metadata), "autoreset_mode": self.autoreset_mode}
         self._where = f"the vector env of envs 0..{self.num_envs - 1}"
+        self._env_s = np.zeros(1)  # seconds in the vector env's steps, for stats()
+
+    def _env_busy_s(self) -> np.ndarray | None:
+        return self._env_s.copy()
         self._actions: Any = None
 
     def _error(self, exc: Exception, what: str) -> WorkerError:
@@ -293,10 +303,13 @@ class VectorizedSerialVecEnv(VecEnv):
         if self._state is not AsyncState.WAITING_STEP:
             raise RuntimeError("step_wait() called without a pending step_async()")
         self._state = AsyncState.DEFAULT
+        began = time.perf_counter()
         try:
             obs, rewards, terms, truncs, infos = self.envs.step(self._actions)
         except Exception as exc:
             raise self._error(exc, "step") from exc
+        finally:
+            self._env_s[0] += time.perf_counter() - began
         return (
             copy_tree(obs) if self.copy else obs,
             np.asarray(rewards, dtype=np.float64),

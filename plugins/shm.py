@@ -104,6 +104,7 @@ class ShmVecEnv(ProcessVecEnv):
                     self.single_observation_space,
                     self.single_action_space,
                     self.pool.restart,
+                    gate=self.pool.inline_gate(),
                 )
             except EnvMakeError as failed:
                 self.close(terminate=True)

@@ -100,7 +100,8 @@ def make_vec(
             not an integer, or an option is not one of the backend's (the message names the
             closest one); raised before any worker starts.
         ValueError: if ``num_envs`` is below 1, the list of env functions is empty, the id or
-            the backend is unknown, or an option's value is out of range; with ``vectorized``,
+            the backend is unknown, or an option's value is out of range or does not fit
+            ``num_envs`` (a batch bound above it); with ``vectorized``,
             if the id has no vector entry point or the vector env's autoreset mode is not
             ``autoreset_mode``.
         gymnasium.error.DependencyNotInstalled: if the id is registered but its envs need a
@@ -127,6 +128,8 @@ def make_vec(
     try:
         if source.multiagent:
             return _make_multiagent(source, checked, autoreset_mode, options)
+        if checked[1] is not None:
+            checked[1].check_num_envs(len(source))
         return _build(source, checked, autoreset_mode, options)
     finally:
         source.close_unused()

@@ -143,6 +143,14 @@ class BackendOptions:
             )
         return options
 
+    def check_num_envs(self, num_envs: int) -> None:
+        """Refuse options that do not fit ``num_envs`` envs (``make_vec`` calls it once the env
+        count is known, before any worker starts); every option fits by default.
+
+        Raises:
+            ValueError: naming the option that does not fit.
+        """
+
     @staticmethod
     def _unknown(backend: str, key: str, names: list[str], aliases: dict[str, str]) -> str:
         candidates = {name: name for name in names}
@@ -193,6 +201,11 @@ class WorkerOptions(BackendOptions):
     worker_threads: int | None = 1
     """Threads each worker lets OpenMP, BLAS, OpenCV and torch use (1: a worker keeps one core
     busy); ``None`` leaves the libraries' defaults."""
+    max_concurrency: int | None = None
+    """At most this many envs step or reset at one time, whatever ``num_workers`` is (one
+    semaphore shared by the workers and held around each env's ``step`` and ``reset``, as
+    Gymnasium's ``AsyncVectorEnv(max_concurrency=N)``): for envs that each hold a GPU, a
+    licence or a renderer. ``None``: no cap."""
 
     ALIASES: ClassVar[Mapping[str, str]] = {
         "step_timeout": "step_timeout_s",
@@ -227,6 +240,13 @@ class WorkerOptions(BackendOptions):
             )
         if not _is_real(self.max_restarts) or self.max_restarts < 0:
             raise ValueError(f"max_restarts must be a number >= 0, got {self.max_restarts!r}")
+        if self.max_concurrency is not None and not (
+            _is_integer(self.max_concurrency) and self.max_concurrency >= 1
+        ):
+            raise ValueError(
+                f"max_concurrency must be an integer >= 1 (envs stepping at one time), "
+                f"got {self.max_concurrency!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -255,10 +275,81 @@ class HybridOptions(ShmOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class AsyncOptions(WorkerOptions):
-    """The options of the ``async`` backend (``recv`` returns whichever envs are ready)."""
+    """The options of the ``async`` backend (``recv`` returns whichever envs are ready).
+
+    A batch is formed as TorchRL's ``AsyncEnvPool`` forms one: ``step``/``recv`` return once at
+    least ``min_batch_size`` envs are ready and ``batch_wait_s`` has passed since the first of
+    them arrived, or at once when ``max_batch_size`` are ready. ``batch_size=B`` is the fixed
+    batch ``min_batch_size = max_batch_size = B``.
+
+    Example:
+        >>> options = AsyncOptions(min_batch_size=2, max_batch_size=6, batch_wait_s=0.002)
+        >>> options.batch_bounds(8)
+        (2, 6)
+        >>> AsyncOptions(batch_size=4).batch_bounds(8)
+        (4, 4)
+        >>> AsyncOptions(min_batch_size=5, max_batch_size=3)
+        Traceback (most recent call last):
+        ...
+        ValueError: min_batch_size=5 is above max_batch_size=3: the floor must not exceed the ceiling
+    """
 
     batch_size: int | None = None
-    """Envs each ``recv`` returns (default: all of them)."""
+    """Envs each ``recv`` returns, a fixed batch (default: all of them unless
+    ``min_batch_size``/``max_batch_size`` are given)."""
+    min_batch_size: int | None = None
+    """The floor: fewest envs a ``step`` returns (default 1 when only a ceiling or a wait is
+    given)."""
+    max_batch_size: int | None = None
+    """The ceiling: most envs a ``step`` returns; it returns at once when this many are ready
+    (default: every env)."""
+    batch_wait_s: float = 0.0
+    """Seconds to wait for more envs after the first ready one arrived, once the floor is
+    reached (0: return the envs ready as soon as the floor is)."""
+
+    ALIASES: ClassVar[Mapping[str, str]] = {
+        "min_envs": "min_batch_size",
+        "max_envs": "max_batch_size",
+        "batch_wait": "batch_wait_s",
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("batch_size", "min_batch_size", "max_batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not _is_integer(value) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (_is_real(self.batch_wait_s) and self.batch_wait_s >= 0):
+            raise ValueError(f"batch_wait_s must be seconds >= 0, got {self.batch_wait_s!r}")
+        if self.batch_size is not None and (
+            self.min_batch_size is not None or self.max_batch_size is not None
+        ):
+            raise ValueError(
+                "batch_size is the fixed batch min_batch_size = max_batch_size; give either "
+                "batch_size or min_batch_size/max_batch_size"
+            )
+        low, high = self.min_batch_size, self.max_batch_size
+        if low is not None and high is not None and low > high:
+            raise ValueError(
+                f"min_batch_size={low} is above max_batch_size={high}: the floor must not "
+                "exceed the ceiling"
+            )
+
+    def batch_bounds(self, num_envs: int) -> tuple[int, int]:
+        """``(floor, ceiling)`` of each batch over ``num_envs`` envs."""
+        if self.batch_size is not None:
+            return int(self.batch_size), int(self.batch_size)
+        if self.min_batch_size is None and self.max_batch_size is None:
+            return num_envs, num_envs
+        high = num_envs if self.max_batch_size is None else int(self.max_batch_size)
+        low = 1 if self.min_batch_size is None else int(self.min_batch_size)
+        return low, high
+
+    def check_num_envs(self, num_envs: int) -> None:
+        for name in ("batch_size", "min_batch_size", "max_batch_size"):
+            value = getattr(self, name)
+            if value is not None and value > num_envs:
+                raise ValueError(f"{name}={value} is above num_envs={num_envs}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -181,6 +181,12 @@ class Sampler:
 
         capabilities = Capabilities.of(env)
         batch_size = capabilities.batch_size
+        if not capabilities.fixed_batch:
+            raise ValueError(
+                f"the Sampler needs a fixed batch; this env returns between "
+                f"{capabilities.min_batch_size} and {batch_size} envs per step (a floor below "
+                "the ceiling): give it batch_size instead"
+            )
         if batch_size != self.num_envs and not capabilities.alternating:
             raise ValueError(
                 f"the Sampler needs every env back from each step, or the action server's "

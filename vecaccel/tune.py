@@ -64,6 +64,8 @@ class Trial:
     auto: bool = False
     """Whether this is the configuration ``backend="auto"`` chooses (``reason`` says why)."""
     reason: str = ""
+    timing: str = ""
+    """Where its steps spent their time (``envs.stats().summary()``), once measured."""
 
     @property
     def label(self) -> str:
@@ -183,11 +185,18 @@ def measure_trial(
             warmup=warmup,
             seed=0,
             policy_s=policy_s,
+            before_close=functools.partial(_note_timing, trial),
         )
     finally:
         if threads is not None:
             torch.set_num_threads(threads)
     return rate
+
+
+def _note_timing(trial: Trial, envs: Any) -> None:
+    stats = getattr(envs, "stats", None)
+    if callable(stats):
+        trial.timing = stats().summary()
 
 
 def autotune(
@@ -277,6 +286,8 @@ def main(args: Any) -> int:
             f"{trial.steps_per_s:>10.0f}" if trial.error is None else f"  failed: {trial.error}"
         )
         print(f"{trial.label:<14} n={trial.num_envs:<4} {options:<34} {result}", flush=True)
+        if trial.timing:
+            print(f"{'':<20} {trial.timing}", flush=True)
 
     try:
         trials = autotune(

@@ -20,6 +20,7 @@ from gymnasium.vector.utils import batch_space
 
 from vecaccel.errors import ClosedEnvError, env_error
 from vecaccel.spaces import check_actions
+from vecaccel.stats import RunStats, StepClock
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -341,15 +342,24 @@ class Capabilities:
 
     Example:
         >>> Capabilities.of(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2))
-        Capabilities(batch_size=2, in_index_order=True, alternating=False)
+        Capabilities(batch_size=2, in_index_order=True, alternating=False, min_batch_size=None)
     """
 
     batch_size: int
-    """Envs each step returns (every env, unless the backend returns them as they finish)."""
+    """Envs each step returns (every env, unless the backend returns them as they finish); the
+    most it returns where batches vary."""
     in_index_order: bool
     """Whether they come in index order (``False``: in the order they finish)."""
     alternating: bool
     """Whether two fixed halves of the envs take turns (the action server's ``alternating``)."""
+    min_batch_size: int | None = None
+    """The fewest envs a step returns where batches vary (a floor below the ceiling);
+    ``None``: every step returns ``batch_size``."""
+
+    @property
+    def fixed_batch(self) -> bool:
+        """Whether every step returns ``batch_size`` envs."""
+        return self.min_batch_size in (None, self.batch_size)
 
     @classmethod
     def of(cls, env: Any) -> Capabilities:
@@ -376,14 +386,19 @@ class VecEnv(VectorEnv[Any, Any, Any]):
     returns_envs_in_order: bool = True
     #: Whether two fixed halves of the envs take turns.
     alternating: bool = False
+    #: The fewest envs a step returns where batches vary (``None``: always ``batch_size``).
+    min_batch_size: int | None = None
 
     @property
     def capabilities(self) -> Capabilities:
         """What each step returns (:class:`Capabilities`)."""
+        batch_size = int(self.batch_size or self.num_envs)
+        floor = self.min_batch_size
         return Capabilities(
-            batch_size=int(self.batch_size or self.num_envs),
+            batch_size=batch_size,
             in_index_order=bool(self.returns_envs_in_order),
             alternating=bool(self.alternating),
+            min_batch_size=None if floor in (None, batch_size) else int(floor),
         )
 
     def __init__(
@@ -416,6 +431,38 @@ class VecEnv(VectorEnv[Any, Any, Any]):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._state = AsyncState.DEFAULT
         self.closed = False
+
+    @property
+    def _clock(self) -> StepClock:
+        """The step clock, made at first use: adapters that subclass ``VecEnv`` without calling
+        its ``__init__`` get one too."""
+        clock = self.__dict__.get("_step_clock")
+        if clock is None:
+            clock = self.__dict__["_step_clock"] = StepClock(self._env_busy_s)
+        return clock
+
+    def _env_busy_s(self) -> np.ndarray | None:
+        """Cumulative seconds inside the envs, one per lane (a worker, the caller's own envs),
+        for :meth:`stats`; ``None`` where the backend cannot tell."""
+        return None
+
+    def stats(self) -> RunStats:
+        """Where this vector env's steps spent their time: in the envs, in the transport, and
+        in the caller between steps (its policy), cumulative, per step and for the last step,
+        with the verdict (``"env-bound"``, ``"policy-bound"``, ``"transport-bound"``); see
+        :mod:`vecaccel.stats`.
+
+        Example:
+            >>> import vecaccel, numpy as np
+            >>> envs = vecaccel.make_vec("CartPole-v1", 2, backend="serial")
+            >>> _ = envs.reset(seed=0)
+            >>> _ = envs.step(np.zeros(2, dtype=np.int64))
+            >>> stats = envs.stats()
+            >>> stats.steps, stats.verdict in ("env-bound", "policy-bound", "transport-bound")
+            (1, True)
+            >>> envs.close()
+        """
+        return self._clock.stats()
 
     # -- shared helpers ---------------------------------------------------------------------
 
@@ -469,8 +516,16 @@ class VecEnv(VectorEnv[Any, Any, Any]):
 
     def step(self, actions: Any) -> StepReturn:
         """Step every env with ``actions`` (``step_async`` then ``step_wait``)."""
-        self.step_async(actions)
-        return self.step_wait()
+        clock = self._clock
+        clock.begin()
+        try:
+            self.step_async(actions)
+            result = self.step_wait()
+        except BaseException:
+            clock.cancel()
+            raise
+        clock.end()
+        return result
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` (or read attribute ``name``) of every sub-environment."""

@@ -68,6 +68,16 @@ def _assert_quiet(stderr: str, what: str) -> None:
 # (id, doc, marker, substitutions {old: new} that must each match, preamble, epilogue, timeout)
 PYTHON_SNIPPETS = [
     (
+        "backends-batch-former",
+        "docs/backends.md",
+        "batch_wait_s=0.002,",
+        {},
+        "",
+        "",
+        60,
+    ),
+    ("backends-stats", "docs/backends.md", "stats = envs.stats()", {}, "", "", 60),
+    (
         "docs-home-quick-start",
         "docs/index.md",
         'make_vec("CartPole-v1", 8, backend="shm")',

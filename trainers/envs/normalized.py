@@ -73,7 +73,11 @@ class NormalizedVecEnv(gym.vector.VectorWrapper):
     def __init__(self, env: gym.vector.VectorEnv, normalizer: Normalizer) -> None:
         super().__init__(env)
         capabilities = Capabilities.of(env)
-        if capabilities.alternating or capabilities.batch_size != env.num_envs:
+        if (
+            capabilities.alternating
+            or capabilities.batch_size != env.num_envs
+            or not capabilities.fixed_batch
+        ):
             raise ValueError(
                 "normalisation counts every env's observation of each vector step; this env "
                 "returns part of its envs per step (alternating halves, or a batch_size below "

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from vecaccel.trainers.services.env_timing import verdict_of
 from vecaccel.trainers.services.tracking import WandbTracker, hparam_value
 
 __all__ = [
@@ -397,6 +398,9 @@ class RunLogger:
                 postfix["SPS"] = f"{clean['charts/SPS']:.0f}"
             if self._recent_returns:
                 postfix["return"] = f"{np.mean(self._recent_returns):.1f}"
+            bound = verdict_of(clean)
+            if bound is not None:  # what the run waits on: env, policy or transport
+                postfix["bound"] = bound
             self._bar.set_postfix(postfix, refresh=False)
         self._last_step = int(step)
 

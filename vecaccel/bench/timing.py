@@ -100,6 +100,7 @@ def measure(
     warmup: float,
     seed: int,
     policy_s: float = 0.0,
+    before_close: Callable[[Any], None] | None = None,
 ) -> tuple[float, float]:
     """Build, reset, time and close one vector env; return (steps/s, set-up seconds).
 
@@ -114,6 +115,8 @@ def measure(
         policy_s: a policy's latency to simulate before each timed step (a sleep, as a GPU
             forward costs the CPU little), so that what overlaps it shows (``vecaccel tune
             --policy-ms``).
+        before_close: called with the vector env after timing, before it is closed (to read
+            its ``stats()``).
 
     Example:
         >>> import functools, gymnasium as gym
@@ -144,6 +147,8 @@ def measure(
         batched = batch_space(single_action_space, per_step)
         actions = sample_actions(batched, ACTION_BATCHES, seed)
         batches, elapsed = time_vector(envs, actions, seconds, warmup, policy_s)
+        if before_close is not None:
+            before_close(envs)
         return batches * per_step / elapsed, setup
     finally:
         envs.close()

@@ -32,6 +32,7 @@ from vecaccel.errors import WorkerError
 from vecaccel.make import make_vec
 from vecaccel.manager import get_backend
 from vecaccel.testing.api_methods import missing_methods
+from vecaccel.testing.batch_former import check_batch_former, declares_batch_former
 from vecaccel.testing.compare import (
     batch_size_of,
     describe,
@@ -97,7 +98,10 @@ def check_backend(name: str, /, **options: Any) -> None:
       backend has them), an error inside ``call`` raised as :class:`vecaccel.WorkerError`;
     - ``close()`` twice is fine, a closed env refuses ``step`` and ``reset`` with
       ``gymnasium.error.ClosedEnvironmentError``, and no child process or ``/dev/shm`` entry
-      is left behind.
+      is left behind;
+    - on a backend that declares a batch former (options ``min_batch_size``,
+      ``max_batch_size``, ``batch_wait_s``): its floor, ceiling and deadline
+      (:func:`vecaccel.testing.batch_former.check_batch_former`).
 
     It takes a few seconds, and runs from any test suite: a failure is an ``AssertionError``,
     which pytest reports with its message.
@@ -134,6 +138,9 @@ def check_backend(name: str, /, **options: Any) -> None:
             name, {**options, "copy": True}, "cartpole", CONTRACT_ENVS["cartpole"], mode
         )
         trajectory.run(steps=4, check_episodes=False)
+    if declares_batch_former(name):
+        bounds = ("batch_size", "min_batch_size", "max_batch_size", "batch_wait_s")
+        check_batch_former(name, **{k: v for k, v in options.items() if k not in bounds})
     # multiprocessing unlinks a spawn-context lock's semaphore when the lock object is
     # collected: collect the closed vector envs' cycles before counting what is left
     gc.collect()

@@ -187,6 +187,101 @@ class HeavyTailEnv(gym.Env):
         return np.zeros(4, np.float32), 1.0, False, self.t >= 200, {}
 
 
+class SleepEnv(gym.Env):
+    """Sleeps ``step_s`` in every step (a remote simulator's latency, with no CPU used);
+    observes its step count. The batch former's checks make one env slow with it.
+
+    Example:
+        >>> env = SleepEnv(0.0)
+        >>> env.reset(seed=0)[0].tolist(), env.step(0)[0].tolist()
+        ([0.0], [1.0])
+    """
+
+    def __init__(self, step_s: float = 0.0) -> None:
+        self.step_s = step_s
+        self.observation_space = spaces.Box(0.0, np.inf, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self.step_s:
+            time.sleep(self.step_s)
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, False, False, {}
+
+
+class IntervalEnv(gym.Env):
+    """Sleeps ``step_s`` in each step and reset and reports when it was inside
+    (``info["entered"]``, ``info["left"]``, ``time.monotonic()`` seconds, one clock for every
+    process), so that a test can count how many envs were inside at once. With ``lock_path``
+    it holds an exclusive ``flock`` on that file while inside, as an env that shares one
+    licence, device or renderer with the others does.
+
+    Example:
+        >>> env = IntervalEnv(0.0)
+        >>> _, info = env.reset(seed=0)
+        >>> info["entered"] <= info["left"]
+        True
+    """
+
+    def __init__(self, step_s: float = 0.005, lock_path: str | None = None) -> None:
+        self.step_s = step_s
+        self.lock_path = lock_path
+        self.observation_space = spaces.Box(0.0, np.inf, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def _inside(self) -> dict[str, Any]:
+        lock = None
+        if self.lock_path is not None:
+            import fcntl
+
+            lock = open(self.lock_path, "a")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            entered = time.monotonic()
+            if self.step_s:
+                time.sleep(self.step_s)
+            return {"entered": entered, "left": time.monotonic()}
+        finally:
+            if lock is not None:
+                lock.close()  # releases the flock
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), self._inside()
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        info = self._inside()
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, False, False, info
+
+
+def most_inside_at_once(intervals: Any) -> int:
+    """The most ``(entered, left)`` intervals that overlap at one instant.
+
+    Example:
+        >>> most_inside_at_once([(0.0, 2.0), (1.0, 3.0), (2.5, 4.0)])
+        2
+    """
+    events = sorted([(float(a), 1) for a, _ in intervals] + [(float(b), -1) for _, b in intervals])
+    inside = most = 0
+    for _, change in events:  # at a tie a leave (-1) sorts before an enter
+        inside += change
+        most = max(most, inside)
+    return most
+
+
 # -- FaultEnv: fails on demand, the fault-injection tool of the reliability tests -------------
 #
 # FaultEnv observes ``[value, t, last action]``, where ``value`` follows a recurrence driven

@@ -7,6 +7,7 @@ for the envs it steps itself. It never raises for an env's own error: it returns
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from gymnasium.vector import AutoresetMode
 from vecaccel.spaces import item_reader, item_writer
 from vecaccel.spaces.payload import item_columns, store_items, take_items
 from vecaccel.vec_env import EnvRunner, check_env_spaces
+from vecaccel.worker.concurrency import LaneGate
 from vecaccel.worker.info_schema import InfoSchema, InfoSlots
 from vecaccel.worker.protocol import ErrorReport, SharedViews, error_report
 
@@ -125,6 +127,12 @@ class EnvSlice:
         obs_space: every env's observation space (checked).
         action_space: every env's action space (checked).
         restart_on_error: rebuild an env that raises in a step instead of reporting it.
+        gate: the ``max_concurrency`` semaphore, held around each env's step and reset
+            (``None``: no cap).
+
+    Attributes:
+        busy_ns: nanoseconds the envs spent in ``step`` and ``reset`` so far (the time in the
+            envs of the run's stats; the wait for ``gate`` is not counted).
 
     Raises:
         EnvMakeError: if an env function raises, or an env's spaces differ (the envs built so
@@ -140,8 +148,11 @@ class EnvSlice:
         obs_space: spaces.Space,
         action_space: spaces.Space,
         restart_on_error: bool,
+        gate: LaneGate | None = None,
     ) -> None:
         self.start = start
+        self.gate = gate
+        self.busy_ns = 0
         self.env_fns = env_fns
         self.autoreset_mode = autoreset_mode
         self.views = views
@@ -197,7 +208,7 @@ class EnvSlice:
         views = self.views
         slots = self.info_slots
         try:
-            obs, rew, term, trunc, info = self.runners[j].step(self.read_action(i))
+            obs, rew, term, trunc, info = self._step_env(self.runners[j], self.read_action(i))
             self.write_obs(i, obs)
         except ENV_ERRORS as exc:
             if slots is not None:
@@ -230,7 +241,7 @@ class EnvSlice:
         for j, runner in enumerate(self.runners):
             i = start + j
             try:
-                obs, rewards[j], terms[j], truncs[j], info = runner.step(read_action(i))
+                obs, rewards[j], terms[j], truncs[j], info = self._step_env(runner, read_action(i))
                 write_obs(i, obs)
             except ENV_ERRORS as exc:
                 info, error = self._failed(j, exc)
@@ -256,6 +267,19 @@ class EnvSlice:
         if slots is not None:
             views.info_flags[start:stop] = flags
         return infos, errors
+
+    def _step_env(self, runner: EnvRunner, action: Any) -> tuple[Any, Any, Any, Any, Any]:
+        """One env's step, timed, inside the ``max_concurrency`` gate if there is one."""
+        gate = self.gate
+        if gate is not None:
+            gate.__enter__()
+        began = time.perf_counter_ns()
+        try:
+            return runner.step(action)
+        finally:
+            self.busy_ns += time.perf_counter_ns() - began
+            if gate is not None:
+                gate.__exit__()
 
     def _failed(self, j: int, exc: BaseException) -> tuple[dict | None, ErrorReport | None]:
         if not self.restart_on_error:
@@ -291,7 +315,16 @@ class EnvSlice:
         """Reset env ``j`` of the slice (remembering its seed for rebuilds); return its info."""
         i = self.start + j
         self.last_seeds[j] = seed if seed is not None else self.last_seeds[j]
-        obs, info = self.runners[j].reset(seed=seed, options=options)
+        gate = self.gate
+        if gate is not None:
+            gate.__enter__()
+        began = time.perf_counter_ns()
+        try:
+            obs, info = self.runners[j].reset(seed=seed, options=options)
+        finally:
+            self.busy_ns += time.perf_counter_ns() - began
+            if gate is not None:
+                gate.__exit__()
         self.write_obs(i, obs)
         self.views.terminations[i] = self.views.truncations[i] = False
         self.views.rewards[i] = 0.0

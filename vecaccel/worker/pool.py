@@ -28,6 +28,7 @@ from vecaccel.spaces import read_item
 from vecaccel.spaces.payload import item_columns, take_items
 from vecaccel.worker import pickling
 from vecaccel.worker.commands import ControlCommands
+from vecaccel.worker.concurrency import ConcurrencyGate, LaneGate
 from vecaccel.worker.cpus import current_cpu, usable_cpus
 from vecaccel.worker.env_slice import FailureCounter, restarted_info
 from vecaccel.worker.handle import (
@@ -140,6 +141,9 @@ class WorkerPool(Replies, ControlCommands):
         self.action_columns = item_columns(self.views.actions)
         # step infos of a fixed schema ride in shared memory once learned (observe_infos)
         self.info_schema = InfoSchemaTracker(self.views.info_area, self.views.info_flags)
+        self.gate: ConcurrencyGate | None = None
+        if options.max_concurrency is not None:
+            self.gate = ConcurrencyGate(self.ctx, options.max_concurrency, self.views.gate_held)
         self._local_slices: list[Any] = []  # the caller's inline envs (EnvSlice), if any
         self.workers: list[WorkerHandle] = []
         self._owner_pid = os.getpid()  # a forked child of the user's process does not own them
@@ -202,6 +206,7 @@ class WorkerPool(Replies, ControlCommands):
                 self.worker_spin_seconds,
                 self.ctx.get_start_method() != "spawn",
                 stack_send,
+                None if self.gate is None else self.gate.semaphore,
             ),
             daemon=True,
         )
@@ -312,6 +317,8 @@ class WorkerPool(Replies, ControlCommands):
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(2.0)
+        if self.gate is not None and not worker.process.is_alive():
+            self.gate.reclaim(worker.index)
         for conn in (worker.cmd, worker.done, worker.data, worker.stack_conn):
             try:
                 conn.close()
@@ -385,6 +392,20 @@ class WorkerPool(Replies, ControlCommands):
             self.count_failures([i], reason)
 
     # -- infos in shared memory ---------------------------------------------------------------
+
+    def inline_gate(self) -> LaneGate | None:
+        """The ``max_concurrency`` gate for the envs the caller steps itself (``None``: no
+        cap). The caller's lane is not in shared memory: if the caller dies, so does the pool."""
+        if self.gate is None:
+            return None
+        return self.gate.lane(0, np.zeros(1, dtype=np.int64))
+
+    def env_busy_s(self) -> np.ndarray:
+        """Seconds each lane's envs spent in ``step`` and ``reset`` so far: one per worker (as
+        of its last reply), then one per slice the caller steps itself."""
+        workers = self.views.env_busy_ns.astype(np.float64) / 1e9
+        local = [envs.busy_ns / 1e9 for envs in self._local_slices]
+        return np.concatenate([workers, np.asarray(local, dtype=np.float64)])
 
     def add_local_slice(self, envs: Any) -> None:
         """Have the caller's own :class:`~vecaccel.worker.EnvSlice` (``hybrid``'s inline envs)
@@ -569,5 +590,6 @@ class WorkerPool(Replies, ControlCommands):
         """Drop every view of the shared buffer, so that multiprocessing's heap frees its block
         now (a view kept anywhere would hold the block, and the next pool would map another)."""
         self.views = None  # type: ignore[assignment]
+        self.gate = None  # its semaphore is unlinked once no process refers to it
         self.info_schema = None  # type: ignore[assignment]  # it holds views of the info area
         self._buffer = None

@@ -25,6 +25,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecaccel.manager import register_envs
+from vecaccel.worker.concurrency import LaneGate
 from vecaccel.worker.cpus import current_cpu, limit_threads_after_envs, limit_threads_before_envs
 from vecaccel.worker.env_slice import EnvMakeError
 from vecaccel.worker.protocol import (
@@ -158,6 +159,7 @@ def worker_main(
     spin_seconds: float = 0.0,
     forked: bool = True,
     stack_conn: Any = None,
+    gate_semaphore: Any = None,
 ) -> None:
     """The worker process's entry point: build the slice of envs, then serve commands.
 
@@ -178,6 +180,8 @@ def worker_main(
             previous command came within that time.
         forked: whether the worker was forked (fork, forkserver), not a fresh interpreter.
         stack_conn: the write end of its stack pipe (:mod:`vecaccel.worker.stacks`).
+        gate_semaphore: the ``max_concurrency`` semaphore (:mod:`vecaccel.worker.concurrency`),
+            or ``None``.
     """
     # what a forked worker came with: their thread pools may have run in the parent
     inherited = frozenset(sys.modules) if forked else frozenset()
@@ -215,6 +219,10 @@ def worker_main(
     seq = views.done_seq
     payload_len, slab = views.payload_len, views.payload_slab[worker_index]
     last_cpu = views.last_cpu
+    busy_ns, ready_at = views.env_busy_ns, views.ready_at
+    gate = None
+    if gate_semaphore is not None:
+        gate = LaneGate(gate_semaphore, views.gate_held, worker_index)
 
     # the pickler data_conn.send uses (the standard library's, or multiprocess's dill)
     connection_module = sys.modules.get(type(data_conn).__module__)
@@ -230,11 +238,14 @@ def worker_main(
                 payload_len[worker_index] = len(data)
                 data = None
         last_cpu[worker_index] = current_cpu()
+        if built:  # the time its envs spent in step and reset, for the run's stats
+            busy_ns[worker_index] = built[0].busy_ns
         seq[worker_index] += 1
         os.write(done_fd, bytes((status,)))
         if data is not None:
             data_conn.send_bytes(data)
 
+    built: list[Any] = []  # the slice, once made
     limit_threads_before_envs(worker_threads)
     try:
         # a spawned worker starts from a fresh interpreter, where Gymnasium 1.x knows no
@@ -251,7 +262,9 @@ def worker_main(
             layout.action_space,
             restart_on_error,
             owner=f"worker {worker_index}",
+            gate=gate,
         )
+        built.append(envs)
     except EnvMakeError as failed:  # the report names the env whose function raised
         reply(Status.ERROR, [error_report(failed.index, failed.error, "make")])
         return
@@ -313,6 +326,8 @@ def worker_main(
                         continue
                     mask[start + j] = 0
                     info, error = envs.step(j)
+                    ready_at[start + j] = time.monotonic()
+                    busy_ns[worker_index] = envs.busy_ns
                     seq[worker_index] += 1
                     if error is None and not info and obs_items is None:
                         os.write(done_fd, bytes((j,)))

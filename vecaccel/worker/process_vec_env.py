@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from vecaccel.envs.source import EnvSource
 from vecaccel.options import WorkerOptions
 from vecaccel.vec_env import VecEnv
 from vecaccel.worker.pool import WorkerPool
@@ -41,6 +42,11 @@ class ProcessVecEnv(VecEnv):
         inline_envs: int = 0,
     ) -> None:
         options = WorkerOptions() if options is None else options
+        if options.max_concurrency is not None and EnvSource.of(env_fns).vectorized:
+            raise ValueError(
+                "max_concurrency caps envs stepping one at a time; a vectorized slice steps its "
+                "envs together: leave vectorized=False to cap them"
+            )
         super().__init__(env_fns, autoreset_mode=autoreset_mode, copy=options.copy)
         self.options = options
         self._check_spaces()
@@ -89,6 +95,12 @@ class ProcessVecEnv(VecEnv):
 
     def _busy(self) -> bool:
         return False
+
+    def _env_busy_s(self) -> np.ndarray | None:
+        pool = getattr(self, "pool", None)
+        if pool is None or pool.views is None:
+            return None
+        return pool.env_busy_s()
 
     def close_extras(self, terminate: bool = False, **kwargs: Any) -> None:
         pool = getattr(self, "pool", None)

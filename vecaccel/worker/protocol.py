@@ -112,6 +112,9 @@ class SharedViews:
     last_cpu: np.ndarray  # per worker: the CPU of its last reply, or -1 (WorkerPool.send_all)
     info_area: np.ndarray  # [num_envs, INFO_BLOCK_BYTES] step infos that fit the info schema
     info_flags: np.ndarray  # per env: the schema generation its block holds, or 0
+    env_busy_ns: np.ndarray  # per worker: nanoseconds its envs spent in step and reset so far
+    gate_held: np.ndarray  # per worker: 1 while it holds the max_concurrency semaphore
+    ready_at: np.ndarray  # per env: time.monotonic() when its last per-env step finished
 
 
 #: Shared memory per worker for the pickled payload of a reply (step infos, reset infos...):
@@ -146,6 +149,7 @@ class SharedLayout:
             ((num_workers, PAYLOAD_SLAB_BYTES), np.dtype(np.uint8)),
             ((num_envs, INFO_BLOCK_BYTES), np.dtype(np.uint8)),
             ((num_envs,), np.dtype(np.uint8)),
+            ((num_envs,), f64),
         )
         self.nbytes = nbytes_of(self.specs) + 64
 
@@ -155,7 +159,7 @@ class SharedLayout:
         for spec in self.specs:
             view, offset = views_from_buffer(spec, buffer, offset)
             out.append(view)
-        obs, actions, rewards, terms, truncs, mask, seq, slab, info_area, info_flags = out
+        obs, actions, rewards, terms, truncs, mask, seq, slab, info_area, info_flags, ready = out
         return SharedViews(
             obs,
             actions,
@@ -169,6 +173,9 @@ class SharedLayout:
             seq[2::8],
             info_area,
             info_flags,
+            seq[3::8],
+            seq[4::8],
+            ready,
         )
 
 

@@ -10,6 +10,7 @@ into the slice's slots with one assignment each. Infos stay batched: one
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from vecaccel.envs.vectorized_slices import (
     unbatch_infos,
 )
 from vecaccel.spaces import assign_tree, copy_tree, has_fixed_layout, index_tree
+from vecaccel.worker.concurrency import LaneGate
 from vecaccel.worker.env_slice import ENV_ERRORS, EnvMakeError, EnvSlice, derived_seed
 from vecaccel.worker.info_schema import InfoSchema
 from vecaccel.worker.protocol import ErrorReport, SharedViews, error_report
@@ -45,16 +47,18 @@ def make_env_slice(
     action_space: spaces.Space,
     restart_on_error: bool,
     owner: str = "the caller",
+    gate: LaneGate | None = None,
 ) -> EnvSlice | VectorSlice:
     """The slice for ``env_fns``: a :class:`VectorSlice` for the sub-envs of a vector env
     function, else an :class:`~vecaccel.worker.EnvSlice`; ``owner`` names who steps it in
-    error messages (``"worker 3"``)."""
+    error messages (``"worker 3"``); ``gate`` is the ``max_concurrency`` semaphore, which
+    only a per-env slice takes (a batched vector env steps its envs together)."""
     if EnvSource.of(env_fns).vectorized:
         return VectorSlice(
             start, env_fns, autoreset_mode, views, obs_space, action_space, restart_on_error, owner
         )
     return EnvSlice(
-        start, env_fns, autoreset_mode, views, obs_space, action_space, restart_on_error
+        start, env_fns, autoreset_mode, views, obs_space, action_space, restart_on_error, gate
     )
 
 
@@ -107,6 +111,7 @@ class VectorSlice:
         self.action_columns: list = []
         self.last_seed: int | None = None
         self.restarts = 0
+        self.busy_ns = 0  # nanoseconds in the inner vector env's step and reset
         # after a rebuild (NEXT_STEP, DISABLED): the next step only reports the fresh episode
         self.skip_next_step = False
         self._slots = slice(start, self.stop)
@@ -170,7 +175,11 @@ class VectorSlice:
             return [], []
         try:
             actions = copy_tree(index_tree(views.actions, slots))
-            obs, rewards, terms, truncs, infos = self.envs.step(actions)
+            began = time.perf_counter_ns()
+            try:
+                obs, rewards, terms, truncs, infos = self.envs.step(actions)
+            finally:
+                self.busy_ns += time.perf_counter_ns() - began
             assign_tree(views.obs, slots, obs)
             views.rewards[slots] = rewards
             views.terminations[slots] = terms
@@ -270,7 +279,11 @@ class VectorSlice:
         if partial:
             options = {**(options or {}), "reset_mask": np.asarray(mask, dtype=np.bool_)}
         try:
-            obs, infos = self.envs.reset(seed=seed, options=options)
+            began = time.perf_counter_ns()
+            try:
+                obs, infos = self.envs.reset(seed=seed, options=options)
+            finally:
+                self.busy_ns += time.perf_counter_ns() - began
             if partial:
                 index = np.flatnonzero(mask) + self.start
                 assign_tree(self.views.obs, index, index_tree(obs, np.flatnonzero(mask)))

@@ -51,7 +51,13 @@ def test_smoke(algorithm, backend, tmp_path) -> None:
         assert agent.num_updates > 0
         history = agent.logger.history
         keys = set().union(*(row.keys() for row in history))
-        for key in ("charts/SPS", "losses/td_loss", "charts/replay_ratio", "charts/epsilon"):
+        for key in (
+            "charts/SPS",
+            "stats/transport_share",
+            "losses/td_loss",
+            "charts/replay_ratio",
+            "charts/epsilon",
+        ):
             assert key in keys, key
         assert (tmp_path / "metrics.csv").is_file()
         assert (tmp_path / "checkpoint.pt").is_file()

@@ -15,6 +15,7 @@ import numpy as np
 
 from vecaccel.trainers.algos.training_loop import TrainingLoop
 from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.env_timing import env_timing_metrics
 from vecaccel.trainers.services.logger import RunLogger, mean_or_none
 from vecaccel.trainers.services.schedules import LogPeriod, ReplaySchedule
 from vecaccel.trainers.services.seeding import set_rng_state
@@ -205,6 +206,7 @@ class OffPolicyLoop(TrainingLoop):
         learned_steps = agent.global_step - self.state.learn_from
         metrics: dict[str, Any] = {
             "charts/SPS": (agent.global_step - self.start_step) / max(elapsed, 1e-9),
+            **env_timing_metrics(agent.envs),
             "charts/epsilon": epsilon,
             "charts/updates": agent.num_updates,
             "charts/replay_ratio": agent.replay_ratio if learned_steps > 0 else None,

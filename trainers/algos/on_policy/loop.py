@@ -14,6 +14,7 @@ from typing import Any
 from vecaccel.trainers.algos.on_policy.base import scale_rollout_rewards
 from vecaccel.trainers.algos.training_loop import TrainingLoop
 from vecaccel.trainers.services import distributed
+from vecaccel.trainers.services.env_timing import env_timing_metrics
 from vecaccel.trainers.services.logger import RunLogger, mean_or_none
 from vecaccel.trainers.services.schedules import LogPeriod
 from vecaccel.trainers.services.team_returns import team_returns_for
@@ -94,6 +95,7 @@ class OnPolicyLoop(TrainingLoop):
                 "charts/episodic_return": mean_or_none(episodes.returns),
                 "charts/episodic_length": mean_or_none(episodes.lengths),
                 "charts/SPS": (agent.global_step - self.start_step) / max(elapsed, 1e-9),
+                **env_timing_metrics(agent.envs),
                 "charts/learning_rate": lr_now,
                 "charts/lr_scale": agent.lr_scale,
                 "charts/updates": agent.num_updates,

@@ -50,7 +50,17 @@ def test_smoke_every_backend(algo, backend, tmp_path):
     assert agent.global_step == 48
     assert any(not torch.equal(a, b) for a, b in zip(before, parameters(agent)))
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
-    assert rows and {"charts/SPS", "losses/value_loss", "losses/policy_loss"} <= rows[0].keys()
+    assert (
+        rows
+        and {
+            "charts/SPS",
+            "stats/env_share",
+            "stats/policy_share",
+            "losses/value_loss",
+            "losses/policy_loss",
+        }
+        <= rows[0].keys()
+    )
     assert (tmp_path / "checkpoint.pt").exists()
 
 
