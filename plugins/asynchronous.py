@@ -196,7 +196,8 @@ class AsyncVecEnv(ProcessVecEnv):
                 f"are multiples of the slice size, or batch_size=num_envs (got "
                 f"{list(bounds)}): a batch is made of whole slices"
             )
-        self._slice_size = size
+        # with slices of unequal sizes only the whole batch is made of whole slices
+        self._slice_size = size if len(sizes) == 1 else self.num_envs
 
     def _check_slice_ids(self, ids: np.ndarray) -> None:
         """Vectorized slices step as a whole: ``ids`` must cover whole slices."""
@@ -481,9 +482,14 @@ class AsyncVecEnv(ProcessVecEnv):
         if not isinstance(wait, (int, float, np.floating)) or wait < 0:
             raise ValueError(f"batch_wait_s must be seconds >= 0, got {wait!r}")
         if self.vectorized and (low % self._slice_size or high % self._slice_size):
+            whole = (
+                f"num_envs={self.num_envs} (the slices are of unequal sizes)"
+                if self._slice_size == self.num_envs
+                else f"multiples of the slice size {self._slice_size}"
+            )
             raise ValueError(
-                f"batch bounds must be multiples of the slice size {self._slice_size}, got "
-                f"{low} and {high}: a batch is made of whole slices"
+                f"batch bounds must be {whole}, got min_batch_size={low} "
+                f"and max_batch_size={high}: a batch is made of whole slices"
             )
         return int(low), int(high), float(wait)
 

@@ -434,7 +434,7 @@ def test_fresh_interpreters_build_their_slices(context):
 
 
 def test_async_needs_whole_slices():
-    with pytest.raises(ValueError, match="multiple of the slice size"):
+    with pytest.raises(ValueError, match="multiples of the slice size"):
         vecaccel.make_vec(
             native_cartpole, N, backend="async", num_workers=2, batch_size=3, vectorized=True
         )
