@@ -4,7 +4,13 @@ Observations come back as ``torch`` tensors on ``device`` (staged through pinned
 device is a GPU, copied with ``non_blocking``); actions go in as tensors. With
 ``alternating=True`` the envs form two fixed halves: while the caller computes actions for one
 half, the workers simulate the other, so CPU simulation overlaps policy inference (rlpyt's
-``AlternatingSampler``, the seed paper's action server).
+``AlternatingSampler``, the seed paper's action server). Given a floor or a ceiling
+(``min_batch_size``, ``max_batch_size``) it serves instead whichever envs have reported when the
+deadline ``batch_wait_s`` after the first of them has passed (SEED RL's and TorchRL's inference
+servers batch requests so). Once the caller sets :attr:`ActionServerVecEnv.policy_version`,
+every answer carries, per env, the policy version that chose the action it results from
+(``infos["policy_version"]``; -1 after a reset), so a caller whose weights change while envs
+step can tell how old each transition's policy is.
 
 torch is imported when an env is made, not with this module: the plugin manager imports every
 built-in plugin in each process that calls ``make_vec``, spawned workers included.
@@ -56,10 +62,16 @@ class ActionServerVecEnv(AsyncVecEnv):
             worker), ``drain_timeout_s`` and the worker options. ``num_workers`` defaults to
             every usable CPU, except with ``alternating=True`` on ``device="cpu"``: then the
             CPUs that torch's threads leave free (at least 1), since the policy runs here at
-            the same time as the workers.
+            the same time as the workers. ``min_batch_size``, ``max_batch_size`` and
+            ``batch_wait_s`` serve a batch of whichever envs reported (the batch former of
+            ``async``, not with ``alternating``).
 
     Each ``step(actions)`` takes actions for the envs the previous call returned
-    (``info["env_id"]``) and returns the other half (or all envs without alternation).
+    (``info["env_id"]``) and returns the other half (or all envs without alternation, or with a
+    floor or a ceiling the envs that reported, in the order they finished). Set
+    :attr:`policy_version` to the version of the weights that chose the actions before each
+    step; ``infos["policy_version"]`` then gives back, per returned env, the version its last
+    action was chosen by.
     ``step_async``/``step_wait`` pair up as on ``shm``: a second ``step_async`` before
     ``step_wait`` and a ``step_wait`` without ``step_async`` raise ``RuntimeError``. A step
     given up (``step_wait(timeout)`` timed out, Ctrl-C, an env error) can still be waited for
@@ -79,8 +91,13 @@ class ActionServerVecEnv(AsyncVecEnv):
         >>> envs.close()
     """
 
-    #: every step returns its envs (all, or one alternating half) in index order
+    #: every step returns its envs (all, or one alternating half) in index order; with a floor
+    #: or a ceiling, in the order they finished
     returns_envs_in_order = True
+    #: the version of the policy whose actions the next ``step`` sends (``None``: not stamped);
+    #: once set, each env's answer carries the version its action was sent under
+    #: (``infos["policy_version"]``, -1 for an env not stepped since its reset)
+    policy_version: int | None = None
 
     def __init__(
         self,
@@ -98,6 +115,11 @@ class ActionServerVecEnv(AsyncVecEnv):
             raise ValueError(f"alternating=True needs an even number of envs >= 2, got {num_envs}")
         self.device = torch.device(options.device)
         self.alternating = alternating
+        self.forms_batches = options.forms_batches
+        if self.forms_batches:
+            self.returns_envs_in_order = False
+        # per env: the policy version its last action was sent under (-1: none since a reset)
+        self._stamps = np.full(num_envs, -1, dtype=np.int64)
         self.drain_timeout_s = options.drain_timeout_s
         # a step_async() whose step_wait() has not returned yet; AsyncVecEnv's _state cannot
         # tell: with alternation a half is in flight between every two steps
@@ -116,7 +138,12 @@ class ActionServerVecEnv(AsyncVecEnv):
             # each half is whole slices (the even workers', the odd workers'): an even count
             workers = options.num_workers or min(num_envs, usable_cpus())
             options = dataclasses.replace(options, num_workers=max(2, workers + workers % 2))
-        super().__init__(env_fns, autoreset_mode=autoreset_mode, options=options, batch_size=batch)
+        super().__init__(
+            env_fns,
+            autoreset_mode=autoreset_mode,
+            options=options,
+            batch_size=None if self.forms_batches else batch,
+        )
         try:  # the workers run now: an error here (no CUDA for pinned memory) must stop them
             if self.device.type == "cpu":  # the policy's threads share the cores with the workers
                 warn_if_torch_oversubscribes(self.num_workers)
@@ -130,7 +157,8 @@ class ActionServerVecEnv(AsyncVecEnv):
             self._pin = self.device.type == "cuda"
             self._staging = [self._make_staging() for _ in self.groups]
             self._copy_done: list[Any] = [None for _ in self.groups]
-            self.observation_space = batch_space(self.single_observation_space, batch)
+            if not self.forms_batches:  # the batch former batches the spaces per batch
+                self.observation_space = batch_space(self.single_observation_space, batch)
         except BaseException:
             self.close(terminate=True)
             raise
@@ -176,6 +204,7 @@ class ActionServerVecEnv(AsyncVecEnv):
             self._copy_done[group].synchronize()  # the last copy out of this buffer is finished
 
         def stage(view: np.ndarray, tensor: torch.Tensor) -> torch.Tensor:
+            tensor = tensor[: len(ids)]  # a formed batch may hold fewer than the ceiling
             np.take(view, ids, axis=0, out=tensor.numpy())
             if self.device.type == "cpu":
                 return tensor.clone()
@@ -195,18 +224,40 @@ class ActionServerVecEnv(AsyncVecEnv):
         _, _, _, _, infos = result
         ids = infos["env_id"]
         obs, rewards, terms, truncs = self._to_device(group, ids)
+        if self.policy_version is not None:
+            infos["policy_version"] = self._stamps[ids]
         return obs, rewards, terms, truncs, infos
 
+    def send(self, actions: Any, env_ids: Any) -> None:
+        """Start stepping envs ``env_ids`` with ``actions``, stamped with :attr:`policy_version`."""
+        super().send(actions, env_ids)
+        if self.policy_version is not None:
+            self._stamps[np.asarray(env_ids, dtype=np.int64)] = int(self.policy_version)
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> Any:
+        # the envs a masked reset resets, stamped -1 once it has checked the mask
+        self._reset_mask = None if options is None else options.get("reset_mask")
+        return super().reset(seed=seed, options=options)
+
     def _after_reset(self):
+        self._stamps[:] = -1
         self._group = 0
         self._step_pending = self._given_up = False  # a step in flight was finished by reset
+        if self.forms_batches:  # as async: a batch of the envs reset first
+            obs, _, _, _, infos = self._result(0, self.recv())
+            return obs, infos
         ids = self.groups[0]
         obs, _, _, _, infos = self._result(0, self.recv_ids(ids))
         self._last_ids = ids
         return obs, infos
 
     def _after_masked_reset(self):
-        if self._step_pending:
+        self._stamps[np.asarray(self._reset_mask, dtype=np.bool_)] = -1
+        if self._step_pending and self.forms_batches:
+            # as below: the envs sent (the batch last returned) finished, their results dropped
+            self._discard_results(self._last_ids)
+            self._step_pending = self._given_up = False
+        elif self._step_pending:
             # a step in flight is discarded, as shm discards it: reset() let it finish, and the
             # envs it sent that were not reset hold its results, which no step_wait() returns
             # (the obs returned here are theirs); the other half's, sent by the step before,
@@ -253,7 +304,7 @@ class ActionServerVecEnv(AsyncVecEnv):
             if not self._given_up:
                 raise RuntimeError("step_async() called twice without step_wait() in between")
             self._drop_given_up_step()
-        group = self.groups[self._group]
+        group = self._last_ids if self.forms_batches else self.groups[self._group]
         try:
             self.send(actions, group)
         except KeyboardInterrupt:
@@ -268,7 +319,10 @@ class ActionServerVecEnv(AsyncVecEnv):
             raise RuntimeError("step_wait() called without a pending step_async()")
         next_group = (self._group + 1) % len(self.groups)
         try:
-            result = self.recv_ids(self.groups[next_group], timeout)
+            if self.forms_batches:  # whichever envs reported, between the floor and the ceiling
+                result = self.recv(timeout)
+            else:
+                result = self.recv_ids(self.groups[next_group], timeout)
         except BaseException:
             # TimeoutError, Ctrl-C, an env error: step_wait() keeps waiting for the step,
             # step_async() finishes and discards it
@@ -280,9 +334,14 @@ class ActionServerVecEnv(AsyncVecEnv):
 
     def _drop_given_up_step(self) -> None:
         """Finish the step given up and drop its result, as ``shm`` drops a timed-out step: the
-        caller then holds the envs that step would have returned."""
+        caller then holds the envs that step would have returned (with a floor or a ceiling,
+        which envs would have reported is unknown: the caller holds again the envs it sent the
+        given-up step's actions to, and the other envs stepping stay for later steps)."""
         next_group = (self._group + 1) % len(self.groups)
         ids = self.groups[next_group]
+        if self.forms_batches:
+            assert self._last_ids is not None  # a step was sent
+            ids = self._last_ids
         try:
             # every env back (or failed) before an error is raised: their bytes must not be
             # taken for a later step's

@@ -37,7 +37,7 @@ from vecaccel import BackendRegistry, hookimpl
 from vecaccel.envs.source import EnvSource
 from vecaccel.envs.vectorized_slices import SliceInfos, unbatch_infos
 from vecaccel.errors import WorkerError
-from vecaccel.options import AsyncOptions, WorkerOptions
+from vecaccel.options import AsyncOptions, BatchFormerOptions, WorkerOptions
 from vecaccel.spaces import assign_tree, index_tree
 from vecaccel.vec_env import (
     AsyncState,
@@ -118,7 +118,7 @@ class AsyncVecEnv(ProcessVecEnv):
         num_envs = len(env_fns)
         if batch_size is not None:
             low = high = batch_size
-        elif isinstance(options, AsyncOptions):
+        elif isinstance(options, BatchFormerOptions):
             options.check_num_envs(num_envs)
             low, high = options.batch_bounds(num_envs)
         else:

@@ -33,6 +33,7 @@ __all__ = [
     "ActionServerOptions",
     "AsyncOptions",
     "BackendOptions",
+    "BatchFormerOptions",
     "HybridOptions",
     "PLACEMENTS",
     "RayOptions",
@@ -274,7 +275,64 @@ class HybridOptions(ShmOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AsyncOptions(WorkerOptions):
+class BatchFormerOptions(WorkerOptions):
+    """The batch former's options, shared by ``async`` and ``action_server``: a step returns
+    once at least ``min_batch_size`` envs are ready and ``batch_wait_s`` has passed since the
+    first of them arrived, or at once when ``max_batch_size`` are ready (TorchRL's
+    ``AsyncEnvPool``: ``min_get``, ``max_get`` and a timeout from the first result)."""
+
+    min_batch_size: int | None = None
+    """The floor: fewest envs a ``step`` returns (default 1 when only a ceiling is given)."""
+    max_batch_size: int | None = None
+    """The ceiling: most envs a ``step`` returns; it returns at once when this many are ready
+    (default: every env)."""
+    batch_wait_s: float = 0.0
+    """Seconds to wait for more envs after the first ready one arrived, once the floor is
+    reached (0: return the envs ready as soon as the floor is)."""
+
+    ALIASES: ClassVar[Mapping[str, str]] = {
+        "min_envs": "min_batch_size",
+        "max_envs": "max_batch_size",
+        "batch_wait": "batch_wait_s",
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("min_batch_size", "max_batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not _is_integer(value) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not (_is_real(self.batch_wait_s) and self.batch_wait_s >= 0):
+            raise ValueError(f"batch_wait_s must be seconds >= 0, got {self.batch_wait_s!r}")
+        low, high = self.min_batch_size, self.max_batch_size
+        if low is not None and high is not None and low > high:
+            raise ValueError(
+                f"min_batch_size={low} is above max_batch_size={high}: the floor must not "
+                "exceed the ceiling"
+            )
+
+    @property
+    def forms_batches(self) -> bool:
+        """Whether a floor or a ceiling was given (else every step returns a fixed batch)."""
+        return self.min_batch_size is not None or self.max_batch_size is not None
+
+    def batch_bounds(self, num_envs: int) -> tuple[int, int]:
+        """``(floor, ceiling)`` of each batch over ``num_envs`` envs."""
+        if not self.forms_batches:
+            return num_envs, num_envs
+        high = num_envs if self.max_batch_size is None else int(self.max_batch_size)
+        low = 1 if self.min_batch_size is None else int(self.min_batch_size)
+        return low, high
+
+    def check_num_envs(self, num_envs: int) -> None:
+        for name in ("min_batch_size", "max_batch_size"):
+            value = getattr(self, name)
+            if value is not None and value > num_envs:
+                raise ValueError(f"{name}={value} is above num_envs={num_envs}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsyncOptions(BatchFormerOptions):
     """The options of the ``async`` backend (``recv`` returns whichever envs are ready).
 
     A batch is formed as TorchRL's ``AsyncEnvPool`` forms one: ``step``/``recv`` return once at
@@ -297,64 +355,46 @@ class AsyncOptions(WorkerOptions):
     batch_size: int | None = None
     """Envs each ``recv`` returns, a fixed batch (default: all of them unless
     ``min_batch_size``/``max_batch_size`` are given)."""
-    min_batch_size: int | None = None
-    """The floor: fewest envs a ``step`` returns (default 1 when only a ceiling or a wait is
-    given)."""
-    max_batch_size: int | None = None
-    """The ceiling: most envs a ``step`` returns; it returns at once when this many are ready
-    (default: every env)."""
-    batch_wait_s: float = 0.0
-    """Seconds to wait for more envs after the first ready one arrived, once the floor is
-    reached (0: return the envs ready as soon as the floor is)."""
-
-    ALIASES: ClassVar[Mapping[str, str]] = {
-        "min_envs": "min_batch_size",
-        "max_envs": "max_batch_size",
-        "batch_wait": "batch_wait_s",
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("batch_size", "min_batch_size", "max_batch_size"):
-            value = getattr(self, name)
-            if value is not None and (not _is_integer(value) or value < 1):
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not (_is_real(self.batch_wait_s) and self.batch_wait_s >= 0):
-            raise ValueError(f"batch_wait_s must be seconds >= 0, got {self.batch_wait_s!r}")
-        if self.batch_size is not None and (
-            self.min_batch_size is not None or self.max_batch_size is not None
-        ):
+        value = self.batch_size
+        if value is not None and (not _is_integer(value) or value < 1):
+            raise ValueError(f"batch_size must be a positive integer, got {value!r}")
+        if value is not None and self.forms_batches:
             raise ValueError(
                 "batch_size is the fixed batch min_batch_size = max_batch_size; give either "
                 "batch_size or min_batch_size/max_batch_size"
             )
-        low, high = self.min_batch_size, self.max_batch_size
-        if low is not None and high is not None and low > high:
-            raise ValueError(
-                f"min_batch_size={low} is above max_batch_size={high}: the floor must not "
-                "exceed the ceiling"
-            )
 
     def batch_bounds(self, num_envs: int) -> tuple[int, int]:
-        """``(floor, ceiling)`` of each batch over ``num_envs`` envs."""
         if self.batch_size is not None:
             return int(self.batch_size), int(self.batch_size)
-        if self.min_batch_size is None and self.max_batch_size is None:
-            return num_envs, num_envs
-        high = num_envs if self.max_batch_size is None else int(self.max_batch_size)
-        low = 1 if self.min_batch_size is None else int(self.min_batch_size)
-        return low, high
+        return super().batch_bounds(num_envs)
 
     def check_num_envs(self, num_envs: int) -> None:
-        for name in ("batch_size", "min_batch_size", "max_batch_size"):
-            value = getattr(self, name)
-            if value is not None and value > num_envs:
-                raise ValueError(f"{name}={value} is above num_envs={num_envs}")
+        if self.batch_size is not None and self.batch_size > num_envs:
+            raise ValueError(f"batch_size={self.batch_size} is above num_envs={num_envs}")
+        super().check_num_envs(num_envs)
 
 
 @dataclass(frozen=True, kw_only=True)
-class ActionServerOptions(WorkerOptions):
-    """The options of the ``action_server`` backend (torch tensors in and out on ``device``)."""
+class ActionServerOptions(BatchFormerOptions):
+    """The options of the ``action_server`` backend (torch tensors in and out on ``device``).
+
+    Each step serves every env, or one of two fixed halves (``alternating``), or, given a
+    ``min_batch_size`` or a ``max_batch_size``, whichever envs have reported when the deadline
+    ``batch_wait_s`` after the first of them has passed (at least the floor, at most the
+    ceiling).
+
+    Example:
+        >>> ActionServerOptions(min_batch_size=4, batch_wait_s=0.001).batch_bounds(16)
+        (4, 16)
+        >>> ActionServerOptions(alternating=True, max_batch_size=8)
+        Traceback (most recent call last):
+        ...
+        ValueError: alternating=True serves fixed halves; a floor or a ceiling (min_batch_size, max_batch_size) serves whichever envs reported: give one or the other
+    """
 
     device: Any = "cpu"
     """Where observations, rewards and flags are returned (``"cpu"``, ``"cuda"``, a
@@ -367,8 +407,17 @@ class ActionServerOptions(WorkerOptions):
 
     ALIASES: ClassVar[Mapping[str, str]] = {"drain_timeout": "drain_timeout_s"}
     REFUSED: ClassVar[Mapping[str, str]] = {
-        "batch_size": "action_server sets its batch itself: all envs, or half with alternating"
+        "batch_size": "action_server sets its batch itself: all envs, half with alternating, or "
+        "between min_batch_size and max_batch_size"
     }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.alternating and self.forms_batches:
+            raise ValueError(
+                "alternating=True serves fixed halves; a floor or a ceiling (min_batch_size, "
+                "max_batch_size) serves whichever envs reported: give one or the other"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -178,6 +178,7 @@ class Sampler:
         self.total_steps = 0
         self._returns: list[float] = []
         self._lengths: list[int] = []
+        self._policy_versions: np.ndarray | None = None
 
         capabilities = Capabilities.of(env)
         batch_size = capabilities.batch_size
@@ -257,6 +258,15 @@ class Sampler:
         stats = EpisodeStats(self._returns, self._lengths)
         self._returns, self._lengths = [], []
         return stats
+
+    @property
+    def policy_versions(self) -> np.ndarray | None:
+        """``[T, B]`` int64: the policy version each row's action was sent under, for an env that
+        stamps its answers (``infos["policy_version"]``: the action server once its
+        ``policy_version`` is set); ``None`` for one that does not. With alternating halves a
+        half's row 0 may be older than the rest: it was acted on at the end of the last batch.
+        The next ``collect()`` overwrites it."""
+        return self._policy_versions
 
     @property
     def last_obs(self) -> torch.Tensor:
@@ -463,6 +473,12 @@ class Sampler:
             valid_np = None
             done_np = terminated_np | truncated_np
         active_np = self._record_active(infos, row, index)
+        versions = infos.get("policy_version") if isinstance(infos, dict) else None
+        if versions is not None:
+            if self._policy_versions is None:
+                shape = (self.horizon, self.num_envs)
+                self._policy_versions = np.full(shape, -1, dtype=np.int64)
+            self._policy_versions[row, ids] = versions
         if active_np is not None:  # an agent not live takes no step
             valid_np = active_np if valid_np is None else valid_np & active_np
         self._episode_return[ids] += rewards_np

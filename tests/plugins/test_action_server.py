@@ -18,7 +18,7 @@ from toy_envs import RaiseAt
 import vecaccel
 from vecaccel.sampler import Sampler
 from vecaccel.testing.contract_envs import make_cartpole, make_dict_tuple
-from vecaccel.testing.envs import counter_fns
+from vecaccel.testing.envs import SleepEnv, counter_fns
 
 
 class SlowStep(gym.Wrapper):
@@ -614,5 +614,126 @@ def test_alternating_action_server_drops_a_timed_out_step_and_stays_in_step_with
             obs, *_, infos = envs.step(actions)
             assert infos["env_id"].tolist() == ids
             np.testing.assert_allclose(obs.numpy(), states[steps][ids])
+    finally:
+        envs.close()
+
+
+# -- a floor, a ceiling and a deadline; policy versions -----------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_a_formed_batch_keeps_each_env_equal_to_serial(mode):
+    """Between a floor and a ceiling the server returns envs as they report; each env's own
+    obs, rewards, flags and infos stay the serial backend's for the same actions."""
+    n, rounds = 4, 14
+    fns = [functools.partial(make_cartpole, 5)] * n
+    table = np.random.default_rng(0).integers(0, 2, (n, 4 * rounds + 4))
+
+    def numpy_actions(ids, used):
+        return table[ids, used[ids]]
+
+    def tensor_actions(ids, used):
+        return torch.as_tensor(table[ids, used[ids]])
+
+    reference = vecaccel.make_vec(fns, backend="serial", autoreset_mode=mode)
+    try:
+        expected = _per_env_trajectories(reference, n, 3 * rounds, numpy_actions, mode, seed=1)
+    finally:
+        reference.close()
+    envs = server(fns, autoreset_mode=mode, min_batch_size=1, max_batch_size=3, batch_wait_s=0.0005)
+    try:
+        assert not envs.capabilities.fixed_batch and not envs.capabilities.in_index_order
+        got = _per_env_trajectories(envs, n, 3 * rounds, tensor_actions, mode, seed=1)
+    finally:
+        envs.close()
+    for i in range(n):
+        length = min(len(expected[i]), len(got[i]))
+        assert length >= 2
+        assert_same(expected[i][:length], got[i][:length], f"env {i}")
+
+
+@pytest.mark.parametrize("serving", ["all", "alternating", "formed"])
+def test_each_answer_carries_the_policy_version_its_action_was_sent_under(serving):
+    options = {
+        "all": {},
+        "alternating": {"alternating": True},
+        "formed": {"min_batch_size": 1, "max_batch_size": 3, "batch_wait_s": 0.0005},
+    }[serving]
+    envs = server([make_cartpole] * 4, **options)
+    try:
+        _, infos = envs.reset(seed=0)
+        assert "policy_version" not in infos  # stamps are the caller's choice
+        envs.policy_version = 0
+        _, infos = envs.reset(seed=0)
+        assert (infos["policy_version"] == -1).all()  # no action since the reset
+        sent_under = np.full(4, -1)
+        for version in range(1, 13):
+            ids = infos["env_id"]
+            envs.policy_version = version
+            sent_under[ids] = version
+            *_, infos = envs.step(torch.zeros(len(ids), dtype=torch.int64))
+            stamps = infos["policy_version"]
+            np.testing.assert_array_equal(stamps, sent_under[infos["env_id"]])
+        assert stamps.dtype == np.int64
+    finally:
+        envs.close()
+
+
+def test_a_formed_batch_step_given_up_is_dropped_and_its_envs_act_again():
+    """A step that timed out under a floor: the next step_async waits for its envs, drops their
+    results and sends them the new actions; the envs stepping apart from it are untouched."""
+    fns = [functools.partial(SleepEnv, 0.0)] * 3 + [functools.partial(SleepEnv, 0.6)]
+    envs = vecaccel.make_vec(
+        fns, backend="action_server", min_batch_size=4, max_batch_size=4, num_workers=4
+    )
+    try:
+        _, infos = envs.reset(seed=0)
+        assert sorted(infos["env_id"].tolist()) == [0, 1, 2, 3]
+        envs.step_async(torch.zeros(4, dtype=torch.int64))
+        with pytest.raises(TimeoutError):
+            envs.step_wait(timeout=0.05)  # env 3 sleeps
+        obs, *_, infos = envs.step(torch.zeros(4, dtype=torch.int64))
+        assert sorted(infos["env_id"].tolist()) == [0, 1, 2, 3]
+        # the given-up step and this one: two steps in each env
+        np.testing.assert_array_equal(obs.flatten().numpy(), [2.0, 2.0, 2.0, 2.0])
+    finally:
+        envs.close()
+
+
+def test_formed_batches_are_refused_with_halves_and_by_the_sampler():
+    with pytest.raises(ValueError, match="alternating=True serves fixed halves"):
+        vecaccel.make_vec("CartPole-v1", 4, backend="action_server", alternating=True,
+                          max_batch_size=2)  # fmt: skip
+    with pytest.raises(ValueError, match="max_batch_size=5 is above num_envs=4"):
+        vecaccel.make_vec("CartPole-v1", 4, backend="action_server", max_batch_size=5)
+    with pytest.raises(TypeError, match="between min_batch_size and max_batch_size"):
+        vecaccel.make_vec("CartPole-v1", 4, backend="action_server", batch_size=2)
+    envs = server([make_cartpole] * 4, min_batch_size=2, max_batch_size=4)
+    try:
+        with pytest.raises(ValueError, match="needs a fixed batch"):
+            Sampler(envs, lambda obs: (torch.zeros(len(obs), dtype=torch.int64), {}), horizon=4)
+    finally:
+        envs.close()
+
+
+def test_the_sampler_keeps_each_rows_policy_version():
+    envs = server([make_cartpole] * 4, alternating=True)
+    try:
+        sampler = Sampler(
+            envs, lambda obs: (torch.zeros(len(obs), dtype=torch.int64), {}), horizon=3, seed=0
+        )
+        sampler.collect()
+        assert sampler.policy_versions is None  # the env stamps nothing until asked
+        envs.policy_version = 1
+        sampler.collect()  # its first row's stash was acted on unstamped
+        for version in (2, 3):
+            envs.policy_version = version
+            sampler.collect()
+            versions = sampler.policy_versions
+            assert versions is not None and versions.shape == (3, 4)
+            # the half that finished first acted once more with the batch before's weights
+            first = np.flatnonzero(versions[0] != version)
+            assert versions[0, first].tolist() == [version - 1] * 2
+            assert (versions[1:] == version).all()
     finally:
         envs.close()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["env_timing_metrics", "verdict_of"]
+from vecaccel.trainers.envs.layers import layers
 
-_INNER = ("env", "vec_env", "venv")
+__all__ = ["env_timing_metrics", "verdict_of"]
 
 
 def env_timing_metrics(env: Any) -> dict[str, float]:
@@ -21,13 +21,9 @@ def env_timing_metrics(env: Any) -> dict[str, float]:
         'stats/env_ms_per_step'
         >>> envs.close()
     """
-    seen = 0
-    while env is not None and seen < 8:
-        stats = getattr(type(env), "stats", None)
-        if callable(stats):
-            return env.stats().as_dict()
-        env = next((getattr(env, name) for name in _INNER if hasattr(env, name)), None)
-        seen += 1
+    for layer in layers(env):
+        if callable(getattr(type(layer), "stats", None)):
+            return layer.stats().as_dict()
     return {}
 
 

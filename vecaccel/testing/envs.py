@@ -274,6 +274,7 @@ def most_inside_at_once(intervals: Any) -> int:
         >>> most_inside_at_once([(0.0, 2.0), (1.0, 3.0), (2.5, 4.0)])
         2
     """
+    intervals = list(intervals)  # read twice: an iterator would be empty the second time
     events = sorted([(float(a), 1) for a, _ in intervals] + [(float(b), -1) for _, b in intervals])
     inside = most = 0
     for _, change in events:  # at a tie a leave (-1) sorts before an enter

@@ -122,6 +122,7 @@ class ReplayFeed(AsyncFeed):
         self.chunk = 0  # the next chunk
         self.finished_episodes: list[tuple[float, float]] = []  # since the last row
         self.recent_losses: list[dict[str, float]] = []  # updates' metrics since the last row
+        self.env_timing: dict[str, float] = {}  # the collector's vector env's stats, last chunk
         self.next_log = (start_global // self.log_every + 1) * self.log_every
 
     def _due_at(self, steps: int) -> int:
@@ -152,7 +153,7 @@ class ReplayFeed(AsyncFeed):
         if m >= self.num_chunks:  # an empty budget
             self.complete = True
             return False
-        length, behaviour, ended = waits.take(self.channels.filled)
+        length, behaviour, ended, self.env_timing = waits.take(self.channels.filled)
         shared = {key: value.numpy() for key, value in self.slots[m % 2].items()}
         if agent.normalizer is not None:  # the chunk's moments, merged over the ranks
             agent.normalizer.add_moments(shared["moments"])
@@ -221,6 +222,7 @@ class ReplayFeed(AsyncFeed):
             "charts/policy_lag": self.lag_sum / self.updates_done if self.updates_done else None,
             "charts/episodic_return": mean_or_none(r for r, _ in episodes),
             "charts/episodic_length": mean_or_none(n for _, n in episodes),
+            **self.env_timing,  # the collector process's vector env: where its steps' time goes
             "_steps": self.steps,
             "_learned": max(0, self.steps - self.learn_from),
         }
@@ -269,6 +271,7 @@ def chunk_collector_loop(spec: dict[str, Any]) -> None:
     from vecaccel.trainers.algos.off_policy.exploration import EnvStepper, EpsilonGreedy
     from vecaccel.trainers.envs.make import action_start, backend_options_of, make_env_for_training
     from vecaccel.trainers.envs.normalized import normalized_envs
+    from vecaccel.trainers.services.env_timing import env_timing_metrics
     from vecaccel.trainers.services.schedules import linear_schedule
     from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
@@ -338,7 +341,7 @@ def chunk_collector_loop(spec: dict[str, Any]) -> None:
             link.counters.steps = steps
             if normalizer is not None:
                 normalizer.take_moments(slot["moments"])
-            channels.filled.put((length, version, ended))
+            channels.filled.put((length, version, ended, env_timing_metrics(envs)))
         # the slots travel as file descriptors that this process shares itself: it must not
         # exit before the optimiser has them (a run of two chunks could)
         link.acquire(channels.started_seen)

@@ -3,7 +3,9 @@
 A rollout process (:func:`rollout_loop`) collects batches with the weights it last received into
 two shared slots, in turn, while the optimiser (:class:`RolloutFeed`) updates on the other slot.
 Each batch remembers which update's weights collected it: the **policy lag** (updates between
-those weights and the ones being trained) is logged as ``charts/policy_lag``. With a fixed lag
+those weights and the ones being trained) is logged as ``charts/policy_lag``; over an env that
+stamps each answer with the version that chose its action (the action server), the lag is the
+mean of the batch's stamps, so a row acted on with older weights counts as older. With a fixed lag
 batch ``n`` is always collected with the weights of update ``n - 1``.
 """
 
@@ -97,7 +99,7 @@ class RolloutFeed(AsyncFeed):
         from vecaccel.sampler import SampleBatch
 
         agent = self.agent
-        k, behaviour, returns, lengths = waits.take(self.channels.filled)
+        k, behaviour, returns, lengths, timing = waits.take(self.channels.filled)
         shared = self.slots[self.updates_done % 2]
         device = agent.device
         batch = SampleBatch(
@@ -136,7 +138,7 @@ class RolloutFeed(AsyncFeed):
         self.sync_weights(waits, min(self.updates_done + 1, self.num_batches), sync_due)
         self.lag_sum += lag
         self.complete = agent.global_step >= agent.target_steps
-        self._last = (metrics, returns, lengths, lr_now, lag)
+        self._last = (metrics, returns, lengths, lr_now, lag, timing)
         values = {
             "global_step": agent.global_step,
             "charts/updates": agent.num_updates,
@@ -151,9 +153,10 @@ class RolloutFeed(AsyncFeed):
         return True  # every rank meets after every update (a collective cannot be skipped)
 
     def meeting(self, elapsed: float, optimizer_wait: float) -> Meeting:
-        metrics, returns, lengths, lr_now, lag = self._last
+        metrics, returns, lengths, lr_now, lag, timing = self._last
         metrics.update(
             {
+                **timing,  # the rollout process's vector env: where its steps' time goes
                 "charts/episodic_return": mean_or_none(returns),
                 "charts/episodic_length": mean_or_none(lengths),
                 "charts/SPS": (self.agent.global_step - self.start_step) / elapsed,
@@ -198,7 +201,9 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     """The on-policy sampler: ``[T, B]`` rollouts of the algorithm's sampler policy."""
     import vecaccel
     from vecaccel.trainers.algos.on_policy.base import scale_rollout_rewards
+    from vecaccel.trainers.envs.layers import set_policy_version
     from vecaccel.trainers.envs.make import make_envs_for_config
+    from vecaccel.trainers.services.env_timing import env_timing_metrics
     from vecaccel.trainers.envs.normalized import normalized_envs
     from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
@@ -232,7 +237,13 @@ def rollout_loop(spec: dict[str, Any]) -> None:
             version = link.weights_for(n, params)
             if version is None:
                 break
+            stamped = set_policy_version(env, version)
             batch = sampler.collect()
+            behaviour: float = version
+            if stamped and sampler.policy_versions is not None:
+                # the env's own stamps: with alternating halves a half's first row was acted on
+                # by the weights of the batch before
+                behaviour = float(sampler.policy_versions.mean())
             scale_rollout_rewards(normalizer, batch)
             if slots is None:
                 slots = rollout_slots(batch, 0 if normalizer is None else normalizer.moments_size)
@@ -253,7 +264,8 @@ def rollout_loop(spec: dict[str, Any]) -> None:
                 normalizer.take_moments(target["moments"].numpy())
             episodes = sampler.pop_episodes()
             link.counters.steps += batch.rewards.numel()
-            channels.filled.put((k, version, list(episodes.returns), list(episodes.lengths)))
+            returns, lengths = list(episodes.returns), list(episodes.lengths)
+            channels.filled.put((k, behaviour, returns, lengths, env_timing_metrics(env)))
         if slots is not None:  # as the chunk sampler's
             link.acquire(channels.started_seen)
     finally:

@@ -40,6 +40,8 @@ def test_async_replay_ratio_is_enforced_throughout(tmp_path) -> None:
     reloaded = DQN.load(tmp_path / "checkpoint.pt")
     assert reloaded.num_updates == stats.updates
     assert "charts/policy_lag" in agent.logger.history[-1]
+    # the collector process's vector env says where its time goes
+    assert 0.0 <= agent.logger.history[-1]["stats/env_share"] <= 1.0
 
 
 @pytest.mark.slow

@@ -64,6 +64,25 @@ def test_async_ppo_with_a_fixed_lag_repeats_exactly() -> None:
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+def test_the_action_servers_stamps_give_the_lag_of_each_halfs_older_first_row() -> None:
+    """Alternating halves: the half that finishes a batch first acts once more with that
+    batch's weights, and that action is its row 0 of the next batch; the env's stamps count it
+    one update older than the rest."""
+    T = 8
+    agent = PPO(None, env_id="CartPole-v1", backend="action_server", num_workers=1,
+        backend_options={"alternating": True}, torch_threads=1, seed=0, num_envs=4, num_steps=T,
+        num_minibatches=2, update_epochs=1, progress=False, tensorboard=False,
+    )  # fmt: skip
+    train_async(agent, 6 * 4 * T, context="fork", fixed_lag=True)
+    lags = [row["charts/policy_lag"] for row in agent.logger.history]
+    # half the envs, one row of T, one update older
+    assert lags == [0, 1] + [1 + 1 / (2 * T)] * 4
+    # the rollout process's vector env says where its time goes
+    shares = [row["stats/env_share"] + row["stats/policy_share"] + row["stats/transport_share"]
+              for row in agent.logger.history]  # fmt: skip
+    assert shares == pytest.approx([1.0] * 6)
+
+
 def test_fixed_lag_needs_every_updates_weights() -> None:
     agent = PPO(None, env_id="CartPole-v1", backend="serial", num_envs=2)
     with pytest.raises(ValueError, match="weight_sync_period=1.*got weight_sync_period=2"):
