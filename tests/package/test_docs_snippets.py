@@ -561,6 +561,12 @@ NOT_RUN_COMMANDS = [
         "benchmarks of minutes; their flags are checked against each script's --help here",
     ),
     (
+        "docs/benchmarks/async-batching.md",
+        "benchmarks/",
+        "benchmarks of a minute; tests/benchmarks/throughput/test_async_batch_former.py and "
+        "test_max_concurrency.py run each with tiny settings",
+    ),
+    (
         "docs/benchmarks/waits.md",
         "benchmarks/",
         "benchmarks of minutes; their flags are checked against each script's --help here",
