@@ -467,6 +467,13 @@ class RayOptions(BackendOptions):
     start_timeout_s: float | None = 120.0
     """Seconds to reserve the shards' resources, start their actors and build their envs
     (``None``: no limit)."""
+    max_concurrency: int | None = None
+    """At most this many envs step or reset at one time over the whole cluster, with the
+    meaning of the process backends' option: split over the shards, each shard's local backend
+    capping its own envs at its share (``N // num_shards``, one more for the first
+    ``N % num_shards``), so it needs at least one per shard and a shard backend that takes
+    ``max_concurrency``. A share a shard leaves idle is not lent to another shard: a cap shared
+    through the cluster would cost a round trip per step. ``None``: no cap."""
 
     ALIASES: ClassVar[Mapping[str, str]] = {
         "step_timeout": "step_timeout_s",
@@ -477,7 +484,7 @@ class RayOptions(BackendOptions):
     def __post_init__(self) -> None:
         if self.address is not None and not (isinstance(self.address, str) and self.address):
             raise ValueError(f"address must be a non-empty string or None, got {self.address!r}")
-        for name in ("num_shards", "num_workers", "batch_size"):
+        for name in ("num_shards", "num_workers", "batch_size", "max_concurrency"):
             value = getattr(self, name)
             if value is not None and (not _is_integer(value) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -495,6 +502,11 @@ class RayOptions(BackendOptions):
             if "autoreset_mode" in self.shard_options:
                 raise ValueError(
                     "shard_options cannot set autoreset_mode: the shards take the vector env's own"
+                )
+            if self.max_concurrency is not None and "max_concurrency" in self.shard_options:
+                raise ValueError(
+                    "max_concurrency is given twice, as an option and in shard_options: the "
+                    "option caps the envs of every shard together, shard_options' each shard's"
                 )
         if self.shard_resources is not None:
             if not isinstance(self.shard_resources, Mapping) or not self.shard_resources:

@@ -20,6 +20,7 @@ __all__ = [
     "actor_class",
     "actor_options",
     "check_batch_size",
+    "concurrency_shares",
     "default_num_shards",
     "import_ray",
     "owned",
@@ -76,9 +77,40 @@ def shard_options(options: RayOptions) -> dict[str, Any]:
     default("max_restarts", options.max_restarts)
     # the shard's arrays are serialised into the object store at once: views spare a copy
     default("copy", False)
+    if options.max_concurrency is not None and (names is None or "max_concurrency" not in names):
+        raise ValueError(
+            f"max_concurrency caps each shard's envs through its local backend, and "
+            f"shard_backend={options.shard_backend!r} takes no max_concurrency: choose a "
+            "process backend (shm, hybrid, async, action_server)"
+        )
     if backend.options is not None:
-        backend.options.from_kwargs(options.shard_backend, shard)
+        checked = dict(shard)
+        if options.max_concurrency is not None:
+            checked["max_concurrency"] = 1
+        backend.options.from_kwargs(options.shard_backend, checked)
     return shard
+
+
+def concurrency_shares(max_concurrency: int | None, num_shards: int) -> list[int | None]:
+    """Each shard's share of ``max_concurrency`` (the first ``max_concurrency % num_shards``
+    shards one more), or no cap for any.
+
+    Example:
+        >>> concurrency_shares(5, 2), concurrency_shares(None, 2)
+        ([3, 2], [None, None])
+
+    Raises:
+        ValueError: if there are fewer than one per shard.
+    """
+    if max_concurrency is None:
+        return [None] * num_shards
+    if max_concurrency < num_shards:
+        raise ValueError(
+            f"max_concurrency={max_concurrency} is below num_shards={num_shards}: each shard "
+            "caps its own envs, so give at least one per shard, or ask for fewer shards"
+        )
+    size, extra = divmod(max_concurrency, num_shards)
+    return [size + (k < extra) for k in range(num_shards)]
 
 
 _ACTOR_CLASS: dict[int, Any] = {}

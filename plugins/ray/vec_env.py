@@ -31,6 +31,7 @@ from .cluster import (
     actor_class,
     actor_options,
     check_batch_size,
+    concurrency_shares,
     default_num_shards,
     import_ray,
     owned,
@@ -102,6 +103,7 @@ class RayVecEnv(VecEnv):
             batch_size = options.batch_size or num_envs
             bounds = shard_bounds(num_envs, num_shards)
             check_batch_size(batch_size, num_envs, bounds)
+            self._concurrency = concurrency_shares(options.max_concurrency, num_shards)
             self.batch_size = batch_size
             self._shards = [
                 Shard(k, start, stop, env_fns=list(env_fns[start:stop]))
@@ -173,8 +175,12 @@ class RayVecEnv(VecEnv):
         options = actor_options(self.options.shard_resources, self._placement_group, shard.index)
         shard.actor = actor_class(self._ray).options(**options).remote(shard.start)
         shard.node = "?"
+        local = dict(self._shard_options)
+        share = self._concurrency[shard.index]
+        if share is not None:  # the shard's part of the cluster-wide cap
+            local["max_concurrency"] = share
         return shard.actor.start_envs.remote(
-            shard.env_fns, self._autoreset_value, self.options.shard_backend, self._shard_options
+            shard.env_fns, self._autoreset_value, self.options.shard_backend, local
         )
 
     def _await_started(self, shards: list[Shard], refs: list) -> list[dict[str, Any]]:

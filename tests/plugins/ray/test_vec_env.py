@@ -25,7 +25,7 @@ from tests.support.ray_cluster import (
 )
 from vecaccel.testing import check_backend
 from vecaccel.testing.contract_envs import make_dict_tuple
-from vecaccel.testing.envs import CounterEnv
+from vecaccel.testing.envs import CounterEnv, IntervalEnv, most_inside_at_once
 from vecaccel.testing.leaks import descendants, wait_until
 
 ray = pytest.importorskip("ray")
@@ -387,3 +387,43 @@ def test_train_command_passes_backend_options_to_ray(cluster, tmp_path, capsys, 
     bad = [*argv, "--backend-option", "num_shard=2", "--total-timesteps", "8"]
     assert run_main([*bad, "--run-dir", str(tmp_path / "bad")]) == 2
     assert "did you mean 'num_shards'?" in capsys.readouterr().err
+
+
+def test_max_concurrency_caps_the_envs_of_every_shard_together(cluster):
+    """A cap of 3 over 2 shards: shares of 2 and 1, so at most 3 envs inside at once, whatever
+    each shard's workers."""
+    fns = [functools.partial(IntervalEnv, 0.004)] * 8
+    envs = vecaccel.make_vec(
+        fns, backend="ray", num_shards=2, num_workers=4, max_concurrency=3, shard_backend="shm"
+    )
+    intervals: list[tuple[float, float]] = []
+    by_shard: list[list[tuple[float, float]]] = [[], []]
+
+    def take(infos) -> None:
+        for i in np.flatnonzero(infos["_entered"]):  # every env, in index order
+            interval = (float(infos["entered"][i]), float(infos["left"][i]))
+            intervals.append(interval)
+            by_shard[i // 4].append(interval)
+
+    try:
+        _, infos = envs.reset(seed=0)
+        take(infos)
+        for _ in range(12):
+            *_, infos = envs.step(np.zeros(8, dtype=np.int64))
+            take(infos)
+    finally:
+        envs.close()
+    assert len(intervals) == 8 * 13
+    assert most_inside_at_once(by_shard[0]) <= 2 and most_inside_at_once(by_shard[1]) <= 1
+    assert most_inside_at_once(intervals) <= 3
+    with pytest.raises(ValueError, match="max_concurrency=1 is below num_shards=2"):
+        vecaccel.make_vec(fns, backend="ray", num_shards=2, max_concurrency=1)
+
+
+def test_max_concurrency_needs_a_shard_backend_that_takes_it() -> None:
+    with pytest.raises(ValueError, match="shard_backend='serial' takes no max_concurrency"):
+        vecaccel.make_vec([CounterEnv] * 2, backend="ray", max_concurrency=2,
+                          shard_backend="serial")  # fmt: skip
+    with pytest.raises(ValueError, match="max_concurrency is given twice"):
+        vecaccel.make_vec([CounterEnv] * 2, backend="ray", max_concurrency=2,
+                          shard_options={"max_concurrency": 1})  # fmt: skip
