@@ -203,8 +203,8 @@ def rollout_loop(spec: dict[str, Any]) -> None:
     from vecaccel.trainers.algos.on_policy.base import scale_rollout_rewards
     from vecaccel.trainers.envs.layers import set_policy_version
     from vecaccel.trainers.envs.make import make_envs_for_config
-    from vecaccel.trainers.services.env_timing import env_timing_metrics
     from vecaccel.trainers.envs.normalized import normalized_envs
+    from vecaccel.trainers.services.env_timing import env_timing_metrics
     from vecaccel.trainers.services.seeding import seed_everything, split_seed
 
     link = ChildLink(spec)
