@@ -93,7 +93,9 @@ class RolloutFeed(AsyncFeed):
         self.log_every_steps = int(agent.config.log_every_steps)
         self.next_log = _next_log(self.start_step, self.log_every_steps)
         # what the last turn's update gave: its metrics, episodes, learning rate and lag
-        self._last: tuple[dict[str, Any], list[float], list[int], float, int] = ({}, [], [], 0.0, 0)
+        self._last: tuple[
+            dict[str, Any], list[float], list[int], float, float, dict[str, float]
+        ] = ({}, [], [], 0.0, 0, {})
 
     def turn(self, waits: Waits, requested: bool) -> bool:
         from vecaccel.sampler import SampleBatch
