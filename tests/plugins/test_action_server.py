@@ -251,14 +251,25 @@ def _assert_same_batches(expected: list[dict], got: list[dict]) -> None:
             assert torch.equal(a[key], b[key]), key
 
 
-@pytest.mark.parametrize("alternating", [False, True], ids=["all", "alternating"])
+#: how the server serves its envs: all at once, fixed halves, or a batch formed by a deadline
+SERVING = {
+    "all": {},
+    "alternating": {"alternating": True},
+    "formed": {"min_batch_size": 1, "max_batch_size": 3, "batch_wait_s": 0.0005},
+}
+
+
+@pytest.mark.parametrize("serving", list(SERVING))
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
-def test_each_env_equals_serial_with_flags_dtypes_and_infos(mode, alternating):
+def test_each_env_equals_serial_with_flags_dtypes_and_infos(mode, serving):
     """Every env's obs, float64 reward, bool flags and per-env infos (final_obs/final_info,
-    masked-reset infos) equal the serial backend's, with either half order."""
+    masked-reset infos) equal the serial backend's, with either half order, and with envs
+    returned as they report between a floor and a ceiling."""
     n, rounds = 4, 14
+    # a formed batch returns some envs a step: more steps give each env its rounds
+    steps = 3 * rounds if serving == "formed" else rounds
     fns = [functools.partial(make_cartpole, 5)] * n
-    table = np.random.default_rng(0).integers(0, 2, (n, 2 * rounds + 4))
+    table = np.random.default_rng(0).integers(0, 2, (n, 2 * steps + 4))
 
     def numpy_actions(ids, used):
         return table[ids, used[ids]]
@@ -268,17 +279,19 @@ def test_each_env_equals_serial_with_flags_dtypes_and_infos(mode, alternating):
 
     reference = vecaccel.make_vec(fns, backend="serial", autoreset_mode=mode)
     try:
-        expected = _per_env_trajectories(reference, n, rounds, numpy_actions, mode, seed=1)
+        expected = _per_env_trajectories(reference, n, steps, numpy_actions, mode, seed=1)
     finally:
         reference.close()
-    envs = server(fns, alternating, autoreset_mode=mode)
+    envs = server(fns, autoreset_mode=mode, **SERVING[serving])
     try:
-        got = _per_env_trajectories(envs, n, rounds, tensor_actions, mode, seed=1)
+        fixed = serving != "formed"
+        assert envs.capabilities.fixed_batch == fixed == envs.capabilities.in_index_order
+        got = _per_env_trajectories(envs, n, steps, tensor_actions, mode, seed=1)
     finally:
         envs.close()
     for i in range(n):
         length = min(len(expected[i]), len(got[i]))
-        assert length >= rounds
+        assert length >= (rounds if fixed else 2)
         assert_same(expected[i][:length], got[i][:length], f"env {i}")
 
 
@@ -621,45 +634,9 @@ def test_alternating_action_server_drops_a_timed_out_step_and_stays_in_step_with
 # -- a floor, a ceiling and a deadline; policy versions -----------------------------------------
 
 
-@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
-def test_a_formed_batch_keeps_each_env_equal_to_serial(mode):
-    """Between a floor and a ceiling the server returns envs as they report; each env's own
-    obs, rewards, flags and infos stay the serial backend's for the same actions."""
-    n, rounds = 4, 14
-    fns = [functools.partial(make_cartpole, 5)] * n
-    table = np.random.default_rng(0).integers(0, 2, (n, 4 * rounds + 4))
-
-    def numpy_actions(ids, used):
-        return table[ids, used[ids]]
-
-    def tensor_actions(ids, used):
-        return torch.as_tensor(table[ids, used[ids]])
-
-    reference = vecaccel.make_vec(fns, backend="serial", autoreset_mode=mode)
-    try:
-        expected = _per_env_trajectories(reference, n, 3 * rounds, numpy_actions, mode, seed=1)
-    finally:
-        reference.close()
-    envs = server(fns, autoreset_mode=mode, min_batch_size=1, max_batch_size=3, batch_wait_s=0.0005)
-    try:
-        assert not envs.capabilities.fixed_batch and not envs.capabilities.in_index_order
-        got = _per_env_trajectories(envs, n, 3 * rounds, tensor_actions, mode, seed=1)
-    finally:
-        envs.close()
-    for i in range(n):
-        length = min(len(expected[i]), len(got[i]))
-        assert length >= 2
-        assert_same(expected[i][:length], got[i][:length], f"env {i}")
-
-
-@pytest.mark.parametrize("serving", ["all", "alternating", "formed"])
+@pytest.mark.parametrize("serving", list(SERVING))
 def test_each_answer_carries_the_policy_version_its_action_was_sent_under(serving):
-    options = {
-        "all": {},
-        "alternating": {"alternating": True},
-        "formed": {"min_batch_size": 1, "max_batch_size": 3, "batch_wait_s": 0.0005},
-    }[serving]
-    envs = server([make_cartpole] * 4, **options)
+    envs = server([make_cartpole] * 4, **SERVING[serving])
     try:
         _, infos = envs.reset(seed=0)
         assert "policy_version" not in infos  # stamps are the caller's choice
