@@ -57,6 +57,14 @@ DQN on 2 CPU cores, by how fast the host is)::
     python benchmarks/learning/minatar_games.py race --game Breakout --score 15 \
         --arms vecaccel-fp32 sb3
 
+``pace`` times each algorithm's preset on one game for ``--steps`` env steps (1M by default),
+seed by seed with the algorithms' order rotating, and projects a 5M-frame run's wall-clock from
+each run's steady rate past its first fifth (the DQN family's replay warm-up trains nothing);
+it reports each algorithm's median projection over the first algorithm's. Run it on a quiet
+machine, alone::
+
+    python benchmarks/learning/minatar_games.py pace --game Breakout --algos dqn pqn --seeds 1 2
+
 ``relabel --algo ALGO --from OLD --to NEW`` moves an algorithm's run files to another setting
 when a preset change makes ``NEW`` mean what ``OLD`` did, checking each file's recorded config.
 
@@ -64,7 +72,8 @@ Run files go to ``benchmarks/results/minatar_runs/``; the report to
 ``benchmarks/results/minatar_games.{json,md,png}`` (the ``.md`` ends with the batch-size claim,
 each large batch against its small one), ``minatar_games_batch.png``,
 ``minatar_games_bf16.png`` and ``minatar_games_mb16.png``; the race to
-``benchmarks/results/minatar_race.json``.
+``benchmarks/results/minatar_race.json``; the pace to
+``benchmarks/results/minatar_pace_GAME.json`` (its runs under ``minatar_pace_runs/``).
 
 The script is ``minatar_games.py``, not ``minatar.py``: Python searches a script's own folder
 first on import, where a ``minatar.py`` would be imported in place of the ``minatar`` package.
@@ -395,6 +404,69 @@ def race_one(library: str, game: str, seed: int, score: float, max_steps: int) -
     outcome.pop("curve")
     outcome["steps_per_s"] = outcome["steps"] / outcome["wall_s"]
     return outcome
+
+
+#: the run length ``pace`` projects each algorithm's wall-clock to: the benchmark's runs
+PACE_TARGET_STEPS = 5_000_000
+
+
+def pace_one(algo: str, game: str, seed: int, steps: int) -> dict[str, Any]:
+    """One run of ``pace``: ``algo``'s ``minatar`` preset for ``steps`` env steps, timed
+    (called in a child process). The steady rate is taken past the run's first fifth, where
+    the DQN family's replay warm-up (steps collected, none trained) is over; the wall-clock of
+    a full run is projected from it."""
+    outcome = run_vecaccel(algo, f"MinAtar/{game}-v0", {}, seed, steps)
+    outcome.pop("config")
+    points = outcome.pop("curve")
+    outcome["steps_per_s"] = outcome["steps"] / outcome["wall_s"]
+    steady = [point for point in points if point["step"] >= steps / 5]
+    rate = outcome["steps_per_s"]  # a run too short for two points past its first fifth
+    if len(steady) >= 2 and steady[-1]["wall_s"] > steady[0]["wall_s"]:
+        first, last = steady[0], steady[-1]
+        rate = (last["step"] - first["step"]) / (last["wall_s"] - first["wall_s"])
+    outcome["steady_steps_per_s"] = rate
+    outcome["projected_wall_s"] = outcome["wall_s"] + (PACE_TARGET_STEPS - steps) / rate
+    return outcome
+
+
+def pace(args: argparse.Namespace) -> dict[str, Any]:
+    """Each algorithm's preset on one game for ``--steps`` env steps, seed by seed with the
+    algorithms' order rotating; the wall-clock of a 5M-frame run projected from each run's
+    steady rate, and each algorithm's median projection over the first's."""
+    record = RunRecord(command_line(), benchmark="learning/minatar_games")
+    folder = Path(args.out) / "minatar_pace_runs"
+    common = dict(game=args.game, steps=args.steps)
+    algos = list(args.algos)
+
+    def run_path(algo: str, seed: int) -> Path:
+        return folder / f"{algo}-{args.game}-steps{args.steps}-s{seed}.json"
+
+    runs = run_race(
+        __file__,
+        "pace_one",
+        args.seeds,
+        algos,
+        run_path,
+        benchmark="learning/minatar_games",
+        command=command_line(),
+        common=common,
+        arm_key="algo",
+        label=args.game,
+    )
+    summary: dict[str, Any] = {}
+    for algo in algos:
+        mine = [run for run in runs if run["algo"] == algo]
+        summary[algo] = {
+            "runs": len(mine),
+            "median_steady_steps_per_s": median([run["steady_steps_per_s"] for run in mine]),
+            "median_projected_wall_s": median([run["projected_wall_s"] for run in mine]),
+        }
+    baseline = summary[algos[0]]["median_projected_wall_s"]
+    summary["projected_wall_ratio"] = {
+        algo: summary[algo]["median_projected_wall_s"] / baseline for algo in algos[1:]
+    }
+    out = Path(args.out) / f"minatar_pace_{args.game}.json"
+    return record.write(out, runs, summary=summary, **common)
 
 
 def race(args: argparse.Namespace) -> dict[str, Any]:
@@ -881,6 +953,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="what races",
     )
     racer.add_argument("--out", default=str(RESULTS), help="folder of minatar_race.json")
+    pacer = commands.add_parser(
+        "pace",
+        help="wall-clock: each algorithm's preset for --steps, seed by seed, alternating, and "
+        "a 5M-frame run's seconds projected from its steady rate",
+    )
+    pacer.add_argument("--game", choices=GAMES, default="Breakout")
+    pacer.add_argument("--algos", nargs="+", choices=ALGOS, default=["dqn", "pqn"])
+    pacer.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    pacer.add_argument("--steps", type=int, default=1_000_000, help="env steps (frames) a run")
+    pacer.add_argument("--out", default=str(RESULTS), help="folder of minatar_pace_GAME.json")
     reporter = commands.add_parser("report", help="table, rliable aggregate and plots")
     reporter.add_argument("--runs", default=str(RUNS), help="folder of the run files")
     reporter.add_argument("--out", default=str(RESULTS), help="folder of the report")
@@ -909,6 +991,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{', '.join(APPLIES_TO[args.setting])}"
                 )
         return run(args)
+    if args.command == "pace":
+        print(json.dumps(pace(args)["summary"], indent=1))
+        return 0
     if args.command == "race":
         summary = race(args)["summary"]
         print(json.dumps(summary, indent=1))

@@ -317,3 +317,22 @@ def test_the_race_stops_every_arm_at_the_score(tmp_path):
     assert files == [f"{arm}-Breakout-score0-s1.json" for arm in arms]
     assert bench.main([*argv, "--out", str(tmp_path)]) == 0
     assert load_result(tmp_path / "minatar_race.json")["results"] == written["results"]
+
+
+def test_pace_times_each_preset_and_projects_a_full_run(tmp_path):
+    bench = load_benchmark("learning/minatar_games")
+    argv = ["pace", "--game", "Breakout", "--algos", "dqn", "pqn", "--seeds", "1",
+            "--steps", "4096", "--out", str(tmp_path)]  # fmt: skip
+    assert bench.main(argv) == 0
+    written = load_result(tmp_path / "minatar_pace_Breakout.json")
+    assert sorted(run["algo"] for run in written["results"]) == ["dqn", "pqn"]
+    for run in written["results"]:
+        assert run["steps"] >= 4096 and run["steady_steps_per_s"] > 0
+        # the steps past these at the steady rate
+        rest = (bench.PACE_TARGET_STEPS - 4096) / run["steady_steps_per_s"]
+        assert run["projected_wall_s"] == pytest.approx(run["wall_s"] + rest)
+    summary = written["summary"]
+    ratio = summary["pqn"]["median_projected_wall_s"] / summary["dqn"]["median_projected_wall_s"]
+    assert summary["projected_wall_ratio"] == {"pqn": pytest.approx(ratio)}
+    files = sorted(path.name for path in (tmp_path / "minatar_pace_runs").iterdir())
+    assert files == ["dqn-Breakout-steps4096-s1.json", "pqn-Breakout-steps4096-s1.json"]
