@@ -130,6 +130,7 @@ class AsyncVecEnv(ProcessVecEnv):
         self.min_batch_size, self.max_batch_size = int(low), int(high)
         self.batch_wait_s = float(getattr(options, "batch_wait_s", 0.0))
         #: seconds the oldest env of the last batch waited between finishing and being returned
+        #: (by ``recv`` or ``recv_ids``)
         self.last_ready_age_s = 0.0
         vectorized = EnvSource.of(env_fns).vectorized
         if options.num_workers is None and vectorized:
@@ -504,6 +505,8 @@ class AsyncVecEnv(ProcessVecEnv):
             raise RuntimeError(f"envs {sorted(missing)} are neither ready nor stepping")
         self._wait_until(lambda: wanted.issubset(self._ready), timeout, "recv")
         self._ready = deque(i for i in self._ready if i not in wanted)
+        if ids.size:
+            self.last_ready_age_s = max(0.0, time.monotonic() - float(self._ready_at[ids].min()))
         self._clock.end()
         return self._gather(ids)
 

@@ -567,6 +567,12 @@ NOT_RUN_COMMANDS = [
         "test_max_concurrency.py run each with tiny settings",
     ),
     (
+        "docs/benchmarks/async-batching.md",
+        "benchmarks/throughput/action_server_deadline.py",
+        "a benchmark of a minute and a half; "
+        "tests/benchmarks/throughput/test_action_server_deadline.py runs it with tiny settings",
+    ),
+    (
         "docs/benchmarks/waits.md",
         "benchmarks/",
         "benchmarks of minutes; their flags are checked against each script's --help here",

@@ -656,6 +656,23 @@ def test_each_answer_carries_the_policy_version_its_action_was_sent_under(servin
         envs.close()
 
 
+@pytest.mark.parametrize("alternating", [False, True])
+def test_fixed_batches_give_the_age_of_their_oldest_env_as_formed_ones_do(alternating):
+    """All envs and fixed halves (``recv_ids``) stamp ``last_ready_age_s`` as a formed batch
+    (``recv``) does: envs 0 and 1 return at once and wait about 50 ms for the slow envs 2 and 3
+    that share their batch (each half holds one of each)."""
+    fns = [SleepEnv] * 2 + [functools.partial(SleepEnv, 0.05)] * 2
+    envs = server(fns, alternating=alternating)
+    try:
+        obs, _ = envs.reset(seed=0)
+        for step in range(3):
+            obs, *_ = envs.step(torch.zeros(len(obs), dtype=torch.int64))
+            if step or not alternating:  # the first half returned only reset, a moment ago
+                assert envs.last_ready_age_s >= 0.04, (step, envs.last_ready_age_s)
+    finally:
+        envs.close()
+
+
 def test_a_formed_batch_step_given_up_is_dropped_and_its_envs_act_again():
     """A step that timed out under a floor: the next step_async waits for its envs, drops their
     results and sends them the new actions; the envs stepping apart from it are untouched."""
