@@ -310,6 +310,12 @@ class BatchFormerOptions(WorkerOptions):
                 f"min_batch_size={low} is above max_batch_size={high}: the floor must not "
                 "exceed the ceiling"
             )
+        if self.batch_wait_s and not self.forms_batches:
+            raise ValueError(
+                f"batch_wait_s={self.batch_wait_s!r} waits for envs beyond a floor, up to a "
+                "ceiling, and none is given: every batch is fixed; give min_batch_size or "
+                "max_batch_size"
+            )
 
     @property
     def forms_batches(self) -> bool:

@@ -36,6 +36,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
+from async_batch_former import process_cpu_s, usable_cores
 from gymnasium import spaces
 
 import vecaccel
@@ -83,20 +84,6 @@ class Factory:
 
     def __call__(self) -> LockedEnv:
         return LockedEnv(*self.args)
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of process ``pid`` (``None`` where ``/proc`` is absent)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def hold_alone_s(factory: Factory, seconds: float) -> float:

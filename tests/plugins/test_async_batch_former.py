@@ -26,6 +26,8 @@ N = 6
         ({"batch_wait_s": -0.1}, "batch_wait_s"),
         ({"max_concurrency": 0}, "max_concurrency"),
         ({"batch_size": 2, "max_batch_size": 3}, "batch_size"),
+        ({"batch_wait_s": 0.01}, "batch_wait_s=0.01 waits for envs beyond a floor"),
+        ({"batch_size": 2, "batch_wait_s": 0.01}, "give min_batch_size or max_batch_size"),
     ],
 )
 def test_bad_bounds_are_refused_by_make_vec_before_any_worker(options, named):
