@@ -206,7 +206,8 @@ class WorkerOptions(BackendOptions):
     """At most this many envs step or reset at one time, whatever ``num_workers`` is (one
     semaphore shared by the workers and held around each env's ``step`` and ``reset``, as
     Gymnasium's ``AsyncVectorEnv(max_concurrency=N)``): for envs that each hold a GPU, a
-    licence or a renderer. ``None``: no cap."""
+    licence or a renderer. ``step_timeout_s`` counts from when a step is sent, so a worker's
+    wait for a permit counts towards it: give it the capped step's length. ``None``: no cap."""
 
     ALIASES: ClassVar[Mapping[str, str]] = {
         "step_timeout": "step_timeout_s",

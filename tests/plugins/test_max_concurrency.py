@@ -64,21 +64,27 @@ def test_the_action_server_keeps_the_cap():
 
 
 def test_a_worker_killed_while_holding_a_permit_gives_it_back():
+    # two permits for three workers: the others never wait for the hung worker's permit, so
+    # only it is overdue (step_timeout_s counts a wait for a permit too)
     envs = vecaccel.make_vec(
-        fault_env_fns(4, hang_seconds=60.0),
+        fault_env_fns(6, hang_seconds=60.0),
         backend="shm",
-        num_workers=2,
-        max_concurrency=1,
+        num_workers=3,
+        max_concurrency=2,
         step_timeout_s=1.0,
         on_worker_failure="restart",
     )
     try:
         envs.reset(seed=0)
         envs.set_attr_indices("inject", "hang", [0])  # killed in its step, holding the permit
-        _, _, _, trunc, infos = envs.step(np.zeros(4, dtype=np.int64))
+        _, _, _, trunc, infos = envs.step(np.zeros(6, dtype=np.int64))
         assert trunc[0] and infos["worker_restarted"][0]
-        for _ in range(3):  # the other envs still get the permit: nothing waits forever
-            envs.step(np.zeros(4, dtype=np.int64))
+        assert not trunc[2:].any()  # the other workers were not killed
+        # nothing steps now: both permits are free, the one the killed worker held too
+        assert envs.pool.gate.semaphore.get_value() == 2
+        for _ in range(3):
+            envs.step(np.zeros(6, dtype=np.int64))
+        assert envs.pool.gate.semaphore.get_value() == 2
     finally:
         envs.close()
 

@@ -317,6 +317,10 @@ class WorkerPool(Replies, ControlCommands):
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(2.0)
+        if self.gate is not None and worker.process.is_alive():
+            # a permit it holds is given back only once it can no longer release it itself;
+            # a killed process may take longer than that to exit on a loaded machine
+            worker.process.join(10.0)
         if self.gate is not None and not worker.process.is_alive():
             self.gate.reclaim(worker.index)
         for conn in (worker.cmd, worker.done, worker.data, worker.stack_conn):
