@@ -47,7 +47,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from async_batch_former import Factory, TailSleepEnv, cpu_s, mean_sleep_s, usable_cores
+from async_batch_former import (
+    Factory,
+    TailSleepEnv,
+    cpu_s,
+    mean_sleep_s,
+    summarize,
+    usable_cores,
+)
 
 import vecaccel
 from vecaccel.bench import RunRecord, check_output_path, command_line
@@ -182,21 +189,6 @@ def configurations(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "max_batch_size": int(high),
             "batch_wait_s": wait_ms / 1e3,
         }
-    return rows
-
-
-def summarize(trials: dict[str, list[dict[str, Any]]], ideal: float) -> list[dict[str, Any]]:
-    """One row per configuration: each figure's median over the trials, and the share of the
-    ideal (the median ideal of the rounds)."""
-    rows = []
-    for name, runs in trials.items():
-        row: dict[str, Any] = {"config": name}
-        for key in runs[0]:
-            values = [run[key] for run in runs if run[key] is not None]
-            row[key] = statistics.median(values) if values else None
-        row["trials_steps_per_s"] = [run["steps_per_s"] for run in runs]
-        row["share_of_ideal"] = row["steps_per_s"] / ideal
-        rows.append(row)
     return rows
 
 
