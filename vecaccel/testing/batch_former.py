@@ -28,7 +28,13 @@ from vecaccel.make import make_vec
 from vecaccel.manager import get_backend
 from vecaccel.testing.envs import SleepEnv
 
-__all__ = ["BATCH_ENVS", "BATCH_FORMER_OPTIONS", "check_batch_former", "declares_batch_former"]
+__all__ = [
+    "BATCH_ENVS",
+    "BATCH_FORMER_OPTIONS",
+    "check_batch_former",
+    "check_declared_batch_former",
+    "declares_batch_former",
+]
 
 #: Envs each vector env under check holds; env 0 is the slow one.
 BATCH_ENVS = 6
@@ -132,6 +138,16 @@ def check_batch_former(name: str, /, **options: Any) -> None:
                 "ready env finished, or the ceiling is ready",
             )
     _check_ceiling(name, options, fail)
+
+
+def check_declared_batch_former(name: str, options: dict[str, Any]) -> None:
+    """:func:`check_batch_former` for ``check_backend``: on a backend that declares a batch
+    former, with ``options`` less the batch bounds (each check sets its own). Its checks step
+    single envs; over vectorized slices a batch is whole slices, which the per-env checks of
+    the same backend already cover, so ``vectorized=True`` skips them."""
+    if declares_batch_former(name) and not options.get("vectorized", False):
+        bounds = ("batch_size", *BATCH_FORMER_OPTIONS)
+        check_batch_former(name, **{k: v for k, v in options.items() if k not in bounds})
 
 
 def _check_ceiling(name: str, options: dict[str, Any], fail: Any) -> None:

@@ -32,7 +32,7 @@ from vecaccel.errors import WorkerError
 from vecaccel.make import make_vec
 from vecaccel.manager import get_backend
 from vecaccel.testing.api_methods import missing_methods
-from vecaccel.testing.batch_former import check_batch_former, declares_batch_former
+from vecaccel.testing.batch_former import check_declared_batch_former
 from vecaccel.testing.compare import (
     batch_size_of,
     describe,
@@ -138,11 +138,7 @@ def check_backend(name: str, /, **options: Any) -> None:
             name, {**options, "copy": True}, "cartpole", CONTRACT_ENVS["cartpole"], mode
         )
         trajectory.run(steps=4, check_episodes=False)
-    # the batch former's checks step single envs; over vectorized slices a batch is whole
-    # slices, which the per-env checks of the same backend already cover
-    if declares_batch_former(name) and not options.get("vectorized", False):
-        bounds = ("batch_size", "min_batch_size", "max_batch_size", "batch_wait_s")
-        check_batch_former(name, **{k: v for k, v in options.items() if k not in bounds})
+    check_declared_batch_former(name, options)
     # multiprocessing unlinks a spawn-context lock's semaphore when the lock object is
     # collected: collect the closed vector envs' cycles before counting what is left
     gc.collect()
