@@ -105,6 +105,7 @@ from vecaccel.bench.learning import (
     return_by,
     run_race,
     sb3_curve_callback,
+    steady_pace,
     time_ratios,
     up_to,
 )
@@ -412,21 +413,13 @@ PACE_TARGET_STEPS = 5_000_000
 
 def pace_one(algo: str, game: str, seed: int, steps: int) -> dict[str, Any]:
     """One run of ``pace``: ``algo``'s ``minatar`` preset for ``steps`` env steps, timed
-    (called in a child process). The steady rate is taken past the run's first fifth, where
-    the DQN family's replay warm-up (steps collected, none trained) is over; the wall-clock of
-    a full run is projected from it."""
+    (called in a child process), with the wall-clock of a full run projected from its steady
+    rate (:func:`~vecaccel.bench.learning.steady_pace`)."""
     outcome = run_vecaccel(algo, f"MinAtar/{game}-v0", {}, seed, steps)
     outcome.pop("config")
-    points = outcome.pop("curve")
-    outcome["steps_per_s"] = outcome["steps"] / outcome["wall_s"]
-    steady = [point for point in points if point["step"] >= steps / 5]
-    rate = outcome["steps_per_s"]  # a run too short for two points past its first fifth
-    if len(steady) >= 2 and steady[-1]["wall_s"] > steady[0]["wall_s"]:
-        first, last = steady[0], steady[-1]
-        rate = (last["step"] - first["step"]) / (last["wall_s"] - first["wall_s"])
-    outcome["steady_steps_per_s"] = rate
-    outcome["projected_wall_s"] = outcome["wall_s"] + (PACE_TARGET_STEPS - steps) / rate
-    return outcome
+    paced = steady_pace(outcome, steps, PACE_TARGET_STEPS)
+    paced.pop("curve")
+    return paced
 
 
 def pace(args: argparse.Namespace) -> dict[str, Any]:

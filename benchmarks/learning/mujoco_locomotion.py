@@ -30,8 +30,17 @@ Run (niced, in the background)::
     nice -n 19 python benchmarks/learning/mujoco_locomotion.py run --seeds 1 2 3
     python benchmarks/learning/mujoco_locomotion.py report
 
+``pace`` times the preset on each task for ``--steps`` env steps (200k by default) and projects
+a 1M-step run's wall-clock from its steady rate, against the goal of 5 minutes (HalfCheetah,
+Hopper, Walker2d) or 10 (Ant, Humanoid) on 2 cores; beside it, the same projection for the run's
+vector env stepped alone with random actions, the ceiling the envs leave. Run it on a quiet
+machine::
+
+    python benchmarks/learning/mujoco_locomotion.py pace --seeds 1 2
+
 Run files go to ``benchmarks/results/mujoco_runs/``; the report to
-``benchmarks/results/mujoco_locomotion.{json,md,png}``. ``mujoco_race.py`` races the same
+``benchmarks/results/mujoco_locomotion.{json,md,png}``; the pace to
+``benchmarks/results/mujoco_pace.json`` (its runs under ``mujoco_pace_runs/``). ``mujoco_race.py`` races the same
 setting against CleanRL's script and SB3's PPO to a return.
 
 The script is not ``mujoco.py``: Python searches a script's own folder first on import, where a
@@ -42,6 +51,7 @@ import each benchmark script under its file's name).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -59,6 +69,8 @@ from vecaccel.bench.learning import (
     load_runs,
     median,
     plot_seed_curves,
+    run_race,
+    steady_pace,
 )
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -78,6 +90,14 @@ CLEANRL = {
 RL_ZOO = {"HalfCheetah-v5": 5819.0, "Hopper-v5": 2410.0, "Walker2d-v5": 3479.0, "Ant-v5": 1327.0}
 #: each task's reference return, which its scores are normalised by: CleanRL's, rl-zoo's for Ant
 REFERENCE = {task: CLEANRL[task][0] if task in CLEANRL else RL_ZOO[task] for task in TASKS}
+#: the wall-clock a 1M-step run may take on 2 cores: the three lighter tasks, then Ant and Humanoid
+WALL_GOAL_S = {
+    "HalfCheetah-v5": 300.0,
+    "Hopper-v5": 300.0,
+    "Walker2d-v5": 300.0,
+    "Ant-v5": 600.0,
+    "Humanoid-v5": 600.0,
+}
 
 
 def run_file(runs: Path, arm: str, task: str, seed: int) -> Path:
@@ -162,6 +182,72 @@ def run(args: argparse.Namespace) -> int:
             run_in_child(__file__, "one", kwargs)
             print(f"  {path.name} in {time.perf_counter() - started:.0f} s", flush=True)
     return 0
+
+
+# -- the pace -------------------------------------------------------------------------------------
+
+
+def env_steps_per_s(envs: Any, seconds: float) -> float:
+    """Env steps per second of ``envs`` stepped with random actions for ``seconds``: what the
+    run's vector env allows with no policy and no update (the run's ceiling)."""
+    envs.action_space.seed(0)
+    envs.reset(seed=0)
+    count, started = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - started) < seconds:
+        envs.step(envs.action_space.sample())
+        count += envs.num_envs
+    return count / elapsed
+
+
+def pace_one(task: str, seed: int, steps: int, ceiling_s: float) -> dict[str, Any]:
+    """One run of ``pace`` (called in a child process): the preset's vector env stepped alone
+    for ``ceiling_s`` seconds, then the preset trained for ``steps`` env steps, timed, with the
+    wall-clock of a full run projected from its steady rate."""
+    probe = ppo_agent(task, PRESET, {}, seed)
+    try:
+        ceiling = env_steps_per_s(probe.env, ceiling_s)
+    finally:
+        probe.close()
+    outcome = learn_on_curve(ppo_agent(task, PRESET, {}, seed), steps, ReturnCurve(steps))
+    outcome.pop("config")
+    paced = steady_pace(outcome, steps, STEPS)
+    paced.pop("curve")
+    paced["env_steps_per_s"] = ceiling
+    return paced
+
+
+def pace(args: argparse.Namespace) -> dict[str, Any]:
+    """The preset on each task for ``--steps`` env steps, seed by seed with the tasks' order
+    turning; per task, the median steady rate, the wall-clock of a 1M-step run projected from
+    it against the task's goal, and the same projection for the vector env alone."""
+    record = RunRecord(command_line(), benchmark="learning/mujoco_locomotion")
+    folder = Path(args.out) / "mujoco_pace_runs"
+    common = dict(steps=args.steps, ceiling_s=args.ceiling_s)
+    runs = run_race(
+        __file__,
+        "pace_one",
+        args.seeds,
+        args.tasks,
+        lambda task, seed: folder / f"{task}-steps{args.steps}-s{seed}.json",
+        benchmark="learning/mujoco_locomotion",
+        command=command_line(),
+        common=common,
+        arm_key="task",
+        label="pace",
+    )
+    summary: dict[str, Any] = {}
+    for task in args.tasks:
+        mine = [run for run in runs if run["task"] == task]
+        projected = median([run["projected_wall_s"] for run in mine])
+        summary[task] = {
+            "runs": len(mine),
+            "median_steady_steps_per_s": median([run["steady_steps_per_s"] for run in mine]),
+            "median_projected_wall_s": projected,
+            "median_env_only_wall_s": median([STEPS / run["env_steps_per_s"] for run in mine]),
+            "goal_wall_s": WALL_GOAL_S[task],
+            "goal_met": projected <= WALL_GOAL_S[task],
+        }
+    return record.write(Path(args.out) / "mujoco_pace.json", runs, summary=summary, **common)
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -370,6 +456,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--arm", help="the setting's name in the run files (default: the preset's name)"
     )
     runner.add_argument("--runs", default=str(RUNS), help="folder of the run files")
+    pacer = commands.add_parser(
+        "pace", help="time the preset on each task and project a 1M-step run's wall-clock"
+    )
+    pacer.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    pacer.add_argument("--seeds", nargs="+", type=int, default=[1])
+    pacer.add_argument("--steps", type=int, default=200_000, help="env steps a run")
+    pacer.add_argument(
+        "--ceiling-s", type=float, default=10.0, help="seconds the vector env steps alone"
+    )
+    pacer.add_argument("--out", default=str(RESULTS), help="folder of mujoco_pace.json")
     reporter = commands.add_parser("report", help="table, rliable aggregate and curves")
     reporter.add_argument("--runs", default=str(RUNS), help="folder of the run files")
     reporter.add_argument("--out", default=str(RESULTS), help="folder of the report")
@@ -380,6 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(refused)
         args.arm = args.arm or args.preset
         return run(args)
+    if args.command == "pace":
+        print(json.dumps(pace(args)["summary"], indent=1))
+        return 0
     write_report(Path(args.runs), Path(args.out), command_line())
     return 0
 

@@ -48,6 +48,7 @@ __all__ = [
     "return_by",
     "run_race",
     "sb3_curve_callback",
+    "steady_pace",
     "time_ratios",
     "up_to",
 ]
@@ -186,6 +187,35 @@ def learn_on_curve(agent: Any, steps: int, curve: ReturnCurve) -> dict[str, Any]
         return curve.outcome(agent.global_step, json_values(vars(agent.config)))
     finally:
         agent.close()
+
+
+def steady_pace(outcome: dict[str, Any], steps: int, target_steps: int) -> dict[str, Any]:
+    """A timed run's pace: ``outcome`` (a curve's outcome of a run asked for ``steps`` env
+    steps, its curve still in it) with ``steps_per_s``, ``steady_steps_per_s`` and
+    ``projected_wall_s`` added.
+
+    The steady rate is taken past the run's first fifth, where start-up (worker and torch
+    start, a replay buffer's warm-up of steps collected and none trained) is over; a run of
+    ``target_steps`` is projected from it. A run too short for two points past its first fifth
+    keeps its overall rate.
+
+    Example:
+        >>> curve = [{"step": s, "wall_s": 5.0 + s / 100} for s in (200, 600, 1000)]
+        >>> pace = steady_pace({"steps": 1000, "wall_s": 15.0, "curve": curve}, 1000, 2000)
+        >>> pace["steady_steps_per_s"], pace["projected_wall_s"]
+        (100.0, 25.0)
+    """
+    paced = dict(outcome)
+    points = paced["curve"]
+    paced["steps_per_s"] = paced["steps"] / paced["wall_s"]
+    steady = [point for point in points if point["step"] >= steps / 5]
+    rate = paced["steps_per_s"]
+    if len(steady) >= 2 and steady[-1]["wall_s"] > steady[0]["wall_s"]:
+        first, last = steady[0], steady[-1]
+        rate = (last["step"] - first["step"]) / (last["wall_s"] - first["wall_s"])
+    paced["steady_steps_per_s"] = rate
+    paced["projected_wall_s"] = paced["wall_s"] + (target_steps - paced["steps"]) / rate
+    return paced
 
 
 def median(values: Sequence[float]) -> float:

@@ -115,3 +115,22 @@ def test_an_empty_folder_gives_a_report_that_says_so(tmp_path):
     assert (tmp_path / "mujoco_locomotion.md").read_text().startswith("0 run files.\n")
     # a result file holds measured rows: none is written, nor a plot
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mujoco_locomotion.md"]
+
+
+def test_pace_times_the_preset_beside_its_env_alone_and_projects_a_full_run(tmp_path):
+    bench = load_benchmark("learning/mujoco_locomotion")
+    argv = ["pace", "--tasks", "Hopper-v5", "--seeds", "1", "--steps", "4096",
+            "--ceiling-s", "0.5", "--out", str(tmp_path)]  # fmt: skip
+    assert bench.main(argv) == 0
+    written = load_result(tmp_path / "mujoco_pace.json")
+    (run,) = written["results"]
+    assert run["task"] == "Hopper-v5" and run["steps"] >= 4096
+    assert run["env_steps_per_s"] > 0 and run["steady_steps_per_s"] > 0
+    rest = (bench.STEPS - run["steps"]) / run["steady_steps_per_s"]
+    assert run["projected_wall_s"] == pytest.approx(run["wall_s"] + rest)
+    summary = written["summary"]["Hopper-v5"]
+    assert summary["median_projected_wall_s"] == pytest.approx(run["projected_wall_s"])
+    assert summary["median_env_only_wall_s"] == pytest.approx(bench.STEPS / run["env_steps_per_s"])
+    assert summary["goal_met"] == (run["projected_wall_s"] <= summary["goal_wall_s"] == 300.0)
+    files = [path.name for path in (tmp_path / "mujoco_pace_runs").iterdir()]
+    assert files == ["Hopper-v5-steps4096-s1.json"]

@@ -17,6 +17,7 @@ from vecaccel.bench.learning import (
     load_runs,
     plot_seed_curves,
     return_by,
+    steady_pace,
     up_to,
 )
 
@@ -122,3 +123,25 @@ def test_a_real_agent_feeds_the_curve_and_stops_at_the_score(tmp_path):
     assert found["seed"] == 1 and found["score"] == outcome["score"]
     assert found["file"] == "run.json" and found["curve"] == outcome["curve"]
     assert callable(CurveCallback(curve))
+
+
+def test_the_steady_pace_leaves_out_the_first_fifth_and_projects_the_rest():
+    # a slow start (20 s for the first 200 steps), then 100 steps a second
+    curve = [
+        {"step": 200, "wall_s": 20.0},
+        {"step": 600, "wall_s": 24.0},
+        {"step": 1000, "wall_s": 28.0},
+    ]
+    outcome = {"steps": 1000, "wall_s": 28.0, "curve": curve}
+    paced = steady_pace(outcome, 1000, 3000)
+    assert paced["steps_per_s"] == pytest.approx(1000 / 28)
+    assert paced["steady_steps_per_s"] == pytest.approx(100.0)
+    assert paced["projected_wall_s"] == pytest.approx(48.0)
+    assert "steady_steps_per_s" not in outcome  # the outcome is left as it was
+
+
+def test_a_run_too_short_for_a_steady_pace_keeps_its_overall_rate():
+    outcome = {"steps": 1000, "wall_s": 20.0, "curve": [{"step": 1000, "wall_s": 20.0}]}
+    paced = steady_pace(outcome, 1000, 3000)
+    assert paced["steady_steps_per_s"] == paced["steps_per_s"] == pytest.approx(50.0)
+    assert paced["projected_wall_s"] == pytest.approx(60.0)
