@@ -3,7 +3,9 @@
 torch's intra-op threads wait for each other after every operation, so a run whose threads fill
 every core slows down many times over when another process takes one. This trains PPO (its
 preset) alone and beside one and two busy loops (processes that are not the run's own, as another
-user's job), with ``--torch-threads 0`` (automatic: the default) and with each fixed count from
+user's job; ``--busy-nice`` nices them, as a long run in the background is, and
+``--busy-kind train`` makes each a PQN training run on MinAtar), with
+``--torch-threads 0`` (automatic: the default) and with each fixed count from
 1 to the usable CPUs. Each row is the run's own steps/s (its last ``charts/SPS``, set-up left
 out); the figure is the default's share of the best fixed count in the same condition, the ideal
 being 1.0. Conditions and settings alternate within each trial, so a drift of the machine reaches
@@ -20,6 +22,8 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -37,28 +41,67 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GAMES = {
     "minatar": ("minatar", "MinAtar/Breakout-v0", 32_768),
     "pong": ("atari", "PongNoFrameskip-v4", 6_144),
+    "mujoco": ("mujoco", "HalfCheetah-v5", 8_192),
 }
+
+#: what keeps the other cores busy: a Python busy loop, or a PQN training run on MinAtar (a
+#: process that sleeps and wakes as it steps its envs and updates, as a real job beside does)
+BUSY_COMMANDS = {
+    "loop": ["-c", "while True: pass"],
+    "train": [
+        "-m", "vecaccel", "train", "pqn", "--preset", "minatar", "--env", "MinAtar/Breakout-v0",
+        "--total-timesteps", "1000000000", "--no-progress", "--no-tensorboard",
+        "--run-dir", "{run_dir}",
+    ],
+}  # fmt: skip
 
 
 @contextmanager
-def busy_loops(count: int) -> Iterator[list[int]]:
-    """``count`` busy loops that are not this process's children (their shell exits at once)."""
+def busy_loops(count: int, nice: int = 0, kind: str = "loop") -> Iterator[list[int]]:
+    """``count`` busy processes of ``kind`` (:data:`BUSY_COMMANDS`) that are not this process's
+    children (their shell exits at once), at ``nice`` (a niced job, as a long benchmark run in
+    the background is)."""
     pids = []
-    for _ in range(count):
-        started = subprocess.run(
-            ["sh", "-c", f'"{sys.executable}" -c "while True: pass" >/dev/null 2>&1 & echo $!'],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        pids.append(int(started.stdout.strip()))
-    time.sleep(0.5)
-    try:
-        yield pids
-    finally:
-        for pid in pids:
+    with tempfile.TemporaryDirectory() as folder:
+        for index in range(count):
+            run_dir = os.path.join(folder, f"busy{index}")
+            words = [word.format(run_dir=run_dir) for word in BUSY_COMMANDS[kind]]
+            loop = shlex.join([sys.executable, *words])
+            if nice:
+                loop = f"nice -n {nice} {loop}"
+            started = subprocess.run(
+                ["sh", "-c", f"{loop} >/dev/null 2>&1 & echo $!"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            pids.append(int(started.stdout.strip()))
+        time.sleep(0.5 if kind == "loop" else 10.0)  # a training run is busy once it has started
+        try:
+            yield pids
+        finally:
+            _stop(pids)
+
+
+def _stop(pids: list[int], grace_s: float = 30.0) -> None:
+    """End the busy processes: SIGTERM (a training run closes its envs), SIGKILL after
+    ``grace_s``."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    for pid in pids:
+        while time.monotonic() < deadline:
             try:
-                os.kill(pid, 9)
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
 
@@ -119,9 +162,15 @@ def summarize(rows: list[dict], settings: list[int]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--games", nargs="+", choices=sorted(GAMES), default=list(GAMES))
+    parser.add_argument("--games", nargs="+", choices=sorted(GAMES), default=["minatar", "pong"])
     parser.add_argument("--busy", nargs="+", type=int, default=[0, 1, 2], help="busy loops beside")
     parser.add_argument("--trials", type=int, default=2, help="runs of each setting")
+    parser.add_argument(
+        "--busy-nice", type=int, default=0, help="the busy loops' nice value (default: 0)"
+    )
+    parser.add_argument(
+        "--busy-kind", choices=sorted(BUSY_COMMANDS), default="loop", help="what keeps cores busy"
+    )
     parser.add_argument(
         "--json",
         default=os.path.join(RESULTS, "torch_threads_busy.json"),
@@ -134,11 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     for trial in range(args.trials):
         for game in args.games:
             for busy in args.busy:
-                with busy_loops(busy):
+                with busy_loops(busy, args.busy_nice, args.busy_kind):
                     # the order of the settings turns with the trial
                     turn = trial % len(settings)
                     for threads in settings[turn:] + settings[:turn]:
-                        row = {"game": game, "busy": busy, "threads": threads, "trial": trial}
+                        row = {"game": game, "busy": busy, "threads": threads, "trial": trial,
+                               "busy_nice": args.busy_nice, "busy_kind": args.busy_kind}  # fmt: skip
                         row.update(train(game, threads, seed=trial + 1))
                         rows.append(row)
                         print(

@@ -274,11 +274,15 @@ def serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
 
 
 @contextlib.contextmanager
-def busy_loop_elsewhere() -> Iterator[int]:
+def busy_loop_elsewhere(nice: int = 0) -> Iterator[int]:
     """A busy loop that is not this process's descendant (the shell that starts it exits at
-    once), as another user's job would be; yields its pid and kills it on exit."""
+    once), as another user's job would be, at ``nice`` above this process's; yields its pid and
+    kills it on exit."""
+    loop = f'"{sys.executable}" -c "while True: pass"'
+    if nice:
+        loop = f"nice -n {nice} {loop}"
     started = subprocess.run(
-        ["sh", "-c", f'"{sys.executable}" -c "while True: pass" >/dev/null 2>&1 & echo $!'],
+        ["sh", "-c", f"{loop} >/dev/null 2>&1 & echo $!"],
         capture_output=True,
         text=True,
         check=True,

@@ -165,10 +165,12 @@ class CpuLoad:
 
     ``others_since(earlier)`` is the CPU time that processes outside this one and its children
     took on those CPUs between the two readings, in cores: a busy loop beside the run counts
-    about 1.0. Time a hypervisor gave to other machines (steal) counts as taken too; processes
-    niced below this one do not, since the scheduler gives way to this one before them. A
-    reading costs a scan of ``/proc`` (a few milliseconds); where ``/proc`` is missing (not
-    Linux) every reading says nothing is taken.
+    about 1.0. Time a hypervisor gave to other machines (steal) counts as taken too, and so do
+    niced processes: a nice value does not keep torch's threads from waiting on the core such a
+    process holds. Beside a ``nice -n 19`` training run, a PPO update on 2 threads took 18-33 s
+    where one thread took 0.7 s (docs/benchmarks/learning.md). A reading costs a scan of
+    ``/proc`` (a few milliseconds); where ``/proc`` is missing (not Linux) every reading says
+    nothing is taken.
 
     Example:
         >>> import time
@@ -202,8 +204,8 @@ _TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _busy_ticks() -> int | None:
-    """Busy clock ticks of this process's CPUs since boot (``/proc/stat``), ``None`` where
-    unknown. Niced time counts only when this process is niced itself."""
+    """Busy clock ticks of this process's CPUs since boot (``/proc/stat``), niced time
+    included; ``None`` where unknown."""
     try:
         lines = Path("/proc/stat").read_text().splitlines()
     except OSError:
@@ -213,7 +215,6 @@ def _busy_ticks() -> int | None:
         if hasattr(os, "sched_getaffinity")
         else None
     )
-    niced = os.getpriority(os.PRIO_PROCESS, 0) > 0 if hasattr(os, "getpriority") else False
     total = 0
     for line in lines[1:]:
         if not line.startswith("cpu"):
@@ -222,7 +223,7 @@ def _busy_ticks() -> int | None:
         if mine is not None and name not in mine:
             continue
         user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in values[:8])
-        total += user + system + irq + softirq + steal + (nice if niced else 0)
+        total += user + nice + system + irq + softirq + steal
     return total
 
 

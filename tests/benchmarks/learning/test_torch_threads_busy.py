@@ -53,3 +53,18 @@ def test_the_summary_compares_the_default_with_the_best_fixed_count():
     assert quiet["one_thread_vs_best"] == pytest.approx(0.5)
     assert (busy["best_fixed"], busy["default_vs_best"]) == (1, pytest.approx(0.96))
     assert busy["steps_per_s"] == {"0": 480.0, "1": 500.0, "2": 50.0}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_niced_training_run_keeps_a_core_busy_and_ends_with_the_block():
+    bench = _load()
+    with bench.busy_loops(1, nice=19, kind="train") as (pid,):
+        assert _alive(pid)
+        with open(f"/proc/{pid}/stat") as stat:
+            assert int(stat.read().split(") ")[1].split()[16]) == 19  # its nice value
+        with open(f"/proc/{pid}/cmdline") as cmdline:
+            assert "train\0pqn" in cmdline.read()
+    deadline = time.monotonic() + 10.0
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid)

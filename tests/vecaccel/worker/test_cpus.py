@@ -83,8 +83,9 @@ def test_tune_sets_torch_threads_for_the_action_server_and_says_nothing(too_many
 
 
 @pytest.mark.skipif(usable_cpus() < 2, reason="needs two CPUs")
-def test_a_reading_counts_a_busy_loop_of_another_process():
-    with busy_loop_elsewhere():
+@pytest.mark.parametrize("nice", [0, 19])
+def test_a_reading_counts_a_busy_loop_of_another_process_niced_or_not(nice):
+    with busy_loop_elsewhere(nice=nice):
         assert CpuLoad.measure(0.3) >= 0.5
 
 
