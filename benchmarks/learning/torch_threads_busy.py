@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from vecaccel.bench import RunRecord, command_line
+from vecaccel.bench.seeds import start_elsewhere
 from vecaccel.worker import usable_cpus
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results")
@@ -66,16 +66,7 @@ def busy_loops(count: int, nice: int = 0, kind: str = "loop") -> Iterator[list[i
         for index in range(count):
             run_dir = os.path.join(folder, f"busy{index}")
             words = [word.format(run_dir=run_dir) for word in BUSY_COMMANDS[kind]]
-            loop = shlex.join([sys.executable, *words])
-            if nice:
-                loop = f"nice -n {nice} {loop}"
-            started = subprocess.run(
-                ["sh", "-c", f"{loop} >/dev/null 2>&1 & echo $!"],
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            pids.append(int(started.stdout.strip()))
+            pids.append(start_elsewhere([sys.executable, *words], nice=nice))
         time.sleep(0.5 if kind == "loop" else 10.0)  # a training run is busy once it has started
         try:
             yield pids

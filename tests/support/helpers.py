@@ -278,16 +278,9 @@ def busy_loop_elsewhere(nice: int = 0) -> Iterator[int]:
     """A busy loop that is not this process's descendant (the shell that starts it exits at
     once), as another user's job would be, at ``nice`` above this process's; yields its pid and
     kills it on exit."""
-    loop = f'"{sys.executable}" -c "while True: pass"'
-    if nice:
-        loop = f"nice -n {nice} {loop}"
-    started = subprocess.run(
-        ["sh", "-c", f"{loop} >/dev/null 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    pid = int(started.stdout.strip())
+    from vecaccel.bench.seeds import start_elsewhere
+
+    pid = start_elsewhere([sys.executable, "-c", "while True: pass"], nice=nice)
     time.sleep(0.2)
     try:
         yield pid

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -37,7 +38,23 @@ from typing import Any
 
 from vecaccel.bench.record import load_average
 
-__all__ = ["ChildRunError", "run_in_child", "run_seeds"]
+__all__ = ["ChildRunError", "run_in_child", "run_seeds", "start_elsewhere"]
+
+
+def start_elsewhere(argv: Sequence[str], nice: int = 0) -> int:
+    """Start ``argv`` as a process that is not this one's descendant (the shell that starts it
+    exits at once), as another user's job would be, at ``nice`` above this process's, its output
+    dropped; return its pid. Ending it is the caller's (``os.kill``)."""
+    command = shlex.join(argv)
+    if nice:
+        command = f"nice -n {int(nice)} {command}"
+    started = subprocess.run(
+        ["sh", "-c", f"{command} >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(started.stdout.strip())
 
 
 class ChildRunError(RuntimeError):

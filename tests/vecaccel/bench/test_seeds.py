@@ -5,10 +5,14 @@ rotated."""
 from __future__ import annotations
 
 import os
+import signal
+import sys
+from pathlib import Path
 
 import pytest
 
 from vecaccel.bench import ChildRunError, run_in_child, run_seeds
+from vecaccel.bench.seeds import start_elsewhere
 
 
 def test_a_failing_run_names_its_call_and_error(tmp_path):
@@ -93,3 +97,14 @@ def test_a_run_may_start_spawned_workers_that_import_its_script(tmp_path):
         "        return {'value': pool.apply(square, (seed,))}\n"
     )
     assert run_in_child(script, "run", {"seed": 3}, timeout_s=120) == {"value": 9}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_process_started_elsewhere_is_not_a_child_and_takes_its_nice():
+    pid = start_elsewhere([sys.executable, "-c", "import time; time.sleep(60)"], nice=5)
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        assert int(fields[1]) != os.getpid()  # its parent
+        assert int(fields[16]) == os.getpriority(os.PRIO_PROCESS, 0) + 5  # its nice value
+    finally:
+        os.kill(pid, signal.SIGKILL)
