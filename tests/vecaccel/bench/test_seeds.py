@@ -13,6 +13,7 @@ import pytest
 
 from vecaccel.bench import ChildRunError, run_in_child, run_seeds
 from vecaccel.bench.seeds import start_elsewhere
+from vecaccel.testing.leaks import wait_until
 
 
 def test_a_failing_run_names_its_call_and_error(tmp_path):
@@ -103,6 +104,9 @@ def test_a_run_may_start_spawned_workers_that_import_its_script(tmp_path):
 def test_a_process_started_elsewhere_is_not_a_child_and_takes_its_nice():
     pid = start_elsewhere([sys.executable, "-c", "import time; time.sleep(60)"], nice=5)
     try:
+        # the pid is the shell's job until it has exec'd nice, then the sleeper
+        cmdline = Path(f"/proc/{pid}/cmdline")
+        assert wait_until(lambda: cmdline.read_text().split("\0")[0] == sys.executable)
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         assert int(fields[1]) != os.getpid()  # its parent
         assert int(fields[16]) == os.getpriority(os.PRIO_PROCESS, 0) + 5  # its nice value
