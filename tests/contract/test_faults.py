@@ -208,8 +208,6 @@ def _assert_dead_worker_error(error, kind):
     assert error.env_indices == (0, 1)  # every env of the dead worker
     assert error.exitcode == exitcode
     assert words in str(error) and "[0, 1]" in str(error), str(error)
-    if kind == "segfault":  # the worker's faulthandler says where the env crashed
-        assert "where it crashed" in str(error) and " in _fault\n" in str(error), str(error)
 
 
 @pytest.mark.parametrize("kind", list(DEATHS))

@@ -765,7 +765,7 @@ def test_replacement_worker_steps_only_the_envs_it_is_sent(backend, no_leaks):
 @pytest.mark.parametrize("backend", select(restarts_workers=True, envs_in_workers=True))
 def test_restart_reason_names_the_signal(backend, kind, signal_name, no_leaks):
     """The restart reason is read after the dead worker is reaped, so it names the signal
-    rather than "unresponsive" (and, for a crash, the line it crashed on)."""
+    rather than "unresponsive"."""
     envs = _make(backend, on_worker_failure="restart")
     try:
         with deadline():
@@ -775,8 +775,6 @@ def test_restart_reason_names_the_signal(backend, kind, signal_name, no_leaks):
                 obs, rew, term, trunc, infos = envs.step(_zeros(envs))
                 reasons = infos["restart_reason"][infos["_worker_restarted"]]
                 assert len(reasons) == 2 and all(signal_name in r for r in reasons), reasons
-                if kind == "segfault":  # with the line the env crashed on
-                    assert all("where it crashed" in r and " in _advance" in r for r in reasons)
             assert envs.failures == 3
     finally:
         envs.close()

@@ -28,20 +28,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from vecaccel.worker.stacks import stack_dump_armed
-
 # -- CounterEnv: counts its steps, and fails on the step, reset or construction asked for ----
 
 #: Fault kinds that end the process; they never run in the process named by ``safe_pid``.
 COUNTER_HARD_FAULTS = ("exit", "sigkill", "segfault")
-
-
-def _quiet_unless_reported() -> None:
-    """Before a deliberate crash: a vecaccel worker's faulthandler reports it to the parent,
-    which puts it in the error; any other process (a child the test forked) inherited pytest's
-    handler, which would print the crash into the test log."""
-    if not stack_dump_armed():
-        faulthandler.disable()
 
 
 def _fault(kind: str, where: str, exit_code: int, safe_pid: int | None) -> None:
@@ -58,7 +48,7 @@ def _fault(kind: str, where: str, exit_code: int, safe_pid: int | None) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(10)
     if kind == "segfault":
-        _quiet_unless_reported()
+        faulthandler.disable()  # a forked worker inherits pytest's handler; keep the log quiet
         ctypes.string_at(0)  # reads address 0: SIGSEGV
     raise AssertionError(f"unknown fault {kind!r}")
 
@@ -406,7 +396,7 @@ class FaultEnv(gym.Env):
             os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(10)  # SIGKILL is delivered before this returns
         if kind == "segfault":
-            _quiet_unless_reported()
+            faulthandler.disable()  # a forked worker inherits pytest's handler; keep logs quiet
             ctypes.string_at(0)  # reads address 0: SIGSEGV
 
     # -- the Env API ------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from vecaccel.worker.info_schema import InfoSchema, InfoSchemaTracker
 from vecaccel.worker.process import signals_blocked_for_fork, worker_main
 from vecaccel.worker.protocol import Command, SharedLayout, Status, send_startup
 from vecaccel.worker.replies import Replies
-from vecaccel.worker.stacks import STACK_WAIT_S, crash_report, describe_stacks, request_stacks
+from vecaccel.worker.stacks import STACK_WAIT_S, describe_stacks, request_stacks
 
 __all__ = ["WorkerPool"]
 
@@ -340,8 +340,6 @@ class WorkerPool(Replies, ControlCommands):
         reason = (
             worker.killed_for or f"worker {worker.index} {describe_exit(worker.process.exitcode)}"
         )
-        if not worker.killed_for and (stack := crash_report(worker)):
-            reason = f"{reason}; where it crashed:\n\n{stack}"
         self._dispose(worker)
         envs = list(worker.env_indices)
         self.count_failures(envs, reason)

@@ -18,12 +18,7 @@ from vecaccel.spaces import ItemList
 from vecaccel.spaces.payload import store_items
 from vecaccel.worker.handle import MAIN_GUARD_EXIT_CODE, MAIN_GUARD_HINT, describe_exit
 from vecaccel.worker.protocol import ErrorReport, ObsItems, SharedViews, Status
-from vecaccel.worker.stacks import (
-    crash_report,
-    describe_stacks,
-    reached_worker_code,
-    request_stacks,
-)
+from vecaccel.worker.stacks import describe_stacks, reached_worker_code, request_stacks
 
 if TYPE_CHECKING:
     from vecaccel.worker.handle import WorkerHandle
@@ -235,10 +230,9 @@ class Replies:
             message += f" while it imported the main script: {MAIN_GUARD_HINT}"
         self.broken = f"{message}; this vector env cannot continue: close() it"
         self._broken_envs = tuple(envs)
-        stack = describe_stacks([worker]) if worker.killed_for else crash_report(worker)
+        stack = describe_stacks([worker]) if worker.killed_for else ""
         if stack:
-            where = "was stuck" if worker.killed_for else "crashed"
-            message = f"{message}; where it {where}:\n\n{stack}"
+            message = f"{message}; where it was stuck:\n\n{stack}"
         raise WorkerError(
             message, env_indices=envs, exitcode=exitcode, remote_traceback=stack or None
         )

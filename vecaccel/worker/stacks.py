@@ -7,10 +7,6 @@ the stack of every thread of the worker, most recent call first, taken in the si
 so it shows the line an env's constructor or ``step`` is stuck on even inside C code (a lock, a
 ``sleep``, a native thread pool). The error then carries it.
 
-The same pipe takes faulthandler's report of a fatal signal (``SIGSEGV``, ``SIGBUS``, ``SIGFPE``,
-``SIGILL``, ``SIGABRT``): a worker that an env's native code crashed is reported with the line
-it crashed on (:func:`crash_report`).
-
 ``chain=False``: the dump is all the signal does, so a worker forked from a process with a
 SIGUSR1 handler of its own does not run that handler when asked for its stack. An env that
 installs a SIGUSR1 handler itself replaces the dump; the error then says that no stack came.
@@ -33,11 +29,9 @@ __all__ = [
     "STACK_SIGNAL",
     "STACK_WAIT_S",
     "arm_stack_dump",
-    "crash_report",
     "describe_stacks",
     "reached_worker_code",
     "request_stacks",
-    "stack_dump_armed",
 ]
 
 #: The signal that asks a worker for its stack.
@@ -69,13 +63,7 @@ def arm_stack_dump(conn: Any) -> None:
         return
     _armed_conn = conn  # faulthandler holds the descriptor only, not the connection
     faulthandler.register(STACK_SIGNAL, file=conn.fileno(), all_threads=True, chain=False)
-    faulthandler.enable(file=conn.fileno(), all_threads=True)
     os.write(conn.fileno(), _ARMED)
-
-
-def stack_dump_armed() -> bool:
-    """Whether this process is a worker whose faulthandler writes to its stack pipe."""
-    return _armed_conn is not None
 
 
 def _read_available(worker: WorkerHandle) -> bytes:
@@ -166,27 +154,6 @@ def request_stacks(workers: Sequence[WorkerHandle], timeout: float = STACK_WAIT_
             f"(no stack: the worker did not answer {STACK_SIGNAL.name} within {timeout} s; an "
             f"env may have installed its own {STACK_SIGNAL.name} handler)"
         )
-
-
-#: The signals whose arrival faulthandler reports before the process ends.
-_FATAL_SIGNALS = frozenset(
-    -int(sig)
-    for sig in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT)
-)
-
-
-def crash_report(worker: WorkerHandle) -> str:
-    """Where a worker that a fatal signal ended was, from what its faulthandler wrote.
-
-    ``""`` where the worker did not die of such a signal or wrote nothing (it had not armed
-    its dump yet). Call it once the process has exited: the report is written just before.
-    """
-    if worker.process.exitcode not in _FATAL_SIGNALS:
-        return ""
-    text = _read_available(worker).decode(errors="replace")
-    # the list of loaded extension modules says nothing about the env that crashed
-    lines = [line for line in text.splitlines() if not line.startswith("Extension modules:")]
-    return _trimmed("\n".join(lines).strip())
 
 
 def _trimmed(dump: str) -> str:

@@ -5,7 +5,6 @@ the signal, which would end it."""
 
 from __future__ import annotations
 
-import ctypes
 import inspect
 import multiprocessing as mp
 import os
@@ -21,7 +20,6 @@ from vecaccel.worker.stacks import (
     STACK_SIGNAL,
     _trimmed,
     arm_stack_dump,
-    crash_report,
     describe_stacks,
     reached_worker_code,
     request_stacks,
@@ -41,11 +39,6 @@ def never_arms(stack_conn) -> None:
 
 def arms_then_exits(stack_conn) -> None:
     arm_stack_dump(stack_conn)
-
-
-def arms_then_crashes(stack_conn) -> None:
-    arm_stack_dump(stack_conn)
-    ctypes.string_at(0)  # where the report must point
 
 
 def arms_then_takes_the_signal(stack_conn, ready) -> None:
@@ -119,27 +112,6 @@ def test_a_worker_that_exited_has_no_stack(start_child):
     assert reached_worker_code(worker)
     request_stacks([worker], timeout=0.2)
     assert worker.stack == "(no stack: the worker had already exited)"
-
-
-def test_a_worker_that_crashed_reports_the_line_it_crashed_on(start_child):
-    worker = start_child(arms_then_crashes)
-    worker.process.join(10)
-    assert worker.process.exitcode == -signal.SIGSEGV
-    report = crash_report(worker)
-    line = _line_of(arms_then_crashes, "ctypes.string_at(0)")
-    assert report.startswith("Fatal Python error: Segmentation fault"), report
-    assert f'test_stacks.py", line {line} in arms_then_crashes' in report, report
-    assert "Extension modules" not in report
-
-
-def test_a_worker_that_exited_or_was_killed_has_no_crash_report(start_child):
-    exited = start_child(arms_then_exits)
-    killed = start_child(wait_in_a_step, index=1)
-    assert wait_until(lambda: reached_worker_code(killed))
-    killed.process.kill()
-    for worker in (exited, killed):
-        worker.process.join(10)
-        assert crash_report(worker) == ""
 
 
 def test_a_worker_whose_env_took_the_signal_is_said_to_have_sent_none(start_child):
