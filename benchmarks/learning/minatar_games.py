@@ -100,6 +100,7 @@ from vecaccel.bench.learning import (
     json_values,
     learn_on_curve,
     median,
+    pace_summary,
     plot_seed_curves,
     race_summary,
     return_by,
@@ -417,7 +418,7 @@ def pace_one(algo: str, game: str, seed: int, steps: int) -> dict[str, Any]:
     rate (:func:`~vecaccel.bench.learning.steady_pace`)."""
     outcome = run_vecaccel(algo, f"MinAtar/{game}-v0", {}, seed, steps)
     outcome.pop("config")
-    paced = steady_pace(outcome, steps, PACE_TARGET_STEPS)
+    paced = steady_pace(outcome, PACE_TARGET_STEPS)
     paced.pop("curve")
     return paced
 
@@ -446,14 +447,7 @@ def pace(args: argparse.Namespace) -> dict[str, Any]:
         arm_key="algo",
         label=args.game,
     )
-    summary: dict[str, Any] = {}
-    for algo in algos:
-        mine = [run for run in runs if run["algo"] == algo]
-        summary[algo] = {
-            "runs": len(mine),
-            "median_steady_steps_per_s": median([run["steady_steps_per_s"] for run in mine]),
-            "median_projected_wall_s": median([run["projected_wall_s"] for run in mine]),
-        }
+    summary: dict[str, Any] = pace_summary(runs, "algo", algos)
     baseline = summary[algos[0]]["median_projected_wall_s"]
     summary["projected_wall_ratio"] = {
         algo: summary[algo]["median_projected_wall_s"] / baseline for algo in algos[1:]

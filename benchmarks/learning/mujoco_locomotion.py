@@ -68,10 +68,12 @@ from vecaccel.bench.learning import (
     learn_on_curve,
     load_runs,
     median,
+    pace_summary,
     plot_seed_curves,
     run_race,
     steady_pace,
 )
+from vecaccel.bench.timing import measure
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 RUNS = RESULTS / "mujoco_runs"
@@ -187,30 +189,22 @@ def run(args: argparse.Namespace) -> int:
 # -- the pace -------------------------------------------------------------------------------------
 
 
-def env_steps_per_s(envs: Any, seconds: float) -> float:
-    """Env steps per second of ``envs`` stepped with random actions for ``seconds``: what the
-    run's vector env allows with no policy and no update (the run's ceiling)."""
-    envs.action_space.seed(0)
-    envs.reset(seed=0)
-    count, started = 0, time.perf_counter()
-    while (elapsed := time.perf_counter() - started) < seconds:
-        envs.step(envs.action_space.sample())
-        count += envs.num_envs
-    return count / elapsed
-
-
 def pace_one(task: str, seed: int, steps: int, ceiling_s: float) -> dict[str, Any]:
     """One run of ``pace`` (called in a child process): the preset's vector env stepped alone
-    for ``ceiling_s`` seconds, then the preset trained for ``steps`` env steps, timed, with the
-    wall-clock of a full run projected from its steady rate."""
+    with random actions for ``ceiling_s`` seconds (the run's ceiling), then the preset trained
+    for ``steps`` env steps, timed, with the wall-clock of a full run projected from its steady
+    rate."""
     probe = ppo_agent(task, PRESET, {}, seed)
     try:
-        ceiling = env_steps_per_s(probe.env, ceiling_s)
+        envs = probe.env
+        ceiling, _ = measure(
+            "vecaccel", lambda: envs, envs.num_envs, ceiling_s, warmup=ceiling_s / 10, seed=seed
+        )
     finally:
         probe.close()
     outcome = learn_on_curve(ppo_agent(task, PRESET, {}, seed), steps, ReturnCurve(steps))
     outcome.pop("config")
-    paced = steady_pace(outcome, steps, STEPS)
+    paced = steady_pace(outcome, STEPS)
     paced.pop("curve")
     paced["env_steps_per_s"] = ceiling
     return paced
@@ -235,18 +229,12 @@ def pace(args: argparse.Namespace) -> dict[str, Any]:
         arm_key="task",
         label="pace",
     )
-    summary: dict[str, Any] = {}
-    for task in args.tasks:
-        mine = [run for run in runs if run["task"] == task]
-        projected = median([run["projected_wall_s"] for run in mine])
-        summary[task] = {
-            "runs": len(mine),
-            "median_steady_steps_per_s": median([run["steady_steps_per_s"] for run in mine]),
-            "median_projected_wall_s": projected,
-            "median_env_only_wall_s": median([STEPS / run["env_steps_per_s"] for run in mine]),
-            "goal_wall_s": WALL_GOAL_S[task],
-            "goal_met": projected <= WALL_GOAL_S[task],
-        }
+    summary = pace_summary(runs, "task", args.tasks)
+    for task, row in summary.items():
+        env_only = [STEPS / run["env_steps_per_s"] for run in runs if run["task"] == task]
+        row["median_env_only_wall_s"] = median(env_only)
+        row["goal_wall_s"] = WALL_GOAL_S[task]
+        row["goal_met"] = row["median_projected_wall_s"] <= WALL_GOAL_S[task]
     return record.write(Path(args.out) / "mujoco_pace.json", runs, summary=summary, **common)
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "learn_on_curve",
     "load_runs",
     "median",
+    "pace_summary",
     "plot_seed_curves",
     "race_summary",
     "return_by",
@@ -189,10 +190,9 @@ def learn_on_curve(agent: Any, steps: int, curve: ReturnCurve) -> dict[str, Any]
         agent.close()
 
 
-def steady_pace(outcome: dict[str, Any], steps: int, target_steps: int) -> dict[str, Any]:
-    """A timed run's pace: ``outcome`` (a curve's outcome of a run asked for ``steps`` env
-    steps, its curve still in it) with ``steps_per_s``, ``steady_steps_per_s`` and
-    ``projected_wall_s`` added.
+def steady_pace(outcome: dict[str, Any], target_steps: int) -> dict[str, Any]:
+    """A timed run's pace: ``outcome`` (a curve's outcome, its curve still in it) with
+    ``steps_per_s``, ``steady_steps_per_s`` and ``projected_wall_s`` added.
 
     The steady rate is taken past the run's first fifth, where start-up (worker and torch
     start, a replay buffer's warm-up of steps collected and none trained) is over; a run of
@@ -201,14 +201,14 @@ def steady_pace(outcome: dict[str, Any], steps: int, target_steps: int) -> dict[
 
     Example:
         >>> curve = [{"step": s, "wall_s": 5.0 + s / 100} for s in (200, 600, 1000)]
-        >>> pace = steady_pace({"steps": 1000, "wall_s": 15.0, "curve": curve}, 1000, 2000)
+        >>> pace = steady_pace({"steps": 1000, "wall_s": 15.0, "curve": curve}, 2000)
         >>> pace["steady_steps_per_s"], pace["projected_wall_s"]
         (100.0, 25.0)
     """
     paced = dict(outcome)
     points = paced["curve"]
     paced["steps_per_s"] = paced["steps"] / paced["wall_s"]
-    steady = [point for point in points if point["step"] >= steps / 5]
+    steady = [point for point in points if point["step"] >= paced["steps"] / 5]
     rate = paced["steps_per_s"]
     if len(steady) >= 2 and steady[-1]["wall_s"] > steady[0]["wall_s"]:
         first, last = steady[0], steady[-1]
@@ -216,6 +216,29 @@ def steady_pace(outcome: dict[str, Any], steps: int, target_steps: int) -> dict[
     paced["steady_steps_per_s"] = rate
     paced["projected_wall_s"] = paced["wall_s"] + (target_steps - paced["steps"]) / rate
     return paced
+
+
+def pace_summary(
+    runs: Sequence[Mapping[str, Any]], arm_key: str, arms: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Per arm (the runs' ``arm_key``), over the runs :func:`steady_pace` timed: how many, and
+    the median steady rate and projected wall-clock.
+
+    Example:
+        >>> runs = [{"algo": "a", "steady_steps_per_s": r, "projected_wall_s": 1e6 / r}
+        ...         for r in (100.0, 300.0, 200.0)]
+        >>> pace_summary(runs, "algo", ["a"])["a"]["median_steady_steps_per_s"]
+        200.0
+    """
+    summary = {}
+    for arm in arms:
+        mine = [run for run in runs if run[arm_key] == arm]
+        summary[arm] = {
+            "runs": len(mine),
+            "median_steady_steps_per_s": median([run["steady_steps_per_s"] for run in mine]),
+            "median_projected_wall_s": median([run["projected_wall_s"] for run in mine]),
+        }
+    return summary
 
 
 def median(values: Sequence[float]) -> float:

@@ -133,7 +133,7 @@ def test_the_steady_pace_leaves_out_the_first_fifth_and_projects_the_rest():
         {"step": 1000, "wall_s": 28.0},
     ]
     outcome = {"steps": 1000, "wall_s": 28.0, "curve": curve}
-    paced = steady_pace(outcome, 1000, 3000)
+    paced = steady_pace(outcome, 3000)
     assert paced["steps_per_s"] == pytest.approx(1000 / 28)
     assert paced["steady_steps_per_s"] == pytest.approx(100.0)
     assert paced["projected_wall_s"] == pytest.approx(48.0)
@@ -142,6 +142,6 @@ def test_the_steady_pace_leaves_out_the_first_fifth_and_projects_the_rest():
 
 def test_a_run_too_short_for_a_steady_pace_keeps_its_overall_rate():
     outcome = {"steps": 1000, "wall_s": 20.0, "curve": [{"step": 1000, "wall_s": 20.0}]}
-    paced = steady_pace(outcome, 1000, 3000)
+    paced = steady_pace(outcome, 3000)
     assert paced["steady_steps_per_s"] == paced["steps_per_s"] == pytest.approx(50.0)
     assert paced["projected_wall_s"] == pytest.approx(60.0)
