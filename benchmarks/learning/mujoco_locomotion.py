@@ -38,6 +38,9 @@ machine::
 
     python benchmarks/learning/mujoco_locomotion.py pace --seeds 1 2
 
+``--env-sources ale envpool`` paces each task twice, alternating: from Gymnasium's envs (the
+``ale`` source, the default) and from EnvPool's twins (``+envpool`` in the arm's name).
+
 Run files go to ``benchmarks/results/mujoco_runs/``; the report to
 ``benchmarks/results/mujoco_locomotion.{json,md,png}``; the pace to
 ``benchmarks/results/mujoco_pace.json`` (its runs under ``mujoco_pace_runs/``). ``mujoco_race.py`` races the same
@@ -74,6 +77,7 @@ from vecaccel.bench.learning import (
     steady_pace,
 )
 from vecaccel.bench.timing import measure
+from vecaccel.trainers.config.settings import ENV_SOURCES
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 RUNS = RESULTS / "mujoco_runs"
@@ -189,12 +193,20 @@ def run(args: argparse.Namespace) -> int:
 # -- the pace -------------------------------------------------------------------------------------
 
 
+def pace_arm(task: str, env_source: str) -> str:
+    """The name of a pace arm: the task, with the env source where it is not Gymnasium's envs
+    one by one (``Hopper-v5``, ``Hopper-v5+envpool``)."""
+    return task if env_source == "ale" else f"{task}+{env_source}"
+
+
 def pace_one(task: str, seed: int, steps: int, ceiling_s: float) -> dict[str, Any]:
-    """One run of ``pace`` (called in a child process): the preset's vector env stepped alone
-    with random actions for ``ceiling_s`` seconds (the run's ceiling), then the preset trained
-    for ``steps`` env steps, timed, with the wall-clock of a full run projected from its steady
-    rate."""
-    probe = ppo_agent(task, PRESET, {}, seed)
+    """One run of ``pace`` (called in a child process) of the arm ``task`` (see
+    :func:`pace_arm`): the preset's vector env stepped alone with random actions for
+    ``ceiling_s`` seconds (the run's ceiling), then the preset trained for ``steps`` env steps,
+    timed, with the wall-clock of a full run projected from its steady rate."""
+    task, _, env_source = task.partition("+")
+    changes = {"env_source": env_source} if env_source else {}
+    probe = ppo_agent(task, PRESET, changes, seed)
     try:
         envs = probe.env
         ceiling, _ = measure(
@@ -202,26 +214,29 @@ def pace_one(task: str, seed: int, steps: int, ceiling_s: float) -> dict[str, An
         )
     finally:
         probe.close()
-    outcome = learn_on_curve(ppo_agent(task, PRESET, {}, seed), steps, ReturnCurve(steps))
+    outcome = learn_on_curve(ppo_agent(task, PRESET, changes, seed), steps, ReturnCurve(steps))
     outcome.pop("config")
     paced = steady_pace(outcome, STEPS)
     paced.pop("curve")
     paced["env_steps_per_s"] = ceiling
+    paced["env_source"] = env_source or "ale"
     return paced
 
 
 def pace(args: argparse.Namespace) -> dict[str, Any]:
-    """The preset on each task for ``--steps`` env steps, seed by seed with the tasks' order
-    turning; per task, the median steady rate, the wall-clock of a 1M-step run projected from
-    it against the task's goal, and the same projection for the vector env alone."""
+    """The preset on each task from each env source (``--env-sources``) for ``--steps`` env
+    steps, seed by seed with the arms' order turning; per arm, the median steady rate, the
+    wall-clock of a 1M-step run projected from it against the task's goal, and the same
+    projection for the vector env alone."""
     record = RunRecord(command_line(), benchmark="learning/mujoco_locomotion")
     folder = Path(args.out) / "mujoco_pace_runs"
     common = dict(steps=args.steps, ceiling_s=args.ceiling_s)
+    arms = [pace_arm(task, source) for task in args.tasks for source in args.env_sources]
     runs = run_race(
         __file__,
         "pace_one",
         args.seeds,
-        args.tasks,
+        arms,
         lambda task, seed: folder / f"{task}-steps{args.steps}-s{seed}.json",
         benchmark="learning/mujoco_locomotion",
         command=command_line(),
@@ -229,12 +244,12 @@ def pace(args: argparse.Namespace) -> dict[str, Any]:
         arm_key="task",
         label="pace",
     )
-    summary = pace_summary(runs, "task", args.tasks)
-    for task, row in summary.items():
-        env_only = [STEPS / run["env_steps_per_s"] for run in runs if run["task"] == task]
+    summary = pace_summary(runs, "task", arms)
+    for arm, row in summary.items():
+        env_only = [STEPS / run["env_steps_per_s"] for run in runs if run["task"] == arm]
         row["median_env_only_wall_s"] = median(env_only)
-        row["goal_wall_s"] = WALL_GOAL_S[task]
-        row["goal_met"] = row["median_projected_wall_s"] <= WALL_GOAL_S[task]
+        row["goal_wall_s"] = WALL_GOAL_S[arm.partition("+")[0]]
+        row["goal_met"] = row["median_projected_wall_s"] <= row["goal_wall_s"]
     return record.write(Path(args.out) / "mujoco_pace.json", runs, summary=summary, **common)
 
 
@@ -452,6 +467,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     pacer.add_argument("--steps", type=int, default=200_000, help="env steps a run")
     pacer.add_argument(
         "--ceiling-s", type=float, default=10.0, help="seconds the vector env steps alone"
+    )
+    pacer.add_argument(
+        "--env-sources",
+        nargs="+",
+        choices=ENV_SOURCES,
+        default=["ale"],
+        help="where the envs come from: ale, Gymnasium's envs one by one (the default); "
+        "envpool, EnvPool's twins (pip install 'vecaccel[envpool]')",
     )
     pacer.add_argument("--out", default=str(RESULTS), help="folder of mujoco_pace.json")
     reporter = commands.add_parser("report", help="table, rliable aggregate and curves")

@@ -5,7 +5,8 @@ Two sources, both ``NextStep`` autoreset (the only mode they have), both built b
 
 * ``vectorized=True``: the id's Gymnasium ``vector_entry_point`` (:class:`EntryPointVectorFn`);
 * ``env_source="envpool"``: an Atari game's frames from EnvPool with the ALE route's
-  preprocessing (:func:`envpool_atari_fn`).
+  preprocessing (:func:`envpool_atari_fn`), or a MuJoCo task's EnvPool twin
+  (:func:`envpool_mujoco_fn`).
 
 Example:
     >>> envpool_task_id("ALE/Pong-v5")
@@ -24,6 +25,7 @@ __all__ = [
     "EntryPointVectorFn",
     "batched_env_fn",
     "envpool_atari_fn",
+    "envpool_mujoco_fn",
     "envpool_task_id",
 ]
 
@@ -111,16 +113,34 @@ def envpool_atari_fn(env_id: str, training: bool = True) -> Callable[[int], gym.
     )
 
 
+def envpool_mujoco_fn(env_id: str) -> Callable[[int], gym.vector.VectorEnv]:
+    """The vector env function of EnvPool's twin of Gymnasium's MuJoCo task ``env_id``
+    (``Hopper-v5``, ``Ant-v4``...: EnvPool names its MuJoCo tasks as Gymnasium does), with
+    ``info["episode"]`` at each episode's end. EnvPool's envs follow Gymnasium's of the same
+    version (spaces, rewards, terminations, the 1,000-step time limit as a truncation); their
+    actions are float64 where Gymnasium's are float32. Each pool steps its envs on one
+    thread: a worker is one core.
+
+    Example:
+        >>> envpool_mujoco_fn("Hopper-v5")
+        envpool_vector_fn('Hopper-v5', **{'num_threads': 1, 'episode_scores': True})
+    """
+    from vecaccel.adapters.envpool import envpool_vector_fn
+
+    return envpool_vector_fn(env_id, num_threads=1, episode_scores=True)
+
+
 def batched_env_fn(
     env_id: str, atari: bool | None, training: bool, env_source: str
 ) -> Callable[[int], gym.vector.VectorEnv]:
     """The vector env function of a batched source (``vectorized``, or ``env_source="envpool"``;
     see :func:`~vecaccel.trainers.envs.make.training_vector_fn`): EnvPool's pool
-    of an Atari game, or the id's Gymnasium ``vector_entry_point`` env; built without making
-    an env, so that a source the env cannot have is refused early.
+    of an Atari game or a MuJoCo task, or the id's Gymnasium ``vector_entry_point`` env; built
+    without making an env, so that a source the env cannot have is refused early.
 
     Raises:
-        ValueError: EnvPool for an id that is not an Atari game, or not installed;
+        ValueError: EnvPool for an id that is neither an Atari game nor a MuJoCo task, or not
+            installed;
             ``vectorized`` for an Atari game from the ALE, or an id without a
             ``vector_entry_point``.
 
@@ -128,14 +148,17 @@ def batched_env_fn(
         >>> batched_env_fn("CartPole-v1", None, True, "ale")
         EntryPointVectorFn('CartPole-v1')
     """
-    from vecaccel.trainers.envs.make import is_atari_id
+    from vecaccel.trainers.envs.make import is_atari_id, is_mujoco_id
 
     if env_source == "envpool":
-        if atari is False or (atari is None and not is_atari_id(env_id)):
+        game = bool(atari) or (atari is None and is_atari_id(env_id))
+        mujoco = not atari and is_mujoco_id(env_id)
+        if not (game or mujoco):
             raise ValueError(
-                f"env_source='envpool' takes Atari games' frames from EnvPool; {env_id} is not "
-                "an Atari id (for another EnvPool task, hand vecaccel.adapters.envpool.envpool_vector_fn "
-                "to make_vec(..., vectorized=True) and train on that vector env)"
+                f"env_source='envpool' takes Atari games' frames and MuJoCo tasks from EnvPool; "
+                f"{env_id} is neither (for another EnvPool task, hand "
+                "vecaccel.adapters.envpool.envpool_vector_fn to make_vec(..., vectorized=True) "
+                "and train on that vector env)"
             )
         import importlib.util
 
@@ -144,7 +167,7 @@ def batched_env_fn(
                 "env_source='envpool': EnvPool is not installed: pip install 'vecaccel[envpool]' "
                 "(EnvPool publishes wheels for Linux x86_64 and aarch64)"
             )
-        return envpool_atari_fn(env_id, training)
+        return envpool_atari_fn(env_id, training) if game else envpool_mujoco_fn(env_id)
     if atari or (atari is None and is_atari_id(env_id)):
         raise ValueError(
             f"vectorized=True with the Atari game {env_id}: its batched frames come from EnvPool, "

@@ -30,6 +30,7 @@ __all__ = [
     "env_spaces",
     "is_atari_id",
     "is_minatar_id",
+    "is_mujoco_id",
     "make_atari_env",
     "make_env_fn",
     "make_env_for_training",
@@ -83,6 +84,21 @@ def is_atari_id(env_id: str) -> bool:
         return False
     entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
     return entry.startswith("ale_py") or "AtariEnv" in entry
+
+
+def is_mujoco_id(env_id: str) -> bool:
+    """Whether ``env_id`` names one of Gymnasium's MuJoCo envs (``Hopper-v5``, ``Ant-v4``...).
+
+    Example:
+        >>> is_mujoco_id("Hopper-v5"), is_mujoco_id("Pendulum-v1")
+        (True, False)
+    """
+    try:
+        spec = gym.spec(env_id)
+    except Exception:  # noqa: BLE001 - an id Gymnasium cannot resolve is not a MuJoCo id
+        return False
+    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    return entry.startswith("gymnasium.envs.mujoco")
 
 
 def is_minatar_id(env_id: str) -> bool:

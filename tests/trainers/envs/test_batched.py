@@ -1,6 +1,6 @@
 """Training on batched simulators: ``--vectorized`` (a Gymnasium ``vector_entry_point``, one
 vector env per worker) and ``--env-source envpool`` (Atari frames from EnvPool with the ALE
-route's preprocessing), both ``NextStep`` autoreset."""
+route's preprocessing, or EnvPool's twins of the MuJoCo tasks), both ``NextStep`` autoreset."""
 
 from __future__ import annotations
 
@@ -15,7 +15,12 @@ from helpers import run_main
 
 from vecaccel.trainers import DQN, PPO
 from vecaccel.trainers.checkpoints.format import load_checkpoint
-from vecaccel.trainers.envs.batched import EntryPointVectorFn, batched_env_fn, envpool_task_id
+from vecaccel.trainers.envs.batched import (
+    EntryPointVectorFn,
+    batched_env_fn,
+    envpool_mujoco_fn,
+    envpool_task_id,
+)
 from vecaccel.trainers.envs.make import make_env_for_training
 
 torch.set_num_threads(1)
@@ -133,8 +138,18 @@ def test_batched_env_fn_names_the_missing_piece():
     assert isinstance(batched_env_fn("CartPole-v1", None, True, "ale"), EntryPointVectorFn)
     with pytest.raises(ValueError, match="env-source envpool"):
         batched_env_fn("PongNoFrameskip-v4", True, True, "ale")
-    with pytest.raises(ValueError, match="not an Atari id"):
+    with pytest.raises(ValueError, match="CartPole-v1 is neither"):
         batched_env_fn("CartPole-v1", False, True, "envpool")
+
+
+def test_envpool_takes_the_mujoco_tasks_by_their_gymnasium_ids():
+    if HAS_ENVPOOL:
+        assert repr(batched_env_fn("Hopper-v5", None, True, "envpool")) == repr(
+            envpool_mujoco_fn("Hopper-v5")
+        )
+    else:
+        with pytest.raises(ValueError, match=r"EnvPool is not installed: pip install"):
+            batched_env_fn("Hopper-v5", None, True, "envpool")
 
 
 @pytest.mark.parametrize(
@@ -229,3 +244,82 @@ def test_cli_trains_ppo_on_envpool_frames(tmp_path):
     state = load_checkpoint(run_dir / "checkpoint.pt")
     assert state["config"]["env_source"] == "envpool" and state["global_step"] == 64
     assert state["config"]["backend_options"] == {"num_workers": 2}
+
+
+@pytest.mark.skipif(
+    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
+)
+def test_envpool_mujoco_twins_match_gymnasium_s_envs():
+    pytest.importorskip("mujoco")
+    for env_id in ("Hopper-v5", "Walker2d-v5"):
+        gym_route = _play_continuous(env_id, "ale", 300)
+        pool = _play_continuous(env_id, "envpool", 300)
+        assert gym_route["shapes"] == pool["shapes"]
+        for route in (gym_route, pool):
+            # random play falls within a few dozen steps: terminations, scored episodes
+            assert route["ends"] > 0 and route["episodes"]
+            assert all(5 <= length <= 300 for _, length in route["episodes"])
+        mean_gym = np.mean([score for score, _ in gym_route["episodes"]])
+        mean_pool = np.mean([score for score, _ in pool["episodes"]])
+        assert abs(mean_gym - mean_pool) < 0.5 * max(abs(mean_gym), 10.0), (mean_gym, mean_pool)
+
+
+@pytest.mark.skipif(
+    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
+)
+def test_envpool_mujoco_time_limit_is_a_truncation_after_1000_steps():
+    envs = envpool_mujoco_fn("HalfCheetah-v5")(2)
+    try:
+        envs.reset(seed=0)
+        for step in range(1, 1001):
+            _, _, terminated, truncated, infos = envs.step(envs.action_space.sample())
+            assert not terminated.any()
+            assert truncated.all() == (step == 1000)
+        assert infos["_episode"].all() and (infos["episode"]["l"] == 1000).all()
+    finally:
+        envs.close()
+
+
+def _play_continuous(env_id: str, env_source: str, steps: int, seed: int = 0) -> dict:
+    """Random play on 4 envs in 2 workers: the spaces' shapes, how many episodes ended, and
+    the returns and lengths the envs report."""
+    envs = make_env_for_training(
+        env_id, 4, backend="shm", seed=seed, env_source=env_source, num_workers=2
+    )
+    try:
+        envs.reset(seed=seed)
+        space = envs.single_action_space
+        rng = np.random.default_rng(seed)
+        ends, episodes = 0, []
+        for _ in range(steps):
+            actions = rng.uniform(space.low, space.high, (4, *space.shape))
+            _, _, terminated, truncated, infos = envs.step(actions.astype(space.dtype))
+            ends += int(np.sum(terminated | truncated))
+            source = infos if "episode" in infos else infos.get("final_info", {})
+            if "episode" in source:
+                mask = np.asarray(source["_episode"])
+                episodes += list(zip(source["episode"]["r"][mask], source["episode"]["l"][mask]))
+        shapes = (envs.single_observation_space.shape, envs.single_action_space.shape)
+        return {"shapes": shapes, "ends": ends, "episodes": episodes}
+    finally:
+        envs.close()
+
+
+@pytest.mark.skipif(
+    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
+)
+def test_cli_trains_ppo_on_envpool_hopper_and_evals_it(tmp_path, capsys):
+    pytest.importorskip("mujoco")
+    run_dir = tmp_path / "run"
+    argv = ["--env", "Hopper-v5", "--env-source", "envpool", "--num-envs", "4"]
+    argv += ["--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1"]
+    argv += ["--backend", "shm", "--backend-option", "num_workers=2", "--run-dir", str(run_dir)]
+    assert train("ppo", *argv, "--total-timesteps", "256", "--checkpoint-every", "0") == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["config"]["env_source"] == "envpool" and state["global_step"] == 256
+    # the preset's normalisation came with it, and eval plays with the saved statistics
+    assert state["config"]["norm_obs"]
+    capsys.readouterr()
+    code = run_main(["eval", str(run_dir / "checkpoint.pt"), "--episodes", "1"])
+    assert code == 0
+    assert "ppo on Hopper-v5: 1 episodes" in capsys.readouterr().out

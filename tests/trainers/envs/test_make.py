@@ -9,9 +9,33 @@ import pytest
 import torch
 
 import vecaccel
-from vecaccel.trainers.envs.make import EpisodicLifeEnv, env_spaces, make_env_for_training
+from vecaccel.trainers.envs.make import (
+    EpisodicLifeEnv,
+    env_spaces,
+    is_atari_id,
+    is_mujoco_id,
+    make_env_for_training,
+)
 
 torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "mujoco"),
+    [
+        ("Hopper-v5", True),
+        ("Ant-v4", True),
+        ("InvertedPendulum-v5", True),
+        ("Pendulum-v1", False),
+        ("ALE/Pong-v5", False),
+        ("MinAtar/Breakout-v0", False),
+        ("NoSuchEnv-v0", False),
+    ],
+)
+def test_mujoco_ids_are_told_from_the_registry(env_id, mujoco):
+    # the registry alone decides: no env is made, so the answer needs no mujoco installed
+    assert is_mujoco_id(env_id) is mujoco
+    assert not (mujoco and is_atari_id(env_id))
 
 
 def test_atari_setup_uses_gymnasium_wrappers():
