@@ -8,7 +8,9 @@ so it resumes where a stopped sitting left off; ``report`` builds the table, the
 aggregate and the curves from whatever run files exist.
 
 The tasks are ``HalfCheetah-v5``, ``Hopper-v5``, ``Walker2d-v5``, ``Ant-v5`` and
-``Humanoid-v5``, 1M env steps each, seeds 1, 2 and 3. The score is CleanRL's: the mean return
+``Humanoid-v5``, 1M env steps each, seeds 1, 2 and 3. ``--tasks Ant-v4`` runs Ant's ``-v4``
+version too, whose row tells the version's part in Ant's score from the preset's (it stays out
+of the aggregate and the plot). The score is CleanRL's: the mean return
 of the last 100 training episodes, in the env's own rewards (what ``RecordEpisodeStatistics``
 sees under any normalisation).
 
@@ -82,6 +84,9 @@ from vecaccel.trainers.config.settings import ENV_SOURCES
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 RUNS = RESULTS / "mujoco_runs"
 TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
+#: tasks run on request only (``--tasks``), to tell a version's part in a score from the preset's:
+#: in the table, not in the aggregate or the plot
+VERSION_CHECKS = ("Ant-v4",)
 STEPS = 1_000_000  # the published returns' budget
 #: the PPO preset the benchmark trains with: the trainers' settings for MuJoCo
 PRESET = "mujoco"
@@ -93,9 +98,17 @@ CLEANRL = {
     "Humanoid-v5": (716.0, 49.0),
 }
 #: rl-zoo's PPO at 1M steps, -v4 tasks
-RL_ZOO = {"HalfCheetah-v5": 5819.0, "Hopper-v5": 2410.0, "Walker2d-v5": 3479.0, "Ant-v5": 1327.0}
+RL_ZOO = {
+    "HalfCheetah-v5": 5819.0,
+    "Hopper-v5": 2410.0,
+    "Walker2d-v5": 3479.0,
+    "Ant-v5": 1327.0,
+    "Ant-v4": 1327.0,
+}
 #: each task's reference return, which its scores are normalised by: CleanRL's, rl-zoo's for Ant
-REFERENCE = {task: CLEANRL[task][0] if task in CLEANRL else RL_ZOO[task] for task in TASKS}
+REFERENCE = {
+    task: CLEANRL[task][0] if task in CLEANRL else RL_ZOO[task] for task in TASKS + VERSION_CHECKS
+}
 #: the wall-clock a 1M-step run may take on 2 cores: the three lighter tasks, then Ant and Humanoid
 WALL_GOAL_S = {
     "HalfCheetah-v5": 300.0,
@@ -103,6 +116,7 @@ WALL_GOAL_S = {
     "Walker2d-v5": 300.0,
     "Ant-v5": 600.0,
     "Humanoid-v5": 600.0,
+    "Ant-v4": 600.0,
 }
 
 
@@ -259,7 +273,7 @@ def pace(args: argparse.Namespace) -> dict[str, Any]:
 def _by_arm(found: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """The runs grouped by (arm, task), in the tasks' order."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    order = {task: index for index, task in enumerate(TASKS)}
+    order = {task: index for index, task in enumerate(TASKS + VERSION_CHECKS)}
     for entry in sorted(found, key=lambda e: (e["arm"], order.get(e["task"], 99), e["seed"])):
         groups.setdefault((entry["arm"], entry["task"]), []).append(entry)
     return groups
@@ -297,7 +311,7 @@ def aggregate(found: list[dict[str, Any]], reps: int = 2000, budget: int = STEPS
     ``budget`` steps count (a score at 100k steps says nothing against one at 1M)."""
     arms: dict[str, dict[str, dict[int, float]]] = {}
     for entry in found:
-        if entry["steps"] >= budget:
+        if entry["steps"] >= budget and entry["task"] in TASKS:
             tasks = arms.setdefault(entry["arm"], {})
             tasks.setdefault(entry["task"], {})[entry["seed"]] = entry["score"]
     summary = {}
@@ -317,10 +331,10 @@ def markdown(rows: list[dict[str, Any]], summary: dict[str, Any], found: Sequenc
     lines = [f"{len(found)} run files."]
     for index, arm in enumerate(sorted({entry["arm"] for entry in found})):
         seeds = {task: sorted(e["seed"] for e in found if (e["arm"], e["task"]) == (arm, task))
-                 for task in TASKS}  # fmt: skip
+                 for task in TASKS + VERSION_CHECKS}  # fmt: skip
         ran = [f"{task} seed{'s' * (len(of) > 1)} {', '.join(map(str, of))}"
                for task, of in seeds.items() if of]  # fmt: skip
-        missing = [task for task, of in seeds.items() if not of]
+        missing = [task for task, of in seeds.items() if not of and task in TASKS]
         lines += [""] if index == 0 else []
         lines.append(
             f"- {arm}: {'; '.join(ran)}" + (f"; no run of {', '.join(missing)}" if missing else "")
@@ -441,7 +455,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     runner = commands.add_parser("run", help="train the runs whose result file is missing")
-    runner.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    runner.add_argument(
+        "--tasks",
+        nargs="+",
+        choices=TASKS + VERSION_CHECKS,
+        default=list(TASKS),
+        help="the tasks (default: the five -v5 ones; Ant-v4 on request)",
+    )
     runner.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     runner.add_argument("--steps", type=int, default=STEPS, help="env steps a run")
     runner.add_argument(

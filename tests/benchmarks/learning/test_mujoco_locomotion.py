@@ -109,6 +109,24 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     assert (out / "mujoco_locomotion.png").stat().st_size > 0
 
 
+def test_a_version_check_has_its_row_but_stays_out_of_the_aggregate(tmp_path):
+    bench = load_benchmark("learning/mujoco_locomotion")
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    runs.mkdir()
+    out.mkdir()
+    _fake_run(bench, runs, "mujoco", "Ant-v5", 1, 1327.0)
+    # on another seed than Ant-v5's: counted, it would leave the aggregate no common seed
+    _fake_run(bench, runs, "mujoco", "Ant-v4", 2, 2654.0)
+    payload = bench.write_report(runs, out, "report", budget=5000, reps=200)
+    rows = {row["task"]: row for row in payload["results"]}
+    assert list(rows) == ["Ant-v5", "Ant-v4"] and rows["Ant-v4"]["rl_zoo"] == 1327.0
+    summary = payload["summary"]["iqm"]["mujoco"]
+    assert summary["tasks"] == ["Ant-v5"] and summary["seeds"] == [1]
+    table = (out / "mujoco_locomotion.md").read_text()
+    assert "- mujoco: Ant-v5 seed 1; Ant-v4 seed 2; no run of HalfCheetah-v5," in table
+    assert "| mujoco | Ant-v4 | 1 | 2,654 |" in table
+
+
 def test_an_empty_folder_gives_a_report_that_says_so(tmp_path):
     bench = load_benchmark("learning/mujoco_locomotion")
     payload = bench.write_report(tmp_path / "none-yet", tmp_path, "report")
