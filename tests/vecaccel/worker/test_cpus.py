@@ -9,10 +9,12 @@ of their lines to change. The library's own tools set torch's threads and stay q
 from __future__ import annotations
 
 import inspect
+import os
 import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +22,7 @@ from helpers import busy_loop_elsewhere
 
 import vecaccel
 from vecaccel.worker import TorchThreadsWarning, usable_cpus
-from vecaccel.worker.cpus import CpuLoad, available_cpus, cpu_quota
+from vecaccel.worker.cpus import CpuLoad, _scheduling, _yields, available_cpus, cpu_quota
 
 
 @pytest.fixture
@@ -82,11 +84,55 @@ def test_tune_sets_torch_threads_for_the_action_server_and_says_nothing(too_many
 # -- the machine's load -------------------------------------------------------------------------
 
 
+def _autogroups() -> bool:
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(usable_cpus() < 2, reason="needs two CPUs")
-@pytest.mark.parametrize("nice", [0, 19])
-def test_a_reading_counts_a_busy_loop_of_another_process_niced_or_not(nice):
-    with busy_loop_elsewhere(nice=nice):
+@pytest.mark.parametrize("new_session", [False, True])
+def test_a_reading_counts_a_busy_loop_of_another_process(new_session):
+    with busy_loop_elsewhere(new_session=new_session):
         assert CpuLoad.measure(0.3) >= 0.5
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("new_session", [False, True])
+def test_a_niced_job_yields_unless_its_session_is_scheduled_apart(new_session):
+    # the other tests' processes share the machine: the verdict on the loop is read, not a total
+    with busy_loop_elsewhere(nice=19, new_session=new_session) as pid:
+        first = CpuLoad()
+        time.sleep(0.3)
+        second = CpuLoad()
+        assert second.others[pid][0] > first.others[pid][0]  # the loop ran, and was seen
+        yields = _yields(_scheduling(pid), _scheduling(os.getpid()))
+    # in a session of its own a niced job's nice counts only within that session where the
+    # kernel has autogroups: it takes a core from this process as any job does
+    assert yields is not (new_session and _autogroups())
+
+
+@pytest.mark.skipif(
+    usable_cpus() < 2 or not _autogroups(), reason="needs two CPUs and the kernel's autogroups"
+)
+def test_a_reading_counts_a_niced_job_of_another_session():
+    with busy_loop_elsewhere(nice=19, new_session=True):
+        assert CpuLoad.measure(0.3) >= 0.5
+
+
+def test_who_yields_to_whom():
+    mine = ("/", "/autogroup-1", 0, 0)
+    # same session: by the processes' nice values
+    assert _yields(("/", "/autogroup-1", 0, 15), mine)
+    assert not _yields(("/", "/autogroup-1", 0, 10), mine)
+    assert not _yields(("/", "/autogroup-1", 0, 19), ("/", "/autogroup-1", 0, 19))
+    # another session: by the sessions' nice values, whatever the process's own
+    assert not _yields(("/", "/autogroup-2", 0, 19), mine)
+    assert _yields(("/", "/autogroup-2", 19, 0), mine)
+    # another cgroup, or a process gone: counted
+    assert not _yields(("/user.slice", "", 0, 19), mine)
+    assert not _yields(None, mine)
 
 
 def test_a_reading_leaves_out_this_process_and_its_children():
