@@ -38,6 +38,16 @@ def test_busy_loops_are_not_children_and_end_with_the_block():
     assert not any(_alive(pid) for pid in pids)
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_busy_loops_in_a_session_of_their_own_lead_it():
+    bench = _load()
+    mine = os.getsid(0)
+    with bench.busy_loops(1, nice=19, new_session=True) as (pid,):
+        assert os.getsid(pid) == pid != mine  # setsid made it its session's leader
+    with bench.busy_loops(1) as (pid,):
+        assert os.getsid(pid) == mine
+
+
 def test_the_summary_compares_the_default_with_the_best_fixed_count():
     bench = _load()
     rows = [
