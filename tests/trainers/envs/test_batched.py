@@ -29,6 +29,9 @@ pytestmark = pytest.mark.usefixtures("trainers_plugin")
 
 HAS_ALE = importlib.util.find_spec("ale_py") is not None
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
+needs_envpool = pytest.mark.skipif(
+    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
+)
 
 
 def train(*argv: str) -> int:
@@ -200,9 +203,7 @@ def _play(env_id: str, env_source: str, steps: int, seed: int = 0) -> dict:
 @pytest.mark.skipif(
     not HAS_ALE, reason="the ALE route needs ale-py (pip install 'vecaccel[atari]')"
 )
-@pytest.mark.skipif(
-    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
-)
+@needs_envpool
 def test_envpool_source_matches_the_ale_route_on_breakout():
     # Breakout: random play loses all five lives within a few hundred steps, so whole games
     # end inside the test; Pong's take a thousand
@@ -232,23 +233,25 @@ def test_envpool_source_matches_the_ale_route_on_breakout():
     assert abs(mean_ale - mean_pool) < 3.0
 
 
-@pytest.mark.skipif(
-    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
-)
+@needs_envpool
 def test_cli_trains_ppo_on_envpool_frames(tmp_path):
-    run_dir = tmp_path / "run"
-    argv = ["--env", "PongNoFrameskip-v4", "--env-source", "envpool", "--num-envs", "2"]
-    argv += ["--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1"]
-    argv += ["--backend", "shm", "--backend-option", "num_workers=2", "--run-dir", str(run_dir)]
-    assert train("ppo", *argv, "--total-timesteps", "64", "--checkpoint-every", "0") == 0
-    state = load_checkpoint(run_dir / "checkpoint.pt")
-    assert state["config"]["env_source"] == "envpool" and state["global_step"] == 64
+    state = _train_ppo_on_envpool(tmp_path / "run", "PongNoFrameskip-v4", 2, 16, 64)
     assert state["config"]["backend_options"] == {"num_workers": 2}
 
 
-@pytest.mark.skipif(
-    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
-)
+def _train_ppo_on_envpool(run_dir, env_id: str, num_envs: int, num_steps: int, total: int) -> dict:
+    """``vecaccel train ppo`` on EnvPool's ``env_id`` in two ``shm`` workers, one epoch of two
+    minibatches per update; returns the checkpoint, checked to be EnvPool's at ``total``."""
+    argv = ["--env", env_id, "--env-source", "envpool", "--num-envs", str(num_envs)]
+    argv += ["--num-steps", str(num_steps), "--num-minibatches", "2", "--update-epochs", "1"]
+    argv += ["--backend", "shm", "--backend-option", "num_workers=2", "--run-dir", str(run_dir)]
+    assert train("ppo", *argv, "--total-timesteps", str(total), "--checkpoint-every", "0") == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["config"]["env_source"] == "envpool" and state["global_step"] == total
+    return state
+
+
+@needs_envpool
 def test_envpool_mujoco_twins_match_gymnasium_s_envs():
     pytest.importorskip("mujoco")
     for env_id in ("Hopper-v5", "Walker2d-v5"):
@@ -264,9 +267,7 @@ def test_envpool_mujoco_twins_match_gymnasium_s_envs():
         assert abs(mean_gym - mean_pool) < 0.5 * max(abs(mean_gym), 10.0), (mean_gym, mean_pool)
 
 
-@pytest.mark.skipif(
-    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
-)
+@needs_envpool
 def test_envpool_mujoco_time_limit_is_a_truncation_after_1000_steps():
     envs = envpool_mujoco_fn("HalfCheetah-v5")(2)
     try:
@@ -305,18 +306,11 @@ def _play_continuous(env_id: str, env_source: str, steps: int, seed: int = 0) ->
         envs.close()
 
 
-@pytest.mark.skipif(
-    not HAS_ENVPOOL, reason="the EnvPool route needs envpool (pip install 'vecaccel[envpool]')"
-)
+@needs_envpool
 def test_cli_trains_ppo_on_envpool_hopper_and_evals_it(tmp_path, capsys):
     pytest.importorskip("mujoco")
     run_dir = tmp_path / "run"
-    argv = ["--env", "Hopper-v5", "--env-source", "envpool", "--num-envs", "4"]
-    argv += ["--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "1"]
-    argv += ["--backend", "shm", "--backend-option", "num_workers=2", "--run-dir", str(run_dir)]
-    assert train("ppo", *argv, "--total-timesteps", "256", "--checkpoint-every", "0") == 0
-    state = load_checkpoint(run_dir / "checkpoint.pt")
-    assert state["config"]["env_source"] == "envpool" and state["global_step"] == 256
+    state = _train_ppo_on_envpool(run_dir, "Hopper-v5", 4, 32, 256)
     # the preset's normalisation came with it, and eval plays with the saved statistics
     assert state["config"]["norm_obs"]
     capsys.readouterr()
