@@ -4,8 +4,8 @@ torch's intra-op threads wait for each other after every operation, so a run who
 every core slows down many times over when another process takes one. This trains PPO (its
 preset) alone and beside one and two busy loops (processes that are not the run's own, as another
 user's job; ``--busy-nice`` nices them, as a long run in the background is,
-``--busy-session new`` starts them in a session of their own, as ``setsid nohup`` or another
-terminal does, and ``--busy-kind train`` makes each a PQN training run on MinAtar), with
+``--busy-setsid`` starts each with ``setsid``, in a scheduler autogroup of its own, as
+``setsid nohup`` or another terminal does, and ``--busy-kind train`` makes each a PQN training run on MinAtar), with
 ``--torch-threads 0`` (automatic: the default) and with each fixed count from
 1 to the usable CPUs. Each row is the run's own steps/s (its last ``charts/SPS``, set-up left
 out); the figure is the default's share of the best fixed count in the same condition, the ideal
@@ -59,19 +59,17 @@ BUSY_COMMANDS = {
 
 @contextmanager
 def busy_loops(
-    count: int, nice: int = 0, kind: str = "loop", new_session: bool = False
+    count: int, nice: int = 0, kind: str = "loop", setsid: bool = False
 ) -> Iterator[list[int]]:
     """``count`` busy processes of ``kind`` (:data:`BUSY_COMMANDS`) that are not this process's
     children (their shell exits at once), at ``nice`` (a niced job, as a long benchmark run in
-    the background is), in a session of their own with ``new_session``."""
+    the background is), each started with ``setsid`` where asked."""
     pids = []
     with tempfile.TemporaryDirectory() as folder:
         for index in range(count):
             run_dir = os.path.join(folder, f"busy{index}")
             words = [word.format(run_dir=run_dir) for word in BUSY_COMMANDS[kind]]
-            pids.append(
-                start_elsewhere([sys.executable, *words], nice=nice, new_session=new_session)
-            )
+            pids.append(start_elsewhere([sys.executable, *words], nice=nice, setsid=setsid))
         time.sleep(0.5 if kind == "loop" else 10.0)  # a training run is busy once it has started
         try:
             yield pids
@@ -168,10 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         "--busy-kind", choices=sorted(BUSY_COMMANDS), default="loop", help="what keeps cores busy"
     )
     parser.add_argument(
-        "--busy-session",
-        choices=["same", "new"],
-        default="same",
-        help="the busy processes' session: this one's, or one of their own (setsid)",
+        "--busy-setsid",
+        action="store_true",
+        help="start each busy process with setsid, in a scheduler autogroup of its own",
     )
     parser.add_argument(
         "--json",
@@ -185,14 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     for trial in range(args.trials):
         for game in args.games:
             for busy in args.busy:
-                new_session = args.busy_session == "new"
-                with busy_loops(busy, args.busy_nice, args.busy_kind, new_session):
+                with busy_loops(busy, args.busy_nice, args.busy_kind, args.busy_setsid):
                     # the order of the settings turns with the trial
                     turn = trial % len(settings)
                     for threads in settings[turn:] + settings[:turn]:
                         row = {"game": game, "busy": busy, "threads": threads, "trial": trial,
                                "busy_nice": args.busy_nice, "busy_kind": args.busy_kind,
-                               "busy_session": args.busy_session}  # fmt: skip
+                               "busy_setsid": args.busy_setsid}  # fmt: skip
                         row.update(train(game, threads, seed=trial + 1))
                         rows.append(row)
                         print(

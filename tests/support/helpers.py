@@ -274,15 +274,13 @@ def serial_cartpole(num_envs: int = 2) -> gym.vector.VectorEnv:
 
 
 @contextlib.contextmanager
-def busy_loop_elsewhere(nice: int = 0, new_session: bool = False) -> Iterator[int]:
+def busy_loop_elsewhere(nice: int = 0, setsid: bool = False) -> Iterator[int]:
     """A busy loop that is not this process's descendant (the shell that starts it exits at
-    once), as another user's job would be, at ``nice`` above this process's, in a session of its
-    own with ``new_session``; yields its pid and kills it on exit."""
+    once), as another user's job would be, at ``nice`` above this process's, started by ``setsid``
+    where asked; yields its pid and kills it on exit."""
     from vecaccel.bench.seeds import start_elsewhere
 
-    pid = start_elsewhere(
-        [sys.executable, "-c", "while True: pass"], nice=nice, new_session=new_session
-    )
+    pid = start_elsewhere([sys.executable, "-c", "while True: pass"], nice=nice, setsid=setsid)
     time.sleep(0.2)
     try:
         yield pid

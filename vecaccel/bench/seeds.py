@@ -41,17 +41,17 @@ from vecaccel.bench.record import load_average
 __all__ = ["ChildRunError", "run_in_child", "run_seeds", "start_elsewhere"]
 
 
-def start_elsewhere(argv: Sequence[str], nice: int = 0, new_session: bool = False) -> int:
+def start_elsewhere(argv: Sequence[str], nice: int = 0, setsid: bool = False) -> int:
     """Start ``argv`` as a process that is not this one's descendant (the shell that starts it
     exits at once), as another user's job would be, at ``nice`` above this process's, its output
-    dropped; return its pid. With ``new_session``, in a session of its own (``setsid``), as a
-    job started from another terminal or with ``setsid nohup`` is: where the kernel groups
-    sessions for the scheduler (autogroups), its nice value then counts within that session
+    dropped; return its pid. With ``setsid``, started by ``setsid``, as a job started from
+    another terminal or with ``setsid nohup`` is: where the kernel groups each terminal's
+    processes for the scheduler (autogroups), its nice value then counts within its own group
     only. Ending it is the caller's (``os.kill``)."""
     command = shlex.join(argv)
     if nice:
         command = f"nice -n {int(nice)} {command}"
-    if new_session:
+    if setsid:
         command = f"setsid {command}"
     started = subprocess.run(
         ["sh", "-c", f"{command} >/dev/null 2>&1 & echo $!"],

@@ -169,10 +169,10 @@ class CpuLoad:
     that yields to this one leaves its time out: one niced at least :data:`YIELDING_NICE` above
     this process in the same scheduling group, or one whose whole group is niced so far above
     this one's. The group is what Linux shares a CPU between first: a cgroup, and within the
-    root cgroup the session's autogroup where the kernel has them (``setsid`` starts one), so a
-    ``nice -n 19`` job started in another session takes as much as any other process.
+    root cgroup the terminal's autogroup where the kernel has them (``setsid`` starts one), so a
+    ``nice -n 19`` job started with ``setsid`` takes as much as any other process.
     Beside such a job a PPO update on 2 torch threads took 30 s where one thread took 0.3 s;
-    beside the same job in this session, both took 0.3 s (docs/benchmarks/learning.md). A
+    beside the same job in this process's autogroup, both took 0.3 s (docs/benchmarks/learning.md). A
     reading costs a scan of ``/proc`` (a few milliseconds); where ``/proc`` is missing (not
     Linux) every reading says nothing is taken.
 
@@ -298,7 +298,7 @@ def _scheduling(pid: int, nice: int | None = None) -> tuple[str, str, int, int] 
 
 
 def _autogroups() -> bool:
-    """Whether the kernel groups each session's processes for the scheduler (autogroups)."""
+    """Whether the kernel groups each terminal's processes for the scheduler (autogroups)."""
     try:
         return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
     except OSError:

@@ -39,11 +39,11 @@ def test_busy_loops_are_not_children_and_end_with_the_block():
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
-def test_busy_loops_in_a_session_of_their_own_lead_it():
+def test_busy_loops_started_by_setsid_lead_their_own_group():
     bench = _load()
     mine = os.getsid(0)
-    with bench.busy_loops(1, nice=19, new_session=True) as (pid,):
-        assert os.getsid(pid) == pid != mine  # setsid made it its session's leader
+    with bench.busy_loops(1, nice=19, setsid=True) as (pid,):
+        assert os.getsid(pid) == pid != mine  # setsid made it the leader of its own
     with bench.busy_loops(1) as (pid,):
         assert os.getsid(pid) == mine
 

@@ -22,7 +22,14 @@ from helpers import busy_loop_elsewhere
 
 import vecaccel
 from vecaccel.worker import TorchThreadsWarning, usable_cpus
-from vecaccel.worker.cpus import CpuLoad, _scheduling, _yields, available_cpus, cpu_quota
+from vecaccel.worker.cpus import (
+    CpuLoad,
+    _autogroups,
+    _scheduling,
+    _yields,
+    available_cpus,
+    cpu_quota,
+)
 
 
 @pytest.fixture
@@ -84,50 +91,43 @@ def test_tune_sets_torch_threads_for_the_action_server_and_says_nothing(too_many
 # -- the machine's load -------------------------------------------------------------------------
 
 
-def _autogroups() -> bool:
-    try:
-        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(usable_cpus() < 2, reason="needs two CPUs")
-@pytest.mark.parametrize("new_session", [False, True])
-def test_a_reading_counts_a_busy_loop_of_another_process(new_session):
-    with busy_loop_elsewhere(new_session=new_session):
+@pytest.mark.parametrize("setsid", [False, True])
+def test_a_reading_counts_a_busy_loop_of_another_process(setsid):
+    with busy_loop_elsewhere(setsid=setsid):
         assert CpuLoad.measure(0.3) >= 0.5
 
 
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="needs Linux's /proc")
-@pytest.mark.parametrize("new_session", [False, True])
-def test_a_niced_job_yields_unless_its_session_is_scheduled_apart(new_session):
+@pytest.mark.parametrize("setsid", [False, True])
+def test_a_niced_job_yields_unless_setsid_schedules_it_apart(setsid):
     # the other tests' processes share the machine: the verdict on the loop is read, not a total
-    with busy_loop_elsewhere(nice=19, new_session=new_session) as pid:
+    with busy_loop_elsewhere(nice=19, setsid=setsid) as pid:
         first = CpuLoad()
         time.sleep(0.3)
         second = CpuLoad()
         assert second.others[pid][0] > first.others[pid][0]  # the loop ran, and was seen
         yields = _yields(_scheduling(pid), _scheduling(os.getpid()))
-    # in a session of its own a niced job's nice counts only within that session where the
+    # under setsid a niced job's nice counts only within its own autogroup where the
     # kernel has autogroups: it takes a core from this process as any job does
-    assert yields is not (new_session and _autogroups())
+    assert yields is not (setsid and _autogroups())
 
 
 @pytest.mark.skipif(
     usable_cpus() < 2 or not _autogroups(), reason="needs two CPUs and the kernel's autogroups"
 )
-def test_a_reading_counts_a_niced_job_of_another_session():
-    with busy_loop_elsewhere(nice=19, new_session=True):
+def test_a_reading_counts_a_niced_job_started_by_setsid():
+    with busy_loop_elsewhere(nice=19, setsid=True):
         assert CpuLoad.measure(0.3) >= 0.5
 
 
 def test_who_yields_to_whom():
     mine = ("/", "/autogroup-1", 0, 0)
-    # same session: by the processes' nice values
+    # one autogroup: by the processes' nice values
     assert _yields(("/", "/autogroup-1", 0, 15), mine)
     assert not _yields(("/", "/autogroup-1", 0, 10), mine)
     assert not _yields(("/", "/autogroup-1", 0, 19), ("/", "/autogroup-1", 0, 19))
-    # another session: by the sessions' nice values, whatever the process's own
+    # another autogroup: by the groups' nice values, whatever the process's own
     assert not _yields(("/", "/autogroup-2", 0, 19), mine)
     assert _yields(("/", "/autogroup-2", 19, 0), mine)
     # another cgroup, or a process gone: counted
