@@ -75,14 +75,7 @@ def is_atari_id(env_id: str) -> bool:
     """
     if env_id.startswith("ALE/"):
         return True
-    try:
-        from vecaccel.manager import register_envs
-
-        register_envs()
-        spec = gym.spec(env_id)
-    except Exception:  # noqa: BLE001 - an id Gymnasium cannot resolve is not an Atari id
-        return False
-    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
+    entry = _entry_point(env_id)
     return entry.startswith("ale_py") or "AtariEnv" in entry
 
 
@@ -93,12 +86,20 @@ def is_mujoco_id(env_id: str) -> bool:
         >>> is_mujoco_id("Hopper-v5"), is_mujoco_id("Pendulum-v1")
         (True, False)
     """
+    return _entry_point(env_id).startswith("gymnasium.envs.mujoco")
+
+
+def _entry_point(env_id: str) -> str:
+    """The registered entry point of ``env_id`` as a string (the ids of the plugins and
+    MinAtar registered first), ``""`` for an id Gymnasium cannot resolve or a callable one."""
     try:
+        from vecaccel.manager import register_envs
+
+        register_envs()
         spec = gym.spec(env_id)
-    except Exception:  # noqa: BLE001 - an id Gymnasium cannot resolve is not a MuJoCo id
-        return False
-    entry = spec.entry_point if isinstance(spec.entry_point, str) else ""
-    return entry.startswith("gymnasium.envs.mujoco")
+    except Exception:  # noqa: BLE001 - an id Gymnasium cannot resolve is neither kind
+        return ""
+    return spec.entry_point if isinstance(spec.entry_point, str) else ""
 
 
 def is_minatar_id(env_id: str) -> bool:
