@@ -273,9 +273,10 @@ def _process_ticks() -> tuple[int, dict[int, tuple[int, int]]]:
 
 
 def _scheduling(pid: int, nice: int | None = None) -> tuple[str, str, int, int] | None:
-    """Where Linux shares a CPU out to process ``pid``: its CPU cgroup, its autogroup (``""``
-    outside the root cgroup or where the kernel has none) with that group's nice value, and the
-    process's own nice value; ``None`` for a process gone or unreadable."""
+    """Where Linux shares a CPU out to process ``pid``: its CPU cgroup; its autogroup, ``""`` where
+    it has none; the nice value its group, or the process itself where it has no autogroup,
+    competes with against the other autogroups; and the process's own nice value. ``None`` for a
+    process gone or unreadable."""
     try:
         if nice is None:
             stat = Path(f"/proc/{pid}/stat").read_text()
@@ -287,11 +288,15 @@ def _scheduling(pid: int, nice: int | None = None) -> tuple[str, str, int, int] 
                 cgroup = path
                 if controllers:
                     break
-        group, group_nice = "", 0
+        group, group_nice = "", nice
         if cgroup == "/" and _autogroups():
-            # "/autogroup-25 nice 0"
-            name, _, value = Path(f"/proc/{pid}/autogroup").read_text().split()
-            group, group_nice = name, int(value)
+            # "/autogroup-25 nice 0"; empty for a process that no setsid has moved out of init's
+            # group (what a service manager or a container's first process starts): the kernel
+            # schedules it beside the autogroups by its own nice value
+            fields = Path(f"/proc/{pid}/autogroup").read_text().split()
+            if fields:
+                name, _, value = fields
+                group, group_nice = name, int(value)
     except (OSError, ValueError, IndexError):
         return None
     return cgroup, group, group_nice, nice
@@ -307,8 +312,9 @@ def _autogroups() -> bool:
 
 def _yields(theirs: tuple[str, str, int, int] | None, mine: tuple[str, str, int, int]) -> bool:
     """Whether a process scheduled as ``theirs`` leaves a core to one scheduled as ``mine``
-    (see :func:`_scheduling`): within one group, by its own nice value; between two autogroups,
-    by theirs; between two cgroups, never (their weights are not read)."""
+    (see :func:`_scheduling`): within one group, by its own nice value; between two groups of
+    one cgroup, by the nice values the groups compete with; between two cgroups, never (their
+    weights are not read)."""
     if theirs is None or theirs[0] != mine[0]:
         return False
     if theirs[1] != mine[1]:

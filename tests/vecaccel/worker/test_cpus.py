@@ -130,9 +130,44 @@ def test_who_yields_to_whom():
     # another autogroup: by the groups' nice values, whatever the process's own
     assert not _yields(("/", "/autogroup-2", 0, 19), mine)
     assert _yields(("/", "/autogroup-2", 19, 0), mine)
+    # outside every autogroup (init's group): by its own nice value against a group's
+    assert _yields(("/", "", 19, 19), mine)
+    assert not _yields(("/", "", 10, 10), mine)
+    assert not _yields(("/", "/autogroup-2", 0, 19), ("/", "", 0, 0))
+    assert _yields(("/", "/autogroup-2", 19, 0), ("/", "", 0, 0))
+    assert _yields(("/", "", 19, 19), ("/", "", 0, 0))
     # another cgroup, or a process gone: counted
-    assert not _yields(("/user.slice", "", 0, 19), mine)
+    assert not _yields(("/user.slice", "", 19, 19), mine)
     assert not _yields(None, mine)
+
+
+def _outside_every_autogroup() -> int | None:
+    """A live process in the root cgroup that no autogroup holds (init, or what a container's
+    first process starts without setsid), if this machine shows one."""
+    for name in os.listdir("/proc"):
+        try:
+            if (
+                name.isdigit()
+                and Path(f"/proc/{name}/cgroup").read_text().strip().endswith(":/")
+                and Path(f"/proc/{name}/autogroup").read_text() == ""
+            ):
+                return int(name)
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.skipif(
+    not _autogroups() or _outside_every_autogroup() is None,
+    reason="needs the kernel's autogroups and a process outside them",
+)
+def test_a_process_outside_every_autogroup_competes_by_its_own_nice():
+    pid = _outside_every_autogroup()
+    scheduling = _scheduling(pid)
+    assert scheduling is not None
+    _, group, group_nice, nice = scheduling
+    assert group == ""
+    assert group_nice == nice
 
 
 def test_a_reading_leaves_out_this_process_and_its_children():
