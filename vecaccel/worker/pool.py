@@ -38,7 +38,7 @@ from vecaccel.worker.handle import (
     refuse_start_while_importing_main,
 )
 from vecaccel.worker.info_schema import InfoSchema, InfoSchemaTracker
-from vecaccel.worker.process import signals_blocked_for_fork, worker_main
+from vecaccel.worker.process import fork_guarded, worker_main
 from vecaccel.worker.protocol import Command, SharedLayout, Status, send_startup
 from vecaccel.worker.replies import Replies
 from vecaccel.worker.stacks import STACK_WAIT_S, describe_stacks, request_stacks
@@ -214,7 +214,7 @@ class WorkerPool(Replies, ControlCommands):
         # holding a lambda must go on working there
         startup = cloudpickle.dumps((self._pickle_env_fns(k, start, stop), self._layout_args))
         try:
-            with signals_blocked_for_fork(self.ctx.get_start_method() == "fork"):
+            with fork_guarded(self.ctx.get_start_method() == "fork"):
                 process.start()
         finally:
             for conn in (cmd_recv, done_send, data_child, stack_send):

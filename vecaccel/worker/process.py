@@ -8,6 +8,7 @@ dies.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import select
@@ -42,7 +43,7 @@ from vecaccel.worker.protocol import (
 from vecaccel.worker.stacks import arm_stack_dump
 from vecaccel.worker.vector_env_slice import make_env_slice
 
-__all__ = ["FORK_BLOCKED_SIGNALS", "signals_blocked_for_fork", "worker_main"]
+__all__ = ["FORK_BLOCKED_SIGNALS", "fork_guarded", "worker_main"]
 
 #: The signals a forked worker starts with blocked, until it has handlers of its own: a handler
 #: the parent installed in Python (Ray's, a trainer's), run in a child just forked, would run the
@@ -51,24 +52,40 @@ FORK_BLOCKED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 @contextmanager
-def signals_blocked_for_fork(forking: bool) -> Iterator[None]:
-    """Block :data:`FORK_BLOCKED_SIGNALS` in this thread around the start of a forked worker
-    (``forking``); the child inherits the mask and :func:`worker_main` lifts it. A signal that
-    arrives meanwhile waits, and reaches the parent once the mask is restored.
+def fork_guarded(forking: bool) -> Iterator[None]:
+    """Around the start of a forked worker (``forking``), keep the parent's state out of the
+    child's hands until it has its own.
+
+    * :data:`FORK_BLOCKED_SIGNALS` are blocked in this thread; the child inherits the mask and
+      :func:`worker_main` lifts it. A signal that arrives meanwhile waits, and reaches the parent
+      once the mask is restored.
+    * The garbage collector's objects are frozen, so the child never collects the parent's: a
+      cycle the parent dropped but had not collected yet (an EnvPool closed a moment earlier, its
+      threads in the parent) would otherwise run its finaliser in the child, where those threads
+      do not exist, and kill the worker with SIGSEGV or SIGABRT. The parent's objects are
+      unfrozen when the child has started. Where the caller froze objects of its own, which
+      unfreezing would undo, the parent's garbage is collected before the fork instead.
 
     Example:
-        >>> with signals_blocked_for_fork(True):
+        >>> with fork_guarded(True):
         ...     signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
         True
     """
     if not forking:
         yield
         return
+    freezing = gc.get_freeze_count() == 0
+    if freezing:
+        gc.freeze()
+    else:
+        gc.collect()
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED_SIGNALS)
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if freezing:
+            gc.unfreeze()
 
 
 def _pickled(dumps: Callable, payload: Any, index: int, what: str) -> tuple[bool, Any]:

@@ -2,11 +2,13 @@
 byte, one status byte back, payloads in the worker's slab or on its data channel. An env's own
 error (or an info that cannot be pickled) is a report naming the env and the worker lives on
 until ``CLOSE``. A worker does not take a fork server for a parent that died, nor end with the
-thread that started it, and it runs none of its parent's signal handlers."""
+thread that started it, and it runs none of its parent's signal handlers and finalises none of
+its parent's garbage."""
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import signal
 import threading
@@ -34,7 +36,7 @@ from vecaccel.worker.process import (
     FORK_BLOCKED_SIGNALS,
     _parent_alive,
     _pickled,
-    signals_blocked_for_fork,
+    fork_guarded,
     worker_main,
 )
 from vecaccel.worker.protocol import send_startup
@@ -237,15 +239,15 @@ def test_whether_the_parent_is_alive():
     assert not _parent_alive(gone.pid, launcher)
 
 
-def test_signals_blocked_for_fork_are_held_until_the_block_ends():
+def test_signals_blocked_for_a_fork_are_held_until_the_block_ends():
     """A SIGINT that arrives while a worker is being forked waits, and reaches the parent once
     the mask is restored."""
     received: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
     try:
-        with signals_blocked_for_fork(False):
+        with fork_guarded(False):
             assert not FORK_BLOCKED_SIGNALS & signal.pthread_sigmask(signal.SIG_BLOCK, [])
-        with signals_blocked_for_fork(True):
+        with fork_guarded(True):
             assert FORK_BLOCKED_SIGNALS <= signal.pthread_sigmask(signal.SIG_BLOCK, [])
             # to this thread: a signal sent to the process may go to another thread that does
             # not block it (pytest-xdist's I/O thread), whose handler flag this thread then runs
@@ -331,3 +333,49 @@ def test_workers_started_from_a_thread_outlive_the_thread(no_leaks):
         envs.step(np.zeros(2, dtype=np.int64))
     finally:
         envs.close()
+
+
+def _cartpole_after_a_collection(parent: int):
+    if os.getpid() != parent:  # in the worker (the parent makes one too, for the spaces)
+        gc.collect()  # whatever the worker may collect, it collects here
+    return __import__("gymnasium").make("CartPole-v1")
+
+
+@pytest.mark.parametrize("frozen_by_caller", [False, True])
+def test_a_forked_worker_never_finalises_its_parent_s_garbage(tmp_path, frozen_by_caller):
+    """A cycle the parent dropped but had not collected when it forked (an EnvPool closed a moment
+    earlier, whose finaliser joins threads only the parent has) is finalised in the parent, never
+    in a worker; and a caller's own frozen objects stay frozen."""
+    finalised = tmp_path / "finalised"
+
+    class Cycle:
+        def __del__(self):
+            with open(finalised, "a") as out:
+                out.write(f"{os.getpid()}\n")
+
+    if frozen_by_caller:
+        gc.freeze()
+    gc.disable()
+    try:
+        cycle = Cycle()
+        cycle.itself = cycle
+        del cycle
+        envs = vecaccel.make_vec(
+            functools.partial(_cartpole_after_a_collection, os.getpid()),
+            2,
+            backend="shm",
+            num_workers=1,
+            context="fork",
+        )
+        try:
+            envs.reset(seed=0)
+            if frozen_by_caller:
+                assert gc.get_freeze_count() > 0
+        finally:
+            envs.close()
+    finally:
+        gc.enable()
+        if frozen_by_caller:
+            gc.unfreeze()
+    gc.collect()
+    assert finalised.read_text().split() == [str(os.getpid())]

@@ -25,7 +25,7 @@ import torch
 
 from vecaccel.manager import register_envs
 from vecaccel.trainers.runners.asynchronous.shared import CollectorChannels
-from vecaccel.worker.process import FORK_BLOCKED_SIGNALS, signals_blocked_for_fork
+from vecaccel.worker.process import FORK_BLOCKED_SIGNALS, fork_guarded
 
 __all__ = [
     "ChildLink",
@@ -258,7 +258,7 @@ class CollectorHandle:
             target=child_main, args=(loop, spec), name=f"vecaccel-async-{self.role}"
         )
         # a forked child must not run the optimiser's handlers before it sets its own
-        with signals_blocked_for_fork(self.ctx.get_start_method() == "fork"):
+        with fork_guarded(self.ctx.get_start_method() == "fork"):
             self.process.start()
 
     def wait_started(self, check: Callable[[], None]) -> Any:
