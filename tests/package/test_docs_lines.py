@@ -24,9 +24,19 @@ import pytest
 from doc_blocks import COMMANDS, DOC_FILES, ROOT
 
 
+def _benchmark_argv(command: str) -> list[str] | None:
+    tokens = shlex.split(command, comments=True)
+    for i, token in enumerate(tokens):
+        if token.startswith("benchmarks/") and token.endswith(".py"):
+            return tokens[i:]
+    return None
+
+
 def _vecaccel_argv(command: str) -> list[str] | None:
     tokens = shlex.split(command, comments=True)
     if "vecaccel" not in tokens:  # also `nice ... vecaccel ARGS`, `torchrun ... -m vecaccel ARGS`
+        return None
+    if _benchmark_argv(command) is not None:  # a benchmark's line (`--arms vecaccel cleanrl`)
         return None
     return tokens[tokens.index("vecaccel") + 1 :]
 
@@ -79,14 +89,6 @@ def test_vecaccel_command_line_parses(argv):
         f"`vecaccel {shlex.join(argv)}` is refused (exit {refused}):\n{err.getvalue()}"
     )
     assert getattr(args, "handler", None) is not None, f"no command in `vecaccel {argv}`"
-
-
-def _benchmark_argv(command: str) -> list[str] | None:
-    tokens = shlex.split(command, comments=True)
-    for i, token in enumerate(tokens):
-        if token.startswith("benchmarks/") and token.endswith(".py"):
-            return tokens[i:]
-    return None
 
 
 #: Runs ``SCRIPT [SUBCOMMAND] --help`` for each pair of its argument (JSON) as ``python SCRIPT``
