@@ -40,7 +40,7 @@ machine::
 
     python benchmarks/learning/mujoco_locomotion.py pace --seeds 1 2
 
-``--env-sources ale envpool`` paces each task twice, alternating: from Gymnasium's envs (the
+``--env-sources gymnasium envpool`` paces each task twice, alternating: from Gymnasium's envs (the
 ``ale`` source, the default) and from EnvPool's twins (``+envpool`` in the arm's name).
 
 Run files go to ``benchmarks/results/mujoco_runs/``; the report to
@@ -79,7 +79,7 @@ from vecaccel.bench.learning import (
     steady_pace,
 )
 from vecaccel.bench.timing import measure
-from vecaccel.trainers.config.settings import ENV_SOURCES
+from vecaccel.trainers.config.settings import ENV_SOURCE_ALIASES, ENV_SOURCES
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 RUNS = RESULTS / "mujoco_runs"
@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
 def pace_arm(task: str, env_source: str) -> str:
     """The name of a pace arm: the task, with the env source where it is not Gymnasium's envs
     one by one (``Hopper-v5``, ``Hopper-v5+envpool``)."""
-    return task if env_source == "ale" else f"{task}+{env_source}"
+    return task if env_source == "gymnasium" else f"{task}+{env_source}"
 
 
 def pace_one(task: str, seed: int, steps: int, ceiling_s: float) -> dict[str, Any]:
@@ -233,7 +233,7 @@ def pace_one(task: str, seed: int, steps: int, ceiling_s: float) -> dict[str, An
     paced = steady_pace(outcome, STEPS)
     paced.pop("curve")
     paced["env_steps_per_s"] = ceiling
-    paced["env_source"] = env_source or "ale"
+    paced["env_source"] = env_source or "gymnasium"
     return paced
 
 
@@ -491,9 +491,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     pacer.add_argument(
         "--env-sources",
         nargs="+",
+        type=lambda name: ENV_SOURCE_ALIASES.get(name, name),
         choices=ENV_SOURCES,
-        default=["ale"],
-        help="where the envs come from: ale, Gymnasium's envs one by one (the default); "
+        default=["gymnasium"],
+        help="where the envs come from: gymnasium, Gymnasium's envs one by one (the default); "
         "envpool, EnvPool's twins (pip install 'vecaccel[envpool]')",
     )
     pacer.add_argument("--out", default=str(RESULTS), help="folder of mujoco_pace.json")

@@ -20,6 +20,7 @@ from vecaccel.trainers.checkpoints.format import (
     usable_device,
 )
 from vecaccel.trainers.checkpoints.writer import FORMAT, VERSION
+from vecaccel.trainers.config.settings import ENV_SOURCE_ALIASES
 
 if TYPE_CHECKING:
     from vecaccel.trainers.algos.base import Algorithm
@@ -33,7 +34,10 @@ __all__ = [
 ]
 
 #: settings whose values configs of this layout may spell otherwise: name -> {earlier: current}
-RESPELLED_VALUES = {"bf16": {False: "off", True: "on"}}
+RESPELLED_VALUES: dict[str, dict[Any, str]] = {
+    "bf16": {False: "off", True: "on"},
+    "env_source": dict(ENV_SOURCE_ALIASES),
+}
 #: settings configs of this layout may hold that are no longer config fields
 DROPPED_SETTINGS = ("async_weight_sync_period",)
 
@@ -60,8 +64,9 @@ def read_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
         )
     config = {k: v for k, v in state["config"].items() if k not in DROPPED_SETTINGS}
     for name, values in RESPELLED_VALUES.items():
-        if isinstance(config.get(name), bool):
-            config[name] = values[config[name]]
+        value = config.get(name)
+        if isinstance(value, (bool, str)) and value in values:
+            config[name] = values[value]
     return {**state, "config": config}
 
 

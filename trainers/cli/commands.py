@@ -507,5 +507,5 @@ def _preflight(config_cls: type[Any], env_id: str, config: dict[str, Any]) -> No
         env_id,
         getattr(cfg, "atari", None),
         vectorized=getattr(cfg, "vectorized", False),
-        env_source=getattr(cfg, "env_source", "ale"),
+        env_source=getattr(cfg, "env_source", "gymnasium"),
     )

@@ -23,6 +23,7 @@ import numpy as np
 __all__ = [
     "BF16_SETTINGS",
     "ENV_SOURCES",
+    "ENV_SOURCE_ALIASES",
     "LR_SCALE_MODES",
     "NETWORKS",
     "RunConfig",
@@ -30,6 +31,7 @@ __all__ = [
     "check_rollout_config",
     "config_from_dict",
     "config_help",
+    "env_source_name",
     "lr_scale",
     "resolve_device",
     "unknown_settings_message",
@@ -43,8 +45,27 @@ NETWORKS = ("auto", "cnn", "minatar", "mlp")
 BF16_SETTINGS = ("off", "on", "auto")
 #: the DQN family's ``optimizer``: Adam, or Nature DQN's centred RMSprop
 DQN_OPTIMIZERS = ("adam", "rmsprop")
-#: where an Atari game's frames come from (``RunConfig.env_source``)
-ENV_SOURCES = ("ale", "envpool")
+#: where the envs come from (``RunConfig.env_source``): Gymnasium's registry, or EnvPool's pools
+ENV_SOURCES = ("gymnasium", "envpool")
+#: other spellings of an env source: ``ale``, its name while it served only Atari games, which
+#: checkpoints and command lines may still hold
+ENV_SOURCE_ALIASES = {"ale": "gymnasium"}
+
+
+def env_source_name(name: str) -> str:
+    """The env source that ``name`` spells (:data:`ENV_SOURCES`, or one of its aliases).
+
+    Example:
+        >>> env_source_name("ale")
+        'gymnasium'
+
+    Raises:
+        ValueError: for a name that is no env source's.
+    """
+    name = ENV_SOURCE_ALIASES.get(name, name)
+    if name not in ENV_SOURCES:
+        raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {name!r}")
+    return name
 
 
 @dataclass
@@ -65,9 +86,10 @@ class RunConfig:
     """Step one batched vector env per worker over its slice of the envs: the id's Gymnasium
     vector_entry_point (CartPole-v1), or EnvPool's pool with env_source=envpool. Such envs
     autoreset NextStep; the DQN family cannot train on them."""
-    env_source: str = "ale"
-    """Where Atari frames come from: ale (Gymnasium's ALE with its wrappers) or envpool
-    (EnvPool's C++ pools, the same preprocessing, one pool per worker)."""
+    env_source: str = "gymnasium"
+    """Where the envs come from: gymnasium (Gymnasium's registry; Atari games through the ALE
+    with the standard wrappers) or envpool (EnvPool's C++ pools of Atari games and MuJoCo tasks,
+    the same preprocessing, one pool per worker)."""
     num_workers: int = 0
     """Worker processes for process backends (0: the backend's default)."""
     seed: int = 1
@@ -190,10 +212,7 @@ class RunConfig:
             )
         if not isinstance(self.vectorized, (bool, np.bool_)):
             raise ValueError(f"vectorized must be True or False, got {self.vectorized!r}")
-        if self.env_source not in ENV_SOURCES:
-            raise ValueError(
-                f"env_source must be one of {', '.join(ENV_SOURCES)}, got {self.env_source!r}"
-            )
+        self.env_source = env_source_name(self.env_source)
 
 
 def resolve_device(device: str) -> str:

@@ -145,7 +145,7 @@ def batched_env_fn(
             ``vector_entry_point``.
 
     Example:
-        >>> batched_env_fn("CartPole-v1", None, True, "ale")
+        >>> batched_env_fn("CartPole-v1", None, True, "gymnasium")
         EntryPointVectorFn('CartPole-v1')
     """
     from vecaccel.trainers.envs.make import is_atari_id, is_mujoco_id

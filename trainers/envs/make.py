@@ -305,7 +305,7 @@ def training_vector_fn(
     atari: bool | None = None,
     training: bool = True,
     vectorized: bool = False,
-    env_source: str = "ale",
+    env_source: str = "gymnasium",
 ) -> Callable[[int], gym.vector.VectorEnv] | None:
     """The vector env function of the batched simulator that a trainer's settings ask for
     (``vectorized``, or ``env_source="envpool"``), ``None`` where the envs are made one by one;
@@ -325,10 +325,9 @@ def training_vector_fn(
         >>> training_vector_fn("CartPole-v1", vectorized=True)
         EntryPointVectorFn('CartPole-v1')
     """
-    from vecaccel.trainers.config.settings import ENV_SOURCES
+    from vecaccel.trainers.config.settings import env_source_name
 
-    if env_source not in ENV_SOURCES:
-        raise ValueError(f"env_source must be one of {', '.join(ENV_SOURCES)}, got {env_source!r}")
+    env_source = env_source_name(env_source)
     batched = bool(vectorized) or env_source == "envpool"
     # the trainers wrap an id in env functions of their own, which the env source cannot look
     # into: an unknown id is refused here, in the caller, not by each worker making its env
@@ -354,7 +353,7 @@ def training_env_source(
     autoreset_mode: str | None = None,
     training: bool = True,
     vectorized: bool = False,
-    env_source: str = "ale",
+    env_source: str = "gymnasium",
 ) -> EnvSource:
     """The env source a trainer builds its vector env from: the arguments as
     :func:`make_env_for_training` takes them (``autoreset_mode``: the one the vector env
@@ -417,7 +416,7 @@ def make_env_for_training(
     autoreset_mode: str | None = None,
     training: bool = True,
     vectorized: bool = False,
-    env_source: str = "ale",
+    env_source: str = "gymnasium",
     **backend_options: Any,
 ) -> gym.vector.VectorEnv:
     """Build the vectorized env a trainer samples from.
@@ -443,9 +442,10 @@ def make_env_for_training(
         vectorized: build the id through its Gymnasium ``vector_entry_point``, one vector env
             per worker (:class:`~vecaccel.trainers.envs.batched.EntryPointVectorFn`); an Atari game needs
             ``env_source``.
-        env_source: ``"ale"`` (Gymnasium's ALE) or ``"envpool"``: an Atari game's frames from
-            EnvPool's pools, one per worker
-            (:func:`~vecaccel.trainers.envs.batched.envpool_atari_fn`).
+        env_source: ``"gymnasium"`` (Gymnasium's registry, Atari games through the ALE) or
+            ``"envpool"``: an Atari game's frames, or a MuJoCo task, from EnvPool's pools, one per
+            worker (:func:`~vecaccel.trainers.envs.batched.envpool_atari_fn`,
+            :func:`~vecaccel.trainers.envs.batched.envpool_mujoco_fn`).
         **backend_options: passed to the backend (``num_workers``, ``context``, ...).
 
     Returns:

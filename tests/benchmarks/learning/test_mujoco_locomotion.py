@@ -162,12 +162,12 @@ def test_pace_times_the_preset_beside_its_env_alone_and_projects_a_full_run(tmp_
 def test_pace_alternates_the_env_sources_of_each_task(tmp_path):
     bench = load_benchmark("learning/mujoco_locomotion")
     argv = ["pace", "--tasks", "Hopper-v5", "--seeds", "1", "--steps", "2048",
-            "--ceiling-s", "0.5", "--env-sources", "ale", "envpool", "--out", str(tmp_path)]  # fmt: skip
+            "--ceiling-s", "0.5", "--env-sources", "gymnasium", "envpool", "--out", str(tmp_path)]  # fmt: skip
     assert bench.main(argv) == 0
     written = load_result(tmp_path / "mujoco_pace.json")
     runs = {run["task"]: run for run in written["results"]}
     assert sorted(runs) == ["Hopper-v5", "Hopper-v5+envpool"]
-    assert runs["Hopper-v5"]["env_source"] == "ale"
+    assert runs["Hopper-v5"]["env_source"] == "gymnasium"
     assert runs["Hopper-v5+envpool"]["env_source"] == "envpool"
     assert written["summary"]["Hopper-v5+envpool"]["goal_wall_s"] == 300.0
     files = sorted(path.name for path in (tmp_path / "mujoco_pace_runs").iterdir())
@@ -176,7 +176,7 @@ def test_pace_alternates_the_env_sources_of_each_task(tmp_path):
 
 def test_pace_arms_name_the_env_source_beside_the_default_one(capsys):
     bench = load_benchmark("learning/mujoco_locomotion")
-    assert bench.pace_arm("Hopper-v5", "ale") == "Hopper-v5"
+    assert bench.pace_arm("Hopper-v5", "gymnasium") == "Hopper-v5"
     assert bench.pace_arm("Hopper-v5", "envpool") == "Hopper-v5+envpool"
     with pytest.raises(SystemExit):
         bench.main(["pace", "--env-sources", "brax"])

@@ -133,10 +133,14 @@ def test_earlier_spellings_in_saved_checkpoints_are_read(tmp_path):
     state = load_checkpoint(FIXTURES / "version2" / "dqn" / "checkpoint.pt")
     state["config"]["bf16"] = True
     state["config"]["async_weight_sync_period"] = 1  # a setting the runner holds now
+    state["config"]["env_source"] = "ale"  # the name it had while it served Atari games alone
     path = save_checkpoint(tmp_path / "checkpoint.pt", state)
     assert read_checkpoint(path)["config"]["bf16"] == "on"
     assert "async_weight_sync_period" not in read_checkpoint(path)["config"]
-    assert DQN.load(path).config.bf16 == "on"
+    assert read_checkpoint(path)["config"]["env_source"] == "gymnasium"
+    loaded = DQN.load(path)
+    assert loaded.config.bf16 == "on"
+    assert loaded.config.env_source == "gymnasium"
 
 
 @pytest.mark.parametrize("cls", [PPO, DQN], ids=["on-policy", "off-policy"])

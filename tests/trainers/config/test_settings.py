@@ -99,6 +99,14 @@ def test_documented_special_values_stay_valid(config_cls, values):
     config_cls(**values)
 
 
+def test_env_source_ale_is_another_spelling_of_gymnasium():
+    # the name the source had while it served Atari games alone, which command lines may hold
+    assert RunConfig(env_source="ale").env_source == "gymnasium"
+    assert PPOConfig(env_source="envpool").env_source == "envpool"
+    with pytest.raises(ValueError, match="env_source must be one of gymnasium, envpool, got 'gym'"):
+        RunConfig(env_source="gym")
+
+
 def test_lr_scale_modes():
     assert lr_scale(1024, 256, "none") == 1.0
     assert lr_scale(1024, 256, "linear") == 4.0

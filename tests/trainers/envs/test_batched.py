@@ -138,9 +138,9 @@ def test_a_source_the_env_cannot_have_is_a_usage_error(tmp_path, capsys, argv, m
 
 
 def test_batched_env_fn_names_the_missing_piece():
-    assert isinstance(batched_env_fn("CartPole-v1", None, True, "ale"), EntryPointVectorFn)
+    assert isinstance(batched_env_fn("CartPole-v1", None, True, "gymnasium"), EntryPointVectorFn)
     with pytest.raises(ValueError, match="env-source envpool"):
-        batched_env_fn("PongNoFrameskip-v4", True, True, "ale")
+        batched_env_fn("PongNoFrameskip-v4", True, True, "gymnasium")
     with pytest.raises(ValueError, match="CartPole-v1 is neither"):
         batched_env_fn("CartPole-v1", False, True, "envpool")
 
@@ -207,7 +207,7 @@ def _play(env_id: str, env_source: str, steps: int, seed: int = 0) -> dict:
 def test_envpool_source_matches_the_ale_route_on_breakout():
     # Breakout: random play loses all five lives within a few hundred steps, so whole games
     # end inside the test; Pong's take a thousand
-    ale = _play("ALE/Breakout-v5", "ale", 400)
+    ale = _play("ALE/Breakout-v5", "gymnasium", 400)
     pool = _play("ALE/Breakout-v5", "envpool", 400)
     assert ale["space"] == pool["space"]
     for route in (ale, pool):
@@ -255,7 +255,7 @@ def _train_ppo_on_envpool(run_dir, env_id: str, num_envs: int, num_steps: int, t
 def test_envpool_mujoco_twins_match_gymnasium_s_envs():
     pytest.importorskip("mujoco")
     for env_id in ("Hopper-v5", "Walker2d-v5"):
-        gym_route = _play_continuous(env_id, "ale", 300)
+        gym_route = _play_continuous(env_id, "gymnasium", 300)
         pool = _play_continuous(env_id, "envpool", 300)
         assert gym_route["shapes"] == pool["shapes"]
         for route in (gym_route, pool):
