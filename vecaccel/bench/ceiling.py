@@ -26,6 +26,7 @@ from vecaccel.bench.timing import ACTION_BATCHES, sample_actions, time_raw, time
 from vecaccel.bench.workloads import BenchEnv
 from vecaccel.worker import usable_cpus
 from vecaccel.worker.cpus import limit_threads_after_envs, limit_threads_before_envs
+from vecaccel.worker.process import parent_garbage_kept
 
 __all__ = ["measure_ceiling", "measure_vector_ceiling"]
 
@@ -198,7 +199,9 @@ def _run_ceiling(
                 name=f"vecaccel-bench-ceiling-{k}",
                 daemon=True,
             )
-            proc.start()
+            # a forked child must not finalise what the parent dropped (an earlier trial's EnvPool)
+            with parent_garbage_kept(ctx.get_start_method() == "fork"):
+                proc.start()
             sender.close()
             pipes.append(receiver)
             procs.append(proc)

@@ -43,7 +43,7 @@ from vecaccel.worker.protocol import (
 from vecaccel.worker.stacks import arm_stack_dump
 from vecaccel.worker.vector_env_slice import make_env_slice
 
-__all__ = ["FORK_BLOCKED_SIGNALS", "fork_guarded", "worker_main"]
+__all__ = ["FORK_BLOCKED_SIGNALS", "fork_guarded", "parent_garbage_kept", "worker_main"]
 
 #: The signals a forked worker starts with blocked, until it has handlers of its own: a handler
 #: the parent installed in Python (Ray's, a trainer's), run in a child just forked, would run the
@@ -52,23 +52,18 @@ FORK_BLOCKED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 @contextmanager
-def fork_guarded(forking: bool) -> Iterator[None]:
-    """Around the start of a forked worker (``forking``), keep the parent's state out of the
-    child's hands until it has its own.
-
-    * :data:`FORK_BLOCKED_SIGNALS` are blocked in this thread; the child inherits the mask and
-      :func:`worker_main` lifts it. A signal that arrives meanwhile waits, and reaches the parent
-      once the mask is restored.
-    * The garbage collector's objects are frozen, so the child never collects the parent's: a
-      cycle the parent dropped but had not collected yet (an EnvPool closed a moment earlier, its
-      threads in the parent) would otherwise run its finaliser in the child, where those threads
-      do not exist, and kill the worker with SIGSEGV or SIGABRT. The parent's objects are
-      unfrozen when the child has started. Where the caller froze objects of its own, which
-      unfreezing would undo, the parent's garbage is collected before the fork instead.
+def parent_garbage_kept(forking: bool) -> Iterator[None]:
+    """Around the start of a forked child (``forking``), freeze the garbage collector's objects
+    so that the child never collects the parent's: a cycle the parent dropped but had not
+    collected yet (an EnvPool closed a moment earlier, its threads in the parent) would otherwise
+    run its finaliser in the child, where those threads do not exist, and kill it with SIGSEGV or
+    SIGABRT. The parent's objects are unfrozen when the child has started. Where the caller froze
+    objects of its own, which unfreezing would undo, the parent's garbage is collected before the
+    fork instead.
 
     Example:
-        >>> with fork_guarded(True):
-        ...     signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        >>> with parent_garbage_kept(True):
+        ...     gc.get_freeze_count() > 0
         True
     """
     if not forking:
@@ -79,13 +74,37 @@ def fork_guarded(forking: bool) -> Iterator[None]:
         gc.freeze()
     else:
         gc.collect()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED_SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         if freezing:
             gc.unfreeze()
+
+
+@contextmanager
+def fork_guarded(forking: bool) -> Iterator[None]:
+    """Around the start of a forked worker (``forking``), keep the parent's state out of the
+    child's hands until it has its own.
+
+    * :data:`FORK_BLOCKED_SIGNALS` are blocked in this thread; the child inherits the mask and
+      :func:`worker_main` lifts it. A signal that arrives meanwhile waits, and reaches the parent
+      once the mask is restored.
+    * The child never collects the parent's garbage (:func:`parent_garbage_kept`).
+
+    Example:
+        >>> with fork_guarded(True):
+        ...     signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        True
+    """
+    if not forking:
+        yield
+        return
+    with parent_garbage_kept(True):
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_BLOCKED_SIGNALS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _pickled(dumps: Callable, payload: Any, index: int, what: str) -> tuple[bool, Any]:
