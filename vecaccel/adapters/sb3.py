@@ -58,6 +58,13 @@ from stable_baselines3.common.vec_env.base_vec_env import (
     VecEnvStepReturn,
 )
 
+from vecaccel.adapters.env_calls import (
+    MissingAttribute,
+    RegisteringEnvFn,
+    get_wrapper_attr,
+    has_wrapper_attr,
+    render,
+)
 from vecaccel.spaces import assign_tree, copy_tree, read_item
 from vecaccel.vec_env import reset_mask_only
 
@@ -65,56 +72,6 @@ __all__ = ["SB3VecEnv", "VecAccelEnv", "to_sb3"]
 
 _FINAL_OBS = "final_obs"
 _FINAL_INFO = "final_info"
-
-
-# ---------------------------------------------------------------------------------------------
-# Functions run inside the workers through ``call_indices``. They are top-level (and the only
-# arguments are bound with ``functools.partial``) so that they pickle under ``spawn`` too.
-
-
-class _MissingAttribute:
-    """Returned by a worker in place of an attribute that does not exist (picklable)."""
-
-    def __init__(self, message: str) -> None:
-        self.message = message
-
-
-def _get_wrapper_attr(env: gym.Env, name: str) -> Any:
-    # The attribute itself, never called: SB3's get_attr returns methods as they are.
-    try:
-        return env.get_wrapper_attr(name)
-    except AttributeError as exc:
-        return _MissingAttribute(str(exc))
-
-
-def _has_wrapper_attr(env: gym.Env, name: str) -> bool:
-    try:
-        env.get_wrapper_attr(name)
-    except AttributeError:
-        return False
-    return True
-
-
-def _render(env: gym.Env) -> Any:
-    return env.render()
-
-
-class _RegisteringEnvFn:
-    """An env function that first registers plugin environments (ALE ids under ``spawn``).
-
-    SB3's ``make_vec_env`` builds env functions that call ``gym.make(env_id)``; in a worker
-    started fresh (``spawn``, ``forkserver``) ids of packages such as ale-py are not registered
-    yet, so this wrapper runs the ``vecaccel_register_envs`` hook first.
-    """
-
-    def __init__(self, env_fn: Callable[[], gym.Env]) -> None:
-        self.env_fn = env_fn
-
-    def __call__(self) -> gym.Env:
-        from vecaccel.manager import register_envs
-
-        register_envs()
-        return self.env_fn()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,15 +322,15 @@ class SB3VecEnv(SB3BaseVecEnv):
             AttributeError: if an env has no such attribute.
             IndexError: if an index is out of range.
         """
-        values = self._call(functools.partial(_get_wrapper_attr, name=attr_name), indices)
+        values = self._call(functools.partial(get_wrapper_attr, name=attr_name), indices)
         for value in values:
-            if isinstance(value, _MissingAttribute):
+            if isinstance(value, MissingAttribute):
                 raise AttributeError(value.message)
         return values
 
     def has_attr(self, attr_name: str) -> bool:
         """Whether every env has ``attr_name`` (checked in the workers, nothing is pickled)."""
-        return all(self._call(functools.partial(_has_wrapper_attr, name=attr_name), None))
+        return all(self._call(functools.partial(has_wrapper_attr, name=attr_name), None))
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         """Set ``attr_name`` to ``value`` in the chosen envs only.
@@ -410,7 +367,7 @@ class SB3VecEnv(SB3BaseVecEnv):
                 stacklevel=2,
             )
             return [None for _ in range(self.num_envs)]
-        return self._call(_render, None)
+        return self._call(render, None)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -621,7 +578,7 @@ class VecAccelEnv(SB3VecEnv):
                     "start_method is SubprocVecEnv's name for context, give one of them"
                 )
         register_envs()
-        env_fns = [_RegisteringEnvFn(fn) for fn in env_fns]
+        env_fns = [RegisteringEnvFn(fn) for fn in env_fns]
         vec_env = make_vec(env_fns, backend=backend, autoreset_mode=autoreset_mode, **options)
         try:
             super().__init__(vec_env)
