@@ -34,7 +34,11 @@ run: $(STAMP)
 	$(BIN)/vecaccel train ppo --preset cartpole --env CartPole-v1 --backend shm --num-envs 8 --total-timesteps 100000 --seed 1
 
 # how the tests are spread over the workers: tests/conftest.py, pytest_xdist_make_scheduler
+# The suite starts hundreds of interpreters (spawn workers, command lines, torchrun ranks): the
+# sources are compiled once first, since where PYTHONDONTWRITEBYTECODE is set no interpreter
+# writes its bytecode and each would compile them again.
 test: $(STAMP)
+	$(BIN)/python -m compileall -q -j 0 vecaccel trainers plugins tests examples benchmarks
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 # the learning runs: a few tiny trainings that must reach a score (minutes)
