@@ -1,7 +1,7 @@
 """The ``ray`` backend on one machine, loopback only: a simulated two-node cluster
 (``ray.cluster_utils.Cluster``, both nodes at 127.0.0.1) inside a network namespace whose only
 interface is ``lo`` where the machine allows it. One local Ray and one cluster serve the whole
-module: starting Ray costs seconds."""
+module: starting Ray costs seconds, and every shard actor is a Ray worker process of its own."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from tests.support.ray_cluster import (
     listening_addresses,
     loopback_ray,
 )
+from tests.support.toy_vector_envs import sync_info_cartpole
 from vecaccel.testing import check_backend
 from vecaccel.testing.contract_envs import make_dict_tuple
 from vecaccel.testing.envs import CounterEnv, IntervalEnv, most_inside_at_once
@@ -36,8 +37,10 @@ MODES = ["NextStep", "SameStep", "Disabled"]
 
 @pytest.fixture(scope="module")
 def loopback_net():
-    """The module's network: a namespace with only ``lo`` (where allowed); Ray stats off."""
-    with loopback_ray() as isolated:
+    """The module's network: a namespace with only ``lo`` (where allowed); Ray stats off, and
+    no idle workers started for the first driver (each shard actor gets a worker of its own)."""
+    with pytest.MonkeyPatch.context() as patch, loopback_ray() as isolated:
+        patch.setenv("RAY_prestart_worker_first_driver", "0")
         yield isolated
 
 
@@ -79,7 +82,8 @@ def test_local_ray_is_loopback_only_and_stopped_at_close(loopback_net):
     listens on loopback only, and stops it at close()."""
     assert not ray.is_initialized()
     handler = signal.getsignal(signal.SIGTERM)
-    envs = vecaccel.make_vec("CartPole-v1", 4, backend="ray", num_shards=2, num_workers=1)
+    # one shard: its worker process listens as every other Ray worker would
+    envs = vecaccel.make_vec("CartPole-v1", 4, backend="ray", num_shards=1, num_workers=1)
     try:
         assert ray.is_initialized()
         obs, _ = envs.reset(seed=0)
@@ -215,8 +219,207 @@ def test_stuck_shard_times_out(cluster):
         envs.close()
 
 
-@pytest.mark.parametrize("fault", ["kill_actor", "remove_node"])
-@pytest.mark.parametrize("policy", ["raise", "restart"])
+def test_sampler_sb3_adapter_and_same_step_infos_over_ray(cluster):
+    """The sampler and the SB3 adapter over Ray. What the shards send comes out of Ray's object
+    store read-only; every array the caller gets, ``infos["final_obs"]`` included, is writable
+    and its own, as on ``shm``."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("stable_baselines3")
+    from vecaccel.adapters.sb3 import to_sb3
+
+    # one shard: its arrays reach the caller straight from the object store, never concatenated
+    # with another's, the strictest case for the writable check
+    envs = vecaccel.make_vec(
+        "CartPole-v1",
+        4,
+        backend="ray",
+        num_shards=1,
+        shard_backend="serial",
+        autoreset_mode="SameStep",
+    )
+    try:
+
+        def policy(obs):
+            return torch.zeros(obs.shape[0], dtype=torch.int64), {}
+
+        batch = vecaccel.Sampler(envs, policy, horizon=8, seed=0).collect()
+        assert batch.obs.shape == (8, 4, 4) and batch.rewards.shape == (8, 4)
+        venv = to_sb3(envs)
+        venv.seed(0)
+        venv.reset()
+        ended = []
+        # pushing left, every CartPole ends within 8 to 10 steps
+        for _ in range(20):
+            obs, rewards, dones, infos = venv.step(np.zeros(4, dtype=np.int64))
+            ended += [info for info, done in zip(infos, dones) if done]
+        assert ended and all(info["terminal_observation"].shape == (4,) for info in ended)
+
+        envs.reset(seed=0)
+        finals = []
+        for _ in range(20):
+            obs, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+            assert all(a.flags.writeable for a in (obs, rewards, terminated, truncated))
+            if "final_obs" in infos:
+                finals += [x for x, ended in zip(infos["final_obs"], infos["_final_obs"]) if ended]
+        assert finals, "no episode ended"
+        for final in finals:
+            assert final.flags.writeable and final.flags.owndata, final.flags
+            final += 1.0  # a caller normalising in place
+    finally:
+        envs.close()
+
+
+def test_ppo_and_dqn_train_over_ray(cluster):
+    torch = pytest.importorskip("torch")
+    from vecaccel.trainers import DQN, PPO
+
+    torch.set_num_threads(1)
+    _two_idle_nodes(cluster)
+    agent = PPO(
+        "CartPole-v1",
+        backend="ray",
+        num_envs=4,
+        num_steps=8,
+        num_workers=1,
+        backend_options={"num_shards": 1},  # training over Ray, not the shards, is checked here
+        seed=0,
+        torch_threads=1,
+        tensorboard=False,
+    )
+    try:
+        agent.learn(total_timesteps=64)
+    finally:
+        agent.close()
+    assert agent.global_step == 64
+    agent = DQN(
+        "CartPole-v1",
+        backend="ray",
+        num_envs=4,
+        num_workers=1,
+        backend_options={"num_shards": 1},
+        learning_starts=32,
+        batch_size=16,
+        buffer_size=256,
+        hidden_sizes=(16,),
+        progress=False,
+        tensorboard=False,
+    )
+    try:
+        agent.learn(96)
+    finally:
+        agent.close()
+    assert agent.global_step == 96
+
+
+def test_the_backend_kit_passes_over_ray_returning_the_first_ready_shards(cluster):
+    """The kit in the mode that returns whole shards as they finish, env by env against
+    ``SyncVectorEnv``; lock-step batches over Ray are compared with it in
+    ``test_trajectories_equal_sync_vector_env``, in every autoreset mode."""
+    _two_idle_nodes(cluster)
+    check_backend("ray", num_shards=2, shard_backend="serial", batch_size=2)
+
+
+def test_train_command_passes_backend_options_to_ray(cluster, tmp_path, capsys, trainers_plugin):
+    pytest.importorskip("torch")
+    from helpers import run_main
+
+    from vecaccel.trainers.checkpoints.format import load_checkpoint
+
+    _two_idle_nodes(cluster)
+    run_dir = tmp_path / "run"
+    argv = ["train", "ppo", "--env", "CartPole-v1", "--backend", "ray", "--num-envs", "4"]
+    # num_shards=1: not the default of one shard per node, so the option is seen to arrive
+    argv += ["--num-steps", "8", "--num-workers", "1", "--backend-option", "num_shards=1"]
+    argv += ["--no-progress", "--torch-threads", "1", "--no-tensorboard"]
+    assert run_main([*argv, "--total-timesteps", "32", "--run-dir", str(run_dir)]) == 0
+    state = load_checkpoint(run_dir / "checkpoint.pt")
+    assert state["config"]["backend_options"] == {"num_shards": 1}
+    assert state["global_step"] == 32
+    capsys.readouterr()
+    bad = [*argv, "--backend-option", "num_shard=2", "--total-timesteps", "8"]
+    assert run_main([*bad, "--run-dir", str(tmp_path / "bad")]) == 2
+    assert "did you mean 'num_shards'?" in capsys.readouterr().err
+
+
+def test_max_concurrency_caps_the_envs_of_every_shard_together(cluster):
+    """A cap of 3 over 2 shards: shares of 2 and 1, so at most 3 envs inside at once, whatever
+    each shard's workers."""
+    fns = [functools.partial(IntervalEnv, 0.004)] * 8
+    envs = vecaccel.make_vec(
+        fns, backend="ray", num_shards=2, num_workers=4, max_concurrency=3, shard_backend="shm"
+    )
+    intervals: list[tuple[float, float]] = []
+    by_shard: list[list[tuple[float, float]]] = [[], []]
+
+    def take(infos) -> None:
+        for i in np.flatnonzero(infos["_entered"]):  # every env, in index order
+            interval = (float(infos["entered"][i]), float(infos["left"][i]))
+            intervals.append(interval)
+            by_shard[i // 4].append(interval)
+
+    try:
+        _, infos = envs.reset(seed=0)
+        take(infos)
+        for _ in range(12):
+            *_, infos = envs.step(np.zeros(8, dtype=np.int64))
+            take(infos)
+    finally:
+        envs.close()
+    assert len(intervals) == 8 * 13
+    assert most_inside_at_once(by_shard[0]) <= 2 and most_inside_at_once(by_shard[1]) <= 1
+    assert most_inside_at_once(intervals) <= 3
+    with pytest.raises(ValueError, match="max_concurrency=1 is below num_shards=2"):
+        vecaccel.make_vec(fns, backend="ray", num_shards=2, max_concurrency=1)
+
+
+def test_max_concurrency_needs_a_shard_backend_that_takes_it() -> None:
+    with pytest.raises(ValueError, match="shard_backend='serial' takes no max_concurrency"):
+        vecaccel.make_vec([CounterEnv] * 2, backend="ray", max_concurrency=2,
+                          shard_backend="serial")  # fmt: skip
+    with pytest.raises(ValueError, match="max_concurrency is given twice"):
+        vecaccel.make_vec([CounterEnv] * 2, backend="ray", max_concurrency=2,
+                          shard_options={"max_concurrency": 1})  # fmt: skip
+
+
+@pytest.mark.parametrize(("mode", "shard_backend"), [("NextStep", "shm"), ("SameStep", "serial")])
+def test_ray_shards_of_slices_equal_one_sync_vector_env(cluster, mode, shard_backend):
+    """Vectorized slices: each shard's local backend builds one vector env per worker from the
+    shard's block of slice env functions; together they step as one ``SyncVectorEnv``."""
+    n = 8
+    fn = functools.partial(sync_info_cartpole, mode=mode)
+    envs = vecaccel.make_vec(
+        fn,
+        n,
+        backend="ray",
+        vectorized=True,
+        autoreset_mode=mode,
+        num_shards=2,
+        shard_backend=shard_backend,
+        num_workers=1,
+    )
+    alone = sync_info_cartpole(n, mode)
+    rng = np.random.default_rng(0)
+    try:
+        obs, _ = envs.reset(seed=7)
+        np.testing.assert_array_equal(obs, alone.reset(seed=7)[0])
+        for _ in range(30):  # about 9 episodes end: autoresets in every slice
+            actions = rng.integers(0, 2, n)
+            got, want = envs.step(actions), alone.step(actions)
+            for a, b in zip(got[:4], want[:4]):
+                np.testing.assert_array_equal(a, b)
+            assert_same(got[4], want[4])
+    finally:
+        envs.close()
+        alone.close()
+
+
+# Every Ray error of a shard call takes one path to ``"raise"``'s WorkerError, so a removed node
+# is raised as a killed actor is; it is lost and restarted in ``restart-remove_node``. That case
+# runs last in the module: nothing after it needs the node back.
+@pytest.mark.parametrize(
+    ("policy", "fault"),
+    [("raise", "kill_actor"), ("restart", "kill_actor"), ("restart", "remove_node")],
+)
 def test_lost_shard(cluster, fault, policy):
     """A killed actor or a removed node: raised naming the shard under ``"raise"``; under
     ``"restart"`` the shard starts again elsewhere, its episodes end truncated."""
@@ -264,166 +467,3 @@ def test_lost_shard(cluster, fault, policy):
     # close() leaves no actor and no placement group behind
     assert all(_dead(actor) for actor in actors)
     assert all(pg["state"] == "REMOVED" for pg in ray.util.placement_group_table().values())
-
-
-def test_sampler_and_sb3_adapter_over_ray(cluster):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("stable_baselines3")
-    from vecaccel.adapters.sb3 import to_sb3
-
-    envs = vecaccel.make_vec(
-        "CartPole-v1",
-        4,
-        backend="ray",
-        num_shards=2,
-        shard_backend="serial",
-        autoreset_mode="SameStep",
-    )
-    try:
-
-        def policy(obs):
-            return torch.zeros(obs.shape[0], dtype=torch.int64), {}
-
-        batch = vecaccel.Sampler(envs, policy, horizon=8, seed=0).collect()
-        assert batch.obs.shape == (8, 4, 4) and batch.rewards.shape == (8, 4)
-        venv = to_sb3(envs)
-        venv.seed(0)
-        venv.reset()
-        ended = []
-        for _ in range(40):
-            obs, rewards, dones, infos = venv.step(np.zeros(4, dtype=np.int64))
-            ended += [info for info, done in zip(infos, dones) if done]
-        assert ended and all(info["terminal_observation"].shape == (4,) for info in ended)
-    finally:
-        envs.close()
-
-
-def test_same_step_infos_are_writable_and_the_callers_own(cluster):
-    """What the shards send comes out of Ray's object store read-only; every array the caller
-    gets, ``infos["final_obs"]`` included, is writable and its own, as on ``shm``."""
-    envs = vecaccel.make_vec(
-        "CartPole-v1", 4, backend="ray", num_shards=2, num_workers=1, autoreset_mode="SameStep"
-    )
-    try:
-        envs.reset(seed=0)
-        finals = []
-        for _ in range(60):
-            obs, rewards, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-            assert all(a.flags.writeable for a in (obs, rewards, terminated, truncated))
-            if "final_obs" in infos:
-                finals += [x for x, ended in zip(infos["final_obs"], infos["_final_obs"]) if ended]
-        assert finals, "no episode ended"
-        for final in finals:
-            assert final.flags.writeable and final.flags.owndata, final.flags
-            final += 1.0  # a caller normalising in place
-    finally:
-        envs.close()
-
-
-def test_ppo_and_dqn_train_over_ray(cluster):
-    torch = pytest.importorskip("torch")
-    from vecaccel.trainers import DQN, PPO
-
-    torch.set_num_threads(1)
-    _two_idle_nodes(cluster)
-    agent = PPO(
-        "CartPole-v1",
-        backend="ray",
-        num_envs=4,
-        num_steps=8,
-        num_workers=1,
-        seed=0,
-        torch_threads=1,
-        tensorboard=False,
-    )
-    try:
-        agent.learn(total_timesteps=64)
-    finally:
-        agent.close()
-    assert agent.global_step == 64
-    agent = DQN(
-        "CartPole-v1",
-        backend="ray",
-        num_envs=4,
-        num_workers=1,
-        learning_starts=32,
-        batch_size=16,
-        buffer_size=256,
-        hidden_sizes=(16,),
-        progress=False,
-        tensorboard=False,
-    )
-    try:
-        agent.learn(96)
-    finally:
-        agent.close()
-    assert agent.global_step == 96
-
-
-def test_the_backend_kit_passes_over_ray_returning_the_first_ready_shards(cluster):
-    """The kit in the mode that returns whole shards as they finish, env by env against
-    ``SyncVectorEnv``; lock-step batches over Ray are compared with it in
-    ``test_trajectories_equal_sync_vector_env``, in every autoreset mode."""
-    _two_idle_nodes(cluster)
-    check_backend("ray", num_shards=2, shard_backend="serial", batch_size=2)
-
-
-def test_train_command_passes_backend_options_to_ray(cluster, tmp_path, capsys, trainers_plugin):
-    pytest.importorskip("torch")
-    from helpers import run_main
-
-    from vecaccel.trainers.checkpoints.format import load_checkpoint
-
-    _two_idle_nodes(cluster)
-    run_dir = tmp_path / "run"
-    argv = ["train", "ppo", "--env", "CartPole-v1", "--backend", "ray", "--num-envs", "4"]
-    argv += ["--num-steps", "8", "--num-workers", "1", "--backend-option", "num_shards=2"]
-    argv += ["--no-progress", "--torch-threads", "1", "--no-tensorboard"]
-    assert run_main([*argv, "--total-timesteps", "32", "--run-dir", str(run_dir)]) == 0
-    state = load_checkpoint(run_dir / "checkpoint.pt")
-    assert state["config"]["backend_options"] == {"num_shards": 2}
-    assert state["global_step"] == 32
-    capsys.readouterr()
-    bad = [*argv, "--backend-option", "num_shard=2", "--total-timesteps", "8"]
-    assert run_main([*bad, "--run-dir", str(tmp_path / "bad")]) == 2
-    assert "did you mean 'num_shards'?" in capsys.readouterr().err
-
-
-def test_max_concurrency_caps_the_envs_of_every_shard_together(cluster):
-    """A cap of 3 over 2 shards: shares of 2 and 1, so at most 3 envs inside at once, whatever
-    each shard's workers."""
-    fns = [functools.partial(IntervalEnv, 0.004)] * 8
-    envs = vecaccel.make_vec(
-        fns, backend="ray", num_shards=2, num_workers=4, max_concurrency=3, shard_backend="shm"
-    )
-    intervals: list[tuple[float, float]] = []
-    by_shard: list[list[tuple[float, float]]] = [[], []]
-
-    def take(infos) -> None:
-        for i in np.flatnonzero(infos["_entered"]):  # every env, in index order
-            interval = (float(infos["entered"][i]), float(infos["left"][i]))
-            intervals.append(interval)
-            by_shard[i // 4].append(interval)
-
-    try:
-        _, infos = envs.reset(seed=0)
-        take(infos)
-        for _ in range(12):
-            *_, infos = envs.step(np.zeros(8, dtype=np.int64))
-            take(infos)
-    finally:
-        envs.close()
-    assert len(intervals) == 8 * 13
-    assert most_inside_at_once(by_shard[0]) <= 2 and most_inside_at_once(by_shard[1]) <= 1
-    assert most_inside_at_once(intervals) <= 3
-    with pytest.raises(ValueError, match="max_concurrency=1 is below num_shards=2"):
-        vecaccel.make_vec(fns, backend="ray", num_shards=2, max_concurrency=1)
-
-
-def test_max_concurrency_needs_a_shard_backend_that_takes_it() -> None:
-    with pytest.raises(ValueError, match="shard_backend='serial' takes no max_concurrency"):
-        vecaccel.make_vec([CounterEnv] * 2, backend="ray", max_concurrency=2,
-                          shard_backend="serial")  # fmt: skip
-    with pytest.raises(ValueError, match="max_concurrency is given twice"):
-        vecaccel.make_vec([CounterEnv] * 2, backend="ray", max_concurrency=2,
-                          shard_options={"max_concurrency": 1})  # fmt: skip
