@@ -23,27 +23,29 @@ def _env(site: Path) -> dict[str, str]:
     return env
 
 
-def test_example_algorithm_tests_pass_with_the_kit() -> None:
-    """The example's own suite (``check_algorithm("reinforce")`` and the CLI) passes."""
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            str(EXAMPLE / "tests"),
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=_env(EXAMPLE),
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "3 passed" in completed.stdout
+def test_example_algorithm_tests_pass_with_the_kit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The example's own suite (``check_algorithm("reinforce")`` and the CLI) passes: run by
+    pytest in this process, as a session of its own (the example's rootdir and fixtures, not
+    this suite's conftest), with the example's source folder importable."""
+    monkeypatch.delenv("VECACCEL_DISABLE_PLUGINS", raising=False)
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    before = set(sys.modules)
+    try:
+        code = pytest.main(
+            [
+                "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                "--basetemp", str(tmp_path / "basetemp"), str(EXAMPLE / "tests"),
+            ]
+        )  # fmt: skip
+    finally:  # the example's modules go with its session
+        for name in set(sys.modules) - before:
+            if name.split(".")[0] in ("test_reinforce", "vecaccel_example_algorithm"):
+                del sys.modules[name]
+    output = capsys.readouterr().out
+    assert code == 0, output
+    assert "3 passed" in output
 
 
 @pytest.fixture(scope="module")

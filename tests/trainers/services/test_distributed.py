@@ -57,13 +57,13 @@ def _run(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
 #: another by one launch of two ranks (starting torchrun and two ranks that import torch costs
 #: more than most of these runs). The fixed-lag run comes first and again last: the two must
 #: repeat exactly although one runs first in its process and the other follows other runs.
-FIXED_LAG = "dqn-async:1000:fixed-lag"
+FIXED_LAG = "dqn-async:400:fixed-lag"
 SHARED_RUNS = (
     FIXED_LAG,
     "ppo:128",
     "dqn:128",
     "ppo-async:128",
-    "dqn-async:2000",
+    "dqn-async:1600",
     "ppo:128:norm",
     "ppo-async:128:norm",
     FIXED_LAG,
@@ -275,16 +275,17 @@ def _process_alive(pid: int) -> bool:
 
 
 def test_async_dqn_two_ranks_identical_parameters_and_replay_ratio(shared_runs: dict) -> None:
-    result = shared_runs["dqn-async:2000"]
+    result = shared_runs["dqn-async:1600"]
     first, second = result["checksums"]
     assert first == second  # every update all-reduced: bit-identical parameters
     # each rank collected half the budget, and made the updates its ratio allows
-    assert result["local_steps"] == [1000.0, 1000.0] and result["global_step"] == 2000
+    assert result["local_steps"] == [800.0, 800.0] and result["global_step"] == 1600
     learn_from = 50  # learning_starts=100 over 2 ranks
-    assert result["updates"] == (1000 - learn_from) * 4 // 16
+    assert result["updates"] == (800 - learn_from) * 4 // 16
     assert result["replay_ratio"] == pytest.approx(4.0, rel=0.01)
     # the logged (global) ratio holds during the run: the throttle bounds the sampler's lead to
-    # 32 steps, under 10% of the steps since learning began from 1,000 global steps on
+    # 32 steps, under 10% of the steps since learning began from 1,000 global steps on (rows
+    # every 200 steps: 3 or more of them from 1,000 to 1,600)
     logged = [(step, ratio) for step, ratio in result["logged_replay_ratio"] if step >= 1000]
     assert len(logged) >= 3
     for step, ratio in logged:
@@ -297,9 +298,9 @@ def test_async_dqn_two_ranks_with_a_fixed_lag_repeat_exactly(shared_runs: dict) 
     assert first["checksums"][0] == first["checksums"][1]  # all-reduced updates
     assert first["checksums"] == second["checksums"]  # and the run repeats
     assert first["episode_log"] == second["episode_log"]
-    # the ratio holds exactly: 500 steps a rank, from learn_from 50, batches of 16, ratio 4
-    assert first["local_steps"] == [500.0, 500.0]
-    assert first["updates"] == (500 - 50) * 4 // 16
+    # the ratio holds exactly: 200 steps a rank, from learn_from 50, batches of 16, ratio 4
+    assert first["local_steps"] == [200.0, 200.0]
+    assert first["updates"] == (200 - 50) * 4 // 16
 
 
 def test_async_ppo_two_ranks_identical_parameters(shared_runs: dict) -> None:

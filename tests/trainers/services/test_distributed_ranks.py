@@ -269,19 +269,23 @@ def _on_policy_rank(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def on_policy_ranks() -> dict[int, Any]:
-    return _run_ranks(_on_policy_rank)
+def on_policy_ranks() -> tuple[dict[int, Any], dict[str, Any]]:
+    """Each rank's results, and the one-process reference agents, built first: the forked ranks
+    inherit what building them imported (torch's optimisers import ``torch._dynamo``)."""
+    references = {algo: _on_policy_agent(algo, ENVS) for algo in ON_POLICY}
+    return _run_ranks(_on_policy_rank), references
 
 
 @pytest.mark.parametrize("algo", sorted(ON_POLICY))
 def test_two_rank_on_policy_update_equals_one_big_batch_update(algo, on_policy_ranks) -> None:
-    first, second = on_policy_ranks[0][algo], on_policy_ranks[1][algo]
+    ranks, references = on_policy_ranks
+    first, second = ranks[0][algo], ranks[1][algo]
     # every rank starts from rank 0's parameters and stays identical
     np.testing.assert_array_equal(first["init"], second["init"])
     np.testing.assert_array_equal(first["params"], second["params"])
     # the effective batch is the sum over ranks, and the lr scaling rule applies to it
     assert first["batch_size"] == T_STEPS * ENVS
-    reference = _on_policy_agent(algo, ENVS)
+    reference = references[algo]
     assert first["lr_scale"] == pytest.approx(reference.lr_scale)
     assert first["lr_scale"] == pytest.approx(1.0 if algo == "a2c" else 2**0.5)
     np.testing.assert_array_equal(first["init"], _flat(reference.model.parameters()))
@@ -346,13 +350,16 @@ def _dqn_rank(rank: int, world: int) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def dqn_ranks() -> dict[int, Any]:
-    return _run_ranks(_dqn_rank)
+def dqn_ranks() -> tuple[dict[int, Any], dict[str, Any]]:
+    """Each rank's results, and the one-process reference agents, built first (see
+    ``on_policy_ranks``)."""
+    references = {name: _dqn_agent(name, 2 * DQN_BATCH) for name in DQN_FAMILY}
+    return _run_ranks(_dqn_rank), references
 
 
 @pytest.mark.parametrize("name", DQN_FAMILY)
 def test_dqn_target_network_is_identical_on_every_rank(name, dqn_ranks) -> None:
-    first, second = dqn_ranks[0][name], dqn_ranks[1][name]
+    first, second = dqn_ranks[0][0][name], dqn_ranks[0][1][name]
     np.testing.assert_array_equal(first["online"], second["online"])
     # the target network must start as the (broadcast) online network on every rank, or the
     # ranks compute their TD targets with different networks
@@ -362,9 +369,10 @@ def test_dqn_target_network_is_identical_on_every_rank(name, dqn_ranks) -> None:
 
 @pytest.mark.parametrize("name", DQN_FAMILY)
 def test_two_rank_dqn_step_equals_one_big_batch_step(name, dqn_ranks) -> None:
-    first, second = dqn_ranks[0][name], dqn_ranks[1][name]
+    ranks, references = dqn_ranks
+    first, second = ranks[0][name], ranks[1][name]
     np.testing.assert_array_equal(first["after"], second["after"])
-    reference = _dqn_agent(name, 2 * DQN_BATCH)
+    reference = references[name]
     assert first["lr_scale"] == pytest.approx(2.0) == pytest.approx(reference.lr_scale)
     np.testing.assert_array_equal(first["online"], _flat(reference.q_network.parameters()))
     reference.update(_replay_sample(2 * DQN_BATCH, 0))
