@@ -841,12 +841,15 @@ def _batch_name(algo: str, setting: str) -> str:
     return f"{envs} envs" + (f", {minibatches} minibatches" if minibatches else "")
 
 
-def write_report(runs: Path, out: Path, command: str, frames: int = FRAMES) -> dict[str, Any]:
+def write_report(
+    runs: Path, out: Path, command: str, frames: int = FRAMES, reps: int = 2000
+) -> dict[str, Any]:
     """``minatar_games.json``, ``.md`` and the plots in ``out`` from the run files in ``runs``;
-    ``frames`` is the published budget, which the comparisons with the published scores need."""
+    ``frames`` is the published budget, which the comparisons with the published scores need,
+    and ``reps`` the aggregate's bootstrap resamples."""
     found = load_runs(runs)
     rows = score_table(found, frames)
-    summary = aggregate(found, frames=frames)
+    summary = aggregate(found, reps, frames)
     claim = batch_claim(found)
     record = RunRecord(command, benchmark="learning/minatar_games")
     payload = record.write(

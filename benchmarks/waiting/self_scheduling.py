@@ -205,7 +205,12 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--units", default="2,4,8,16", help="comma-separated processes for 16 envs")
+    parser.add_argument(
+        "--units", default="2,4,8,16", help="comma-separated processes for the --envs envs"
+    )
+    parser.add_argument(
+        "--envs", type=int, default=16, help="Pong envs in all, split over the units (default 16)"
+    )
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--steps", type=int, default=40, help="steps per round (2 untimed)")
     parser.add_argument("--pin", choices=("no", "yes", "both"), default="both")
@@ -221,15 +226,15 @@ def main(argv: list[str] | None = None) -> int:
         units = [int(u) for u in args.units.split(",")]
     except ValueError:
         parser.error(f"--units: integers, got {args.units!r}")
-    bad = [u for u in units if u < 1 or 16 % u]
+    bad = [u for u in units if u < 1 or args.envs % u]
     if bad:
-        parser.error(f"--units: each must divide 16, got {bad}")
-    if args.rounds < 1 or args.steps < 3:
-        parser.error("--rounds must be at least 1 and --steps at least 3")
+        parser.error(f"--units: each must divide {args.envs}, got {bad}")
+    if args.rounds < 1 or args.steps < 3 or args.envs < 1:
+        parser.error("--rounds and --envs must be at least 1 and --steps at least 3")
     pins = {"no": [False], "yes": [True], "both": [False, True]}[args.pin]
     records = []
     for pin in pins:
-        records += measure(units, args.rounds, args.steps, pin, context=args.context)
+        records += measure(units, args.rounds, args.steps, pin, args.envs, args.context)
     print("| processes | envs each | woken on the waker's CPU | steps | mean ms | median ms |")
     print("| ---: | ---: | --- | ---: | ---: | ---: |")
     for r in records:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from bench_scripts import load_benchmark
 
 from vecaccel.bench import RESULT_FORMAT, load_result
 
@@ -24,6 +25,13 @@ SCRIPT = os.path.join(
 )
 
 
+#: below ``--smoke``'s own sizes: each timed loop 0.1 s, 2 envs (one a half) in the two action
+#: server parts and in PPO, 64 transitions before DQN's updates, PPO's 2 x 16 samples in one
+#: minibatch (each of its updates is a second or more of CPU under bf16)
+SMALLER = ("--seconds", "0.1", "--check-envs", "2", "--server-envs", "2", "--dqn-fill", "64",
+           "--ppo-envs", "2", "--ppo-minibatch", "32")  # fmt: skip
+
+
 def run_script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=280
@@ -33,7 +41,7 @@ def run_script(*args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("gpu_run")
-    completed = run_script("--smoke", str(out))
+    completed = run_script("--smoke", *SMALLER, str(out))
     assert completed.returncode == 0, completed.stderr[-3000:]
     report = load_result(out / "gpu_run.json")
     return out, report, {record["part"]: record for record in report["results"]}
@@ -64,7 +72,7 @@ def test_check_part_reports_the_action_server_checks_and_both_rates(smoke):
     check = parts["check"]
     assert check["checks"] == {
         "device": "cpu",
-        "num_envs": 4,
+        "num_envs": 2,
         "steps": 30,
         "pinned_staging": None,
         "halves_exact": True,
@@ -86,7 +94,7 @@ def test_action_server_part_compares_three_loops_with_the_same_policy(smoke):
     # the parts alone, and the bounds they set
     assert server["env_step_ms"] > 0 and server["forward_ms"] > 0
     slower = max(server["env_step_ms"], server["forward_ms"]) / 1e3
-    assert math.isclose(server["overlap_bound_steps_per_s"], 4 / slower)
+    assert math.isclose(server["overlap_bound_steps_per_s"], 2 / slower)
     assert server["serial_bound_steps_per_s"] < server["overlap_bound_steps_per_s"]
 
 
@@ -96,13 +104,13 @@ def test_ppo_part_trains_with_bf16_channels_last_and_a_scaled_learning_rate(smok
     settings = ppo["settings"]
     assert settings["bf16"] is True and settings["channels_last"] is True
     assert settings["alternating"] is True
-    assert settings["batch_size"] == 4 * 16
-    assert math.isclose(settings["lr_scale"], math.sqrt(64 / 1024))
+    assert settings["batch_size"] == 2 * 16
+    assert math.isclose(settings["lr_scale"], math.sqrt(32 / 1024))
     curve = ppo["curve"]
     assert curve, "no update recorded"
     # the run stops at the first update past its wall-clock budget: every point is one update
     assert [p["updates"] for p in curve] == list(range(1, len(curve) + 1))
-    assert [p["agent_steps"] for p in curve] == [64 * p["updates"] for p in curve]
+    assert [p["agent_steps"] for p in curve] == [32 * p["updates"] for p in curve]
     assert all(a["seconds"] < b["seconds"] for a, b in zip(curve, curve[1:]))
     assert ppo["agent_steps"] == curve[-1]["agent_steps"]
     assert ppo["sps"] > 0 and 0 < ppo["update_share"] < 1
@@ -121,18 +129,23 @@ def test_dqn_part_measures_each_batch_size(smoke):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for machines without CUDA")
-def test_without_cuda_a_full_run_refuses_and_names_the_way_out(tmp_path):
-    completed = run_script(str(tmp_path / "out"))
-    assert completed.returncode == 2
-    assert "no CUDA device here: use --smoke" in completed.stderr
+def test_without_cuda_a_full_run_refuses_and_names_the_way_out(tmp_path, capsys):
+    gpu_run = load_benchmark("gpu/gpu_run")
+    with pytest.raises(SystemExit) as refused:
+        gpu_run.main([str(tmp_path / "out")])
+    assert refused.value.code == 2
+    assert "no CUDA device here: use --smoke" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 
 def test_sigterm_during_ppo_keeps_its_curve_and_draws_the_plot(tmp_path):
     out = tmp_path / "out"
     report = out / "gpu_run.json"
+    # 2 envs and their 32 samples in one minibatch: the first update comes sooner
+    argv = [sys.executable, SCRIPT, "--smoke", "--parts", "ppo", "--ppo-seconds", "600",
+            "--ppo-envs", "2", "--ppo-minibatch", "32", str(out)]  # fmt: skip
     process = subprocess.Popen(
-        [sys.executable, SCRIPT, "--smoke", "--parts", "ppo", "--ppo-seconds", "600", str(out)],
+        argv,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

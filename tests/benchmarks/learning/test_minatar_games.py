@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from bench_scripts import load_benchmark
+from bench_scripts import load_benchmark, runs_in_this_process
 
 from vecaccel.bench import RunRecord, load_result
 
@@ -30,6 +30,14 @@ def _fake_run(bench, runs, algo, game, setting, seed, score, points=5, seconds=2
     )  # fmt: skip
 
 
+@pytest.fixture
+def bench_here(monkeypatch):
+    """The script with its runs called in this process, ``run``'s and those ``race`` and
+    ``pace`` hand to ``run_seeds``; ``minatar-original`` below runs in a child."""
+    with runs_in_this_process(monkeypatch, "learning/minatar_games") as bench:
+        yield bench
+
+
 def test_the_report_reads_whatever_runs_exist(tmp_path):
     bench = load_benchmark("learning/minatar_games")
     runs, out = tmp_path / "runs", tmp_path / "out"
@@ -43,9 +51,10 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     _fake_run(bench, runs, "dqn", "Breakout", "preset", 2, 5.0)
     _fake_run(bench, runs, "ppo", "Breakout", "envs16", 1, 11.0, points=3)
     _fake_run(bench, runs, "ppo", "Asterix", "envs128-mb4-bf16", 1, 30.0)
-    # the fake runs' 5,000 steps stand for the published budget
+    # the fake runs' 5,000 steps stand for the published budget; 200 resamples: the intervals
+    # below are of one run a game
     payload = bench.write_report(
-        runs, out, "python benchmarks/learning/minatar_games.py report", frames=5000
+        runs, out, "python benchmarks/learning/minatar_games.py report", frames=5000, reps=200
     )
 
     rows = {(row["arm"], row["game"]): row for row in payload["results"]}
@@ -74,7 +83,7 @@ def test_the_report_reads_whatever_runs_exist(tmp_path):
     # a comparison plot is drawn only once a run of its own setting exists
     (runs / "ppo-Asterix-envs128-mb4-bf16-s1.json").unlink()
     (out / "again").mkdir()
-    bench.write_report(runs, out / "again", "report", frames=5000)
+    bench.write_report(runs, out / "again", "report", frames=5000, reps=200)
     assert (out / "again" / "minatar_games_batch.png").exists()
     assert not (out / "again" / "minatar_games_bf16.png").exists()
 
@@ -135,13 +144,13 @@ def test_the_batch_claim_compares_at_the_smaller_budget(tmp_path):
     assert "not judged (under 3 seeds)" in table
     assert (tmp_path / "minatar_games_batch.png").stat().st_size > 0
     # a large batch that ends far above both arms' seed ranges holds; far below, it does not
+    # (the claim as write_report takes it, without redrawing the plots)
     _fake_run(bench, runs, "dqn", "Breakout", "batch32", 3, 6.0, points=3)
     _fake_run(bench, runs, "dqn", "Breakout", "preset", 3, 25.0)
-    assert bench.write_report(runs, tmp_path, "report")["summary"]["batch_claim"][1]["holds"]
+    assert bench.batch_claim(bench.load_runs(runs))[1]["holds"]
     for seed in (1, 2, 3):
         _fake_run(bench, runs, "dqn", "Breakout", "batch32", seed, 40.0, points=3)
-    assert bench.write_report(runs, tmp_path, "report")["summary"]["batch_claim"][1][
-        "holds"] is False  # fmt: skip
+    assert bench.batch_claim(bench.load_runs(runs))[1]["holds"] is False
 
 
 def test_relabel_moves_runs_whose_config_is_the_new_setting(tmp_path):
@@ -199,10 +208,10 @@ def test_an_empty_folder_gives_an_empty_report(tmp_path):
     assert not (tmp_path / "minatar_games.png").exists()
 
 
-def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
-    """Real training in child processes on a tiny budget: one PPO run (one update of the
-    preset's 256 x 32 batch) and SB3's PPO on the same work."""
-    bench = load_benchmark("learning/minatar_games")
+def test_runs_write_their_files_and_a_second_call_skips_them(bench_here, tmp_path, capsys):
+    """Real training on a tiny budget: one PPO run (one update of the preset's 256 x 32 batch)
+    and SB3's PPO on the same work."""
+    bench = bench_here
     runs = tmp_path / "runs"
     common = ["--games", "Breakout", "--seeds", "1", "--steps", "256", "--runs", str(runs)]
     assert bench.main(["run", "--algos", "ppo", *common]) == 0
@@ -222,11 +231,11 @@ def test_runs_write_their_files_and_a_second_call_skips_them(tmp_path, capsys):
     assert bench.run_file(runs, "ppo", "Breakout", "preset", 1).stat().st_mtime_ns == stamp
 
 
-def test_pqn_runs_write_their_files_and_set_the_batch_claim(tmp_path):
+def test_pqn_runs_write_their_files_and_set_the_batch_claim(bench_here, tmp_path):
     """PQN's preset (one rollout of 128 envs x 32 steps) and its 32-env arm, trained for real
     on a tiny budget: each writes its run file, and the report sets the two against each other
     in the batch-size claim."""
-    bench = load_benchmark("learning/minatar_games")
+    bench = bench_here
     runs = tmp_path / "runs"
     common = ["--games", "Breakout", "--seeds", "1", "--steps", "256", "--runs", str(runs)]
     assert bench.main(["run", "--algos", "pqn", *common]) == 0
@@ -247,16 +256,17 @@ def test_pqn_runs_write_their_files_and_set_the_batch_claim(tmp_path):
     )
 
 
-def test_sb3_dqn_run_trains_with_the_preset_s_schedule(tmp_path):
+def test_sb3_dqn_run_trains_with_the_preset_s_schedule(bench_here, tmp_path):
     """SB3's DQN on the DQN preset's work, past its learning start, so gradient steps run: the
     run file records the replay ratio held (one step of 512 per 64-env vector step) and the
     plain max target SB3 trains with."""
-    bench = load_benchmark("learning/minatar_games")
+    bench = bench_here
     runs = tmp_path / "runs"
     argv = ["run", "--algos", "dqn", "--setting", "sb3", "--games", "Breakout", "--seeds", "1"]
-    assert bench.main([*argv, "--steps", "6400", "--runs", str(runs)]) == 0
+    # 80 vector steps of 64 envs: the last two are past the preset's 5,000-step learning start
+    assert bench.main([*argv, "--steps", "5120", "--runs", str(runs)]) == 0
     written = json.loads(bench.run_file(runs, "dqn", "Breakout", "sb3", 1).read_text())
-    assert written["summary"]["steps"] >= 6400 and written["summary"]["episodes"] > 0
+    assert written["summary"]["steps"] >= 5120 and written["summary"]["episodes"] > 0
     config = written["meta"]["config"]
     assert config["batch_size"] == 512 and config["gradient_steps"] == 1
     assert config["double"] is False
@@ -264,15 +274,17 @@ def test_sb3_dqn_run_trains_with_the_preset_s_schedule(tmp_path):
 
 
 def test_minatar_original_setting_trains_as_minatar_s_own_dqn(tmp_path):
-    """The ``minatar-original`` setting on the DQN preset's envs, past its learning start: the run
-    file records MinAtar DQN's choices in force (a batch of 32 on every frame, the target every
-    1,000 frames, the plain max, centred RMSprop at 2.5e-4, no clipping)."""
+    """The ``minatar-original`` setting on the DQN preset's envs, past its learning start, in the
+    child process ``run`` starts: the run file records MinAtar DQN's choices in force (a batch
+    of 32 on every frame, the target every 1,000 frames, the plain max, centred RMSprop at
+    2.5e-4, no clipping)."""
     bench = load_benchmark("learning/minatar_games")
     runs = tmp_path / "runs"
     argv = ["run", "--algos", "dqn", "--setting", "minatar-original", "--games", "Breakout"]
-    assert bench.main([*argv, "--seeds", "1", "--steps", "5400", "--runs", str(runs)]) == 0
+    # 80 vector steps of 64 envs pass the preset's 5,000-step learning start: 120 updates of 32
+    assert bench.main([*argv, "--seeds", "1", "--steps", "5120", "--runs", str(runs)]) == 0
     written = json.loads(bench.run_file(runs, "dqn", "Breakout", "minatar-original", 1).read_text())
-    assert written["summary"]["steps"] >= 5400 and written["summary"]["episodes"] > 0
+    assert written["summary"]["steps"] >= 5120 and written["summary"]["episodes"] > 0
     config = written["meta"]["config"]
     assert (config["batch_size"], config["replay_ratio"]) == (32, 32.0)
     assert (config["target_update_period"], config["double"]) == (1000, False)
@@ -296,9 +308,9 @@ def test_settings_that_do_not_apply_are_refused():
             bench.main(["run", *argv])
 
 
-def test_the_race_stops_every_arm_at_the_score(tmp_path):
+def test_the_race_stops_every_arm_at_the_score(bench_here, tmp_path):
     """vecaccel's PPO and SB3's, one seed each, to a score every policy reaches at once."""
-    bench = load_benchmark("learning/minatar_games")
+    bench = bench_here
     argv = ["race", "--game", "Breakout", "--score", "0", "--seeds", "1", "--max-steps", "40000",
             "--arms", "vecaccel-fp32", "sb3"]  # fmt: skip
     assert bench.main([*argv, "--out", str(tmp_path)]) == 0
@@ -319,8 +331,8 @@ def test_the_race_stops_every_arm_at_the_score(tmp_path):
     assert load_result(tmp_path / "minatar_race.json")["results"] == written["results"]
 
 
-def test_pace_times_each_preset_and_projects_a_full_run(tmp_path):
-    bench = load_benchmark("learning/minatar_games")
+def test_pace_times_each_preset_and_projects_a_full_run(bench_here, tmp_path):
+    bench = bench_here
     argv = ["pace", "--game", "Breakout", "--algos", "dqn", "pqn", "--seeds", "1",
             "--steps", "4096", "--out", str(tmp_path)]  # fmt: skip
     assert bench.main(argv) == 0

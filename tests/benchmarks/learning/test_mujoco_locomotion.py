@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from bench_scripts import load_benchmark
+from bench_scripts import load_benchmark, runs_in_this_process
 
 from vecaccel.bench import RunRecord, load_result
 
@@ -31,9 +31,17 @@ def _fake_run(bench, runs, arm, task, seed, score, steps=5000, seconds=2.0):
     )  # fmt: skip
 
 
-def test_a_tiny_run_writes_its_file_and_a_second_call_skips_it(tmp_path, capsys):
-    """Real training in a child process: PPO's plain defaults on 2 Hopper envs, 256 steps."""
-    bench = load_benchmark("learning/mujoco_locomotion")
+@pytest.fixture
+def bench_here(monkeypatch):
+    """The script with its runs called in this process, ``run``'s and those ``pace`` hands to
+    ``run_seeds``."""
+    with runs_in_this_process(monkeypatch, "learning/mujoco_locomotion") as bench:
+        yield bench
+
+
+def test_a_tiny_run_writes_its_file_and_a_second_call_skips_it(bench_here, tmp_path, capsys):
+    """Real training: PPO's plain defaults on 2 Hopper envs, 256 steps."""
+    bench = bench_here
     runs = tmp_path / "runs"
     argv = ["run", "--tasks", "Hopper-v5", "--seeds", "1", "--steps", "256", "--preset", "none",
             "--set", "num_envs=2", "--set", "num_steps=64", "--set", "backend='serial'",
@@ -136,14 +144,15 @@ def test_an_empty_folder_gives_a_report_that_says_so(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["mujoco_locomotion.md"]
 
 
-def test_pace_times_the_preset_beside_its_env_alone_and_projects_a_full_run(tmp_path):
-    bench = load_benchmark("learning/mujoco_locomotion")
-    argv = ["pace", "--tasks", "Hopper-v5", "--seeds", "1", "--steps", "4096",
-            "--ceiling-s", "0.5", "--out", str(tmp_path)]  # fmt: skip
+def test_pace_times_the_preset_beside_its_env_alone_and_projects_a_full_run(bench_here, tmp_path):
+    bench = bench_here
+    # one update of the preset's 32 x 64 batch, after its envs alone for 0.1 s
+    argv = ["pace", "--tasks", "Hopper-v5", "--seeds", "1", "--steps", "2048",
+            "--ceiling-s", "0.1", "--out", str(tmp_path)]  # fmt: skip
     assert bench.main(argv) == 0
     written = load_result(tmp_path / "mujoco_pace.json")
     (run,) = written["results"]
-    assert run["task"] == "Hopper-v5" and run["steps"] >= 4096
+    assert run["task"] == "Hopper-v5" and run["steps"] >= 2048
     assert run["env_steps_per_s"] > 0 and run["steady_steps_per_s"] > 0
     rest = (bench.STEPS - run["steps"]) / run["steady_steps_per_s"]
     assert run["projected_wall_s"] == pytest.approx(run["wall_s"] + rest)
@@ -152,7 +161,7 @@ def test_pace_times_the_preset_beside_its_env_alone_and_projects_a_full_run(tmp_
     assert summary["median_env_only_wall_s"] == pytest.approx(bench.STEPS / run["env_steps_per_s"])
     assert summary["goal_met"] == (run["projected_wall_s"] <= summary["goal_wall_s"] == 300.0)
     files = [path.name for path in (tmp_path / "mujoco_pace_runs").iterdir()]
-    assert files == ["Hopper-v5-steps4096-s1.json"]
+    assert files == ["Hopper-v5-steps2048-s1.json"]
 
 
 @pytest.mark.skipif(

@@ -4,7 +4,7 @@ SB3 with VecNormalize) each stopped by the one rule, each run kept in its own fi
 from __future__ import annotations
 
 import pytest
-from bench_scripts import load_benchmark
+from bench_scripts import load_benchmark, runs_in_this_process
 
 from vecaccel.bench import load_result
 
@@ -13,11 +13,21 @@ pytest.importorskip("stable_baselines3")
 pytest.importorskip("tyro")
 
 
-def test_every_arm_stops_at_the_target_and_a_second_race_reads_the_runs(tmp_path):
+@pytest.fixture
+def bench_here(monkeypatch):
+    """The script with vecaccel's and SB3's runs called in this process; CleanRL's stays in its
+    child, as its script, stopped mid-run, leaves its TensorBoard writer's thread behind."""
+    with runs_in_this_process(
+        monkeypatch, "learning/mujoco_race", lambda kwargs: kwargs["arm"] == "cleanrl"
+    ) as bench:
+        yield bench
+
+
+def test_every_arm_stops_at_the_target_and_a_second_race_reads_the_runs(bench_here, tmp_path):
     """A target every policy passes at once (window 2): each arm stops at its second episode,
     long before its budget. vecaccel's arm takes PPO's plain defaults here (its preset is the
     trainers' to write)."""
-    bench = load_benchmark("learning/mujoco_race")
+    bench = bench_here
     argv = ["--task", "Hopper-v5", "--target", "-1000", "--window", "2", "--max-steps", "4096",
             "--seeds", "1", "--preset", "none", "--set", "num_envs=2", "--set", "num_steps=64",
             "--set", "backend='serial'", "--out", str(tmp_path)]  # fmt: skip

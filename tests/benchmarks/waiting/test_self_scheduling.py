@@ -69,9 +69,10 @@ def test_measure_records_each_configuration():
 
 def test_script_under_spawn_writes_its_records(tmp_path):
     out = tmp_path / "chains.json"
-    args = ["--units", "2", "--rounds", "1", "--steps", "3", "--pin", "yes"]
+    # one env a unit: each spawned process loads one Pong ROM, not eight
+    args = ["--units", "2", "--envs", "2", "--rounds", "1", "--steps", "3", "--pin", "yes"]
     proc = run_benchmark("waiting/self_scheduling", *args, "--context", "spawn", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     records = json.loads(out.read_text())["results"]
-    assert [(r["units"], r["pin"]) for r in records] == [(2, True)]
+    assert [(r["units"], r["envs_per_unit"], r["pin"]) for r in records] == [(2, 1, True)]
     assert all(r["steps"] == 1 for r in records)
