@@ -70,26 +70,21 @@ def test_without_tensorboard_a_run_writes_the_rest_and_says_how_to_get_it(tmp_pa
     assert "tb" not in names
 
 
-def test_without_matplotlib_a_run_has_no_plot_and_says_so(tmp_path) -> None:
+def test_without_matplotlib_or_tqdm_a_run_has_no_plot_nor_progress_bar_and_says_so(
+    tmp_path,
+) -> None:
+    """One run without both, its progress bar asked for: each absence is said once."""
     pytest.importorskip("torch")
     run_dir = tmp_path / "run"
-    done = run_hidden("matplotlib", [*TINY_RUN, "--run-dir", str(run_dir)], tmp_path)
+    argv = [arg for arg in TINY_RUN if arg != "--no-progress"]
+    done = run_hidden("matplotlib,tqdm", [*argv, "--run-dir", str(run_dir)], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     told = lines_with(done.stderr, "matplotlib is not installed")
     assert len(told) == 1 and "learning_curve.png" in told[0], done.stderr
+    assert len(lines_with(done.stderr, "tqdm is not installed")) == 1, done.stderr
     names = {path.name for path in run_dir.iterdir()}
     assert {"metrics.csv", "checkpoint.pt"} <= names and "learning_curve.png" not in names
-
-
-def test_without_tqdm_a_run_has_no_progress_bar_and_says_so(tmp_path) -> None:
-    pytest.importorskip("torch")
-    run_dir = tmp_path / "run"
-    argv = [arg for arg in TINY_RUN if arg != "--no-progress"]
-    done = run_hidden("tqdm", [*argv, "--run-dir", str(run_dir)], tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert len(lines_with(done.stderr, "tqdm is not installed")) == 1, done.stderr
-    assert (run_dir / "checkpoint.pt").exists()
 
 
 def test_without_torch_train_is_a_one_line_usage_error(tmp_path) -> None:

@@ -1,15 +1,16 @@
 """``vecaccel train ALGO --async``: new runs, resumed runs and the options they record.
 
-The command line's asynchronous runs end to end (``vecaccel.cli.main`` and the ``vecaccel``
-command): the flags, fixed-lag runs that repeat, resumes that go on asynchronously with the
-options their checkpoint records, and resumes that cannot start leaving the run as it was.
+The command line's asynchronous runs end to end (``vecaccel.cli.main``, which the ``vecaccel``
+command runs): the flags, the line a run ends with, fixed-lag runs that repeat, resumes that go
+on asynchronously with the options their checkpoint records, and resumes that cannot start
+leaving the run as it was.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TINY_ASYNC_DQN, run_main, run_vecaccel
+from helpers import TINY_ASYNC_DQN, run_main
 
 from vecaccel.cli import main
 from vecaccel.trainers.algos.dqn import DQN
@@ -19,61 +20,35 @@ torch.set_num_threads(1)
 TINY = TINY_ASYNC_DQN
 
 
-def test_cli_async_flag(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def fixed_lag_ppo_runs(tmp_path_factory):
+    """Two runs of ``vecaccel train ppo --async --async-fixed-lag`` with one seed, in ``a`` and
+    ``b``: 96 steps, three updates of 2 envs x 16 steps."""
+    root = tmp_path_factory.mktemp("fixed-lag-ppo")
+    assert train_fixed_lag_ppo(root / "a") == 0 and train_fixed_lag_ppo(root / "b") == 0
+    return root
 
-    code = main(
+
+def train_fixed_lag_ppo(run_dir, *extra) -> int:
+    return main(
         [
-            "train",
-            "dqn",
-            "--async",
-            "--env",
-            "CartPole-v1",
-            "--backend",
-            "serial",
-            "--total-timesteps",
-            "600",
-            "--learning-starts",
-            "100",
-            "--batch-size",
-            "16",
-            "--replay-ratio",
-            "2",
-            "--run-dir",
-            str(tmp_path),
-            "--no-progress",
-            "--no-tensorboard",
-            "--torch-threads",
-            "1",
-            "--async-weight-sync-period",
-            "4",
+            "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
+            "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
+            "--total-timesteps", "96", "--seed", "4", "--torch-threads", "1",
+            "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard", *extra,
         ]
-    )
-    assert code == 0
-    assert (tmp_path / "checkpoint.pt").exists()
-    header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert "charts/replay_ratio" in header and "charts/policy_lag" in header
+    )  # fmt: skip
 
 
-def test_cli_async_fixed_lag_runs_repeat(tmp_path, capsys) -> None:
+def test_cli_async_fixed_lag_runs_repeat(fixed_lag_ppo_runs, tmp_path, capsys) -> None:
     from vecaccel.trainers import PPO
 
-    def run(run_dir, *extra):
-        return main(
-            [
-                "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
-                "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
-                "--total-timesteps", "96", "--seed", "4", "--torch-threads", "1",
-                "--run-dir", str(run_dir), "--no-progress", "--no-tensorboard", *extra,
-            ]
-        )  # fmt: skip
-
-    assert run(tmp_path / "a") == 0 and run(tmp_path / "b") == 0
-    a, b = PPO.load(tmp_path / "a"), PPO.load(tmp_path / "b")
+    a, b = PPO.load(fixed_lag_ppo_runs / "a"), PPO.load(fixed_lag_ppo_runs / "b")
     assert a.global_step == b.global_step == 96
     sa, sb = a.model.state_dict(), b.model.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     capsys.readouterr()
-    assert run(tmp_path / "c", "--async-weight-sync-period", "2") == 2
+    assert train_fixed_lag_ppo(tmp_path / "c", "--async-weight-sync-period", "2") == 2
     assert "--async-fixed-lag needs --async-weight-sync-period 1, got 2" in capsys.readouterr().err
 
 
@@ -94,7 +69,10 @@ def test_cli_async_a2c(tmp_path) -> None:
     assert A2C.load(tmp_path).global_step == 300
 
 
-def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
+def test_cli_async_dqn_run_names_its_files_and_goes_on_async_when_resumed(tmp_path, capsys) -> None:
+    """``--async`` with a weight-sync period of 4: the run logs the replay ratio and the policy
+    lag, and its closing line names the files to open, as a synchronous run's does; a resume
+    goes on asynchronously with the period the run recorded."""
     from vecaccel.trainers.checkpoints.format import load_checkpoint
 
     common = [
@@ -104,17 +82,25 @@ def test_cli_resume_of_an_async_run_goes_on_async(tmp_path, capsys) -> None:
         [
             "train", "dqn", "--async", "--env", "CartPole-v1", "--backend", "serial",
             "--total-timesteps", "600", "--learning-starts", "100", "--batch-size", "16",
-            "--replay-ratio", "2", "--torch-threads", "1", *common,
+            "--replay-ratio", "2", "--torch-threads", "1", "--async-weight-sync-period", "4",
+            *common,
         ]
     )  # fmt: skip
     assert code == 0
+    assert (tmp_path / "checkpoint.pt").exists()
+    header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert "charts/replay_ratio" in header and "charts/policy_lag" in header
+    closing = capsys.readouterr().err.strip().splitlines()[-1]
+    assert closing == (
+        f"run directory: {tmp_path}  checkpoint: {tmp_path / 'checkpoint.pt'}  "
+        f"learning curve: {tmp_path / 'learning_curve.png'}"
+    ), closing
     assert load_checkpoint(tmp_path / "checkpoint.pt")["async"] is True
-    capsys.readouterr()
     assert (
         main(["train", "dqn", "--resume", str(tmp_path), "--total-timesteps", "1000", *common]) == 0
     )
     err = capsys.readouterr().err
-    assert "(async, weight sync period 1)" in err and "async DQN: 400 env steps" in err, err
+    assert "(async, weight sync period 4)" in err and "async DQN: 400 env steps" in err, err
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["global_step"] == 1000 and state["async"] is True
     assert state["off_policy"]["replay"]["file"].startswith("checkpoint.replay-1000-")
@@ -215,20 +201,16 @@ def test_cli_resume_of_an_async_ppo_run_finishes_its_budget(tmp_path, capsys) ->
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_cli_resume_keeps_the_async_options_the_run_was_trained_with(tmp_path, capsys) -> None:
+def test_cli_resume_keeps_the_async_options_the_run_was_trained_with(
+    fixed_lag_ppo_runs, tmp_path, capsys
+) -> None:
     import csv
+    import shutil
 
     from vecaccel.trainers import PPO
 
+    shutil.copytree(fixed_lag_ppo_runs / "b", tmp_path, dirs_exist_ok=True)
     common = ["--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard"]
-    code = main(
-        [
-            "train", "ppo", "--async", "--async-fixed-lag", "--env", "CartPole-v1",
-            "--backend", "serial", "--num-envs", "2", "--num-steps", "16",
-            "--total-timesteps", "64", "--torch-threads", "1", *common,
-        ]
-    )  # fmt: skip
-    assert code == 0
     agent = PPO.load(tmp_path)
     assert agent.async_options == {"weight_sync_period": 1, "fixed_lag": True}
 
@@ -243,22 +225,22 @@ def test_cli_resume_keeps_the_async_options_the_run_was_trained_with(tmp_path, c
         return [float(row["charts/policy_lag"]) for row in rows]
 
     # no flags: the fixed lag goes on (lag 0 for the resumed run's first batch, then exactly 1)
-    extend_to(160)
+    extend_to(192)
     capsys.readouterr()
     assert main(["train", "ppo", "--resume", str(tmp_path), *common]) == 0
     assert "(async, weight sync period 1, fixed lag)" in capsys.readouterr().err
     resumed = PPO.load(tmp_path)
-    assert resumed.global_step == 160
+    assert resumed.global_step == 192
     assert resumed.async_options == {"weight_sync_period": 1, "fixed_lag": True}
-    assert lags_from(64) == [0, 1, 1]
+    assert lags_from(96) == [0, 1, 1]
     # flags given on resume replace what the run recorded, and are recorded in turn
-    extend_to(224)
+    extend_to(256)
     assert main(["train", "ppo", "--resume", str(tmp_path), "--no-async-fixed-lag",
                  "--async-weight-sync-period", "2", *common]) == 0  # fmt: skip
     assert "(async, weight sync period 2)" in capsys.readouterr().err
     assert PPO.load(tmp_path).async_options == {"weight_sync_period": 2, "fixed_lag": False}
     # a fixed lag asked for on top of the recorded period 2 is refused, naming both ways out
-    extend_to(288)
+    extend_to(320)
     assert main(["train", "ppo", "--resume", str(tmp_path), "--async-fixed-lag", *common]) == 2
     err = capsys.readouterr().err
     assert "fixed lag needs a weight-sync period of 1, got 2" in err
@@ -352,20 +334,18 @@ def test_failed_async_resume_leaves_the_run_resumable(tmp_path, capsys):
     capsys.readouterr()
     checkpoint = run_dir / "checkpoint.pt"
     before = checkpoint.read_bytes()
-    done = run_vecaccel(
+    code = run_main(
         ["train", "ppo", "--resume", str(run_dir), "--async", "--backend", "nosuch",
-         "--total-timesteps", "64", "--no-progress", "--no-tensorboard"],
-        tmp_path,
+         "--total-timesteps", "64", "--no-progress", "--no-tensorboard"]
     )  # fmt: skip
+    err = capsys.readouterr().err
     rewritten = checkpoint.read_bytes() != before
-    after = run_vecaccel(
+    after = run_main(
         ["train", "ppo", "--resume", str(run_dir), "--total-timesteps", "64", "--no-progress",
-         "--no-tensorboard"],
-        tmp_path,
-    ).returncode if rewritten else 0  # fmt: skip
-    assert not rewritten and done.returncode == 2, (
+         "--no-tensorboard"]
+    ) if rewritten else 0  # fmt: skip
+    assert not rewritten and code == 2, (
         "expected the unknown backend to be refused with exit 2 before anything runs, and the "
-        f"checkpoint left as it was; got exit {done.returncode} "
-        f"(stderr tail {done.stderr[-200:]!r}), checkpoint rewritten: {rewritten}, and a plain "
-        f"--resume afterwards exits {after}"
+        f"checkpoint left as it was; got exit {code} (stderr tail {err[-200:]!r}), checkpoint "
+        f"rewritten: {rewritten}, and a plain --resume afterwards exits {after}"
     )

@@ -118,19 +118,6 @@ def test_train_resume_and_eval(tmp_path, capsys):
     assert "ppo on CartPole-v1: 2 episodes" in out
 
 
-def test_an_async_dqn_run_ends_naming_its_run_directory_checkpoint_and_plot(tmp_path, capsys):
-    """As a synchronous run's does, the closing line of ``--async`` names the files to open."""
-    run_dir = tmp_path / "run"
-    assert train("dqn", "--async", "--env", "CartPole-v1", "--backend", "serial",
-                 "--num-envs", "2", "--total-timesteps", "300", "--learning-starts", "100",
-                 "--no-tensorboard", "--run-dir", str(run_dir)) == 0  # fmt: skip
-    closing = capsys.readouterr().err.strip().splitlines()[-1]
-    assert closing == (
-        f"run directory: {run_dir}  checkpoint: {run_dir / 'checkpoint.pt'}  "
-        f"learning curve: {run_dir / 'learning_curve.png'}"
-    ), closing
-
-
 def test_a_misspelled_preset_gets_a_did_you_mean(capsys):
     assert run_main(["train", "ppo", "--env", "CartPole-v1", "--preset", "cartpol"]) == 2
     assert "did you mean 'cartpole'?" in capsys.readouterr().err
