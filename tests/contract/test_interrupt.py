@@ -24,7 +24,7 @@ import pytest
 from backend_matrix import DEFAULT_BACKEND, options_for, select, spread_start_methods
 from helpers import NUM_ENVS, as_numpy, close_promptly, last_json, make_backend, run_child, zeros
 
-from vecaccel.testing.envs import counter_fns
+from vecaccel.testing.envs import counter_fns, fault_env_fns
 from vecaccel.testing.leaks import descendants, leaked_shm, process_gone, shm_entries, wait_until
 
 #: Backends whose steps return envs as they come (``info["env_id"]``), each env in a worker.
@@ -265,63 +265,67 @@ def test_caught_keyboard_interrupt_then_close_and_go_on(tmp_path, mode):
     assert_clean_stderr(err, keyboard_interrupt=False)
 
 
-INTERRUPTED_CALL_SCRIPT = textwrap.dedent(
-    """
-    import json, os, signal, sys, threading, time
-    sys.path.insert(0, sys.argv[1])
-    import vecaccel
-    from vecaccel.testing.envs import fault_env_fns
+def nap(env, seconds: float) -> str:
+    time.sleep(seconds)
+    return "napped"
 
-    def nap(env, seconds):
-        time.sleep(seconds)
-        return "napped"
 
-    def slow_env_id(env, seconds):
-        time.sleep(seconds)
-        return env.unwrapped.env_id
+def slow_env_id(env, seconds: float) -> int:
+    time.sleep(seconds)
+    return env.unwrapped.env_id
 
-    def attempt(fn):
-        try:
-            return list(fn())
-        except Exception as exc:
-            return {"type": type(exc).__name__, "message": str(exc)}
 
-    def main():
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C
-        envs = vecaccel.make_vec(fault_env_fns(4), backend=sys.argv[2], **json.loads(sys.argv[3]))
-        envs.reset(seed=0, options={})
-        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()
-        try:
-            envs.call_indices(nap, [3], 0.8)
-            interrupted = False
-        except KeyboardInterrupt:
-            interrupted = True
-        time.sleep(1.0)  # the interrupted call has finished in its worker by now
-        first = attempt(lambda: envs.call_indices(slow_env_id, [3], 0.3))
-        second = attempt(lambda: envs.call_indices(slow_env_id, [2, 3], 0.3))
-        envs.close()
-        print(json.dumps({"interrupted": interrupted, "first": first, "second": second}))
-
-    if __name__ == "__main__":
-        main()
-    """
-)
+def _attempt(fn):
+    try:
+        return list(fn())
+    except Exception as exc:  # noqa: BLE001 - the outcome is checked below
+        return {"type": type(exc).__name__, "message": str(exc)}
 
 
 @pytest.mark.parametrize("backend", select(envs_in_workers=True))
-def test_call_after_an_interrupted_call_gets_its_own_result(backend):
+def test_call_after_an_interrupted_call_gets_its_own_result(backend, leak_check):
     """Ctrl-C during ``call`` (then carrying on, as in a notebook): the interrupted call's late
     reply must never be returned as the result of a later call. Either the later calls return
-    their own results, or they raise a clear error (``WorkerError``/``RuntimeError``)."""
-    options = options_for(backend, num_workers=2, context="fork")
-    result = last_json(run_child(INTERRUPTED_CALL_SCRIPT, backend, json.dumps(options)))
-    assert result["interrupted"]
+    their own results, or they raise a clear error (``WorkerError``/``RuntimeError``). SIGINT
+    comes to this process while it waits for the reply, and its handler raises
+    ``KeyboardInterrupt`` as Python's own does."""
+
+    window = threading.Event()  # Ctrl-C lands while the first call waits, and nowhere else
+
+    def ctrl_c(signum, frame):
+        if window.is_set():
+            raise KeyboardInterrupt
+
+    envs = make_backend(backend, fault_env_fns(NUM_ENVS))
+    previous = signal.signal(signal.SIGINT, ctrl_c)
+    try:
+        envs.reset(seed=0, options={})
+        interrupted = False
+        window.set()
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            timer.start()
+            envs.call_indices(nap, [3], 0.8)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            window.clear()
+            timer.cancel()
+        time.sleep(1.0)  # the interrupted call has finished in its worker by now
+        outcomes = {
+            "first": _attempt(lambda: envs.call_indices(slow_env_id, [3], 0.3)),
+            "second": _attempt(lambda: envs.call_indices(slow_env_id, [2, 3], 0.3)),
+        }
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        close_promptly(envs)
+    assert interrupted
     for key, expected in (("first", [3]), ("second", [2, 3])):
-        outcome = result[key]
+        outcome = outcomes[key]
         if isinstance(outcome, dict):
             assert outcome["type"] in ("WorkerError", "RuntimeError"), (key, outcome)
         else:
-            assert outcome == expected, (key, result)
+            assert outcome == expected, (key, outcomes)
 
 
 INTERRUPTED_STEP_SCRIPT = textwrap.dedent(

@@ -136,7 +136,7 @@ class VecEnvMachine(RuleBasedStateMachine):
         super().__init__()
         _warm_up(self.backend)
         self.envs = None
-        gc.collect()
+        gc.collect()  # what earlier examples left (the heap from before the test is frozen)
         self.base_children = child_pids()
         self.base_fds = open_fds()
         self.base_shm = shm_entries()
@@ -588,8 +588,10 @@ class VecEnvMachine(RuleBasedStateMachine):
         assert all(worker.process.is_alive() for worker in self.envs.pool.workers)
 
 
+#: Examples are drawn anew each run (no fixed seed, no database), so runs explore different
+#: programs: each run's share can stay small.
 SETTINGS = settings(
-    max_examples=20,
+    max_examples=10,
     stateful_step_count=20,
     deadline=None,
     database=None,
@@ -597,9 +599,20 @@ SETTINGS = settings(
 )
 
 #: The process backends start workers in every example (and again after each close or death):
-#: fewer examples a run. They are drawn anew each run (no fixed seed, no database), so runs
-#: explore different programs.
-PROCESS_SETTINGS = settings(SETTINGS, max_examples=10)
+#: fewer examples a run.
+PROCESS_SETTINGS = settings(SETTINGS, max_examples=5)
+
+
+def _freeze_the_heap(case) -> None:
+    """Collect, then leave the objects alive before the test out of every later collection:
+    each example collects before it takes its leak baselines, and a full collection of a test
+    process with torch loaded costs a good part of an example."""
+    gc.collect()
+    gc.freeze()
+
+
+def _unfreeze_the_heap(case) -> None:
+    gc.unfreeze()
 
 
 def _machine_test(backend: str) -> type:
@@ -609,6 +622,8 @@ def _machine_test(backend: str) -> type:
     machine = type(f"{camel}Machine", (VecEnvMachine,), {"backend": backend})
     case = machine.TestCase
     case.settings = PROCESS_SETTINGS if backend_of(backend).worker_processes else SETTINGS
+    case.setUp = _freeze_the_heap
+    case.tearDown = _unfreeze_the_heap
     globals()[f"Test{camel}"] = case
     return case
 

@@ -114,7 +114,9 @@ def raising_payload_env(obs_space, act_space, at: int) -> gym.Env:
 
 
 NUM_ENVS = 3
-STEPS = 8
+#: Every episode ends by its fifth step (truncated at t=5): six steps cross an autoreset in
+#: every env.
+STEPS = 6
 #: every backend that takes and returns NumPy arrays
 BACKENDS = select(tensors=False)
 #: those of them with worker processes
@@ -191,13 +193,19 @@ def step(env, backend: str, actions):
     return obs, rew, term, trunc, infos
 
 
-def run_beside_sync(obs_space, act_space, backend, mode, context="fork", seed=0, steps=STEPS):
-    """Step ``backend`` and ``SyncVectorEnv`` with the same seeds and actions; compare all."""
+def run_beside_sync(
+    obs_space, act_space, backend, mode, context="fork", seed=0, steps=STEPS, **options
+):
+    """Step ``backend`` and ``SyncVectorEnv`` with the same seeds and actions; compare all.
+    ``options`` update the backend's."""
     fns = [partial(PayloadSpaceEnv, obs_space, act_space)] * NUM_ENVS
     sync = SyncVectorEnv(fns, autoreset_mode=mode)
     with contextlib.closing(sync):
         env = vecaccel.make_vec(
-            fns, backend=backend, autoreset_mode=mode, **backend_options(backend, context)
+            fns,
+            backend=backend,
+            autoreset_mode=mode,
+            **{**backend_options(backend, context), **options},
         )
         with contextlib.closing(env):
             assert env.single_observation_space == obs_space
@@ -261,7 +269,11 @@ def test_every_kind_under_spawn_and_forkserver(backend, context):
     if context not in multiprocessing.get_all_start_methods():
         pytest.skip(f"{context} is not available here")
     mode = AutoresetMode.SAME_STEP if in_arrival_order(backend) else AutoresetMode.NEXT_STEP
-    run_beside_sync(every_kind(), nested(KINDS["custom"]), backend, mode, context, seed=2)
+    # one worker: each is a fresh interpreter that imports this module for its env; two workers'
+    # slices are the fork tests'
+    run_beside_sync(
+        every_kind(), nested(KINDS["custom"]), backend, mode, context, seed=2, num_workers=1
+    )
 
 
 @settings(

@@ -10,11 +10,14 @@ payload path for that step only.
 from __future__ import annotations
 
 import functools
+import itertools
 import multiprocessing
 import os
 import pickle
 import re
 import signal
+from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -242,6 +245,37 @@ class Stepper:
         self.envs.close()
 
 
+@dataclass(frozen=True)
+class Reference:
+    """What ``SyncVectorEnv`` returns for a seed and the actions drawn from it: the reset, then
+    per step the actions, the step's result and (``DISABLED``) the masked reset after it."""
+
+    seed: int
+    reset: tuple
+    steps: list[tuple[np.ndarray, tuple, tuple | None]]
+
+
+def sync_reference(env_fns: list, mode: AutoresetMode, steps: int, seed: int = 0) -> Reference:
+    """Step a ``SyncVectorEnv`` of ``env_fns`` from ``reset(seed=seed)`` with random actions of
+    ``np.random.default_rng(seed)``, resetting its ended envs in ``DISABLED`` mode."""
+    reference = SyncVectorEnv(env_fns, autoreset_mode=mode)
+    try:
+        reset = reference.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        records = []
+        for _ in range(steps):
+            actions = rng.integers(0, reference.single_action_space.n, size=len(env_fns))
+            result = reference.step(actions)
+            done = result[2] | result[3]
+            masked = None
+            if mode is AutoresetMode.DISABLED and done.any():
+                masked = reference.reset(options={"reset_mask": done})
+            records.append((actions, result, masked))
+    finally:
+        reference.close()
+    return Reference(seed, reset, records)
+
+
 def run_side_by_side(
     backend: str,
     env_fns: list,
@@ -249,23 +283,24 @@ def run_side_by_side(
     steps: int,
     context: str = "fork",
     seed: int = 0,
+    reference: Reference | None = None,
     **extra: Any,
 ) -> np.ndarray:
-    """Step ``backend`` and ``SyncVectorEnv`` with the same seeds and actions; compare
-    everything. Returns, per step and env, whether the info came through the slots."""
+    """Step ``backend`` as ``SyncVectorEnv`` was stepped (``reference``, or a run of
+    :func:`sync_reference` made here) with the same seeds and actions; compare everything.
+    Returns, per step and env, whether the info came through the slots."""
+    if reference is None:
+        reference = sync_reference(env_fns, mode, steps, seed)
+    assert (reference.seed, len(reference.steps)) == (seed, steps)
     stepper = Stepper(backend, env_fns, mode, context, **extra)
-    reference = SyncVectorEnv(env_fns, autoreset_mode=mode)
     history = []
     try:
         obs, infos = stepper.reset(seed=seed)
-        ref_obs, ref_infos = reference.reset(seed=seed)
+        ref_obs, ref_infos = reference.reset
         assert_same(ref_obs, obs, "reset obs")
         assert_same_infos(ref_infos, infos, "reset infos")
-        rng = np.random.default_rng(seed)
-        for step in range(steps):
-            actions = rng.integers(0, reference.single_action_space.n, size=len(env_fns))
+        for step, (actions, ref, masked) in enumerate(reference.steps):
             obs, rew, term, trunc, infos = stepper.step(actions)
-            ref = reference.step(actions)
             where = f"step {step}"
             assert_same(ref[0], obs, f"{where} obs")
             np.testing.assert_array_equal(ref[1], rew, err_msg=where)
@@ -273,15 +308,13 @@ def run_side_by_side(
             np.testing.assert_array_equal(ref[3], trunc, err_msg=where)
             assert_same_infos(ref[4], infos, f"{where} infos")
             history.append(stepper.in_slots())
-            done = ref[2] | ref[3]
-            if mode is AutoresetMode.DISABLED and done.any():
-                ref_obs, ref_infos = reference.reset(options={"reset_mask": done})
-                obs, infos = stepper.reset(options={"reset_mask": done})
+            if masked is not None:
+                ref_obs, ref_infos = masked
+                obs, infos = stepper.reset(options={"reset_mask": ref[2] | ref[3]})
                 assert_same(ref_obs, obs, f"{where} masked reset obs")
                 assert_same_infos(ref_infos, infos, f"{where} masked reset infos")
     finally:
         stepper.close()
-        reference.close()
     return np.array(history)
 
 
@@ -372,10 +405,16 @@ def test_fitting_infos_match_sync_vector_env(backend, mode):
     assert history[1:].all(), history.astype(int)
 
 
-@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-@pytest.mark.parametrize("backend", LOCKSTEP)
+#: Each lockstep backend and each mode under spawn, on one worker: what spawn changes is how a
+#: worker starts and finds the slots; every (backend, mode) pair is the fork test's.
+SPAWN_CASES = list(zip(itertools.cycle(LOCKSTEP), MODES))
+
+
+@pytest.mark.parametrize(
+    "backend, mode", [pytest.param(b, m, id=f"{b}-{m.name}") for b, m in SPAWN_CASES]
+)
 def test_fitting_infos_match_sync_vector_env_under_spawn(backend, mode):
-    history = run_side_by_side(backend, schema_fns(), mode, 20, context="spawn")
+    history = run_side_by_side(backend, schema_fns(), mode, 20, context="spawn", num_workers=1)
     assert history[1:].any()
 
 
@@ -538,22 +577,50 @@ PONG_CASES = [(backend, AutoresetMode.SAME_STEP) for backend in BACKENDS] + [
 ]
 
 
+#: Three Pongs (each takes a quarter of a second to make), episodes of 10 steps: the process
+#: backends still split them, hybrid one in the caller and one in each worker.
+PONG_FNS = [functools.partial(make_pong, 10)] * 3
+PONG_STEPS = 30
+
+
+@pytest.fixture(scope="module")
+def pong_reference() -> Callable[[AutoresetMode], Reference]:
+    """``SyncVectorEnv``'s Pong run in a mode, made once for every backend compared with it."""
+    runs: dict[AutoresetMode, Reference] = {}
+
+    def reference(mode: AutoresetMode) -> Reference:
+        if mode not in runs:
+            runs[mode] = sync_reference(PONG_FNS, mode, PONG_STEPS)
+        return runs[mode]
+
+    return reference
+
+
 @pytest.mark.parametrize(
     "backend, mode", [pytest.param(b, m, id=f"{b}-{m.name}") for b, m in PONG_CASES]
 )
-def test_pong_infos_match_sync_vector_env(backend, mode):
+def test_pong_infos_match_sync_vector_env(backend, mode, pong_reference):
     pytest.importorskip("ale_py")
-    fns = [functools.partial(make_pong, 10)] * NUM_ENVS  # episodes of 10 steps
-    history = run_side_by_side(backend, fns, mode, 30)
+    history = run_side_by_side(backend, PONG_FNS, mode, PONG_STEPS, reference=pong_reference(mode))
     # ALE's unseeded reset info has the step's schema; final_info (SAME_STEP) has not
     assert history[1:].mean() > 0.8, history.astype(int)
     assert both_directions(history) == (mode is AutoresetMode.SAME_STEP), history.astype(int)
 
 
-def test_pong_infos_match_sync_vector_env_under_spawn():
+def test_pong_infos_match_sync_vector_env_under_spawn(pong_reference):
     pytest.importorskip("ale_py")
-    fns = [functools.partial(make_pong, 10)] * NUM_ENVS
-    history = run_side_by_side("shm", fns, AutoresetMode.SAME_STEP, 24, context="spawn")
+    mode = AutoresetMode.SAME_STEP
+    # one worker: a fresh interpreter that registers ALE and finds the slots; two workers'
+    # slices are the fork tests'
+    history = run_side_by_side(
+        "shm",
+        PONG_FNS,
+        mode,
+        PONG_STEPS,
+        context="spawn",
+        reference=pong_reference(mode),
+        num_workers=1,
+    )
     assert both_directions(history)
 
 

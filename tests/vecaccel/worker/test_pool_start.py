@@ -63,14 +63,14 @@ POOL_SCRIPT = textwrap.dedent(
 
             torch.set_num_threads(2)
             a = torch.randn(1024, 1024)
-            for _ in range(20):
+            for _ in range(2):  # the pool's threads start at the first product
                 a = torch.tanh(a @ a)
         elif scenario == "cv2":
             import cv2
 
             cv2.setNumThreads(2)
             image = np.random.default_rng(0).integers(0, 255, (2000, 2000, 3), dtype=np.uint8)
-            for _ in range(20):
+            for _ in range(2):  # the pool's threads start at the first call
                 cv2.resize(image, (1000, 1000), interpolation=cv2.INTER_AREA)
                 cv2.GaussianBlur(image, (5, 5), 0)
         return threads()
@@ -84,18 +84,20 @@ POOL_SCRIPT = textwrap.dedent(
         return out
 
     def main():
-        scenario, context = sys.argv[2], sys.argv[3]
+        scenario, contexts = sys.argv[2], sys.argv[3:]
         before = start_pools(scenario)
         import vecaccel
 
-        envs = vecaccel.make_vec("CartPole-v1", 2, backend="shm", context=context,
-                                 start_timeout_s=20)
-        envs.reset(seed=0)
-        steps = 0
-        for _ in range(10):
-            envs.step(np.zeros(2, dtype=np.int64))
-            steps += 1
-        envs.close()
+        steps = {}
+        for context in contexts:
+            envs = vecaccel.make_vec("CartPole-v1", 2, backend="shm", context=context,
+                                     start_timeout_s=20)
+            envs.reset(seed=0)
+            steps[context] = 0
+            for _ in range(10):
+                envs.step(np.zeros(2, dtype=np.int64))
+                steps[context] += 1
+            envs.close()
         print(json.dumps({"steps": steps, "before": before, "after": threads()}))
 
     if __name__ == "__main__":
@@ -103,29 +105,25 @@ POOL_SCRIPT = textwrap.dedent(
     """
 )
 
-#: Each scenario under fork (the inherited pools) and under a start method that starts a fresh
-#: interpreter (forkserver for two scenarios, spawn for the third).
+#: Each scenario under fork (the inherited pools), then, in the same caller, under a start
+#: method that starts a fresh interpreter (forkserver for two scenarios, spawn for the third).
 POOL_CASES = [
-    pytest.param("human_rendering", "fork", marks=pytest.mark.skipif(
-        not _have("pygame", "cv2"), reason="needs pygame and OpenCV")),
     pytest.param("human_rendering", "forkserver", marks=pytest.mark.skipif(
         not _have("pygame", "cv2"), reason="needs pygame and OpenCV")),
-    pytest.param("cv2", "fork", marks=pytest.mark.skipif(not _have("cv2"), reason="needs cv2")),
     pytest.param("cv2", "spawn", marks=pytest.mark.skipif(not _have("cv2"), reason="needs cv2")),
-    pytest.param("torch", "fork", marks=pytest.mark.skipif(
-        not _have("torch"), reason="needs torch")),
     pytest.param("torch", "forkserver", marks=pytest.mark.skipif(
         not _have("torch"), reason="needs torch")),
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("scenario, context", POOL_CASES)
-def test_workers_start_after_the_callers_thread_pools_ran(scenario, context):
-    """The caller's pools ran before the workers started: they start and step, and the
-    caller's thread settings are untouched."""
-    completed = run_child(POOL_SCRIPT, scenario, context)
+@pytest.mark.parametrize("scenario, fresh_context", POOL_CASES)
+def test_workers_start_after_the_callers_thread_pools_ran(scenario, fresh_context):
+    """The caller's pools ran before the workers started: forked workers (which inherit the
+    pools) and then fresh ones start and step, and the caller's thread settings are
+    untouched."""
+    completed = run_child(POOL_SCRIPT, scenario, "fork", fresh_context)
     result = last_json(completed)
-    assert result["steps"] == 10, completed.stderr
+    assert result["steps"] == {"fork": 10, fresh_context: 10}, completed.stderr
     assert result["after"] == result["before"]
     assert "Traceback" not in completed.stderr, completed.stderr
 
@@ -139,26 +137,29 @@ CAP_SCRIPT = textwrap.dedent(
     from vecaccel.testing.envs import CounterEnv
 
     def threads_in_workers(env_fn, fn, context, worker_threads):
-        envs = vecaccel.make_vec([env_fn] * 2, backend="shm", num_workers=2, context=context,
+        # one worker, two envs: the cap is the worker process's, whichever env loads the module
+        envs = vecaccel.make_vec([env_fn] * 2, backend="shm", num_workers=1, context=context,
                                  worker_threads=worker_threads, start_timeout_s=60)
         try:
             return envs.call(fn)
         finally:
             envs.close()
 
-    def main():
-        context, what = sys.argv[2], sys.argv[3]
-        preloaded = "cv2" in sys.modules or "torch" in sys.modules
+    def caps(what, context):
         if what == "cv2":
-            result = {
+            return {
                 # loaded by the env's constructor: capped after the envs are built
                 "constructor": threads_in_workers(Cv2ImportingEnv, cv2_threads, context, 1),
                 # loaded after that, by a call: capped by OpenCV's variable
                 "later": threads_in_workers(CounterEnv, cv2_threads, context, 1),
                 "two": threads_in_workers(Cv2ImportingEnv, cv2_threads, context, 2),
             }
-        else:
-            result = {"later": threads_in_workers(CounterEnv, torch_threads, context, 1)}
+        return {"later": threads_in_workers(CounterEnv, torch_threads, context, 1)}
+
+    def main():
+        what, contexts = sys.argv[2], sys.argv[3:]
+        preloaded = "cv2" in sys.modules or "torch" in sys.modules
+        result = {context: caps(what, context) for context in contexts}
         print(json.dumps({"preloaded": preloaded, **result}))
 
     if __name__ == "__main__":
@@ -167,22 +168,26 @@ CAP_SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+#: The start methods a worker that loads a module itself is checked under, one caller for all.
+CAP_CONTEXTS = ("fork", "spawn")
+
+
 @pytest.mark.skipif(not _have("cv2"), reason="needs OpenCV")
-def test_a_worker_caps_the_opencv_it_loads_itself(context):
-    result = last_json(run_child(CAP_SCRIPT, context, "cv2"))
+def test_a_worker_caps_the_opencv_it_loads_itself():
+    result = last_json(run_child(CAP_SCRIPT, "cv2", *CAP_CONTEXTS))
     assert not result["preloaded"]
-    assert result["constructor"] == [1, 1]
-    assert result["later"] == [1, 1]
-    assert result["two"] == [2, 2]
+    for context in CAP_CONTEXTS:
+        assert result[context]["constructor"] == [1, 1], context
+        assert result[context]["later"] == [1, 1], context
+        assert result[context]["two"] == [2, 2], context
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
 @pytest.mark.skipif(not _have("torch"), reason="needs torch")
-def test_a_worker_caps_the_torch_it_loads_itself(context):
-    result = last_json(run_child(CAP_SCRIPT, context, "torch"))
+def test_a_worker_caps_the_torch_it_loads_itself():
+    result = last_json(run_child(CAP_SCRIPT, "torch", *CAP_CONTEXTS))
     assert not result["preloaded"]
-    assert result["later"] == [1, 1]
+    for context in CAP_CONTEXTS:
+        assert result[context]["later"] == [1, 1], context
 
 
 INHERITED_CV2_SCRIPT = textwrap.dedent(
@@ -226,7 +231,7 @@ def _line_of(function, text: str) -> int:
 
 @pytest.mark.parametrize("context", ["fork", "spawn", "forkserver"])
 def test_a_worker_stuck_in_an_env_constructor_shows_where(context, no_leaks):
-    warm = vecaccel.make_vec([CounterEnv] * 2, backend="shm", num_workers=2, context=context)
+    warm = vecaccel.make_vec([CounterEnv], backend="shm", num_workers=1, context=context)
     warm.close()  # multiprocessing's own lazily made fds (its heap, spawn's tracker) exist now
     gc.collect()
     fds = open_fds()
