@@ -27,8 +27,8 @@ def test_example_algorithm_tests_pass_with_the_kit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The example's own suite (``check_algorithm("reinforce")`` and the CLI) passes: run by
-    pytest in this process, as a session of its own (the example's rootdir and fixtures, not
-    this suite's conftest), with the example's source folder importable."""
+    a pytest run of its own in this process (the example's rootdir and fixtures, not this
+    suite's conftest), with the example's source folder importable."""
     monkeypatch.delenv("VECACCEL_DISABLE_PLUGINS", raising=False)
     monkeypatch.syspath_prepend(str(EXAMPLE))
     before = set(sys.modules)
@@ -39,7 +39,7 @@ def test_example_algorithm_tests_pass_with_the_kit(
                 "--basetemp", str(tmp_path / "basetemp"), str(EXAMPLE / "tests"),
             ]
         )  # fmt: skip
-    finally:  # the example's modules go with its session
+    finally:  # the example's modules are unloaded with its run
         for name in set(sys.modules) - before:
             if name.split(".")[0] in ("test_reinforce", "vecaccel_example_algorithm"):
                 del sys.modules[name]
