@@ -8,9 +8,9 @@ so it resumes where a stopped sitting left off; ``report`` builds the table, the
 aggregate and the curves from whatever run files exist.
 
 The tasks are ``HalfCheetah-v5``, ``Hopper-v5``, ``Walker2d-v5``, ``Ant-v5`` and
-``Humanoid-v5``, 1M env steps each, seeds 1, 2 and 3. ``--tasks Ant-v4`` runs Ant's ``-v4``
-version too, whose row tells the version's part in Ant's score from the preset's (it stays out
-of the aggregate and the plot). The score is CleanRL's: the mean return
+``Humanoid-v5``, 1M env steps each, seeds 1, 2 and 3. ``--tasks Ant-v4 Humanoid-v4`` runs
+those tasks' ``-v4`` versions too, the versions of the published returns, whose rows tell the
+version's part in a score from the preset's (they stay out of the aggregate and the plot). The score is CleanRL's: the mean return
 of the last 100 training episodes, in the env's own rewards (what ``RecordEpisodeStatistics``
 sees under any normalisation).
 
@@ -86,7 +86,7 @@ RUNS = RESULTS / "mujoco_runs"
 TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
 #: tasks run on request only (``--tasks``), to tell a version's part in a score from the preset's:
 #: in the table, not in the aggregate or the plot
-VERSION_CHECKS = ("Ant-v4",)
+VERSION_CHECKS = ("Ant-v4", "Humanoid-v4")
 STEPS = 1_000_000  # the published returns' budget
 #: the PPO preset the benchmark trains with: the trainers' settings for MuJoCo
 PRESET = "mujoco"
@@ -96,6 +96,7 @@ CLEANRL = {
     "Hopper-v5": (2383.0, 272.0),
     "Walker2d-v5": (2288.0, 572.0),
     "Humanoid-v5": (716.0, 49.0),
+    "Humanoid-v4": (716.0, 49.0),
 }
 #: rl-zoo's PPO at 1M steps, -v4 tasks
 RL_ZOO = {
@@ -117,6 +118,7 @@ WALL_GOAL_S = {
     "Ant-v5": 600.0,
     "Humanoid-v5": 600.0,
     "Ant-v4": 600.0,
+    "Humanoid-v4": 600.0,
 }
 
 
@@ -460,7 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         choices=TASKS + VERSION_CHECKS,
         default=list(TASKS),
-        help="the tasks (default: the five -v5 ones; Ant-v4 on request)",
+        help="the tasks (default: the five -v5 ones; the -v4 checks on request)",
     )
     runner.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     runner.add_argument("--steps", type=int, default=STEPS, help="env steps a run")

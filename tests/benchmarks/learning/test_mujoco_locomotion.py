@@ -125,13 +125,18 @@ def test_a_version_check_has_its_row_but_stays_out_of_the_aggregate(tmp_path):
     _fake_run(bench, runs, "mujoco", "Ant-v5", 1, 1327.0)
     # on another seed than Ant-v5's: counted, it would leave the aggregate no common seed
     _fake_run(bench, runs, "mujoco", "Ant-v4", 2, 2654.0)
+    _fake_run(bench, runs, "mujoco", "Humanoid-v4", 3, 716.0)
     payload = bench.write_report(runs, out, "report", budget=5000, reps=200)
     rows = {row["task"]: row for row in payload["results"]}
-    assert list(rows) == ["Ant-v5", "Ant-v4"] and rows["Ant-v4"]["rl_zoo"] == 1327.0
+    assert list(rows) == ["Ant-v5", "Ant-v4", "Humanoid-v4"]
+    assert rows["Ant-v4"]["rl_zoo"] == 1327.0 and rows["Humanoid-v4"]["cleanrl"] == 716.0
     summary = payload["summary"]["iqm"]["mujoco"]
     assert summary["tasks"] == ["Ant-v5"] and summary["seeds"] == [1]
     table = (out / "mujoco_locomotion.md").read_text()
-    assert "- mujoco: Ant-v5 seed 1; Ant-v4 seed 2; no run of HalfCheetah-v5," in table
+    assert (
+        "- mujoco: Ant-v5 seed 1; Ant-v4 seed 2; Humanoid-v4 seed 3; no run of HalfCheetah-v5,"
+        in table
+    )
     assert "| mujoco | Ant-v4 | 1 | 2,654 |" in table
 
 
