@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import threading
+from dataclasses import replace
 
 import gymnasium as gym
 import pytest
@@ -89,4 +90,8 @@ def test_a_busy_thread_of_the_caller_is_not_counted_as_the_env_s_cores():
         stop.set()
         thread.join()
     assert 0 < cost.cores < MULTICORE_RATIO, cost
-    assert choose_backend(cost, 8, 2).backend == "shm"
+    # whether a slice's measured time pays for a worker is the machine's load of the moment (the
+    # suite runs beside this test); what the measured cores decide is checked on a slice that
+    # halves the step, as the costly env's does on two idle cores
+    choice = choose_backend(replace(cost, slice_step_s=cost.step_s / 2), 8, 2)
+    assert choice.backend == "shm", choice.reason
