@@ -276,8 +276,6 @@ class _Trajectory:
             self.ended = np.zeros(NUM_ENVS, dtype=np.bool_)
             self.held = np.arange(0)
             self.lockstep = True
-            #: (attribute, batch size) -> the (batched, single) spaces last seen to agree
-            self.agreed_spaces: dict[tuple[str, int], tuple[Any, Any]] = {}
             yield envs
 
     def _check_construction(self, envs: gym.vector.VectorEnv) -> None:
@@ -413,20 +411,13 @@ class _Trajectory:
             ("observation_space", envs.single_observation_space),
             ("action_space", envs.single_action_space),
         ):
-            batched = getattr(envs, attribute, None)
-            # batch_space deep-copies the space: a pair of spaces already found to agree is
-            # not batched and compared again at every step
-            agreed = self.agreed_spaces.get((attribute, size))
-            if agreed is not None and agreed[0] is batched and agreed[1] is single:
-                continue
-            if batched != batch_space(single, size):
+            if getattr(envs, attribute, None) != batch_space(single, size):
                 raise self.fail(
                     attribute,
                     f"it is {getattr(envs, attribute, None)} for batches of {size} envs",
                     "batch the single space over the envs each call returns "
                     "(gymnasium.vector.utils.batch_space)",
                 )
-            self.agreed_spaces[(attribute, size)] = (batched, single)
         self.lockstep = self.lockstep and size == NUM_ENVS and ids.tolist() == list(range(size))
         expected_full = full()
         self._compare_envs(result, ids, prop, fix)
