@@ -26,6 +26,8 @@ values:
 - ``envs32`` and ``envs512`` (PQN): 32 or 512 envs against the preset's 128, each rollout in
   the preset's 32 minibatches (so minibatches of 32, 128 and 512) and at its learning rate,
   which purejaxql does not scale with the batch: the batch-size claim at the same frames;
+  ``envs512-mb128`` (PQN): 512 envs in 128 minibatches of the preset's 128, so the preset's
+  gradient steps per frame on four times its envs;
 - ``batch32``, ``batch512`` and ``batch2048`` (the DQN family): the training batch at the same
   replay ratio, the learning rate following the preset's ``sqrt`` rule from its batch-32 value;
   ``rr32``: MinAtar DQN's schedule in frames (replay ratio 32, the target every 1,000 frames);
@@ -139,6 +141,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
     # PQN's batch-size claim: 32 and 512 envs against the preset's 128, in its 32 minibatches
     "envs32": {"num_envs": 32},
     "envs512": {"num_envs": 512},
+    # 512 envs at the preset's minibatch size and gradient steps per frame
+    "envs512-mb128": {"num_envs": 512, "num_minibatches": 128},
     "batch32": {"batch_size": 32},
     "batch512": {"batch_size": 512},
     "batch2048": {"batch_size": 2048},
@@ -172,6 +176,7 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
     "envs128-mb4-bf16": ("ppo",),
     "envs32": ("pqn",),
     "envs512": ("pqn",),
+    "envs512-mb128": ("pqn",),
     "sb3": ("ppo", "dqn"),
     "batch32": _OFF_POLICY,
     "batch512": _OFF_POLICY,
@@ -645,7 +650,7 @@ def aggregate(
 BATCH_CLAIM: dict[str, tuple[str, tuple[str, ...]]] = {
     "ppo": ("envs16", ("envs256", "envs256-mb16")),
     "dqn": ("batch32", ("preset", "batch2048")),
-    "pqn": ("envs32", ("preset", "envs512")),
+    "pqn": ("envs32", ("preset", "envs512", "envs512-mb128")),
 }
 BATCH_GAMES = ("Breakout", "SpaceInvaders")
 
@@ -897,6 +902,7 @@ COMPARISONS = [
             ("pqn", "envs32"),
             ("pqn", "preset"),
             ("pqn", "envs512"),
+            ("pqn", "envs512-mb128"),
         ],
         "Large batches against small: the same frames, less wall-clock",
         True,
