@@ -21,6 +21,7 @@ import torch
 from helpers import busy_loop_elsewhere
 
 import vecaccel
+from vecaccel.testing.leaks import wait_until
 from vecaccel.worker import TorchThreadsWarning, usable_cpus
 from vecaccel.worker.cpus import (
     CpuLoad,
@@ -104,14 +105,12 @@ def test_a_niced_job_yields_unless_setsid_schedules_it_apart(setsid):
     # the other tests' processes share the machine: the verdict on the loop is read, not a total
     with busy_loop_elsewhere(nice=19, setsid=setsid) as pid:
         first = CpuLoad()
+
+        def ticked() -> bool:
+            return CpuLoad().others[pid][0] > first.others[pid][0]
+
         # a niced loop beside a busy suite may get no tick for a while: read until it has one
-        deadline = time.monotonic() + 10
-        while True:
-            time.sleep(0.3)
-            second = CpuLoad()
-            if second.others[pid][0] > first.others[pid][0] or time.monotonic() > deadline:
-                break
-        assert second.others[pid][0] > first.others[pid][0]  # the loop ran, and was seen
+        assert wait_until(ticked, timeout=10, interval=0.3)  # the loop ran, and was seen
         yields = _yields(_scheduling(pid), _scheduling(os.getpid()))
     # under setsid a niced job's nice counts only within its own autogroup where the
     # kernel has autogroups: it takes a core from this process as any job does
