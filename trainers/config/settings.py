@@ -287,6 +287,8 @@ def check_rollout_config(cfg: Any) -> None:
     _check_real(
         cfg, "max_grad_norm", lambda x: x > 0, "a positive number (inf: no clipping)", finite=False
     )
+    if hasattr(cfg, "log_std_init"):
+        _check_real(cfg, "log_std_init", lambda x: True, "a finite number")
     if hasattr(cfg, "clip_coef"):
         _check_real(cfg, "clip_coef", lambda x: x >= 0, "a finite number >= 0")
     if getattr(cfg, "target_kl", None) is not None:

@@ -432,6 +432,7 @@ class ActorCritic(nn.Module):
         activation: MLP activation.
         channels_last: NHWC convolutions.
         bf16: bfloat16 autocast in the convolutional torso (Nature CNN or MinAtar's).
+        log_std_init: the Gaussian's initial log standard deviation (Box actions).
     """
 
     def __init__(
@@ -443,6 +444,7 @@ class ActorCritic(nn.Module):
         activation: str = "tanh",
         channels_last: bool = False,
         bf16: bool = False,
+        log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
         self.observation_space = observation_space
@@ -466,7 +468,7 @@ class ActorCritic(nn.Module):
             self.action_shape = tuple(action_space.shape)
             action_dim = int(np.prod(action_space.shape))
             self.actor_head = layer_init(nn.Linear(width, action_dim), std=0.01)
-            self.log_std = nn.Parameter(torch.zeros(action_dim))
+            self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
         else:
             raise TypeError(
                 f"ActorCritic supports Discrete and Box action spaces, got {action_space}"

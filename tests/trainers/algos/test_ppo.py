@@ -121,6 +121,25 @@ def test_box_batch_keeps_unclipped_actions_with_their_gaussian_log_prob():
         envs.close()
 
 
+def test_log_std_init_sets_the_gaussians_starting_spread(tmp_path):
+    """SB3's ``log_std_init``: the policy starts with std e^-2 on Pendulum, so the raw samples
+    stray from the mean by that much; a checkpoint keeps the setting, and the default is 0."""
+    envs = vecaccel.make_vec("Pendulum-v1", num_envs=2, backend="serial", autoreset_mode="SameStep")
+    agent = PPO(envs, num_envs=2, num_steps=256, log_std_init=-2.0, torch_threads=1, seed=0)
+    try:
+        torch.testing.assert_close(agent.model.log_std.detach(), torch.tensor([-2.0]))
+        batch = agent.sampler.collect()
+        with torch.no_grad():
+            mean = agent.model.actor_head(agent.model._features(batch.obs.reshape(-1, 3))[0])
+        spread = (batch.actions.reshape(-1, 1) - mean).std().item()
+        assert spread == pytest.approx(math.exp(-2.0), rel=0.1)
+        agent.save(tmp_path / "ppo.pt")
+    finally:
+        envs.close()
+    assert PPO.load(tmp_path / "ppo.pt").config.log_std_init == -2.0
+    assert PPO(None, env_id="Pendulum-v1", torch_threads=1).model.log_std.tolist() == [0.0]
+
+
 def test_multi_axis_box_actions_have_the_space_shape():
     """SB3 reshapes the Gaussian's flat sample to ``action_space.shape``; vecaccel's
     ActorCritic returns ``[N, prod(shape)]`` and never reshapes, so the sampler's clip to

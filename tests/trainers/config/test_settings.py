@@ -79,6 +79,8 @@ def test_every_config_field_is_documented(config_cls):
         (PPOConfig, "checkpoint_every", -1),
         (A2CConfig, "log_every_steps", -1),
         (A2CConfig, "torch_threads", -2),
+        (PPOConfig, "log_std_init", float("nan")),
+        (A2CConfig, "log_std_init", float("-inf")),
     ],
 )
 def test_more_bad_config_values_name_the_field(config_cls, field, value):

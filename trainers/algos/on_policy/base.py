@@ -123,6 +123,9 @@ class OnPolicyConfig(RolloutConfig):
     """Entropy bonus coefficient."""
     vf_coef: float = 0.5
     """Value loss coefficient (the value loss is the mean squared error, as in SB3)."""
+    log_std_init: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (continuous actions only; SB3's
+    name)."""
 
 
 class OnPolicyAlgorithm(Algorithm):
@@ -218,6 +221,7 @@ class OnPolicyAlgorithm(Algorithm):
             network=cfg.network,
             hidden_sizes=tuple(cfg.hidden_sizes),
             activation=cfg.activation,
+            log_std_init=cfg.log_std_init,
             channels_last=cfg.channels_last,
             bf16=use_bf16(cfg.bf16, self.device, observation_space),
         )
