@@ -4,7 +4,9 @@ SB3's PPO with ``VecNormalize``, seed by seed with the arms' order turning.
 The arms, each as its authors run it:
 
 * ``vecaccel``: PPO with the setting of ``mujoco_locomotion.py`` (``--preset``, default
-  ``mujoco``, and ``--set KEY=VALUE`` over it);
+  ``mujoco``, and ``--set KEY=VALUE`` over it); ``--preset rl-zoo`` gives it the ``sb3`` arm's
+  settings for the task in vecaccel's names (:func:`rl_zoo_settings`), the same algorithm on
+  vecaccel's sampler and update;
 * ``cleanrl``: CleanRL's script, vendored in ``benchmarks/peers/`` with its algorithm and
   defaults as upstream (1 env, 2,048 steps a rollout, observation and reward normalisation
   wrappers), run in the child process as ``python cleanrl_ppo_continuous_action.py --env-id
@@ -66,6 +68,10 @@ WINDOW = 10  # episodes whose mean return must reach the target
 MAX_STEPS = 1_000_000
 #: rl-baselines3-zoo's hyperparams/ppo.yml for the -v4 tasks (all with normalize: true and
 #: policy_kwargs log_std_init=-2, ortho_init=False, ReLU, pi and vf of 256 x 256)
+RL_ZOO_LOG_STD_INIT = -2.0
+RL_ZOO_NET = (256, 256)
+#: the ``--preset`` that gives vecaccel's arm rl-zoo's settings
+RL_ZOO = "rl-zoo"
 RL_ZOO_PPO: dict[str, dict[str, Any]] = {
     "HalfCheetah-v5": dict(
         n_envs=1,
@@ -94,6 +100,34 @@ RL_ZOO_PPO: dict[str, dict[str, Any]] = {
         vf_coef=0.835671,
     ),
 }
+
+
+def rl_zoo_settings(task: str) -> dict[str, Any]:
+    """The ``sb3`` arm's settings for ``task`` in vecaccel's PPO names. Two differences stay:
+    vecaccel's layers start orthogonal (rl-zoo sets ``ortho_init=False``) and its policy's mean
+    head at a gain of 0.01, CleanRL's way."""
+    zoo = RL_ZOO_PPO[task]
+    return dict(
+        num_envs=zoo["n_envs"],
+        num_steps=zoo["n_steps"],
+        num_minibatches=zoo["n_envs"] * zoo["n_steps"] // zoo["batch_size"],
+        update_epochs=zoo["n_epochs"],
+        learning_rate=zoo["learning_rate"],
+        anneal_lr=False,  # rl-zoo's rates are constant
+        gamma=zoo["gamma"],
+        gae_lambda=zoo["gae_lambda"],
+        clip_coef=zoo["clip_range"],
+        clip_vloss=False,  # SB3's clip_range_vf is None
+        ent_coef=zoo["ent_coef"],
+        vf_coef=zoo["vf_coef"],
+        max_grad_norm=zoo["max_grad_norm"],
+        network="mlp",
+        hidden_sizes=RL_ZOO_NET,
+        activation="relu",
+        log_std_init=RL_ZOO_LOG_STD_INIT,
+        norm_obs=True,
+        norm_reward=True,
+    )
 
 
 class RaceStop(Exception):
@@ -162,10 +196,10 @@ def run_sb3(task: str, seed: int, max_steps: int, curve: ReturnCurve, device: st
         make_vec_env(task, n_envs=settings.pop("n_envs"), seed=seed), gamma=settings["gamma"]
     )
     policy_kwargs = dict(
-        log_std_init=-2,
+        log_std_init=RL_ZOO_LOG_STD_INIT,
         ortho_init=False,
         activation_fn=nn.ReLU,
-        net_arch=dict(pi=[256, 256], vf=[256, 256]),
+        net_arch=dict(pi=list(RL_ZOO_NET), vf=list(RL_ZOO_NET)),
     )
     model = PPO("MlpPolicy", envs, policy_kwargs=policy_kwargs, seed=seed, device=device,
                 **settings)  # fmt: skip
@@ -207,6 +241,8 @@ def race_one(
         steps = run_sb3(task, seed, max_steps, curve, device)
         outcome = curve.outcome(steps, RL_ZOO_PPO[task])
     else:
+        if preset == RL_ZOO:
+            preset, changes = "none", {**rl_zoo_settings(task), **changes}
         agent = ppo_agent(task, preset, {"device": device, **changes}, seed)
         outcome = learn_on_curve(agent, max_steps, curve)
     outcome.pop("curve")
@@ -262,7 +298,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--max-steps", type=int, default=MAX_STEPS, help="a run's step budget")
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="what races")
-    parser.add_argument("--preset", default=PRESET, help="vecaccel's PPO preset (none: defaults)")
+    parser.add_argument(
+        "--preset",
+        default=PRESET,
+        help=f"vecaccel's PPO preset (none: defaults; {RL_ZOO}: the sb3 arm's settings)",
+    )
     parser.add_argument(
         "--set",
         dest="changes",
@@ -274,7 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="every arm's torch device")
     parser.add_argument("--out", default=str(RESULTS), help="folder of the race's files")
     args = parser.parse_args(argv)
-    refused = check_preset(args.preset) if "vecaccel" in args.arms else None
+    refused = None
+    if "vecaccel" in args.arms and args.preset != RL_ZOO:
+        refused = check_preset(args.preset)
     if refused:
         parser.error(refused)
     if args.target is None:

@@ -74,3 +74,33 @@ def test_cleanrl_lines_feed_the_curve_and_stop_its_script():
     with pytest.raises(bench.RaceStop):
         lines.write("0, episodic_return=80.0\n")  # a line split across two writes
     assert curve.reached == {"step": 90, "wall_s": curve.reached["wall_s"]}
+
+
+@pytest.mark.parametrize("task", ["Hopper-v5", "HalfCheetah-v5"])
+def test_rl_zoo_settings_are_the_sb3_arms_in_vecaccels_names(task):
+    from vecaccel.trainers.algos.ppo import PPOConfig
+
+    bench = load_benchmark("learning/mujoco_race")
+    zoo = bench.RL_ZOO_PPO[task]
+    config = PPOConfig(env_id=task, **bench.rl_zoo_settings(task))
+    minibatch = config.num_envs * config.num_steps // config.num_minibatches
+    assert config.num_steps == zoo["n_steps"] and minibatch == zoo["batch_size"]
+    assert config.update_epochs == zoo["n_epochs"] and config.gamma == zoo["gamma"]
+    assert config.learning_rate == zoo["learning_rate"] and config.clip_coef == zoo["clip_range"]
+    assert config.log_std_init == -2.0 and config.hidden_sizes == (256, 256)
+    assert config.norm_obs and config.norm_reward and not config.anneal_lr
+
+
+def test_the_rl_zoo_preset_trains_vecaccels_arm_on_the_sb3_arms_settings(bench_here, tmp_path):
+    """``--preset rl-zoo`` with ``--set`` over it: the run's recorded config is rl-zoo's
+    Hopper setting on the envs and steps set."""
+    argv = ["--task", "Hopper-v5", "--target", "-1000", "--window", "2", "--max-steps", "2048",
+            "--seeds", "1", "--arms", "vecaccel", "--preset", "rl-zoo", "--set", "num_envs=2",
+            "--set", "num_steps=64", "--set", "backend='serial'", "--out", str(tmp_path)]  # fmt: skip
+    assert bench_here.main(argv) == 0
+    (run,) = load_result(tmp_path / "mujoco_race_Hopper-v5.json")["results"]
+    assert run["reached"] is not None
+    config = run["config"]
+    assert (config["num_envs"], config["num_steps"], config["num_minibatches"]) == (2, 64, 16)
+    assert (config["gamma"], config["activation"], config["log_std_init"]) == (0.999, "relu", -2.0)
+    assert config["hidden_sizes"] == [256, 256] and config["update_epochs"] == 5
