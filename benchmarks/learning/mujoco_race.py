@@ -279,9 +279,10 @@ def race(args: argparse.Namespace) -> dict[str, Any]:
         label=args.task,
     )
     summary = race_summary(runs, args.arms)
-    # vecaccel's median time to the target over each peer's
+    # vecaccel's median time to the target over each peer's (none in a race without vecaccel)
+    peers = [arm for arm in args.arms if arm != "vecaccel"] if "vecaccel" in args.arms else []
     summary["time_to_target_ratio"] = {
-        peer: time_ratios(summary, peer).get("vecaccel") for peer in args.arms if peer != "vecaccel"
+        peer: time_ratios(summary, peer).get("vecaccel") for peer in peers
     }
     return RunRecord(command_line(), benchmark="learning/mujoco_race").write(
         Path(args.out) / f"mujoco_race_{args.task}.json", runs, summary=summary, **common

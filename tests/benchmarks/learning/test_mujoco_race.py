@@ -104,3 +104,12 @@ def test_the_rl_zoo_preset_trains_vecaccels_arm_on_the_sb3_arms_settings(bench_h
     assert (config["num_envs"], config["num_steps"], config["num_minibatches"]) == (2, 64, 16)
     assert (config["gamma"], config["activation"], config["log_std_init"]) == (0.999, "relu", -2.0)
     assert config["hidden_sizes"] == [256, 256] and config["update_epochs"] == 5
+
+
+def test_a_race_of_peers_alone_keeps_no_ratio_to_vecaccel(bench_here, tmp_path):
+    argv = ["--task", "Hopper-v5", "--target", "-1000", "--window", "2", "--max-steps", "4096",
+            "--seeds", "1", "--arms", "sb3", "--out", str(tmp_path)]  # fmt: skip
+    assert bench_here.main(argv) == 0
+    summary = load_result(tmp_path / "mujoco_race_Hopper-v5.json")["summary"]
+    assert summary["sb3"]["reached"] == "1 of 1"
+    assert summary["time_to_target_ratio"] == {}
