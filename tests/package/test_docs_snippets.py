@@ -590,8 +590,12 @@ NOT_RUN_COMMANDS = [
     (
         "docs/benchmarks/mujoco-learning.md",
         "benchmarks/",
-        "learning runs and races of hours; their flags are checked against each script's --help "
-        "here",
+        "learning runs of hours; their flags are checked against each script's --help here",
+    ),
+    (
+        "docs/benchmarks/mujoco-race.md",
+        "benchmarks/",
+        "races of an hour; their flags are checked against each script's --help here",
     ),
     (
         "docs/benchmarks/scale-out.md",
